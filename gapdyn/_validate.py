@@ -1,0 +1,108 @@
+"""Boundary checks shared by the public functions of :mod:`gapdyn`.
+
+Every public function validates its arguments here and raises a ``ValueError`` that names the
+argument and the constraint; internal helpers trust their inputs (STYLE.md rule 6).
+
+Tolerance: a probability vector is accepted when every entry is finite and >= -PROB_ATOL and
+its entries sum to 1 within ``PROB_ATOL * max(1, K)`` (K = number of entries); tiny negative
+round-off is clipped to 0.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+PROB_ATOL = 1e-8
+"""Absolute tolerance per entry for probabilities (sum within PROB_ATOL * K)."""
+
+
+def as_float_array(x, name: str, *, min_ndim: int = 0) -> np.ndarray:
+    """Convert to a finite float64 array of at least ``min_ndim`` dimensions."""
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a numeric array, got {type(x).__name__}") from exc
+    if arr.ndim < min_ndim:
+        raise ValueError(f"{name} must have at least {min_ndim} dimension(s), got shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError(f"{name} must not be empty, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be finite (found NaN or inf)")
+    return arr
+
+
+def as_probs(probs, name: str = "probs") -> np.ndarray:
+    """Probabilities over the last axis: finite, non-negative, summing to 1 (see module doc)."""
+    p = as_float_array(probs, name, min_ndim=1)
+    if p.shape[-1] < 2:
+        raise ValueError(f"{name} must have at least 2 entries on its last axis, got shape {p.shape}")
+    if np.any(p < -PROB_ATOL):
+        raise ValueError(f"{name} must be non-negative (min {p.min():.3g})")
+    total = p.sum(axis=-1)
+    tol = PROB_ATOL * max(1, p.shape[-1])
+    if np.any(np.abs(total - 1.0) > tol):
+        worst = float(np.max(np.abs(total - 1.0)))
+        raise ValueError(f"{name} must sum to 1 over the last axis (off by {worst:.3g} > tolerance {tol:.1g})")
+    return np.clip(p, 0.0, None)
+
+
+def as_rewards(rewards, shape: tuple[int, ...], name: str = "rewards") -> np.ndarray:
+    """Binary rewards in {0, 1}, broadcastable to ``shape``."""
+    r = as_float_array(rewards, name, min_ndim=1)
+    if not np.all((r == 0.0) | (r == 1.0)):
+        raise ValueError(f"{name} must be binary (every entry 0 or 1)")
+    try:
+        return np.broadcast_to(r, shape)
+    except ValueError as exc:
+        raise ValueError(f"{name} has shape {r.shape}, which does not match {shape}") from exc
+
+
+def as_scores(scores, probs_shape: tuple[int, ...], name: str = "scores") -> np.ndarray:
+    """Score vectors s(a) with shape probs_shape + (P,)."""
+    s = as_float_array(scores, name, min_ndim=2)
+    if s.shape[:-1] != tuple(probs_shape):
+        raise ValueError(
+            f"{name} must have shape {tuple(probs_shape)} + (P,), one score row per response; got {s.shape}"
+        )
+    return s
+
+
+def check_positive(value, name: str) -> float:
+    """A finite scalar > 0 (e.g. a step size eta)."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        arr = np.asarray(value)
+        if arr.shape != () or not np.issubdtype(arr.dtype, np.number):
+            raise ValueError(f"{name} must be a real scalar, got {value!r}")
+        value = float(arr)
+    value = float(value)
+    if not np.isfinite(value) or value <= 0.0:
+        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
+    return value
+
+
+def check_group_size(group_size) -> int:
+    """An integer group size G >= 2 (one sample has no baseline)."""
+    if isinstance(group_size, bool) or not isinstance(group_size, numbers.Integral):
+        raise ValueError(f"group_size must be an integer >= 2, got {group_size!r}")
+    if group_size < 2:
+        raise ValueError(f"group_size must be >= 2, got {group_size}")
+    return int(group_size)
+
+
+def check_open_unit(J, name: str = "J") -> np.ndarray:
+    """Success rates strictly inside (0, 1), where the log-odds and the Gap are defined."""
+    arr = as_float_array(J, name)
+    if np.any((arr <= 0.0) | (arr >= 1.0)):
+        raise ValueError(f"{name} must lie strictly in (0, 1): the quantity is undefined at J = 0 or J = 1")
+    return arr
+
+
+def check_success_defined(J: np.ndarray, Jbar: np.ndarray, what: str) -> None:
+    """Raise when some prompt has J = 0 or J = 1 exactly (conditional means undefined)."""
+    if np.any(J <= 0.0) or np.any(Jbar <= 0.0):
+        raise ValueError(
+            f"{what} is undefined when the success rate J is 0 or 1 (no correct or no incorrect "
+            "response has probability mass); use the logits-based routes for extreme policies"
+        )

@@ -1,0 +1,189 @@
+"""Step-size thresholds: the sharp (line-search) one, the local curvature one, Theorem 1's bound,
+and the scaling of the critical step with response length T and success rate J.
+
+THEORY.md §3:
+- sharp threshold [derived]: the largest eta such that Phi(theta + e w) > Phi(theta) for every
+  e in (0, eta]; found by a geometric scan and bisection on the exact Phi.
+- local threshold [derived]: 2 Delta mu / (w^T (-Hess Phi) w)_+ (second-order Taylor model of Phi).
+- Theorem 1 step condition [paper, constants unconfirmed]: eta <= [Delta mu]_+ / (2 (L_o + 8 G_o^2)).
+- Theorem 3 scaling [paper, exact form open]: eta* ~ (1 - J) / T; with 1/|o| normalisation one T
+  cancels. Stagnation ceiling J_max ~ 1 - c eta T [open].
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import numpy as np
+from scipy import stats
+from scipy.special import logsumexp
+
+from ._validate import as_float_array, as_rewards, check_open_unit, check_positive
+
+__all__ = [
+    "sharp_step_threshold",
+    "local_step_threshold",
+    "theorem1_step_bound",
+    "loglinear_bound_constants",
+    "loglinear_logodds_fn",
+    "tabular_logodds_fn",
+    "predicted_critical_step",
+    "stagnation_ceiling",
+    "LogLogFit",
+    "loglog_slope",
+]
+
+
+def loglinear_logodds_fn(features, rewards) -> Callable[[np.ndarray], float]:
+    """theta -> Phi(theta) for pi(a) ~ exp(phi(a) . theta) (one context), stable via log-sum-exp."""
+    phi = as_float_array(features, "features", min_ndim=2)
+    if phi.ndim != 2:
+        raise ValueError(f"features must have shape [K, d] (one context), got {phi.shape}")
+    r = as_rewards(rewards, phi.shape[:1])
+    if r.sum() in (0, r.size):
+        raise ValueError("rewards must contain both a correct and an incorrect response")
+    pos, neg = phi[r == 1], phi[r == 0]
+
+    def phi_fn(theta):
+        return float(logsumexp(pos @ theta) - logsumexp(neg @ theta))
+
+    return phi_fn
+
+
+def tabular_logodds_fn(rewards) -> Callable[[np.ndarray], float]:
+    """z -> Phi(z) for a tabular softmax over logits z."""
+    r = as_float_array(rewards, "rewards", min_ndim=1)
+    return loglinear_logodds_fn(np.eye(r.shape[-1]), r)
+
+
+def sharp_step_threshold(
+    logodds_fn: Callable[[np.ndarray], float],
+    theta,
+    direction,
+    *,
+    eta_min: float = 1e-8,
+    eta_max: float = 1e8,
+    points_per_decade: int = 16,
+    rtol: float = 1e-9,
+) -> float:
+    """Largest eta with Phi(theta + e w) > Phi(theta) for all e in (0, eta]  [derived].
+
+    A geometric scan from eta_min to eta_max (``points_per_decade`` points a decade) finds the first
+    eta where Phi no longer rises; bisection then locates the crossing to relative tolerance rtol.
+    Returns 0.0 when Phi does not rise even at eta_min (w is not an ascent direction) and inf when it
+    rises over the whole scan. Crossings narrower than the grid spacing can be missed: raise
+    ``points_per_decade`` for rugged Phi.
+    """
+    if not callable(logodds_fn):
+        raise ValueError("logodds_fn must be a callable theta -> Phi(theta)")
+    th = as_float_array(theta, "theta", min_ndim=1)
+    w = as_float_array(direction, "direction", min_ndim=1)
+    if w.shape != th.shape:
+        raise ValueError(f"direction has shape {w.shape} but theta has {th.shape}")
+    eta_min, eta_max = check_positive(eta_min, "eta_min"), check_positive(eta_max, "eta_max")
+    if eta_max <= eta_min:
+        raise ValueError("eta_max must exceed eta_min")
+    phi0 = logodds_fn(th)
+
+    def rises(eta):
+        return logodds_fn(th + eta * w) > phi0
+
+    n = int(np.ceil(np.log10(eta_max / eta_min) * points_per_decade)) + 1
+    grid = np.geomspace(eta_min, eta_max, n)
+    if not rises(grid[0]):
+        return 0.0
+    lo = grid[0]
+    for eta in grid[1:]:
+        if not rises(eta):
+            hi = eta
+            break
+        lo = eta
+    else:
+        return float("inf")
+    while hi - lo > rtol * hi:
+        mid = np.sqrt(lo * hi) if hi / lo > 2 else 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if rises(mid) else (lo, mid)
+    return float(lo)
+
+
+def local_step_threshold(dmu, direction, hessian) -> np.ndarray:
+    """2 Delta mu / (w^T (-Hess Phi) w)_+: where the quadratic model of Phi returns to its start.
+
+    inf where the curvature along w is >= 0 (the model never falls); 0 where Delta mu <= 0.
+    """
+    d = as_float_array(dmu, "dmu")
+    w = as_float_array(direction, "direction", min_ndim=1)
+    H = as_float_array(hessian, "hessian", min_ndim=2)
+    if H.shape[-2:] != (w.shape[-1], w.shape[-1]):
+        raise ValueError(f"hessian must be [..., P, P] with P = {w.shape[-1]}, got {H.shape}")
+    curv = -np.einsum("...p,...pq,...q->...", w, H, w)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(curv > 0, 2.0 * np.maximum(d, 0.0) / curv, np.inf)
+    return np.where(d <= 0, 0.0, out)
+
+
+def theorem1_step_bound(dmu, *, L_o: float, G_o: float) -> np.ndarray:
+    """Theorem 1's step condition [Delta mu]_+ / (2 (L_o + 8 G_o^2))  [paper, constants unconfirmed].
+
+    Requires ||w|| <= 1; G_o bounds ||s(o)||, L_o bounds ||Hess log pi(o)||.
+    """
+    d = as_float_array(dmu, "dmu")
+    L_o, G_o = check_positive(L_o, "L_o"), check_positive(G_o, "G_o")
+    return np.maximum(d, 0.0) / (2.0 * (L_o + 8.0 * G_o**2))
+
+
+def loglinear_bound_constants(features) -> tuple[float, float]:
+    """(G_o, L_o) for a log-linear policy: ||s|| <= 2 max||phi||, ||Cov_pi(phi)|| <= max||phi||^2."""
+    phi = as_float_array(features, "features", min_ndim=2)
+    rmax = float(np.max(np.linalg.norm(phi, axis=-1)))
+    if rmax == 0:
+        raise ValueError("features must not all be zero")
+    return 2.0 * rmax, rmax**2
+
+
+def predicted_critical_step(eta_ref, T, J, *, T_ref=1.0, J_ref=None, length_normalized=False) -> np.ndarray:
+    """Theorem 3's scaling [paper, exact form open]: eta*(T, J) = eta_ref (T_ref/T) ((1-J)/(1-J_ref)).
+
+    With 1/|o| normalisation one factor of T cancels: eta*(T) = eta_ref (1-J)/(1-J_ref).
+    J_ref defaults to J (pure length scaling). The paper's own constant may differ.
+    """
+    eta_ref = check_positive(eta_ref, "eta_ref")
+    T = as_float_array(T, "T")
+    if np.any(T < 1):
+        raise ValueError("T must be >= 1")
+    J = check_open_unit(J)
+    J_ref = J if J_ref is None else check_open_unit(J_ref, "J_ref")
+    scale = np.ones_like(T) if length_normalized else T_ref / T
+    return eta_ref * scale * (1.0 - J) / (1.0 - J_ref)
+
+
+def stagnation_ceiling(eta, T, c) -> np.ndarray:
+    """J_max ~ 1 - c eta T: where a fixed step stops improving [open: exact bound unknown]."""
+    eta = check_positive(eta, "eta")
+    c = check_positive(c, "c")
+    T = as_float_array(T, "T")
+    return np.clip(1.0 - c * eta * T, 0.0, 1.0)
+
+
+class LogLogFit(NamedTuple):
+    """Least-squares fit of log y = slope * log x + intercept."""
+
+    slope: float
+    intercept: float
+    slope_stderr: float
+    r2: float
+    n: int
+
+
+def loglog_slope(x, y) -> LogLogFit:
+    """Slope of log y against log x (e.g. critical eta vs T), with its standard error."""
+    x = as_float_array(x, "x", min_ndim=1)
+    y = as_float_array(y, "y", min_ndim=1)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(f"x and y must be 1-D of equal length, got {x.shape} and {y.shape}")
+    if np.any(x <= 0) or np.any(y <= 0):
+        raise ValueError("x and y must be > 0 for a log-log fit")
+    if x.size < 3 or np.ptp(x) == 0:
+        raise ValueError("need at least 3 points with distinct x for a slope and its error")
+    res = stats.linregress(np.log(x), np.log(y))
+    return LogLogFit(float(res.slope), float(res.intercept), float(res.stderr), float(res.rvalue**2), int(x.size))
