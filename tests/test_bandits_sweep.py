@@ -1,0 +1,214 @@
+"""Tests of bandits.sweep / bandits.store: resumable, keyed, parallel sweeps."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from bandits.store import CellStore, canonical_cell, cell_key
+from bandits.sweep import example_cell, run_sweep, sweep_keys
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cells(n=12, rows=3):
+    return [{"seed": s, "n": rows} for s in range(n)]
+
+
+def _independent(cells):
+    """The expected result built by hand (loop over cells, no sweep machinery)."""
+    frames = []
+    for c in cells:
+        df = example_cell(**c)
+        for k, v in c.items():
+            df[k] = v
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_serial_matches_independent_loop(tmp_path):
+    cells = _cells()
+    df = run_sweep(example_cell, cells, name="s", store=tmp_path, backend="serial", progress=False)
+    exp = _independent(cells)
+    pd.testing.assert_frame_equal(df.drop(columns="cell_key"), exp, check_dtype=False)
+    assert df["cell_key"].nunique() == len(cells)
+    assert (tmp_path / "s" / "results.parquet").exists()
+    assert len(list((tmp_path / "s" / "cells").glob("*.parquet"))) == len(cells)
+    stored = pq.read_table(tmp_path / "s" / "results.parquet").to_pandas()
+    pd.testing.assert_frame_equal(stored, df)
+
+
+def test_joblib_equals_serial_and_rerun_computes_nothing(tmp_path):
+    cells = _cells(10)
+    ser = run_sweep(example_cell, cells, name="a", backend="serial", progress=False)
+    par = run_sweep(example_cell, cells, name="a", store=tmp_path, backend="joblib", n_jobs=2, progress=False)
+    pd.testing.assert_frame_equal(ser, par)
+    again = run_sweep(example_cell, cells, name="a", store=tmp_path, backend="joblib", n_jobs=2, progress=False)
+    assert again.attrs["n_computed"] == 0 and again.attrs["n_loaded"] == len(cells)
+    pd.testing.assert_frame_equal(again, par)
+
+
+def test_partial_store_only_missing_cells_computed(tmp_path):
+    cells = _cells(9)
+    run_sweep(example_cell, cells[::2], name="p", store=tmp_path, backend="serial", progress=False)
+    full = run_sweep(example_cell, cells, name="p", store=tmp_path, backend="serial", progress=False)
+    assert full.attrs["n_loaded"] == 5 and full.attrs["n_computed"] == 4
+    pd.testing.assert_frame_equal(full, run_sweep(example_cell, cells, name="p", backend="serial", progress=False))
+
+
+def test_corrupt_cell_file_is_recomputed(tmp_path):
+    cells = _cells(4)
+    ref = run_sweep(example_cell, cells, name="c", store=tmp_path, backend="serial", progress=False)
+    key = sweep_keys(example_cell, cells, name="c")[2]
+    path = tmp_path / "c" / "cells" / f"{key}.parquet"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])  # truncated
+    other = tmp_path / "c" / "cells" / f"{sweep_keys(example_cell, cells, name='c')[0]}.parquet"
+    # a valid parquet file under the wrong name (metadata key mismatch) also counts as corrupt
+    other.write_bytes((tmp_path / "c" / "cells" / f"{sweep_keys(example_cell, cells, name='c')[1]}.parquet").read_bytes())
+    (tmp_path / "c" / "cells" / "junk.parquet.tmp-1234").write_bytes(b"partial")
+    again = run_sweep(example_cell, cells, name="c", store=tmp_path, backend="serial", progress=False)
+    assert again.attrs["n_computed"] == 2
+    pd.testing.assert_frame_equal(again, ref)
+    assert not list((tmp_path / "c" / "cells").glob("*.tmp-*"))
+
+
+_KILL_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from bandits.sweep import run_sweep, example_cell
+    cells = [{"seed": s, "n": 4, "sleep": 0.02} for s in range(60)]
+    run_sweep(example_cell, cells, name="k", store=sys.argv[1], backend=sys.argv[2], n_jobs=2, progress=False)
+    """
+)
+
+
+@pytest.mark.parametrize("backend", ["serial", "joblib"])
+def test_sigkill_then_resume_gives_uninterrupted_result(tmp_path, backend):
+    rng = np.random.default_rng(7 if backend == "serial" else 8)
+    cells = [{"seed": s, "n": 4, "sleep": 0.02} for s in range(60)]
+    store = tmp_path / "store"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILL_SCRIPT, str(store), backend],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    target = int(rng.integers(3, 40))  # kill at a random point, after `target` cells are on disk
+    cells_dir = store / "k" / "cells"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if cells_dir.exists() and len(list(cells_dir.glob("*.parquet"))) >= target:
+            break
+        time.sleep(0.005)
+    assert proc.poll() is None, "the sweep finished before it could be killed: make it longer"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    n_done = len(list(cells_dir.glob("*.parquet")))
+    assert 0 < n_done < len(cells)
+    assert not (store / "k" / "results.parquet").exists()
+
+    resumed = run_sweep(example_cell, cells, name="k", store=store, backend="serial", progress=False)
+    assert resumed.attrs["n_loaded"] == n_done and resumed.attrs["n_computed"] == len(cells) - n_done
+    fresh = run_sweep(example_cell, cells, name="k", backend="serial", progress=False)
+    pd.testing.assert_frame_equal(resumed, fresh)
+    assert not resumed.duplicated().any()
+    assert len(resumed) == 4 * len(cells)
+
+
+def test_keys_stable_across_processes():
+    cells = [{"seed": 3, "eta": 0.1, "method": "grpo", "Ts": [1, 2, 4]}]
+    here = sweep_keys(example_cell, cells, name="x")
+    code = (
+        "from bandits.sweep import sweep_keys, example_cell;"
+        "print(sweep_keys(example_cell, [{'Ts': [1, 2, 4], 'method': 'grpo', 'eta': 0.1, 'seed': 3}], name='x')[0])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "123"},
+    )
+    assert out.stdout.strip() == here[0]
+    # numpy scalars and tuples canonicalise to the same key; a different value, name or fn does not
+    assert cell_key("x", "bandits.sweep.example_cell", {"seed": np.int64(3), "eta": np.float64(0.1), "method": "grpo", "Ts": (1, 2, 4)}) == here[0]
+    assert sweep_keys(example_cell, [{**cells[0], "eta": 0.2}], name="x") != here
+    assert sweep_keys(example_cell, cells, name="y") != here
+    assert sweep_keys(run_sweep, cells, name="x") != here
+
+
+def test_list_params_become_json_columns():
+    df = run_sweep(example_cell, [{"seed": 1, "n": 2}], name="j", backend="serial", progress=False)
+    assert df["seed"].tolist() == [1, 1]
+    out = run_sweep(_rows_fn, [{"a": [1, 2], "b": None}], name="j", backend="serial", progress=False)
+    assert out["a"].tolist() == ["[1,2]"] and out["value"].tolist() == [3]
+
+
+def _rows_fn(a, b):
+    return [{"value": sum(a)}]
+
+
+def _bad_return(seed):
+    return 3
+
+
+def _empty_fn(seed):
+    return []
+
+
+def test_empty_cell_and_empty_sweep(tmp_path):
+    df = run_sweep(_empty_fn, [{"seed": 0}], name="e", store=tmp_path, backend="serial", progress=False)
+    assert len(df) == 0
+    df = run_sweep(example_cell, [], name="e2", store=tmp_path, backend="serial", progress=False)
+    assert len(df) == 0 and "cell_key" in df.columns
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"cell_fn": lambda seed: [], "cells": [{"seed": 0}]}, "module-level"),
+        ({"cells": [{"seed": 0}, {"seed": 0}]}, "distinct"),
+        ({"cells": [[0]]}, "dict"),
+        ({"cells": [{"seed": object()}]}, "JSON"),
+        ({"cells": [{"seed": float("nan")}]}, "finite"),
+        ({"cells": [{"cell_key": 1}]}, "reserved"),
+        ({"cells": {"seed": 0}}, "list"),
+        ({"backend": "dask"}, "backend"),
+        ({"n_jobs": 0}, "n_jobs"),
+        ({"name": "a/b"}, "name"),
+        ({"name": ""}, "name"),
+        ({"cell_fn": _bad_return, "cells": [{"seed": 0}]}, "DataFrame"),
+        ({"cell_fn": 3}, "callable"),
+    ],
+)
+def test_bad_input(kwargs, match):
+    args = {"cell_fn": example_cell, "cells": [{"seed": 0}], "name": "bad", "backend": "serial", "progress": False}
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        run_sweep(**args)
+
+
+def test_canonical_cell_rejects_non_identifier_keys():
+    with pytest.raises(ValueError, match="identifier"):
+        canonical_cell({"a b": 1})
+    with pytest.raises(ValueError, match="name"):
+        CellStore("/tmp", "../x")
+
+
+def test_ray_backend_matches_serial(tmp_path):
+    ray = pytest.importorskip("ray", reason="backend='ray' needs ray (pip install 'gapdyn[cluster]')")
+    cells = _cells(6)
+    ref = run_sweep(example_cell, cells, name="r", backend="serial", progress=False)
+    out = run_sweep(example_cell, cells, name="r", store=tmp_path, backend="ray", n_jobs=2, progress=False)
+    pd.testing.assert_frame_equal(out, ref)
+    assert not ray.is_initialized()  # the sweep shut down the local instance it started
+    again = run_sweep(example_cell, cells, name="r", store=tmp_path, backend="serial", progress=False)
+    assert again.attrs["n_computed"] == 0
+    pd.testing.assert_frame_equal(again, ref)
