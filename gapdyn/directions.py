@@ -33,13 +33,14 @@ def sample_group(probs, group_size: int, rng: np.random.Generator) -> np.ndarray
         raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
     p = as_probs(probs)
     G = check_group_size(group_size)
-    cdf = np.cumsum(p, axis=-1)
-    u = rng.random(p.shape[:-1] + (G,)) * cdf[..., -1:]
-    idx = np.empty(u.shape, dtype=np.int64)
-    flat_cdf, flat_u = cdf.reshape(-1, p.shape[-1]), u.reshape(-1, G)
-    out = idx.reshape(-1, G)
-    for i in range(flat_cdf.shape[0]):
-        out[i] = np.searchsorted(flat_cdf[i], flat_u[i], side="right")
+    K = p.shape[-1]
+    cdf = np.cumsum(p.reshape(-1, K), axis=-1)
+    cdf /= cdf[:, -1:]
+    rows = np.arange(cdf.shape[0])[:, None]
+    # one searchsorted over all rows: row i's cdf lives in [i, i + 1] after adding its index
+    u = rng.random((cdf.shape[0], G))
+    flat = np.searchsorted((cdf + rows).ravel(), (u + rows).ravel(), side="right").reshape(u.shape)
+    idx = (flat - rows * K).reshape(p.shape[:-1] + (G,))
     return np.minimum(idx, p.shape[-1] - 1)
 
 

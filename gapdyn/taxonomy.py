@@ -7,9 +7,11 @@ sampled token s, step a = eta * A * w (w the importance weight), C = sum_k p_k^2
 - dp_j    = p_j dlogp_j
 - dH      = -a [ p_s (log p_s + H) - sum_k p_k^2 (log p_k + H) ]
 A token is a **peak** when p_s >= C, a **valley** otherwise (WAPO's code). Crossed with the sign of
-A: pos_peak, pos_valley, neg_peak, neg_valley. The bin predicts the sign of dH for most tokens; for
-valley tokens it is exact (p_s < C implies log p_s + H < sum p^2 (log p + H) / C is not guaranteed in
-general, the tests measure it); :func:`token_step_effects` reports the exact first-order sign too.
+A: pos_peak, pos_valley, neg_peak, neg_valley. The bin predicts the sign of dH for most tokens and
+is exact for valley tokens [derived]: with f(x) = x (log x + H), sign(dH) = sign(a) sign(E_p[f(p)] - f(p_s));
+E_p[f(p)] = C (E_q[log p] - E_p[log p]) >= 0 with q = p^2 / C; f < 0 below e^{-H} <= C and f increases
+above e^{-H-1}, so p_s < C implies f(p_s) < E_p[f(p)]. Peak tokens can disagree (just above p_s = C):
+:func:`token_step_effects` also reports the exact first-order sign.
 
 The small helpers (:func:`collision_probability`, :func:`token_entropy`, :func:`token_bin_index`)
 work on numpy arrays and torch tensors alike, so ``llm_probe`` applies the same formula.
