@@ -1,0 +1,45 @@
+"""llm_probe: gradient-gap probes inside online RLVR (GRPO, WAPO, ...) runs of a Qwen policy (torch).
+
+Imports torch; ``gapdyn`` and ``bandits`` never import this package. See docs/llm_probe.md.
+"""
+
+from .collapse import RULES, Alert, CollapseConfig, CollapseDetector, synthetic_stream
+from .config import TrainConfig
+from .losses import AGG_ALIASES, AGG_MODES, LOSS_NAMES, LOSSES, LossSpec, aggregate, compute_advantages, policy_loss
+from .model import (
+    TinyQwenSpec,
+    build_tiny_qwen,
+    completion_logprobs,
+    default_device,
+    load_policy,
+    save_policy,
+    sequence_logprob,
+)
+from .probes import (
+    GapEstimate,
+    alignment_metrics,
+    dot_alignment,
+    flat,
+    jvp_alignment,
+    mixed_groups,
+    per_prompt_gaps,
+    prompt_objectives,
+    select_params,
+    token_stats,
+)
+from .rollout import Rollout, make_rollout, sample_completions
+from .tasks import AdditionTask, JsonlTask, Problem, check_answer, extract_answer, load_jsonl_problems, normalize_answer
+from .tokenizer import build_char_tokenizer, load_tokenizer
+from .trainer import FaultError, Trainer, build_policy, make_task, train
+from .warmup import sampled_accuracy, warmup
+
+__all__ = [
+    "AGG_ALIASES", "AGG_MODES", "AdditionTask", "Alert", "CollapseConfig", "CollapseDetector", "FaultError",
+    "GapEstimate", "JsonlTask", "LOSSES", "LOSS_NAMES", "LossSpec", "Problem", "RULES", "Rollout", "TinyQwenSpec",
+    "TrainConfig", "Trainer", "aggregate", "alignment_metrics", "build_char_tokenizer", "build_policy",
+    "build_tiny_qwen", "check_answer", "completion_logprobs", "compute_advantages", "default_device",
+    "dot_alignment", "extract_answer", "flat", "jvp_alignment", "load_jsonl_problems", "load_policy",
+    "load_tokenizer", "make_rollout", "make_task", "mixed_groups", "normalize_answer", "per_prompt_gaps",
+    "policy_loss", "prompt_objectives", "sample_completions", "sampled_accuracy", "save_policy", "select_params",
+    "sequence_logprob", "synthetic_stream", "token_stats", "train", "warmup",
+]

@@ -1,0 +1,164 @@
+"""A documented collapse rule for RLVR runs, applied online to the per-step metrics.
+
+The WAPO paper's collapse criterion is not public (THEORY.md §4), so this toolkit defines its own.
+Baselines are the medians of the first ``baseline_steps`` steps (or given explicitly); every signal is a
+rolling mean over ``window`` steps; a rule fires when its condition holds for ``patience`` consecutive
+steps after the baseline period:
+
+| rule                | condition on the rolling mean                                     | the failure mode (SIMULATIONS.md) |
+|---------------------|-------------------------------------------------------------------|-----------------------------------|
+| entropy_blowup      | entropy > max(blowup_factor * H0, H0 + blowup_margin)             | high-entropy off-task output, length at the cap |
+| entropy_collapse    | entropy < collapse_factor * H0                                    | repetitive / malformed output, length 1 |
+| reward_collapse     | reward < reward_floor * R0 (needs R0 > 0)                          | success falls to ~0 (absorbing with binary r) |
+| identical_rollouts  | completions/distinct_frac < distinct_floor                        | every group repeats one completion |
+
+H0, R0: baseline entropy and reward. distinct_frac = mean over groups of (#distinct completions) / G.
+An alert records the step at which the rule fired; the first one marks the run as collapsed (and a
+trainer can stop early). Defaults were set on synthetic streams and checked on healthy tiny-Qwen runs
+(docs/llm_probe.md reports delays and false alarms).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+__all__ = ["CollapseConfig", "Alert", "CollapseDetector", "synthetic_stream", "RULES"]
+
+RULES = ("entropy_blowup", "entropy_collapse", "reward_collapse", "identical_rollouts")
+
+
+@dataclass(frozen=True)
+class CollapseConfig:
+    """Thresholds of the collapse rule (module doc)."""
+
+    baseline_steps: int = 10  # steps whose medians give H0 and R0 (ignored when given explicitly)
+    window: int = 5  # rolling-mean window, steps
+    patience: int = 3  # consecutive steps a condition must hold
+    blowup_factor: float = 3.0  # entropy_blowup: rolling H > max(blowup_factor*H0, H0 + blowup_margin)
+    blowup_margin: float = 0.5  # nats
+    collapse_factor: float = 0.2  # entropy_collapse: rolling H < collapse_factor*H0
+    reward_floor: float = 0.25  # reward_collapse: rolling reward < reward_floor*R0
+    distinct_floor: float = 0.2  # identical_rollouts: rolling distinct_frac < distinct_floor
+    baseline_entropy: float | None = None  # H0 if known (e.g. measured before RL)
+    baseline_reward: float | None = None  # R0 if known
+
+    def __post_init__(self):
+        for n in ("baseline_steps", "window", "patience"):
+            if getattr(self, n) < 1:
+                raise ValueError(f"{n} must be >= 1, got {getattr(self, n)}")
+
+
+@dataclass
+class Alert:
+    step: int
+    rule: str
+    value: float
+    threshold: float
+
+    def __str__(self):
+        return f"collapse alert at step {self.step}: {self.rule} (rolling value {self.value:.4g} vs threshold {self.threshold:.4g})"
+
+
+@dataclass
+class CollapseDetector:
+    """Feed one metrics dict per step with :meth:`update`; read :attr:`alerts` / :attr:`collapsed`."""
+
+    config: CollapseConfig = field(default_factory=CollapseConfig)
+    alerts: list = field(default_factory=list)
+    _hist: dict = field(default_factory=dict)
+    _base: dict = field(default_factory=dict)
+    _run: dict = field(default_factory=dict)
+    _n: int = 0
+
+    @property
+    def collapsed(self) -> bool:
+        return bool(self.alerts)
+
+    def _roll(self, key, value):
+        if value is None or not np.isfinite(value):
+            return None
+        d = self._hist.setdefault(key, deque(maxlen=self.config.window))
+        d.append(float(value))
+        return float(np.mean(d))
+
+    def update(self, step: int, metrics: dict) -> list[Alert]:
+        """Add one step; returns the alerts that fired at this step (each rule fires once)."""
+        c = self.config
+        self._n += 1
+        H, R = metrics.get("entropy"), metrics.get("reward")
+        D = metrics.get("completions/distinct_frac")
+        if self._n <= c.baseline_steps:
+            for k, v in (("H", H), ("R", R)):
+                if v is not None and np.isfinite(v):
+                    self._base.setdefault(k + "_list", []).append(float(v))
+        rH, rR, rD = self._roll("H", H), self._roll("R", R), self._roll("D", D)
+        if self._n <= c.baseline_steps and (c.baseline_entropy is None or c.baseline_reward is None):
+            return []
+        H0 = c.baseline_entropy if c.baseline_entropy is not None else _median(self._base.get("H_list"))
+        R0 = c.baseline_reward if c.baseline_reward is not None else _median(self._base.get("R_list"))
+        checks = []
+        if H0 is not None and rH is not None:
+            hi = max(c.blowup_factor * H0, H0 + c.blowup_margin)
+            checks.append(("entropy_blowup", rH > hi, rH, hi))
+            lo = c.collapse_factor * H0
+            checks.append(("entropy_collapse", rH < lo, rH, lo))
+        if R0 is not None and R0 > 0 and rR is not None:
+            checks.append(("reward_collapse", rR < c.reward_floor * R0, rR, c.reward_floor * R0))
+        if rD is not None:
+            checks.append(("identical_rollouts", rD < c.distinct_floor, rD, c.distinct_floor))
+        fired = []
+        done = {a.rule for a in self.alerts}
+        for rule, cond, val, thr in checks:
+            self._run[rule] = self._run.get(rule, 0) + 1 if cond else 0
+            if self._run[rule] >= c.patience and rule not in done:
+                a = Alert(int(step), rule, float(val), float(thr))
+                self.alerts.append(a)
+                fired.append(a)
+        return fired
+
+    def state_dict(self) -> dict:
+        return {"alerts": [asdict(a) for a in self.alerts], "hist": {k: list(v) for k, v in self._hist.items()},
+                "base": self._base, "run": self._run, "n": self._n}
+
+    def load_state_dict(self, s: dict) -> None:
+        self.alerts = [Alert(**a) for a in s["alerts"]]
+        self._hist = {k: deque(v, maxlen=self.config.window) for k, v in s["hist"].items()}
+        self._base, self._run, self._n = dict(s["base"]), dict(s["run"]), int(s["n"])
+
+
+def _median(xs):
+    return float(np.median(xs)) if xs else None
+
+
+def synthetic_stream(kind: str, steps: int, rng: np.random.Generator, *, onset: int = 40, G: int = 8,
+                     H0: float = 0.4, R0: float = 0.4, noise: float = 0.04) -> list[dict]:
+    """Synthetic per-step metrics for testing the detector.
+
+    kind: "healthy" (stationary noisy reward ~R0 slowly rising, entropy ~H0 slowly falling),
+    "blowup" (after ``onset``: entropy rises 5x over ~5 steps, reward -> 0, lengths at cap),
+    "entropy_collapse" (entropy -> 0.01, reward -> 0, one distinct completion per group),
+    "reward_collapse" (reward -> 0 with entropy unchanged).
+    """
+    if kind not in ("healthy", "blowup", "entropy_collapse", "reward_collapse"):
+        raise ValueError(f"kind must be healthy|blowup|entropy_collapse|reward_collapse, got {kind!r}")
+    out = []
+    for k in range(steps):
+        s = 0.0 if kind == "healthy" or k < onset else min(1.0, (k - onset + 1) / 5.0)
+        R = R0 + 0.05 * k / steps
+        H = H0 * (1 - 0.2 * k / steps)
+        D = 0.6
+        if kind == "blowup":
+            H, R, D = H * (1 + 4 * s), R * (1 - s), D + 0.4 * s
+        elif kind == "entropy_collapse":
+            H, R, D = H * (1 - s) + 0.01 * s, R * (1 - s), D * (1 - s) + s / G
+        elif kind == "reward_collapse":
+            R = R * (1 - s)
+        out.append({
+            "entropy": max(H + rng.normal(0, 0.1 * H0 * noise / 0.04), 1e-4),
+            "reward": float(np.clip(R + rng.normal(0, noise), 0, 1)) if R > 0 else 0.0,
+            "completions/distinct_frac": float(np.clip(D + rng.normal(0, 0.05), 1 / G, 1)),
+        })
+    return out

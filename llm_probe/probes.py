@@ -1,0 +1,221 @@
+"""Gradient-direction probes: per-prompt Gradient Gap, alignment of the update, cumulative M, token stats.
+
+For one prompt q with sampled completions split by reward into O+ and O- (both non-empty: a "mixed" group):
+- per-prompt log-odds proxy  Phi_hat_q(theta) = mean_{o in O+} log pi(o|q) - mean_{o in O-} log pi(o|q)
+  (log pi(o|q) the summed token log-probs; the completions are held fixed);
+- gap estimate  g_q = grad_theta Phi_hat_q, an unbiased-in-direction sample of g+ - g- (THEORY.md §1);
+  one backward pass per prompt (ANCHORS.md "Cheap exact tricks");
+- alignment  dmu_q = <v, g_q> for a direction v: the actual parameter change delta_theta (eta = 1,
+  so Adam is covered) or the raw ascent direction -grad L. Two routes: the dot product with the gap
+  vectors, and a forward-mode JVP of the vector (Phi_hat_q)_q along v (all prompts in one pass);
+- cumulative  M_q = sum_k [dmu_q,k]_+ with dmu from the actual change (gapdyn.cumulative_alignment with eta = 1).
+Token statistics: entropy (TRL's mean over completion tokens; split by advantage sign), WAPO's peak/valley
+bins (gapdyn.taxonomy.token_bin_index) and gradient mass |dl/dz_s| = |dl/dlogp_s| (1 - p_s) per probability
+bin (gapdyn PROB_BIN_EDGES); |dl/dlogp_s| is read off autograd, so it equals w r |A| (0 where clipped).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+from torch.func import functional_call, jvp
+
+from gapdyn.taxonomy import BIN_NAMES, PROB_BIN_EDGES, collision_probability, token_bin_index
+
+from .model import completion_logprobs
+
+__all__ = [
+    "select_params",
+    "mixed_groups",
+    "prompt_objectives",
+    "GapEstimate",
+    "per_prompt_gaps",
+    "flat",
+    "dot_alignment",
+    "jvp_alignment",
+    "token_stats",
+    "GRADMASS_NAMES",
+    "alignment_metrics",
+]
+
+GRADMASS_NAMES = tuple(
+    f"gradmass/p{lo:g}-{hi:g}" for lo, hi in zip(PROB_BIN_EDGES[:-1], PROB_BIN_EDGES[1:])
+)
+
+
+def select_params(model, subset: str = "all") -> dict[str, torch.nn.Parameter]:
+    """Named trainable parameters: "all", "lm_head", or a regex on the parameter names."""
+    named = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    if subset == "all":
+        out = named
+    elif subset == "lm_head":
+        out = {n: p for n, p in named.items() if n.startswith("lm_head")}
+        if not out:  # tied embeddings: the head is the input embedding
+            out = {n: p for n, p in named.items() if "embed_tokens" in n}
+    else:
+        rx = re.compile(subset)
+        out = {n: p for n, p in named.items() if rx.search(n)}
+    if not out:
+        raise ValueError(f"subset {subset!r} selects no trainable parameter")
+    return out
+
+
+def mixed_groups(rewards: torch.Tensor) -> torch.Tensor:
+    """Indices b of groups whose rewards [B, G] hold both a 1 and a 0."""
+    pos = (rewards > 0).any(-1)
+    neg = (rewards <= 0).any(-1)
+    return torch.nonzero(pos & neg).flatten()
+
+
+def _contrast_weights(rewards: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+    """[Q, B*G] weights c with Phi_hat_q = sum_n c[q, n] log pi(o_n): +1/|O+| on winners, -1/|O-| on losers."""
+    B, G = rewards.shape
+    W = torch.zeros(len(groups), B * G, dtype=torch.float32)
+    for q, b in enumerate(groups.tolist()):
+        r = rewards[b]
+        pos = (r > 0).float()
+        neg = 1.0 - pos
+        W[q, b * G : (b + 1) * G] = pos / pos.sum() - neg / neg.sum()
+    return W
+
+
+def prompt_objectives(model, ro, groups: torch.Tensor, rows: torch.Tensor | None = None):
+    """Phi_hat_q for each group index in ``groups`` [Q] (differentiable)."""
+    W = _contrast_weights(ro.rewards, groups).to(ro.completion_ids.device)
+    if rows is None:
+        rows = torch.nonzero(W.abs().sum(0) > 0).flatten()
+    seq_logp = completion_logprobs(model, ro.prompt_ids[rows], ro.prompt_mask[rows], ro.completion_ids[rows],
+                                   ro.completion_mask[rows]).sum(-1)  # [R]
+    return W[:, rows] @ seq_logp  # [Q]
+
+
+@dataclass
+class GapEstimate:
+    groups: torch.Tensor  # [Q] group (prompt) indices with mixed rewards
+    gaps: torch.Tensor  # [Q, P] flattened gap estimates over the selected parameters
+    phi: torch.Tensor  # [Q] Phi_hat_q at the current parameters
+    n_pos: torch.Tensor  # [Q]
+    n_neg: torch.Tensor  # [Q]
+
+    @property
+    def norms(self) -> torch.Tensor:
+        return self.gaps.norm(dim=-1)
+
+
+def flat(tensors) -> torch.Tensor:
+    """Concatenate tensors (an iterable or a dict's values, in order) into one float32 vector."""
+    vals = tensors.values() if isinstance(tensors, dict) else tensors
+    return torch.cat([t.reshape(-1).float() for t in vals])
+
+
+def per_prompt_gaps(model, ro, params: dict[str, torch.nn.Parameter]) -> GapEstimate:
+    """g_q = grad Phi_hat_q over ``params`` for every mixed group: one forward, one backward per prompt.
+
+    Uses torch.autograd.grad, so ``p.grad`` is left untouched.
+    """
+    groups = mixed_groups(ro.rewards)
+    P = sum(p.numel() for p in params.values())
+    if len(groups) == 0:
+        z = torch.zeros(0)
+        return GapEstimate(groups, torch.zeros(0, P), z, z, z)
+    phi = prompt_objectives(model, ro, groups)
+    plist = list(params.values())
+    gaps = []
+    for q in range(len(groups)):
+        g = torch.autograd.grad(phi[q], plist, retain_graph=q < len(groups) - 1, allow_unused=True)
+        gaps.append(flat([torch.zeros_like(p) if gi is None else gi for gi, p in zip(g, plist)]))
+    r = ro.rewards[groups]
+    return GapEstimate(groups, torch.stack(gaps).cpu(), phi.detach().cpu(), (r > 0).sum(-1), (r <= 0).sum(-1))
+
+
+def dot_alignment(gaps: torch.Tensor, direction: torch.Tensor) -> torch.Tensor:
+    """dmu_q = <direction, g_q> (reference route), [Q]."""
+    return gaps @ direction.to(gaps.dtype).cpu()
+
+
+def jvp_alignment(model, ro, groups: torch.Tensor, params: dict[str, torch.Tensor],
+                  tangents: dict[str, torch.Tensor]) -> torch.Tensor:
+    """dmu_q = d/ds Phi_hat_q(theta + s v) at s = 0 for all q in one forward-mode pass (torch.func.jvp).
+
+    ``params`` are the (detached) values theta of the selected parameters, ``tangents`` v on the same keys;
+    the other parameters stay at the module's values.
+    """
+    if len(groups) == 0:
+        return torch.zeros(0)
+    W = _contrast_weights(ro.rewards, groups).to(ro.completion_ids.device)
+    rows = torch.nonzero(W.abs().sum(0) > 0).flatten()
+    args = (ro.prompt_ids[rows], ro.prompt_mask[rows], ro.completion_ids[rows], ro.completion_mask[rows])
+    keys = list(params)
+
+    class _Call(torch.nn.Module):  # completion_logprobs expects something callable like the model
+        def __init__(self, pd):
+            super().__init__()
+            self.pd = pd
+
+        def forward(self, **kw):
+            return functional_call(model, self.pd, args=(), kwargs=kw, strict=False)
+
+    def f(*vals):
+        pd = dict(zip(keys, vals))
+        return W[:, rows] @ completion_logprobs(_Call(pd), *args).sum(-1)
+
+    primals = tuple(params[k].detach() for k in keys)
+    tans = tuple(tangents[k].detach().to(params[k].dtype) for k in keys)
+    _, out = jvp(f, primals, tans)
+    return out.detach().cpu()
+
+
+def token_stats(logp_all, completion_ids, mask, advantages, dloss_dlogp=None) -> dict:
+    """Entropy (mean and split by advantage sign), WAPO bin counts and gradient mass per probability bin.
+
+    logp_all [N, T, V] log-probs at the scored positions, completion_ids/mask [N, T], advantages [N],
+    dloss_dlogp [N, T] = dL/dlogp_t (its |.| is w r |A|, 0 where clipped), optional.
+    """
+    with torch.no_grad():
+        m = mask > 0
+        p_all = logp_all.exp()
+        ent = -(p_all * logp_all).sum(-1)  # [N, T]
+        A = advantages.view(-1, 1).expand_as(mask)
+        out = {"entropy": float(ent[m].mean()) if m.any() else float("nan")}
+        for nm, sel in (("entropy/pos_adv", A > 0), ("entropy/neg_adv", A < 0), ("entropy/zero_adv", A == 0)):
+            s = m & sel
+            out[nm] = float(ent[s].mean()) if s.any() else float("nan")
+        p_s = p_all.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)  # [N, T]
+        C = collision_probability(p_all)  # [N, T]
+        bins = token_bin_index(p_s, C, A)
+        kept = m if dloss_dlogp is None else m & (dloss_dlogp.abs() > 0)
+        for i, name in enumerate(BIN_NAMES):
+            out[f"taxonomy/{name}"] = int(((bins == i) & m).sum())
+            out[f"taxonomy/{name}_kept"] = int(((bins == i) & kept).sum())
+        if dloss_dlogp is not None:
+            mass = dloss_dlogp.abs() * (1 - p_s) * m
+            edges = list(PROB_BIN_EDGES)
+            for j, name in enumerate(GRADMASS_NAMES):
+                hi_ok = p_s <= edges[j + 1] if j == len(GRADMASS_NAMES) - 1 else p_s < edges[j + 1]
+                out[name] = float(mass[(p_s >= edges[j]) & hi_ok].sum())
+        return out
+
+
+def alignment_metrics(prefix: str, dmu_update, dmu_grad=None, gaps=None, update=None, grad_dir=None) -> dict:
+    """Summary scalars of per-prompt alignments (mean, positive fraction) and, with gap vectors, norms/cosines."""
+    out = {}
+    if dmu_update is None or len(dmu_update) == 0:
+        return {f"{prefix}/n_prompts": 0}
+    out[f"{prefix}/n_prompts"] = int(len(dmu_update))
+    out[f"{prefix}/dmu_update_mean"] = float(dmu_update.mean())
+    out[f"{prefix}/dmu_update_pos_frac"] = float((dmu_update > 0).float().mean())
+    out[f"{prefix}/dmu_update_pos_sum"] = float(dmu_update.clamp(min=0).sum())
+    out[f"{prefix}/dmu_update_neg_sum"] = float(dmu_update.clamp(max=0).sum())
+    if dmu_grad is not None:
+        out[f"{prefix}/dmu_grad_mean"] = float(dmu_grad.mean())
+    if gaps is not None:
+        n = gaps.norm(dim=-1)
+        out[f"{prefix}/norm_mean"] = float(n.mean())
+        for nm, v, d in (("update", update, dmu_update), ("grad", grad_dir, dmu_grad)):
+            if v is not None and d is not None:
+                den = n * v.norm()
+                cos = torch.where(den > 0, d / den.clamp(min=1e-30), torch.zeros_like(d))
+                out[f"{prefix}/cos_{nm}_mean"] = float(cos.mean())
+    return out

@@ -1,0 +1,96 @@
+"""Online rollouts: tokenise prompts, sample G completions per prompt, score them.
+
+Sampling is an explicit loop over new tokens with a ``torch.Generator`` (no global RNG, no KV cache:
+sequences here are a few tokens long). A completion ends at the first <eos>, which is kept and
+scored; later positions are padding with mask 0. Rows are ordered prompt-major: row b*G + g is
+completion g of prompt b.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .model import position_ids_from_mask
+
+__all__ = ["Rollout", "encode_prompts", "sample_completions", "make_rollout"]
+
+
+@dataclass
+class Rollout:
+    """One step's groups. B prompts, G completions each, N = B*G rows, T = max new tokens."""
+
+    problems: list  # [B] Problem
+    prompt_ids: torch.Tensor  # [N, P] left-padded
+    prompt_mask: torch.Tensor  # [N, P]
+    completion_ids: torch.Tensor  # [N, T] right-padded with pad id
+    completion_mask: torch.Tensor  # [N, T] float, 1 up to and including <eos>
+    terminated: torch.Tensor  # [N] bool, an <eos> was emitted
+    texts: list  # [N] decoded completion (without <eos>)
+    rewards: torch.Tensor  # [B, G] float in {0, 1}
+
+    @property
+    def G(self) -> int:
+        return self.rewards.shape[1]
+
+    @property
+    def B(self) -> int:
+        return self.rewards.shape[0]
+
+
+def encode_prompts(tokenizer, prompts: list[str], device=None):
+    """(ids [B, P], mask [B, P]) left-padded, no special tokens."""
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    return enc["input_ids"].to(device), enc["attention_mask"].to(device)
+
+
+@torch.no_grad()
+def sample_completions(model, prompt_ids, prompt_mask, *, max_new_tokens: int, eos_id: int, pad_id: int,
+                       generator: torch.Generator, temperature: float = 1.0):
+    """Sample completions token by token; returns (completion_ids [N, T], completion_mask [N, T], terminated [N])."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    N = prompt_ids.shape[0]
+    dev = prompt_ids.device
+    ids, attn = prompt_ids, prompt_mask
+    done = torch.zeros(N, dtype=torch.bool, device=dev)
+    out = torch.full((N, max_new_tokens), pad_id, dtype=torch.long, device=dev)
+    mask = torch.zeros((N, max_new_tokens), dtype=torch.float32, device=dev)
+    for t in range(max_new_tokens):
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn), use_cache=False).logits
+        probs = torch.softmax(logits[:, -1, :].float() / temperature, dim=-1)
+        nxt = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(dev)
+        nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
+        out[:, t] = nxt
+        mask[:, t] = (~done).float()
+        done = done | (nxt == eos_id)
+        ids = torch.cat([ids, nxt[:, None]], dim=1)
+        attn = torch.cat([attn, (mask[:, t : t + 1] > 0).long()], dim=1)
+        if bool(done.all()):
+            out, mask = out[:, : t + 1], mask[:, : t + 1]
+            break
+    return out, mask, done
+
+
+def make_rollout(model, tokenizer, task, problems, *, G: int, max_new_tokens: int, generator: torch.Generator,
+                 temperature: float = 1.0) -> Rollout:
+    """Sample G completions for each problem and score them with ``task.reward``."""
+    if G < 2:
+        raise ValueError(f"G must be >= 2, got {G}")
+    dev = next(model.parameters()).device
+    p_ids, p_mask = encode_prompts(tokenizer, [p.prompt for p in problems], dev)
+    p_ids, p_mask = p_ids.repeat_interleave(G, 0), p_mask.repeat_interleave(G, 0)
+    was_training = model.training
+    model.eval()
+    c_ids, c_mask, term = sample_completions(model, p_ids, p_mask, max_new_tokens=max_new_tokens,
+                                             eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+                                             generator=generator, temperature=temperature)
+    model.train(was_training)
+    texts = []
+    for row, m in zip(c_ids.tolist(), c_mask.tolist()):
+        toks = [t for t, k in zip(row, m) if k > 0 and t != tokenizer.eos_token_id]
+        texts.append(tokenizer.decode(toks))
+    r = [task.reward(texts[i], problems[i // G], terminated=bool(term[i])) for i in range(len(texts))]
+    rewards = torch.tensor(r, dtype=torch.float32).view(len(problems), G)
+    return Rollout(problems, p_ids, p_mask, c_ids, c_mask, term.cpu(), texts, rewards)

@@ -1,0 +1,398 @@
+"""The online RLVR loop with probes: prompts -> G completions (temperature 1) -> binary rewards ->
+advantages (gapdyn) -> loss (llm_probe.losses) -> optimizer step, and per step the metrics of
+llm_probe.probes and the collapse rule of llm_probe.collapse.
+
+Order inside a step k (theta_k the parameters before the step):
+1. sample the batch at theta_k (training torch.Generator), score it;
+2. loss and its gradient; a non-finite loss or gradient skips the step (weights untouched, logged);
+3. probes at theta_k: per-prompt gaps g_q of the batch's mixed groups, and of the fixed probe prompts
+   (sampled with their own generator, so probing never changes the training trajectory);
+4. optimizer step; delta = theta_{k+1} - theta_k; dmu_q = <delta, g_q> (eta = 1, valid for Adam),
+   dmu_grad_q = <-grad L, g_q>; M_q += [dmu_q]_+ for the probe prompts; realised dPhi_hat on the batch.
+Files in out_dir: metrics.jsonl (one row per step), metrics.parquet (at the end), probe_prompts.jsonl
+(one row per probe prompt and probe step), alerts.json, checkpoint.pt (atomic write-then-rename).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .collapse import CollapseDetector
+from .config import TrainConfig
+from .losses import LOSSES, policy_loss
+from .model import TinyQwenSpec, build_tiny_qwen, completion_logprobs, load_policy
+from .probes import (
+    alignment_metrics,
+    dot_alignment,
+    flat,
+    jvp_alignment,
+    per_prompt_gaps,
+    prompt_objectives,
+    select_params,
+    token_stats,
+)
+from .rollout import make_rollout
+from .tasks import AdditionTask, JsonlTask
+from .tokenizer import build_char_tokenizer
+from .warmup import warmup
+
+__all__ = ["Trainer", "FaultError", "build_policy", "make_task", "train"]
+
+
+class FaultError(RuntimeError):
+    """Raised after ``max_faults`` consecutive non-finite steps."""
+
+
+def make_task(spec: str):
+    """'addition' or a JSONL path."""
+    if spec == "addition":
+        return AdditionTask()
+    if spec.endswith(".jsonl") or Path(spec).is_file():
+        return JsonlTask(spec)
+    raise ValueError(f"task must be 'addition' or a JSONL file path, got {spec!r}")
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name not in ("cpu", "cuda") and not name.startswith("cuda:"):
+        raise ValueError(f"device must be auto, cpu or cuda, got {name!r}")
+    return torch.device(name)
+
+
+def build_policy(cfg: TrainConfig, task):
+    """(model, tokenizer): loaded from cfg.init_from, or a tiny Qwen built and warmed up on ``task``."""
+    dev = _device(cfg.device)
+    if cfg.init_from:
+        model, tok = load_policy(cfg.init_from, dtype=cfg.dtype, device=dev)
+        return model, tok
+    alphabet = "0123456789+=- "
+    if isinstance(task, JsonlTask):
+        alphabet = "".join(sorted({c for p in task.problems for c in p.prompt + p.answer} | set(alphabet)))
+    tok = build_char_tokenizer(alphabet)
+    model = build_tiny_qwen(tok, TinyQwenSpec(arch=cfg.arch), seed=cfg.seed, dtype=cfg.dtype, device=dev)
+    if cfg.warmup_steps:
+        warmup(model, tok, task, steps=cfg.warmup_steps, batch_size=cfg.warmup_batch, lr=cfg.warmup_lr, seed=cfg.seed)
+    return model, tok
+
+
+def _make_optimizer(cfg: TrainConfig, params):
+    if cfg.lr <= 0:
+        raise ValueError(f"lr must be > 0, got {cfg.lr}")
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    raise ValueError(f"optimizer must be adam, adamw or sgd, got {cfg.optimizer!r}")
+
+
+def _atomic_torch_save(obj, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+class Trainer:
+    """Holds the model, optimizer, generators and probe state of one run (see module doc)."""
+
+    def __init__(self, cfg: TrainConfig, model=None, tokenizer=None, task=None):
+        if cfg.method not in LOSSES:
+            raise ValueError(f"method must be one of {tuple(LOSSES)}, got {cfg.method!r}")
+        for n in ("steps", "prompts_per_step", "max_new_tokens"):
+            if getattr(cfg, n) < 1:
+                raise ValueError(f"{n} must be >= 1, got {getattr(cfg, n)}")
+        if cfg.group_size < 2:
+            raise ValueError(f"group_size must be >= 2, got {cfg.group_size}")
+        if cfg.num_threads is not None:
+            torch.set_num_threads(int(cfg.num_threads))
+        self.cfg = cfg
+        self.out = Path(cfg.out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.task = task if task is not None else make_task(cfg.task)
+        if model is None:
+            model, tokenizer = build_policy(cfg, self.task)
+        elif tokenizer is None:
+            raise ValueError("tokenizer must be given with model")
+        self.model, self.tok = model, tokenizer
+        self.device = next(model.parameters()).device
+        self.opt = _make_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
+        self.np_rng = np.random.default_rng(cfg.seed)
+        self.gen = torch.Generator().manual_seed(cfg.seed)
+        self.probe_gen = torch.Generator().manual_seed(cfg.seed + 1_000_003)
+        self.probe_params = select_params(model, cfg.probe_params)
+        self.probe_problems = (
+            self.task.sample(np.random.default_rng(cfg.seed + 17), cfg.probe_prompts) if cfg.probe_prompts else []
+        )
+        self.M_probe = np.zeros(len(self.probe_problems))
+        self.M_batch = 0.0
+        self.step = 0
+        self.faults = 0
+        self.consecutive_faults = 0
+        self.detector = CollapseDetector(cfg.collapse)
+        self.stopped_reason = None
+
+    # ---- checkpointing -------------------------------------------------------------------------
+    @property
+    def ckpt_path(self) -> Path:
+        return self.out / "checkpoint.pt"
+
+    def state_dict(self) -> dict:
+        return {
+            "step": self.step,
+            "model": self.model.state_dict(),
+            "optimizer": self.opt.state_dict(),
+            "np_rng": self.np_rng.bit_generator.state,
+            "gen": self.gen.get_state(),
+            "probe_gen": self.probe_gen.get_state(),
+            "M_probe": self.M_probe.copy(),
+            "M_batch": self.M_batch,
+            "faults": (self.faults, self.consecutive_faults),
+            "detector": self.detector.state_dict(),
+            "config": asdict(self.cfg),
+        }
+
+    def save_checkpoint(self) -> Path:
+        _atomic_torch_save(self.state_dict(), self.ckpt_path)
+        return self.ckpt_path
+
+    def load_checkpoint(self, path: Path | None = None) -> None:
+        s = torch.load(path or self.ckpt_path, map_location=self.device, weights_only=False)
+        self.model.load_state_dict(s["model"])
+        self.opt.load_state_dict(s["optimizer"])
+        self.np_rng.bit_generator.state = s["np_rng"]
+        self.gen.set_state(s["gen"])
+        self.probe_gen.set_state(s["probe_gen"])
+        self.M_probe = np.asarray(s["M_probe"], dtype=float)
+        self.M_batch = float(s["M_batch"])
+        self.faults, self.consecutive_faults = s["faults"]
+        self.detector.load_state_dict(s["detector"])
+        self.step = int(s["step"])
+        for name in ("metrics.jsonl", "probe_prompts.jsonl"):  # drop rows written after the checkpoint
+            f = self.out / name
+            if f.exists():
+                keep = [ln for ln in f.read_text().splitlines() if ln and json.loads(ln).get("step", -1) < self.step]
+                f.write_text("".join(k + "\n" for k in keep))
+
+    # ---- one step ------------------------------------------------------------------------------
+    def compute_loss(self, ro):
+        """(loss result, logp [N,T], logp_all [N,T,V]) on a rollout at the current parameters."""
+        logp, _, logp_all = completion_logprobs(self.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
+                                                ro.completion_mask, return_entropy=True)
+        res = policy_loss(self.cfg.method, logp, logp.detach(), ro.completion_mask, ro.rewards.to(self.device),
+                          max_completion_length=self.cfg.max_new_tokens, eps_low=self.cfg.eps_low,
+                          eps_high=self.cfg.eps_high)
+        return res, logp, logp_all
+
+    def _probe_step(self, k: int) -> bool:
+        return self.cfg.probe_every > 0 and k % self.cfg.probe_every == 0
+
+    def train_step(self) -> dict:
+        cfg, k = self.cfg, self.step
+        t0 = time.perf_counter()
+        self.model.train()
+        problems = self.task.sample(self.np_rng, cfg.prompts_per_step)
+        ro = make_rollout(self.model, self.tok, self.task, problems, G=cfg.group_size,
+                          max_new_tokens=cfg.max_new_tokens, generator=self.gen, temperature=cfg.temperature)
+        probing = self._probe_step(k)
+        res, logp, logp_all = self.compute_loss(ro)
+        m = self._rollout_metrics(ro)
+        m.update(res.metrics)
+        loss = res.loss
+        dl_dlogp = None
+        if probing and loss.requires_grad and torch.isfinite(loss):
+            dl_dlogp = torch.autograd.grad(loss, logp, retain_graph=True)[0]
+        m.update(token_stats(logp_all.detach(), ro.completion_ids, ro.completion_mask, res.advantages, dl_dlogp))
+        self.opt.zero_grad(set_to_none=True)
+        fault = None
+        if not torch.isfinite(loss):
+            fault = f"non-finite loss ({float(loss)})"
+        else:
+            if loss.requires_grad:
+                loss.backward()
+            grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+            if grads and not all(bool(torch.isfinite(g).all()) for g in grads):
+                fault = "non-finite gradient"
+        m["loss"] = float(loss.detach())
+        if fault is not None:
+            self.opt.zero_grad(set_to_none=True)
+            self.faults += 1
+            self.consecutive_faults += 1
+            m.update({"fault": fault, "faults": self.faults, "skipped": 1})
+            self.step += 1
+            if self.consecutive_faults >= cfg.max_faults:
+                self._log(k, m)
+                raise FaultError(f"stopped at step {k}: {self.consecutive_faults} consecutive steps with a "
+                                 f"non-finite loss or gradient (last: {fault}); weights are those before the faults")
+            return m
+        self.consecutive_faults = 0
+        for p in self.model.parameters():  # parameters without a gradient get an exact zero (Adam still moves them)
+            if p.grad is None and p.requires_grad:
+                p.grad = torch.zeros_like(p)
+        if cfg.max_grad_norm is not None:
+            gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+        else:
+            gn = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in self.model.parameters()]))
+        m["grad_norm"] = float(gn)
+
+        names = list(self.probe_params)
+        if probing:
+            old = {n: self.probe_params[n].detach().clone() for n in names}
+            grad_dir = flat([-self.probe_params[n].grad for n in names])
+            batch_gap = per_prompt_gaps(self.model, ro, self.probe_params) if cfg.probe_alignment != "jvp" else None
+            probe_ro = probe_gap = None
+            if self.probe_problems:
+                probe_ro = make_rollout(self.model, self.tok, self.task, self.probe_problems, G=cfg.probe_group_size,
+                                        max_new_tokens=cfg.max_new_tokens, generator=self.probe_gen,
+                                        temperature=cfg.temperature)
+                probe_gap = per_prompt_gaps(self.model, probe_ro, self.probe_params)
+        all_old = [p.detach().clone() for p in self.model.parameters()]
+        self.opt.step()
+        with torch.no_grad():
+            m["update_norm"] = float(torch.sqrt(sum(((p - o) ** 2).sum() for p, o in zip(self.model.parameters(), all_old))))
+        if probing:
+            m.update(self._alignment(ro, batch_gap, probe_ro, probe_gap, old, grad_dir, k))
+        m["step_time"] = time.perf_counter() - t0
+        self.step += 1
+        return m
+
+    def _alignment(self, ro, batch_gap, probe_ro, probe_gap, old, grad_dir, k) -> dict:
+        cfg = self.cfg
+        names = list(old)
+        delta_d = {n: (self.probe_params[n].detach() - old[n]) for n in names}
+        delta = flat(delta_d)
+        out = {}
+        from .probes import mixed_groups
+
+        groups = mixed_groups(ro.rewards) if batch_gap is None else batch_gap.groups
+        dmu_u = dmu_g = None
+        if batch_gap is not None:
+            dmu_u = dot_alignment(batch_gap.gaps, delta)
+            dmu_g = dot_alignment(batch_gap.gaps, grad_dir)
+        if cfg.probe_alignment in ("jvp", "both") and len(groups):
+            cur = {n: self.probe_params[n].detach().clone() for n in names}
+            with torch.no_grad():  # evaluate the JVP at theta_k: swap the old values in
+                for n in names:
+                    self.probe_params[n].copy_(old[n])
+            jv_u = jvp_alignment(self.model, ro, groups, old, delta_d)
+            gdir = {n: -self.probe_params[n].grad.detach() for n in names}
+            jv_g = jvp_alignment(self.model, ro, groups, old, gdir)
+            with torch.no_grad():
+                for n in names:
+                    self.probe_params[n].copy_(cur[n])
+            if dmu_u is not None:
+                out["gap/jvp_dot_maxdiff"] = float(torch.max((jv_u - dmu_u).abs()))
+            else:
+                dmu_u, dmu_g = jv_u, jv_g
+        gaps = batch_gap.gaps if batch_gap is not None else None
+        out.update(alignment_metrics("gap", dmu_u, dmu_g, gaps, delta, grad_dir))
+        if dmu_u is not None and len(dmu_u):
+            self.M_batch += float(dmu_u.clamp(min=0).mean())
+            with torch.no_grad():  # realised change of Phi_hat on the same completions (first order: dmu)
+                phi_new = prompt_objectives(self.model, ro, groups).cpu()
+            phi_old = batch_gap.phi if batch_gap is not None else None
+            if phi_old is not None:
+                out["gap/dphi_mean"] = float((phi_new - phi_old).mean())
+        out["gap/M_batch"] = self.M_batch
+        if probe_gap is not None:
+            dmu_p = torch.zeros(len(self.probe_problems))
+            if len(probe_gap.groups):
+                dmu_p[probe_gap.groups] = dot_alignment(probe_gap.gaps, delta)
+            self.M_probe += dmu_p.clamp(min=0).numpy()
+            J_hat = probe_ro.rewards.mean(-1).numpy()
+            mixed = np.zeros(len(self.probe_problems), dtype=bool)
+            mixed[probe_gap.groups.numpy()] = True
+            out.update({
+                "gap/M_mean": float(self.M_probe.mean()),
+                "gap/probe_J_mean": float(J_hat.mean()),
+                "gap/probe_n_mixed": int(mixed.sum()),
+                "gap/probe_dmu_update_mean": float(dmu_p[mixed].mean()) if mixed.any() else float("nan"),
+            })
+            with open(self.out / "probe_prompts.jsonl", "a") as f:
+                for i, p in enumerate(self.probe_problems):
+                    f.write(json.dumps({"step": k, "prompt_id": i, "prompt": p.prompt, "J_hat": float(J_hat[i]),
+                                        "mixed": bool(mixed[i]), "dmu_update": float(dmu_p[i]),
+                                        "M": float(self.M_probe[i])}) + "\n")
+        return out
+
+    def _rollout_metrics(self, ro) -> dict:
+        r = ro.rewards
+        lengths = ro.completion_mask.sum(-1)
+        G = ro.G
+        distinct = [len(set(tuple(ro.completion_ids[b * G + g].tolist()) for g in range(G))) / G for b in range(ro.B)]
+        return {
+            "reward": float(r.mean()),
+            "reward_std": float(r.std(-1).mean()),  # TRL: mean over groups of the (Bessel) std
+            "frac_reward_zero_std": float((r.std(-1) == 0).float().mean()),
+            "completions/mean_length": float(lengths.mean()),
+            "completions/clipped_ratio": float((~ro.terminated).float().mean()),
+            "completions/distinct_frac": float(np.mean(distinct)),
+        }
+
+    # ---- the loop ------------------------------------------------------------------------------
+    def _log(self, k: int, m: dict) -> None:
+        row = {"step": k, "method": self.cfg.method, "lr": self.cfg.lr, "seed": self.cfg.seed, **m}
+        with open(self.out / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    def run(self) -> dict:
+        """Train until cfg.steps (or an early stop); returns a summary dict."""
+        cfg = self.cfg
+        if cfg.resume and self.ckpt_path.exists():
+            self.load_checkpoint()
+        elif not cfg.resume:
+            for name in ("metrics.jsonl", "probe_prompts.jsonl", "alerts.json"):
+                (self.out / name).unlink(missing_ok=True)
+        bar = None
+        if cfg.progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=cfg.steps, initial=self.step, desc=f"{cfg.method} lr={cfg.lr:g}", leave=False)
+        while self.step < cfg.steps:
+            k = self.step
+            m = self.train_step()
+            for a in self.detector.update(k, m):
+                m.setdefault("alerts", []).append(a.rule)
+                print(f"[{cfg.method} lr={cfg.lr:g} seed={cfg.seed}] {a}")
+            self._log(k, m)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(reward=f"{m['reward']:.3f}", H=f"{m['entropy']:.3f}")
+            if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
+                self.save_checkpoint()
+            if cfg.stop_on_collapse and self.detector.collapsed:
+                self.stopped_reason = str(self.detector.alerts[0])
+                break
+        if bar is not None:
+            bar.close()
+        self.save_checkpoint()
+        (self.out / "alerts.json").write_text(json.dumps([asdict(a) for a in self.detector.alerts], indent=1))
+        return self.finish()
+
+    def finish(self) -> dict:
+        import pandas as pd
+
+        rows = [json.loads(ln) for ln in (self.out / "metrics.jsonl").read_text().splitlines() if ln]
+        df = pd.DataFrame([{k: v for k, v in r.items() if k != "alerts"} for r in rows])
+        if "fault" in df:
+            df["fault"] = df["fault"].astype("string")
+        df.to_parquet(self.out / "metrics.parquet", index=False)
+        return {"steps": self.step, "collapsed": self.detector.collapsed,
+                "alerts": [asdict(a) for a in self.detector.alerts], "stopped": self.stopped_reason,
+                "faults": self.faults}
+
+
+def train(cfg: TrainConfig, **kw) -> dict:
+    """Build a :class:`Trainer` from ``cfg`` and run it."""
+    return Trainer(cfg, **kw).run()
+
+
+
