@@ -35,6 +35,7 @@ __all__ = [
     "BIN_DH_SIGN",
     "taxonomy_table",
     "taxonomy_summary",
+    "taxonomy_verdict",
     "default_store",
 ]
 
@@ -138,6 +139,24 @@ def taxonomy_summary(table: pd.DataFrame) -> dict[str, float]:
         "max_gap_of_misses": float((miss["p_s"] - miss["C"]).max()) if len(miss) else 0.0,
         "median_gap_of_misses": float((miss["p_s"] - miss["C"]).median()) if len(miss) else 0.0,
     }
+
+
+def taxonomy_verdict(summary: dict) -> pd.DataFrame:
+    """THEORY.md §4's taxonomy claims against :func:`taxonomy_summary` (same columns as ``analyse``).
+
+    "~97%" is read as "at least 90% of sampled tokens"; "misses sit just above p_s = C" as "every miss
+    has 0 <= p_s - C < 0.05".
+    """
+    share, vmiss, gap = summary["share_bin_correct"], summary["valley_mispredicted"], summary["max_gap_of_misses"]
+    rows = [
+        ("WAPO bin predicts the exact sign of dH for ~97% of sampled tokens", "random softmax positions, V=32",
+         share, "~0.97 (>= 0.9)", "holds" if share >= 0.9 else "does not hold"),
+        ("valley tokens never disagree with the exact sign of dH", "random softmax positions, V=32",
+         vmiss, 0, "holds" if vmiss == 0 else "does not hold"),
+        ("misses sit just above p_s = C", "random softmax positions, V=32",
+         gap, "max(p_s - C) < 0.05", "holds" if gap < 0.05 else "does not hold"),
+    ]
+    return pd.DataFrame(rows, columns=["claim", "setting", "measured", "expected", "holds"])
 
 
 # --------------------------------------------------------------------------------------------------

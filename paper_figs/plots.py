@@ -24,6 +24,9 @@ __all__ = [
     "plot_miss_share_vs_margin",
     "plot_expected_scalars",
     "plot_logodds_along_direction",
+    "plot_first_order_vs_exact",
+    "plot_dmu_samples",
+    "bin_legend_handles",
 ]
 
 
@@ -160,3 +163,27 @@ def bin_legend_handles():
     from matplotlib.patches import Patch
 
     return [Patch(color=c, label=n) for n, c in BIN_COLORS.items()]
+
+
+def plot_first_order_vs_exact(first_order, exact, ax, *, what: str = r"$\Delta H$"):
+    """Exact finite-step change against the first-order prediction (same units), with the diagonal."""
+    x, y = np.asarray(first_order, float).ravel(), np.asarray(exact, float).ravel()
+    ax.scatter(x, y, s=4, alpha=0.4, color="#0072B2", rasterized=True)
+    lim = float(np.nanmax(np.abs(np.r_[x, y]))) or 1.0
+    ax.plot([-lim, lim], [-lim, lim], color="black", ls="--", lw=1)
+    ax.set_xlabel(f"first order {what}")
+    ax.set_ylabel(f"exact {what}")
+    return ax
+
+
+def plot_dmu_samples(dmus, expected, ax, *, method: str = "grpo"):
+    """Histogram of sampled gap alignments Delta mu = <w, gap> with the closed-form mean E[w] . gap."""
+    d = np.asarray(dmus, float).ravel()
+    ax.hist(d, bins=60, color=method_color(method), alpha=0.7, label=f"sampled {method_label(method)} groups")
+    ax.axvline(float(np.mean(d)), color="black", lw=1.5, label=f"Monte-Carlo mean {np.mean(d):.3g}")
+    ax.axvline(float(expected), color="#E69F00", ls="--", lw=1.5, label=f"closed form {float(expected):.3g}")
+    ax.axvline(0, color="#999999", lw=0.8)
+    ax.set_xlabel(label("dmu"))
+    ax.set_ylabel("groups (count)")
+    ax.legend(frameon=False)
+    return ax

@@ -12,11 +12,13 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import matplotlib
 
-if os.environ.get("MPLBACKEND", "").lower() not in ("agg", "pdf", "svg"):
+# Scripts render off-screen with Agg; inside a Jupyter kernel the inline backend is kept.
+if not os.environ.get("MPLBACKEND") and "ipykernel" not in sys.modules:
     matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
@@ -33,6 +35,7 @@ __all__ = [
     "new_figure",
     "save_figure",
     "panel_label",
+    "method_label",
 ]
 
 OUT_DIR = Path(__file__).resolve().parent / "out"

@@ -1,0 +1,141 @@
+"""REPORT.md: the headline numbers of one reproduction run and the verdict table of every claim.
+
+Everything in the report is read from the run's own outputs (the experiments' ``analyse`` verdict
+tables and the figures' ``headline`` numbers); the same numbers are written to
+``results/headline.json`` and ``results/verdicts.csv`` next to it, so a test can check that the
+report quotes the run and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["fmt", "VERDICT_COLUMNS", "normalise_verdict", "write_results", "render_report"]
+
+VERDICT_COLUMNS = ("source", "claim", "setting", "measured", "expected", "holds")
+
+
+def fmt(x) -> str:
+    """How a number appears in the report: 4 significant digits, ints as ints, booleans as yes/no."""
+    if isinstance(x, (bool, np.bool_)):
+        return "yes" if x else "no"
+    if isinstance(x, (int, np.integer)):
+        return str(int(x))
+    if isinstance(x, (float, np.floating)):
+        x = float(x)
+        if math.isnan(x):
+            return "nan"
+        if math.isinf(x):
+            return "inf" if x > 0 else "-inf"
+        return f"{x:.4g}"
+    return str(x)
+
+
+def _holds_text(v) -> str:
+    if isinstance(v, (bool, np.bool_)):
+        return "holds" if v else "does not hold"
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "not measured"
+    return str(v)
+
+
+def normalise_verdict(verdict: pd.DataFrame, source: str) -> pd.DataFrame:
+    """An ``analyse`` verdict table with a ``source`` column and ``holds`` as text."""
+    missing = [c for c in VERDICT_COLUMNS[1:] if c not in verdict.columns]
+    if missing:
+        raise ValueError(f"verdict table of {source!r} lacks columns {missing}")
+    df = verdict.loc[:, list(VERDICT_COLUMNS[1:])].copy()
+    df.insert(0, "source", source)
+    df["holds"] = [_holds_text(v) for v in df["holds"]]
+    df["measured"] = [fmt(v) for v in df["measured"]]
+    df["expected"] = [fmt(v) for v in df["expected"]]
+    return df.reset_index(drop=True)
+
+
+def _jsonable(x):
+    if isinstance(x, Mapping):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (np.bool_,)):
+        return bool(x)
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.floating):
+        return float(x)
+    return x
+
+
+def write_results(results_dir: Path, headline: Mapping[str, Mapping], verdicts: pd.DataFrame) -> list[Path]:
+    """``headline.json`` (section -> name -> number) and ``verdicts.csv`` under ``results_dir``."""
+    results_dir = Path(results_dir)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    hj = results_dir / "headline.json"
+    hj.write_text(json.dumps(_jsonable(headline), indent=2, sort_keys=True, allow_nan=True))
+    vc = results_dir / "verdicts.csv"
+    verdicts.to_csv(vc, index=False)
+    return [hj, vc]
+
+
+def _md_table(rows: list[list[str]], header: list[str]) -> str:
+    def clean(s):
+        return str(s).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(clean(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def render_report(
+    *,
+    mode: str,
+    seconds: float,
+    seed,
+    headline: Mapping[str, Mapping],
+    verdicts: pd.DataFrame,
+    figures: Mapping[str, object],
+    captions: Mapping[str, str],
+    unavailable: Mapping[str, str],
+) -> str:
+    """The markdown text of REPORT.md."""
+    out = [
+        "# gapdyn quick reproduction: report",
+        "",
+        f"Mode `{mode}`, seed {'default' if seed is None else seed}, wall time {seconds:.0f} s. "
+        "Every number below was computed in this run (also in `results/headline.json`; verdicts in "
+        "`results/verdicts.csv`). Quick mode uses small sweeps: treat the numbers as a smoke test of each "
+        "claim, not as the paper-scale measurement (`gapdyn figs --mode full`).",
+        "",
+        "## Headline numbers",
+        "",
+    ]
+    for section, numbers in headline.items():
+        out += [f"### {section}", "", _md_table([[k, fmt(v)] for k, v in numbers.items()], ["quantity", "value"]), ""]
+    if not headline:
+        out += ["(no headline numbers: no data source was available)", ""]
+    out += ["## Verdicts: every claim tested in this run", ""]
+    if len(verdicts):
+        counts = verdicts["holds"].map(lambda h: "holds only" if str(h).startswith("holds only") else h).value_counts()
+        out += ["Summary: " + ", ".join(f"{k}: {v}" for k, v in counts.items()) + ".", ""]
+        out += [_md_table(verdicts.loc[:, list(VERDICT_COLUMNS)].astype(str).values.tolist(), list(VERDICT_COLUMNS)), ""]
+    else:
+        out += ["(no verdict tables: no experiment was available)", ""]
+    out += ["## Figures", ""]
+    for name, made in figures.items():
+        if isinstance(made, str):
+            out.append(f"- **{name}**: {made}")
+        else:
+            files = ", ".join(f"`{Path(p).name}`" for p in made)
+            out.append(f"- **{name}** ({files}): {captions.get(name, '')}")
+    out.append("")
+    if unavailable:
+        out += ["## Not available in this run", ""]
+        out += [f"- {k}: {v}" for k, v in unavailable.items()]
+        out.append("")
+    return "\n".join(out)
