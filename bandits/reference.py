@@ -1,0 +1,147 @@
+"""The plain reference loop: one run at a time, one step at a time, every quantity from gapdyn.
+
+This is the independent route that :mod:`bandits.engine` is tested against (and benchmarked against):
+no numba, no fused kernels; each step calls gapdyn's public functions (log-odds, Gap, scores, Hessian,
+expected scalars, group advantages) and :mod:`bandits.schedules`' plain rules. Only the inverse-CDF
+sampling from pre-drawn uniforms is written out here (``numpy.searchsorted`` per context), because the
+engine must consume the same random stream: per step, ``rng.random((C, G))`` with
+``rng = numpy.random.default_rng(seed)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import expit
+
+import gapdyn
+
+from .engine import Dynamics, Trajectory, _runs
+from .envs import ContextualBandit
+from .schedules import adam_direction, adam_init, adaptive_step, group_alignment_curvature, line_search_step, schedule_step
+
+__all__ = ["simulate_reference", "sample_arms"]
+
+
+def sample_arms(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Inverse-CDF draws: for each context c, arms searchsorted(cumsum(pi_c), u[c] * total, 'right')."""
+    idx = np.empty(u.shape, dtype=np.int64)
+    for c in range(probs.shape[0]):
+        cdf = np.cumsum(probs[c])
+        idx[c] = np.minimum(np.searchsorted(cdf, u[c] * cdf[-1], side="right"), probs.shape[1] - 1)
+    return idx
+
+
+def simulate_reference(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=None) -> Trajectory:
+    """Same contract and output as :func:`bandits.engine.simulate`, by a plain loop (slow)."""
+    eta0, seeds, theta_all = _runs(bandit, eta, seed, theta0)
+    R, P, d = theta_all.shape
+    C, K, G, T, every = bandit.n_contexts, bandit.n_arms, dyn.group_size, dyn.steps, dyn.record_every
+    phi, rew, pmap = bandit.features, bandit.rewards, bandit.param_map
+    blocks = [np.flatnonzero(pmap == p) for p in range(P)]
+    n_rec = (T - 1) // every + 1
+    rec = {k: np.full((R, n_rec, C), np.nan) for k in ("J", "Phi", "dmu", "M", "wnorm", "dPhi", "entropy")}
+    rec_eta = np.full((R, n_rec, P), np.nan)
+    out = {k: np.zeros((R, C)) for k in ("J_final", "Phi_final", "M_final", "J_min")}
+    ndec = np.zeros((R, C), np.int64)
+    opts = dyn.method_opts
+    sched = dyn.schedule
+    b1, b2 = dyn.adam_betas
+    logodds_fns = [gapdyn.loglinear_logodds_fn(phi[c], rew[c]) for c in range(C)]
+    for r in range(R):
+        rng = np.random.default_rng(int(seeds[r]))
+        theta = theta_all[r].copy()
+        adam = [adam_init(d) for _ in range(P)]
+        prev_eta = eta0[r].copy()
+        M = np.zeros(C)
+        J_min = np.full(C, np.inf)
+        phi_prev = None
+        for k in range(T + 1):
+            logits = gapdyn.loglinear_logits(phi, theta[pmap])  # [C, K]
+            Phi = gapdyn.log_odds_from_logits(logits, rew)  # [C]
+            J = expit(Phi)
+            J_min = np.minimum(J_min, J)
+            if phi_prev is not None:
+                dph = Phi - phi_prev
+                ndec += (dph < -1e-12 * (1.0 + np.abs(Phi))).astype(np.int64) * (np.arange(R) == r)[:, None]
+                if (k - 1) % every == 0:
+                    rec["dPhi"][r, (k - 1) // every] = dph
+            phi_prev = Phi
+            if k == T:
+                out["J_final"][r], out["Phi_final"][r], out["M_final"][r], out["J_min"][r] = J, Phi, M, J_min
+                break
+            probs = gapdyn.softmax(logits)
+            gap = gapdyn.gradient_gap_from_logits(logits, rew, phi)  # [C, d]
+            scores = gapdyn.loglinear_scores(phi, theta[pmap])  # [C, K, d]
+            entropy = -np.sum(probs * gapdyn.log_softmax(logits), axis=-1)
+            # direction per context
+            if dyn.mode == "exact":
+                if dyn.method == "gap":
+                    scal = np.ones(C)
+                else:
+                    Jc = np.clip(J, 1e-300, 1.0 - 2.0**-53)
+                    scal = gapdyn.expected_scalar(dyn.method, Jc, G, **opts)
+                w_ctx = scal[:, None] * gap
+            else:
+                u = rng.random((C, G))
+                idx = sample_arms(probs, u)
+                r_g = np.take_along_axis(rew, idx, axis=1)  # [C, G]
+                A = gapdyn.group_advantages(dyn.method, r_g, **opts)
+                s_g = np.take_along_axis(scores, idx[..., None], axis=1)  # [C, G, d]
+                w_ctx = np.einsum("cg,cgd->cd", A, s_g) / G
+            w = np.stack([w_ctx[b].mean(axis=0) for b in blocks])  # [P, d]
+            if dyn.normalize:
+                n = np.linalg.norm(w, axis=-1, keepdims=True)
+                w = np.where(n > 0, w / np.where(n > 0, n, 1.0), w)
+            if dyn.optimizer == "adam":
+                upd = np.empty_like(w)
+                for p in range(P):
+                    upd[p], adam[p] = adam_direction(adam[p], w[p], beta1=b1, beta2=b2, eps=dyn.adam_eps)
+            else:
+                upd = w
+            # step size per block
+            etas = np.empty(P)
+            for p, b in enumerate(blocks):
+                if sched.kind in ("constant", "decay"):
+                    etas[p] = schedule_step(sched.kind, eta0[r, p], k)
+                elif sched.kind == "linesearch":
+                    fns = [logodds_fns[c] for c in b]
+                    etas[p] = line_search_step(
+                        lambda th, fns=fns: sum(f(th) for f in fns), theta[p], upd[p], eta0[r, p],
+                        max_halvings=sched.max_halvings,
+                    )  # fmt: skip
+                else:
+                    if dyn.mode == "exact":
+                        hess = gapdyn.logodds_hessian(probs[b], rew[b], scores[b])  # [n, d, d]
+                        dmu_hat = float(np.mean(gap[b] @ upd[p]))
+                        kappa = float(np.mean(-np.einsum("i,nij,j->n", upd[p], hess, upd[p])))
+                        ok = True
+                    else:
+                        ests = [group_alignment_curvature(s_g[c] @ upd[p], r_g[c]) for c in b]
+                        ests = [e for e in ests if e[2]]
+                        ok = bool(ests)
+                        if ok:
+                            dmu_hat = float(np.mean([e[0] for e in ests]))
+                            kappa = float(np.mean([e[1] for e in ests]))
+                    etas[p] = adaptive_step(dmu_hat, kappa, eta0[r, p], c=sched.c) if ok else prev_eta[p]
+                prev_eta[p] = etas[p]
+            dmu = np.einsum("cd,cd->c", upd[pmap], gap)
+            if k % every == 0:
+                i = k // every
+                rec["J"][r, i], rec["Phi"][r, i], rec["entropy"][r, i], rec["M"][r, i] = J, Phi, entropy, M
+                rec["dmu"][r, i] = dmu
+                rec["wnorm"][r, i] = np.linalg.norm(upd[pmap], axis=-1)
+                rec_eta[r, i] = etas
+            M = M + etas[pmap] * np.maximum(dmu, 0.0)
+            theta = theta + etas[:, None] * upd
+        theta_all[r] = theta
+    return Trajectory(
+        steps=np.arange(0, T, every),
+        **rec,
+        eta=rec_eta,
+        **out,
+        n_decrease=ndec,
+        theta_final=theta_all,
+        eta0=eta0,
+        seed=seeds,
+        dynamics=dyn,
+    )

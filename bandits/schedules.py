@@ -1,0 +1,165 @@
+"""Step-size schedules and the theory-driven step controller (plain-numpy reference versions).
+
+The numba kernels of :mod:`bandits.engine` re-implement these rules; ``tests/test_bandits_engine.py``
+checks the two against each other through :mod:`bandits.reference`, which calls these functions.
+
+Schedules (``Schedule.kind``), for an update theta_{k+1} = theta_k + eta_k u_k:
+
+- ``constant``:   eta_k = eta0.
+- ``decay``:      eta_k = eta0 / sqrt(k + 1).
+- ``linesearch``: the largest eta = eta0 2^-j (j = 0..max_halvings) with Phi(theta + eta u) > Phi(theta);
+  eta = 0 (skip the step) if none. Needs the exact log-odds Phi: a simulator-only oracle
+  (SIMULATIONS.md: it removed every collapse in 168 sampled runs). [derived]
+- ``adaptive``:   the curvature controller below; needs NO evaluation of Phi. [derived]
+
+The adaptive controller (derived, THEORY.md §1-3). Along u, the second-order model of the log-odds is
+    Phi(theta + eta u) ~ Phi(theta) + eta dmu - (eta^2 / 2) kappa,   dmu = <u, g+ - g->,
+    kappa = u^T (-Hess Phi) u = Var_{pi-}(u . s) - Var_{pi+}(u . s)
+(Hess Phi = Cov_{pi+}(s) - Cov_{pi-}(s) for softmax / log-linear policies). The model rises most at
+eta = dmu / kappa and returns to its start at 2 dmu / kappa (gapdyn.local_step_threshold). The controller
+    eta_k = min(eta0, c * dmu_hat / kappa_hat)            (eta0 if kappa_hat <= 0; 0 if dmu_hat <= 0)
+with c = 1 by default takes the model-optimal step, half the local threshold. Both estimates come from
+the sampled group itself: with x_i = u . s(o_i) the directional derivative of log pi(o_i) along the update
+(one Jacobian-vector product per response in an LLM; any baseline shift of s cancels),
+    dmu_hat   = mean_{r_i = 1} x_i - mean_{r_i = 0} x_i       (estimates <u, g+ - g->)
+    kappa_hat = var_{r_i = 0}(x) - var_{r_i = 1}(x)          (unbiased variances; 0 for < 2 samples).
+Several contexts sharing one parameter block average their estimates over the contexts whose group has
+both rewards; when no group is mixed the previous step size is kept (eta0 at the start). In the exact
+(expected-update) simulator the same formula is evaluated with the population moments under pi+ / pi-.
+Because eta_k u_k depends on u only through its direction, the rule is invariant to the scale of the
+advantages (GRPO vs REINFORCE) and to normalising u.
+
+Adam (Kingma & Ba 2015) can transform the direction before any schedule: u = m_hat / (sqrt(v_hat) + eps).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from gapdyn._validate import as_float_array, check_positive
+
+__all__ = [
+    "SCHEDULES",
+    "Schedule",
+    "AdamState",
+    "adam_init",
+    "adam_direction",
+    "schedule_step",
+    "decaying_step",
+    "line_search_step",
+    "group_alignment_curvature",
+    "adaptive_step",
+]
+
+SCHEDULES = ("constant", "decay", "linesearch", "adaptive")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How eta_k is chosen from eta0 (see module docstring).
+
+    Attributes:
+        kind: one of SCHEDULES.
+        c: the adaptive controller's fraction of the model-optimal step (eta = c dmu / kappa).
+        max_halvings: line search: at most this many halvings of eta0 before skipping the step.
+    """
+
+    kind: str = "constant"
+    c: float = 1.0
+    max_halvings: int = 40
+
+    def __post_init__(self):
+        if self.kind not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.kind!r}")
+        check_positive(self.c, "c")
+        if isinstance(self.max_halvings, bool) or not isinstance(self.max_halvings, (int, np.integer)):
+            raise ValueError(f"max_halvings must be an integer >= 0, got {self.max_halvings!r}")
+        if self.max_halvings < 0:
+            raise ValueError(f"max_halvings must be an integer >= 0, got {self.max_halvings!r}")
+
+
+def decaying_step(eta0: float, k: int) -> float:
+    """eta_k = eta0 / sqrt(k + 1)."""
+    return eta0 / math.sqrt(k + 1.0)
+
+
+def schedule_step(kind: str, eta0: float, k: int) -> float:
+    """The open-loop schedules: constant or decay (closed-loop ones need more information)."""
+    if kind == "constant":
+        return eta0
+    if kind == "decay":
+        return decaying_step(eta0, k)
+    raise ValueError(f"schedule_step handles 'constant' and 'decay', got {kind!r}")
+
+
+def line_search_step(
+    logodds_fn: Callable[[np.ndarray], float], theta, direction, eta0: float, *, max_halvings: int = 40
+) -> float:
+    """Largest eta = eta0 2^-j, j <= max_halvings, with Phi(theta + eta u) > Phi(theta); 0.0 if none."""
+    th = as_float_array(theta, "theta", min_ndim=1)
+    u = as_float_array(direction, "direction", min_ndim=1)
+    eta = check_positive(eta0, "eta0")
+    phi0 = logodds_fn(th)
+    for _ in range(max_halvings + 1):
+        if logodds_fn(th + eta * u) > phi0:
+            return eta
+        eta *= 0.5
+    return 0.0
+
+
+def group_alignment_curvature(proj, rewards) -> tuple[float, float, bool]:
+    """(dmu_hat, kappa_hat, mixed) from one group's projections x_i = u . s(o_i) and rewards r_i.
+
+    dmu_hat = mean_{r=1} x - mean_{r=0} x;  kappa_hat = var_{r=0}(x) - var_{r=1}(x) (ddof = 1; a side
+    with fewer than 2 samples contributes 0). ``mixed`` is False (and the estimates 0) when the group
+    has only one reward value.
+    """
+    x = as_float_array(proj, "proj", min_ndim=1)
+    r = as_float_array(rewards, "rewards", min_ndim=1)
+    pos, neg = x[r > 0.5], x[r <= 0.5]
+    if pos.size == 0 or neg.size == 0:
+        return 0.0, 0.0, False
+
+    def var(v):
+        return float(np.var(v, ddof=1)) if v.size >= 2 else 0.0
+
+    return float(pos.mean() - neg.mean()), var(neg) - var(pos), True
+
+
+def adaptive_step(dmu_hat: float, kappa_hat: float, eta0: float, *, c: float = 1.0) -> float:
+    """eta = min(eta0, c dmu_hat / kappa_hat); eta0 when kappa_hat <= 0; 0 when dmu_hat <= 0."""
+    if dmu_hat <= 0.0:
+        return 0.0
+    if kappa_hat <= 0.0:
+        return eta0
+    return min(eta0, c * dmu_hat / kappa_hat)
+
+
+@dataclass(frozen=True)
+class AdamState:
+    """Adam moments for one parameter block: m, v of shape [d]; t = number of updates so far."""
+
+    m: np.ndarray
+    v: np.ndarray
+    t: int
+
+
+def adam_init(dim: int) -> AdamState:
+    return AdamState(np.zeros(dim), np.zeros(dim), 0)
+
+
+def adam_direction(
+    state: AdamState, w, *, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8
+) -> tuple[np.ndarray, AdamState]:
+    """Adam's update direction u = m_hat / (sqrt(v_hat) + eps) for ascent direction w (Kingma & Ba 2015)."""
+    w = np.asarray(w, dtype=np.float64)
+    t = state.t + 1
+    m = beta1 * state.m + (1.0 - beta1) * w
+    v = beta2 * state.v + (1.0 - beta2) * w * w
+    m_hat = m / (1.0 - beta1**t)
+    v_hat = v / (1.0 - beta2**t)
+    return m_hat / (np.sqrt(v_hat) + eps), AdamState(m, v, t)
