@@ -27,6 +27,11 @@ __all__ = [
     "plot_first_order_vs_exact",
     "plot_dmu_samples",
     "bin_legend_handles",
+    "plot_phase_diagram",
+    "plot_loglog_fit",
+    "plot_trajectories",
+    "plot_logistic_fit",
+    "plot_method_curves",
 ]
 
 
@@ -186,4 +191,166 @@ def plot_dmu_samples(dmus, expected, ax, *, method: str = "grpo"):
     ax.set_xlabel(label("dmu"))
     ax.set_ylabel("groups (count)")
     ax.legend(frameon=False)
+    return ax
+
+
+# --------------------------------------------------------------------------------------------------
+# Bandit experiments (figures 1-4, 6). Tidy inputs: one row per (cell, seed, step or summary).
+
+
+def _log_edges(v: np.ndarray) -> np.ndarray:
+    """Cell edges for sorted positive centres on a log axis (geometric midpoints)."""
+    v = np.asarray(v, float)
+    if v.size == 1:
+        return np.array([v[0] / 1.5, v[0] * 1.5])
+    mid = np.sqrt(v[1:] * v[:-1])
+    return np.r_[v[0] ** 2 / mid[0], mid, v[-1] ** 2 / mid[-1]]
+
+
+def _lin_edges(v: np.ndarray) -> np.ndarray:
+    v = np.asarray(v, float)
+    if v.size == 1:
+        return np.array([v[0] - 0.5, v[0] + 0.5])
+    mid = 0.5 * (v[1:] + v[:-1])
+    return np.r_[2 * v[0] - mid[0], mid, 2 * v[-1] - mid[-1]]
+
+
+def plot_phase_diagram(df: pd.DataFrame, ax, *, x: str = "eta", y: str = "K", value: str = "J", logx: bool = True,
+                       logy: bool = False, cmap: str = "cividis", vmin: float = 0.0, vmax: float = 1.0,
+                       curves: pd.DataFrame | None = None, curve_x: str = "eta_pred", curve_y: str | None = None,
+                       curve_label: str = "predicted threshold", curve_hue: str | None = None):
+    """Mean ``value`` (e.g. J after K steps) over the (x, y) grid, averaged over seeds.
+
+    ``curves``: predicted-threshold curves to overlay, one row per point with columns ``curve_x``
+    (the predicted critical x, e.g. eta) and ``curve_y`` (default ``y``); ``curve_hue`` splits several
+    predictors (each its own line style). Returns the colour mesh.
+    """
+    _require(df, [x, y, value], "plot_phase_diagram")
+    grid = df.groupby([y, x])[value].mean().unstack(x).sort_index()
+    xs, ys = grid.columns.to_numpy(float), grid.index.to_numpy(float)
+    xe = _log_edges(xs) if logx else _lin_edges(xs)
+    ye = _log_edges(ys) if logy else _lin_edges(ys)
+    im = ax.pcolormesh(xe, ye, grid.to_numpy(float), cmap=cmap, vmin=vmin, vmax=vmax, shading="flat", rasterized=True)
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    if curves is not None and len(curves):
+        cy = curve_y or y
+        styles = ["-", "--", ":", "-."]
+        groups = curves.groupby(curve_hue) if curve_hue else [(curve_label, curves)]
+        for i, (name, c) in enumerate(groups):
+            c = c.sort_values(cy)
+            ok = np.isfinite(c[curve_x].to_numpy(float))
+            ax.plot(c[curve_x][ok], c[cy][ok], color=["#E69F00", "#56B4E9", "#CC79A7", "#FFFFFF"][i % 4],
+                    ls=styles[i % 4], lw=2, marker="o", ms=3, label=str(name))
+        ax.legend(frameon=True, fontsize=8, loc="best")
+    ax.set_xlim(xe[0], xe[-1])
+    ax.set_ylim(ye[0], ye[-1])
+    ax.grid(False)
+    return im
+
+
+def plot_loglog_fit(df: pd.DataFrame, ax, *, x: str, y: str, hue: str | None = None, hue_labels: dict | None = None,
+                    colors: Sequence[str] = ("#0072B2", "#D55E00", "#009E73", "#CC79A7"), reference: float | None = None):
+    """Points y(x) on log-log axes (mean over seeds, bars = min-max), with the fitted slope per group.
+
+    The fit is gapdyn.loglog_slope on all finite positive points of the group; the legend gives the
+    slope +- its standard error. ``reference`` draws a guide line of that slope. Returns
+    {group: LogLogFit}.
+    """
+    _require(df, [x, y] + ([hue] if hue else []), "plot_loglog_fit")
+    fits = {}
+    groups = df.groupby(hue, sort=True) if hue else [(None, df)]
+    for i, (name, g) in enumerate(groups):
+        g = g[np.isfinite(g[y].to_numpy(float)) & (g[y] > 0) & (g[x] > 0)]
+        if g.empty:
+            continue
+        col = colors[i % len(colors)]
+        st = g.groupby(x)[y].agg(["mean", "min", "max"])
+        ax.errorbar(st.index, st["mean"], yerr=[st["mean"] - st["min"], st["max"] - st["mean"]], fmt="o", color=col,
+                    ms=5, capsize=2)
+        lab = (hue_labels or {}).get(name, str(name)) if hue else "measured"
+        if g[x].nunique() >= 3:
+            fit = gapdyn.loglog_slope(g[x].to_numpy(float), g[y].to_numpy(float))
+            fits[name] = fit
+            xx = np.geomspace(g[x].min(), g[x].max(), 50)
+            ax.plot(xx, np.exp(fit.intercept) * xx**fit.slope, color=col,
+                    label=f"{lab}: slope {fit.slope:.2f} ± {fit.slope_stderr:.2f}")
+        else:
+            ax.plot([], [], color=col, marker="o", label=f"{lab} (too few points to fit)")
+    if reference is not None and len(df):
+        x0 = float(df[x].min())
+        y0 = float(df.loc[df[x] == x0, y].replace([np.inf, -np.inf], np.nan).dropna().median())
+        if np.isfinite(y0) and y0 > 0:
+            xx = np.geomspace(df[x].min(), df[x].max(), 20)
+            ax.plot(xx, y0 * (xx / x0) ** reference, color="#999999", ls=":", label=f"slope {reference:g} guide")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.legend(frameon=False, fontsize=8)
+    return fits
+
+
+def plot_trajectories(df: pd.DataFrame, ax, *, x: str = "step", y: str = "J", hue: str = "eta", colors=None,
+                      labels: dict | None = None, band: bool = True, logy: bool = False, lw: float = 1.8,
+                      ls: str = "-"):
+    """Mean ``y`` against ``x`` for each value of ``hue`` (e.g. eta), with an inter-quartile band over seeds."""
+    _require(df, [x, y, hue], "plot_trajectories")
+    keys = sorted(df[hue].unique(), key=lambda v: (isinstance(v, str), v))
+    cols = colors or {k: c for k, c in zip(keys, ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7",
+                                                  "#000000", "#999999"] * 4)}
+    for k in keys:
+        g = df[df[hue] == k].groupby(x)[y]
+        m = g.mean()
+        lab = (labels or {}).get(k, f"{hue} = {k:g}" if isinstance(k, (int, float, np.number)) else str(k))
+        ax.plot(m.index, m.to_numpy(), color=cols.get(k, "#999999"), lw=lw, ls=ls, label=lab)
+        if band:
+            q1, q3 = g.quantile(0.25), g.quantile(0.75)
+            ax.fill_between(m.index, q1.to_numpy(), q3.to_numpy(), color=cols.get(k, "#999999"), alpha=0.15, lw=0)
+    if logy:
+        ax.set_yscale("log")
+    return ax
+
+
+def plot_logistic_fit(df: pd.DataFrame, ax, *, M: str = "M", acc: str = "J", J0: float | None = None,
+                      hue: str | None = None, max_points: int = 4000, seed: int = 0):
+    """Accuracy against cumulative alignment M: points, the fitted logistic sigmoid(a M + b)
+    (gapdyn.fit_logistic_accuracy) and Theorem 1's lower bound sigmoid(logit J0 + M/2)
+    (gapdyn.logodds_lower_bound). Returns the LogisticFit."""
+    _require(df, [M, acc] + ([hue] if hue else []), "plot_logistic_fit")
+    d = df[np.isfinite(df[M]) & np.isfinite(df[acc])]
+    show = d.sample(min(len(d), max_points), random_state=seed) if len(d) > max_points else d
+    if hue:
+        for i, (name, g) in enumerate(show.groupby(hue)):
+            ax.scatter(g[M], g[acc], s=5, alpha=0.35, color=["#0072B2", "#E69F00", "#009E73", "#CC79A7"][i % 4],
+                       label=f"{hue} = {name}", rasterized=True)
+    else:
+        ax.scatter(show[M], show[acc], s=5, alpha=0.35, color="#0072B2", label="runs (M, J)", rasterized=True)
+    fit = gapdyn.fit_logistic_accuracy(d[M].to_numpy(float), d[acc].to_numpy(float))
+    mm = np.linspace(0, float(d[M].max()), 200)
+    ax.plot(mm, fit.predict(mm), color="#D55E00", lw=2,
+            label=f"fit $\\sigma({fit.slope:.2f}M {fit.intercept:+.2f})$, $R^2$ = {fit.r2:.2f}")
+    if J0 is not None:
+        ax.plot(mm, gapdyn.logodds_lower_bound(J0, mm), color="black", ls="--", lw=1.5,
+                label=f"Thm 1 bound $\\sigma(\\mathrm{{logit}}\\,J_0 + M/2)$, $J_0$ = {J0:.2f}")
+    ax.set_xlabel(label("M"))
+    ax.set_ylabel(label("accuracy"))
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(frameon=False, fontsize=8, loc="lower right")
+    return fit
+
+
+def plot_method_curves(df: pd.DataFrame, ax, *, x: str = "eta", y: str = "collapsed", method: str = "method",
+                       logx: bool = True, band: bool = False):
+    """Per method: mean ``y`` (e.g. share of collapsed runs, final J) against ``x`` (e.g. eta)."""
+    _require(df, [x, y, method], "plot_method_curves")
+    for m, g in df.groupby(method, sort=False):
+        st = g.groupby(x)[y].agg(["mean", "count", "std"])
+        ax.plot(st.index, st["mean"], marker="o", ms=4, color=method_color(m), label=method_label(m))
+        if band:
+            se = st["std"].fillna(0) / np.sqrt(st["count"].clip(lower=1))
+            ax.fill_between(st.index, st["mean"] - se, st["mean"] + se, color=method_color(m), alpha=0.15, lw=0)
+    if logx:
+        ax.set_xscale("log")
+    ax.legend(frameon=False, fontsize=8)
     return ax
