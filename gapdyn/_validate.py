@@ -13,6 +13,7 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
+from array_api_compat import array_namespace
 
 PROB_ATOL = 1e-8
 """Absolute tolerance per entry for probabilities (sum within PROB_ATOL * K)."""
@@ -106,3 +107,17 @@ def check_success_defined(J: np.ndarray, Jbar: np.ndarray, what: str) -> None:
             f"{what} is undefined when the success rate J is 0 or 1 (no correct or no incorrect "
             "response has probability mass); use the logits-based routes for extreme policies"
         )
+
+
+def array_namespace_checked(*arrays):
+    """The array namespace (numpy or torch) of real numeric arrays; ValueError for anything else."""
+    if not all(hasattr(a, "dtype") and hasattr(a, "shape") for a in arrays):
+        raise ValueError(f"expected numpy arrays or torch tensors, got {[type(a).__name__ for a in arrays]}")
+    try:
+        xp = array_namespace(*arrays)
+    except TypeError as exc:
+        raise ValueError(f"expected numpy arrays or torch tensors, got {[type(a).__name__ for a in arrays]}") from exc
+    for a in arrays:
+        if not any(xp.isdtype(a.dtype, kind) for kind in ("real floating", "integral", "bool")):
+            raise ValueError(f"expected a real numeric array, got dtype {a.dtype}")
+    return xp

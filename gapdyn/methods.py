@@ -31,10 +31,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 import numpy as np
-from array_api_compat import array_namespace
 from scipy.stats import binom
 
-from ._validate import check_group_size, check_open_unit
+from ._validate import array_namespace_checked, check_group_size, check_open_unit
 
 __all__ = ["Method", "METHODS", "METHOD_NAMES", "get_method", "group_advantages", "expected_scalar", "c_G"]
 
@@ -171,7 +170,9 @@ def group_advantages(method: str, rewards, **opts):
     """
     m = get_method(method)
     o = _options(m, opts)
-    xp = array_namespace(rewards)
+    if isinstance(rewards, (list, tuple)):
+        rewards = np.asarray(rewards, dtype=np.float64)
+    xp = array_namespace_checked(rewards)
     if rewards.ndim < 1 or rewards.shape[-1] < 2:
         raise ValueError(f"rewards must have a group axis (last) of size >= 2, got shape {tuple(rewards.shape)}")
     if not bool(xp.all((rewards == 0) | (rewards == 1))):

@@ -14,7 +14,9 @@ above e^{-H-1}, so p_s < C implies f(p_s) < E_p[f(p)]. Peak tokens can disagree 
 :func:`token_step_effects` also reports the exact first-order sign.
 
 The small helpers (:func:`collision_probability`, :func:`token_entropy`, :func:`token_bin_index`)
-work on numpy arrays and torch tensors alike, so ``llm_probe`` applies the same formula.
+work on numpy arrays and torch tensors alike, so ``llm_probe`` applies the same formula. They run
+inside training loops (maybe on a GPU), so they check types, not values: NaN propagates (llm_probe
+checks its losses and gradients for non-finite values itself).
 """
 
 from __future__ import annotations
@@ -22,10 +24,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from array_api_compat import array_namespace
 from scipy.special import log_softmax
 
-from ._validate import as_float_array, check_positive
+from ._validate import array_namespace_checked, as_float_array, check_positive
 
 __all__ = [
     "BIN_NAMES",
@@ -47,19 +48,19 @@ PROB_BIN_EDGES: tuple[float, ...] = (0.0, 0.01, 0.1, 0.25, 0.5, 1.0)
 
 def collision_probability(probs):
     """C = sum_k p_k^2 over the last axis (numpy or torch)."""
-    xp = array_namespace(probs)
+    xp = array_namespace_checked(probs)
     return xp.sum(probs * probs, axis=-1)
 
 
 def token_entropy(logprobs):
     """H = -sum_k p_k log p_k from log-probabilities over the last axis (numpy or torch)."""
-    xp = array_namespace(logprobs)
+    xp = array_namespace_checked(logprobs)
     return -xp.sum(xp.exp(logprobs) * logprobs, axis=-1)
 
 
 def token_bin_index(p_token, collision, advantage):
     """0 pos_peak, 1 pos_valley, 2 neg_peak, 3 neg_valley, -1 where A = 0 (numpy or torch)."""
-    xp = array_namespace(p_token, collision)
+    xp = array_namespace_checked(p_token, collision, advantage)
     valley = xp.astype(p_token < collision, xp.int64)
     idx = valley + 2 * xp.astype(advantage < 0, xp.int64)
     return xp.where(advantage == 0, -xp.ones_like(idx), idx)
