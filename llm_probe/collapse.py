@@ -1,7 +1,8 @@
 """A documented collapse rule for RLVR runs, applied online to the per-step metrics.
 
 The WAPO paper's collapse criterion is not public (THEORY.md §4), so this toolkit defines its own.
-Baselines are the medians of the first ``baseline_steps`` steps (or given explicitly); every signal is a
+Baselines H0, R0 are given explicitly, or set from a pre-RL measurement (:meth:`CollapseDetector.set_baseline`;
+the trainer measures the initial policy), or else are the medians of the first ``baseline_steps`` steps; every signal is a
 rolling mean over ``window`` steps; a rule fires when its condition holds for ``patience`` consecutive
 steps after the baseline period:
 
@@ -95,10 +96,10 @@ class CollapseDetector:
                 if v is not None and np.isfinite(v):
                     self._base.setdefault(k + "_list", []).append(float(v))
         rH, rR, rD = self._roll("H", H), self._roll("R", R), self._roll("D", D)
-        if self._n <= c.baseline_steps and (c.baseline_entropy is None or c.baseline_reward is None):
+        fixed = (c.baseline_entropy is not None or "H0" in self._base) and (c.baseline_reward is not None or "R0" in self._base)
+        if self._n <= c.baseline_steps and not fixed:
             return []
-        H0 = c.baseline_entropy if c.baseline_entropy is not None else _median(self._base.get("H_list"))
-        R0 = c.baseline_reward if c.baseline_reward is not None else _median(self._base.get("R_list"))
+        H0, R0 = self.baseline()
         checks = []
         if H0 is not None and rH is not None:
             hi = max(c.blowup_factor * H0, H0 + c.blowup_margin)
@@ -118,6 +119,17 @@ class CollapseDetector:
                 self.alerts.append(a)
                 fired.append(a)
         return fired
+
+    def set_baseline(self, entropy: float, reward: float) -> None:
+        """Fix H0 and R0 (e.g. measured on the initial policy before RL); config values take precedence."""
+        self._base["H0"], self._base["R0"] = float(entropy), float(reward)
+
+    def baseline(self) -> tuple:
+        """(H0, R0): config value, else one set by :meth:`set_baseline`, else the median of the first steps."""
+        c = self.config
+        H0 = c.baseline_entropy if c.baseline_entropy is not None else self._base.get("H0", _median(self._base.get("H_list")))
+        R0 = c.baseline_reward if c.baseline_reward is not None else self._base.get("R0", _median(self._base.get("R_list")))
+        return H0, R0
 
     def state_dict(self) -> dict:
         return {"alerts": [asdict(a) for a in self.alerts], "hist": {k: list(v) for k, v in self._hist.items()},

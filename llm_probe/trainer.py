@@ -192,6 +192,18 @@ class Trainer:
                           eps_high=self.cfg.eps_high)
         return res, logp, logp_all
 
+    @torch.no_grad()
+    def measure_baseline(self, n_prompts: int = 64) -> tuple[float, float]:
+        """(token entropy, sampled reward) of the current policy on fresh prompts, with generators of its own."""
+        cfg = self.cfg
+        probs = self.task.sample(np.random.default_rng(cfg.seed + 29), n_prompts)
+        ro = make_rollout(self.model, self.tok, self.task, probs, G=cfg.group_size, max_new_tokens=cfg.max_new_tokens,
+                          generator=torch.Generator().manual_seed(cfg.seed + 31), temperature=cfg.temperature)
+        _, ent, _ = completion_logprobs(self.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
+                                        ro.completion_mask, return_entropy=True)
+        mk = ro.completion_mask > 0
+        return float(ent[mk].mean()), float(ro.rewards.mean())
+
     def _probe_step(self, k: int) -> bool:
         return self.cfg.probe_every > 0 and k % self.cfg.probe_every == 0
 
@@ -351,6 +363,11 @@ class Trainer:
         elif not cfg.resume:
             for name in ("metrics.jsonl", "probe_prompts.jsonl", "alerts.json"):
                 (self.out / name).unlink(missing_ok=True)
+        if self.step == 0 and None in (cfg.collapse.baseline_entropy, cfg.collapse.baseline_reward):
+            H0, R0 = self.measure_baseline()
+            self.detector.set_baseline(H0, R0)
+            with open(self.out / "baseline.json", "w") as f:
+                json.dump({"entropy": H0, "reward": R0}, f)
         bar = None
         if cfg.progress:
             from tqdm.auto import tqdm

@@ -1,0 +1,56 @@
+"""Shared helpers of the tests/test_llm_*.py modules: a tiny Qwen, a warmed copy (cached per session),
+and hand-made rollouts with chosen rewards (the gap identities need labels, not a good model)."""
+
+from __future__ import annotations
+
+import copy
+import functools
+
+import numpy as np
+import torch
+
+from llm_probe.model import TinyQwenSpec, build_tiny_qwen
+from llm_probe.rollout import Rollout, make_rollout
+from llm_probe.tasks import AdditionTask
+from llm_probe.tokenizer import build_char_tokenizer
+from llm_probe.warmup import warmup
+
+torch.set_num_threads(1)
+SMALL = TinyQwenSpec(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, head_dim=8)
+
+
+def tiny(arch: str = "qwen2", seed: int = 0, spec: TinyQwenSpec = SMALL, dtype="float32"):
+    tok = build_char_tokenizer()
+    spec = TinyQwenSpec(**{**spec.__dict__, "arch": arch})
+    return build_tiny_qwen(tok, spec, seed=seed, dtype=dtype), tok
+
+
+@functools.lru_cache(maxsize=1)
+def _warm_state():
+    model, tok = tiny(spec=TinyQwenSpec())
+    warmup(model, tok, AdditionTask(), steps=250, batch_size=128, lr=1e-3, seed=0)
+    return copy.deepcopy(model.state_dict())
+
+
+def warm_model():
+    """A fresh copy of the session's warmed default-size tiny Qwen2 (250 supervised steps)."""
+    model, tok = tiny(spec=TinyQwenSpec())
+    model.load_state_dict(_warm_state())
+    return model, tok
+
+
+def sampled_rollout(model, tok, *, B=3, G=4, T=5, seed=0, rewards=None):
+    """Sample completions from ``model`` and overwrite the rewards with a mixed pattern (or ``rewards``)."""
+    task = AdditionTask()
+    ro = make_rollout(model, tok, task, task.sample(np.random.default_rng(seed), B), G=G, max_new_tokens=T,
+                      generator=torch.Generator().manual_seed(seed))
+    if rewards is None:
+        g = torch.Generator().manual_seed(seed + 1)
+        rewards = (torch.rand(B, G, generator=g) < 0.5).float()
+        rewards[:, 0], rewards[:, 1] = 1.0, 0.0  # every group mixed
+    ro.rewards = rewards
+    return ro
+
+
+__all__ = ["tiny", "warm_model", "sampled_rollout", "SMALL", "Rollout"]
