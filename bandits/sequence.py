@@ -42,6 +42,7 @@ z [..., T, V]. Everything is float64 numpy; randomness only through an explicit 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Literal
 
 import numpy as np
@@ -105,6 +106,21 @@ class SequenceSample:
 
 # ---------------------------------------------------------------------------------------------
 # shared parameters
+
+
+@lru_cache(maxsize=256)
+def _states(T: int, variable: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(n, m, ended) of every response state: m = T (not ended) and, if variable, m < T ended."""
+    ns, ms, es = [], [], []
+    for m in range(T + 1) if variable else [T]:
+        ended = int(variable and m < T)
+        ns += list(range(m + 1))
+        ms += [m] * (m + 1)
+        es += [ended] * (m + 1)
+    out = tuple(np.array(a) for a in (ns, ms, es))
+    for a in out:
+        a.setflags(write=False)
+    return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -214,28 +230,15 @@ class SharedSequenceBandit:
 
     def states(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """All (n, m, ended) response states, each [S]."""
-        T = self.T
-        ns, ms, es = [], [], []
-        m_range = range(T + 1) if self.end_token is not None else [T]
-        for m in m_range:
-            ended = int(self.end_token is not None and m < T)
-            for n in range(m + 1):
-                ns.append(n), ms.append(m), es.append(ended)
-        return np.array(ns), np.array(ms), np.array(es)
+        return _states(self.T, self.end_token is not None)
+
 
     def state_distribution(self, theta):
         """(log P [..., S], E[s | state] [..., S, d], reward [S], length [S]) -- see module doc."""
         logp = self.token_logprobs(theta)
         lq, lw, le, mu_c, mu_w, phi_e, mu = self._class_stats(logp)
         n, m, ended = self.states()
-        logC = gammaln(m + 1) - gammaln(n + 1) - gammaln(m - n + 1)
-        with np.errstate(invalid="ignore"):
-            logP = (
-                logC
-                + np.where(n > 0, n * lq[..., None], 0.0)
-                + np.where(m - n > 0, (m - n) * lw[..., None], 0.0)
-                + np.where(ended > 0, le[..., None], 0.0)
-            )
+        logP = self._state_logP(lq, lw, le)
         L = m + ended
         cond = (
             n[:, None] * mu_c[..., None, :]
@@ -245,14 +248,32 @@ class SharedSequenceBandit:
         )
         return logP, cond, rule_reward(n, m, self.rule), L
 
+    def _state_logP(self, lq, lw, le):
+        n, m, ended = self.states()
+        logC = gammaln(m + 1) - gammaln(n + 1) - gammaln(m - n + 1)
+        with np.errstate(invalid="ignore"):
+            return (
+                logC
+                + np.where(n > 0, n * lq[..., None], 0.0)
+                + np.where(m - n > 0, (m - n) * lw[..., None], 0.0)
+                + np.where(ended > 0, le[..., None], 0.0)
+            )
+
     def exact(self, theta) -> dict[str, np.ndarray]:
         """J, 1-J, Phi, g+, g-, gap (= grad Phi) and E|o|, exactly (log-space state sums)."""
         logP, cond, r, L = self.state_distribution(theta)
         return _exact_from_states(logP, cond, r, L)
 
     def success_rate(self, theta) -> np.ndarray:
-        logP, _, r, _ = self.state_distribution(theta)
-        return np.exp(logsumexp(np.where(r == 1, logP, -np.inf), axis=-1))
+        """J = sum over rewarded states of P(n, m, ended) (no score sums: cheap)."""
+        logp = self.token_logprobs(theta)
+        corr, wrong, end = self._masks()
+        lse = lambda mask: logsumexp(np.where(mask, logp, -np.inf), axis=-1)  # noqa: E731
+        le = lse(end) if self.end_token is not None else np.full(logp.shape[:-1], -np.inf)
+        logP = self._state_logP(lse(corr), lse(wrong), le)
+        n, m, _ = self.states()
+        r = rule_reward(n, m, self.rule)
+        return np.exp(logsumexp(np.where(r == 1, logP, -np.inf), axis=-1) - logsumexp(logP, axis=-1))
 
     def gap(self, theta) -> np.ndarray:
         return self.exact(theta)["gap"]
@@ -375,9 +396,9 @@ class TabularSequenceBandit:
         with np.errstate(invalid="ignore", divide="ignore"):
             a1 = np.nan_to_num(q * ge / J[..., None])
             a0 = np.nan_to_num(q * lt / Jbar[..., None])
-        u = p.copy()
-        u[..., self.correct] = 0.0
-        u /= u.sum(-1, keepdims=True)
+        zw = z.copy()
+        zw[..., self.correct] = -np.inf
+        u = np.exp(log_softmax(zw, axis=-1))  # p restricted to the wrong tokens, from logits (stable)
         e_c = np.zeros(self.V)
         e_c[self.correct] = 1.0
         gap = (a1 - a0)[..., None] * (e_c - u)
@@ -444,7 +465,8 @@ def simulate(
     direction: "sampled" (one group per step, ``method``'s advantages, optional 1/|o|),
     "logodds" (w = Gap = grad Phi, exact log-odds ascent) or "expected" (w = E[w] = scalar(J, G) Gap,
     gapdyn.expected_scalar). A run collapses when J < collapse_J; it is then frozen (absorbing by
-    definition). Returns J_final, J_min, collapsed (bool), collapse_step (-1 if none), all [...].
+    definition). Sampled runs stop early once every run has collapsed or has J > 1 - 1e-9.
+    Returns J_final, J_min, collapsed (bool), collapse_step (-1 if none), all [...].
     """
     from gapdyn import expected_scalar
 
@@ -484,7 +506,10 @@ def simulate(
         newly = alive & (J < collapse_J)
         collapse_step = np.where(newly, k + 1, collapse_step)
         alive &= ~newly
-        if not alive.any():
+        # every run collapsed, or (sampled) settled: J > 1 - 1e-9 makes a failing sample in the
+        # remaining steps improbable (< G * steps * 1e-9), so the outcome is decided
+        settled = ~alive | ((J > 1.0 - 1e-9) if direction == "sampled" else False)
+        if np.all(settled):
             break
     return {"J_final": J, "J_min": J_min, "collapsed": collapse_step >= 0, "collapse_step": collapse_step}
 
