@@ -142,7 +142,9 @@ def completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion
 
 def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *, return_entropy=False):
     """log pi(o_t | q, o_<t) of each completion token, [B, T] (0 where masked); optionally entropies [B, T]."""
-    logits = completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask).float()
+    logits = completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+    if logits.dtype not in (torch.float32, torch.float64):
+        logits = logits.float()
     logp_all = torch.log_softmax(logits, dim=-1)  # [B, T, V]
     logp = logp_all.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1) * completion_mask
     if not return_entropy:

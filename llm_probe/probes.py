@@ -88,7 +88,7 @@ def prompt_objectives(model, ro, groups: torch.Tensor, rows: torch.Tensor | None
         rows = torch.nonzero(W.abs().sum(0) > 0).flatten()
     seq_logp = completion_logprobs(model, ro.prompt_ids[rows], ro.prompt_mask[rows], ro.completion_ids[rows],
                                    ro.completion_mask[rows]).sum(-1)  # [R]
-    return W[:, rows] @ seq_logp  # [Q]
+    return W[:, rows].to(seq_logp.dtype) @ seq_logp  # [Q]
 
 
 @dataclass
@@ -105,9 +105,11 @@ class GapEstimate:
 
 
 def flat(tensors) -> torch.Tensor:
-    """Concatenate tensors (an iterable or a dict's values, in order) into one float32 vector."""
-    vals = tensors.values() if isinstance(tensors, dict) else tensors
-    return torch.cat([t.reshape(-1).float() for t in vals])
+    """Concatenate tensors (an iterable or a dict's values, in order) into one vector (float32, or float64
+    when any input is float64)."""
+    vals = list(tensors.values() if isinstance(tensors, dict) else tensors)
+    dt = torch.float64 if any(t.dtype == torch.float64 for t in vals) else torch.float32
+    return torch.cat([t.reshape(-1).to(dt) for t in vals])
 
 
 def per_prompt_gaps(model, ro, params: dict[str, torch.nn.Parameter]) -> GapEstimate:
@@ -159,12 +161,23 @@ def jvp_alignment(model, ro, groups: torch.Tensor, params: dict[str, torch.Tenso
 
     def f(*vals):
         pd = dict(zip(keys, vals))
-        return W[:, rows] @ completion_logprobs(_Call(pd), *args).sum(-1)
+        lp = completion_logprobs(_Call(pd), *args).sum(-1)
+        return W[:, rows].to(lp.dtype) @ lp
 
     primals = tuple(params[k].detach() for k in keys)
-    tans = tuple(tangents[k].detach().to(params[k].dtype) for k in keys)
+    tans = tuple(_mask_padding_rows(model, k, tangents[k].detach().to(params[k].dtype)) for k in keys)
     _, out = jvp(f, primals, tans)
     return out.detach().cpu()
+
+
+def _mask_padding_rows(model, name: str, tangent: torch.Tensor) -> torch.Tensor:
+    """Zero the padding_idx row of an nn.Embedding tangent: backward gives that row an exact zero gradient
+    (torch's padding_idx convention), forward mode would not; this keeps both routes on the same function."""
+    mod = dict(model.named_modules()).get(name.rsplit(".", 1)[0])
+    if isinstance(mod, torch.nn.Embedding) and mod.padding_idx is not None:
+        tangent = tangent.clone()
+        tangent[mod.padding_idx] = 0
+    return tangent
 
 
 def token_stats(logp_all, completion_ids, mask, advantages, dloss_dlogp=None) -> dict:

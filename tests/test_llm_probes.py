@@ -1,0 +1,153 @@
+"""Probe identities on the tiny model, each against an independent route:
+gap = difference of separately computed per-sequence gradients (loop) and, for the LM head, the closed form
+(e_y - pi) h^T; JVP alignment = explicit dot product; a small SGD step changes Phi_hat_q by eta * dmu_q to
+first order (residual O(eta^2)); token bins/gradient mass vs gapdyn's numpy taxonomy and a closed form."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from gapdyn.taxonomy import token_step_effects
+from llm_probe.losses import policy_loss
+from llm_probe.model import completion_logprobs
+from llm_probe.probes import (
+    GRADMASS_NAMES,
+    dot_alignment,
+    flat,
+    jvp_alignment,
+    mixed_groups,
+    per_prompt_gaps,
+    prompt_objectives,
+    select_params,
+    token_stats,
+)
+from tests.llm_helpers import sampled_rollout, tiny
+
+pytestmark = pytest.mark.llm
+
+
+def _seq_grad(model, ro, n, params):
+    lp = completion_logprobs(model, ro.prompt_ids[n:n + 1], ro.prompt_mask[n:n + 1], ro.completion_ids[n:n + 1],
+                             ro.completion_mask[n:n + 1]).sum()
+    return flat(torch.autograd.grad(lp, list(params.values()), allow_unused=True))
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
+def test_gap_equals_difference_of_per_sequence_gradients(arch):
+    model, tok = tiny(arch, seed=1)
+    ro = sampled_rollout(model, tok, B=3, G=4, T=5, seed=0)
+    ro.rewards[1] = 0.0  # one group without winners: not a mixed group
+    params = select_params(model, "all")
+    est = per_prompt_gaps(model, ro, params)
+    assert est.groups.tolist() == [0, 2]
+    G = ro.G
+    for q, b in enumerate(est.groups.tolist()):
+        r = ro.rewards[b]
+        grads = torch.stack([_seq_grad(model, ro, b * G + i, params) for i in range(G)])
+        ref = grads[r > 0].mean(0) - grads[r <= 0].mean(0)
+        torch.testing.assert_close(est.gaps[q], ref, rtol=1e-4, atol=1e-5)
+    assert torch.all(est.norms > 0)
+
+
+def test_head_gap_matches_closed_form():
+    """LM head: grad_W log pi(y_t) = (e_{y_t} - pi_t) h_t^T (ANCHORS.md), summed over tokens."""
+    model, tok = tiny(seed=2)
+    ro = sampled_rollout(model, tok, B=2, G=4, T=5, seed=3)
+    head = select_params(model, "lm_head")
+    assert list(head) == ["lm_head.weight"]
+    est = per_prompt_gaps(model, ro, head)
+    ids = torch.cat([ro.prompt_ids, ro.completion_ids], 1)
+    attn = torch.cat([ro.prompt_mask, ro.completion_mask.long()], 1)
+    from llm_probe.model import position_ids_from_mask
+
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn), output_hidden_states=True)
+    T = ro.completion_ids.shape[1]
+    h = out.hidden_states[-1][:, -T - 1:-1, :]  # [N, T, d] final-norm hidden states
+    pi = torch.softmax(out.logits[:, -T - 1:-1, :], -1)
+    e = torch.nn.functional.one_hot(ro.completion_ids, pi.shape[-1]).float()
+    per_seq = torch.einsum("ntv,ntd->nvd", (e - pi) * ro.completion_mask[..., None], h)  # [N, V, d]
+    for q, b in enumerate(est.groups.tolist()):
+        r = ro.rewards[b]
+        s = per_seq[b * ro.G:(b + 1) * ro.G]
+        ref = s[r > 0].mean(0) - s[r <= 0].mean(0)
+        torch.testing.assert_close(est.gaps[q], ref.reshape(-1), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("subset", ["all", "lm_head", r"layers\.1\."])
+def test_jvp_alignment_equals_dot_product(subset):
+    model, tok = tiny(seed=5)
+    ro = sampled_rollout(model, tok, B=3, G=4, T=5, seed=4)
+    params = select_params(model, subset)
+    est = per_prompt_gaps(model, ro, params)
+    g = torch.Generator().manual_seed(0)
+    v = {k: torch.randn(p.shape, generator=g) for k, p in params.items()}
+    j = jvp_alignment(model, ro, est.groups, {k: p.detach() for k, p in params.items()}, v)
+    d = dot_alignment(est.gaps, flat(v))
+    torch.testing.assert_close(j, d, rtol=1e-4, atol=1e-4 * float(d.abs().max()))
+
+
+def test_first_order_change_of_log_odds_proxy():
+    """Phi_hat_q(theta - eta grad L) - Phi_hat_q(theta) = eta dmu_q + O(eta^2), dmu_q = <-grad L, g_q>
+    (float64; the residual ratio between eta and eta/2 is ~4)."""
+    model, tok = tiny(seed=6, dtype="float64")
+    ro = sampled_rollout(model, tok, B=3, G=4, T=5, seed=5)
+    params = select_params(model, "all")
+    logp = completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
+    loss = policy_loss("grpo", logp, logp.detach(), ro.completion_mask, ro.rewards, max_completion_length=5).loss
+    grad = torch.autograd.grad(loss, list(params.values()))
+    est = per_prompt_gaps(model, ro, params)
+    dmu = est.gaps.double() @ flat([-g.double() for g in grad]).double()
+    theta0 = [p.detach().clone() for p in params.values()]
+    residuals = []
+    for eta in (2e-3, 1e-3):
+        with torch.no_grad():
+            for p, t0, g in zip(params.values(), theta0, grad):
+                p.copy_(t0 - eta * g)
+            phi1 = prompt_objectives(model, ro, est.groups).double()
+            for p, t0 in zip(params.values(), theta0):
+                p.copy_(t0)
+        dphi = phi1 - est.phi.double()
+        torch.testing.assert_close(dphi, eta * dmu, rtol=0.05, atol=1e-9)
+        residuals.append((dphi - eta * dmu).abs())
+    ratio = residuals[0] / residuals[1]
+    assert torch.all((ratio > 3.0) & (ratio < 5.0)), ratio
+
+
+def test_token_stats_bins_and_gradient_mass():
+    model, tok = tiny(seed=7)
+    ro = sampled_rollout(model, tok, B=3, G=4, T=5, seed=6)
+    logp, ent, logp_all = completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
+                                              ro.completion_mask, return_entropy=True)
+    res = policy_loss("grpo", logp, logp.detach(), ro.completion_mask, ro.rewards, max_completion_length=5)
+    dl = torch.autograd.grad(res.loss, logp)[0]
+    st = token_stats(logp_all.detach(), ro.completion_ids, ro.completion_mask, res.advantages, dl)
+    m = (ro.completion_mask > 0).numpy()
+    # bins from gapdyn's numpy taxonomy (an independent implementation on float64 logits)
+    z = torch.log_softmax(logp_all.detach(), -1).double().numpy()
+    A = np.broadcast_to(res.advantages.numpy()[:, None], m.shape)
+    eff = token_step_effects(z, ro.completion_ids.numpy(), A, 1.0)
+    for i, name in enumerate(("pos_peak", "pos_valley", "neg_peak", "neg_valley")):
+        assert st[f"taxonomy/{name}"] == int(((eff.bin == i) & m).sum())
+    assert sum(st[f"taxonomy/{n}"] for n in ("pos_peak", "pos_valley", "neg_peak", "neg_valley")) == int(
+        (m & (A != 0)).sum())
+    # gradient mass, closed form for grpo aggregation: |dl/dz_s| = |A_i| (1 - p_s) / (N |o_i|)
+    N = m.shape[0]
+    p_s = np.exp(logp.detach().numpy())
+    lens = m.sum(1, keepdims=True)
+    mass = np.abs(A) * (1 - p_s) / (N * lens) * m
+    edges = [0, .01, .1, .25, .5, 1.0000001]
+    for j, name in enumerate(GRADMASS_NAMES):
+        sel = (p_s >= edges[j]) & (p_s < edges[j + 1])
+        assert abs(st[name] - mass[sel].sum()) < 1e-6
+    assert abs(st["entropy"] - float(ent.detach()[ro.completion_mask > 0].mean())) < 1e-6
+
+
+def test_select_params_and_mixed_groups_errors():
+    model, _ = tiny()
+    with pytest.raises(ValueError, match="selects no trainable parameter"):
+        select_params(model, "no_such_param")
+    r = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 0.0], [0.0, 1.0]])
+    assert mixed_groups(r).tolist() == [0, 3]
