@@ -1,23 +1,43 @@
-"""bandits: numpy simulators of RLVR optimisation dynamics (sweeps, sequence bandit, experiments).
+"""bandits: numpy/numba simulators of RLVR optimisation dynamics.
 
-Names are re-exported lazily (PEP 562), so ``import bandits`` is cheap and a module that is still
-missing does not break the others.
+- contextual bandit (``envs``), its simulation engine (``engine``, ``reference``) and step-size
+  schedules (``schedules``);
+- token-level sequence bandits (``sequence``: shared log-linear token policy vs position-wise tabular);
+- resumable parquet sweeps over local cores or Ray (``sweep``, ``store``), the experiment registry
+  (``experiments``) and the ``gapdyn bandit`` command (``cli``).
+
+Names are re-exported lazily (PEP 562): ``import bandits`` imports nothing heavy, and a submodule
+that fails to import only breaks the names that come from it. Name clashes are resolved by prefix:
+``bandits.simulate`` is the contextual engine's, ``bandits.simulate_sequence`` the sequence bandit's.
 """
 
 from __future__ import annotations
 
 import importlib
 
-_EXPORTS: dict[str, str] = {
-    "run_sweep": "bandits.sweep",
-    "sweep_keys": "bandits.sweep",
-    "example_cell": "bandits.sweep",
-    "CellStore": "bandits.store",
-    "cell_key": "bandits.store",
-    "load_experiment": "bandits.experiments",
-    "EXPERIMENTS": "bandits.experiments",
+_MODULES: dict[str, tuple[str, ...]] = {
+    "bandits.envs": ("ContextualBandit", "make_bandit", "place_theta", "KINDS"),
+    "bandits.engine": ("DIRECTIONS", "MODES", "Dynamics", "Trajectory", "simulate", "run_grid"),
+    "bandits.reference": ("simulate_reference", "sample_arms"),
+    "bandits.schedules": (
+        "SCHEDULES", "Schedule", "AdamState", "adam_init", "adam_direction", "schedule_step", "decaying_step",
+        "line_search_step", "group_alignment_curvature", "adaptive_step",
+    ),
+    "bandits.sequence": (
+        "RULES", "SharedSequenceBandit", "TabularSequenceBandit", "SequenceSample", "rule_reward",
+        "critical_eta", "place_for_success_rate",
+    ),
+    "bandits.sweep": ("run_sweep", "sweep_keys", "example_cell", "BACKENDS"),
+    "bandits.store": ("CellStore", "cell_key"),
+    "bandits.experiments": ("EXPERIMENTS",),
 }
-_ALIASES = {"load_experiment": "load"}
+# exported name -> (module, attribute) where the two differ
+_RENAMED: dict[str, tuple[str, str]] = {
+    "simulate_sequence": ("bandits.sequence", "simulate"),
+    "load_experiment": ("bandits.experiments", "load"),
+}
+_EXPORTS: dict[str, tuple[str, str]] = {n: (m, n) for m, names in _MODULES.items() for n in names}
+_EXPORTS.update(_RENAMED)
 
 __all__ = sorted(_EXPORTS)
 
@@ -25,11 +45,14 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str):
     if name not in _EXPORTS:
         raise AttributeError(f"module 'bandits' has no attribute {name!r}")
-    mod = importlib.import_module(_EXPORTS[name])
-    value = getattr(mod, _ALIASES.get(name, name))
+    module, attr = _EXPORTS[name]
+    try:
+        value = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise AttributeError(f"bandits.{name} is unavailable: {module}.{attr} could not be loaded ({exc})") from exc
     globals()[name] = value
     return value
 
 
 def __dir__():
-    return sorted(list(globals()) + __all__)
+    return sorted(set(globals()) | set(__all__))

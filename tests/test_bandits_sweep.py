@@ -212,3 +212,22 @@ def test_ray_backend_matches_serial(tmp_path):
     again = run_sweep(example_cell, cells, name="r", store=tmp_path, backend="serial", progress=False)
     assert again.attrs["n_computed"] == 0
     pd.testing.assert_frame_equal(again, ref)
+
+
+def test_package_reexports_resolve_lazily():
+    import subprocess as sp
+
+    code = (
+        "import sys, bandits; assert 'bandits.sequence' not in sys.modules and 'torch' not in sys.modules;"
+        "missing = [n for n in bandits.__all__ if getattr(bandits, n, None) is None]; print(missing);"
+        "assert 'torch' not in sys.modules"
+    )
+    out = sp.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                 env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+    import bandits
+
+    assert bandits.simulate_sequence.__module__ == "bandits.sequence"
+    with pytest.raises(AttributeError):
+        bandits.no_such_name
