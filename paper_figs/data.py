@@ -16,12 +16,14 @@ and the figure is skipped with that message: data is never faked.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import inspect
+import io
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -37,6 +39,11 @@ __all__ = [
     "taxonomy_summary",
     "taxonomy_verdict",
     "default_store",
+    "LLMResults",
+    "llm_demo_config",
+    "llm_headline",
+    "llm_verdict",
+    "read_llm_results",
 ]
 
 MODES = ("test", "quick", "full")
@@ -272,11 +279,148 @@ class Sources:
         return out
 
 
+def critical_vs_length(results: pd.DataFrame, config) -> pd.DataFrame:
+    """eta* per (setting, instance, T) from the ``length`` experiment (its own ``critical_table``), plus
+    ``eta_star_rel`` = eta* / eta*(smallest T with a finite eta*) of the same (setting, instance), so
+    that instances with different scales can share one log-log plot."""
+    mod = _import("bandits.experiments.length", "figure 2")
+    crit = mod.critical_table(results, getattr(config, "level", 0.5))
+    crit = crit.sort_values(["setting", "instance", "T"]).reset_index(drop=True)
+
+    def rel(g):
+        fin = g[np.isfinite(g["eta_star"])]
+        ref = float(fin["eta_star"].iloc[0]) if len(fin) else np.nan
+        return g["eta_star"] / ref
+
+    crit["eta_star_rel"] = crit.groupby(["setting", "instance"], group_keys=False)[["eta_star", "T"]].apply(rel)
+    return crit
+
+
+def success_rate_view(results: pd.DataFrame, verdict: pd.DataFrame) -> pd.DataFrame:
+    """eta* against J from the ``success_rate`` experiment: columns one_minus_J, eta_star, series."""
+    raise NotAvailable("the success_rate experiment's results schema is not integrated yet")
+
+
 def _has_varkw(params) -> bool:
     return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
-def _load_llm(mode: str, out_dir: Path, *, seed: int | None, progress: bool):
-    """Placeholder until llm_probe's demo API lands (filled in at integration)."""
-    _import("llm_probe", "the tiny-Qwen figure")
-    raise NotAvailable("llm_probe's GRPO-vs-WAPO demo is not available yet")
+class LLMResults(NamedTuple):
+    """The tiny-Qwen demo's outputs (llm_probe.demo.run_demo), as tables.
+
+    runs: one row per run (llm_probe.demo.RUN_COLUMNS); metrics: per-step metrics of every run
+    (method, lr, seed, step, reward, entropy, entropy/pos_adv, entropy/neg_adv, taxonomy/<bin>, ...);
+    probes: per (run, probe step, probe prompt) rows of probe_prompts.jsonl (J_hat, M, ...) with
+    method, lr, seed; alerts: one row per alert (method, lr, seed, step, rule, value, threshold);
+    summary: summary.json; out_dir: where they live.
+    """
+
+    runs: pd.DataFrame
+    metrics: pd.DataFrame
+    probes: pd.DataFrame
+    alerts: pd.DataFrame
+    summary: dict
+    out_dir: Path
+
+
+def llm_demo_config(mode: str, out_dir: Path, *, seed: int | None = None):
+    """The llm_probe.demo.DemoConfig of a mode: "test" = 2 methods x 2 lrs x 1 seed x 8 steps on a
+    30-step warm-up (seconds); "quick" = 2 seeds x 60 steps (8 runs, about 3 CPU minutes); "full" = 5
+    seeds x 300 steps (SIMULATIONS.md: use >= 5 seeds). Everything else is llm_probe's default."""
+    demo = _import("llm_probe.demo", "the tiny-Qwen figure")
+    base = 0 if seed is None else int(seed)
+    sizes = {
+        "test": dict(seeds=(base,), steps=8, prompts_per_step=4, group_size=4, probe_every=2, probe_prompts=4,
+                     warmup_steps=30),
+        "quick": dict(seeds=tuple(base + i for i in range(2)), steps=60),
+        "full": dict(seeds=tuple(base + i for i in range(5)), steps=300),
+    }[mode]
+    return demo.DemoConfig(out_dir=str(out_dir), num_threads=1, **sizes)
+
+
+def _load_llm(mode: str, out_dir: Path, *, seed: int | None, progress: bool) -> LLMResults:
+    """Reuse ``out_dir`` when it holds a finished demo run of the same configuration, else run it."""
+    import json
+
+    demo = _import("llm_probe.demo", "the tiny-Qwen figure")
+    cfg = llm_demo_config(mode, out_dir, seed=seed)
+    stamp = out_dir / "paper_figs_config.json"
+    want = json.dumps(dataclasses.asdict(cfg), sort_keys=True, default=str)
+    done = stamp.exists() and stamp.read_text() == want and (out_dir / "runs.parquet").exists()
+    if not done:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        stamp.unlink(missing_ok=True)
+        quiet = contextlib.redirect_stderr(io.StringIO()) if not progress else contextlib.nullcontext()
+        with quiet:  # the demo's own tqdm bars (and transformers' loading bars) write to stderr
+            demo.run_demo(cfg)
+        stamp.write_text(want)
+    return read_llm_results(out_dir)
+
+
+def read_llm_results(out_dir) -> LLMResults:
+    """Read a finished ``llm_probe.demo`` output folder into :class:`LLMResults`."""
+    import json
+
+    out_dir = Path(out_dir)
+    if not (out_dir / "runs.parquet").exists():
+        raise NotAvailable(f"no finished llm_probe demo in {out_dir} (runs.parquet missing)")
+    runs = pd.read_parquet(out_dir / "runs.parquet")
+    metrics = pd.read_parquet(out_dir / "metrics_all.parquet")
+    probes, alerts = [], []
+    for r in runs.itertuples(index=False):
+        d = out_dir / f"{r.method}_lr{r.lr:g}_s{r.seed}"
+        tag = {"method": r.method, "lr": float(r.lr), "seed": int(r.seed)}
+        pp = d / "probe_prompts.jsonl"
+        if pp.exists() and pp.stat().st_size:
+            probes.append(pd.read_json(pp, lines=True).assign(**tag))
+        al = d / "alerts.json"
+        if al.exists():
+            alerts += [{**tag, **a} for a in json.loads(al.read_text())]
+    summary = json.loads((out_dir / "summary.json").read_text()) if (out_dir / "summary.json").exists() else {}
+    return LLMResults(
+        runs=runs,
+        metrics=metrics,
+        probes=pd.concat(probes, ignore_index=True) if probes else pd.DataFrame(
+            columns=["step", "prompt_id", "J_hat", "M", "method", "lr", "seed"]),
+        alerts=pd.DataFrame(alerts, columns=["method", "lr", "seed", "step", "rule", "value", "threshold"]),
+        summary=summary,
+        out_dir=out_dir,
+    )
+
+
+def llm_headline(res: LLMResults) -> dict:
+    """Per (method, lr): runs, collapsed runs, mean reward over the first and last 25 steps."""
+    out: dict[str, object] = {}
+    for (m, lr), g in res.runs.groupby(["method", "lr"], sort=True):
+        key = f"{m} lr={lr:g}"
+        out[f"{key}: runs"] = int(len(g))
+        out[f"{key}: collapsed"] = int(g["collapsed"].sum())
+        out[f"{key}: reward first 25"] = float(g["reward_first25"].mean())
+        out[f"{key}: reward last 25"] = float(g["reward_last25"].mean())
+    collapsed = res.runs[res.runs["collapsed"].astype(bool)]
+    out["collapsed runs"] = "; ".join(f"{r.method} lr={r.lr:g} seed={r.seed} ({r.collapse_rule}@{r.collapse_step})"
+                                      for r in collapsed.itertuples()) or "none"
+    return out
+
+
+def llm_verdict(res: LLMResults) -> pd.DataFrame:
+    """WAPO's stability claim on the tiny Qwen: at each lr, WAPO collapses in no more runs than GRPO and
+    ends with at least GRPO's mean reward (last 25 steps). With few seeds this is a smoke test."""
+    rows = []
+    runs = res.runs
+    for lr, g in runs.groupby("lr", sort=True):
+        by = g.groupby("method")
+        if not {"grpo", "wapo"} <= set(by.groups):
+            continue
+        col = by["collapsed"].sum()
+        rew = by["reward_last25"].mean()
+        n = int(by.size().min())
+        setting = f"tiny Qwen, 2-digit addition, Adam lr={lr:g}, {n} seed(s), {int(g['steps_run'].max())} steps"
+        signal = bool(g["reward_first25"].max() > 0)  # no reward at all: no gradient, nothing to compare
+        rows.append(("WAPO collapses in no more runs than GRPO", setting,
+                     f"wapo {int(col['wapo'])}/{n}, grpo {int(col['grpo'])}/{n}", "wapo <= grpo",
+                     ("holds" if col["wapo"] <= col["grpo"] else "does not hold") if signal else "not measured"))
+        rows.append(("WAPO ends at least as high as GRPO (mean reward, last 25 steps)", setting,
+                     f"wapo {rew['wapo']:.3f}, grpo {rew['grpo']:.3f}", "wapo >= grpo",
+                     ("holds" if rew["wapo"] >= rew["grpo"] else "does not hold") if signal else "not measured"))
+    return pd.DataFrame(rows, columns=["claim", "setting", "measured", "expected", "holds"])

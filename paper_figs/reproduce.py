@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from . import report
 from .cli import FIGURES, figure_module, make_figures
-from .data import NotAvailable, Sources, taxonomy_verdict
+from .data import NotAvailable, Sources, llm_verdict, taxonomy_verdict
 from .style import OUT_DIR
 
 __all__ = ["EXPERIMENT_ORDER", "reproduce", "main"]
@@ -69,9 +69,7 @@ def reproduce(*, mode: str = "quick", out_dir=None, store=None, seed=None, n_job
                 unavailable[f"experiment {name}"] = f"not available yet: {exc}"
         elif kind == "llm":
             try:
-                llm = sources.llm()
-                if getattr(llm, "verdict", None) is not None:
-                    verdict_tables.append(report.normalise_verdict(llm.verdict, "llm_probe"))
+                verdict_tables.append(report.normalise_verdict(llm_verdict(sources.llm()), "llm_probe"))
             except NotAvailable as exc:
                 unavailable["llm_probe demo"] = f"not available yet: {exc}"
         else:
