@@ -30,7 +30,7 @@ from numba import njit
 
 from .timing import Stat, repeat
 
-__all__ = ["stream_bandwidth", "fused_exact_ceiling", "ceiling_kernel_flops", "exp_rate"]
+__all__ = ["stream_bandwidth", "fused_exact_ceiling", "ceiling_kernel_flops", "exp_rate", "ceiling_problem", "ceiling_run"]
 
 
 @njit(cache=True)
@@ -136,15 +136,27 @@ def ceiling_kernel_flops(K: int, d: int) -> int:
     return 2 * K * d + 2 * K * d + 4 * K + 3 * d + 12
 
 
+def ceiling_problem(K: int, d: int, seed: int = 0):
+    """(featT [d, K], npos): the ceiling kernel's context; arms 0..npos-1 are the correct ones."""
+    featT = np.ascontiguousarray(np.random.default_rng(seed).normal(size=(d, K)))
+    return featT, max(1, K // 10)
+
+
+def ceiling_run(featT, npos: int, theta0, eta, steps: int, *, fastmath: bool = False) -> np.ndarray:
+    """Final theta [R, C, d] of the ceiling kernel: exact ascent theta += eta J (1 - J) Gap per context
+    (= bandits.engine's exact "reinforce" dynamics on C copies of the context; tests check that)."""
+    th = np.array(theta0, dtype=np.float64, copy=True)
+    (_ceiling_fast if fastmath else _ceiling_strict)(featT, int(npos), th, np.asarray(eta, np.float64), int(steps))
+    return th
+
+
 def fused_exact_ceiling(K: int = 100, d: int = 16, C: int = 32, R: int = 8, steps: int = 200, *,
                         fastmath: bool = False, repeats: int = 5, seed: int = 0) -> Stat:
     """Context-arm updates per second of the minimal fused exact update (module doc), median of repeats."""
     for name, v in (("K", K), ("d", d), ("C", C), ("R", R), ("steps", steps)):
         if v < 1 or (name == "K" and v < 2):
             raise ValueError(f"{name} must be a positive integer (K >= 2), got {v}")
-    rng = np.random.default_rng(seed)
-    featT = np.ascontiguousarray(rng.normal(size=(d, K)))
-    npos = max(1, K // 10)
+    featT, npos = ceiling_problem(K, d, seed)
     theta0 = np.zeros((R, C, d))
     eta = np.geomspace(0.01, 1.0, R)
     kern = _ceiling_fast if fastmath else _ceiling_strict

@@ -115,6 +115,8 @@ def _cache_sizes() -> str:
     try:
         for idx in sorted(os.listdir(base)):
             p = os.path.join(base, idx)
+            if not idx.startswith("index"):
+                continue
             lvl = open(os.path.join(p, "level")).read().strip()
             typ = open(os.path.join(p, "type")).read().strip()
             size = open(os.path.join(p, "size")).read().strip()

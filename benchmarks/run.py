@@ -1,0 +1,339 @@
+"""The benchmark table: ``python -m benchmarks [--quick] [--skip-llm] [--out FILE]``.
+
+Sections (BENCHMARKS.md explains each): 0 machine ceilings, 1 bandit engine vs reference (+ roofline),
+2 sequence bandit vs T, 3 llm_probe probe costs and memory, 4 scaling. Targets of issue 6 are checked on
+the medians and printed as MET / MISSED; correctness of every fast path against its reference is printed
+next to its speed (max |difference|).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass, replace
+
+from . import bandit as bb
+from . import roofline as rl
+from . import sequence as sq
+from .timing import load_average, machine_info
+
+__all__ = ["Sizes", "FULL", "QUICK", "TINY", "run_all", "format_report", "main", "TARGETS"]
+
+TARGETS = {"exact_vs_ref": 5.0, "exact_vs_roofline": 0.5, "sampled_vs_ref": 30.0, "probe_overhead": 1.5}
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much of each measurement to do."""
+
+    repeats: int = 5
+    workload: bb.Workload = bb.WORKLOAD
+    stream_n: int = 1 << 23
+    ceiling_steps: int = 200
+    scale_steps: int = 50
+    scale_K: tuple = (10, 100, 1000)
+    scale_C: tuple = (8, 32, 128)
+    scale_R: tuple = (8, 64, 256)
+    scale_G: tuple = (2, 8, 32)
+    seq_T: tuple = (1, 4, 16, 64)
+    seq_runs: int = 16
+    seq_steps: int = 20
+    llm_warmup: int = 400
+    llm_spec: str | None = None  # None: TinyQwenSpec defaults; "small": hidden 32 (tests)
+    llm_B: int = 16
+    llm_G: int = 8
+    llm_repeats: int = 5
+    llm_scale_G: tuple = (4, 8, 16)
+    llm_scale_B: tuple = (4, 16, 32)
+    profile_steps: int = 3
+
+
+FULL = Sizes()
+QUICK = Sizes(
+    repeats=3, workload=replace(bb.WORKLOAD, steps=50, ref_runs=2, ref_steps=20), stream_n=1 << 22,
+    ceiling_steps=50, scale_steps=10, scale_K=(10, 100, 1000), scale_C=(8, 32, 128), scale_R=(8, 64, 256),
+    scale_G=(2, 8, 32), seq_T=(1, 8, 32), seq_runs=8, seq_steps=5, llm_warmup=200, llm_repeats=3,
+    llm_scale_G=(4, 8), llm_scale_B=(4, 16), profile_steps=1,
+)
+TINY = Sizes(
+    repeats=1, workload=bb.Workload(n_contexts=3, n_arms=12, dim=4, n_correct=3, n_seeds=2, n_etas=2, group_size=4,
+                                    steps=6, ref_runs=2, ref_steps=6),
+    stream_n=1 << 12, ceiling_steps=2, scale_steps=2, scale_K=(5, 10), scale_C=(2,), scale_R=(2,), scale_G=(2,),
+    seq_T=(1, 3), seq_runs=3, seq_steps=2, llm_warmup=0, llm_B=3, llm_G=4, llm_repeats=1, llm_scale_G=(2,),
+    llm_scale_B=(2,), profile_steps=1, llm_spec="small",
+)
+
+
+def _spec(name):
+    """TinyQwenSpec for Sizes.llm_spec: None (defaults) or "small" (hidden 32: the tests' size)."""
+    from llm_probe import TinyQwenSpec
+
+    if name is None:
+        return TinyQwenSpec()
+    if name == "small":
+        return TinyQwenSpec(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                            num_key_value_heads=2, head_dim=8)
+    raise ValueError(f"llm_spec must be None or 'small', got {name!r}")
+
+
+def _log(msg: str, verbose: bool):
+    if verbose:
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def run_all(sizes: Sizes = FULL, *, llm: bool = True, verbose: bool = False) -> dict:
+    """Every measurement of the table, as a dict of result objects (see format_report)."""
+    res: dict = {"sizes": sizes, "load_before": load_average()}
+    w = sizes.workload
+    t0 = time.perf_counter()
+    _log("machine ceilings", verbose)
+    res["stream"] = rl.stream_bandwidth(sizes.stream_n, repeats=sizes.repeats)
+    res["exp"] = rl.exp_rate(repeats=sizes.repeats)
+    ck = dict(K=w.n_arms, d=w.dim, C=w.n_contexts, R=8, steps=sizes.ceiling_steps, repeats=sizes.repeats)
+    res["ceiling"] = {"strict": rl.fused_exact_ceiling(**ck), "fastmath": rl.fused_exact_ceiling(fastmath=True, **ck)}
+    for mode in ("exact", "sampled"):
+        _log(f"bandit {mode}: engine vs reference", verbose)
+        res[f"bandit_{mode}"] = bb.engine_vs_reference(w, mode, repeats=sizes.repeats)
+    _log("sequence bandit vs T", verbose)
+    res["sequence"] = [sq.sequence_point(m, dr, T, runs=sizes.seq_runs, steps=sizes.seq_steps,
+                                         repeats=sizes.repeats, group_size=w.group_size)
+                       for m in sq.SEQ_MODELS for dr in ("sampled", "logodds") for T in sizes.seq_T]
+    _log("bandit scaling", verbose)
+    ws = replace(w, steps=sizes.scale_steps)
+    reps = max(1, min(3, sizes.repeats))
+    res["scaling"] = {}
+    for mode in ("exact", "sampled"):
+        for axis, vals in (("n_arms", sizes.scale_K), ("n_contexts", sizes.scale_C), ("runs", sizes.scale_R)):
+            res["scaling"][(mode, axis)] = bb.scaling(ws, mode, axis, vals, repeats=reps)
+    res["scaling"][("sampled", "group_size")] = bb.scaling(ws, "sampled", "group_size", sizes.scale_G, repeats=reps)
+    if llm:
+        res.update(_run_llm(sizes, verbose))
+    res["load_after"] = load_average()
+    res["wall_s"] = time.perf_counter() - t0
+    return res
+
+
+def _run_llm(sizes: Sizes, verbose: bool) -> dict:
+    from . import llm as lb
+
+    out = {}
+    setup = lb.LLMSetup(prompts_per_step=sizes.llm_B, group_size=sizes.llm_G, warmup_steps=sizes.llm_warmup,
+                        spec=_spec(sizes.llm_spec))
+    _log(f"llm: warm-up ({setup.warmup_steps} steps)", verbose)
+    model, tok, task, acc = lb.warm_policy(setup)
+    out["llm_acc"] = acc
+    _log("llm: train step, probes off / on", verbose)
+    out["llm_steps"] = lb.step_times(model, tok, task, setup, repeats=sizes.llm_repeats)
+    _log("llm: alignment routes", verbose)
+    out["llm_routes"] = lb.route_times(model, tok, task, setup, repeats=sizes.llm_repeats)
+    _log("llm: peak memory", verbose)
+    out["llm_route_mem"] = lb.route_memory(model, tok, task, setup)
+    out["llm_step_mem"] = lb.step_memory(model, tok, task, setup)
+    _log("llm: profile", verbose)
+    out["llm_profile"] = {p: lb.profile_step(model, tok, task, setup, p, steps=sizes.profile_steps)
+                          for p in ("off", "dot", "jvp")}
+    _log("llm: scaling", verbose)
+    reps = max(1, min(3, sizes.llm_repeats))
+    scal = {}
+    for axis, vals in (("group_size", sizes.llm_scale_G), ("prompts_per_step", sizes.llm_scale_B)):
+        for v in vals:
+            scal[(axis, v)] = lb.step_times(model, tok, task, replace(setup, **{axis: v}), configs=("off", "dot"),
+                                            repeats=reps)
+    out["llm_scaling"] = scal
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# formatting
+
+
+def _m(stat, f=1.0, fmt="{:.2f}"):
+    return fmt.format(stat.median * f)
+
+
+def _ms(stat, f=1.0, fmt="{:.2f}"):
+    return f"{_m(stat, f, fmt)} {stat.spread()}"
+
+
+def _table(header, rows) -> list[str]:
+    cols = [header] + rows
+    wd = [max(len(str(r[i])) for r in cols) for i in range(len(header))]
+    line = lambda r: "| " + " | ".join(str(x).ljust(n) for x, n in zip(r, wd)) + " |"  # noqa: E731
+    return [line(header), "|" + "|".join("-" * (n + 2) for n in wd) + "|"] + [line(r) for r in rows]
+
+
+def _verdict(ok: bool) -> str:
+    return "MET" if ok else "MISSED"
+
+
+def roofline(res: dict) -> dict:
+    """Ceilings in context-arm updates / s: memory (triad BW / 8 (d + 1)), compute (best fused kernel)."""
+    w = res["sizes"].workload
+    mem = res["stream"]["triad"].median / (8.0 * (w.dim + 1))
+    comp = max(res["ceiling"]["strict"].median, res["ceiling"]["fastmath"].median)
+    return {"memory": mem, "compute": comp, "roofline": min(mem, comp), "strict": res["ceiling"]["strict"].median}
+
+
+def targets(res: dict) -> dict[str, tuple[float, bool]]:
+    """(measured median, met) per issue-6 target present in res."""
+    out = {}
+    roof = roofline(res)
+    if "bandit_exact" in res:
+        e = res["bandit_exact"]
+        out["exact_vs_ref"] = (e.speedup.median, e.speedup.median >= TARGETS["exact_vs_ref"])
+        frac = e.engine_rate.median / roof["roofline"]
+        out["exact_vs_roofline"] = (frac, frac >= TARGETS["exact_vs_roofline"])
+    if "bandit_sampled" in res:
+        s = res["bandit_sampled"].speedup.median
+        out["sampled_vs_ref"] = (s, s >= TARGETS["sampled_vs_ref"])
+    if "llm_steps" in res:
+        o = max(v.median for k, v in res["llm_steps"].overhead.items() if k != "off")
+        out["probe_overhead"] = (o, o <= TARGETS["probe_overhead"])
+    return out
+
+
+def format_report(res: dict) -> str:
+    sz = res["sizes"]
+    w = sz.workload
+    info = machine_info()
+    L = []
+    L.append("## Machine")
+    for k in ("cpu", "cores", "caches", "python", "numpy", "numba", "torch"):
+        L.append(f"- {k}: {info[k]}")
+    lb, la = res["load_before"], res["load_after"]
+    L.append(f"- load average (1/5/15 min): before {lb[0]:.2f} {lb[1]:.2f} {lb[2]:.2f}, "
+             f"after {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}; wall {res['wall_s']:.0f} s")
+    L.append(f"- every figure: median of {sz.repeats} repeats (LLM: {sz.llm_repeats}) [min, max relative to "
+             f"the median]; ratios are per-repeat ratios of interleaved timings")
+    L.append("")
+    L.append("## 0. Machine ceilings (single core, float64)")
+    roof = roofline(res)
+    flops = rl.ceiling_kernel_flops(w.n_arms, w.dim) / w.n_arms
+    L += _table(["quantity", "value"], [
+        ["STREAM triad bandwidth (GB/s)", _ms(res["stream"]["triad"], 1e-9)],
+        ["STREAM copy bandwidth (GB/s)", _ms(res["stream"]["copy"], 1e-9)],
+        ["math.exp rate (M/s; one per arm-update)", _ms(res["exp"], 1e-6)],
+        [f"memory ceiling BW/(8(d+1)) (M upd/s)", f"{roof['memory'] / 1e6:.1f}"],
+        ["fused exact kernel, IEEE order (M upd/s)", _ms(res["ceiling"]["strict"], 1e-6)
+         + f" = {res['ceiling']['strict'].median * flops / 1e9:.2f} GFLOP/s"],
+        ["fused exact kernel, fastmath (M upd/s)", _ms(res["ceiling"]["fastmath"], 1e-6)
+         + f" = {res['ceiling']['fastmath'].median * flops / 1e9:.2f} GFLOP/s"],
+        ["roofline = min(memory, best compute) (M upd/s)", f"{roof['roofline'] / 1e6:.1f}"],
+    ])
+    L.append("")
+    L.append(f"## 1. Bandit throughput: bandits.engine vs bandits.reference (method {w.method}, C={w.n_contexts}, "
+             f"K={w.n_arms}, d={w.dim}, {w.runs} runs = {w.n_seeds} seeds x {w.n_etas} etas, G={w.group_size})")
+    L.append(f"engine: all {w.runs} runs x {w.steps} steps per call; reference: {len(bb._ref_subset(w))} runs x "
+             f"{w.ref_steps} steps per call (linear in both). M upd/s = million context-arm updates per second.")
+    rows = []
+    for mode in ("exact", "sampled"):
+        r = res[f"bandit_{mode}"]
+        tgt = TARGETS["exact_vs_ref"] if mode == "exact" else TARGETS["sampled_vs_ref"]
+        rows.append([mode, _ms(r.engine_rate, 1e-6), _ms(r.ref_rate, 1e-6, "{:.3f}"), _ms(r.speedup, 1, "{:.1f}x"),
+                     f">= {tgt:g}x: {_verdict(r.speedup.median >= tgt)}",
+                     f"{r.engine_rate.median / roof['roofline']:.2f} ({r.engine_rate.median / roof['strict']:.2f})",
+                     f"{r.maxdiff:.1e}"])
+    L += _table(["mode", "engine M upd/s", "reference M upd/s", "speedup", "target", "engine/roofline (/IEEE kernel)",
+                 "max|engine-ref|"], rows)
+    L.append("")
+    L.append("## 2. Sequence bandit (bandits.sequence.simulate): time per run-step vs T")
+    L.append(f"batched: {sz.seq_runs} runs in one call; looped: one call per run (reference). V=10, d=4, MAJ, GRPO, "
+             f"G={w.group_size}. max|diff|: J_final batched vs looped (exact direction only).")
+    rows = [[p.model, p.direction, p.T, _ms(p.batched, 1e6, "{:.0f}"), _ms(p.looped, 1e6, "{:.0f}"),
+             _ms(p.speedup, 1, "{:.1f}x"), "-" if p.maxdiff != p.maxdiff else f"{p.maxdiff:.1e}"]
+            for p in res["sequence"]]
+    L += _table(["model", "direction", "T", "batched us/run-step", "looped us/run-step", "speedup", "max|diff|"], rows)
+    L.append("")
+    if "llm_steps" in res:
+        L += _format_llm(res)
+    L.append("## 4. Scaling of bandits.engine (time per run-step; other sizes as in section 1, "
+             f"{sz.scale_steps} steps)")
+    rows = []
+    for (mode, axis), pts in res["scaling"].items():
+        base = None
+        for v, st in pts:
+            C = v if axis == "n_contexts" else w.n_contexts
+            K = v if axis == "n_arms" else w.n_arms
+            G = v if axis == "group_size" else w.group_size
+            per = st.median
+            base = base or (per, v)
+            rows.append([mode, axis, v, _ms(st, 1e6, "{:.1f}"), f"{per / (C * K) * 1e9:.1f}",
+                         f"{per / base[0]:.2f}", f"{v / base[1]:.3g}" + (f" (G {G})" if axis == "group_size" else "")])
+    L += _table(["mode", "axis", "value", "us/run-step", "ns/context-arm", "time vs first", "size vs first"], rows)
+    L.append("")
+    if "llm_scaling" in res:
+        rows = []
+        for (axis, v), st in res["llm_scaling"].items():
+            rows.append([axis, v, _ms(st.times["off"], 1e3, "{:.0f}"), _ms(st.times["dot"], 1e3, "{:.0f}"),
+                         _ms(st.overhead["dot"], 1, "{:.2f}x"), f"{st.mixed_per_step:.1f}"])
+        L.append("llm_probe train step (tiny Qwen, 1 thread) vs group size G and prompts per step B "
+                 "(the other at its section-3 value):")
+        L += _table(["axis", "value", "probes off ms", "probes on (dot) ms", "on/off", "mixed groups/step"], rows)
+        L.append("")
+    L.append("## Targets (issue 6)")
+    names = {"exact_vs_ref": f"exact engine >= {TARGETS['exact_vs_ref']:g}x reference",
+             "exact_vs_roofline": f"exact engine >= {TARGETS['exact_vs_roofline']:g} of roofline",
+             "sampled_vs_ref": f"sampled engine >= {TARGETS['sampled_vs_ref']:g}x reference",
+             "probe_overhead": f"all probes on <= {TARGETS['probe_overhead']:g}x plain step (worst config)"}
+    L += _table(["target", "measured (median)", "status"],
+                [[names[k], f"{v:.2f}", _verdict(ok)] for k, (v, ok) in targets(res).items()])
+    return "\n".join(L) + "\n"
+
+
+def _format_llm(res: dict) -> list[str]:
+    L = []
+    st, rt = res["llm_steps"], res["llm_routes"]
+    s = st.setup
+    L.append(f"## 3. llm_probe: tiny Qwen (hidden {s.spec.hidden_size}, {s.spec.num_hidden_layers} layers), CPU, "
+             f"torch.set_num_threads(1); B={s.prompts_per_step} prompts x G={s.group_size}, "
+             f"{s.max_new_tokens} new tokens, {s.probe_prompts} probe prompts; warm-up {s.warmup_steps} steps "
+             f"(sampled accuracy {res['llm_acc']:.2f})")
+    L.append(f"train step (Trainer.train_step, GRPO, Adam): mean batch reward {st.reward:.2f}, "
+             f"{st.mixed_per_step:.1f} mixed groups/step; same training trajectory in every config: "
+             f"{st.same_trajectory}")
+    mem = res["llm_step_mem"]
+    rows = []
+    for c in st.times:
+        rows.append([c, _ms(st.times[c], 1e3, "{:.0f}"), _ms(st.overhead[c], 1, "{:.2f}x"),
+                     f"{mem[c][0] / 2**20:.1f}", f"{mem[c][1] / 2**20:.2f}"])
+    L += _table(["probes", "ms/step", "vs off", "peak torch MiB", "peak tracemalloc MiB"], rows)
+    L.append("")
+    L.append(f"alignment routes on one rollout with all {rt.n_prompts} groups mixed ({rt.n_params} parameters, "
+             f"random direction): max|dmu_jvp - dmu_dot| = {rt.maxdiff:.2e} (max|dmu| = {rt.scale:.3g}, float32)")
+    m2 = res["llm_route_mem"]
+    base = rt.times["loss_fwd_bwd"]
+    labels = {"loss_fwd_bwd": "plain loss forward+backward",
+              "backward_route": f"per-prompt gaps ({rt.n_prompts} backwards) + dots",
+              "jvp_route": "forward-mode JVP (one pass)"}
+    rows = [[labels[k], _ms(v, 1e3, "{:.0f}"), f"{v.median / base.median:.2f}x", f"{m2[k][0] / 2**20:.1f}",
+             f"{m2[k][1] / 2**20:.2f}"] for k, v in rt.times.items()]
+    L += _table(["route", "ms", "vs loss fwd+bwd", "peak torch MiB", "peak tracemalloc MiB"], rows)
+    L.append("")
+    prof = res["llm_profile"]
+    keys = ["total", "make_rollout", "compute_loss", "backward", "per_prompt_gaps", "prompt_objectives",
+            "jvp_alignment", "_alignment", "token_stats", "optimizer step"]
+    L.append("cProfile of train_step (cumulative ms per step; nested entries overlap):")
+    L += _table(["probes"] + keys, [[p] + [f"{prof[p].get(k, 0.0) * 1e3:.0f}" for k in keys] for p in prof])
+    L.append("")
+    return L
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (about a minute)")
+    ap.add_argument("--tiny", action="store_true", help="smoke-test sizes (seconds; numbers meaningless)")
+    ap.add_argument("--skip-llm", action="store_true", help="leave out section 3 (no torch import)")
+    ap.add_argument("--out", default=None, help="also write the report to this file")
+    ap.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    a = ap.parse_args(argv)
+    sizes = TINY if a.tiny else QUICK if a.quick else FULL
+    res = run_all(sizes, llm=not a.skip_llm, verbose=not a.quiet)
+    cmd = "python -m benchmarks " + " ".join(argv if argv is not None else sys.argv[1:])
+    text = f"# gapdyn benchmarks ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})\ncommand: `{cmd.strip()}`\n\n"
+    text += format_report(res)
+    print(text)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text)
+    return 0

@@ -1,0 +1,156 @@
+"""Smoke test of the benchmark harness (benchmarks/, `python -m benchmarks`) at tiny sizes: it runs, and
+every fast path it times gives the same numbers as the reference path it is timed against, on the
+benchmarked workloads (bandit engine vs the plain loop on C=32, K=100, d=16; the roofline kernel vs the
+engine; batched vs per-run sequence simulation; JVP vs per-prompt-backward alignment; probes on vs off
+leave the training trajectory unchanged). No timing assertions."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from bandits.engine import Dynamics, simulate
+from bandits.envs import ContextualBandit
+from benchmarks import bandit as bb
+from benchmarks import roofline as rl
+from benchmarks import sequence as sq
+from benchmarks.run import TINY, format_report, run_all, targets
+from benchmarks.timing import Stat, interleaved, ratio
+
+# the benchmarked workload (section 1), few steps: the reference loop costs ~4 ms per run-step here
+SHORT = replace(bb.WORKLOAD, steps=8, ref_runs=3, ref_steps=8)
+
+
+@pytest.mark.parametrize("mode", ["exact", "sampled"])
+def test_engine_equals_reference_on_benchmark_workload(mode):
+    r = bb.engine_vs_reference(SHORT, mode, repeats=1)
+    assert r.maxdiff_by["n_decrease"] == 0
+    assert r.maxdiff < 1e-9, r.maxdiff_by
+    assert r.engine_rate.median > 0 and r.ref_rate.median > 0
+
+
+def test_compare_trajectories_detects_a_difference():
+    w = TINY.workload
+    b, (eta, seed) = w.bandit(), bb.grid(w)
+    a = simulate(b, w.dynamics("exact"), eta=eta, seed=seed)
+    c = simulate(b, w.dynamics("exact"), eta=eta * (1 + 1e-6), seed=seed)
+    assert max(bb.compare_trajectories(a, a).values()) == 0.0
+    assert max(bb.compare_trajectories(a, c).values()) > 1e-12
+
+
+def test_engine_full_grid_rows_equal_subset_runs():
+    """The timed call (all runs) and the checked call (reference's runs) compute the same rows."""
+    w = replace(TINY.workload, n_seeds=3, n_etas=3, ref_runs=3)
+    b, (eta, seed) = w.bandit(), bb.grid(w)
+    sub = bb._ref_subset(w)
+    for mode in ("exact", "sampled"):
+        full = simulate(b, w.dynamics(mode), eta=eta, seed=seed)
+        part = simulate(b, w.dynamics(mode), eta=eta[sub], seed=seed[sub])
+        np.testing.assert_array_equal(full.theta_final[sub], part.theta_final)
+
+
+@pytest.mark.parametrize("fastmath,tol", [(False, 1e-12), (True, 1e-8)])
+def test_roofline_kernel_is_the_exact_update(fastmath, tol):
+    """The ceiling kernel does real work: exact REINFORCE ascent, equal to bandits.engine on C copies."""
+    K, d, C, T = 30, 5, 3, 25
+    featT, npos = rl.ceiling_problem(K, d, seed=1)
+    eta = np.array([0.05, 0.5, 3.0])
+    bandit = ContextualBandit(np.broadcast_to(featT.T, (C, K, d)).copy(),
+                              np.broadcast_to((np.arange(K) < npos).astype(float), (C, K)).copy())
+    ref = simulate(bandit, Dynamics(method="reinforce", mode="exact", steps=T), eta=eta)
+    th = rl.ceiling_run(featT, npos, np.zeros((3, C, d)), eta, T, fastmath=fastmath)
+    np.testing.assert_allclose(th, ref.theta_final, rtol=0, atol=tol)
+    assert np.abs(th).max() > 1e-3  # it moved
+
+
+def test_machine_ceilings_are_positive():
+    bw = rl.stream_bandwidth(1 << 12, repeats=1)
+    assert all(np.isfinite(v.median) and v.median > 0 for v in bw.values())
+    assert rl.exp_rate(n=10, reps=10, repeats=1).median > 0
+    assert rl.fused_exact_ceiling(K=10, d=3, C=2, R=2, steps=2, repeats=1).median > 0
+    with pytest.raises(ValueError, match="K"):
+        rl.fused_exact_ceiling(K=1)
+
+
+@pytest.mark.parametrize("model", sq.SEQ_MODELS)
+def test_sequence_batched_equals_looped(model):
+    p = sq.sequence_point(model, "logodds", 3, runs=3, steps=3, repeats=1, loop_runs=3)
+    assert p.maxdiff <= 1e-12
+    s = sq.sequence_point(model, "sampled", 2, runs=2, steps=2, repeats=1)
+    assert np.isnan(s.maxdiff) and s.batched.median > 0
+
+
+def test_timing_helpers():
+    s = Stat((1.0, 2.0, 4.0))
+    assert s.median == 2.0 and s.spread() == "[-50%,+100%]"
+    assert s.inverse(4.0).values == (4.0, 2.0, 1.0)
+    assert ratio(Stat((2.0, 6.0)), Stat((1.0, 2.0))).values == (2.0, 3.0)
+    calls = []
+    t = interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=2, warmup=1)
+    assert calls == ["a", "b"] * 3 and len(t["a"].values) == 2
+    with pytest.raises(ValueError, match="repeats"):
+        interleaved({}, repeats=0)
+
+
+def test_report_without_llm():
+    res = run_all(TINY, llm=False)
+    text = format_report(res)
+    for head in ("## 0.", "## 1.", "## 2.", "## 4.", "## Targets"):
+        assert head in text
+    assert res["bandit_exact"].maxdiff < 1e-9 and res["bandit_sampled"].maxdiff < 1e-9
+    assert set(targets(res)) == {"exact_vs_ref", "exact_vs_roofline", "sampled_vs_ref"}
+
+
+def test_cli_runs():
+    out = subprocess.run([sys.executable, "-m", "benchmarks", "--tiny", "--skip-llm", "-q"], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "## Targets (issue 6)" in out.stdout
+
+
+# ---- llm_probe (torch) --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_policy():
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from benchmarks import llm as lb
+    from benchmarks.run import _spec
+
+    setup = lb.LLMSetup(prompts_per_step=3, group_size=4, probe_prompts=2, warmup_steps=0, spec=_spec("small"))
+    model, tok, task, _ = lb.warm_policy(setup)
+    return lb, setup, model, tok, task
+
+
+@pytest.mark.llm
+def test_jvp_route_equals_backward_route(small_policy):
+    lb, setup, model, tok, task = small_policy
+    rt = lb.route_times(model, tok, task, setup, repeats=1)
+    assert rt.n_prompts == setup.prompts_per_step
+    assert rt.maxdiff <= 1e-4 * max(rt.scale, 1.0)  # float32 forward-mode vs reverse-mode
+
+
+@pytest.mark.llm
+def test_probes_do_not_change_the_training_trajectory(small_policy):
+    lb, setup, model, tok, task = small_policy
+    st = lb.step_times(model, tok, task, setup, configs=("off", "dot", "jvp"), repeats=2, warmup=0)
+    assert st.same_trajectory
+    assert set(st.overhead) == {"off", "dot", "jvp"} and st.overhead["off"].median == 1.0
+
+
+@pytest.mark.llm
+def test_peak_memory_sees_an_allocation():
+    torch = pytest.importorskip("torch")
+    from benchmarks.llm import peak_memory
+
+    def f():
+        a = torch.ones(1 << 20, dtype=torch.float64)  # 8 MiB
+        return float(a.sum())
+
+    peak, _ = peak_memory(f)
+    assert peak >= 8 * 2**20
