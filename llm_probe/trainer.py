@@ -226,7 +226,7 @@ class Trainer:
         self.opt.zero_grad(set_to_none=True)
         fault = None
         if not torch.isfinite(loss):
-            fault = f"non-finite loss ({float(loss)})"
+            fault = f"non-finite loss ({float(loss.detach())})"
         else:
             if loss.requires_grad:
                 loss.backward()

@@ -26,11 +26,32 @@ def tiny(arch: str = "qwen2", seed: int = 0, spec: TinyQwenSpec = SMALL, dtype="
     return build_tiny_qwen(tok, spec, seed=seed, dtype=dtype), tok
 
 
+WARM = dict(steps=250, batch_size=128, lr=1e-3, seed=0)
+
+
 @functools.lru_cache(maxsize=1)
 def _warm_state():
+    """Warmed weights; cached on disk (temp dir, keyed by versions and settings): deterministic, ~10 s to rebuild."""
+    import os
+    import tempfile
+
+    import transformers
+
+    key = f"warm_{torch.__version__}_{transformers.__version__}_{WARM['steps']}_{WARM['batch_size']}_{WARM['lr']}_{WARM['seed']}"
+    path = os.path.join(tempfile.gettempdir(), "gapdyn_llm_tests", key.replace("+", "_") + ".pt")
+    if os.path.exists(path):
+        try:
+            return torch.load(path, weights_only=True)
+        except Exception:  # a corrupt cache is rebuilt
+            pass
     model, tok = tiny(spec=TinyQwenSpec())
-    warmup(model, tok, AdditionTask(), steps=250, batch_size=128, lr=1e-3, seed=0)
-    return copy.deepcopy(model.state_dict())
+    warmup(model, tok, AdditionTask(), **WARM)
+    state = copy.deepcopy(model.state_dict())
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + f".{os.getpid()}.tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+    return state
 
 
 def warm_model():
