@@ -26,6 +26,7 @@ assert MODE in ("test", "quick", "full"), MODE"""
 
 IMPORTS = """%matplotlib inline
 import numpy as np
+import pandas as pd
 import gapdyn
 from paper_figs import plots
 from paper_figs.style import new_figure, set_style
@@ -193,9 +194,169 @@ fig, ax = new_figure()
 plots.plot_first_order_vs_exact(first, exact, ax[0, 0]);"""),
 ]
 
+
+# --------------------------------------------------------------------------------------------------
+NB02 = [
+    md("""
+# 02 · Step-size thresholds and collapse
+
+Suk & Duan's Theorem 2: above a threshold set by the Gap's magnitude, even a well-aligned step
+makes J fall, down to 0. This notebook runs the bandit engine (`bandits.run_grid`, exact and sampled
+GRPO on a 100-arm log-linear bandit) over a grid of step sizes and compares where collapse starts with
+gapdyn's computable thresholds (THEORY.md §3). Instance 2 is one of the minority of instances that has
+a finite threshold (SIMULATIONS.md: most converge for every η).
+"""),
+    code(PARAMS + """
+STEPS = {"test": 80, "quick": 300, "full": 1000}[MODE]
+N_ETAS = {"test": 13, "quick": 41, "full": 81}[MODE]
+N_SEEDS = {"test": 4, "quick": 16, "full": 64}[MODE]""", tags=("parameters",)),
+    code(IMPORTS + """
+from bandits import Dynamics, make_bandit, run_grid
+from paper_figs import data
+from paper_figs.style import label"""),
+    md("""
+## J over steps at a few fixed η (exact GRPO: the expected update, no sampling noise)
+Read: small η rise slowly, mid-range η converge fast; past the threshold J drops within the first
+steps and stays at 0 (collapse is absorbing).
+"""),
+    code("""
+bandit = make_bandit(seed=2)
+exact = Dynamics(method="grpo", mode="exact", steps=STEPS)
+traj, E, S = run_grid(bandit, exact, etas=[1.0, 10.0, 100.0, 300.0, 3000.0], seeds=[0])
+curves = data.trajectory_frame(traj, E, S)
+fig, ax = new_figure(width=5)
+plots.plot_trajectories(curves, ax[0, 0], x="step", y="J", hue="eta", band=False)
+ax[0, 0].set_xscale("symlog", linthresh=1); ax[0, 0].set_xlabel(label("step")); ax[0, 0].set_ylabel(label("J"))
+ax[0, 0].legend(frameon=False);"""),
+    md("""
+## Final J against η: exact vs sampled groups (G = 8)
+Exact GRPO (one run per η) jumps from J ≈ 1 to J = 0 at a sharp η*; sampled GRPO (N_SEEDS runs per
+η) has a soft transition: the curve is the mean final J, so 1 − mean = share of collapsed runs.
+The dashed line is the sharp one-step threshold at θ0 along the expected direction
+(gapdyn.sharp_step_threshold): a one-step predictor, which SIMULATIONS.md found off by 5-40x.
+"""),
+    code("""
+etas = np.geomspace(0.1, 1e4, N_ETAS)
+tr_exact, E1, S1 = run_grid(bandit, exact, etas=etas, seeds=[0])
+sampled = Dynamics(method="grpo", mode="sampled", steps=STEPS)
+tr_samp, E2, S2 = run_grid(bandit, sampled, etas=etas, seeds=np.arange(N_SEEDS))
+final = pd.concat([data.final_frame(tr_exact, E1, S1).assign(method="exact GRPO"),
+                   data.final_frame(tr_samp, E2, S2).assign(method="sampled GRPO")])
+theta0 = bandit.zeros()[0]
+probs = gapdyn.loglinear_probs(bandit.features[0], theta0)
+scores = gapdyn.loglinear_scores(bandit.features[0], theta0)
+w0 = gapdyn.expected_direction("grpo", probs, bandit.rewards[0], scores, group_size=8)
+eta_sharp = gapdyn.sharp_step_threshold(gapdyn.loglinear_logodds_fn(bandit.features[0], bandit.rewards[0]), theta0, w0)
+fig, ax = new_figure(width=5)
+plots.plot_method_curves(final, ax[0, 0], x="eta", y="J_final", method="method")
+ax[0, 0].axvline(eta_sharp, color="black", ls="--", label="one-step sharp threshold")
+ax[0, 0].set_xlabel(label("eta")); ax[0, 0].set_ylabel("final " + label("J")); ax[0, 0].legend(frameon=False);"""),
+    md("""
+## How far apart are the predictors?
+The measured critical η* (first grid η where exact GRPO ends below J = 0.01), the one-step sharp
+threshold, and Theorem 1's worst-case step condition (gapdyn.theorem1_step_bound with the log-linear
+constants). Read the ratios: SIMULATIONS.md found the Theorem-1 bound 3-5 orders of magnitude too small.
+"""),
+    code("""
+fe = final[final["method"] == "exact GRPO"].sort_values("eta")
+collapsed = fe[fe["J_final"] < 0.01]
+eta_star = float(collapsed["eta"].iloc[0]) if len(collapsed) else float("inf")
+gap0 = gapdyn.gradient_gap(probs, bandit.rewards[0], scores)
+w_unit = w0 / np.linalg.norm(w0)
+G_o, L_o = gapdyn.loglinear_bound_constants(bandit.features[0])
+thm1 = float(gapdyn.theorem1_step_bound(gapdyn.gap_alignment(w_unit, gap0), L_o=L_o, G_o=G_o)) / np.linalg.norm(w0)
+print(f"measured eta* (grid) = {eta_star:.4g}")
+print(f"one-step sharp threshold = {eta_sharp:.4g}  (ratio {eta_sharp / eta_star:.3g})")
+print(f"Theorem-1 step bound     = {thm1:.3g}  (ratio {thm1 / eta_star:.3g})")"""),
+    md("""
+## Accuracy against cumulative alignment M (Theorem 1's logistic bound)
+Every recorded (step, run) of the converging exact runs: J against M = Σ η [Δμ]₊. The orange curve
+is the least-squares fit σ(aM + b) (gapdyn.fit_logistic_accuracy); the dashed curve Theorem 1's
+lower bound σ(logit J0 + M/2). Points below the dashed curve would violate the bound.
+"""),
+    code("""
+ok = data.trajectory_frame(tr_exact, E1, S1)
+ok = ok[ok["eta"] < 0.5 * eta_star]
+J0 = float(ok["J"].iloc[0])
+fig, ax = new_figure(width=5)
+fit = plots.plot_logistic_fit(ok, ax[0, 0], M="M", acc="J", J0=J0)
+print(f"fit: slope a = {fit.slope:.3f} (theory >= 1/2 as a bound), intercept b = {fit.intercept:.3f}, logit J0 = {np.log(J0 / (1 - J0)):.3f}")"""),
+]
+
+# --------------------------------------------------------------------------------------------------
+NB04 = [
+    md("""
+# 04 · Probing a tiny Qwen run
+
+An online RLVR run of a ~124k-parameter Qwen2 on 2-digit addition (llm_probe): G completions per
+prompt, binary exact-match reward, GRPO vs WAPO at a normal and a large Adam learning rate. At every
+probe step the trainer measures per-prompt Gradient Gaps, the alignment Δμ_q of the update with each,
+the cumulative alignment M_q of fixed probe prompts, the entropy by advantage sign, the WAPO token bins,
+and applies a documented collapse rule. `llm_probe.demo.run_demo` runs the grid; this notebook reads its
+output folder (paper_figs.data.read_llm_results) and plots it.
+"""),
+    code(PARAMS + """
+import tempfile
+OUT = os.environ.get("GAPDYN_NB_LLM_DIR") or tempfile.mkdtemp(prefix="gapdyn_nb04_")""", tags=("parameters",)),
+    code(IMPORTS + """
+from llm_probe.demo import run_demo
+from paper_figs import data
+from paper_figs.style import label"""),
+    md("""
+## Run the demo grid
+Sizes follow MODE (paper_figs.data.llm_demo_config): in "test" a 30-step warm-up and 8 RL steps (the
+model barely answers: the curves are flat), in "quick" 2 seeds x 60 steps after a 400-step warm-up.
+"""),
+    code("""
+cfg = data.llm_demo_config(MODE, OUT)
+runs = run_demo(cfg)
+res = data.read_llm_results(OUT)
+runs[["method", "lr", "seed", "reward_first25", "reward_last25", "entropy_last25", "collapsed", "collapse_rule"]]"""),
+    md("""
+## Reward per step
+Colour = method, line style = learning rate (mean over seeds, 5-step rolling mean). Read: at the normal
+lr both learn slowly; at the large lr the reward drops to 0 within a few steps and stays there
+(collapse is absorbing with binary rewards: all-zero groups give no gradient).
+"""),
+    code("""
+fig, ax = new_figure(width=5)
+plots.plot_run_curves(res.metrics, ax[0, 0], y="reward")
+ax[0, 0].set_ylabel(label("reward"));"""),
+    md("""
+## Entropy of completions by advantage sign
+Solid: tokens of completions with A > 0, dashed: A < 0, at the largest lr. Read with the taxonomy of
+notebook 03: positive updates on peak tokens sharpen (entropy falls), negative updates on peak tokens
+spread mass (entropy rises).
+"""),
+    code("""
+fig, ax = new_figure(width=5)
+plots.plot_entropy_by_sign(res.metrics, ax[0, 0], lr=float(res.metrics["lr"].max()));"""),
+    md("""
+## Per-prompt accuracy against cumulative alignment M_q
+One point per probe prompt and probe step (colour: lr); the logistic fit uses the normal-lr runs and
+the dashed line is Theorem 1's bound at their median initial accuracy. Read: whether M_q orders the
+prompts' progress, and whether the bound holds for Adam steps (it is not guaranteed: Adam's steps do
+not satisfy the theorem's step condition).
+"""),
+    code("""
+fig, ax = new_figure(width=5)
+plots.plot_prompt_alignment(res.probes, ax[0, 0]);"""),
+    md("""
+## WAPO token bins and collapse alerts
+Left: share of completion tokens in each bin (colour) per method (line style). Right: each run's steps
+(bar) and the alerts of llm_probe's collapse rule (markers).
+"""),
+    code("""
+fig, ax = new_figure(1, 2, width=5)
+plots.plot_bin_shares(res.metrics, ax[0, 0])
+plots.plot_alerts(res.runs, res.alerts, ax[0, 1]);"""),
+]
+
 NOTEBOOKS: dict[str, list] = {
     "01_gradient_gap_basics.ipynb": NB01,
+    "02_thresholds_and_collapse.ipynb": NB02,
     "03_token_taxonomy.ipynb": NB03,
+    "04_probing_a_tiny_qwen_run.ipynb": NB04,
 }
 
 

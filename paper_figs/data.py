@@ -44,6 +44,9 @@ __all__ = [
     "llm_headline",
     "llm_verdict",
     "read_llm_results",
+    "trajectory_frame",
+    "final_frame",
+    "critical_vs_length",
 ]
 
 MODES = ("test", "quick", "full")
@@ -277,6 +280,36 @@ class Sources:
             raise
         self._cache[key] = out
         return out
+
+
+def trajectory_frame(traj, etas=None, seeds=None, *, context: int = 0) -> pd.DataFrame:
+    """A ``bandits.engine.Trajectory`` as a tidy table: one row per (run, recorded step) of one context.
+
+    Columns: run, eta, seed, step, J, Phi, M, dmu, entropy (etas/seeds per run default to the
+    trajectory's eta0 of block 0 / its seeds)."""
+    R, n = traj.J.shape[:2]
+    eta = np.asarray(traj.eta0[:, 0] if etas is None else etas, float).reshape(R)
+    seed = np.asarray(traj.seed if seeds is None else seeds).reshape(R)
+    steps = np.asarray(traj.steps)
+    return pd.DataFrame({
+        "run": np.repeat(np.arange(R), n),
+        "eta": np.repeat(eta, n),
+        "seed": np.repeat(seed, n),
+        "step": np.tile(steps, R),
+        **{k: getattr(traj, k)[:, :, context].ravel() for k in ("J", "Phi", "M", "dmu", "entropy")},
+    })
+
+
+def final_frame(traj, etas=None, seeds=None, *, context: int = 0) -> pd.DataFrame:
+    """One row per run: eta, seed, J_final, J_min, M_final of one context."""
+    R = traj.J_final.shape[0]
+    return pd.DataFrame({
+        "eta": np.asarray(traj.eta0[:, 0] if etas is None else etas, float).reshape(R),
+        "seed": np.asarray(traj.seed if seeds is None else seeds).reshape(R),
+        "J_final": traj.J_final[:, context],
+        "J_min": traj.J_min[:, context],
+        "M_final": traj.M_final[:, context],
+    })
 
 
 def critical_vs_length(results: pd.DataFrame, config) -> pd.DataFrame:
