@@ -180,10 +180,17 @@ def _import(module: str, why: str):
         raise NotAvailable(f"{module} is not available yet ({exc}); needed for {why}") from exc
 
 
+TEST_OVERRIDES: dict[str, dict[str, Any]] = {
+    "length": {"Ts": (1, 2, 4, 8), "n_instances": 1, "runs": 8, "per_decade": 4, "ac_split_T": 2},
+}
+"""Mode "test" shrinks an experiment's ``Config.quick()`` further with these fields (the tiny
+reproduction must finish in about a minute on two shared cores); unknown fields are ignored."""
+
+
 def experiment_config(module, mode: str, *, seed: int | None = None):
     """``Config.quick()`` / ``Config.full()`` of an experiment module; mode "test" asks for
-    ``Config.test()`` when the module has one, else ``Config.quick()``. ``seed`` overrides a
-    ``seed`` / ``seed0`` / ``base_seed`` field when the config has one."""
+    ``Config.test()`` when the module has one, else ``Config.quick()`` shrunk by :data:`TEST_OVERRIDES`.
+    ``seed`` overrides a ``seed`` / ``seed0`` / ``base_seed`` field when the config has one."""
     cfg_cls = getattr(module, "Config", None)
     if cfg_cls is None:
         raise NotAvailable(f"{module.__name__} has no Config (experiment contract not implemented yet)")
@@ -191,8 +198,13 @@ def experiment_config(module, mode: str, *, seed: int | None = None):
     if not hasattr(cfg_cls, ctor):
         ctor = "quick"
     config = getattr(cfg_cls, ctor)()
-    if seed is not None and dataclasses.is_dataclass(config):
-        fields = {f.name for f in dataclasses.fields(config)}
+    fields = {f.name for f in dataclasses.fields(config)} if dataclasses.is_dataclass(config) else set()
+    if mode == "test" and ctor == "quick":
+        name = module.__name__.rsplit(".", 1)[-1]
+        over = {k: v for k, v in TEST_OVERRIDES.get(name, {}).items() if k in fields}
+        if over:
+            config = dataclasses.replace(config, **over)
+    if seed is not None and fields:
         for name in ("seed", "seed0", "base_seed"):
             if name in fields:
                 config = dataclasses.replace(config, **{name: seed})

@@ -293,8 +293,24 @@ def plot_loglog_fit(df: pd.DataFrame, ax, *, x: str, y: str, hue: str | None = N
             ax.plot(xx, y0 * (xx / x0) ** reference, color="#999999", ls=":", label=f"slope {reference:g} guide")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    _plain_log_ticks(ax)
     ax.legend(frameon=False, fontsize=8)
     return fits
+
+
+def _plain_log_ticks(ax) -> None:
+    """Log axes labelled 0.1, 1, 10, 3 ... instead of 10^-1, 3x10^0."""
+    from matplotlib.ticker import FuncFormatter
+
+    def minor(v, _):
+        if v <= 0:
+            return ""
+        lead = round(v / 10 ** np.floor(np.log10(v)), 6)
+        return f"{v:g}" if lead in (2.0, 5.0) else ""
+
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_minor_formatter(FuncFormatter(minor))
 
 
 def plot_trajectories(df: pd.DataFrame, ax, *, x: str = "step", y: str = "J", hue: str = "eta", colors=None,
