@@ -33,6 +33,8 @@ def fmt(x) -> str:
             return "nan"
         if math.isinf(x):
             return "inf" if x > 0 else "-inf"
+        if abs(x) < 1e-12:  # round-off around an exact zero
+            return "0"
         return f"{x:.4g}"
     return str(x)
 
@@ -92,6 +94,15 @@ def _md_table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join(lines)
 
 
+_MODE_NOTE = {
+    "test": "Mode `test` uses the smallest sizes (a plumbing check for the test suite): the verdicts below are "
+            "not evidence either way.",
+    "quick": "Quick mode uses small sweeps (CPU minutes): treat each verdict as a smoke test of the claim, not as "
+             "the paper-scale measurement (`gapdyn reproduce --mode full`).",
+    "full": "Full mode: the paper-scale sweeps.",
+}
+
+
 def render_report(
     *,
     mode: str,
@@ -109,8 +120,7 @@ def render_report(
         "",
         f"Mode `{mode}`, seed {'default' if seed is None else seed}, wall time {seconds:.0f} s. "
         "Every number below was computed in this run (also in `results/headline.json`; verdicts in "
-        "`results/verdicts.csv`). Quick mode uses small sweeps: treat the numbers as a smoke test of each "
-        "claim, not as the paper-scale measurement (`gapdyn figs --mode full`).",
+        "`results/verdicts.csv`). " + _MODE_NOTE.get(mode, ""),
         "",
         "## Headline numbers",
         "",
