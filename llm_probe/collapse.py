@@ -21,12 +21,13 @@ trainer can stop early). Defaults were set on synthetic streams and checked on h
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-__all__ = ["CollapseConfig", "Alert", "CollapseDetector", "synthetic_stream", "RULES"]
+__all__ = ["CollapseConfig", "Alert", "CollapseDetector", "synthetic_stream", "detection_stats", "RULES"]
 
 RULES = ("entropy_blowup", "entropy_collapse", "reward_collapse", "identical_rollouts")
 
@@ -79,11 +80,11 @@ class CollapseDetector:
         return bool(self.alerts)
 
     def _roll(self, key, value):
-        if value is None or not np.isfinite(value):
+        if value is None or not math.isfinite(value):
             return None
         d = self._hist.setdefault(key, deque(maxlen=self.config.window))
         d.append(float(value))
-        return float(np.mean(d))
+        return sum(d) / len(d)
 
     def update(self, step: int, metrics: dict) -> list[Alert]:
         """Add one step; returns the alerts that fired at this step (each rule fires once)."""
@@ -174,3 +175,34 @@ def synthetic_stream(kind: str, steps: int, rng: np.random.Generator, *, onset: 
             "completions/distinct_frac": float(np.clip(D + rng.normal(0, 0.05), 1 / G, 1)),
         })
     return out
+
+
+def detection_stats(kind: str, *, n_streams: int = 100, steps: int = 150, onset: int = 40, seed: int = 0,
+                    config: CollapseConfig | None = None, **stream_kw) -> dict:
+    """Run the detector on ``n_streams`` synthetic streams of ``kind``: detection rate, delays, false alarms.
+
+    A false alarm is an alert before ``onset`` (for "healthy": any alert). Delay = alert step - onset.
+    """
+    rng = np.random.default_rng(seed)
+    delays, false_alarms, detected, rules = [], 0, 0, {}
+    for _ in range(n_streams):
+        det = CollapseDetector(config or CollapseConfig())
+        first = None
+        for k, m in enumerate(synthetic_stream(kind, steps, rng, onset=onset, **stream_kw)):
+            fired = det.update(k, m)
+            if fired and first is None:
+                first = fired[0]
+        if first is None:
+            continue
+        if kind == "healthy" or first.step < onset:
+            false_alarms += 1
+        else:
+            detected += 1
+            delays.append(first.step - onset)
+            rules[first.rule] = rules.get(first.rule, 0) + 1
+    return {"kind": kind, "n_streams": n_streams, "detected": detected, "false_alarms": false_alarms,
+            "delay_mean": float(np.mean(delays)) if delays else float("nan"),
+            "delay_max": int(max(delays)) if delays else -1, "first_rules": rules}
+
+
+
