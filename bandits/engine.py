@@ -222,44 +222,45 @@ def _forward(feat, rew, c, th, z, p, cw, gap, mphi, want_mphi):
     gap and (if want_mphi) mphi are filled in place.
     """
     K, d = feat.shape[1], feat.shape[2]
-    zmax, zmp, zmn = -np.inf, -np.inf, -np.inf
+    zmp, zmn = -np.inf, -np.inf
     for a in range(K):
         s = 0.0
         for j in range(d):
             s += feat[c, a, j] * th[j]
         z[a] = s
-        if s > zmax:
-            zmax = s
         if rew[c, a] > 0.5:
             if s > zmp:
                 zmp = s
         elif s > zmn:
             zmn = s
-    S, Sp, Sn, Sz = 0.0, 0.0, 0.0, 0.0
+    # one exp per arm: e_a = exp(z_a - max of its own reward class)
+    Sp, Sn = 0.0, 0.0
     for a in range(K):
-        e = math.exp(z[a] - zmax)
-        p[a] = e
-        S += e
         if rew[c, a] > 0.5:
-            Sp += math.exp(z[a] - zmp)
+            e = math.exp(z[a] - zmp)
+            Sp += e
         else:
-            Sn += math.exp(z[a] - zmn)
-    lse = zmax + math.log(S)
+            e = math.exp(z[a] - zmn)
+            Sn += e
+        cw[a] = e
     lsep = zmp + math.log(Sp)
     lsen = zmn + math.log(Sn)
-    for a in range(K):
-        p[a] /= S
-        Sz += p[a] * (z[a] - zmax)
-    H = math.log(S) - Sz
+    zmax = max(zmp, zmn)
+    lse = zmax + math.log(Sp * math.exp(zmp - zmax) + Sn * math.exp(zmn - zmax))
+    fp, fn = math.exp(zmp - lse), math.exp(zmn - lse)
+    H = 0.0
     for j in range(d):
         gap[j] = 0.0
         mphi[j] = 0.0
     for a in range(K):
         if rew[c, a] > 0.5:
-            wa = math.exp(z[a] - lsep)
+            p[a] = cw[a] * fp
+            cw[a] = cw[a] / Sp
         else:
-            wa = -math.exp(z[a] - lsen)
-        cw[a] = wa
+            p[a] = cw[a] * fn
+            cw[a] = -cw[a] / Sn
+        H -= p[a] * (z[a] - lse)
+        wa = cw[a]
         for j in range(d):
             gap[j] += wa * feat[c, a, j]
         if want_mphi:
@@ -311,7 +312,7 @@ def _kernel(
     feat, rew, pmap, blk_ptr, blk_ctx,  # bandit
     theta, am, av, M, prev_eta, phi_prev, J_min, ndec,  # state (in/out)
     eta0, unif, k0, n_steps, do_final, total_steps,  # run inputs
-    method, sampled, G, bessel, aeps, lam, normalize, sched, ac, max_halv, adam, b1, b2, adam_eps, rec_every,
+    method, sampled, G, bessel, aeps, lam, normalize, sched, ac, tr_delta, max_halv, adam, b1, b2, adam_eps, rec_every,
     o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta,  # records
     f_J, f_Phi,  # final values
 ):
@@ -344,7 +345,7 @@ def _kernel(
             # 1) forward pass at theta_kk
             for c in range(C):
                 J, Jb, Ph, H, lp, ln = _forward(
-                    feat, rew, c, theta[r, pmap[c]], z_all[c], p_all[c], cw_all[c], gap[c], mphi[c], sampled
+                    feat, rew, c, theta[r, pmap[c]], z_all[c], p_all[c], cw_all[c], gap[c], mphi[c], False
                 )
                 Jc[c], Jbc[c], Phic[c], Hc[c], lsep[c], lsen[c] = J, Jb, Ph, H, lp, ln
                 if kk > 0:
@@ -390,12 +391,24 @@ def _kernel(
                         idx[c, i] = a
                         rg[c, i] = rew[c, a]
                     _advantages(method, rg[c], A, bessel, aeps, lam)
+                    # w_x = (1/G) sum_i A_i phi(a_i) - (1/G) (sum_i A_i) E_pi[phi]
+                    sA = 0.0
                     for i in range(G):
                         f = A[i] / G / nb
+                        sA += f
                         if f != 0.0:
                             a = idx[c, i]
                             for j in range(d):
-                                w[pb, j] += f * (feat[c, a, j] - mphi[c, j])
+                                w[pb, j] += f * feat[c, a, j]
+                    if sA != 0.0:
+                        for j in range(d):
+                            mphi[c, j] = 0.0
+                        for a in range(K):
+                            pa = p_all[c, a]
+                            for j in range(d):
+                                mphi[c, j] += pa * feat[c, a, j]
+                        for j in range(d):
+                            w[pb, j] -= sA * mphi[c, j]
             # 3) normalise, optimiser
             for pb in range(P):
                 if normalize:
@@ -440,27 +453,30 @@ def _kernel(
                         e *= 0.5
                     eta[pb] = e if ok else 0.0
                 else:
-                    dsum, ksum, cnt = 0.0, 0.0, 0
+                    dsum, ksum, cnt, sdmax = 0.0, 0.0, 0, 0.0
                     for q in range(blk_ptr[pb], blk_ptr[pb + 1]):
                         c = blk_ctx[q]
                         if not sampled:
-                            # population moments of x_a = u . phi(a) under pi+ and pi-
-                            mp_, mn_ = 0.0, 0.0
+                            # population moments of x_a = u . phi(a) under pi, pi+ and pi-
+                            mp_, mn_, m_ = 0.0, 0.0, 0.0
                             for a in range(K):
                                 x = 0.0
                                 for j in range(d):
                                     x += u[pb, j] * feat[c, a, j]
                                 cdf[a] = x  # reuse as scratch
+                                m_ += p_all[c, a] * x
                                 if rew[c, a] > 0.5:
                                     mp_ += cw_all[c, a] * x
                                 else:
                                     mn_ -= cw_all[c, a] * x
-                            vp, vn = 0.0, 0.0
+                            vp, vn, v_ = 0.0, 0.0, 0.0
                             for a in range(K):
+                                v_ += p_all[c, a] * (cdf[a] - m_) ** 2
                                 if rew[c, a] > 0.5:
                                     vp += cw_all[c, a] * (cdf[a] - mp_) ** 2
                                 else:
                                     vn -= cw_all[c, a] * (cdf[a] - mn_) ** 2
+                            sdmax = max(sdmax, math.sqrt(v_))
                             dsum += mp_ - mn_
                             ksum += vn - vp
                             cnt += 1
@@ -478,6 +494,11 @@ def _kernel(
                                 else:
                                     n0 += 1
                                     s0 += x
+                            mall = (s1 + s0) / G
+                            vall = 0.0
+                            for i in range(G):
+                                vall += (A[i] - mall) ** 2
+                            sdmax = max(sdmax, math.sqrt(vall / (G - 1)))
                             if n1 == 0 or n0 == 0:
                                 continue
                             m1, m0 = s1 / n1, s0 / n0
@@ -492,16 +513,15 @@ def _kernel(
                             dsum += m1 - m0
                             ksum += v0 - v1
                             cnt += 1
-                    if cnt == 0:
-                        e = prev_eta[r, pb]
-                    else:
+                    e = e0
+                    if sdmax > 0.0:
+                        e = min(e, tr_delta / sdmax)
+                    if cnt > 0:
                         dh, kh = dsum / cnt, ksum / cnt
                         if dh <= 0.0:
                             e = 0.0
-                        elif kh <= 0.0:
-                            e = e0
-                        else:
-                            e = min(e0, ac * dh / kh)
+                        elif kh > 0.0:
+                            e = min(e, ac * dh / kh)
                     eta[pb] = e
                 prev_eta[r, pb] = eta[pb]
             # 5) records, cumulative alignment, update
@@ -625,7 +645,7 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
             theta, am, av, M, prev_eta, phi_prev, J_min, ndec,
             eta0, unif, start, n, int(last), T,
             _CODE[dyn.method], dyn.mode == "sampled", G, dyn.std == "bessel", float(dyn.adv_eps), float(dyn.lam),
-            bool(dyn.normalize), _SCHED[sched.kind], float(sched.c), int(sched.max_halvings),
+            bool(dyn.normalize), _SCHED[sched.kind], float(sched.c), float(sched.delta), int(sched.max_halvings),
             dyn.optimizer == "adam", float(b1), float(b2), float(dyn.adam_eps), every,
             rec["J"], rec["Phi"], rec["dmu"], rec["M"], rec["wnorm"], rec["dPhi"], rec["entropy"], rec_eta,
             f_J, f_Phi,

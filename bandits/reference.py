@@ -51,7 +51,6 @@ def simulate_reference(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, 
         rng = np.random.default_rng(int(seeds[r]))
         theta = theta_all[r].copy()
         adam = [adam_init(d) for _ in range(P)]
-        prev_eta = eta0[r].copy()
         M = np.zeros(C)
         J_min = np.full(C, np.inf)
         phi_prev = None
@@ -112,18 +111,21 @@ def simulate_reference(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, 
                 else:
                     if dyn.mode == "exact":
                         hess = gapdyn.logodds_hessian(probs[b], rew[b], scores[b])  # [n, d, d]
+                        cov = np.einsum("nk,nki,nkj->nij", probs[b], scores[b], scores[b])  # Cov_pi(s)
                         dmu_hat = float(np.mean(gap[b] @ upd[p]))
                         kappa = float(np.mean(-np.einsum("i,nij,j->n", upd[p], hess, upd[p])))
-                        ok = True
+                        spread = float(np.max(np.sqrt(np.einsum("i,nij,j->n", upd[p], cov, upd[p]))))
+                        mixed = True
                     else:
                         ests = [group_alignment_curvature(s_g[c] @ upd[p], r_g[c]) for c in b]
-                        ests = [e for e in ests if e[2]]
-                        ok = bool(ests)
-                        if ok:
-                            dmu_hat = float(np.mean([e[0] for e in ests]))
-                            kappa = float(np.mean([e[1] for e in ests]))
-                    etas[p] = adaptive_step(dmu_hat, kappa, eta0[r, p], c=sched.c) if ok else prev_eta[p]
-                prev_eta[p] = etas[p]
+                        spread = max(e[2] for e in ests)
+                        ests = [e for e in ests if e[3]]
+                        mixed = bool(ests)
+                        dmu_hat = float(np.mean([e[0] for e in ests])) if mixed else 0.0
+                        kappa = float(np.mean([e[1] for e in ests])) if mixed else 0.0
+                    etas[p] = adaptive_step(
+                        dmu_hat, kappa, spread, eta0[r, p], c=sched.c, delta=sched.delta, mixed=mixed
+                    )
             dmu = np.einsum("cd,cd->c", upd[pmap], gap)
             if k % every == 0:
                 i = k // every

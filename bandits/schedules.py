@@ -16,16 +16,24 @@ The adaptive controller (derived, THEORY.md §1-3). Along u, the second-order mo
     Phi(theta + eta u) ~ Phi(theta) + eta dmu - (eta^2 / 2) kappa,   dmu = <u, g+ - g->,
     kappa = u^T (-Hess Phi) u = Var_{pi-}(u . s) - Var_{pi+}(u . s)
 (Hess Phi = Cov_{pi+}(s) - Cov_{pi-}(s) for softmax / log-linear policies). The model rises most at
-eta = dmu / kappa and returns to its start at 2 dmu / kappa (gapdyn.local_step_threshold). The controller
-    eta_k = min(eta0, c * dmu_hat / kappa_hat)            (eta0 if kappa_hat <= 0; 0 if dmu_hat <= 0)
-with c = 1 by default takes the model-optimal step, half the local threshold. Both estimates come from
-the sampled group itself: with x_i = u . s(o_i) the directional derivative of log pi(o_i) along the update
-(one Jacobian-vector product per response in an LLM; any baseline shift of s cancels),
+eta = dmu / kappa and returns to its start at 2 dmu / kappa (gapdyn.local_step_threshold). The model is
+only trustworthy while the step changes log-probabilities by O(1): the step moves log pi(o) by
+eta (u . s(o)) to first order, whose spread over responses is eta sd_pi(u . s). Hence
+    eta_k = min(eta0, delta / sd_hat, c * dmu_hat / kappa_hat)
+(the last term only when kappa_hat > 0; eta = 0 when dmu_hat <= 0), with c = 1 (the model-optimal step,
+half the local threshold) and delta = 1 (a one-standard-deviation trust region on the change of
+log pi) by default. All three estimates come from the sampled group itself: with x_i = u . s(o_i), the
+directional derivative of log pi(o_i) along the update (one Jacobian-vector product per response in an
+LLM; any baseline shift of s cancels),
     dmu_hat   = mean_{r_i = 1} x_i - mean_{r_i = 0} x_i       (estimates <u, g+ - g->)
-    kappa_hat = var_{r_i = 0}(x) - var_{r_i = 1}(x)          (unbiased variances; 0 for < 2 samples).
-Several contexts sharing one parameter block average their estimates over the contexts whose group has
-both rewards; when no group is mixed the previous step size is kept (eta0 at the start). In the exact
-(expected-update) simulator the same formula is evaluated with the population moments under pi+ / pi-.
+    kappa_hat = var_{r_i = 0}(x) - var_{r_i = 1}(x)          (unbiased variances; 0 for < 2 samples)
+    sd_hat    = std(x_1..x_G)                               (ddof = 1).
+dmu_hat, kappa_hat need a group with both rewards; otherwise only the trust region applies. Several
+contexts sharing one parameter block average dmu_hat and kappa_hat over their mixed groups and take the
+largest sd_hat. In the exact (expected-update) simulator the same formula uses population moments under
+pi, pi+ and pi-. The curvature term alone does NOT prevent collapses (measured: a group with a single
+failure has kappa_hat <= 0 and the controller then took eta0 and collapsed 47% of contexts at eta0 = 1000,
+more than a constant step); the trust region is what removes them (bandits.experiments.stagnation).
 Because eta_k u_k depends on u only through its direction, the rule is invariant to the scale of the
 advantages (GRPO vs REINFORCE) and to normalising u.
 
@@ -65,17 +73,20 @@ class Schedule:
     Attributes:
         kind: one of SCHEDULES.
         c: the adaptive controller's fraction of the model-optimal step (eta = c dmu / kappa).
+        delta: the adaptive controller's trust region: eta sd(u . s) <= delta (log-prob change per step).
         max_halvings: line search: at most this many halvings of eta0 before skipping the step.
     """
 
     kind: str = "constant"
     c: float = 1.0
+    delta: float = 1.0
     max_halvings: int = 40
 
     def __post_init__(self):
         if self.kind not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.kind!r}")
         check_positive(self.c, "c")
+        check_positive(self.delta, "delta")
         if isinstance(self.max_halvings, bool) or not isinstance(self.max_halvings, (int, np.integer)):
             raise ValueError(f"max_halvings must be an integer >= 0, got {self.max_halvings!r}")
         if self.max_halvings < 0:
@@ -111,32 +122,41 @@ def line_search_step(
     return 0.0
 
 
-def group_alignment_curvature(proj, rewards) -> tuple[float, float, bool]:
-    """(dmu_hat, kappa_hat, mixed) from one group's projections x_i = u . s(o_i) and rewards r_i.
+def group_alignment_curvature(proj, rewards) -> tuple[float, float, float, bool]:
+    """(dmu_hat, kappa_hat, spread, mixed) from one group's projections x_i = u . s(o_i) and rewards r_i.
 
     dmu_hat = mean_{r=1} x - mean_{r=0} x;  kappa_hat = var_{r=0}(x) - var_{r=1}(x) (ddof = 1; a side
-    with fewer than 2 samples contributes 0). ``mixed`` is False (and the estimates 0) when the group
-    has only one reward value.
+    with fewer than 2 samples contributes 0); spread = std(x) over the whole group (ddof = 1).
+    ``mixed`` is False (and dmu_hat, kappa_hat are 0) when the group has only one reward value.
     """
     x = as_float_array(proj, "proj", min_ndim=1)
     r = as_float_array(rewards, "rewards", min_ndim=1)
+    spread = float(np.std(x, ddof=1)) if x.size >= 2 else 0.0
     pos, neg = x[r > 0.5], x[r <= 0.5]
     if pos.size == 0 or neg.size == 0:
-        return 0.0, 0.0, False
+        return 0.0, 0.0, spread, False
 
     def var(v):
         return float(np.var(v, ddof=1)) if v.size >= 2 else 0.0
 
-    return float(pos.mean() - neg.mean()), var(neg) - var(pos), True
+    return float(pos.mean() - neg.mean()), var(neg) - var(pos), spread, True
 
 
-def adaptive_step(dmu_hat: float, kappa_hat: float, eta0: float, *, c: float = 1.0) -> float:
-    """eta = min(eta0, c dmu_hat / kappa_hat); eta0 when kappa_hat <= 0; 0 when dmu_hat <= 0."""
-    if dmu_hat <= 0.0:
-        return 0.0
-    if kappa_hat <= 0.0:
-        return eta0
-    return min(eta0, c * dmu_hat / kappa_hat)
+def adaptive_step(
+    dmu_hat: float, kappa_hat: float, spread: float, eta0: float, *, c: float = 1.0, delta: float = 1.0,
+    mixed: bool = True,
+) -> float:
+    """eta = min(eta0, delta / spread, c dmu_hat / kappa_hat) (terms dropped when spread <= 0, kappa_hat <= 0
+    or the estimates are unavailable, ``mixed=False``); 0 when dmu_hat <= 0."""
+    eta = eta0
+    if spread > 0.0:
+        eta = min(eta, delta / spread)
+    if mixed:
+        if dmu_hat <= 0.0:
+            return 0.0
+        if kappa_hat > 0.0:
+            eta = min(eta, c * dmu_hat / kappa_hat)
+    return eta
 
 
 @dataclass(frozen=True)
