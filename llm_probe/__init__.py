@@ -3,7 +3,7 @@
 Imports torch; ``gapdyn`` and ``bandits`` never import this package. See docs/llm_probe.md.
 """
 
-from .collapse import RULES, Alert, CollapseConfig, CollapseDetector, synthetic_stream
+from .collapse import RULES, Alert, CollapseConfig, CollapseDetector, detection_stats, synthetic_stream
 from .config import TrainConfig
 from .losses import AGG_ALIASES, AGG_MODES, LOSS_NAMES, LOSSES, LossSpec, aggregate, compute_advantages, policy_loss
 from .model import (
@@ -33,12 +33,20 @@ from .tokenizer import build_char_tokenizer, load_tokenizer
 from .trainer import FaultError, Trainer, build_policy, make_task, train
 from .warmup import sampled_accuracy, warmup
 
+
+def __getattr__(name):  # the TRL callback imports transformers.TrainerCallback: load it on first use
+    if name == "GapProbeCallback":
+        from .callback import GapProbeCallback
+
+        return GapProbeCallback
+    raise AttributeError(name)
+
 __all__ = [
     "AGG_ALIASES", "AGG_MODES", "AdditionTask", "Alert", "CollapseConfig", "CollapseDetector", "FaultError",
-    "GapEstimate", "JsonlTask", "LOSSES", "LOSS_NAMES", "LossSpec", "Problem", "RULES", "Rollout", "TinyQwenSpec",
+    "GapEstimate", "GapProbeCallback", "JsonlTask", "LOSSES", "LOSS_NAMES", "LossSpec", "Problem", "RULES", "Rollout", "TinyQwenSpec",
     "TrainConfig", "Trainer", "aggregate", "alignment_metrics", "build_char_tokenizer", "build_policy",
     "build_tiny_qwen", "check_answer", "completion_logprobs", "compute_advantages", "default_device",
-    "dot_alignment", "extract_answer", "flat", "jvp_alignment", "load_jsonl_problems", "load_policy",
+    "detection_stats", "dot_alignment", "extract_answer", "flat", "jvp_alignment", "load_jsonl_problems", "load_policy",
     "load_tokenizer", "make_rollout", "make_task", "mixed_groups", "normalize_answer", "per_prompt_gaps",
     "policy_loss", "prompt_objectives", "sample_completions", "sampled_accuracy", "save_policy", "select_params",
     "sequence_logprob", "synthetic_stream", "token_stats", "train", "warmup",
