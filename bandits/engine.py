@@ -441,7 +441,15 @@ def _kernel(
                         base += Phic[blk_ctx[q]]
                     e = e0
                     ok = False
-                    for h in range(max_halv + 1):
+                    dmb = 0.0  # first-order change; below the resolution of Phi the test is meaningless
+                    for q in range(blk_ptr[pb], blk_ptr[pb + 1]):
+                        for j in range(d):
+                            dmb += u[pb, j] * gap[blk_ctx[q], j]
+                    nh = max_halv + 1
+                    if e0 * abs(dmb) <= 1e-12 * (1.0 + abs(base)):
+                        ok = True
+                        nh = 0  # skip the search: take eta0
+                    for h in range(nh):
                         for j in range(d):
                             trial[j] = theta[r, pb, j] + e * u[pb, j]
                         tot = 0.0

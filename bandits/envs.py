@@ -168,32 +168,42 @@ def make_bandit(
     return ContextualBandit(features, rewards, shared=shared, kind=kind, seed=seed)
 
 
-def place_theta(bandit: ContextualBandit, J0: float, *, direction=None, t_max: float = 1e3) -> np.ndarray:
-    """theta [P, d] with J = J0 in every context of every per-context block, along a ray t * v.
+def place_theta(bandit: ContextualBandit, J0: float, *, direction=None, t_max: float = 100.0, seed: int = 0) -> np.ndarray:
+    """theta [P, d] with J = J0 in every per-context block (a shared block: mean Phi = logit J0).
 
-    v defaults to each block's Gap at theta = 0 (unit norm); t solves Phi(t v) = logit(J0) by Brent's
-    method on [-t_max, t_max] (any root; ValueError when J0 is not bracketed). For a shared block the
-    mean log-odds over its contexts is matched instead.
+    Searches along rays theta = t v: first v = the block's Gap at theta = 0 (or ``direction``), then up to
+    50 random Gaussian directions (``default_rng(seed)``) until Phi(t v) - logit(J0) changes sign on a grid
+    t in [-t_max, t_max]; the crossing nearest t = 0 is refined by Brent's method. ValueError if no ray
+    reaches J0.
     """
     J0 = float(check_open_unit(J0, "J0"))
     target = np.log(J0) - np.log1p(-J0)
     theta0 = bandit.zeros()
+    rng = np.random.default_rng(seed)
     if direction is None:
         g = bandit.gap(theta0)  # [C, d]
-        v = np.stack([g[bandit.param_map == p].mean(0) for p in range(bandit.n_params)])
+        v0 = np.stack([g[bandit.param_map == p].mean(0) for p in range(bandit.n_params)])
     else:
-        v = np.broadcast_to(np.asarray(direction, dtype=np.float64), theta0.shape).copy()
-    v = v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-300)
+        v0 = np.broadcast_to(np.asarray(direction, dtype=np.float64), theta0.shape).copy()
+    pos = np.geomspace(1e-3, t_max, 48)
+    grid = np.concatenate([-pos[::-1], [0.0], pos])
     out = np.zeros_like(theta0)
     for p in range(bandit.n_params):
         ctx = np.flatnonzero(bandit.param_map == p)
         fns = [gapdyn.loglinear_logodds_fn(bandit.features[c], bandit.rewards[c]) for c in ctx]
+        for attempt in range(51):
+            v = v0[p] if attempt == 0 else rng.normal(size=bandit.dim)
+            v = v / max(float(np.linalg.norm(v)), 1e-300)
 
-        def f(t, p=p, fns=fns):
-            return float(np.mean([fn(t * v[p]) for fn in fns])) - target
+            def f(t, v=v, fns=fns):
+                return float(np.mean([fn(t * v) for fn in fns])) - target
 
-        lo, hi = -t_max, t_max
-        if np.sign(f(lo)) == np.sign(f(hi)):
-            raise ValueError(f"J0 = {J0} is not reachable along the chosen direction for block {p}")
-        out[p] = brentq(f, lo, hi, xtol=1e-12) * v[p]
+            vals = np.array([f(t) for t in grid])
+            cross = np.flatnonzero(np.sign(vals[:-1]) != np.sign(vals[1:]))
+            if cross.size:
+                i = cross[np.argmin(np.minimum(np.abs(grid[cross]), np.abs(grid[cross + 1])))]
+                out[p] = brentq(f, grid[i], grid[i + 1], xtol=1e-14) * v
+                break
+        else:
+            raise ValueError(f"J0 = {J0} is not reachable along any tried direction for block {p}")
     return out

@@ -106,7 +106,7 @@ def simulate_reference(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, 
                     fns = [logodds_fns[c] for c in b]
                     etas[p] = line_search_step(
                         lambda th, fns=fns: sum(f(th) for f in fns), theta[p], upd[p], eta0[r, p],
-                        max_halvings=sched.max_halvings,
+                        max_halvings=sched.max_halvings, gap=gap[b].sum(axis=0),
                     )  # fmt: skip
                 else:
                     if dyn.mode == "exact":

@@ -108,13 +108,19 @@ def schedule_step(kind: str, eta0: float, k: int) -> float:
 
 
 def line_search_step(
-    logodds_fn: Callable[[np.ndarray], float], theta, direction, eta0: float, *, max_halvings: int = 40
+    logodds_fn: Callable[[np.ndarray], float], theta, direction, eta0: float, *, max_halvings: int = 40, gap=None
 ) -> float:
-    """Largest eta = eta0 2^-j, j <= max_halvings, with Phi(theta + eta u) > Phi(theta); 0.0 if none."""
+    """Largest eta = eta0 2^-j, j <= max_halvings, with Phi(theta + eta u) > Phi(theta); 0.0 if none.
+
+    With ``gap`` (grad Phi at theta) given: when the first-order change eta0 |<u, gap>| is below the
+    resolution of Phi (<= 1e-12 (1 + |Phi|)) the comparison is round-off, and eta0 is returned.
+    """
     th = as_float_array(theta, "theta", min_ndim=1)
     u = as_float_array(direction, "direction", min_ndim=1)
     eta = check_positive(eta0, "eta0")
     phi0 = logodds_fn(th)
+    if gap is not None and eta * abs(float(np.dot(u, gap))) <= 1e-12 * (1.0 + abs(phi0)):
+        return eta
     for _ in range(max_halvings + 1):
         if logodds_fn(th + eta * u) > phi0:
             return eta
