@@ -105,10 +105,15 @@ class BanditResult:
     speedup: Stat  # per-repeat engine rate / reference rate
     maxdiff: float  # max |engine - reference| over all compared arrays
     maxdiff_by: dict
+    extra_rates: dict  # name -> Stat (context-arm updates / s) of the extra callables timed in the same rounds
 
 
-def engine_vs_reference(w: Workload, mode: str, repeats: int = 5) -> BanditResult:
-    """Throughput of engine and reference on ``w`` (module doc) and their max difference."""
+def engine_vs_reference(w: Workload, mode: str, repeats: int = 5, extra: dict | None = None) -> BanditResult:
+    """Throughput of engine and reference on ``w`` (module doc) and their max difference.
+
+    extra: name -> (callable, context-arm updates per call), timed in the same interleaved rounds (e.g. the
+    roofline kernels, so that the engine's fraction of the ceiling is a per-repeat ratio under equal load).
+    """
     bandit = w.bandit()
     eta, seed = grid(w)
     sub = _ref_subset(w)
@@ -121,12 +126,16 @@ def engine_vs_reference(w: Workload, mode: str, repeats: int = 5) -> BanditResul
     # the timed engine call covers the full grid; subset rows must equal the subset call (runs independent)
     work_eng = w.runs * w.steps * w.n_contexts * w.n_arms
     work_ref = len(sub) * w.ref_steps * w.n_contexts * w.n_arms
-    t = interleaved({
+    fns = {
         "engine": lambda: simulate(bandit, dyn, eta=eta, seed=seed),
         "reference": lambda: simulate_reference(bandit, dyn_ref, eta=eta[sub], seed=seed[sub]),
-    }, repeats=repeats, warmup=1)
+    }
+    extra = extra or {}
+    fns.update({k: f for k, (f, _) in extra.items()})
+    t = interleaved(fns, repeats=repeats, warmup=1)
     eng_rate, ref_rate = t["engine"].inverse(work_eng), t["reference"].inverse(work_ref)
-    return BanditResult(mode, w, eng_rate, ref_rate, ratio(eng_rate, ref_rate), max(diffs.values()), diffs)
+    xr = {k: t[k].inverse(float(n)) for k, (_, n) in extra.items()}
+    return BanditResult(mode, w, eng_rate, ref_rate, ratio(eng_rate, ref_rate), max(diffs.values()), diffs, xr)
 
 
 def scaling(w: Workload, mode: str, axis: str, values, repeats: int = 3) -> list[tuple[int, Stat]]:

@@ -141,6 +141,8 @@ class RouteTimes:
     times: dict  # "loss_fwd_bwd", "backward_route", "jvp_route" -> Stat (seconds)
     maxdiff: float  # max |dmu_jvp - dmu_dot|
     scale: float  # max |dmu_dot| (for the relative size of maxdiff)
+    gap_maxdiff: float  # max |per_group_gaps - per_prompt_gaps| (what-if route), over all gap entries
+    gap_scale: float  # max |per_prompt_gaps|
     n_prompts: int
     n_params: int
 
@@ -163,11 +165,18 @@ def _routes(model, ro, setup: LLMSetup):
         est = per_prompt_gaps(model, ro, params)
         return est.groups, dot_alignment(est.gaps, vflat)
 
+    def per_group_route():  # what-if: benchmarks.whatif.per_group_gaps
+        from .whatif import per_group_gaps
+
+        est = per_group_gaps(model, ro, params)
+        return est.groups, dot_alignment(est.gaps, vflat)
+
     def jvp_route():
         groups = torch.arange(ro.B)
         return jvp_alignment(model, ro, groups, {n: p.detach() for n, p in params.items()}, tang)
 
-    return {"loss_fwd_bwd": loss_step, "backward_route": backward_route, "jvp_route": jvp_route}, params
+    return {"loss_fwd_bwd": loss_step, "backward_route": backward_route, "jvp_route": jvp_route,
+            "per_group_route": per_group_route}, params
 
 
 def route_times(model, tok, task, setup: LLMSetup, repeats: int = 5) -> RouteTimes:
@@ -175,12 +184,17 @@ def route_times(model, tok, task, setup: LLMSetup, repeats: int = 5) -> RouteTim
     torch.set_num_threads(1)
     ro = mixed_rollout(model, tok, task, setup)
     fns, params = _routes(model, ro, setup)
+    from .whatif import per_group_gaps
+
     groups, d_dot = fns["backward_route"]()
     d_jvp = fns["jvp_route"]()
     if len(groups) != ro.B:
         raise RuntimeError(f"expected all {ro.B} groups mixed, got {len(groups)}")
+    g_ref = per_prompt_gaps(model, ro, params).gaps
+    g_new = per_group_gaps(model, ro, params).gaps
     t = interleaved(fns, repeats=repeats, warmup=1)
-    return RouteTimes(setup, t, float((d_jvp - d_dot).abs().max()), float(d_dot.abs().max()), ro.B,
+    return RouteTimes(setup, t, float((d_jvp - d_dot).abs().max()), float(d_dot.abs().max()),
+                      float((g_new - g_ref).abs().max()), float(g_ref.abs().max()), ro.B,
                       sum(p.numel() for p in params.values()))
 
 

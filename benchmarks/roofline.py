@@ -30,7 +30,8 @@ from numba import njit
 
 from .timing import Stat, repeat
 
-__all__ = ["stream_bandwidth", "fused_exact_ceiling", "ceiling_kernel_flops", "exp_rate", "ceiling_problem", "ceiling_run"]
+__all__ = ["stream_bandwidth", "fused_exact_ceiling", "ceiling_kernel_flops", "exp_rate", "ceiling_problem", "ceiling_run",
+           "ceiling_callable"]
 
 
 @njit(cache=True)
@@ -150,9 +151,9 @@ def ceiling_run(featT, npos: int, theta0, eta, steps: int, *, fastmath: bool = F
     return th
 
 
-def fused_exact_ceiling(K: int = 100, d: int = 16, C: int = 32, R: int = 8, steps: int = 200, *,
-                        fastmath: bool = False, repeats: int = 5, seed: int = 0) -> Stat:
-    """Context-arm updates per second of the minimal fused exact update (module doc), median of repeats."""
+def ceiling_callable(K: int = 100, d: int = 16, C: int = 32, R: int = 8, steps: int = 200, *,
+                     fastmath: bool = False, seed: int = 0):
+    """(fn, context-arm updates per call) of the ceiling kernel, compiled (for interleaved timing)."""
     for name, v in (("K", K), ("d", d), ("C", C), ("R", R), ("steps", steps)):
         if v < 1 or (name == "K" and v < 2):
             raise ValueError(f"{name} must be a positive integer (K >= 2), got {v}")
@@ -161,5 +162,11 @@ def fused_exact_ceiling(K: int = 100, d: int = 16, C: int = 32, R: int = 8, step
     eta = np.geomspace(0.01, 1.0, R)
     kern = _ceiling_fast if fastmath else _ceiling_strict
     kern(featT, npos, theta0.copy(), eta, 1)  # compile
-    t = repeat(lambda: kern(featT, npos, theta0.copy(), eta, steps), repeats)
-    return t.inverse(float(R) * steps * C * K)
+    return (lambda: kern(featT, npos, theta0.copy(), eta, steps)), float(R) * steps * C * K
+
+
+def fused_exact_ceiling(K: int = 100, d: int = 16, C: int = 32, R: int = 8, steps: int = 200, *,
+                        fastmath: bool = False, repeats: int = 5, seed: int = 0) -> Stat:
+    """Context-arm updates per second of the minimal fused exact update (module doc), median of repeats."""
+    fn, work = ceiling_callable(K, d, C, R, steps, fastmath=fastmath, seed=seed)
+    return repeat(fn, repeats).inverse(work)
