@@ -21,8 +21,8 @@ only trustworthy while the step changes log-probabilities by O(1): the step move
 eta (u . s(o)) to first order, whose spread over responses is eta sd_pi(u . s). Hence
     eta_k = min(eta0, delta / sd_hat, c * dmu_hat / kappa_hat)
 (the last term only when kappa_hat > 0; eta = 0 when dmu_hat <= 0), with c = 1 (the model-optimal step,
-half the local threshold) and delta = 1 (a one-standard-deviation trust region on the change of
-log pi) by default. All three estimates come from the sampled group itself: with x_i = u . s(o_i), the
+half the local threshold) and delta = 2 (a two-standard-deviation trust region on the change of
+log pi) by default (delta trades speed for safety: bandits.experiments.stagnation sweeps it). All three estimates come from the sampled group itself: with x_i = u . s(o_i), the
 directional derivative of log pi(o_i) along the update (one Jacobian-vector product per response in an
 LLM; any baseline shift of s cancels),
     dmu_hat   = mean_{r_i = 1} x_i - mean_{r_i = 0} x_i       (estimates <u, g+ - g->)
@@ -79,7 +79,7 @@ class Schedule:
 
     kind: str = "constant"
     c: float = 1.0
-    delta: float = 1.0
+    delta: float = 2.0
     max_halvings: int = 40
 
     def __post_init__(self):
@@ -149,7 +149,7 @@ def group_alignment_curvature(proj, rewards) -> tuple[float, float, float, bool]
 
 
 def adaptive_step(
-    dmu_hat: float, kappa_hat: float, spread: float, eta0: float, *, c: float = 1.0, delta: float = 1.0,
+    dmu_hat: float, kappa_hat: float, spread: float, eta0: float, *, c: float = 1.0, delta: float = 2.0,
     mixed: bool = True,
 ) -> float:
     """eta = min(eta0, delta / spread, c dmu_hat / kappa_hat) (terms dropped when spread <= 0, kappa_hat <= 0
