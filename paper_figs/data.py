@@ -47,6 +47,9 @@ __all__ = [
     "trajectory_frame",
     "final_frame",
     "critical_vs_length",
+    "PREDICTORS",
+    "ThresholdViews",
+    "threshold_views",
 ]
 
 MODES = ("test", "quick", "full")
@@ -324,6 +327,51 @@ def final_frame(traj, etas=None, seeds=None, *, context: int = 0) -> pd.DataFram
     })
 
 
+PREDICTORS: dict[str, str] = {
+    "eta_star": "measured eta*",
+    "pred_sharp": "one-step sharp threshold",
+    "pred_local": "local curvature threshold",
+    "pred_thm1": "Theorem 1 step bound",
+    "monotone_edge": "Phi-monotone edge",
+}
+"""Columns of ``threshold.critical_steps`` drawn as threshold markers, and their legend names."""
+
+
+class ThresholdViews(NamedTuple):
+    """Tables of the ``threshold`` experiment for figure 1 (rows = instances ordered by eta*, then J0).
+
+    critical: threshold.critical_steps(results) + ``row``; exact: final J of the constant-step exact
+    runs (instance, method, eta, J_final, row); sampled: P(collapse) of sampled GRPO with constant
+    steps per (instance, eta, row); predictors: long table (method, row, predictor, eta_pred).
+    """
+
+    critical: pd.DataFrame
+    exact: pd.DataFrame
+    sampled: pd.DataFrame
+    predictors: pd.DataFrame
+
+
+def threshold_views(results: pd.DataFrame) -> ThresholdViews:
+    """Split the ``threshold`` experiment's tidy results into the tables figure 1 draws."""
+    mod = _import("bandits.experiments.threshold", "figure 1")
+    crit = mod.critical_steps(results)
+    order = (crit[crit["method"] == "grpo"].assign(fin=lambda d: np.isfinite(d["eta_star"]))
+             .sort_values(["fin", "eta_star", "J0"], ascending=[False, True, True])["instance"].tolist())
+    order += [i for i in sorted(crit["instance"].unique()) if i not in order]
+    row = {inst: k for k, inst in enumerate(order)}
+    crit = crit.assign(row=crit["instance"].map(row))
+    ex = results[(results["kind"] == "exact") & (results["phase"] == "grid") & (results["schedule"] == "constant")]
+    exact = ex.loc[:, ["instance", "method", "eta", "J_final"]].assign(row=lambda d: d["instance"].map(row))
+    sp = results[(results["kind"] == "sampled") & (results["schedule"] == "constant")]
+    sampled = (sp.assign(collapsed=(sp["J_final"] < mod.COLLAPSE_J).astype(float))
+               .groupby(["instance", "eta"], as_index=False)["collapsed"].mean()
+               .rename(columns={"collapsed": "p_collapse"}).assign(row=lambda d: d["instance"].map(row)))
+    long = crit.melt(id_vars=["method", "instance", "row"], value_vars=[c for c in PREDICTORS if c in crit],
+                     var_name="predictor", value_name="eta_pred")
+    long["predictor"] = long["predictor"].map(PREDICTORS)
+    return ThresholdViews(crit, exact, sampled, long)
+
+
 def critical_vs_length(results: pd.DataFrame, config) -> pd.DataFrame:
     """eta* per (setting, instance, T) from the ``length`` experiment (its own ``critical_table``), plus
     ``eta_star_rel`` = eta* / eta*(smallest T with a finite eta*) of the same (setting, instance), so
@@ -343,6 +391,11 @@ def critical_vs_length(results: pd.DataFrame, config) -> pd.DataFrame:
 
 def success_rate_view(results: pd.DataFrame, verdict: pd.DataFrame) -> pd.DataFrame:
     """eta* against J from the ``success_rate`` experiment: columns one_minus_J, eta_star, series."""
+    raise NotAvailable("the success_rate experiment's results schema is not integrated yet")
+
+
+def success_rate_phase(results: pd.DataFrame, verdict: pd.DataFrame):
+    """(grid, critical) from the ``success_rate`` experiment: final J over (eta, J0) and eta* per J0."""
     raise NotAvailable("the success_rate experiment's results schema is not integrated yet")
 
 

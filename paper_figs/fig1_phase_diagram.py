@@ -1,26 +1,85 @@
-"""Figure: Phase diagram: J after K steps over step size eta and initial success rate.
+"""Figure 1: phase diagram of final J over the step size, with the computable thresholds overlaid.
 
-Data: ``bandits.experiments.threshold`` (via :class:`paper_figs.data.Sources`).
-Run alone: ``python -m paper_figs.fig1_phase_diagram [--mode quick]``.
+Data: ``bandits.experiments.threshold`` (per-instance exact and sampled GRPO on eta grids) and
+``bandits.experiments.success_rate`` (eta x J0). Run alone: ``python -m paper_figs.fig1_phase_diagram``.
 """
 
 from __future__ import annotations
 
-from .data import NotAvailable, Sources
+import numpy as np
+
+from . import plots
+from .data import NotAvailable, Sources, success_rate_phase, threshold_views
+from .style import label, new_figure, panel_label, save_figure
 
 NAME = "fig1_phase_diagram"
-TITLE = "Phase diagram: J after K steps over step size eta and initial success rate"
+TITLE = "Phase diagram: J after K steps over the step size eta, with predicted thresholds"
 CAPTION = (
-    "Tests Theorem 2 (Suk & Duan: above a step-size threshold even an aligned step makes J fall, to 0) on the "
-    "100-arm log-linear contextual bandit (d = 16, 10 correct arms): mean J after K steps over (eta, J0) or (eta,"
-    " K), with the computable thresholds overlaid (the sharp one-step line-search threshold, the local curvature "
-    "threshold and Theorem 1's step condition; gapdyn.thresholds)."
+    "Tests Theorem 2 (Suk & Duan: above a step-size threshold even an aligned step makes J fall, to 0) on "
+    "single-context log-linear bandits (100 arms, d = 16, 10 correct arms, theta0 = 0; one row per instance, "
+    "ordered by measured eta*). (a) exact GRPO: J after K steps over (eta, instance), with the measured critical "
+    "eta* and the computable predictors at theta0 overlaid (one-step sharp line-search threshold, local curvature "
+    "threshold, Theorem 1's step condition, the Phi-monotone edge; gapdyn.thresholds). (b) sampled GRPO (G = 8): "
+    "share of collapsed runs (J < 1e-3) over (eta, instance). (c) J after K steps over (eta, J0) with the "
+    "measured critical eta per J0 (success_rate experiment)."
 )
 
 
 def make(sources: Sources, out_dir=None):
-    sources.experiment("threshold")
-    raise NotAvailable("the threshold experiment's results are not integrated into this figure yet")
+    results, _ = sources.experiment("threshold")
+    cfg = sources.config("threshold")
+    v = threshold_views(results)
+    K = getattr(cfg, "steps", None)
+    fig, ax = new_figure(1, 3, width=5.2, height=4.6)
+    ex = v.exact[v.exact["method"] == "grpo"]
+    im = plots.plot_phase_diagram(ex, ax[0, 0], x="eta", y="row", value="J_final",
+                                  curves=v.predictors[v.predictors["method"] == "grpo"], curve_x="eta_pred",
+                                  curve_y="row", curve_hue="predictor", curve_lines=False,
+                                  legend_below=True)
+    fig.colorbar(im, ax=ax[0, 0], label=f"J after K = {K} steps" if K else "final J")
+    ax[0, 0].set_title("exact GRPO")
+    im = plots.plot_phase_diagram(v.sampled, ax[0, 1], x="eta", y="row", value="p_collapse", cmap="YlOrBr",
+                                  curves=v.predictors[(v.predictors["method"] == "grpo")
+                                                      & (v.predictors["predictor"] == "measured eta*")],
+                                  curve_x="eta_pred", curve_y="row", curve_hue="predictor", curve_lines=False,
+                                  legend_below=True)
+    fig.colorbar(im, ax=ax[0, 1], label="P(collapse)")
+    ax[0, 1].set_title(f"sampled GRPO, {getattr(cfg, 'n_seeds', '?')} seeds per eta")
+    rows = v.critical.drop_duplicates("instance").sort_values("row")
+    for a in ax[0, :2]:
+        a.set_xlabel(label("eta"))
+        a.set_ylabel("instance (ordered by measured $\\eta^*$)")
+        a.set_yticks(rows["row"].to_numpy())
+        a.set_yticklabels([str(i) for i in rows["instance"]], fontsize=7)
+    a = ax[0, 2]
+    try:
+        grid, crit = success_rate_phase(*sources.experiment("success_rate"))
+        im = plots.plot_phase_diagram(grid, a, x="eta", y="J0", value="J_final", curves=crit, curve_x="eta_star",
+                                      curve_y="J0", curve_label="measured critical eta")
+        fig.colorbar(im, ax=a, label="J after K steps")
+        a.set_xlabel(label("eta"))
+        a.set_ylabel(label("J0"))
+    except NotAvailable as exc:
+        plots.panel_unavailable(a, str(exc))
+    a.set_title(r"over $(\eta, J_0)$")
+    for a, letter in zip(ax[0], "abc"):
+        panel_label(a, letter)
+    fig.tight_layout()
+    return save_figure(fig, NAME, caption=CAPTION, title=TITLE, out_dir=out_dir)
+
+
+def headline(sources: Sources) -> dict:
+    """Measured eta* vs the predictors per instance with a finite threshold (exact GRPO)."""
+    results, _ = sources.experiment("threshold")
+    crit = threshold_views(results).critical
+    g = crit[crit["method"] == "grpo"]
+    out: dict[str, object] = {"instances with a finite eta* (exact GRPO)": f"{int(np.isfinite(g['eta_star']).sum())}"
+                                                                          f"/{len(g)}"}
+    for r in g[np.isfinite(g["eta_star"])].sort_values("instance").itertuples():
+        out[f"instance {r.instance}: eta* measured"] = float(r.eta_star)
+        out[f"instance {r.instance}: one-step sharp / local / Thm 1"] = (
+            f"{r.pred_sharp:.4g} / {r.pred_local:.4g} / {r.pred_thm1:.3g}")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -224,12 +224,14 @@ def _lin_edges(v: np.ndarray) -> np.ndarray:
 def plot_phase_diagram(df: pd.DataFrame, ax, *, x: str = "eta", y: str = "K", value: str = "J", logx: bool = True,
                        logy: bool = False, cmap: str = "cividis", vmin: float = 0.0, vmax: float = 1.0,
                        curves: pd.DataFrame | None = None, curve_x: str = "eta_pred", curve_y: str | None = None,
-                       curve_label: str = "predicted threshold", curve_hue: str | None = None):
+                       curve_label: str = "predicted threshold", curve_hue: str | None = None,
+                       curve_lines: bool = True, legend_below: bool = False):
     """Mean ``value`` (e.g. J after K steps) over the (x, y) grid, averaged over seeds.
 
     ``curves``: predicted-threshold curves to overlay, one row per point with columns ``curve_x``
     (the predicted critical x, e.g. eta) and ``curve_y`` (default ``y``); ``curve_hue`` splits several
-    predictors (each its own line style). Returns the colour mesh.
+    predictors (each its own line style); ``curve_lines=False`` draws markers only (categorical y,
+    e.g. one row per instance). Returns the colour mesh.
     """
     _require(df, [x, y, value], "plot_phase_diagram")
     grid = df.groupby([y, x])[value].mean().unstack(x).sort_index()
@@ -243,14 +245,28 @@ def plot_phase_diagram(df: pd.DataFrame, ax, *, x: str = "eta", y: str = "K", va
         ax.set_yscale("log")
     if curves is not None and len(curves):
         cy = curve_y or y
-        styles = ["-", "--", ":", "-."]
-        groups = curves.groupby(curve_hue) if curve_hue else [(curve_label, curves)]
+        styles = ["-", "--", ":", "-.", "-"]
+        markers = ["o", "s", "^", "D", "v"]
+        colours = ["#D55E00", "#56B4E9", "#E69F00", "#CC79A7", "#FFFFFF"]
+        groups = curves.groupby(curve_hue, sort=False) if curve_hue else [(curve_label, curves)]
         for i, (name, c) in enumerate(groups):
             c = c.sort_values(cy)
-            ok = np.isfinite(c[curve_x].to_numpy(float))
-            ax.plot(c[curve_x][ok], c[cy][ok], color=["#E69F00", "#56B4E9", "#CC79A7", "#FFFFFF"][i % 4],
-                    ls=styles[i % 4], lw=2, marker="o", ms=3, label=str(name))
-        ax.legend(frameon=True, fontsize=8, loc="best")
+            ok = np.isfinite(c[curve_x].to_numpy(float)) & (c[curve_x].to_numpy(float) > 0)
+            kw = dict(color=colours[i % 5], marker=markers[i % 5], label=str(name), mec="black", mew=0.5)
+            if curve_lines:
+                ax.plot(c[curve_x][ok], c[cy][ok], ls=styles[i % 5], lw=2, ms=3, **kw)
+            else:
+                ax.plot(c[curve_x][ok], c[cy][ok], ls="none", ms=6, **kw)
+        if legend_below:
+            ax.legend(frameon=False, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
+        else:
+            ax.legend(frameon=True, fontsize=7, loc="best")
+        cx = curves[curve_x].to_numpy(float)
+        cx = cx[np.isfinite(cx) & (cx > 0)]
+        if cx.size:  # widen the x range so that predictors far off the grid stay visible
+            lo = min(xe[0], cx.min() / 1.5) if logx else min(xe[0], cx.min())
+            hi = max(xe[-1], cx.max() * 1.5) if logx else max(xe[-1], cx.max())
+            xe = np.r_[lo, xe[1:-1], hi] if xe.size > 2 else np.array([lo, hi])
     ax.set_xlim(xe[0], xe[-1])
     ax.set_ylim(ye[0], ye[-1])
     ax.grid(False)
