@@ -83,8 +83,11 @@ def _log(msg: str, verbose: bool):
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def run_all(sizes: Sizes = FULL, *, llm: bool = True, verbose: bool = False) -> dict:
-    """Every measurement of the table, as a dict of result objects (see format_report)."""
+def run_all(sizes: Sizes = FULL, *, llm: bool = True, whatif: bool = True, verbose: bool = False) -> dict:
+    """Every measurement of the table, as a dict of result objects (see format_report).
+
+    llm: include section 3 (imports torch); whatif: include the fast-math engine copy of section 5.
+    """
     res: dict = {"sizes": sizes, "load_before": load_average()}
     w = sizes.workload
     t0 = time.perf_counter()
@@ -94,23 +97,26 @@ def run_all(sizes: Sizes = FULL, *, llm: bool = True, verbose: bool = False) -> 
     ck = dict(K=w.n_arms, d=w.dim, C=w.n_contexts, R=8, steps=sizes.ceiling_steps)
     res["ceiling"] = {"strict": rl.fused_exact_ceiling(repeats=sizes.repeats, **ck),
                       "fastmath": rl.fused_exact_ceiling(fastmath=True, repeats=sizes.repeats, **ck)}
-    _log("compiling the fast-math copy of bandits.engine (what-if)", verbose)
-    variant = wi.engine_variant()
+    variant = None
+    if whatif:
+        _log("compiling the fast-math copy of bandits.engine (what-if)", verbose)
+        variant = wi.engine_variant()
     bandit = w.bandit()
     eta, seed = bb.grid(w)
     res["variant_diff"] = {}
     for mode in ("exact", "sampled"):
         _log(f"bandit {mode}: engine vs reference (+ roofline kernels, fast-math engine)", verbose)
-        vd = variant.Dynamics(method=w.method, mode=mode, group_size=w.group_size, steps=w.steps)
-        variant.simulate(bandit, vd, eta=eta[:1], seed=seed[:1])  # compile
         extra = {
             "ceiling_strict": rl.ceiling_callable(**ck),
             "ceiling_fastmath": rl.ceiling_callable(fastmath=True, **ck),
-            "engine_fastmath": ((lambda vd=vd: variant.simulate(bandit, vd, eta=eta, seed=seed)),
-                                w.runs * w.steps * w.n_contexts * w.n_arms),
         }
+        if variant is not None:
+            vd = variant.Dynamics(method=w.method, mode=mode, group_size=w.group_size, steps=w.steps)
+            variant.simulate(bandit, vd, eta=eta[:1], seed=seed[:1])  # compile
+            extra["engine_fastmath"] = ((lambda vd=vd: variant.simulate(bandit, vd, eta=eta, seed=seed)),
+                                        w.runs * w.steps * w.n_contexts * w.n_arms)
+            res["variant_diff"][mode] = wi.variant_maxdiff(variant, w, mode)
         res[f"bandit_{mode}"] = bb.engine_vs_reference(w, mode, repeats=sizes.repeats, extra=extra)
-        res["variant_diff"][mode] = wi.variant_maxdiff(variant, w, mode)
     _log("sequence bandit vs T", verbose)
     res["sequence"] = [sq.sequence_point(m, dr, T, runs=sizes.seq_runs, steps=sizes.seq_steps,
                                          repeats=sizes.repeats, group_size=w.group_size)
@@ -312,7 +318,7 @@ def format_report(res: dict) -> str:
 def _format_whatif(res: dict) -> list[str]:
     L = ["## 5. What-if: prototypes of the proposed fixes (benchmarks/whatif.py; not used by the library)"]
     rows = []
-    for mode in ("exact", "sampled"):
+    for mode in ("exact", "sampled") if res["variant_diff"] else ():
         r = res[f"bandit_{mode}"]
         v = r.extra_rates["engine_fastmath"]
         rows.append([f"bandits.engine, fast-math flags {sorted(wi.FASTMATH_FLAGS)}: {mode}", _ms(v, 1e-6),
@@ -383,11 +389,12 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (about a minute)")
     ap.add_argument("--tiny", action="store_true", help="smoke-test sizes (seconds; numbers meaningless)")
     ap.add_argument("--skip-llm", action="store_true", help="leave out section 3 (no torch import)")
+    ap.add_argument("--skip-whatif", action="store_true", help="leave out the fast-math engine copy (section 5)")
     ap.add_argument("--out", default=None, help="also write the report to this file")
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     a = ap.parse_args(argv)
     sizes = TINY if a.tiny else QUICK if a.quick else FULL
-    res = run_all(sizes, llm=not a.skip_llm, verbose=not a.quiet)
+    res = run_all(sizes, llm=not a.skip_llm, whatif=not a.skip_whatif, verbose=not a.quiet)
     cmd = "python -m benchmarks " + " ".join(argv if argv is not None else sys.argv[1:])
     text = f"# gapdyn benchmarks ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})\ncommand: `{cmd.strip()}`\n\n"
     text += format_report(res)

@@ -18,7 +18,7 @@ from bandits.envs import ContextualBandit
 from benchmarks import bandit as bb
 from benchmarks import roofline as rl
 from benchmarks import sequence as sq
-from benchmarks.run import TINY, format_report, run_all, targets
+from benchmarks.run import TINY, format_report, main, run_all, targets
 from benchmarks.timing import Stat, interleaved, ratio
 
 # the benchmarked workload (section 1), few steps: the reference loop costs ~4 ms per run-step here
@@ -99,17 +99,19 @@ def test_timing_helpers():
 def test_report_without_llm():
     res = run_all(TINY, llm=False)
     text = format_report(res)
-    for head in ("## 0.", "## 1.", "## 2.", "## 4.", "## Targets"):
+    for head in ("## 0.", "## 1.", "## 2.", "## 4.", "## 5.", "## Targets"):
         assert head in text
     assert res["bandit_exact"].maxdiff < 1e-9 and res["bandit_sampled"].maxdiff < 1e-9
+    assert max(res["variant_diff"].values()) < 1e-9  # the fast-math what-if engine agrees with the reference
     assert set(targets(res)) == {"exact_vs_ref", "exact_vs_roofline", "sampled_vs_ref"}
 
 
-def test_cli_runs():
-    out = subprocess.run([sys.executable, "-m", "benchmarks", "--tiny", "--skip-llm", "-q"], capture_output=True,
-                         text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "## Targets (issue 6)" in out.stdout
+def test_cli_main(capsys):
+    assert main(["--tiny", "--skip-llm", "--skip-whatif", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "## Targets (issue 6)" in out and "## 5." in out
+    help_ = subprocess.run([sys.executable, "-m", "benchmarks", "--help"], capture_output=True, text=True, timeout=120)
+    assert help_.returncode == 0 and "--quick" in help_.stdout
 
 
 # ---- llm_probe (torch) --------------------------------------------------------------------------
@@ -133,6 +135,7 @@ def test_jvp_route_equals_backward_route(small_policy):
     rt = lb.route_times(model, tok, task, setup, repeats=1)
     assert rt.n_prompts == setup.prompts_per_step
     assert rt.maxdiff <= 1e-4 * max(rt.scale, 1.0)  # float32 forward-mode vs reverse-mode
+    assert rt.gap_maxdiff <= 1e-4 * max(rt.gap_scale, 1.0)  # what-if per-group gaps == per_prompt_gaps
 
 
 @pytest.mark.llm
