@@ -68,7 +68,7 @@ class Config:
     settings: tuple[str, ...] = tuple(SETTINGS)
     """Which settings of SETTINGS to run."""
     candidate_instances: tuple[int, ...] = tuple(range(12))
-    """Instance seeds (token features) screened, in order, by the T = 1 finite-threshold filter."""
+    """Instance seeds (token features) screened, in order, by :func:`qualifying_instances`."""
     n_instances: int = 2
     """How many qualifying instances to use."""
     V: int = 10
@@ -155,29 +155,50 @@ def _tabular_start(instance: int, T: int, rule: str, J0: float, V: int):
     return env, place_for_success_rate(env, e_c, J0, base=base)
 
 
-def qualifying_instances(config: Config) -> tuple[list[int], list[int]]:
-    """(screened, qualifying): instances in order until n_instances have a finite T = 1 threshold.
+def _reachable(config: Config, inst: int) -> bool:
+    """J0 can be placed at every T for every shared (rule, variable length) pair in config.settings."""
+    pairs = {(SETTINGS[s][1], SETTINGS[s][3]) for s in config.settings if SETTINGS[s][0] == "shared"}
+    try:
+        for rule, variable in sorted(pairs):
+            for T in config.Ts:
+                _shared_start(inst, int(T), rule, config.J0, config.V, config.d, variable)
+    except ValueError:
+        return False
+    return True
 
-    Filter: exact log-odds ascent of the T = 1 problem (rule MAJ = one correct token), started at J0,
-    collapses (J < collapse_J within filter_steps) at some eta of the grid.
+
+def qualifying_instances(config: Config) -> tuple[list[int], dict[int, str]]:
+    """(qualifying, why_not): instances in order until n_instances qualify; the reason for each rejected one.
+
+    Filter: (1) exact log-odds ascent of the T = 1 problem (one correct token), started at J0,
+    collapses (J < collapse_J within filter_steps) at some eta of the grid ("finite T = 1 threshold");
+    (2) J0 is reachable along the placement line at every T for every shared setting (else eta* vs T
+    cannot be measured at fixed J0: the correct token cannot get the mass MAJ at large T needs).
     """
     etas = eta_grid(config.eta_min, config.eta_max, config.per_decade)
-    screened, good = [], []
-    for inst in config.candidate_instances:
-        screened.append(int(inst))
-        env, th0 = _shared_start(int(inst), 1, "MAJ", config.J0, config.V, config.d, False)
+    good, why_not = [], {}
+    for inst in map(int, config.candidate_instances):
+        try:
+            env, th0 = _shared_start(inst, 1, "MAJ", config.J0, config.V, config.d, False)
+        except ValueError:
+            why_not[inst] = "J0 unreachable at some T"
+            continue
         out = simulate(env, np.tile(th0, (etas.size, 1)), etas, direction="logodds",
                        steps=config.filter_steps, collapse_J=config.collapse_J)
-        if out["collapsed"].any():
-            good.append(int(inst))
+        if not out["collapsed"].any():
+            why_not[inst] = "no T=1 threshold"
+        elif not _reachable(config, inst):
+            why_not[inst] = "J0 unreachable at some T"
+        else:
+            good.append(inst)
             if len(good) == config.n_instances:
                 break
-    return screened, good
+    return good, why_not
 
 
 def cells(config: Config, instances: list[int] | None = None) -> list[dict]:
     """One cell per (setting, qualifying instance, T), with every parameter it needs (plain data)."""
-    good = qualifying_instances(config)[1] if instances is None else instances
+    good = qualifying_instances(config)[0] if instances is None else instances
     keep = ("V", "d", "J0", "group_size", "method", "steps", "runs", "eta_min", "eta_max", "per_decade",
             "collapse_J", "seed")
     common = {k: v for k, v in asdict(config).items() if k in keep}
@@ -341,7 +362,7 @@ def analyse(results: pd.DataFrame, config: Config) -> pd.DataFrame:
 
 def run(config: Config, *, store=None, backend: str = "joblib", n_jobs: int = -1, progress: bool = True):
     """(results, verdict) via bandits.sweep.run_sweep (name ``length-<mode>``, resumable with a store)."""
-    screened, good = qualifying_instances(config)
+    good, why_not = qualifying_instances(config)
     results = run_sweep(run_cell, cells(config, good), name=f"length-{config.mode}", store=store,
                         backend=backend, n_jobs=n_jobs, progress=progress)
     verdict = analyse(results, config)
@@ -353,7 +374,10 @@ def run(config: Config, *, store=None, backend: str = "joblib", n_jobs: int = -1
             "measured": "; ".join(f"{s} inst {i} T={t}" for s, i, t in bad.itertuples(index=False)),
         }
     filt = {"claim": "instances with a finite T=1 threshold (filter)", "setting": "exact log-odds ascent, T=1, J0",
-            "measured": f"{len(good)} of {len(screened)} screened: {good}", "expected": "a share (SIMULATIONS: 6/20 "
-            "in the 100-arm bandit); not every instance has one", "holds": "n/a"}
+            "measured": f"used {good}; rejected: "
+            f"{sum(v.startswith('no') for v in why_not.values())} without a T=1 threshold, "
+            f"{sum(v.startswith('J0') for v in why_not.values())} with J0 unreachable at some T "
+            f"({sorted(k for k, v in why_not.items() if v.startswith('J0'))})",
+            "expected": "a share (SIMULATIONS: 6/20 in the 100-arm bandit); not every instance has one", "holds": "n/a"}
     verdict = pd.concat([pd.DataFrame([filt]), verdict], ignore_index=True)
     return results, verdict
