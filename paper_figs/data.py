@@ -389,14 +389,54 @@ def critical_vs_length(results: pd.DataFrame, config) -> pd.DataFrame:
     return crit
 
 
-def success_rate_view(results: pd.DataFrame, verdict: pd.DataFrame) -> pd.DataFrame:
-    """eta* against J from the ``success_rate`` experiment: columns one_minus_J, eta_star, series."""
-    raise NotAvailable("the success_rate experiment's results schema is not integrated yet")
+def _relative_to_first(df: pd.DataFrame, by: list[str], x: str, y: str) -> pd.Series:
+    """y / y(smallest x with a finite y) within each group of ``by`` (NaN when a group has none)."""
+
+    def rel(g):
+        g = g.sort_values(x)
+        fin = g[np.isfinite(g[y])]
+        return g[y] / (float(fin[y].iloc[0]) if len(fin) else np.nan)
+
+    return df.groupby(by, group_keys=False)[[x, y]].apply(rel).reindex(df.index)
 
 
-def success_rate_phase(results: pd.DataFrame, verdict: pd.DataFrame):
-    """(grid, critical) from the ``success_rate`` experiment: final J over (eta, J0) and eta* per J0."""
-    raise NotAvailable("the success_rate experiment's results schema is not integrated yet")
+def success_rate_view(results: pd.DataFrame, verdict: pd.DataFrame | None = None) -> pd.DataFrame:
+    """eta* against 1 - J0 from the ``success_rate`` experiment, one row per (series, instance, J0).
+
+    series: "exact GRPO eta*" (kind exact_star) and "sampled GRPO onset" (kind sampled_onset);
+    eta_star_rel = eta* / eta*(smallest J0 with a finite eta*) of the same instance and series."""
+    _require_cols(results, ["kind", "instance", "J0", "eta"], "success_rate results")
+    names = {"exact_star": "exact GRPO eta*", "sampled_onset": "sampled GRPO onset"}
+    d = results[results["kind"].isin(list(names))].loc[:, ["kind", "instance", "J0", "eta"]].copy()
+    d["series"] = d["kind"].map(names)
+    d = d.rename(columns={"eta": "eta_star"}).reset_index(drop=True)
+    d["one_minus_J"] = 1.0 - d["J0"]
+    d["eta_star_rel"] = _relative_to_first(d, ["series", "instance"], "J0", "eta_star")
+    return d
+
+
+def success_rate_phase(results: pd.DataFrame, verdict: pd.DataFrame | None = None):
+    """(grid, curves) from the ``success_rate`` experiment for a phase diagram over (eta, J0).
+
+    grid: final J of exact GRPO per (instance, J0, eta) (plot the mean over instances);
+    curves: per J0, the median over instances of the finite measured eta* ("measured eta* (median)")
+    and gapdyn.predicted_critical_step's (1 - J) law anchored at the smallest J0's median ("(1 - J) law")."""
+    _require_cols(results, ["kind", "instance", "J0", "eta", "J_final"], "success_rate results")
+    grid = results[results["kind"] == "exact_grid"].loc[:, ["instance", "J0", "eta", "J_final"]]
+    star = results[(results["kind"] == "exact_star") & np.isfinite(results["eta"])]
+    med = star.groupby("J0")["eta"].median().sort_index()
+    rows = [{"curve": "measured eta* (median)", "J0": j, "eta_star": e} for j, e in med.items()]
+    if len(med):
+        pred = gapdyn.predicted_critical_step(float(med.iloc[0]), 1.0, med.index.to_numpy(float),
+                                              J_ref=float(med.index[0]))
+        rows += [{"curve": "(1 - J) law (Thm 3)", "J0": j, "eta_star": float(e)} for j, e in zip(med.index, pred)]
+    return grid, pd.DataFrame(rows, columns=["curve", "J0", "eta_star"])
+
+
+def _require_cols(df: pd.DataFrame, cols, what: str) -> None:
+    missing = [c for c in cols if c not in df.columns]
+    if missing:
+        raise NotAvailable(f"{what} lack columns {missing} (the experiment's schema changed?)")
 
 
 def _has_varkw(params) -> bool:

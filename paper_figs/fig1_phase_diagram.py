@@ -20,8 +20,9 @@ CAPTION = (
     "ordered by measured eta*). (a) exact GRPO: J after K steps over (eta, instance), with the measured critical "
     "eta* and the computable predictors at theta0 overlaid (one-step sharp line-search threshold, local curvature "
     "threshold, Theorem 1's step condition, the Phi-monotone edge; gapdyn.thresholds). (b) sampled GRPO (G = 8): "
-    "share of collapsed runs (J < 1e-3) over (eta, instance). (c) J after K steps over (eta, J0) with the "
-    "measured critical eta per J0 (success_rate experiment)."
+    "share of collapsed runs (J < 1e-3) over (eta, instance). (c) exact GRPO from theta0 placed at J0 "
+    "(success_rate experiment): mean J after K steps over (eta, J0), the median measured eta* per J0 and the "
+    "(1 - J) law of Theorem 3 anchored at the smallest J0 (gapdyn.predicted_critical_step)."
 )
 
 
@@ -55,8 +56,9 @@ def make(sources: Sources, out_dir=None):
     try:
         grid, crit = success_rate_phase(*sources.experiment("success_rate"))
         im = plots.plot_phase_diagram(grid, a, x="eta", y="J0", value="J_final", curves=crit, curve_x="eta_star",
-                                      curve_y="J0", curve_label="measured critical eta")
-        fig.colorbar(im, ax=a, label="J after K steps")
+                                      curve_y="J0", curve_hue="curve", legend_below=True)
+        k = getattr(sources.config("success_rate"), "steps", None)
+        fig.colorbar(im, ax=a, label=f"mean J after K = {k} steps" if k else "mean final J")
         a.set_xlabel(label("eta"))
         a.set_ylabel(label("J0"))
     except NotAvailable as exc:
