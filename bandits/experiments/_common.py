@@ -113,7 +113,7 @@ def run_experiment(module, config, *, store=None, backend="joblib", n_jobs=-1, p
     results = run_sweep(
         module.run_cell,
         module.cells(config),
-        name=f"{module.NAME}_{config.mode}",
+        name=f"{module.NAME}-{config.mode}",
         store=store,
         backend=backend,
         n_jobs=n_jobs,
