@@ -50,6 +50,14 @@ __all__ = [
     "PREDICTORS",
     "ThresholdViews",
     "threshold_views",
+    "success_rate_view",
+    "success_rate_phase",
+    "methods_view",
+    "methods_summary",
+    "stagnation_parts",
+    "stagnation_trajectories",
+    "logistic_fit_rows",
+    "logistic_thm1_rows",
 ]
 
 MODES = ("test", "quick", "full")
@@ -431,6 +439,82 @@ def success_rate_phase(results: pd.DataFrame, verdict: pd.DataFrame | None = Non
                                               J_ref=float(med.index[0]))
         rows += [{"curve": "(1 - J) law (Thm 3)", "J0": j, "eta_star": float(e)} for j, e in zip(med.index, pred)]
     return grid, pd.DataFrame(rows, columns=["curve", "J0", "eta_star"])
+
+
+def methods_view(results: pd.DataFrame) -> pd.DataFrame:
+    """Per (sampling, method, eta) of the ``methods`` experiment: P_collapse, mean final J, share of runs
+    reaching J >= 0.9 and the median steps to it (over the runs that reach it)."""
+    _require_cols(results, ["sampling", "method", "eta", "collapsed", "J_final", "steps_to_09"], "methods results")
+    R = results.assign(collapsed=results["collapsed"].astype(float))
+
+    def med(x):
+        x = x[np.isfinite(x)]
+        return float(np.median(x)) if len(x) else np.nan
+
+    g = R.groupby(["sampling", "method", "eta"], sort=False)
+    return pd.DataFrame({
+        "P_collapse": g["collapsed"].mean(),
+        "J_final": g["J_final"].mean(),
+        "share_reaching_09": g["steps_to_09"].apply(lambda x: float(np.isfinite(x).mean())),
+        "median_steps_to_09": g["steps_to_09"].apply(med),
+    }).reset_index()
+
+
+def methods_summary(results: pd.DataFrame) -> pd.DataFrame:
+    """The ``methods`` experiment's own per-method summary (P_collapse, scalar_at_J0, entropies)."""
+    mod = _import("bandits.experiments.methods", "figure 6")
+    return mod.summary(results)
+
+
+def stagnation_parts(results: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The ``stagnation`` experiment's rows split by part (single, interference, tabular_shared,
+    unreachable, adam, controllers); the failure rate of the long runs in long form as ``fail_curve``
+    (part, method, mode, optimizer, eta, seed, instance, step, fail) at the three recorded points
+    k = K/10, K/2, K."""
+    _require_cols(results, ["part"], "stagnation results")
+    out = {p: g.reset_index(drop=True) for p, g in results.groupby("part")}
+    long = results[results["part"] != "controllers"]
+    if len(long) and {"fail_10pct", "fail_half", "fail_final", "steps"} <= set(long.columns):
+        K = long["steps"].astype(float)
+        pts = []
+        for col, frac in (("fail_10pct", 0.1), ("fail_half", 0.5), ("fail_final", 1.0)):
+            pts.append(long.assign(step=np.floor(K * frac), fail=long[col]))
+        out["fail_curve"] = pd.concat(pts, ignore_index=True)
+    return out
+
+
+def stagnation_trajectories(config, *, instance: int = 0, etas=None, steps: int | None = None,
+                            n_seeds: int | None = None, delta: float = 2.0) -> pd.DataFrame:
+    """J over steps of sampled GRPO on the ``stagnation`` experiment's controller instance
+    (``make_bandit(n_contexts=1, seed=1000 + instance)``, as its ``controllers`` part) at fixed eta and
+    under the adaptive controller (trust region ``delta``) started from the same eta0, via
+    ``bandits.run_grid``. The stagnation results keep only summaries; these curves show the dynamics
+    behind them. Columns: schedule, eta, seed, step, J, M."""
+    bandits = _import("bandits", "figure 3's trajectories")
+    etas = tuple(etas if etas is not None else getattr(config, "controller_etas", (10.0, 1000.0)))
+    steps = int(steps or getattr(config, "controller_steps", 100))
+    n_seeds = int(n_seeds or getattr(config, "n_seeds", 4))
+    b = bandits.make_bandit(n_contexts=1, seed=1000 + instance)
+    frames = []
+    for name, sched in (("constant", bandits.Schedule("constant")),
+                        (f"adaptive (delta = {delta:g})", bandits.Schedule("adaptive", delta=delta))):
+        dyn = bandits.Dynamics(method="grpo", mode="sampled", steps=steps, schedule=sched)
+        tr, E, S = bandits.run_grid(b, dyn, etas=etas, seeds=np.arange(n_seeds))
+        frames.append(trajectory_frame(tr, E, S).assign(schedule=name))
+    return pd.concat(frames, ignore_index=True)
+
+
+def logistic_fit_rows(results: pd.DataFrame) -> pd.DataFrame:
+    """The (M, J) pairs of the ``logistic`` experiment's fit part from non-collapsed runs."""
+    _require_cols(results, ["part", "method", "sampling", "M", "J", "J0", "collapsed"], "logistic results")
+    fit = results[(results["part"] == "fit")]
+    return fit[~fit["collapsed"].astype(bool)].reset_index(drop=True)
+
+
+def logistic_thm1_rows(results: pd.DataFrame) -> pd.DataFrame:
+    """The ``logistic`` experiment's Theorem-1 part: per run factor, meets, above_bound, worst_violation."""
+    _require_cols(results, ["part"], "logistic results")
+    return results[results["part"] == "thm1"].reset_index(drop=True)
 
 
 def _require_cols(df: pd.DataFrame, cols, what: str) -> None:

@@ -1,25 +1,58 @@
-"""Figure: Bandit stability of GRPO, Dr. GRPO, WAPO and REINFORCE at equal eta.
+"""Figure 6: bandit stability of GRPO, Dr. GRPO, WAPO and REINFORCE at equal step size.
 
-Data: ``bandits.experiments.methods`` (via :class:`paper_figs.data.Sources`).
-Run alone: ``python -m paper_figs.fig6_methods [--mode quick]``.
+Data: ``bandits.experiments.methods``. Run alone: ``python -m paper_figs.fig6_methods [--mode quick]``.
 """
 
 from __future__ import annotations
 
-from .data import NotAvailable, Sources
+from . import plots
+from .data import Sources, methods_summary, methods_view
+from .style import label, new_figure, panel_label, save_figure
 
 NAME = "fig6_methods"
 TITLE = "Bandit stability of GRPO, Dr. GRPO, WAPO and REINFORCE at equal eta"
 CAPTION = (
-    "Tests the method comparisons implied by the expected directions E[w] = c(J, G) Gap (THEORY.md §2; WAPO = (1 "
-    "- J) x Dr. GRPO) on the contextual bandit with sampled groups (G = 8): share of collapsed runs and final J "
-    "against eta for GRPO, Dr. GRPO, WAPO and REINFORCE at equal eta."
+    "Tests the method comparisons implied by the expected directions E[w] = c(J, G) Gap (THEORY.md §2: "
+    "c = J(1-J) for REINFORCE, (1-1/G) J(1-J) for Dr. GRPO, c_G(J) for GRPO, (1-1/G) J(1-J)^2 for WAPO) on "
+    "single-context 100-arm log-linear bandits, theta0 = 0, at equal eta (methods experiment). (a) sampled groups "
+    "(G = 8): share of collapsed runs (J < 1e-3) against eta. (b) exact expected updates: mean final J against "
+    "eta. (c) sampled: median steps to J >= 0.9 (runs that reach it). (d) every method: P(collapse) over all "
+    "etas against its expected scalar at J0 (gapdyn.expected_scalar), sampled and exact."
 )
+
+FOCUS = ("grpo", "dr_grpo", "wapo", "reinforce")
 
 
 def make(sources: Sources, out_dir=None):
-    sources.experiment("methods")
-    raise NotAvailable("the methods experiment's results are not integrated into this figure yet")
+    results, _ = sources.experiment("methods")
+    view = methods_view(results)
+    focus = view[view["method"].isin(FOCUS)]
+    fig, ax = new_figure(2, 2, width=4.8, height=3.6)
+    for a, (sampling, y, ylab) in zip(ax.ravel()[:3], (("sampled", "P_collapse", "P(collapse)"),
+                                                       ("exact", "J_final", "mean final " + label("J")),
+                                                       ("sampled", "median_steps_to_09", r"median steps to $J \geq 0.9$"))):
+        d = focus[focus["sampling"] == sampling]
+        plots.plot_method_curves(d, a, x="eta", y=y, method="method")
+        a.set_xlabel(label("eta"))
+        a.set_ylabel(ylab)
+        a.set_title(f"{sampling} updates")
+    plots.plot_scalar_vs_collapse(methods_summary(results), ax[1, 1])
+    for a, letter in zip(ax.ravel(), "abcd"):
+        panel_label(a, letter)
+    fig.tight_layout()
+    return save_figure(fig, NAME, caption=CAPTION, title=TITLE, out_dir=out_dir)
+
+
+def headline(sources: Sources) -> dict:
+    """P(collapse) and median steps to J >= 0.9 per method (sampled) and the expected scalar at J0."""
+    results, _ = sources.experiment("methods")
+    tab = methods_summary(results)
+    out = {}
+    for r in tab[tab["sampling"] == "sampled"].sort_values("scalar_at_J0", ascending=False).itertuples():
+        out[f"{r.method}: P(collapse), sampled"] = float(r.P_collapse)
+        out[f"{r.method}: median steps to 0.9, sampled"] = float(r.median_steps_to_09)
+        out[f"{r.method}: expected scalar at J0"] = float(r.scalar_at_J0)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

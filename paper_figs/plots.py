@@ -38,6 +38,8 @@ __all__ = [
     "plot_bin_shares",
     "plot_alerts",
     "panel_unavailable",
+    "plot_bound_violation",
+    "plot_scalar_vs_collapse",
 ]
 
 
@@ -314,7 +316,7 @@ def plot_loglog_fit(df: pd.DataFrame, ax, *, x: str, y: str, hue: str | None = N
     return fits
 
 
-def _plain_log_ticks(ax) -> None:
+def _plain_log_ticks(ax, axes: str = "xy") -> None:
     """Log axes labelled 0.1, 1, 10, 3 ... instead of 10^-1, 3x10^0."""
     from matplotlib.ticker import FuncFormatter
 
@@ -324,7 +326,7 @@ def _plain_log_ticks(ax) -> None:
         lead = round(v / 10 ** np.floor(np.log10(v)), 6)
         return f"{v:g}" if lead in (2.0, 5.0) else ""
 
-    for axis in (ax.xaxis, ax.yaxis):
+    for axis in [a for n, a in (("x", ax.xaxis), ("y", ax.yaxis)) if n in axes]:
         axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         axis.set_minor_formatter(FuncFormatter(minor))
 
@@ -382,9 +384,11 @@ def plot_method_curves(df: pd.DataFrame, ax, *, x: str = "eta", y: str = "collap
                        logx: bool = True, band: bool = False):
     """Per method: mean ``y`` (e.g. share of collapsed runs, final J) against ``x`` (e.g. eta)."""
     _require(df, [x, y, method], "plot_method_curves")
-    for m, g in df.groupby(method, sort=False):
+    markers = "osD^vP*X"
+    for i, (m, g) in enumerate(df.groupby(method, sort=False)):
         st = g.groupby(x)[y].agg(["mean", "count", "std"])
-        ax.plot(st.index, st["mean"], marker="o", ms=4, color=method_color(m), label=method_label(m))
+        ax.plot(st.index, st["mean"], marker=markers[i % len(markers)], ms=6 - 0.6 * (i % 4), alpha=0.9,
+                color=method_color(m), label=method_label(m), mec="white", mew=0.5)
         if band:
             se = st["std"].fillna(0) / np.sqrt(st["count"].clip(lower=1))
             ax.fill_between(st.index, st["mean"] - se, st["mean"] + se, color=method_color(m), alpha=0.15, lw=0)
@@ -515,3 +519,43 @@ def panel_unavailable(ax, reason: str) -> None:
     ax.set_xticks([])
     ax.set_yticks([])
     ax.grid(False)
+
+
+def plot_bound_violation(thm1: pd.DataFrame, ax):
+    """Theorem-1 runs: worst violation max_k (bound_k - J_k) against the step factor f, per direction
+    (method, sampling); filled markers where every step met the step condition, open otherwise."""
+    _require(thm1, ["factor", "worst_violation", "meets", "method", "sampling"], "plot_bound_violation")
+    for i, ((m, s), g) in enumerate(thm1.groupby(["method", "sampling"], sort=False)):
+        col = method_color(m) if m != "gap" else "#000000"
+        lab = f"{'log-odds ascent' if m == 'gap' else method_label(m)} ({s})"
+        for meets, gg in g.groupby(g["meets"].astype(bool)):
+            ax.scatter(gg["factor"], gg["worst_violation"], s=30, marker="os^D"[i % 4], color=col if meets else "none",
+                       edgecolors=col, label=lab if meets or not g["meets"].astype(bool).any() else None)
+    ax.axhline(0, color="black", lw=1, ls="--")
+    ax.set_xscale("log")
+    top = float(np.nanmax(thm1["worst_violation"])) if len(thm1) else 0.0
+    ax.set_ylim(-0.05, max(0.05, 1.15 * top))
+    ax.set_xlabel(r"step factor $f$: $\eta = f \times$ Thm 1 bound at $\theta_0$")
+    ax.set_ylabel(r"worst violation $\max_k(\mathrm{bound}_k - J_k)$")
+    ax.legend(frameon=False, fontsize=7)
+    return ax
+
+
+def plot_scalar_vs_collapse(summary: pd.DataFrame, ax):
+    """Per method and sampling: P(collapse) against the expected scalar E[w]/Gap at J0 (labelled points)."""
+    _require(summary, ["sampling", "method", "scalar_at_J0", "P_collapse"], "plot_scalar_vs_collapse")
+    for s, marker in (("sampled", "o"), ("exact", "s")):
+        g = summary[summary["sampling"] == s]
+        for r in g.itertuples():
+            ax.scatter(r.scalar_at_J0, r.P_collapse, marker=marker, s=45, color=method_color(r.method),
+                       edgecolors="black", linewidths=0.5)
+            if s == "sampled":
+                ax.annotate(method_label(r.method), (r.scalar_at_J0, r.P_collapse), fontsize=7,
+                            xytext=(4, 3), textcoords="offset points")
+    ax.scatter([], [], marker="o", color="#999999", label="sampled (G = 8)")
+    ax.scatter([], [], marker="s", color="#999999", label="exact")
+    ax.set_xscale("log")
+    ax.set_xlabel(r"expected scalar $\mathbb{E}[w] / (g^+ - g^-)$ at $J_0$")
+    ax.set_ylabel("P(collapse), all etas")
+    ax.legend(frameon=False, fontsize=8)
+    return ax
