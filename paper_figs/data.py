@@ -491,7 +491,9 @@ def stagnation_trajectories(config, *, instance: int = 0, etas=None, steps: int 
     ``bandits.run_grid``. The stagnation results keep only summaries; these curves show the dynamics
     behind them. Columns: schedule, eta, seed, step, J, M."""
     bandits = _import("bandits", "figure 3's trajectories")
-    etas = tuple(etas if etas is not None else getattr(config, "controller_etas", (10.0, 1000.0)))
+    if etas is None:  # the long runs' fixed etas and the controllers' eta0 grid
+        etas = sorted(set(getattr(config, "etas", ())) | set(getattr(config, "controller_etas", (10.0, 1000.0))))
+    etas = tuple(float(e) for e in etas)
     steps = int(steps or getattr(config, "controller_steps", 100))
     n_seeds = int(n_seeds or getattr(config, "n_seeds", 4))
     b = bandits.make_bandit(n_contexts=1, seed=1000 + instance)

@@ -40,6 +40,8 @@ __all__ = [
     "panel_unavailable",
     "plot_bound_violation",
     "plot_scalar_vs_collapse",
+    "plot_failure_decay",
+    "plot_plateau_vs_optimum",
 ]
 
 
@@ -381,17 +383,20 @@ def plot_logistic_fit(df: pd.DataFrame, ax, *, M: str = "M", acc: str = "J", J0:
 
 
 def plot_method_curves(df: pd.DataFrame, ax, *, x: str = "eta", y: str = "collapsed", method: str = "method",
-                       logx: bool = True, band: bool = False):
-    """Per method: mean ``y`` (e.g. share of collapsed runs, final J) against ``x`` (e.g. eta)."""
+                       logx: bool = True, band: bool = False, colors: dict | None = None):
+    """Per method (or any grouping column): mean ``y`` (e.g. share of collapsed runs, final J) against ``x``.
+
+    Colours: ``colors[group]`` if given, else the method's fixed colour (style.METHOD_COLORS)."""
     _require(df, [x, y, method], "plot_method_curves")
     markers = "osD^vP*X"
     for i, (m, g) in enumerate(df.groupby(method, sort=False)):
         st = g.groupby(x)[y].agg(["mean", "count", "std"])
+        col = (colors or {}).get(m) or method_color(m)
         ax.plot(st.index, st["mean"], marker=markers[i % len(markers)], ms=6 - 0.6 * (i % 4), alpha=0.9,
-                color=method_color(m), label=method_label(m), mec="white", mew=0.5)
+                color=col, label=method_label(m), mec="white", mew=0.5)
         if band:
             se = st["std"].fillna(0) / np.sqrt(st["count"].clip(lower=1))
-            ax.fill_between(st.index, st["mean"] - se, st["mean"] + se, color=method_color(m), alpha=0.15, lw=0)
+            ax.fill_between(st.index, st["mean"] - se, st["mean"] + se, color=col, alpha=0.15, lw=0)
     if logx:
         ax.set_xscale("log")
     ax.legend(frameon=False, fontsize=8)
@@ -558,4 +563,49 @@ def plot_scalar_vs_collapse(summary: pd.DataFrame, ax):
     ax.set_xlabel(r"expected scalar $\mathbb{E}[w] / (g^+ - g^-)$ at $J_0$")
     ax.set_ylabel("P(collapse), all etas")
     ax.legend(frameon=False, fontsize=8)
+    return ax
+
+
+def plot_failure_decay(curve: pd.DataFrame, ax, *, groups=("method", "eta"), reference: float = -1.0):
+    """1 - J against step k on log-log axes: the recorded points (mean over instances) and the power law
+    coef * k^-exponent fitted by the experiment (its tail fit), one colour per group."""
+    _require(curve, ["step", "fail", "exponent", "coef", *groups], "plot_failure_decay")
+    cols = ["#000000", "#D55E00", "#0072B2", "#009E73", "#CC79A7", "#E69F00"]
+    for i, (key, g) in enumerate(curve.groupby(list(groups), sort=True)):
+        key = key if isinstance(key, tuple) else (key,)
+        col = method_color(key[0]) if key[0] in ("reinforce", "grpo", "dr_grpo", "wapo") else cols[i % len(cols)]
+        pts = g.groupby("step")["fail"].mean()
+        pts = pts[pts > 0]
+        lab = ", ".join(f"{method_label(k) if n == 'method' else f'{n} {k:g}' if isinstance(k, float) else k}"
+                        for n, k in zip(groups, key))
+        ax.plot(pts.index, pts.to_numpy(), "o", color=col, ms=6)
+        fit = g.drop_duplicates(["instance"] if "instance" in g else None)
+        b, a = float(np.nanmedian(fit["exponent"])), float(np.nanmedian(fit["coef"]))
+        if np.isfinite(a) and np.isfinite(b) and a > 0 and len(pts):
+            kk = np.geomspace(max(1.0, pts.index.min() / 2), pts.index.max() * 1.5, 50)
+            ax.plot(kk, a * kk ** (-b), color=col, label=f"{lab}: $1-J \\approx {a:.3g}\\,k^{{-{b:.2f}}}$")
+        else:
+            ax.plot([], [], "o", color=col, label=lab)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(label("step"))
+    ax.set_ylabel(r"failure rate $1 - J$")
+    ax.legend(frameon=False, fontsize=7)
+    return ax
+
+
+def plot_plateau_vs_optimum(df: pd.DataFrame, ax, *, part: str = "part"):
+    """Final J against the best reachable J* (computed by the experiment) per run, one marker per setting;
+    points on the diagonal plateau at the optimum, points below it stagnate."""
+    _require(df, ["J_final", "J_star", part], "plot_plateau_vs_optimum")
+    d = df[np.isfinite(df["J_star"].astype(float))]
+    for (name, g), mk, col in zip(d.groupby(part), "oDs^", ["#0072B2", "#D55E00", "#009E73", "#CC79A7"]):
+        ax.scatter(g["J_star"], g["J_final"], marker=mk, s=40, color=col, edgecolors="black", linewidths=0.5,
+                   label=str(name).replace("_", " "))
+    ax.plot([0, 1], [0, 1], color="black", ls="--", lw=1, label="$J = J^*$")
+    ax.set_xlim(0, 1.02)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel(r"best reachable $J^*$ (fraction)")
+    ax.set_ylabel("final " + label("J"))
+    ax.legend(frameon=False, fontsize=8, loc="upper left")
     return ax

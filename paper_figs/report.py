@@ -16,7 +16,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-__all__ = ["fmt", "VERDICT_COLUMNS", "normalise_verdict", "write_results", "render_report"]
+__all__ = ["fmt", "VERDICT_COLUMNS", "holds_category", "normalise_verdict", "write_results", "render_report"]
 
 VERDICT_COLUMNS = ("source", "claim", "setting", "measured", "expected", "holds")
 
@@ -58,6 +58,18 @@ def normalise_verdict(verdict: pd.DataFrame, source: str) -> pd.DataFrame:
     df["measured"] = [fmt(v) for v in df["measured"]]
     df["expected"] = [fmt(v) for v in df["expected"]]
     return df.reset_index(drop=True)
+
+
+def holds_category(h) -> str:
+    """holds / holds only in a named setting / does not hold / other (n/a, inconclusive, a finding)."""
+    h = str(h)
+    if h.startswith("holds only"):
+        return "holds only in a named setting"
+    if h.startswith("holds"):
+        return "holds"
+    if h.startswith("does not hold"):
+        return "does not hold"
+    return "other (n/a, not measured, inconclusive or a finding)"
 
 
 def _jsonable(x):
@@ -131,7 +143,7 @@ def render_report(
         out += ["(no headline numbers: no data source was available)", ""]
     out += ["## Verdicts: every claim tested in this run", ""]
     if len(verdicts):
-        counts = verdicts["holds"].map(lambda h: "holds only" if str(h).startswith("holds only") else h).value_counts()
+        counts = verdicts["holds"].map(holds_category).value_counts()
         out += ["Summary: " + ", ".join(f"{k}: {v}" for k, v in counts.items()) + ".", ""]
         out += [_md_table(verdicts.loc[:, list(VERDICT_COLUMNS)].astype(str).values.tolist(), list(VERDICT_COLUMNS)), ""]
     else:
