@@ -298,7 +298,12 @@ class SharedSequenceBandit:
             ended = (before < self.T).astype(np.int64)
             m = np.minimum(before, self.T).astype(np.int64)
             content = np.where(end, 0.0, p)
-        content = content / content.sum(-1, keepdims=True)
+        tot = content.sum(-1, keepdims=True)
+        if np.any(tot <= 1e-200):  # the end token has (almost) all the mass: renormalise in log space
+            safe = np.exp(log_softmax(np.where(end, -np.inf, logp), axis=-1))
+            content = np.where(tot > 1e-200, content / np.maximum(tot, 1e-300), safe)
+        else:
+            content = content / tot
         pv = np.broadcast_to(content[..., None, :], batch + (G, self.V))
         counts = rng.multinomial(m, pv).astype(np.int64)
         if self.end_token is not None:

@@ -170,6 +170,10 @@ def test_extreme_parameters_stay_finite():
         ex = env.exact(th)
         assert np.isfinite(ex["Phi"]) or np.isinf(ex["Phi"])
         assert np.all(np.isfinite(ex["gap"])) and 0 <= ex["J"] <= 1
+    # the end token holding all the mass: sampling still works (empty responses, reward 0)
+    th = 1000.0 * env.features[env.end_token]
+    smp = env.sample(np.stack([th, np.zeros(2)]), 4, np.random.default_rng(0))
+    assert np.all(smp.m[0] == 0) and np.all(smp.reward[0] == 0) and np.all(np.isfinite(smp.score))
 
 
 # ---------------------------------------------------------------------------------------------
