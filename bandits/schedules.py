@@ -22,7 +22,8 @@ eta (u . s(o)) to first order, whose spread over responses is eta sd_pi(u . s). 
     eta_k = min(eta0, delta / sd_hat, c * dmu_hat / kappa_hat)
 (the last term only when kappa_hat > 0; eta = 0 when dmu_hat <= 0), with c = 1 (the model-optimal step,
 half the local threshold) and delta = 2 (a two-standard-deviation trust region on the change of
-log pi) by default (delta trades speed for safety: bandits.experiments.stagnation sweeps it). All three estimates come from the sampled group itself: with x_i = u . s(o_i), the
+log pi) by default (delta trades speed for safety: bandits.experiments.stagnation sweeps it).
+All three estimates come from the sampled group itself: with x_i = u . s(o_i), the
 directional derivative of log pi(o_i) along the update (one Jacobian-vector product per response in an
 LLM; any baseline shift of s cancels),
     dmu_hat   = mean_{r_i = 1} x_i - mean_{r_i = 0} x_i       (estimates <u, g+ - g->)
@@ -34,8 +35,8 @@ largest sd_hat. In the exact (expected-update) simulator the same formula uses p
 pi, pi+ and pi-. The curvature term alone does NOT prevent collapses (measured: a group with a single
 failure has kappa_hat <= 0 and the controller then took eta0 and collapsed 47% of contexts at eta0 = 1000,
 more than a constant step); the trust region is what removes them (bandits.experiments.stagnation).
-Because eta_k u_k depends on u only through its direction, the rule is invariant to the scale of the
-advantages (GRPO vs REINFORCE) and to normalising u.
+Where a cap binds, eta_k u_k depends on u only through its direction: the rule is then invariant to the
+scale of the advantages (GRPO vs REINFORCE) and to normalising u.
 
 Adam (Kingma & Ba 2015) can transform the direction before any schedule: u = m_hat / (sqrt(v_hat) + eps).
 """
