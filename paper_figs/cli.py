@@ -20,7 +20,7 @@ import traceback
 from pathlib import Path
 
 from .data import MODES, NotAvailable, Sources
-from .style import OUT_DIR
+from .style import OUT_DIR, SAVE_DPI
 
 __all__ = ["FIGURES", "figure_module", "make_figures", "main"]
 
@@ -46,6 +46,7 @@ def make_figures(sources: Sources, names=FIGURES, *, out_dir=None, log=print) ->
     """Make each named figure; returns name -> written paths, or name -> "not available yet: <why>" /
     "error: <message>" for figures that could not be made."""
     out: dict[str, list[Path] | str] = {}
+    SAVE_DPI["png"] = 80 if sources.mode == "test" else 200
     for name in names:
         mod = figure_module(name)
         t0 = time.perf_counter()

@@ -192,6 +192,7 @@ def _import(module: str, why: str):
 
 
 TEST_OVERRIDES: dict[str, dict[str, Any]] = {
+    "threshold": {"n_instances": 4, "n_seeds": 4},
     "length": {"Ts": (1, 2, 4, 8), "n_instances": 1, "runs": 8, "per_decade": 4, "ac_split_T": 2},
 }
 """Mode "test" shrinks an experiment's ``Config.quick()`` further with these fields (the tiny

@@ -40,6 +40,9 @@ __all__ = [
 
 OUT_DIR = Path(__file__).resolve().parent / "out"
 
+SAVE_DPI: dict[str, int] = {"png": 200}
+"""Resolution of the PNG files (the tiny test mode lowers it: rendering dominates its run time)."""
+
 # Okabe-Ito: black, orange, sky blue, bluish green, yellow, blue, vermillion, reddish purple, grey.
 PALETTE: tuple[str, ...] = (
     "#000000",
@@ -184,7 +187,8 @@ def save_figure(fig, name: str, *, caption: str, title: str | None = None, out_d
     out.mkdir(parents=True, exist_ok=True)
     title = title or name
     paths = [out / f"{name}.png", out / f"{name}.pdf"]
-    fig.savefig(paths[0], metadata={"Title": title, "Description": caption, "Software": "gapdyn paper_figs"})
+    fig.savefig(paths[0], dpi=SAVE_DPI["png"],
+                metadata={"Title": title, "Description": caption, "Software": "gapdyn paper_figs"})
     fig.savefig(paths[1], metadata={"Title": title, "Subject": caption, "Creator": "gapdyn paper_figs"})
     plt.close(fig)
     return paths
