@@ -138,15 +138,15 @@ def engine_vs_reference(w: Workload, mode: str, repeats: int = 5, extra: dict | 
     return BanditResult(mode, w, eng_rate, ref_rate, ratio(eng_rate, ref_rate), max(diffs.values()), diffs, xr)
 
 
-def scaling(w: Workload, mode: str, axis: str, values, repeats: int = 3) -> list[tuple[int, Stat]]:
+def scaling(w: Workload, mode: str, axis: str, values, repeats: int = 3) -> list[tuple[int | str, Stat]]:
     """Engine time per run-step (seconds) as one axis of ``w`` varies.
 
-    axis: "n_arms", "n_contexts", "runs" (n_seeds, with n_etas = 1... kept: runs = n_seeds * n_etas, the
-    seeds vary), "group_size" or "dim".
+    axis: "n_arms", "n_contexts", "runs" (n_etas = 1, the number of seeds varies), "group_size", "dim" or
+    "method" (values are method names).
     """
     out = []
     for v in values:
-        v = int(v)
+        v = str(v) if axis == "method" else int(v)
         if axis == "runs":
             wv = replace(w, n_etas=1, n_seeds=v)
         elif axis in {f.name for f in fields(Workload)}:

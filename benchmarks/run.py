@@ -37,6 +37,7 @@ class Sizes:
     scale_C: tuple = (8, 32, 128)
     scale_R: tuple = (8, 64, 256)
     scale_G: tuple = (2, 8, 32)
+    scale_methods: tuple = ("grpo", "rloo", "dr_grpo", "wapo")
     seq_T: tuple = (1, 4, 16, 64)
     seq_runs: int = 16
     seq_steps: int = 20
@@ -60,7 +61,7 @@ QUICK = Sizes(
 TINY = Sizes(
     repeats=1, workload=bb.Workload(n_contexts=3, n_arms=12, dim=4, n_correct=3, n_seeds=2, n_etas=2, group_size=4,
                                     steps=6, ref_runs=2, ref_steps=6),
-    stream_n=1 << 12, ceiling_steps=2, scale_steps=2, scale_K=(5, 10), scale_C=(2,), scale_R=(2,), scale_G=(2,),
+    stream_n=1 << 12, ceiling_steps=2, scale_steps=2, scale_K=(5, 10), scale_C=(2,), scale_R=(2,), scale_G=(2,), scale_methods=("grpo", "rloo"),
     seq_T=(1, 3), seq_runs=3, seq_steps=2, llm_warmup=0, llm_B=3, llm_G=4, llm_repeats=1, llm_scale_G=(2,),
     llm_scale_B=(2,), profile_steps=1, llm_spec="small",
 )
@@ -129,6 +130,8 @@ def run_all(sizes: Sizes = FULL, *, llm: bool = True, whatif: bool = True, verbo
         for axis, vals in (("n_arms", sizes.scale_K), ("n_contexts", sizes.scale_C), ("runs", sizes.scale_R)):
             res["scaling"][(mode, axis)] = bb.scaling(ws, mode, axis, vals, repeats=reps)
     res["scaling"][("sampled", "group_size")] = bb.scaling(ws, "sampled", "group_size", sizes.scale_G, repeats=reps)
+    for mode in ("exact", "sampled"):
+        res["scaling"][(mode, "method")] = bb.scaling(ws, mode, "method", sizes.scale_methods, repeats=reps)
     if llm:
         res.update(_run_llm(sizes, verbose))
     res["load_after"] = load_average()
@@ -291,8 +294,9 @@ def format_report(res: dict) -> str:
             G = v if axis == "group_size" else w.group_size
             per = st.median
             base = base or (per, v)
+            size = "-" if axis == "method" else f"{v / base[1]:.3g}"
             rows.append([mode, axis, v, _ms(st, 1e6, "{:.1f}"), f"{per / (C * K) * 1e9:.1f}",
-                         f"{per / base[0]:.2f}", f"{v / base[1]:.3g}" + (f" (G {G})" if axis == "group_size" else "")])
+                         f"{per / base[0]:.2f}", size])
     L += _table(["mode", "axis", "value", "us/run-step", "ns/context-arm", "time vs first", "size vs first"], rows)
     L.append("")
     if "llm_scaling" in res:
