@@ -30,8 +30,8 @@ from numba import njit
 
 from .timing import Stat, repeat
 
-__all__ = ["stream_bandwidth", "fused_exact_ceiling", "ceiling_kernel_flops", "exp_rate", "ceiling_problem", "ceiling_run",
-           "ceiling_callable"]
+__all__ = ["stream_bandwidth", "fused_exact_ceiling", "ceiling_kernel_flops", "exp_rate", "ceiling_problem",
+           "ceiling_run", "ceiling_callable"]
 
 
 @njit(cache=True)

@@ -61,7 +61,8 @@ QUICK = Sizes(
 TINY = Sizes(
     repeats=1, workload=bb.Workload(n_contexts=3, n_arms=12, dim=4, n_correct=3, n_seeds=2, n_etas=2, group_size=4,
                                     steps=6, ref_runs=2, ref_steps=6),
-    stream_n=1 << 12, ceiling_steps=2, scale_steps=2, scale_K=(5, 10), scale_C=(2,), scale_R=(2,), scale_G=(2,), scale_methods=("grpo", "rloo"),
+    stream_n=1 << 12, ceiling_steps=2, scale_steps=2, scale_K=(5, 10), scale_C=(2,), scale_R=(2,), scale_G=(2,),
+    scale_methods=("grpo", "rloo"),
     seq_T=(1, 3), seq_runs=3, seq_steps=2, llm_warmup=0, llm_B=3, llm_G=4, llm_repeats=1, llm_scale_G=(2,),
     llm_scale_B=(2,), profile_steps=1, llm_spec="small",
 )
