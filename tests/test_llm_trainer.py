@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -68,12 +69,15 @@ def test_nonfinite_step_is_skipped_then_run_stops(tmp_path, monkeypatch):
     model, tok = warm_model()
     tr = Trainer(_cfg(tmp_path, steps=6, max_faults=2, probe_every=0), model=model, tokenizer=tok)
     orig = Trainer.compute_loss
-    bad_steps = {1, 3, 4}
 
     def flaky(self, ro):
         res, logp, logp_all = orig(self, ro)
-        if self.step in bad_steps:
-            res.loss = res.loss + float("nan") if self.step == 1 else res.loss * torch.tensor(float("inf"))
+        if self.step == 1:
+            res.loss = res.loss + float("nan")  # NaN loss
+        elif self.step == 3:  # finite loss, NaN gradient: 0 * d sqrt(z)/dz at z = 0
+            res.loss = res.loss + 0.0 * torch.sqrt((logp * 0).sum())
+        elif self.step == 4:
+            res.loss = res.loss * torch.tensor(float("inf"))
         return res, logp, logp_all
 
     monkeypatch.setattr(Trainer, "compute_loss", flaky)
@@ -85,9 +89,13 @@ def test_nonfinite_step_is_skipped_then_run_stops(tmp_path, monkeypatch):
         assert torch.equal(a, b)
     tr.train_step()  # step 2 fine: the consecutive count resets
     assert tr.consecutive_faults == 0 and tr.faults == 1
-    tr.train_step()  # step 3: inf
+    before = _params(model)
+    m = tr.train_step()  # step 3: NaN gradient with a finite loss -> skipped
+    assert m["fault"] == "non-finite gradient" and np.isfinite(m["loss"])
+    for a, b in zip(before, model.parameters()):
+        assert torch.equal(a, b)
     with pytest.raises(FaultError, match="2 consecutive steps"):
-        tr.train_step()  # step 4: second consecutive fault stops the run
+        tr.train_step()  # step 4: inf loss, the second consecutive fault stops the run
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["fault"]
 
@@ -132,6 +140,20 @@ def test_cli_runs_and_validates(tmp_path, capsys):
         Trainer(TrainConfig(out_dir=str(tmp_path), method="ppo"), model=object(), tokenizer=object())
     with pytest.raises(ValueError, match="group_size"):
         Trainer(TrainConfig(out_dir=str(tmp_path), group_size=1), model=object(), tokenizer=object())
+
+
+def test_cli_jsonl_task(tmp_path, capsys):
+    """A question/answer JSONL task end to end: tokenizer alphabet from the data, reward by check_answer."""
+    from llm_probe.cli import main
+
+    f = tmp_path / "qa.jsonl"
+    f.write_text("".join(json.dumps({"question": f"{a}+{b}=", "answer": f"#### {a + b}"}) + "\n"
+                         for a in range(10, 14) for b in range(20, 23)))
+    rc = main(["--task", str(f), "--out-dir", str(tmp_path / "run"), "--steps", "2", "--warmup-steps", "3",
+               "--warmup-batch", "8", "--prompts-per-step", "2", "--group-size", "2", "--probe-prompts", "2",
+               "--num-threads", "1", "--no-progress", "--device", "cpu"])
+    assert rc == 0
+    assert len(pd.read_parquet(tmp_path / "run" / "metrics.parquet")) == 2
 
 
 def test_gapdyn_train_dispatch(capsys):
