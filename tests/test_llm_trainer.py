@@ -45,6 +45,12 @@ def test_run_writes_metrics_and_probes(tmp_path):
     assert len(jd) and (jd <= 1e-3 * (1 + df["gap/dmu_update_mean"].abs().max())).all()
     rows = [json.loads(x) for x in (tmp_path / "probe_prompts.jsonl").read_text().splitlines()]
     assert len(rows) == 4 * 3 and {"J_hat", "dmu_update", "M", "mixed"} <= set(rows[0])
+    from gapdyn import cumulative_alignment  # M_q follows gapdyn's semantics with eta = 1
+
+    for q in range(3):
+        mine = [r for r in rows if r["prompt_id"] == q]
+        ref = cumulative_alignment(np.ones(len(mine)), np.array([r["dmu_update"] for r in mine]))
+        np.testing.assert_allclose([r["M"] for r in mine], ref, rtol=1e-6, atol=1e-9)
     assert (tmp_path / "checkpoint.pt").exists() and (tmp_path / "baseline.json").exists()
     assert not list(tmp_path.glob("*.tmp"))
 
