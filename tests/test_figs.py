@@ -148,7 +148,6 @@ def test_tiny_reproduction_writes_every_figure(tiny_run):
             f = out / f"{name}.{ext}"
             assert f.exists() and f.stat().st_size > 5_000, f"{f} missing or empty"
         assert Image.open(out / f"{name}.png").text["Description"] == figure_module(name).CAPTION
-    assert res["seconds"] < 120, f"tiny reproduction took {res['seconds']:.0f} s"
 
 
 def test_tiny_report_quotes_the_numbers_of_this_run(tiny_run):
