@@ -33,6 +33,7 @@ from .probes import (
     dot_alignment,
     flat,
     jvp_alignment,
+    mixed_groups,
     per_prompt_gaps,
     prompt_objectives,
     select_params,
@@ -271,35 +272,34 @@ class Trainer:
         with torch.no_grad():
             m["update_norm"] = float(torch.sqrt(sum(((p - o) ** 2).sum() for p, o in zip(self.model.parameters(), all_old))))
         if probing:
-            m.update(self._alignment(ro, batch_gap, probe_ro, probe_gap, old, grad_dir, k))
+            m.update(self._alignment(ro, batch_gap, probe_ro, probe_gap, old, grad_dir, k, all_old))
         m["step_time"] = time.perf_counter() - t0
         self.step += 1
         return m
 
-    def _alignment(self, ro, batch_gap, probe_ro, probe_gap, old, grad_dir, k) -> dict:
+    def _alignment(self, ro, batch_gap, probe_ro, probe_gap, old, grad_dir, k, all_old) -> dict:
         cfg = self.cfg
         names = list(old)
         delta_d = {n: (self.probe_params[n].detach() - old[n]) for n in names}
         delta = flat(delta_d)
         out = {}
-        from .probes import mixed_groups
-
         groups = mixed_groups(ro.rewards) if batch_gap is None else batch_gap.groups
         dmu_u = dmu_g = None
         if batch_gap is not None:
             dmu_u = dot_alignment(batch_gap.gaps, delta)
             dmu_g = dot_alignment(batch_gap.gaps, grad_dir)
         if cfg.probe_alignment in ("jvp", "both") and len(groups):
-            cur = {n: self.probe_params[n].detach().clone() for n in names}
-            with torch.no_grad():  # evaluate the JVP at theta_k: swap the old values in
-                for n in names:
-                    self.probe_params[n].copy_(old[n])
+            params_all = list(self.model.parameters())
+            cur = [p.detach().clone() for p in params_all]
+            with torch.no_grad():  # evaluate the JVP at theta_k: swap every parameter's old value in
+                for p, o in zip(params_all, all_old):
+                    p.copy_(o)
             jv_u = jvp_alignment(self.model, ro, groups, old, delta_d)
             gdir = {n: -self.probe_params[n].grad.detach() for n in names}
             jv_g = jvp_alignment(self.model, ro, groups, old, gdir)
             with torch.no_grad():
-                for n in names:
-                    self.probe_params[n].copy_(cur[n])
+                for p, c in zip(params_all, cur):
+                    p.copy_(c)
             if dmu_u is not None:
                 out["gap/jvp_dot_maxdiff"] = float(torch.max((jv_u - dmu_u).abs()))
             else:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from llm_probe.model import build_tiny_qwen, completion_logprobs, load_policy, save_policy
+from llm_probe.model import completion_logprobs, load_policy, save_policy
 from llm_probe.tasks import AdditionTask, JsonlTask, Problem, check_answer, extract_answer, load_jsonl_problems, normalize_answer
 from llm_probe.tokenizer import build_char_tokenizer, load_tokenizer
 from llm_probe.warmup import sampled_accuracy, warmup
@@ -143,4 +143,3 @@ def test_warmup_gives_mixed_success():
     wm, wt = warm_model()
     J = sampled_accuracy(wm, wt, AdditionTask(), n=128, seed=1)
     assert 0.05 < J < 0.95, J
-    _ = build_tiny_qwen

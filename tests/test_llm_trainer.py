@@ -55,6 +55,24 @@ def test_run_writes_metrics_and_probes(tmp_path):
     assert not list(tmp_path.glob("*.tmp"))
 
 
+def test_jvp_only_route_matches_dot_route_in_the_loop(tmp_path):
+    """probe_alignment='jvp' (no gap vectors) and 'dot' give the same dmu on the same trajectory (LM head subset);
+    probing does not change training: rewards and weights agree too."""
+    out = {}
+    for route in ("jvp", "dot"):
+        model, tok = warm_model()
+        Trainer(_cfg(tmp_path / route, steps=3, probe_params="lm_head", probe_alignment=route, probe_prompts=0),
+                model=model, tokenizer=tok).run()
+        out[route] = (pd.read_parquet(tmp_path / route / "metrics.parquet"), _params(model))
+    (dj, pj), (dd, pd_) = out["jvp"], out["dot"]
+    pd.testing.assert_series_equal(dj["reward"], dd["reward"])
+    for a, b in zip(pj, pd_):
+        assert torch.equal(a, b)
+    for col in ("gap/dmu_update_mean", "gap/dmu_grad_mean"):
+        np.testing.assert_allclose(dj[col], dd[col], rtol=1e-3, atol=1e-6)
+    assert "gap/norm_mean" in dd and "gap/norm_mean" not in dj
+
+
 def test_resume_equals_uninterrupted(tmp_path):
     """Run 4 steps; run 2, stop, resume to 4 from the checkpoint: same weights (atol 1e-6) and same metrics."""
     m, tok = warm_model()
