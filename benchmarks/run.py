@@ -21,6 +21,12 @@ from .timing import Stat, load_average, machine_info, ratio
 
 __all__ = ["Sizes", "FULL", "QUICK", "TINY", "run_all", "format_report", "main", "TARGETS"]
 
+VARIANTS = {  # what-if copies of bandits.engine (benchmarks.whatif.engine_variant keyword arguments)
+    "fastmath": {"flags": wi.FASTMATH_FLAGS},
+    "single_pass": {"flags": frozenset(), "single_pass": True},
+}
+VARIANT_LABELS = {"fastmath": "bandits.engine with fastmath={'reassoc','contract','arcp'}",
+                  "single_pass": "bandits.engine, IEEE order, single-pass Gap/E[phi] accumulation"}
 TARGETS = {"exact_vs_ref": 5.0, "exact_vs_roofline": 0.5, "sampled_vs_ref": 30.0, "probe_overhead": 1.5}
 
 
@@ -99,25 +105,30 @@ def run_all(sizes: Sizes = FULL, *, llm: bool = True, whatif: bool = True, verbo
     ck = dict(K=w.n_arms, d=w.dim, C=w.n_contexts, R=8, steps=sizes.ceiling_steps)
     res["ceiling"] = {"strict": rl.fused_exact_ceiling(repeats=sizes.repeats, **ck),
                       "fastmath": rl.fused_exact_ceiling(fastmath=True, repeats=sizes.repeats, **ck)}
-    variant = None
+    variants = {}
+    res["variant_notes"] = {}
     if whatif:
-        _log("compiling the fast-math copy of bandits.engine (what-if)", verbose)
-        variant = wi.engine_variant()
+        _log("compiling the what-if copies of bandits.engine", verbose)
+        for vname, kw in VARIANTS.items():
+            try:
+                variants[vname] = wi.engine_variant(**kw)
+            except RuntimeError as exc:  # the engine changed under the prototype: say so in the report
+                res["variant_notes"][vname] = str(exc)
     bandit = w.bandit()
     eta, seed = bb.grid(w)
     res["variant_diff"] = {}
     for mode in ("exact", "sampled"):
-        _log(f"bandit {mode}: engine vs reference (+ roofline kernels, fast-math engine)", verbose)
+        _log(f"bandit {mode}: engine vs reference (+ roofline kernels, what-if engines)", verbose)
         extra = {
             "ceiling_strict": rl.ceiling_callable(**ck),
             "ceiling_fastmath": rl.ceiling_callable(fastmath=True, **ck),
         }
-        if variant is not None:
+        for vname, variant in variants.items():
             vd = variant.Dynamics(method=w.method, mode=mode, group_size=w.group_size, steps=w.steps)
             variant.simulate(bandit, vd, eta=eta[:1], seed=seed[:1])  # compile
-            extra["engine_fastmath"] = ((lambda vd=vd: variant.simulate(bandit, vd, eta=eta, seed=seed)),
+            extra[f"engine_{vname}"] = ((lambda v=variant, vd=vd: v.simulate(bandit, vd, eta=eta, seed=seed)),
                                         w.runs * w.steps * w.n_contexts * w.n_arms)
-            res["variant_diff"][mode] = wi.variant_maxdiff(variant, w, mode)
+            res["variant_diff"][(vname, mode)] = wi.variant_maxdiff(variant, w, mode)
         res[f"bandit_{mode}"] = bb.engine_vs_reference(w, mode, repeats=sizes.repeats, extra=extra)
     _log("sequence bandit vs T", verbose)
     res["sequence"] = [sq.sequence_point(m, dr, T, runs=sizes.seq_runs, steps=sizes.seq_steps,
@@ -323,14 +334,16 @@ def format_report(res: dict) -> str:
 def _format_whatif(res: dict) -> list[str]:
     L = ["## 5. What-if: prototypes of the proposed fixes (benchmarks/whatif.py; not used by the library)"]
     rows = []
-    for mode in ("exact", "sampled") if res["variant_diff"] else ():
+    for vname, mode in res["variant_diff"]:
         r = res[f"bandit_{mode}"]
-        v = r.extra_rates["engine_fastmath"]
-        rows.append([f"bandits.engine, fast-math flags {sorted(wi.FASTMATH_FLAGS)}: {mode}", _ms(v, 1e-6),
+        v = r.extra_rates[f"engine_{vname}"]
+        rows.append([f"{VARIANT_LABELS.get(vname, vname)}: {mode}", _ms(v, 1e-6) + " M upd/s",
                      _ms(ratio(v, r.engine_rate), 1, "{:.2f}x") + " engine",
                      _ms(ratio(v, r.ref_rate), 1, "{:.1f}x") + " reference",
-                     _ms(roof_fraction(res, r, "engine_fastmath")) + " roofline",
-                     f"{res['variant_diff'][mode]:.1e} vs reference"])
+                     _ms(roof_fraction(res, r, f"engine_{vname}")) + " roofline",
+                     f"{res['variant_diff'][(vname, mode)]:.1e} vs reference"])
+    for vname, note in res.get("variant_notes", {}).items():
+        rows.append([f"{VARIANT_LABELS.get(vname, vname)}: not measured", note, "", "", "", ""])
     if "llm_routes" in res:
         rt = res["llm_routes"]
         a, b = rt.times["per_group_route"], rt.times["backward_route"]
