@@ -629,11 +629,11 @@ def llm_headline(res: LLMResults) -> dict:
 
 
 def llm_verdict(res: LLMResults) -> pd.DataFrame:
-    """WAPO's stability claim on the tiny Qwen: at each lr, WAPO collapses in no more runs than GRPO and
-    ends with at least GRPO's mean reward (last 25 steps). With few seeds this is a smoke test."""
+    """WAPO's stability claim on the tiny Qwen, per lr: WAPO collapses in fewer runs than GRPO, and ends
+    with a higher mean reward (last 25 steps). Ties are reported as such ("n/a" when no run collapsed at
+    that lr, "does not hold" when both collapse alike); with few seeds this is a smoke test."""
     rows = []
-    runs = res.runs
-    for lr, g in runs.groupby("lr", sort=True):
+    for lr, g in res.runs.groupby("lr", sort=True):
         by = g.groupby("method")
         if not {"grpo", "wapo"} <= set(by.groups):
             continue
@@ -642,10 +642,16 @@ def llm_verdict(res: LLMResults) -> pd.DataFrame:
         n = int(by.size().min())
         setting = f"tiny Qwen, 2-digit addition, Adam lr={lr:g}, {n} seed(s), {int(g['steps_run'].max())} steps"
         signal = bool(g["reward_first25"].max() > 0)  # no reward at all: no gradient, nothing to compare
-        rows.append(("WAPO collapses in no more runs than GRPO", setting,
-                     f"wapo {int(col['wapo'])}/{n}, grpo {int(col['grpo'])}/{n}", "wapo <= grpo",
-                     ("holds" if col["wapo"] <= col["grpo"] else "does not hold") if signal else "not measured"))
-        rows.append(("WAPO ends at least as high as GRPO (mean reward, last 25 steps)", setting,
-                     f"wapo {rew['wapo']:.3f}, grpo {rew['grpo']:.3f}", "wapo >= grpo",
-                     ("holds" if rew["wapo"] >= rew["grpo"] else "does not hold") if signal else "not measured"))
+        cw, cg = int(col["wapo"]), int(col["grpo"])
+        if not signal:
+            h_col = h_rew = "not measured (no reward signal)"
+        else:
+            h_col = ("n/a (no run collapsed)" if cw == cg == 0 else "holds" if cw < cg
+                     else f"does not hold ({'tie' if cw == cg else 'WAPO collapses more'})")
+            h_rew = ("does not hold (both collapsed)" if cw == cg == n else
+                     "holds" if rew["wapo"] > rew["grpo"] else "does not hold")
+        rows.append(("WAPO collapses in fewer runs than GRPO", setting, f"wapo {cw}/{n}, grpo {cg}/{n}",
+                     "wapo < grpo", h_col))
+        rows.append(("WAPO ends higher than GRPO (mean reward, last 25 steps)", setting,
+                     f"wapo {rew['wapo']:.3f}, grpo {rew['grpo']:.3f}", "wapo > grpo", h_rew))
     return pd.DataFrame(rows, columns=["claim", "setting", "measured", "expected", "holds"])
