@@ -412,7 +412,17 @@ class TabularSequenceBandit:
         return {"J": J, "Jbar": Jbar, "Phi": Phi, "gap": gap, "mean_length": np.full(J.shape, float(self.T))}
 
     def success_rate(self, z) -> np.ndarray:
-        return self.exact(z)["J"]
+        """J = P(N >= k) from the pmf of N = sum_t x_t (Poisson-binomial DP, O(T^2))."""
+        z = self.check_params(z)
+        q = np.exp(log_softmax(z, axis=-1)[..., self.correct])
+        pmf = np.zeros(q.shape[:-1] + (self.T + 1,))
+        pmf[..., 0] = 1.0
+        for t in range(self.T):
+            qt = q[..., t, None]
+            new = pmf * (1 - qt)
+            new[..., 1:] += pmf[..., :-1] * qt
+            pmf = new
+        return pmf[..., self._k():].sum(-1)
 
     def gap(self, z) -> np.ndarray:
         return self.exact(z)["gap"]
@@ -428,11 +438,12 @@ class TabularSequenceBandit:
         cdf = np.cumsum(p, axis=-1)
         u = rng.random(batch + (G, self.T, 1))
         tok = np.minimum((u > cdf[..., None, :, :]).sum(-1), self.V - 1)  # [..., G, T]
-        onehot = (tok[..., None] == np.arange(self.V)).astype(np.float64)  # [..., G, T, V]
+        onehot = tok[..., None] == np.arange(self.V)  # [..., G, T, V] bool
         n = (tok == self.correct).sum(-1)
         m = np.full(n.shape, self.T)
-        score = (onehot - p[..., None, :, :]).reshape(batch + (G, self.T * self.V))
-        return SequenceSample(onehot.sum(-2), n, m, m.copy(), np.zeros_like(m), rule_reward(n, m, self.rule), score)
+        score = np.subtract(onehot, p[..., None, :, :], dtype=np.float64).reshape(batch + (G, self.T * self.V))
+        counts = onehot.sum(-2, dtype=np.int64)
+        return SequenceSample(counts, n, m, m.copy(), np.zeros_like(m), rule_reward(n, m, self.rule), score)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -94,6 +94,8 @@ class Config:
     """eta* = smallest grid eta with P(collapse) >= level."""
     ac_split_T: int = 8
     """The AC control's slope is fitted over all T and over T >= ac_split_T ("flat for large T")."""
+    tabular_sampled_max_T: int = 32
+    """tabular_MAJ_grpo (reported, no claim) runs only for T <= this (its sampler is O(G T V) a run)."""
     filter_steps: int = 200
     """Steps of the T = 1 exact log-odds run used to screen instances."""
     seed: int = 0
@@ -207,6 +209,7 @@ def cells(config: Config, instances: list[int] | None = None) -> list[dict]:
         for s in config.settings
         for inst in good
         for T in config.Ts
+        if not (s == "tabular_MAJ_grpo" and T > config.tabular_sampled_max_T)
     ]
 
 
@@ -317,6 +320,13 @@ def analyse(results: pd.DataFrame, config: Config) -> pd.DataFrame:
         sl = _slopes(crit, "shared_MAJ_grpo")
         add("eta* ~ 1/T (Thm 3)", f"shared, MAJ, sampled GRPO, J0={config.J0}, {T_span}", _fmt(sl),
             "slope in [-1.25, -0.8] (SIMULATIONS: -0.91..-1.09)", _verdict(sl, -1.25, -0.8))
+        if max(config.Ts) > 16 and sum(T <= 16 for T in config.Ts) >= 3:
+            lo_T = _slopes(crit, "shared_MAJ_grpo", T_max=16)
+            hi_T = _slopes(crit, "shared_MAJ_grpo", T_min=8)
+            add("eta* ~ 1/T (Thm 3), short responses", "same, T <= 16", _fmt(lo_T),
+                "slope in [-1.25, -0.8]", _verdict(lo_T, -1.25, -0.8))
+            add("eta* ~ 1/T (Thm 3), long responses", "same, T >= 8", _fmt(hi_T),
+                "slope in [-1.25, -0.8]", _verdict(hi_T, -1.25, -0.8))
     if {"shared_MAJ_grpo", "shared_MAJ_grpo_norm"} <= have:
         d = np.array(_slopes(crit, "shared_MAJ_grpo_norm")) - np.array(_slopes(crit, "shared_MAJ_grpo"))
         tol = 2 * res / np.log10(max(config.Ts) / min(config.Ts)) + 0.05
