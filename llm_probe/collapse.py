@@ -51,6 +51,15 @@ class CollapseConfig:
         for n in ("baseline_steps", "window", "patience"):
             if getattr(self, n) < 1:
                 raise ValueError(f"{n} must be >= 1, got {getattr(self, n)}")
+        for n, lo, hi in (("blowup_factor", 1.0, math.inf), ("blowup_margin", 0.0, math.inf),
+                          ("collapse_factor", 0.0, 1.0), ("reward_floor", 0.0, 1.0), ("distinct_floor", 0.0, 1.0)):
+            v = getattr(self, n)
+            if not (math.isfinite(v) and lo <= v <= hi):
+                raise ValueError(f"{n} must be finite and in [{lo}, {hi}], got {v}")
+        for n in ("baseline_entropy", "baseline_reward"):
+            v = getattr(self, n)
+            if v is not None and not (math.isfinite(v) and v >= 0):
+                raise ValueError(f"{n} must be finite and >= 0 (or None), got {v}")
 
 
 @dataclass

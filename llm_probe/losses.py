@@ -165,6 +165,11 @@ def policy_loss(name: str, logp, old_logp, mask, rewards, *, max_completion_leng
     ``old_logp`` is the sampler's log-prob (logp.detach() for the on-policy first iteration).
     """
     spec = _spec(name)
+    if logp.ndim != 2 or old_logp.shape != logp.shape or mask.shape != logp.shape:
+        raise ValueError(f"logp, old_logp and mask must share one [N, T] shape, got {tuple(logp.shape)}, "
+                         f"{tuple(old_logp.shape)}, {tuple(mask.shape)}")
+    if logp.shape[0] == 0:
+        raise ValueError("logp must hold at least one completion (empty batch)")
     if rewards.ndim != 2 or rewards.shape[0] * rewards.shape[1] != logp.shape[0]:
         raise ValueError(f"rewards must be [B, G] with B*G = {logp.shape[0]} rows, got {tuple(rewards.shape)}")
     el = spec.eps_low if eps_low is None else eps_low

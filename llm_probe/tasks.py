@@ -134,7 +134,8 @@ def load_jsonl_problems(path: str | Path, *, question_key: str = "question", ans
         if not isinstance(obj, dict):
             raise ValueError(f"{p.name}: line {n} must be a JSON object, got {type(obj).__name__}")
         for key in (question_key, answer_key):
-            if key not in obj or not str(obj[key]).strip():
+            v = obj.get(key)
+            if isinstance(v, bool) or not isinstance(v, (str, int, float)) or not str(v).strip():
                 raise ValueError(f"{p.name}: line {n} lacks a non-empty {key!r} field")
         ans = str(obj[answer_key])
         ref = extract_answer(ans) if "####" in ans or "\\boxed" in ans else ans.strip()

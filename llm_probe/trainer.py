@@ -113,6 +113,13 @@ class Trainer:
                 raise ValueError(f"{n} must be >= 1, got {getattr(cfg, n)}")
         if cfg.group_size < 2:
             raise ValueError(f"group_size must be >= 2, got {cfg.group_size}")
+        if not (np.isfinite(cfg.temperature) and cfg.temperature > 0):
+            raise ValueError(f"temperature must be finite and > 0, got {cfg.temperature}")
+        if cfg.max_faults < 1:
+            raise ValueError(f"max_faults must be >= 1, got {cfg.max_faults}")
+        if cfg.probe_every < 0 or cfg.probe_prompts < 0 or cfg.checkpoint_every < 0:
+            raise ValueError(f"probe_every, probe_prompts and checkpoint_every must be >= 0, got "
+                             f"{cfg.probe_every}, {cfg.probe_prompts}, {cfg.checkpoint_every}")
         if cfg.num_threads is not None:
             torch.set_num_threads(int(cfg.num_threads))
         self.cfg = cfg

@@ -65,3 +65,11 @@ def test_bad_config_and_kind():
         CollapseConfig(window=0)
     with pytest.raises(ValueError, match="kind"):
         synthetic_stream("weird", 10, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("field,value", [("blowup_factor", float("nan")), ("blowup_factor", 0.5),
+                                         ("collapse_factor", -0.1), ("reward_floor", float("inf")),
+                                         ("distinct_floor", 2.0), ("blowup_margin", -1.0), ("baseline_reward", float("nan"))])
+def test_bad_thresholds_raise(field, value):
+    with pytest.raises(ValueError, match=field):
+        CollapseConfig(**{field: value})

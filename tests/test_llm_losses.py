@@ -187,3 +187,14 @@ def test_bad_inputs_raise():
     with pytest.raises(ValueError, match="mode must be one of"):
         aggregate(x, x, "mean")
     assert set(LOSS_NAMES) >= {"grpo", "dr_grpo", "dapo", "gspo", "wapo", "psr", "nsr", "w_reinforce"}
+
+
+def test_shape_mismatch_and_empty_batch_raise():
+    lp = torch.zeros(4, 3)
+    with pytest.raises(ValueError, match="share one"):
+        policy_loss("grpo", torch.zeros(4, 4), lp, lp, torch.zeros(2, 2), max_completion_length=3)
+    with pytest.raises(ValueError, match="share one"):
+        policy_loss("grpo", lp, lp, torch.ones(4, 5), torch.zeros(2, 2), max_completion_length=3)
+    with pytest.raises(ValueError, match="empty batch"):
+        policy_loss("grpo", torch.zeros(0, 3), torch.zeros(0, 3), torch.zeros(0, 3), torch.zeros(0, 2),
+                    max_completion_length=3)

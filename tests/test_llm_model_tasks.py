@@ -120,7 +120,9 @@ def test_jsonl_loader(tmp_path):
 
 @pytest.mark.parametrize("content,msg", [("", "empty"), ("\n\n", "empty"), ("{bad json\n", "not valid JSON"),
                                          ("[1, 2]\n", "JSON object"), ('{"question": "q"}\n', "answer"),
-                                         ('{"question": "", "answer": "1"}\n', "question")])
+                                         ('{"question": "", "answer": "1"}\n', "question"),
+                                         ('{"question": "q", "answer": null}\n', "answer"),
+                                         ('{"question": "q", "answer": [1]}\n', "answer")])
 def test_jsonl_errors(tmp_path, content, msg):
     f = tmp_path / "x.jsonl"
     f.write_text(content)

@@ -162,6 +162,10 @@ def test_cli_runs_and_validates(tmp_path, capsys):
         main(["--optimizer", "lion"])
     with pytest.raises(ValueError, match="method must be one of"):
         Trainer(TrainConfig(out_dir=str(tmp_path), method="ppo"), model=object(), tokenizer=object())
+    for bad, field in ((dict(temperature=0.0), "temperature"), (dict(max_faults=0), "max_faults"),
+                       (dict(probe_every=-1), "probe_every")):
+        with pytest.raises(ValueError, match=field):
+            Trainer(TrainConfig(out_dir=str(tmp_path), **bad), model=object(), tokenizer=object())
     with pytest.raises(ValueError, match="group_size"):
         Trainer(TrainConfig(out_dir=str(tmp_path), group_size=1), model=object(), tokenizer=object())
 
