@@ -298,7 +298,7 @@ class Sources:
         if key in self.errors:
             raise NotAvailable(self.errors[key])
         try:
-            out = _load_llm(self.mode, self.llm_dir, seed=self.seed, progress=self.progress)
+            out = _load_llm(self.mode, self.llm_dir, seed=self.seed, progress=self.progress, n_jobs=self.n_jobs)
         except NotAvailable as exc:
             self.errors[key] = str(exc)
             raise
@@ -548,29 +548,32 @@ class LLMResults(NamedTuple):
     out_dir: Path
 
 
-def llm_demo_config(mode: str, out_dir: Path, *, seed: int | None = None):
+def llm_demo_config(mode: str, out_dir: Path, *, seed: int | None = None, n_jobs: int = 1):
     """The llm_probe.demo.DemoConfig of a mode: "test" = 2 methods x 2 lrs x 1 seed x 8 steps on a
     30-step warm-up (seconds); "quick" = 2 seeds x 60 steps (8 runs, about 3 CPU minutes); "full" = 5
-    seeds x 300 steps (SIMULATIONS.md: use >= 5 seeds). Everything else is llm_probe's default."""
+    seeds x 300 steps and lr 5e-4 added (SIMULATIONS.md: the GRPO/WAPO contrast lives near 5e-4; use
+    >= 5 seeds). Everything else is llm_probe's default; ``n_jobs`` parallel runs (joblib)."""
     demo = _import("llm_probe.demo", "the tiny-Qwen figure")
     base = 0 if seed is None else int(seed)
     sizes = {
         "test": dict(seeds=(base,), steps=8, prompts_per_step=4, group_size=4, probe_every=2, probe_prompts=4,
                      warmup_steps=30),
         "quick": dict(seeds=tuple(base + i for i in range(2)), steps=60),
-        "full": dict(seeds=tuple(base + i for i in range(5)), steps=300),
+        "full": dict(seeds=tuple(base + i for i in range(5)), steps=300, lrs=(3e-4, 5e-4, 1e-3)),
     }[mode]
-    return demo.DemoConfig(out_dir=str(out_dir), num_threads=1, **sizes)
+    jobs = (os.cpu_count() or 1) if int(n_jobs) < 0 else max(1, int(n_jobs))
+    return demo.DemoConfig(out_dir=str(out_dir), num_threads=1, n_jobs=jobs, **sizes)
 
 
-def _load_llm(mode: str, out_dir: Path, *, seed: int | None, progress: bool) -> LLMResults:
+def _load_llm(mode: str, out_dir: Path, *, seed: int | None, progress: bool, n_jobs: int = 1) -> LLMResults:
     """Reuse ``out_dir`` when it holds a finished demo run of the same configuration, else run it."""
     import json
 
     demo = _import("llm_probe.demo", "the tiny-Qwen figure")
-    cfg = llm_demo_config(mode, out_dir, seed=seed)
+    cfg = llm_demo_config(mode, out_dir, seed=seed, n_jobs=n_jobs)
     stamp = out_dir / "paper_figs_config.json"
-    want = json.dumps(dataclasses.asdict(cfg), sort_keys=True, default=str)
+    want = json.dumps({k: v for k, v in dataclasses.asdict(cfg).items() if k != "n_jobs"}, sort_keys=True,
+                      default=str)
     done = stamp.exists() and stamp.read_text() == want and (out_dir / "runs.parquet").exists()
     if not done:
         out_dir.mkdir(parents=True, exist_ok=True)
