@@ -248,7 +248,8 @@ scores = gapdyn.loglinear_scores(bandit.features[0], theta0)
 w0 = gapdyn.expected_direction("grpo", probs, bandit.rewards[0], scores, group_size=8)
 eta_sharp = gapdyn.sharp_step_threshold(gapdyn.loglinear_logodds_fn(bandit.features[0], bandit.rewards[0]), theta0, w0)
 fig, ax = new_figure(width=5)
-plots.plot_method_curves(final, ax[0, 0], x="eta", y="J_final", method="method")
+plots.plot_method_curves(final, ax[0, 0], x="eta", y="J_final", method="method",
+                         colors={"exact GRPO": "#D55E00", "sampled GRPO": "#0072B2"})
 ax[0, 0].axvline(eta_sharp, color="black", ls="--", label="one-step sharp threshold")
 ax[0, 0].set_xlabel(label("eta")); ax[0, 0].set_ylabel("final " + label("J")); ax[0, 0].legend(frameon=False);"""),
     md("""
