@@ -21,20 +21,36 @@ DOC_PATH = Path(__file__).resolve().parents[1] / "docs" / "figures.md"
 _INTRO = """## Figures and the quick reproduction
 
 ```bash
-gapdyn reproduce            # ~10 min on a laptop CPU: all figures + paper_figs/out/REPORT.md
-gapdyn reproduce --tiny     # seconds: the smallest sizes (what the test suite runs)
-gapdyn figs                 # only the figures (quick mode); --mode full for paper-scale sweeps
-python -m paper_figs.fig5_taxonomy   # one figure on its own
+gapdyn reproduce            # the quick CPU reproduction: all figures + paper_figs/out/REPORT.md
+gapdyn reproduce --tiny     # the smallest sizes (about a minute; what the test suite runs)
+gapdyn reproduce --mode full --jobs -1   # paper-scale sweeps (hours; resumable through the sweep store)
+gapdyn figs                 # only the figures (quick mode); python -m paper_figs is the same
+python -m paper_figs.fig5_taxonomy        # one figure on its own (each fig*.py runs standalone)
 ```
 
-Every figure is written to `paper_figs/out/<name>.png` and `.pdf`, with its caption in the file's
-metadata (PNG `Description`, PDF `Subject`). Data come from the bandit sweep store
-(`paper_figs/out/store`, or `$GAPDYN_STORE`; cells computed before are loaded, not recomputed) and the
-tiny-Qwen runs' output folder; missing results are computed. `REPORT.md` lists the headline numbers of
-the run and the verdict of every tested claim (holds / holds only in a named setting / does not hold),
-assembled from each experiment's `analyse`. Plotting code lives in `paper_figs/plots.py`; the figure
-scripts only load data and call it. Tutorials: `notebooks/01..04` (regenerate with
-`python notebooks/make_notebooks.py`; they run in the tests at small sizes).
+`gapdyn reproduce` measured 9 min wall-clock (2 min of CPU time) on a 2-core machine shared with other
+jobs (load ~11): most of it is the 8 tiny-Qwen runs. It prints a progress bar, then where the outputs are:
+
+| output | what |
+|---|---|
+| `paper_figs/out/fig*.png`, `.pdf` | the figures; caption in the file metadata (PNG `Description`, PDF `Subject`) |
+| `paper_figs/out/REPORT.md` | headline numbers of this run + the verdict of every tested claim of both papers |
+| `paper_figs/out/results/headline.json`, `verdicts.csv` | the same numbers, machine-readable |
+| `paper_figs/out/store/` | the sweep store (`$GAPDYN_STORE` or `--store`): completed cells are reloaded, not recomputed; the tiny-Qwen runs live in `store/llm_probe/<mode>/` and are reused when their configuration matches |
+
+Modes: `test` (smallest sizes), `quick` (each experiment's `Config.quick()`, 2 seeds x 60 steps of the
+tiny Qwen), `full` (each `Config.full()`, 5 seeds x 300 steps and lr 5e-4 added). The verdicts (holds /
+holds only in a named setting / does not hold / n/a) are assembled from each experiment's `analyse`, plus
+the WAPO taxonomy checks (gapdyn only) and the tiny-Qwen stability comparison. A figure whose data source
+is missing is written with a "not available yet: <why>" panel or skipped with that message; nothing is
+faked. Exit codes: 0 all produced, 3 something not available, 1 an error.
+
+Plotting code lives in `paper_figs/plots.py` (one idea per Axes; the figure scripts only load data through
+`paper_figs/data.py` and call it). Shared style: `paper_figs/style.py` (Okabe-Ito colour-blind-safe palette,
+glossary symbols with units on every axis). Tutorials: `notebooks/01..04` (gradient-gap basics; thresholds
+and collapse; the token taxonomy; probing a tiny Qwen run), generated without outputs by
+`python notebooks/make_notebooks.py`; `tests/test_notebooks.py` runs them with `GAPDYN_NB_MODE=test`.
+The images below appear after a run (`paper_figs/out/` is not committed).
 """
 
 
