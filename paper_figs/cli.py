@@ -19,7 +19,7 @@ import time
 import traceback
 from pathlib import Path
 
-from .data import MODES, NotAvailable, Sources
+from .data import MODES, NotAvailable, SourceFailed, Sources
 from .style import OUT_DIR, SAVE_DPI
 
 __all__ = ["FIGURES", "figure_module", "make_figures", "main"]
@@ -53,6 +53,9 @@ def make_figures(sources: Sources, names=FIGURES, *, out_dir=None, log=print) ->
         try:
             out[name] = mod.make(sources, out_dir=out_dir)
             log(f"[figs] {name}: wrote {', '.join(p.name for p in out[name])} ({time.perf_counter() - t0:.1f} s)")
+        except SourceFailed as exc:
+            out[name] = f"error: {exc}"
+            log(f"[figs] {name}: {out[name]}")
         except NotAvailable as exc:
             out[name] = f"not available yet: {exc}"
             log(f"[figs] {name}: {out[name]}")

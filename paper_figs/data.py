@@ -33,6 +33,7 @@ import gapdyn
 __all__ = [
     "MODES",
     "NotAvailable",
+    "SourceFailed",
     "Sources",
     "BIN_DH_SIGN",
     "taxonomy_table",
@@ -68,6 +69,10 @@ BIN_DH_SIGN: dict[str, int] = {"pos_peak": -1, "pos_valley": +1, "neg_peak": +1,
 
 class NotAvailable(RuntimeError):
     """A figure's data source (an experiment module, the LLM trainer) is not available yet."""
+
+
+class SourceFailed(NotAvailable):
+    """A data source exists but raised while running (a bug or a bad configuration, not a gap)."""
 
 
 def default_store() -> Path:
@@ -262,7 +267,7 @@ class Sources:
         if key in self._cache:
             return self._cache[key]
         if key in self.errors:
-            raise NotAvailable(self.errors[key])
+            raise (SourceFailed if "failed:" in self.errors[key] else NotAvailable)(self.errors[key])
         try:
             registry = _import("bandits.experiments", f"the '{name}' experiment")
             if name not in getattr(registry, "EXPERIMENTS", {}):
@@ -281,6 +286,9 @@ class Sources:
         except NotAvailable as exc:
             self.errors[key] = str(exc)
             raise
+        except Exception as exc:  # noqa: BLE001 - recorded once, reported by every figure that needs it
+            self.errors[key] = f"bandits.experiments.{name}.run failed: {type(exc).__name__}: {exc}"
+            raise SourceFailed(self.errors[key]) from exc
         self._cache[key] = (results, verdict)
         self._cache[f"config:{name}"] = config
         return self._cache[key]
@@ -296,12 +304,15 @@ class Sources:
         if key in self._cache:
             return self._cache[key]
         if key in self.errors:
-            raise NotAvailable(self.errors[key])
+            raise (SourceFailed if "failed:" in self.errors[key] else NotAvailable)(self.errors[key])
         try:
             out = _load_llm(self.mode, self.llm_dir, seed=self.seed, progress=self.progress, n_jobs=self.n_jobs)
         except NotAvailable as exc:
             self.errors[key] = str(exc)
             raise
+        except Exception as exc:  # noqa: BLE001
+            self.errors[key] = f"llm_probe.demo failed: {type(exc).__name__}: {exc}"
+            raise SourceFailed(self.errors[key]) from exc
         self._cache[key] = out
         return out
 

@@ -519,7 +519,8 @@ def panel_unavailable(ax, reason: str) -> None:
     """Mark a panel whose data source is missing (never draw made-up data)."""
     import textwrap
 
-    ax.text(0.5, 0.5, "not available yet:\n" + "\n".join(textwrap.wrap(reason, 40)), transform=ax.transAxes,
+    head = "error:" if "failed:" in reason else "not available yet:"
+    ax.text(0.5, 0.5, head + "\n" + "\n".join(textwrap.wrap(reason, 40)), transform=ax.transAxes,
             ha="center", va="center", fontsize=8, color="#D55E00")
     ax.set_xticks([])
     ax.set_yticks([])

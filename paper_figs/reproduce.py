@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from . import report
 from .cli import FIGURES, figure_module, make_figures
-from .data import NotAvailable, Sources, llm_verdict, taxonomy_verdict
+from .data import NotAvailable, SourceFailed, Sources, llm_verdict, taxonomy_verdict
 from .style import OUT_DIR
 
 __all__ = ["EXPERIMENT_ORDER", "reproduce", "main"]
@@ -65,11 +65,15 @@ def reproduce(*, mode: str = "quick", out_dir=None, store=None, seed=None, n_job
             try:
                 _, verdict = sources.experiment(name)
                 verdict_tables.append(report.normalise_verdict(verdict, f"bandit:{name}"))
+            except SourceFailed as exc:
+                unavailable[f"experiment {name}"] = f"error: {exc}"
             except NotAvailable as exc:
                 unavailable[f"experiment {name}"] = f"not available yet: {exc}"
         elif kind == "llm":
             try:
                 verdict_tables.append(report.normalise_verdict(llm_verdict(sources.llm()), "llm_probe"))
+            except SourceFailed as exc:
+                unavailable["llm_probe demo"] = f"error: {exc}"
             except NotAvailable as exc:
                 unavailable["llm_probe demo"] = f"not available yet: {exc}"
         else:
@@ -126,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - report, then fail
         print(f"gapdyn reproduce: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         raise
-    if any(isinstance(v, str) and v.startswith("error") for v in res["figures"].values()):
+    if any(isinstance(v, str) and v.startswith("error") for v in [*res["figures"].values(), *res["unavailable"].values()]):
         return 1
     return 3 if res["unavailable"] else 0
 
