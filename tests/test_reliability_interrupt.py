@@ -111,10 +111,6 @@ def test_sweep_killed_many_times_slow(tmp_path, backend, seed):
 
 # --- the trainer ------------------------------------------------------------------------------------------
 
-try:
-    import torch
-except ImportError:  # pragma: no cover - the trainer tests need the [llm] extra
-    torch = None
 
 TRAIN_ARGS = ["--prompts-per-step", "2", "--group-size", "4", "--probe-prompts", "2", "--probe-group-size", "2",
               "--num-threads", "1", "--no-progress", "--device", "cpu", "--max-new-tokens", "4", "--checkpoint-every", "1",
@@ -148,7 +144,7 @@ def _rows(path: Path) -> list[dict]:
 
 
 def _check_trainer_end_state(out: Path, ref: Path, steps: int, n_probe: int):
-    from llm_probe.model import load_policy
+    import torch  # lazily: the sweep subprocesses import this module and must not pay for torch
 
     rows = _rows(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == list(range(steps)), "duplicate or missing metric rows"
@@ -166,7 +162,6 @@ def _check_trainer_end_state(out: Path, ref: Path, steps: int, n_probe: int):
             if k in b:
                 assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-7), (a["step"], k)
     assert len(pd.read_parquet(out / "metrics.parquet")) == steps
-    del load_policy
 
 
 def _kill_train_repeatedly(tmp_path, warm_dir, steps, n_kills, seed):
