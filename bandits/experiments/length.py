@@ -183,7 +183,7 @@ def qualifying_instances(config: Config) -> tuple[list[int], dict[int, str]]:
         try:
             env, th0 = _shared_start(inst, 1, "MAJ", config.J0, config.V, config.d, False)
         except ValueError:
-            why_not[inst] = "J0 unreachable at some T"
+            why_not[inst] = "J0 unreachable at T=1"
             continue
         out = simulate(env, np.tile(th0, (etas.size, 1)), etas, direction="logodds",
                        steps=config.filter_steps, collapse_J=config.collapse_J)
@@ -364,7 +364,11 @@ def analyse(results: pd.DataFrame, config: Config) -> pd.DataFrame:
     if "tabular_MAJ_grpo" in have:
         c = crit[crit["setting"] == "tabular_MAJ_grpo"]
         n_thr = int(np.isfinite(c["eta_star"]).sum())
-        add("position-wise tabular under sampling (reported, no claim)", f"tabular, MAJ, sampled GRPO, {T_span}",
+        Tt = sorted(c["T"].unique())
+        add("position-wise tabular under sampling (reported, no claim)",
+            f"tabular, MAJ, sampled GRPO, T={Tt[0]}..{Tt[-1]}; eta* (instance, T): "
+            + (", ".join(f"{e:.3g} ({i}, {t})" for i, t, e in c.loc[np.isfinite(c['eta_star']),
+                         ['instance', 'T', 'eta_star']].itertuples(index=False)) or "none"),
             f"finite eta* in {n_thr}/{len(c)} (instance, T); max P(collapse) {c['max_collapse_prob'].max():.2f}",
             "no prior (the 'no threshold' argument is for exact ascent)", "n/a")
     return pd.DataFrame(rows, columns=["claim", "setting", "measured", "expected", "holds"])
@@ -386,8 +390,9 @@ def run(config: Config, *, store=None, backend: str = "joblib", n_jobs: int = -1
     filt = {"claim": "instances with a finite T=1 threshold (filter)", "setting": "exact log-odds ascent, T=1, J0",
             "measured": f"used {good}; rejected: "
             f"{sum(v.startswith('no') for v in why_not.values())} without a T=1 threshold, "
-            f"{sum(v.startswith('J0') for v in why_not.values())} with J0 unreachable at some T "
-            f"({sorted(k for k, v in why_not.items() if v.startswith('J0'))})",
+            f"{sum(v.endswith('T=1') for v in why_not.values())} with J0 unreachable at T=1, "
+            f"{sum(v.endswith('some T') for v in why_not.values())} with a T=1 threshold but J0 unreachable at "
+            f"some T ({sorted(k for k, v in why_not.items() if v.endswith('some T'))})",
             "expected": "a share (SIMULATIONS: 6/20 in the 100-arm bandit); not every instance has one", "holds": "n/a"}
     verdict = pd.concat([pd.DataFrame([filt]), verdict], ignore_index=True)
     return results, verdict
