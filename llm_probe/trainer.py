@@ -96,6 +96,14 @@ def _make_optimizer(cfg: TrainConfig, params):
     raise ValueError(f"optimizer must be adam, adamw or sgd, got {cfg.optimizer!r}")
 
 
+def _parse(line: str):
+    """A JSONL row, or None for an empty or torn line (a kill during the append)."""
+    try:
+        return json.loads(line) if line.strip() else None
+    except json.JSONDecodeError:
+        return None
+
+
 def _atomic_torch_save(obj, path: Path) -> None:
     tmp = path.with_name(path.name + ".tmp")
     torch.save(obj, tmp)
@@ -187,7 +195,7 @@ class Trainer:
         for name in ("metrics.jsonl", "probe_prompts.jsonl"):  # drop rows written after the checkpoint
             f = self.out / name
             if f.exists():
-                keep = [ln for ln in f.read_text().splitlines() if ln and json.loads(ln).get("step", -1) < self.step]
+                keep = [ln for ln in f.read_text().splitlines() if (r := _parse(ln)) is not None and r.get("step", -1) < self.step]
                 f.write_text("".join(k + "\n" for k in keep))
 
     # ---- one step ------------------------------------------------------------------------------
@@ -367,7 +375,7 @@ class Trainer:
         cfg = self.cfg
         if cfg.resume and self.ckpt_path.exists():
             self.load_checkpoint()
-        elif not cfg.resume:
+        else:  # a fresh start (also resume=True before any checkpoint existed): no stale rows
             for name in ("metrics.jsonl", "probe_prompts.jsonl", "alerts.json"):
                 (self.out / name).unlink(missing_ok=True)
         if self.step == 0 and None in (cfg.collapse.baseline_entropy, cfg.collapse.baseline_reward):
@@ -404,7 +412,7 @@ class Trainer:
     def finish(self) -> dict:
         import pandas as pd
 
-        rows = [json.loads(ln) for ln in (self.out / "metrics.jsonl").read_text().splitlines() if ln]
+        rows = [r for ln in (self.out / "metrics.jsonl").read_text().splitlines() if (r := _parse(ln)) is not None]
         df = pd.DataFrame([{k: v for k, v in r.items() if k != "alerts"} for r in rows])
         if "fault" in df:
             df["fault"] = df["fault"].astype("string")

@@ -191,3 +191,17 @@ def test_gapdyn_train_dispatch(capsys):
         main(["train", "--help"])
     assert e.value.code == 0
     assert "--probe-alignment" in capsys.readouterr().out
+
+
+def test_resume_drops_stale_and_torn_rows(tmp_path):
+    """resume=True before any checkpoint starts clean; a torn last metrics line (kill mid-append) is dropped."""
+    (tmp_path / "metrics.jsonl").write_text('{"step": 0, "reward": 9}\n{"step": 1, "rew')
+    model, tok = warm_model()
+    Trainer(_cfg(tmp_path, steps=2, resume=True, probe_every=0, checkpoint_every=1), model=model, tokenizer=tok).run()
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1] and rows[0]["reward"] != 9
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 2, "rew')  # torn
+    model2, tok2 = warm_model()
+    Trainer(_cfg(tmp_path, steps=3, resume=True, probe_every=0), model=model2, tokenizer=tok2).run()
+    assert list(pd.read_parquet(tmp_path / "metrics.parquet")["step"]) == [0, 1, 2]
