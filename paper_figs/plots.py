@@ -456,6 +456,8 @@ def plot_prompt_alignment(probes: pd.DataFrame, ax, *, hue: str = "lr"):
     base = probes[probes[hue] == keys[0]] if keys else probes
     fit = None
     try:
+        if len(base) < 3 or np.ptp(base["J_hat"].to_numpy(float)) == 0:
+            raise ValueError("accuracies without variation")
         fit = gapdyn.fit_logistic_accuracy(base["M"].to_numpy(float), base["J_hat"].to_numpy(float))
         mm = np.linspace(0, float(probes["M"].max()) or 1.0, 200)
         ax.plot(mm, fit.predict(mm), color="black", lw=2,
@@ -464,7 +466,7 @@ def plot_prompt_alignment(probes: pd.DataFrame, ax, *, hue: str = "lr"):
         ax.plot(mm, gapdyn.logodds_lower_bound(J0, mm), color="black", ls="--", lw=1.5,
                 label=f"Thm 1 bound at median $J_0$ = {J0:.2f}")
     except (RuntimeError, ValueError, TypeError) as exc:  # curve_fit failure on degenerate data
-        ax.text(0.5, 0.5, f"no logistic fit:\n{type(exc).__name__}", transform=ax.transAxes, ha="center")
+        ax.text(0.5, 0.5, f"no logistic fit:\n{exc}", transform=ax.transAxes, ha="center")
     ax.set_xlabel(label("M_q"))
     ax.set_ylabel(r"per-prompt accuracy $\hat J_q$ (fraction)")
     ax.set_ylim(-0.02, 1.5)
