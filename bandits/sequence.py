@@ -57,6 +57,7 @@ __all__ = [
     "TabularSequenceBandit",
     "SequenceSample",
     "rule_reward",
+    "sampled_direction",
     "simulate",
     "critical_eta",
     "place_for_success_rate",
