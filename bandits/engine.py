@@ -310,7 +310,7 @@ def _search_right(cdf, x):
 @njit(cache=True)
 def _kernel(
     feat, rew, pmap, blk_ptr, blk_ctx,  # bandit
-    theta, am, av, M, prev_eta, phi_prev, J_min, ndec,  # state (in/out)
+    theta, am, av, M, phi_prev, J_min, ndec,  # state (in/out)
     eta0, unif, k0, n_steps, do_final, total_steps,  # run inputs
     method, sampled, G, bessel, aeps, lam, normalize, sched, ac, tr_delta, max_halv, adam, b1, b2, adam_eps, rec_every,
     o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta,  # records
@@ -531,7 +531,6 @@ def _kernel(
                         elif kh > 0.0:
                             e = min(e, ac * dh / kh)
                     eta[pb] = e
-                prev_eta[r, pb] = eta[pb]
             # 5) records, cumulative alignment, update
             for c in range(C):
                 pb = pmap[c]
@@ -631,7 +630,6 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
     am, av = np.zeros((R, P, d)), np.zeros((R, P, d))
     M, phi_prev = np.zeros((R, C)), np.zeros((R, C))
     J_min, ndec = np.full((R, C), np.inf), np.zeros((R, C), np.int64)
-    prev_eta = eta0.copy()
     rec = {k: np.full((R, n_rec, C), np.nan) for k in ("J", "Phi", "dmu", "M", "wnorm", "dPhi", "entropy")}
     rec_eta = np.full((R, n_rec, P), np.nan)
     f_J, f_Phi = np.full((R, C), np.nan), np.full((R, C), np.nan)
@@ -650,7 +648,7 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
             unif = np.empty((R, 0, C, G))
         _kernel(
             bandit.features, bandit.rewards, pmap, blk_ptr, order,
-            theta, am, av, M, prev_eta, phi_prev, J_min, ndec,
+            theta, am, av, M, phi_prev, J_min, ndec,
             eta0, unif, start, n, int(last), T,
             _CODE[dyn.method], dyn.mode == "sampled", G, dyn.std == "bessel", float(dyn.adv_eps), float(dyn.lam),
             bool(dyn.normalize), _SCHED[sched.kind], float(sched.c), float(sched.delta), int(sched.max_halvings),
