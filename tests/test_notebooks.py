@@ -4,7 +4,6 @@ committed notebooks carry no outputs and match their generator (notebooks/make_n
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 
 import pytest

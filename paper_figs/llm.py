@@ -1,0 +1,147 @@
+"""The tiny-Qwen runs behind figure 7 and notebook 04: llm_probe.demo's grid, cached in its output folder.
+
+A finished folder is reused when its configuration matches (``paper_figs_config.json``); otherwise the
+demo runs. :func:`llm_verdict` states WAPO's stability claim against the runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import json
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+import pandas as pd
+
+from ._common import NotAvailable, _import
+
+__all__ = ["LLMResults", "llm_demo_config", "load_llm", "read_llm_results", "llm_headline", "llm_verdict"]
+
+
+class LLMResults(NamedTuple):
+    """The tiny-Qwen demo's outputs (llm_probe.demo.run_demo), as tables.
+
+    runs: one row per run (llm_probe.demo.RUN_COLUMNS); metrics: per-step metrics of every run
+    (method, lr, seed, step, reward, entropy, entropy/pos_adv, entropy/neg_adv, taxonomy/<bin>, ...);
+    probes: per (run, probe step, probe prompt) rows of probe_prompts.jsonl (J_hat, M, ...) with
+    method, lr, seed; alerts: one row per alert (method, lr, seed, step, rule, value, threshold);
+    summary: summary.json; out_dir: where they live.
+    """
+
+    runs: pd.DataFrame
+    metrics: pd.DataFrame
+    probes: pd.DataFrame
+    alerts: pd.DataFrame
+    summary: dict
+    out_dir: Path
+
+
+def llm_demo_config(mode: str, out_dir: Path, *, seed: int | None = None, n_jobs: int = 1):
+    """The llm_probe.demo.DemoConfig of a mode: "test" = 2 methods x 2 lrs x 1 seed x 8 steps on a
+    30-step warm-up (seconds); "quick" = 2 seeds x 60 steps (8 runs, about 3 CPU minutes); "full" = 5
+    seeds x 300 steps and lr 5e-4 added (SIMULATIONS.md: the GRPO/WAPO contrast lives near 5e-4; use
+    >= 5 seeds). Everything else is llm_probe's default; ``n_jobs`` parallel runs (joblib)."""
+    demo = _import("llm_probe.demo", "the tiny-Qwen figure")
+    base = 0 if seed is None else int(seed)
+    sizes = {
+        "test": dict(seeds=(base,), steps=8, prompts_per_step=4, group_size=4, probe_every=2, probe_prompts=4,
+                     warmup_steps=30),
+        "quick": dict(seeds=tuple(base + i for i in range(2)), steps=60),
+        "full": dict(seeds=tuple(base + i for i in range(5)), steps=300, lrs=(3e-4, 5e-4, 1e-3)),
+    }[mode]
+    jobs = (os.cpu_count() or 1) if int(n_jobs) < 0 else max(1, int(n_jobs))
+    return demo.DemoConfig(out_dir=str(out_dir), num_threads=1, n_jobs=jobs, **sizes)
+
+
+def load_llm(mode: str, out_dir: Path, *, seed: int | None, progress: bool, n_jobs: int = 1) -> LLMResults:
+    """Reuse ``out_dir`` when it holds a finished demo run of the same configuration, else run it."""
+    demo = _import("llm_probe.demo", "the tiny-Qwen figure")
+    cfg = llm_demo_config(mode, out_dir, seed=seed, n_jobs=n_jobs)
+    stamp = out_dir / "paper_figs_config.json"
+    want = json.dumps({k: v for k, v in dataclasses.asdict(cfg).items() if k != "n_jobs"}, sort_keys=True,
+                      default=str)
+    done = stamp.exists() and stamp.read_text() == want and (out_dir / "runs.parquet").exists()
+    if not done:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        stamp.unlink(missing_ok=True)
+        quiet = contextlib.redirect_stderr(io.StringIO()) if not progress else contextlib.nullcontext()
+        with quiet:  # the demo's own tqdm bars (and transformers' loading bars) write to stderr
+            demo.run_demo(cfg)
+        stamp.write_text(want)
+    return read_llm_results(out_dir)
+
+
+def read_llm_results(out_dir) -> LLMResults:
+    """Read a finished ``llm_probe.demo`` output folder into :class:`LLMResults`."""
+    out_dir = Path(out_dir)
+    if not (out_dir / "runs.parquet").exists():
+        raise NotAvailable(f"no finished llm_probe demo in {out_dir} (runs.parquet missing)")
+    runs = pd.read_parquet(out_dir / "runs.parquet")
+    metrics = pd.read_parquet(out_dir / "metrics_all.parquet")
+    probes, alerts = [], []
+    for r in runs.itertuples(index=False):
+        d = out_dir / f"{r.method}_lr{r.lr:g}_s{r.seed}"
+        tag = {"method": r.method, "lr": float(r.lr), "seed": int(r.seed)}
+        pp = d / "probe_prompts.jsonl"
+        if pp.exists() and pp.stat().st_size:
+            probes.append(pd.read_json(pp, lines=True).assign(**tag))
+        al = d / "alerts.json"
+        if al.exists():
+            alerts += [{**tag, **a} for a in json.loads(al.read_text())]
+    summary = json.loads((out_dir / "summary.json").read_text()) if (out_dir / "summary.json").exists() else {}
+    return LLMResults(
+        runs=runs,
+        metrics=metrics,
+        probes=pd.concat(probes, ignore_index=True) if probes else pd.DataFrame(
+            columns=["step", "prompt_id", "J_hat", "M", "method", "lr", "seed"]),
+        alerts=pd.DataFrame(alerts, columns=["method", "lr", "seed", "step", "rule", "value", "threshold"]),
+        summary=summary,
+        out_dir=out_dir,
+    )
+
+
+def llm_headline(res: LLMResults) -> dict:
+    """Per (method, lr): runs, collapsed runs, mean reward over the first and last 25 steps."""
+    out: dict[str, object] = {}
+    for (m, lr), g in res.runs.groupby(["method", "lr"], sort=True):
+        key = f"{m} lr={lr:g}"
+        out[f"{key}: runs"] = int(len(g))
+        out[f"{key}: collapsed"] = int(g["collapsed"].sum())
+        out[f"{key}: reward first 25"] = float(g["reward_first25"].mean())
+        out[f"{key}: reward last 25"] = float(g["reward_last25"].mean())
+    collapsed = res.runs[res.runs["collapsed"].astype(bool)]
+    out["collapsed runs"] = "; ".join(f"{r.method} lr={r.lr:g} seed={r.seed} ({r.collapse_rule}@{r.collapse_step})"
+                                      for r in collapsed.itertuples()) or "none"
+    return out
+
+
+def llm_verdict(res: LLMResults) -> pd.DataFrame:
+    """WAPO's stability claim on the tiny Qwen, per lr: WAPO collapses in fewer runs than GRPO, and ends
+    with a higher mean reward (last 25 steps). Ties are reported as such ("n/a" when no run collapsed at
+    that lr, "does not hold" when both collapse alike); with few seeds this is a smoke test."""
+    rows = []
+    for lr, g in res.runs.groupby("lr", sort=True):
+        by = g.groupby("method")
+        if not {"grpo", "wapo"} <= set(by.groups):
+            continue
+        col = by["collapsed"].sum()
+        rew = by["reward_last25"].mean()
+        n = int(by.size().min())
+        setting = f"tiny Qwen, 2-digit addition, Adam lr={lr:g}, {n} seed(s), {int(g['steps_run'].max())} steps"
+        signal = bool(g["reward_first25"].max() > 0)  # no reward at all: no gradient, nothing to compare
+        cw, cg = int(col["wapo"]), int(col["grpo"])
+        if not signal:
+            h_col = h_rew = "not measured (no reward signal)"
+        else:
+            h_col = ("n/a (no run collapsed)" if cw == cg == 0 else "holds" if cw < cg
+                     else f"does not hold ({'tie' if cw == cg else 'WAPO collapses more'})")
+            h_rew = ("does not hold (both collapsed)" if cw == cg == n else
+                     "holds" if rew["wapo"] > rew["grpo"] else "does not hold")
+        rows.append(("WAPO collapses in fewer runs than GRPO", setting, f"wapo {cw}/{n}, grpo {cg}/{n}",
+                     "wapo < grpo", h_col))
+        rows.append(("WAPO ends higher than GRPO (mean reward, last 25 steps)", setting,
+                     f"wapo {rew['wapo']:.3f}, grpo {rew['grpo']:.3f}", "wapo > grpo", h_rew))
+    return pd.DataFrame(rows, columns=["claim", "setting", "measured", "expected", "holds"])
