@@ -16,9 +16,54 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-__all__ = ["fmt", "VERDICT_COLUMNS", "holds_category", "normalise_verdict", "write_results", "render_report"]
+__all__ = ["fmt", "VERDICT_COLUMNS", "PAPER_CLAIMS", "coverage_table", "holds_category", "normalise_verdict",
+           "write_results", "render_report"]
 
 VERDICT_COLUMNS = ("source", "claim", "setting", "measured", "expected", "holds")
+
+
+_UNIT_TESTS = "checked by the unit tests (closed form vs finite differences / Monte Carlo), not in this run"
+_NO_CPU = "not reproducible on a CPU (model scale); the tiny-Qwen runs are the stand-in"
+
+PAPER_CLAIMS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
+    ("Suk & Duan", "grad Phi = g+ - g- (the Gradient Gap is the gradient of the log-odds); every method's "
+     "expected direction is a scalar times the Gap", (), _UNIT_TESTS),
+    ("Suk & Duan", "Theorem 1: J(K) >= sigmoid(logit J0 + M(K)/2) under the step condition; accuracy is "
+     "logistic in M", ("bandit:logistic",), ""),
+    ("Suk & Duan", "Theorem 2: above a step-size threshold even aligned steps collapse J to 0",
+     ("bandit:threshold",), ""),
+    ("Suk & Duan", "Theorem 3: eta* ~ (1 - J)/T; 1/|o| normalisation cancels one T",
+     ("bandit:length", "bandit:success_rate"), ""),
+    ("Suk & Duan", "a fixed eta stagnates below J = 1; convergence must be judged by M",
+     ("bandit:stagnation",), ""),
+    ("Suk & Duan", "GRPO on Qwen2.5-Math-7B (the paper's LLM runs)", (), _NO_CPU),
+    ("WAPO", "token taxonomy: peak/valley x sign of A predicts the sign of the entropy change",
+     ("gapdyn:taxonomy",), ""),
+    ("WAPO", "WAPO keeps the Gap direction and down-weights solved prompts ((1 - J) factor): more stable "
+     "than GRPO / Dr. GRPO at equal step", ("bandit:methods", "llm_probe"), ""),
+    ("WAPO", "collapse modes of RLVR runs (high-entropy off-task; repetitive malformed)", (),
+     "shown in figure 7 (alerts by rule of llm_probe's documented collapse criterion); no verdict row: the "
+     "paper's criterion is not public"),
+    ("WAPO", "WAPO vs GRPO/DAPO/GSPO on 1.5B-4B models, MATH-500 etc. (the paper's LLM runs)", (), _NO_CPU),
+)
+"""Each claim of the two papers, the verdict sources that test it in a reproduction run, and for claims
+without a source where they are covered instead (or why not)."""
+
+
+def coverage_table(verdicts: pd.DataFrame) -> list[list[str]]:
+    """Rows (paper, claim, sources, verdicts in this run) for :data:`PAPER_CLAIMS`."""
+    rows = []
+    for paper, claim, sources, note in PAPER_CLAIMS:
+        if not sources:
+            rows.append([paper, claim, "-", note or "not tested"])
+            continue
+        got = verdicts[verdicts["source"].isin(sources)] if len(verdicts) else verdicts
+        if not len(got):
+            rows.append([paper, claim, ", ".join(sources), "not run (source not available)"])
+            continue
+        counts = got["holds"].map(holds_category).value_counts()
+        rows.append([paper, claim, ", ".join(sources), "; ".join(f"{k}: {v}" for k, v in counts.items())])
+    return rows
 
 
 def fmt(x) -> str:
@@ -141,6 +186,8 @@ def render_report(
         out += [f"### {section}", "", _md_table([[k, fmt(v)] for k, v in numbers.items()], ["quantity", "value"]), ""]
     if not headline:
         out += ["(no headline numbers: no data source was available)", ""]
+    out += ["## Coverage: the claims of both papers", "",
+            _md_table(coverage_table(verdicts), ["paper", "claim", "tested by", "verdicts in this run"]), ""]
     out += ["## Verdicts: every claim tested in this run", ""]
     if len(verdicts):
         counts = verdicts["holds"].map(holds_category).value_counts()

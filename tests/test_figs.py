@@ -183,3 +183,6 @@ def test_tiny_report_covers_every_experiment(tiny_run):
         stored = [p for p in (out / "store").glob(f"{name}*/results.parquet") if p.stat().st_size > 0]
         assert stored, f"{name}: no stored sweep results under {out / 'store'}"
     assert (verdicts["source"] == "llm_probe").any(), "no verdict rows from the tiny-Qwen runs"
+    mapped = {src for _, _, sources, _ in report.PAPER_CLAIMS for src in sources}
+    assert set(verdicts["source"]) <= mapped, f"verdict sources not mapped to a paper claim: {set(verdicts['source']) - mapped}"
+    assert "## Coverage: the claims of both papers" in (out / "REPORT.md").read_text()
