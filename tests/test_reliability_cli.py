@@ -79,8 +79,8 @@ def test_top_level_help_and_empty_exit_0(capsys):
 
 
 OPEN_BANDIT = {
-    "n_jobs_zero": (["bandit", "run", "length", "--n-jobs", "0", "--no-progress"], ["n_jobs"]),
-    "n_jobs_negative": (["bandit", "run", "length", "--n-jobs", "-5", "--no-progress"], ["n_jobs"]),
+    "n_jobs_zero": (["bandit", "run", "length", "--n-jobs", "0", "--no-progress"], ["n-jobs"]),
+    "n_jobs_negative": (["bandit", "run", "length", "--n-jobs", "-5", "--no-progress"], ["n-jobs"]),
 }
 
 

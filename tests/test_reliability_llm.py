@@ -123,9 +123,7 @@ def test_malformed_jsonl_raises_value_error_with_line(tmp_path, kind):
         make_task(str(p))
 
 
-@pytest.mark.xfail(strict=True, reason='open defect: llm_probe/tasks.py load_jsonl_problems: a null (or object/list) '
-                   'answer passes the "non-empty" check through str(): {"answer": null} becomes the reference "None"')
-@pytest.mark.parametrize("answer", ["null", '{"a": 1}', "[]"])
+@pytest.mark.parametrize("answer", ["null", '{"a": 1}', "[]", "true"])
 def test_jsonl_null_or_structured_answer_is_rejected(tmp_path, answer):
     p = tmp_path / "data.jsonl"
     p.write_text('{"question": "q", "answer": %s}' % answer)
