@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import tempfile
 import tracemalloc
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -45,7 +45,7 @@ from llm_probe import (
 from llm_probe.losses import policy_loss
 from llm_probe.model import completion_logprobs
 
-from .timing import Stat, interleaved, ratio
+from .timing import interleaved, ratio
 
 __all__ = ["LLMSetup", "PROBE_CONFIGS", "warm_policy", "step_times", "route_times", "peak_memory", "route_memory",
            "step_memory", "mixed_rollout", "profile_step"]
@@ -90,7 +90,7 @@ def _config(setup: LLMSetup, probe: str, out_dir: str) -> TrainConfig:
 @dataclass(frozen=True)
 class StepTimes:
     setup: LLMSetup
-    times: dict  # probe config -> Stat (seconds per train step)
+    times: dict  # probe config -> timing.Stat (seconds per train step)
     overhead: dict  # probe config -> Stat (per-repeat time / time with probes off)
     same_trajectory: bool  # rewards and losses identical across configs at every timed step
     mixed_per_step: float  # mean number of mixed groups in the batch (prompts the probes differentiate)
@@ -98,7 +98,7 @@ class StepTimes:
 
 
 def step_times(model, tok, task, setup: LLMSetup, configs=PROBE_CONFIGS, repeats: int = 5,
-               warmup: int = 1) -> StepTimes:
+               n_warmup: int = 1) -> StepTimes:
     """Seconds per :meth:`Trainer.train_step` for each probe configuration (module doc, item 1)."""
     if "off" not in configs:
         raise ValueError("configs must include 'off' (the plain step every ratio is taken against)")
@@ -114,7 +114,7 @@ def step_times(model, tok, task, setup: LLMSetup, configs=PROBE_CONFIGS, repeats
             logs[c].append((m["reward"], m["loss"], m.get("gap/n_prompts", 0)))
         return f
 
-    t = interleaved({c: stepper(c) for c in configs}, repeats=repeats, warmup=warmup)
+    t = interleaved({c: stepper(c) for c in configs}, repeats=repeats, warmup=n_warmup)
     tmp.cleanup()
     ref = logs["off"]
     same = all([x[:2] for x in logs[c]] == [x[:2] for x in ref] for c in configs)
@@ -236,10 +236,6 @@ def step_memory(model, tok, task, setup: LLMSetup, configs=PROBE_CONFIGS) -> dic
             tr.train_step()  # first step: lazy allocations (optimizer state)
             out[c] = peak_memory(tr.train_step)
     return out
-
-
-def scaled(setup: LLMSetup, **kw) -> LLMSetup:
-    return replace(setup, **kw)
 
 
 _PROFILED = {

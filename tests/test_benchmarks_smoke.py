@@ -142,7 +142,7 @@ def test_jvp_route_equals_backward_route(small_policy):
 @pytest.mark.llm
 def test_probes_do_not_change_the_training_trajectory(small_policy):
     lb, setup, model, tok, task = small_policy
-    st = lb.step_times(model, tok, task, setup, configs=("off", "dot", "jvp"), repeats=2, warmup=0)
+    st = lb.step_times(model, tok, task, setup, configs=("off", "dot", "jvp"), repeats=2, n_warmup=0)
     assert st.same_trajectory
     assert set(st.overhead) == {"off", "dot", "jvp"} and st.overhead["off"].median == 1.0
 
