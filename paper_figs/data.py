@@ -132,6 +132,7 @@ class Sources:
         self.n_jobs = int(n_jobs)
         self.seed = seed
         self.progress = progress
+        self.llm_progress = progress  # the tiny-Qwen demo's own bar (reproduce shows it, not the sweeps')
         self._cache: dict[str, Any] = {}
         self.errors: dict[str, str] = {}
 
@@ -188,7 +189,7 @@ class Sources:
         if key in self.errors:
             raise (SourceFailed if "failed:" in self.errors[key] else NotAvailable)(self.errors[key])
         try:
-            out = load_llm(self.mode, self.llm_dir, seed=self.seed, progress=self.progress, n_jobs=self.n_jobs)
+            out = load_llm(self.mode, self.llm_dir, seed=self.seed, progress=self.llm_progress, n_jobs=self.n_jobs)
         except NotAvailable as exc:
             self.errors[key] = str(exc)
             raise

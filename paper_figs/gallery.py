@@ -28,8 +28,9 @@ gapdyn figs                 # only the figures (quick mode); python -m paper_fig
 python -m paper_figs.fig5_taxonomy        # one figure on its own (each fig*.py runs standalone)
 ```
 
-`gapdyn reproduce` measured 9 min wall-clock (2 min of CPU time) on a 2-core machine shared with other
-jobs (load ~11): most of it is the 8 tiny-Qwen runs. It prints a progress bar, then where the outputs are:
+`gapdyn reproduce` took 5 to 9 min wall-clock (about 2 min of CPU time) on a 2-core machine shared with
+other jobs; most of it is the 8 tiny-Qwen runs. A rerun reuses the stored results (under a minute). It
+prints a progress bar, then where the outputs are:
 
 | output | what |
 |---|---|

@@ -67,6 +67,11 @@ def load_llm(mode: str, out_dir: Path, *, seed: int | None, progress: bool, n_jo
     if not done:
         out_dir.mkdir(parents=True, exist_ok=True)
         stamp.unlink(missing_ok=True)
+        if progress:  # keep the demo's own "demo runs" bar, drop transformers' per-load bars
+            with contextlib.suppress(ImportError):
+                from transformers.utils import logging as hf_logging
+
+                hf_logging.disable_progress_bar()
         quiet = contextlib.redirect_stderr(io.StringIO()) if not progress else contextlib.nullcontext()
         with quiet:  # the demo's own tqdm bars (and transformers' loading bars) write to stderr
             demo.run_demo(cfg)

@@ -53,6 +53,7 @@ def reproduce(*, mode: str = "quick", out_dir=None, store=None, seed=None, n_job
     out.mkdir(parents=True, exist_ok=True)
     store = Path(store) if store is not None else out / "store"
     sources = Sources(mode, store=store, n_jobs=n_jobs, seed=seed, progress=False)
+    sources.llm_progress = progress  # the longest stage: show the demo's "demo runs" bar below ours
     experiments = _experiment_names()
     stages = [("experiment", n) for n in experiments] + [("llm", "llm_probe")] + [("figure", f) for f in FIGURES]
     unavailable: dict[str, str] = {}
