@@ -17,18 +17,24 @@ def _require(df: pd.DataFrame, cols: Sequence[str], what: str) -> None:
 
 
 def _plain_log_ticks(ax, axes: str = "xy") -> None:
-    """Log axes labelled 0.1, 1, 10, 3 ... instead of 10^-1, 3x10^0."""
+    """Log axes labelled 0.1, 1, 10 instead of 10^-1, 10^0; 2 and 5 between decades are labelled only
+    when the axis spans less than two decades, every minor tick below half a decade."""
     from matplotlib.ticker import FuncFormatter
 
-    def minor(v, _):
-        if v <= 0:
-            return ""
-        lead = round(v / 10 ** np.floor(np.log10(v)), 6)
-        return f"{v:g}" if lead in (2.0, 5.0) else ""
+    def formatters(axis):
+        def minor(v, _):
+            lo, hi = sorted(axis.get_view_interval())
+            if v <= 0 or lo <= 0 or np.log10(hi / lo) >= 2:
+                return ""
+            lead = round(v / 10 ** np.floor(np.log10(v)), 6)
+            return f"{v:g}" if lead in (2.0, 5.0) or np.log10(hi / lo) < 0.5 else ""
+
+        return FuncFormatter(lambda v, _: f"{v:g}"), FuncFormatter(minor)
 
     for axis in [a for n, a in (("x", ax.xaxis), ("y", ax.yaxis)) if n in axes]:
-        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        axis.set_minor_formatter(FuncFormatter(minor))
+        major, minor = formatters(axis)
+        axis.set_major_formatter(major)
+        axis.set_minor_formatter(minor)
 
 
 def _log_edges(v: np.ndarray) -> np.ndarray:

@@ -48,6 +48,7 @@ def plot_phase_diagram(df: pd.DataFrame, ax, *, x: str = "eta", y: str = "K", va
     im = ax.pcolormesh(xe, ye, grid.to_numpy(float), cmap=cmap, vmin=vmin, vmax=vmax, shading="flat", rasterized=True)
     if logx:
         ax.set_xscale("log")
+        _plain_log_ticks(ax, axes="x")
     if logy:
         ax.set_yscale("log")
     if curves is not None and len(curves):
@@ -187,6 +188,7 @@ def plot_method_curves(df: pd.DataFrame, ax, *, x: str = "eta", y: str = "collap
             ax.fill_between(st.index, st["mean"] - se, st["mean"] + se, color=col, alpha=0.15, lw=0)
     if logx:
         ax.set_xscale("log")
+        _plain_log_ticks(ax, axes="x")
     ax.legend(frameon=False, fontsize=8)
     return ax
 
@@ -203,6 +205,7 @@ def plot_bound_violation(thm1: pd.DataFrame, ax):
                        edgecolors=col, label=lab if meets or not g["meets"].astype(bool).any() else None)
     ax.axhline(0, color="black", lw=1, ls="--")
     ax.set_xscale("log")
+    _plain_log_ticks(ax, axes="x")
     top = float(np.nanmax(thm1["worst_violation"])) if len(thm1) else 0.0
     ax.set_ylim(-0.05, max(0.05, 1.15 * top))
     ax.set_xlabel(r"step factor $f$: $\eta = f \times$ Thm 1 bound at $\theta_0$")
@@ -225,6 +228,7 @@ def plot_scalar_vs_collapse(summary: pd.DataFrame, ax):
     ax.scatter([], [], marker="o", color="#999999", label="sampled (G = 8)")
     ax.scatter([], [], marker="s", color="#999999", label="exact")
     ax.set_xscale("log")
+    _plain_log_ticks(ax, axes="x")
     ax.set_xlabel(r"expected scalar $\mathbb{E}[w] / (g^+ - g^-)$ at $J_0$")
     ax.set_ylabel("P(collapse), all etas")
     ax.legend(frameon=False, fontsize=8)
@@ -253,6 +257,7 @@ def plot_failure_decay(curve: pd.DataFrame, ax, *, groups=("method", "eta"), ref
             ax.plot([], [], "o", color=col, label=lab)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    _plain_log_ticks(ax)
     ax.set_xlabel(label("step"))
     ax.set_ylabel(r"failure rate $1 - J$")
     ax.legend(frameon=False, fontsize=7)
