@@ -3,7 +3,9 @@ points, restart each time, and check the end state equals an uninterrupted run w
 same result rows (bitwise for the sweep), no duplicate or missing rows, no corrupted or orphan file; for
 the trainer the same final weights (atol 1e-6), a loadable checkpoint at the last step, and metrics /
 probe JSONL files holding each step exactly once. Extends tests/test_bandits_sweep.py (one kill point)
-and tests/test_llm_trainer.py (in-process stop/resume). Open defects: strict xfail with reproduction."""
+and tests/test_llm_trainer.py (in-process stop/resume). The two trainer defects this suite found (resume
+before the first checkpoint duplicated rows; a torn JSONL row crashed the resume) were fixed by the owner
+in 95d7a58; their tests stay here as regression tests."""
 
 from __future__ import annotations
 
@@ -171,14 +173,19 @@ def _kill_train_repeatedly(tmp_path, warm_dir, steps, n_kills, seed):
     Trainer(_train_cfg(ref, warm_dir, steps)).run()
     out = tmp_path / "run"
     rng = np.random.default_rng(seed)
-    # kill points: after >= 2 logged rows (a checkpoint then always exists; see the xfail test below)
-    targets = np.sort(rng.choice(np.arange(2, steps), size=n_kills, replace=False))
+    # kill points: after >= 1 logged row (also before the first checkpoint: fixed in 95d7a58, see below)
+    targets = np.sort(rng.choice(np.arange(1, steps), size=n_kills, replace=False))
     killed = 0
     for target in targets:
         proc = subprocess.Popen([sys.executable, "-m", "gapdyn.cli", "train", "--out-dir", str(out), "--init-from",
                                  str(warm_dir), "--steps", str(steps), "--resume", *TRAIN_ARGS],
                                 cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         killed += _wait_then_kill(proc, lambda: _safe_rows_count(out / "metrics.jsonl"), int(target))
+        if (out / "checkpoint.pt").exists():  # whatever the kill hit, the checkpoint on disk is whole
+            import torch
+
+            ck = torch.load(out / "checkpoint.pt", weights_only=False)
+            assert 1 <= ck["step"] <= steps and set(ck) >= {"model", "optimizer", "gen", "np_rng", "detector"}
     assert killed >= 1
     Trainer(_train_cfg(out, warm_dir, steps, resume=True)).run()  # the final restart runs to the end
     _check_trainer_end_state(out, ref, steps, n_probe=2)
@@ -210,10 +217,6 @@ class _Killed(BaseException):
 
 
 @pytest.mark.llm
-@pytest.mark.xfail(strict=True, reason="open defect: llm_probe/trainer.py Trainer.run: with resume=True and no "
-                   "checkpoint yet (killed before the first checkpoint was written) the old metrics.jsonl / "
-                   "probe_prompts.jsonl rows are kept and the restarted run appends steps 0.. again: duplicate rows "
-                   "(fix: clear the files whenever no checkpoint is loaded, i.e. `elif not cfg.resume` -> `else`)")
 def test_resume_without_a_checkpoint_leaves_no_duplicate_rows(tmp_path, warm_dir, monkeypatch):
     from llm_probe.trainer import Trainer
 
@@ -235,9 +238,6 @@ def test_resume_without_a_checkpoint_leaves_no_duplicate_rows(tmp_path, warm_dir
 
 
 @pytest.mark.llm
-@pytest.mark.xfail(strict=True, reason="open defect: llm_probe/trainer.py Trainer.load_checkpoint parses every "
-                   "metrics.jsonl line with json.loads: a torn last line (SIGKILL during the append) makes the resume "
-                   "crash with JSONDecodeError instead of dropping the partial row")
 def test_resume_after_a_torn_metrics_line(tmp_path, warm_dir):
     from llm_probe.trainer import Trainer
 
