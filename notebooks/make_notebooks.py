@@ -281,7 +281,8 @@ ok = ok[ok["eta"] < 0.5 * eta_star]
 J0 = float(ok["J"].iloc[0])
 fig, ax = new_figure(width=5)
 fit = plots.plot_logistic_fit(ok, ax[0, 0], M="M", acc="J", J0=J0)
-print(f"fit: slope a = {fit.slope:.3f} (theory >= 1/2 as a bound), intercept b = {fit.intercept:.3f}, logit J0 = {np.log(J0 / (1 - J0)):.3f}")"""),
+print(f"fit: slope a = {fit.slope:.3f} (theory: >= 1/2 as a bound), intercept b = {fit.intercept:.3f}, "
+      f"logit J0 = {np.log(J0 / (1 - J0)):.3f}")"""),
 ]
 
 # --------------------------------------------------------------------------------------------------

@@ -73,7 +73,9 @@ def parser(prog: str = "gapdyn figs") -> argparse.ArgumentParser:
     p.add_argument("--store", type=Path, default=None, help="sweep store of cached results")
     p.add_argument("--llm-dir", type=Path, default=None, help="tiny-Qwen run outputs (default <store>/llm_probe/<mode>)")
     p.add_argument("--jobs", type=int, default=1, help="local processes for sweeps (default 1)")
-    p.add_argument("--seed", type=int, default=None, help="override the experiments' base seed")
+    p.add_argument("--seed", type=int, default=None,
+                   help="base seed for the runs that take one (length experiment, taxonomy table, tiny-Qwen "
+                        "seeds); the contextual experiments use fixed instance seeds")
     p.add_argument("--progress", action="store_true", help="show the sweeps' progress bars")
     p.add_argument("--list", action="store_true", help="list the figures and their captions, then exit")
     return p

@@ -1,4 +1,6 @@
-"""Reusable plotting functions (one namespace; implemented in plots_theory, plots_bandit, plots_llm): each draws one idea on a given matplotlib Axes from a tidy table.
+"""Reusable plotting functions: each draws one idea on a given matplotlib Axes from a tidy table.
+
+One namespace, implemented in plots_theory, plots_bandit and plots_llm.
 
 Figure scripts and notebooks call these (STYLE.md rule 10): they only draw and, where a fit is
 drawn, call gapdyn's fitting functions (``gapdyn.loglog_slope``, ``gapdyn.fit_logistic_accuracy``,

@@ -120,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tiny", action="store_true", help="same as --mode test (seconds; for the test suite)")
     p.add_argument("--out", type=Path, default=None, help=f"output folder (default {OUT_DIR})")
     p.add_argument("--store", type=Path, default=None, help="sweep store (default <out>/store)")
-    p.add_argument("--seed", type=int, default=None, help="override the experiments' base seed")
+    p.add_argument("--seed", type=int, default=None,
+                   help="base seed for the runs that take one (length experiment, taxonomy table, tiny-Qwen "
+                        "seeds); the contextual experiments use fixed instance seeds")
     p.add_argument("--jobs", type=int, default=1, help="local processes for the sweeps (default 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
