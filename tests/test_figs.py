@@ -132,17 +132,23 @@ def _report_rows(text: str) -> set[tuple[str, ...]]:
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    from paper_figs.reproduce import reproduce
+    """`gapdyn reproduce --tiny` through the command dispatcher: (out dir, exit code, printed text)."""
+    import contextlib
+    import io
+
+    from gapdyn.cli import main
 
     out = tmp_path_factory.mktemp("reproduce")
-    res = reproduce(mode="test", out_dir=out, seed=3, progress=False, log=lambda s: None)
-    return out, res
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main(["reproduce", "--tiny", "--seed", "3", "--no-progress", "--out", str(out)])
+    return out, rc, buf.getvalue()
 
 
 def test_tiny_reproduction_writes_every_figure(tiny_run):
-    out, res = tiny_run
-    missing = {n: v for n, v in res["figures"].items() if isinstance(v, str)}
-    assert not missing, f"figures not produced: {missing}"
+    out, rc, printed = tiny_run
+    assert rc == 0, f"gapdyn reproduce --tiny exited {rc}:\n{printed[-3000:]}"
+    assert str(out / "REPORT.md") in printed, "the command must print where the report is"
     for name in FIGURES:
         for ext in ("png", "pdf"):
             f = out / f"{name}.{ext}"
@@ -151,7 +157,7 @@ def test_tiny_reproduction_writes_every_figure(tiny_run):
 
 
 def test_tiny_report_quotes_the_numbers_of_this_run(tiny_run):
-    out, res = tiny_run
+    out, _, _ = tiny_run
     text = (out / "REPORT.md").read_text()
     rows = _report_rows(text)
     headline = json.loads((out / "results" / "headline.json").read_text())
@@ -174,8 +180,8 @@ def test_tiny_report_quotes_the_numbers_of_this_run(tiny_run):
 
 
 def test_tiny_report_covers_every_experiment(tiny_run):
-    out, res = tiny_run
-    verdicts = res["verdicts"]
+    out, _, _ = tiny_run
+    verdicts = pd.read_csv(out / "results" / "verdicts.csv", dtype=str, keep_default_na=False)
     from paper_figs.reproduce import _experiment_names
 
     for name in _experiment_names():
@@ -184,5 +190,24 @@ def test_tiny_report_covers_every_experiment(tiny_run):
         assert stored, f"{name}: no stored sweep results under {out / 'store'}"
     assert (verdicts["source"] == "llm_probe").any(), "no verdict rows from the tiny-Qwen runs"
     mapped = {src for _, _, sources, _ in report.PAPER_CLAIMS for src in sources}
-    assert set(verdicts["source"]) <= mapped, f"verdict sources not mapped to a paper claim: {set(verdicts['source']) - mapped}"
+    unmapped = set(verdicts["source"]) - mapped
+    assert not unmapped, f"verdict sources not mapped to a paper claim: {unmapped}"
     assert "## Coverage: the claims of both papers" in (out / "REPORT.md").read_text()
+
+
+def test_a_missing_source_is_reported_not_faked(tmp_path, monkeypatch):
+    """With an experiment unregistered, its figure is skipped with a 'not available yet' reason, the other
+    figures are still made, and the command exits 3."""
+    import bandits.experiments as registry
+
+    from paper_figs.cli import main, make_figures
+    from paper_figs.data import Sources
+
+    monkeypatch.setitem(registry.EXPERIMENTS, "methods", "bandits.experiments.no_such_module")
+    made = make_figures(Sources("test", store=tmp_path / "store"), ["fig6_methods", "fig5_taxonomy"],
+                        out_dir=tmp_path, log=lambda s: None)
+    assert isinstance(made["fig6_methods"], str) and made["fig6_methods"].startswith("not available yet")
+    assert not (tmp_path / "fig6_methods.png").exists()
+    assert (tmp_path / "fig5_taxonomy.png").stat().st_size > 5_000
+    assert main(["--only", "fig6_methods", "--mode", "test", "--store", str(tmp_path / "s"),
+                 "--out", str(tmp_path)]) == 3
