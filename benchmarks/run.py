@@ -23,10 +23,8 @@ __all__ = ["Sizes", "FULL", "QUICK", "TINY", "run_all", "format_report", "main",
 
 VARIANTS = {  # what-if copies of bandits.engine (benchmarks.whatif.engine_variant keyword arguments)
     "fastmath": {"flags": wi.FASTMATH_FLAGS},
-    "single_pass": {"flags": frozenset(), "single_pass": True},
 }
-VARIANT_LABELS = {"fastmath": "bandits.engine with fastmath={'reassoc','contract','arcp'}",
-                  "single_pass": "bandits.engine, IEEE order, single-pass Gap/E[phi] accumulation"}
+VARIANT_LABELS = {"fastmath": "bandits.engine with fastmath={'reassoc','contract','arcp'}"}
 TARGETS = {"exact_vs_ref": 5.0, "exact_vs_roofline": 0.5, "sampled_vs_ref": 30.0, "probe_overhead": 1.5}
 
 

@@ -6,11 +6,6 @@ library; the owners of bandits/ and llm_probe/ decide whether to adopt them.
   contractions, reciprocals; no nnan/ninf, so the -inf maxima stay valid). Built at run time from the
   engine's own source with only the ``@njit(cache=True)`` decorators changed, so it tracks the engine.
   Results differ from the IEEE-order engine by round-off only (checked against bandits.reference).
-  With ``single_pass=True`` the accumulation loop of ``_forward`` is also replaced (text substitution;
-  RuntimeError if the engine's loop no longer reads as expected) by one that sums
-  S+ = sum_{a correct} e_a phi_a and S- = sum_{a incorrect} e_a phi_a (e_a the class-shifted exps) and
-  forms Gap = S+/Sp - S-/Sn and E_pi[phi] = fp S+ + fn S- in O(d): one multiply-add per arm and feature
-  instead of two in sampled mode.
 - :func:`per_group_gaps`: llm_probe.per_prompt_gaps computed with one forward + one backward over each
   mixed group's own G rows, instead of one forward over all rows and one backward per prompt through the
   whole batch's graph (each of which walks all B*G rows although only G of them carry gradient).
@@ -28,46 +23,9 @@ __all__ = ["FASTMATH_FLAGS", "engine_variant", "variant_maxdiff", "per_group_gap
 FASTMATH_FLAGS = frozenset({"reassoc", "contract", "arcp"})
 
 
-_LOOP_OLD = """    for a in range(K):
-        if rew[c, a] > 0.5:
-            p[a] = cw[a] * fp
-            cw[a] = cw[a] / Sp
-        else:
-            p[a] = cw[a] * fn
-            cw[a] = -cw[a] / Sn
-        H -= p[a] * (z[a] - lse)
-        wa = cw[a]
-        for j in range(d):
-            gap[j] += wa * feat[c, a, j]
-        if want_mphi:
-            pa = p[a]
-            for j in range(d):
-                mphi[j] += pa * feat[c, a, j]
-"""
-
-_LOOP_NEW = """    for a in range(K):
-        e = cw[a]
-        if rew[c, a] > 0.5:
-            p[a] = e * fp
-            cw[a] = e / Sp
-            for j in range(d):
-                gap[j] += e * feat[c, a, j]
-        else:
-            p[a] = e * fn
-            cw[a] = -e / Sn
-            for j in range(d):
-                mphi[j] += e * feat[c, a, j]
-        H -= p[a] * (z[a] - lse)
-    for j in range(d):
-        s_pos, s_neg = gap[j], mphi[j]
-        gap[j] = s_pos / Sp - s_neg / Sn
-        mphi[j] = fp * s_pos + fn * s_neg
-"""
-
-
-def engine_variant(flags=FASTMATH_FLAGS, *, single_pass: bool = False) -> types.ModuleType:
-    """A copy of bandits.engine with numba kernels compiled with ``fastmath=flags`` (empty: IEEE order) and,
-    optionally, the single-pass accumulation (module doc). No disk cache."""
+def engine_variant(flags=FASTMATH_FLAGS) -> types.ModuleType:
+    """A copy of bandits.engine with its numba kernels compiled with ``fastmath=flags`` (empty: IEEE order,
+    i.e. the engine itself, compiled again). No disk cache."""
     spec = importlib.util.find_spec("bandits.engine")
     src = Path(spec.origin).read_text()
     n = src.count("@njit(cache=True)")
@@ -75,11 +33,7 @@ def engine_variant(flags=FASTMATH_FLAGS, *, single_pass: bool = False) -> types.
         raise RuntimeError("bandits.engine has no '@njit(cache=True)' kernels to recompile")
     deco = f"@njit(fastmath={set(sorted(flags))!r})" if flags else "@njit"
     src = src.replace("@njit(cache=True)", deco)
-    if single_pass:
-        if src.count(_LOOP_OLD) != 1:
-            raise RuntimeError("bandits.engine._forward's accumulation loop changed; single_pass prototype not applied")
-        src = src.replace(_LOOP_OLD, _LOOP_NEW)
-    name = f"bandits._engine_whatif_{'_'.join(sorted(flags)) or 'ieee'}{'_single' if single_pass else ''}"
+    name = f"bandits._engine_whatif_{'_'.join(sorted(flags)) or 'ieee'}"
     mod = types.ModuleType(name)
     mod.__package__ = "bandits"
     mod.__file__ = spec.origin
