@@ -177,6 +177,15 @@ def test_tiny_report_quotes_the_numbers_of_this_run(tiny_run):
     s0 = data.taxonomy_summary(data.taxonomy_table(tax["n_tokens"], seed=0))
     assert tax["share_bin_correct"] == pytest.approx(s3["share_bin_correct"], abs=0)
     assert s0["share_bin_correct"] != s3["share_bin_correct"]
+    # the bandit numbers are those of the sweep results stored by this run (read back from disk)
+    from bandits.experiments.threshold import critical_steps
+
+    stored = next((out / "store").glob("threshold*/results.parquet"))
+    crit = critical_steps(pd.read_parquet(stored))
+    finite = crit[(crit["method"] == "grpo") & np.isfinite(crit["eta_star"])]
+    assert len(finite), "no finite threshold in the tiny run: nothing to compare"
+    for r in finite.itertuples():
+        assert (f"instance {r.instance}: eta* measured", report.fmt(float(r.eta_star))) in rows
 
 
 def test_tiny_report_covers_every_experiment(tiny_run):
