@@ -309,7 +309,7 @@ def _search_right(cdf, x):
 
 @njit(cache=True)
 def _kernel(
-    feat, rew, pmap, blk_ptr, blk_ctx,  # bandit
+    feat, rew, fnorm, pmap, blk_ptr, blk_ctx,  # bandit
     theta, am, av, M, phi_prev, J_min, ndec,  # state (in/out)
     eta0, unif, k0, n_steps, do_final, total_steps,  # run inputs
     method, sampled, G, bessel, aeps, lam, normalize, sched, ac, tr_delta, max_halv, adam, b1, b2, adam_eps, rec_every,
@@ -331,6 +331,7 @@ def _kernel(
     lsep = np.empty(C)
     lsen = np.empty(C)
     w = np.empty((P, d))
+    wabs = np.empty(P)
     u = np.empty((P, d))
     eta = np.empty(P)
     cdf = np.empty(K)
@@ -372,6 +373,7 @@ def _kernel(
                 continue
             # 2) direction per context, averaged into its block
             w[:, :] = 0.0
+            wabs[:] = 0.0
             for c in range(C):
                 pb = pmap[c]
                 nb = blk_ptr[pb + 1] - blk_ptr[pb]
@@ -379,6 +381,10 @@ def _kernel(
                     sc = _exact_scalar(method, Jc[c], Jbc[c], G, bessel, aeps, lam) / nb
                     for j in range(d):
                         w[pb, j] += sc * gap[c, j]
+                    gs = 0.0  # scale of the terms that cancel in gap = sum_a cw_a phi_a
+                    for a in range(K):
+                        gs += abs(cw_all[c, a]) * fnorm[c, a]
+                    wabs[pb] += abs(sc) * gs
                 else:
                     acc = 0.0
                     for a in range(K):
@@ -398,19 +404,30 @@ def _kernel(
                         sA += f
                         if f != 0.0:
                             a = idx[c, i]
+                            wabs[pb] += abs(f) * fnorm[c, a]
                             for j in range(d):
                                 w[pb, j] += f * feat[c, a, j]
                     if sA != 0.0:
+                        mn = 0.0
                         for j in range(d):
                             mphi[c, j] = 0.0
                         for a in range(K):
                             pa = p_all[c, a]
+                            mn += pa * fnorm[c, a]
                             for j in range(d):
                                 mphi[c, j] += pa * feat[c, a, j]
+                        wabs[pb] += abs(sA) * mn
                         for j in range(d):
                             w[pb, j] -= sA * mphi[c, j]
-            # 3) normalise, optimiser
+            # 3) round-off cleanup, normalise, optimiser
             for pb in range(P):
+                # a direction below 1e-12 of the terms it cancels from is round-off: make it exactly 0
+                nrm = 0.0
+                for j in range(d):
+                    nrm += w[pb, j] * w[pb, j]
+                if math.sqrt(nrm) <= 1e-12 * wabs[pb]:
+                    for j in range(d):
+                        w[pb, j] = 0.0
                 if normalize:
                     nrm = 0.0
                     for j in range(d):
@@ -526,7 +543,7 @@ def _kernel(
                         e = min(e, tr_delta / sdmax)
                     if cnt > 0:
                         dh, kh = dsum / cnt, ksum / cnt
-                        if dh <= 0.0:
+                        if dh <= 1e-12 * sdmax:  # no ascent (up to round-off: ties at 0 give 0 in any route)
                             e = 0.0
                         elif kh > 0.0:
                             e = min(e, ac * dh / kh)
@@ -625,6 +642,7 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
     C, G, T, every = bandit.n_contexts, dyn.group_size, dyn.steps, dyn.record_every
     n_rec = (T - 1) // every + 1
     pmap = bandit.param_map
+    fnorm = np.linalg.norm(bandit.features, axis=-1)  # ||phi(x, a)||, the scale of round-off in w
     order = np.argsort(pmap, kind="stable")
     blk_ptr = np.searchsorted(pmap[order], np.arange(P + 1)).astype(np.int64)
     am, av = np.zeros((R, P, d)), np.zeros((R, P, d))
@@ -647,7 +665,7 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
         else:
             unif = np.empty((R, 0, C, G))
         _kernel(
-            bandit.features, bandit.rewards, pmap, blk_ptr, order,
+            bandit.features, bandit.rewards, fnorm, pmap, blk_ptr, order,
             theta, am, av, M, phi_prev, J_min, ndec,
             eta0, unif, start, n, int(last), T,
             _CODE[dyn.method], dyn.mode == "sampled", G, dyn.std == "bessel", float(dyn.adv_eps), float(dyn.lam),

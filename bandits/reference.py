@@ -31,6 +31,29 @@ def sample_arms(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
     return idx
 
 
+def _cond_abs_scale(z, r, fnorm):
+    """sum_a (pi+(a) + pi-(a)) ||phi(a)||, pi+/- the softmax of the logits restricted to O+/O-."""
+    out = 0.0
+    for mask in (r == 1, r == 0):
+        zz = np.where(mask, z, -np.inf)
+        w = np.exp(zz - zz.max())
+        out += float(w @ fnorm / w.sum())
+    return out
+
+
+def _hessian_from_logits(z, r, phi):
+    """Hess Phi = Cov_{pi+}(phi) - Cov_{pi-}(phi), pi+/- = softmax of the logits restricted to O+/O-."""
+
+    def cov(mask):
+        zz = np.where(mask, z, -np.inf)
+        w = np.exp(zz - zz.max())
+        w /= w.sum()
+        m = w @ phi
+        return (phi - m).T @ (w[:, None] * (phi - m))
+
+    return cov(r == 1) - cov(r == 0)
+
+
 def simulate_reference(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=None) -> Trajectory:
     """Same contract and output as :func:`bandits.engine.simulate`, by a plain loop (slow)."""
     eta0, seeds, theta_all = _runs(bandit, eta, seed, theta0)
@@ -46,6 +69,7 @@ def simulate_reference(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, 
     opts = dyn.method_opts
     sched = dyn.schedule
     b1, b2 = dyn.adam_betas
+    fnorm = np.linalg.norm(phi, axis=-1)  # [C, K]
     logodds_fns = [gapdyn.loglinear_logodds_fn(phi[c], rew[c]) for c in range(C)]
     for r in range(R):
         rng = np.random.default_rng(int(seeds[r]))
@@ -80,6 +104,8 @@ def simulate_reference(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, 
                     Jc = np.clip(J, 1e-300, 1.0 - 2.0**-53)
                     scal = gapdyn.expected_scalar(dyn.method, Jc, G, **opts)
                 w_ctx = scal[:, None] * gap
+                # scale of the terms that cancel in gap = E_{pi+}[phi] - E_{pi-}[phi]
+                wscale = np.abs(scal) * np.array([_cond_abs_scale(logits[c], rew[c], fnorm[c]) for c in range(C)])
             else:
                 u = rng.random((C, G))
                 idx = sample_arms(probs, u)
@@ -87,7 +113,12 @@ def simulate_reference(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, 
                 A = gapdyn.group_advantages(dyn.method, r_g, **opts)
                 s_g = np.take_along_axis(scores, idx[..., None], axis=1)  # [C, G, d]
                 w_ctx = np.einsum("cg,cgd->cd", A, s_g) / G
+                mean_norm = np.sum(probs * fnorm, axis=1)  # E_pi ||phi||
+                wscale = np.sum(np.abs(A) * (np.take_along_axis(fnorm, idx, axis=1) + mean_norm[:, None]), axis=1) / G
             w = np.stack([w_ctx[b].mean(axis=0) for b in blocks])  # [P, d]
+            # a direction below 1e-12 of the terms it cancels from is round-off: exactly 0 (as in the engine)
+            scale = np.array([wscale[b].mean() for b in blocks])
+            w[np.linalg.norm(w, axis=-1) <= 1e-12 * scale] = 0.0
             if dyn.normalize:
                 n = np.linalg.norm(w, axis=-1, keepdims=True)
                 w = np.where(n > 0, w / np.where(n > 0, n, 1.0), w)
@@ -110,7 +141,10 @@ def simulate_reference(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, 
                     )  # fmt: skip
                 else:
                     if dyn.mode == "exact":
-                        hess = gapdyn.logodds_hessian(probs[b], rew[b], scores[b])  # [n, d, d]
+                        try:
+                            hess = gapdyn.logodds_hessian(probs[b], rew[b], scores[b])  # [n, d, d]
+                        except ValueError:  # J is 0 or 1 in floating point: Cov+ - Cov- from the logits
+                            hess = np.stack([_hessian_from_logits(logits[c], rew[c], phi[c]) for c in b])
                         cov = np.einsum("nk,nki,nkj->nij", probs[b], scores[b], scores[b])  # Cov_pi(s)
                         dmu_hat = float(np.mean(gap[b] @ upd[p]))
                         kappa = float(np.mean(-np.einsum("i,nij,j->n", upd[p], hess, upd[p])))

@@ -20,7 +20,7 @@ eta = dmu / kappa and returns to its start at 2 dmu / kappa (gapdyn.local_step_t
 only trustworthy while the step changes log-probabilities by O(1): the step moves log pi(o) by
 eta (u . s(o)) to first order, whose spread over responses is eta sd_pi(u . s). Hence
     eta_k = min(eta0, delta / sd_hat, c * dmu_hat / kappa_hat)
-(the last term only when kappa_hat > 0; eta = 0 when dmu_hat <= 0), with c = 1 (the model-optimal step,
+(the last term only when kappa_hat > 0; eta = 0 when dmu_hat <= 1e-12 sd_hat, i.e. no ascent), with c = 1 (the model-optimal step,
 half the local threshold) and delta = 2 (a two-standard-deviation trust region on the change of
 log pi) by default (delta trades speed for safety: bandits.experiments.stagnation sweeps it).
 All three estimates come from the sampled group itself: with x_i = u . s(o_i), the
@@ -154,12 +154,13 @@ def adaptive_step(
     mixed: bool = True,
 ) -> float:
     """eta = min(eta0, delta / spread, c dmu_hat / kappa_hat) (terms dropped when spread <= 0, kappa_hat <= 0
-    or the estimates are unavailable, ``mixed=False``); 0 when dmu_hat <= 0."""
+    or the estimates are unavailable, ``mixed=False``); 0 when dmu_hat <= 1e-12 spread (no ascent; the
+    tolerance makes round-off ties at dmu_hat = 0, e.g. at a stationary point, give 0 in every route)."""
     eta = eta0
     if spread > 0.0:
         eta = min(eta, delta / spread)
     if mixed:
-        if dmu_hat <= 0.0:
+        if dmu_hat <= 1e-12 * spread:
             return 0.0
         if kappa_hat > 0.0:
             eta = min(eta, c * dmu_hat / kappa_hat)

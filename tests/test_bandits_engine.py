@@ -106,9 +106,11 @@ def test_engine_equals_reference_loop(config):
     # relative error ~1e-16 / (1 - J) near J = 1 (the engine computes 1 - J as the incorrect arms' mass).
     # Unit normalisation and Adam (per-coordinate m / sqrt(v)) turn that relative error of a tiny w into an
     # O(1) error of the step, so for them the runs are compared only while every |Phi| <= 20 (1 - J >= 2e-9)
-    # in the reference: beyond, the reference itself is the inaccurate route.
+    # in the reference: beyond, the reference itself is the inaccurate route. The same holds near a
+    # stationary point of Phi (an interior optimum, J* < 1), where the Gap is itself a cancellation:
+    # there the comparison stops at the first |dmu| < 1e-6.
     if dyn.normalize or dyn.optimizer == "adam":
-        sat = np.abs(slow.Phi).max(axis=2) > 20  # [R, n_rec]
+        sat = (np.abs(slow.Phi).max(axis=2) > 20) | (np.abs(slow.dmu).min(axis=2) < 1e-6)  # [R, n_rec]
         final_sat = np.abs(slow.Phi_final).max(axis=1) > 20
         if sat.any() or final_sat.any():
             n = int(np.argmax(sat.any(axis=0))) if sat.any() else sat.shape[1]
