@@ -57,13 +57,18 @@ def llm_demo_config(mode: str, out_dir: Path, *, seed: int | None = None, n_jobs
 
 
 def load_llm(mode: str, out_dir: Path, *, seed: int | None, progress: bool, n_jobs: int = 1) -> LLMResults:
-    """Reuse ``out_dir`` when it holds a finished demo run of the same configuration, else run it."""
+    """Reuse ``out_dir`` when it holds a finished demo run, else run the mode's grid there.
+
+    A folder written by paper_figs carries ``paper_figs_config.json`` and is reused only for the same
+    configuration; a finished folder without it (e.g. ``gapdyn train demo --out-dir DIR``, passed with
+    ``--llm-dir DIR``) is used as it is."""
     demo = _import("llm_probe.demo", "the tiny-Qwen figure")
     cfg = llm_demo_config(mode, out_dir, seed=seed, n_jobs=n_jobs)
     stamp = out_dir / "paper_figs_config.json"
     want = json.dumps({k: v for k, v in dataclasses.asdict(cfg).items() if k != "n_jobs"}, sort_keys=True,
                       default=str)
-    done = stamp.exists() and stamp.read_text() == want and (out_dir / "runs.parquet").exists()
+    finished = (out_dir / "runs.parquet").exists()
+    done = finished and (not stamp.exists() or stamp.read_text() == want)
     if not done:
         out_dir.mkdir(parents=True, exist_ok=True)
         stamp.unlink(missing_ok=True)
