@@ -37,7 +37,8 @@ prints a progress bar, then where the outputs are:
 | `paper_figs/out/fig*.png`, `.pdf` | the figures; caption in the file metadata (PNG `Description`, PDF `Subject`) |
 | `paper_figs/out/REPORT.md` | headline numbers of this run + the verdict of every tested claim of both papers |
 | `paper_figs/out/results/headline.json`, `verdicts.csv` | the same numbers, machine-readable |
-| `paper_figs/out/store/` | the sweep store (`$GAPDYN_STORE` or `--store`): completed cells are reloaded, not recomputed; the tiny-Qwen runs live in `store/llm_probe/<mode>/` and are reused when their configuration matches |
+| `paper_figs/out/store/` | the sweep store (`$GAPDYN_STORE` or `--store`): completed cells are reloaded, not recomputed |
+| `paper_figs/out/store/llm_probe/<mode>/` | the tiny-Qwen runs, reused when their configuration matches; `gapdyn figs --llm-dir DIR` uses an existing `gapdyn train demo --out-dir DIR` output instead |
 
 Modes: `test` (smallest sizes), `quick` (each experiment's `Config.quick()`, 2 seeds x 60 steps of the
 tiny Qwen), `full` (each `Config.full()`, 5 seeds x 300 steps and lr 5e-4 added). The verdicts (holds /
