@@ -63,6 +63,11 @@ BANDIT_USAGE = {
     "bad_backend": (["bandit", "run", "length", "--backend", "dask"], ["--backend"]),
     "n_jobs_not_int": (["bandit", "run", "length", "--n-jobs", "two"], ["--n-jobs"]),
     "unknown_flag": (["bandit", "run", "length", "--eta", "-1"], ["unrecognized"]),
+    "demo_arms_1": (["demo", "--arms", "1"], ["arms"]),
+    "demo_seeds_0": (["demo", "--seeds", "0"], ["seeds"]),
+    "demo_correct_too_many": (["demo", "--correct", "500"], ["correct"]),
+    "demo_dim_0": (["demo", "--dim", "0"], ["dim"]),
+    "demo_unknown_flag": (["demo", "--foo"], ["unrecognized"]),
 }
 
 
