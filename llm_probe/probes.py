@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 
 import torch
-from torch.func import functional_call, jvp
+from torch.func import functional_call, jvp, vmap
 
 from gapdyn.taxonomy import BIN_NAMES, PROB_BIN_EDGES, collision_probability, token_bin_index
 
@@ -32,6 +32,7 @@ __all__ = [
     "prompt_objectives",
     "GapEstimate",
     "per_prompt_gaps",
+    "per_prompt_gaps_batched",
     "flat",
     "dot_alignment",
     "jvp_alignment",
@@ -91,6 +92,13 @@ def prompt_objectives(model, ro, groups: torch.Tensor, rows: torch.Tensor | None
     return W[:, rows].to(seq_logp.dtype) @ seq_logp  # [Q]
 
 
+def objectives_from_logprobs(rewards: torch.Tensor, groups: torch.Tensor, seq_logp: torch.Tensor) -> torch.Tensor:
+    """Phi_hat_q [Q] from already computed sequence log-probs log pi(o_n) [B*G] (e.g. the training forward's),
+    so no forward of its own."""
+    W = _contrast_weights(rewards, groups).to(seq_logp.device)
+    return W.to(seq_logp.dtype) @ seq_logp
+
+
 @dataclass
 class GapEstimate:
     groups: torch.Tensor  # [Q] group (prompt) indices with mixed rewards
@@ -113,10 +121,41 @@ def flat(tensors) -> torch.Tensor:
 
 
 def per_prompt_gaps(model, ro, params: dict[str, torch.nn.Parameter]) -> GapEstimate:
-    """g_q = grad Phi_hat_q over ``params`` for every mixed group: one forward, one backward per prompt.
+    """g_q = grad Phi_hat_q over ``params`` for every mixed group: one forward + one backward per group over
+    that group's own G rows (Phi_hat_q depends on no other row, and every row of a group shares its padded
+    prompt, so this is the same function as on the whole batch). Cost ~ one forward + backward of the
+    mixed rows, against one backward through all B*G rows per prompt for :func:`per_prompt_gaps_batched`
+    (the reference route; equal to float round-off, tests/test_llm_probes.py).
 
     Uses torch.autograd.grad, so ``p.grad`` is left untouched.
     """
+    groups = mixed_groups(ro.rewards)
+    plist = list(params.values())
+    P = sum(p.numel() for p in plist)
+    if len(groups) == 0:
+        z = torch.zeros(0)
+        return GapEstimate(groups, torch.zeros(0, P), z, z, z)
+    G = ro.G
+    dev = ro.completion_ids.device
+    W = _contrast_weights(ro.rewards, groups).to(dev)
+    gaps = torch.empty(len(groups), P, dtype=torch.float64 if any(p.dtype == torch.float64 for p in plist)
+                       else torch.float32)
+    phis = []
+    for q, b in enumerate(groups.tolist()):
+        rows = slice(b * G, (b + 1) * G)
+        lp = completion_logprobs(model, ro.prompt_ids[rows], ro.prompt_mask[rows], ro.completion_ids[rows],
+                                 ro.completion_mask[rows]).sum(-1)  # [G]
+        phi = W[q, rows].to(lp.dtype) @ lp
+        g = torch.autograd.grad(phi, plist, allow_unused=True)
+        gaps[q] = flat([torch.zeros_like(p) if gi is None else gi for gi, p in zip(g, plist)])
+        phis.append(phi.detach())
+    r = ro.rewards[groups]
+    return GapEstimate(groups, gaps, torch.stack(phis).cpu(), (r > 0).sum(-1), (r <= 0).sum(-1))
+
+
+def per_prompt_gaps_batched(model, ro, params: dict[str, torch.nn.Parameter]) -> GapEstimate:
+    """Reference route for :func:`per_prompt_gaps`: one forward over all mixed rows, then one backward per
+    prompt through that whole graph (each walks all rows though only G carry gradient)."""
     groups = mixed_groups(ro.rewards)
     P = sum(p.numel() for p in params.values())
     if len(groups) == 0:
@@ -142,10 +181,12 @@ def jvp_alignment(model, ro, groups: torch.Tensor, params: dict[str, torch.Tenso
     """dmu_q = d/ds Phi_hat_q(theta + s v) at s = 0 for all q in one forward-mode pass (torch.func.jvp).
 
     ``params`` are the (detached) values theta of the selected parameters, ``tangents`` v on the same keys;
-    the other parameters stay at the module's values.
+    the other parameters stay at the module's values. ``tangents`` may also be a list of K such dicts: then
+    all K directions go through one forward-mode pass (torch.func.vmap over the JVP) and the result is [K, Q].
     """
+    many = isinstance(tangents, (list, tuple))
     if len(groups) == 0:
-        return torch.zeros(0)
+        return torch.zeros(len(tangents), 0) if many else torch.zeros(0)
     W = _contrast_weights(ro.rewards, groups).to(ro.completion_ids.device)
     rows = torch.nonzero(W.abs().sum(0) > 0).flatten()
     args = (ro.prompt_ids[rows], ro.prompt_mask[rows], ro.completion_ids[rows], ro.completion_mask[rows])
@@ -165,8 +206,15 @@ def jvp_alignment(model, ro, groups: torch.Tensor, params: dict[str, torch.Tenso
         return W[:, rows].to(lp.dtype) @ lp
 
     primals = tuple(params[k].detach() for k in keys)
-    tans = tuple(_mask_padding_rows(model, k, tangents[k].detach().to(params[k].dtype)) for k in keys)
-    _, out = jvp(f, primals, tans)
+
+    def tan(t, k):
+        return _mask_padding_rows(model, k, t[k].detach().to(params[k].dtype))
+
+    if not many:
+        _, out = jvp(f, primals, tuple(tan(tangents, k) for k in keys))
+        return out.detach().cpu()
+    stacked = tuple(torch.stack([tan(t, k) for t in tangents]) for k in keys)
+    out = vmap(lambda *tv: jvp(f, primals, tv)[1])(*stacked)  # [K, Q]
     return out.detach().cpu()
 
 

@@ -34,6 +34,7 @@ from .probes import (
     flat,
     jvp_alignment,
     mixed_groups,
+    objectives_from_logprobs,
     per_prompt_gaps,
     prompt_objectives,
     select_params,
@@ -275,24 +276,28 @@ class Trainer:
         if probing:
             old = {n: self.probe_params[n].detach().clone() for n in names}
             grad_dir = flat([-self.probe_params[n].grad for n in names])
-            batch_gap = per_prompt_gaps(self.model, ro, self.probe_params) if cfg.probe_alignment != "jvp" else None
+            dot_route = cfg.probe_alignment != "jvp"  # jvp: no gap vectors, every dmu from forward-mode passes
+            batch_gap = per_prompt_gaps(self.model, ro, self.probe_params) if dot_route else None
+            # Phi_hat at theta_k: from the gap route's forwards, else from the training forward (no extra pass)
+            phi_old = batch_gap.phi if dot_route else objectives_from_logprobs(
+                ro.rewards, mixed_groups(ro.rewards), logp.detach().sum(-1)).cpu()
             probe_ro = probe_gap = None
             if self.probe_problems:
                 probe_ro = make_rollout(self.model, self.tok, self.task, self.probe_problems, G=cfg.probe_group_size,
                                         max_new_tokens=cfg.max_new_tokens, generator=self.probe_gen,
                                         temperature=cfg.temperature)
-                probe_gap = per_prompt_gaps(self.model, probe_ro, self.probe_params)
+                probe_gap = per_prompt_gaps(self.model, probe_ro, self.probe_params) if dot_route else None
         all_old = [p.detach().clone() for p in self.model.parameters()]
         self.opt.step()
         with torch.no_grad():
             m["update_norm"] = float(torch.sqrt(sum(((p - o) ** 2).sum() for p, o in zip(self.model.parameters(), all_old))))
         if probing:
-            m.update(self._alignment(ro, batch_gap, probe_ro, probe_gap, old, grad_dir, k, all_old))
+            m.update(self._alignment(ro, batch_gap, probe_ro, probe_gap, old, grad_dir, k, all_old, phi_old))
         m["step_time"] = time.perf_counter() - t0
         self.step += 1
         return m
 
-    def _alignment(self, ro, batch_gap, probe_ro, probe_gap, old, grad_dir, k, all_old) -> dict:
+    def _alignment(self, ro, batch_gap, probe_ro, probe_gap, old, grad_dir, k, all_old, phi_old=None) -> dict:
         cfg = self.cfg
         names = list(old)
         delta_d = {n: (self.probe_params[n].detach() - old[n]) for n in names}
@@ -303,21 +308,26 @@ class Trainer:
         if batch_gap is not None:
             dmu_u = dot_alignment(batch_gap.gaps, delta)
             dmu_g = dot_alignment(batch_gap.gaps, grad_dir)
-        if cfg.probe_alignment in ("jvp", "both") and len(groups):
+        batch_jvp = cfg.probe_alignment in ("jvp", "both") and len(groups)
+        probe_jvp = probe_ro is not None and probe_gap is None  # jvp mode: probe prompts' dmu by forward mode
+        if batch_jvp or probe_jvp:
             params_all = list(self.model.parameters())
             cur = [p.detach().clone() for p in params_all]
             with torch.no_grad():  # evaluate the JVP at theta_k: swap every parameter's old value in
                 for p, o in zip(params_all, all_old):
                     p.copy_(o)
-            jv_u = jvp_alignment(self.model, ro, groups, old, delta_d)
-            gdir = {n: -self.probe_params[n].grad.detach() for n in names}
-            jv_g = jvp_alignment(self.model, ro, groups, old, gdir)
+            if batch_jvp:  # both directions (update, -grad) in one vmap'd forward-mode pass
+                gdir = {n: -self.probe_params[n].grad.detach() for n in names}
+                jv_u, jv_g = jvp_alignment(self.model, ro, groups, old, [delta_d, gdir])
+            if probe_jvp:
+                probe_groups = mixed_groups(probe_ro.rewards)
+                dmu_probe = jvp_alignment(self.model, probe_ro, probe_groups, old, delta_d)
             with torch.no_grad():
                 for p, c in zip(params_all, cur):
                     p.copy_(c)
-            if dmu_u is not None:
+            if batch_jvp and dmu_u is not None:
                 out["gap/jvp_dot_maxdiff"] = float(torch.max((jv_u - dmu_u).abs()))
-            else:
+            elif batch_jvp:
                 dmu_u, dmu_g = jv_u, jv_g
         gaps = batch_gap.gaps if batch_gap is not None else None
         out.update(alignment_metrics("gap", dmu_u, dmu_g, gaps, delta, grad_dir))
@@ -325,18 +335,20 @@ class Trainer:
             self.M_batch += float(dmu_u.clamp(min=0).mean())
             with torch.no_grad():  # realised change of Phi_hat on the same completions (first order: dmu)
                 phi_new = prompt_objectives(self.model, ro, groups).cpu()
-            phi_old = batch_gap.phi if batch_gap is not None else None
             if phi_old is not None:
                 out["gap/dphi_mean"] = float((phi_new - phi_old).mean())
         out["gap/M_batch"] = self.M_batch
-        if probe_gap is not None:
+        if probe_ro is not None:
+            if probe_gap is not None:
+                probe_groups = probe_gap.groups
+                dmu_probe = dot_alignment(probe_gap.gaps, delta) if len(probe_groups) else None
             dmu_p = torch.zeros(len(self.probe_problems))
-            if len(probe_gap.groups):
-                dmu_p[probe_gap.groups] = dot_alignment(probe_gap.gaps, delta)
+            if len(probe_groups):
+                dmu_p[probe_groups] = dmu_probe.to(dmu_p.dtype)
             self.M_probe += dmu_p.clamp(min=0).numpy()
             J_hat = probe_ro.rewards.mean(-1).numpy()
             mixed = np.zeros(len(self.probe_problems), dtype=bool)
-            mixed[probe_gap.groups.numpy()] = True
+            mixed[probe_groups.numpy()] = True
             out.update({
                 "gap/M_mean": float(self.M_probe.mean()),
                 "gap/probe_J_mean": float(J_hat.mean()),

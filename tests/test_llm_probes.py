@@ -19,6 +19,7 @@ from llm_probe.probes import (
     jvp_alignment,
     mixed_groups,
     per_prompt_gaps,
+    per_prompt_gaps_batched,
     prompt_objectives,
     select_params,
     token_stats,
@@ -34,13 +35,14 @@ def _seq_grad(model, ro, n, params):
     return flat(torch.autograd.grad(lp, list(params.values()), allow_unused=True))
 
 
+@pytest.mark.parametrize("route", [per_prompt_gaps, per_prompt_gaps_batched])
 @pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
-def test_gap_equals_difference_of_per_sequence_gradients(arch):
+def test_gap_equals_difference_of_per_sequence_gradients(arch, route):
     model, tok = tiny(arch, seed=1)
     ro = sampled_rollout(model, tok, B=3, G=4, T=5, seed=0)
     ro.rewards[1] = 0.0  # one group without winners: not a mixed group
     params = select_params(model, "all")
-    est = per_prompt_gaps(model, ro, params)
+    est = route(model, ro, params)
     assert est.groups.tolist() == [0, 2]
     G = ro.G
     for q, b in enumerate(est.groups.tolist()):
@@ -49,6 +51,28 @@ def test_gap_equals_difference_of_per_sequence_gradients(arch):
         ref = grads[r > 0].mean(0) - grads[r <= 0].mean(0)
         torch.testing.assert_close(est.gaps[q], ref, rtol=1e-4, atol=1e-5)
     assert torch.all(est.norms > 0)
+
+
+@pytest.mark.parametrize("subset", ["all", "lm_head"])
+def test_per_group_route_equals_batched_route(subset):
+    """per_prompt_gaps (one fwd+bwd per group) == per_prompt_gaps_batched (one backward per prompt through the
+    whole batch): gaps, Phi_hat and counts, on a batch with left-padded prompts of different lengths."""
+    from llm_probe.rollout import make_rollout
+    from llm_probe.tasks import AdditionTask, Problem
+
+    model, tok = tiny(seed=3)
+    probs = [Problem("5+3=", "8"), Problem("95+66=", "161"), Problem("7+12=", "19"), Problem("40+4=", "44")]
+    ro = make_rollout(model, tok, AdditionTask(), probs, G=4, max_new_tokens=5,
+                      generator=torch.Generator().manual_seed(7))
+    ro.rewards = torch.tensor([[1.0, 0, 0, 1], [0, 1, 0, 0], [1, 1, 1, 1], [1, 0, 1, 0]])  # group 2: not mixed
+    params = select_params(model, subset)
+    a, b = per_prompt_gaps(model, ro, params), per_prompt_gaps_batched(model, ro, params)
+    assert a.groups.tolist() == b.groups.tolist() and 2 not in a.groups.tolist()
+    torch.testing.assert_close(a.gaps, b.gaps, rtol=1e-4, atol=1e-5 * float(b.gaps.abs().max()))
+    torch.testing.assert_close(a.phi, b.phi, rtol=1e-5, atol=1e-5)
+    assert a.n_pos.tolist() == b.n_pos.tolist() and a.n_neg.tolist() == b.n_neg.tolist()
+    assert float(b.gaps.abs().max()) > 0
+    assert ro.prompt_mask.min() == 0  # the batch does hold left padding
 
 
 def test_head_gap_matches_closed_form():
@@ -87,6 +111,12 @@ def test_jvp_alignment_equals_dot_product(subset):
     j = jvp_alignment(model, ro, est.groups, {k: p.detach() for k, p in params.items()}, v)
     d = dot_alignment(est.gaps, flat(v))
     torch.testing.assert_close(j, d, rtol=1e-4, atol=1e-4 * float(d.abs().max()))
+    # several directions in one vmap'd pass: row k == the dot product with direction k
+    v2 = {k: torch.randn(p.shape, generator=g) for k, p in params.items()}
+    jj = jvp_alignment(model, ro, est.groups, {k: p.detach() for k, p in params.items()}, [v, v2])
+    dd = torch.stack([d, dot_alignment(est.gaps, flat(v2))])
+    assert jj.shape == (2, len(est.groups))
+    torch.testing.assert_close(jj, dd, rtol=1e-4, atol=1e-4 * float(dd.abs().max()))
 
 
 def test_first_order_change_of_log_odds_proxy():

@@ -73,6 +73,26 @@ def test_jvp_only_route_matches_dot_route_in_the_loop(tmp_path):
     assert "gap/norm_mean" in dd and "gap/norm_mean" not in dj
 
 
+def test_jvp_route_probe_prompts_and_dphi_match_dot_route(tmp_path):
+    """jvp mode takes the probe prompts' dmu (hence M_q) from a forward-mode pass and Phi_hat(theta_k) from the
+    training forward; both equal the dot route's (gap vectors, per-group forwards), all parameters."""
+    out = {}
+    for route in ("jvp", "dot"):
+        model, tok = warm_model()
+        Trainer(_cfg(tmp_path / route, steps=3, probe_alignment=route, probe_prompts=4), model=model,
+                tokenizer=tok).run()
+        rows = [json.loads(x) for x in (tmp_path / route / "probe_prompts.jsonl").read_text().splitlines()]
+        out[route] = (pd.read_parquet(tmp_path / route / "metrics.parquet"), pd.DataFrame(rows))
+    (dj, rj), (dd, rd) = out["jvp"], out["dot"]
+    assert len(rj) == len(rd) == 12 and rd["mixed"].any()
+    assert rj["mixed"].tolist() == rd["mixed"].tolist()
+    scale = 1.0 + rd["dmu_update"].abs().max()
+    np.testing.assert_allclose(rj["dmu_update"], rd["dmu_update"], rtol=1e-3, atol=1e-4 * scale)
+    np.testing.assert_allclose(rj["M"], rd["M"], rtol=1e-3, atol=1e-4 * scale)
+    for col in ("gap/dmu_update_mean", "gap/dmu_grad_mean", "gap/dphi_mean", "gap/M_mean"):
+        np.testing.assert_allclose(dj[col], dd[col], rtol=1e-3, atol=1e-5)
+
+
 def test_resume_equals_uninterrupted(tmp_path):
     """Run 4 steps; run 2, stop, resume to 4 from the checkpoint: same weights (atol 1e-6) and same metrics."""
     m, tok = warm_model()
