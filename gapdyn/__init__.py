@@ -12,6 +12,7 @@ from .gap import (
     log_odds_from_logits,
     logodds_gradient,
     logodds_hessian,
+    logodds_hessian_from_logits,
     success_gradient,
     success_rate,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "loglog_slope",
     "logodds_gradient",
     "logodds_hessian",
+    "logodds_hessian_from_logits",
     "logodds_lower_bound",
     "predicted_critical_step",
     "sample_group",

@@ -30,6 +30,7 @@ __all__ = [
     "success_gradient",
     "logodds_gradient",
     "logodds_hessian",
+    "logodds_hessian_from_logits",
 ]
 
 
@@ -89,6 +90,26 @@ def gradient_gap(probs, rewards, scores) -> np.ndarray:
 logodds_gradient = gradient_gap
 
 
+def _conditional_softmaxes(z, r):
+    """pi+ and pi-: softmaxes of the logits restricted to O+ and O- (log-sum-exp, finite)."""
+    if np.any(r.sum(-1) == 0) or np.any(r.sum(-1) == z.shape[-1]):
+        raise ValueError("rewards must contain both a correct and an incorrect response (the Gap needs both)")
+    neg = np.full_like(z, -np.inf)
+    zp, zm = np.where(r == 1, z, neg), np.where(r == 0, z, neg)
+    return np.exp(zp - logsumexp(zp, axis=-1, keepdims=True)), np.exp(zm - logsumexp(zm, axis=-1, keepdims=True))
+
+
+def _logits_inputs(logits, rewards, features):
+    z = as_float_array(logits, "logits", min_ndim=1)
+    r = as_rewards(rewards, z.shape)
+    if features is None:
+        return z, r, None
+    phi = as_float_array(features, "features", min_ndim=2)
+    if phi.shape[:-1] != z.shape:
+        raise ValueError(f"features must have shape {z.shape} + (d,), got {phi.shape}")
+    return z, r, phi
+
+
 def gradient_gap_from_logits(logits, rewards, features=None) -> np.ndarray:
     """The Gap from logits, stable for extreme logits.
 
@@ -96,20 +117,30 @@ def gradient_gap_from_logits(logits, rewards, features=None) -> np.ndarray:
     -pi terms cancel). Log-linear (features [..., K, d]): gap = E_{pi+}[phi] - E_{pi-}[phi].
     pi+ / pi- are softmaxes of the logits restricted to O+ / O-.
     """
-    z = as_float_array(logits, "logits", min_ndim=1)
-    r = as_rewards(rewards, z.shape)
-    if np.any(r.sum(-1) == 0) or np.any(r.sum(-1) == z.shape[-1]):
-        raise ValueError("rewards must contain both a correct and an incorrect response (the Gap needs both)")
-    neg = np.full_like(z, -np.inf)
-    zp, zm = np.where(r == 1, z, neg), np.where(r == 0, z, neg)
-    pi_plus = np.exp(zp - logsumexp(zp, axis=-1, keepdims=True))
-    pi_minus = np.exp(zm - logsumexp(zm, axis=-1, keepdims=True))
-    if features is None:
+    z, r, phi = _logits_inputs(logits, rewards, features)
+    pi_plus, pi_minus = _conditional_softmaxes(z, r)
+    if phi is None:
         return pi_plus - pi_minus
-    phi = as_float_array(features, "features", min_ndim=2)
-    if phi.shape[:-1] != z.shape:
-        raise ValueError(f"features must have shape {z.shape} + (d,), got {phi.shape}")
     return np.einsum("...k,...kd->...d", pi_plus - pi_minus, phi)
+
+
+def logodds_hessian_from_logits(logits, rewards, features=None) -> np.ndarray:
+    """Hess Phi = Cov_{pi+}(phi) - Cov_{pi-}(phi) from logits, finite even where J rounds to 0 or 1.
+
+    derived (as :func:`logodds_hessian`); features=None gives the tabular (logit-space) Hessian
+    diag(pi+) - pi+ pi+^T - diag(pi-) + pi- pi-^T.
+    """
+    z, r, phi = _logits_inputs(logits, rewards, features)
+    pi_plus, pi_minus = _conditional_softmaxes(z, r)
+    if phi is None:
+        phi = np.broadcast_to(np.eye(z.shape[-1]), z.shape + (z.shape[-1],))
+
+    def cov(w):
+        mean = np.einsum("...k,...kp->...p", w, phi)
+        second = np.einsum("...k,...kp,...kq->...pq", w, phi, phi)
+        return second - mean[..., :, None] * mean[..., None, :]
+
+    return cov(pi_plus) - cov(pi_minus)
 
 
 def success_gradient(probs, rewards, scores) -> np.ndarray:

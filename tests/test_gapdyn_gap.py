@@ -121,3 +121,22 @@ def test_J_within_1e12_of_bounds_is_finite_and_accurate():
         assert np.all(np.isfinite(g.gradient_gap(p, r, s)))
         p2 = p[::-1].copy()
         assert np.isclose(g.log_odds(p2, 1 - r[::-1]), np.log(eps / (1 - eps)), rtol=1e-6)
+
+
+@given(loglinear_policies(max_k=60, max_d=5))
+def test_hessian_from_logits_equals_probability_route(policy):
+    phi, th, r = policy
+    p, s = g.loglinear_probs(phi, th), g.loglinear_scores(phi, th)
+    np.testing.assert_allclose(g.logodds_hessian_from_logits(phi @ th, r, phi), g.logodds_hessian(p, r, s), atol=1e-10)
+    z = phi[:, 0] * 3
+    np.testing.assert_allclose(
+        g.logodds_hessian_from_logits(z, r), g.logodds_hessian(g.softmax(z), r, g.softmax_scores(z)), atol=1e-10
+    )
+
+
+def test_hessian_from_logits_finite_where_J_rounds_to_one():
+    z = np.array([800.0, 0.0, -5.0, 1.0])
+    r = np.array([1.0, 0.0, 0.0, 1.0])
+    assert g.failure_rate(g.softmax(z), r) == 0.0  # the probability route would refuse
+    H = g.logodds_hessian_from_logits(z, r)
+    assert np.all(np.isfinite(H)) and np.abs(H).max() > 0

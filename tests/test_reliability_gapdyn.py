@@ -34,6 +34,7 @@ ENTRY_POINTS = {
     "gradient_gap_from_logits": (g.gradient_gap_from_logits, (Z, R), {}),
     "success_gradient": (g.success_gradient, (P, R, S), {}),
     "logodds_hessian": (g.logodds_hessian, (P, R, S), {}),
+    "logodds_hessian_from_logits": (g.logodds_hessian_from_logits, (Z, R), {}),
     "gap_alignment": (g.gap_alignment, (GAP, GAP), {}),
     "gap_cosine": (g.gap_cosine, (GAP, GAP), {}),
     "cumulative_alignment": (g.cumulative_alignment, (np.ones(4), np.ones(4)), {}),
