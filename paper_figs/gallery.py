@@ -9,6 +9,7 @@ metadata (PNG "Description", PDF "Subject"); tests/test_figs.py checks that they
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -52,7 +53,8 @@ Plotting code lives in `paper_figs/plots.py` (one idea per Axes; the figure scri
 glossary symbols with units on every axis). Tutorials: `notebooks/01..04` (gradient-gap basics; thresholds
 and collapse; the token taxonomy; probing a tiny Qwen run), generated without outputs by
 `python notebooks/make_notebooks.py`; `tests/test_notebooks.py` runs them with `GAPDYN_NB_MODE=test`.
-The images below appear after a run (`paper_figs/out/` is not committed).
+The images below are snapshots of a quick run kept in `docs/img/` (`paper_figs/out/` is not committed);
+refresh them after `gapdyn reproduce` with `python -m paper_figs.gallery --write --snapshot`.
 """
 
 
@@ -60,7 +62,7 @@ def gallery_markdown() -> str:
     out = [_INTRO, "### Gallery", ""]
     for name in FIGURES:
         mod = figure_module(name)
-        out += [f"#### {mod.TITLE}", "", f"![{name}](paper_figs/out/{name}.png)", "",
+        out += [f"#### {mod.TITLE}", "", f"![{name}](img/{name}.png)", "",
                 f"`python -m paper_figs.{name}` — {mod.CAPTION}", ""]
     return "\n".join(out)
 
@@ -71,8 +73,20 @@ def main(argv: list[str] | None = None) -> int:
     if "--write" in argv:
         DOC_PATH.write_text(text)
         print(f"wrote {DOC_PATH}")
-    else:
-        print(text)
+    if "--snapshot" in argv:
+        out_dir = DOC_PATH.parents[1] / "paper_figs" / "out"
+        img_dir = DOC_PATH.parent / "img"
+        img_dir.mkdir(exist_ok=True)
+        missing = [n for n in FIGURES if not (out_dir / f"{n}.png").is_file()]
+        if missing:
+            print(f"not available yet: {missing} (run `gapdyn reproduce` first)", file=sys.stderr)
+            return 3
+        for n in FIGURES:
+            shutil.copyfile(out_dir / f"{n}.png", img_dir / f"{n}.png")
+        print(f"copied {len(FIGURES)} figures to {img_dir}")
+    if "--write" in argv or "--snapshot" in argv:
+        return 0
+    print(text)
     return 0
 
 
