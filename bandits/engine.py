@@ -151,8 +151,27 @@ class Trajectory:
 
 
 @njit(cache=True)
-def _exact_scalar(method, J, Jb, G, bessel, eps, lam):
-    """E[w] / Gap for each method (gapdyn.methods table); J and Jb = 1 - J computed separately."""
+def _grpo_table(G, bessel, eps):
+    """[3, G] terms of GRPO's c_G that do not depend on J, for m = 1..G-1: log Binom(G, m) (lgamma(G+1) -
+    lgamma(m+1) - lgamma(G-m+1)), x_m = p_m (1 - p_m) with p_m = m / G, and sqrt(k x_m) + eps (k = G/(G-1)
+    for the Bessel std, else 1). Computed once per kernel call; _exact_scalar uses them in the same
+    operation order as evaluating them inline (bitwise-equal c_G)."""
+    tab = np.zeros((3, G))
+    k = G / (G - 1.0) if bessel else 1.0
+    lgG = math.lgamma(G + 1.0)
+    for m in range(1, G):
+        ph = m / G
+        x = ph * (1.0 - ph)
+        tab[0, m] = lgG - math.lgamma(m + 1.0) - math.lgamma(G - m + 1.0)
+        tab[1, m] = x
+        tab[2, m] = math.sqrt(k * x) + eps
+    return tab
+
+
+@njit(cache=True)
+def _exact_scalar(method, J, Jb, G, tab, lam):
+    """E[w] / Gap for each method (gapdyn.methods table); J and Jb = 1 - J computed separately;
+    tab = _grpo_table(G, bessel, eps) (read by GRPO only)."""
     if method == 8:
         return 1.0
     if method == 0 or method == 1 or method == 5 or method == 6:
@@ -166,15 +185,11 @@ def _exact_scalar(method, J, Jb, G, bessel, eps, lam):
     # grpo: c_G(J) = sum_m Binom(m; G, J) x / (sqrt(k x) + eps), x = p_hat (1 - p_hat)
     if J <= 0.0 or Jb <= 0.0:
         return 0.0
-    k = G / (G - 1.0) if bessel else 1.0
     lJ, lJb = math.log(J), math.log(Jb)
-    lgG = math.lgamma(G + 1.0)
     tot = 0.0
     for m in range(1, G):
-        ph = m / G
-        x = ph * (1.0 - ph)
-        lp = lgG - math.lgamma(m + 1.0) - math.lgamma(G - m + 1.0) + m * lJ + (G - m) * lJb
-        tot += math.exp(lp) * x / (math.sqrt(k * x) + eps)
+        lp = tab[0, m] + m * lJ + (G - m) * lJb
+        tot += math.exp(lp) * tab[1, m] / tab[2, m]
     return tot
 
 
@@ -215,19 +230,31 @@ def _advantages(method, r, A, bessel, eps, lam):
 
 
 @njit(cache=True)
-def _forward(feat, rew, c, th, z, p, cw, gap, mphi, want_mphi):
+def _logits(featT, c, th, z):
+    """z_a = sum_j phi_j(c, a) th_j, summed in j order per arm (bitwise the plain per-arm dot product);
+    featT [C, d, K] makes the loop over arms elementwise, so it vectorises without fast-math."""
+    d, K = featT.shape[1], featT.shape[2]
+    for a in range(K):
+        z[a] = 0.0
+    for j in range(d):
+        tj = th[j]
+        for a in range(K):
+            z[a] += featT[c, j, a] * tj
+
+
+@njit(cache=True)
+def _forward(feat, featT, rew, fnorm, c, th, z, p, cw, gap, mphi, want_mphi, cdf, want_cdf):
     """Logits, pi, J, 1-J, Phi, entropy, Gap and E_pi[phi] of context c at parameters th.
 
-    Returns (J, Jbar, Phi, H, lse_pos, lse_neg); z, p, cw (pi+ on correct arms, -pi- on incorrect),
-    gap and (if want_mphi) mphi are filled in place.
+    Returns (J, Jbar, Phi, H, lse_pos, lse_neg, gs) with gs = sum_a |cw_a| ||phi_a|| (the scale of the
+    terms that cancel in Gap); z, p, cw (pi+ on correct arms, -pi- on incorrect), gap, (if want_mphi) mphi
+    and (if want_cdf) cdf = cumsum(p) are filled in place.
     """
     K, d = feat.shape[1], feat.shape[2]
+    _logits(featT, c, th, z)
     zmp, zmn = -np.inf, -np.inf
     for a in range(K):
-        s = 0.0
-        for j in range(d):
-            s += feat[c, a, j] * th[j]
-        z[a] = s
+        s = z[a]
         if rew[c, a] > 0.5:
             if s > zmp:
                 zmp = s
@@ -249,6 +276,8 @@ def _forward(feat, rew, c, th, z, p, cw, gap, mphi, want_mphi):
     lse = zmax + math.log(Sp * math.exp(zmp - zmax) + Sn * math.exp(zmn - zmax))
     fp, fn = math.exp(zmp - lse), math.exp(zmn - lse)
     H = 0.0
+    gs = 0.0
+    acc = 0.0
     for j in range(d):
         gap[j] = 0.0
         mphi[j] = 0.0
@@ -261,25 +290,27 @@ def _forward(feat, rew, c, th, z, p, cw, gap, mphi, want_mphi):
             cw[a] = -cw[a] / Sn
         H -= p[a] * (z[a] - lse)
         wa = cw[a]
+        gs += abs(wa) * fnorm[c, a]
+        if want_cdf:
+            acc += p[a]
+            cdf[a] = acc
         for j in range(d):
             gap[j] += wa * feat[c, a, j]
         if want_mphi:
             pa = p[a]
             for j in range(d):
                 mphi[j] += pa * feat[c, a, j]
-    return math.exp(lsep - lse), math.exp(lsen - lse), lsep - lsen, H, lsep, lsen
+    return math.exp(lsep - lse), math.exp(lsen - lse), lsep - lsen, H, lsep, lsen, gs
 
 
 @njit(cache=True)
-def _logodds(feat, rew, c, th, z):
+def _logodds(featT, rew, c, th, z):
     """Phi of context c at th (log-sum-exp over correct minus incorrect arms); z is scratch [K]."""
-    K, d = feat.shape[1], feat.shape[2]
+    K = featT.shape[2]
+    _logits(featT, c, th, z)
     zmp, zmn = -np.inf, -np.inf
     for a in range(K):
-        s = 0.0
-        for j in range(d):
-            s += feat[c, a, j] * th[j]
-        z[a] = s
+        s = z[a]
         if rew[c, a] > 0.5:
             if s > zmp:
                 zmp = s
@@ -309,7 +340,7 @@ def _search_right(cdf, x):
 
 @njit(cache=True)
 def _kernel(
-    feat, rew, fnorm, pmap, blk_ptr, blk_ctx,  # bandit
+    feat, featT, rew, fnorm, pmap, blk_ptr, blk_ctx,  # bandit
     theta, am, av, M, phi_prev, J_min, ndec,  # state (in/out)
     eta0, unif, k0, n_steps, do_final, total_steps,  # run inputs
     method, sampled, G, bessel, aeps, lam, normalize, sched, ac, tr_delta, max_halv, adam, b1, b2, adam_eps, rec_every,
@@ -322,6 +353,9 @@ def _kernel(
     z_all = np.empty((C, K))
     p_all = np.empty((C, K))
     cw_all = np.empty((C, K))
+    cdf_all = np.empty((C, K))  # sampled mode: cumsum of pi per context
+    gs_all = np.empty(C)  # exact mode: sum_a |cw_a| ||phi_a|| per context
+    tab = _grpo_table(G, bessel, aeps)
     gap = np.empty((C, d))
     mphi = np.empty((C, d))
     Jc = np.empty(C)
@@ -345,10 +379,11 @@ def _kernel(
             update = k < n_steps
             # 1) forward pass at theta_kk
             for c in range(C):
-                J, Jb, Ph, H, lp, ln = _forward(
-                    feat, rew, c, theta[r, pmap[c]], z_all[c], p_all[c], cw_all[c], gap[c], mphi[c], False
+                J, Jb, Ph, H, lp, ln, gsc = _forward(
+                    feat, featT, rew, fnorm, c, theta[r, pmap[c]], z_all[c], p_all[c], cw_all[c], gap[c], mphi[c],
+                    False, cdf_all[c], sampled and update,
                 )
-                Jc[c], Jbc[c], Phic[c], Hc[c], lsep[c], lsen[c] = J, Jb, Ph, H, lp, ln
+                Jc[c], Jbc[c], Phic[c], Hc[c], lsep[c], lsen[c], gs_all[c] = J, Jb, Ph, H, lp, ln, gsc
                 if kk > 0:
                     dph = Ph - phi_prev[r, c]
                     if dph < -1e-12 * (1.0 + abs(Ph)):
@@ -378,20 +413,15 @@ def _kernel(
                 pb = pmap[c]
                 nb = blk_ptr[pb + 1] - blk_ptr[pb]
                 if not sampled:
-                    sc = _exact_scalar(method, Jc[c], Jbc[c], G, bessel, aeps, lam) / nb
+                    sc = _exact_scalar(method, Jc[c], Jbc[c], G, tab, lam) / nb
                     for j in range(d):
                         w[pb, j] += sc * gap[c, j]
-                    gs = 0.0  # scale of the terms that cancel in gap = sum_a cw_a phi_a
-                    for a in range(K):
-                        gs += abs(cw_all[c, a]) * fnorm[c, a]
-                    wabs[pb] += abs(sc) * gs
+                    # gs_all[c]: scale of the terms that cancel in gap = sum_a cw_a phi_a (from _forward)
+                    wabs[pb] += abs(sc) * gs_all[c]
                 else:
-                    acc = 0.0
-                    for a in range(K):
-                        acc += p_all[c, a]
-                        cdf[a] = acc
+                    cdfc = cdf_all[c]  # cumsum of pi, accumulated in _forward
                     for i in range(G):
-                        a = _search_right(cdf, unif[r, k, c, i] * cdf[K - 1])
+                        a = _search_right(cdfc, unif[r, k, c, i] * cdfc[K - 1])
                         if a > K - 1:
                             a = K - 1
                         idx[c, i] = a
@@ -471,7 +501,7 @@ def _kernel(
                             trial[j] = theta[r, pb, j] + e * u[pb, j]
                         tot = 0.0
                         for q in range(blk_ptr[pb], blk_ptr[pb + 1]):
-                            tot += _logodds(feat, rew, blk_ctx[q], trial, cdf)
+                            tot += _logodds(featT, rew, blk_ctx[q], trial, cdf)
                         if tot > base:
                             ok = True
                             break
@@ -584,7 +614,8 @@ def advantages_nb(method: str, rewards, *, std: str = "population", eps: float =
 
 def exact_scalar_nb(method: str, J: float, G: int, *, std: str = "population", eps: float = 0.0, lam: float = 0.1):
     """The numba expected scalar E[w] / Gap at success rate J (for tests against gapdyn)."""
-    return _exact_scalar(_CODE[method], float(J), float(1.0 - J), int(G), std == "bessel", float(eps), float(lam))
+    tab = _grpo_table(int(G), std == "bessel", float(eps))
+    return _exact_scalar(_CODE[method], float(J), float(1.0 - J), int(G), tab, float(lam))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -643,6 +674,7 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
     n_rec = (T - 1) // every + 1
     pmap = bandit.param_map
     fnorm = np.linalg.norm(bandit.features, axis=-1)  # ||phi(x, a)||, the scale of round-off in w
+    featT = np.ascontiguousarray(np.swapaxes(bandit.features, 1, 2))  # [C, d, K]: logits vectorise over arms
     order = np.argsort(pmap, kind="stable")
     blk_ptr = np.searchsorted(pmap[order], np.arange(P + 1)).astype(np.int64)
     am, av = np.zeros((R, P, d)), np.zeros((R, P, d))
@@ -665,7 +697,7 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
         else:
             unif = np.empty((R, 0, C, G))
         _kernel(
-            bandit.features, bandit.rewards, fnorm, pmap, blk_ptr, order,
+            bandit.features, featT, bandit.rewards, fnorm, pmap, blk_ptr, order,
             theta, am, av, M, phi_prev, J_min, ndec,
             eta0, unif, start, n, int(last), T,
             _CODE[dyn.method], dyn.mode == "sampled", G, dyn.std == "bessel", float(dyn.adv_eps), float(dyn.lam),
