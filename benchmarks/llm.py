@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import copy
+import math
 import tempfile
 import tracemalloc
 from dataclasses import dataclass
@@ -44,13 +45,24 @@ from llm_probe import (
 )
 from llm_probe.losses import policy_loss
 from llm_probe.model import completion_logprobs
+from llm_probe.probes import per_prompt_gaps_batched
 
 from .timing import interleaved, ratio
 
-__all__ = ["LLMSetup", "PROBE_CONFIGS", "warm_policy", "step_times", "route_times", "peak_memory", "route_memory",
+__all__ = ["LLMSetup", "PROBE_CONFIGS", "parse_config", "warm_policy", "step_times", "route_times", "peak_memory", "route_memory",
            "step_memory", "mixed_rollout", "profile_step"]
 
 PROBE_CONFIGS = ("off", "dot", "jvp", "both")
+
+
+def parse_config(probe: str) -> tuple[str, int]:
+    """(alignment, probe_every) of a config name: "off" -> ("dot", 0), "jvp" -> ("jvp", 1), "both/4" -> ("both", 4)."""
+    if probe == "off":
+        return "dot", 0
+    align, _, every = probe.partition("/")
+    if align not in ("dot", "jvp", "both"):
+        raise ValueError(f"probe config must be off, dot, jvp or both (optionally /N), got {probe!r}")
+    return align, int(every) if every else 1
 
 
 @dataclass(frozen=True)
@@ -82,7 +94,7 @@ def _config(setup: LLMSetup, probe: str, out_dir: str) -> TrainConfig:
     return TrainConfig(
         out_dir=out_dir, method="grpo", seed=setup.seed, steps=10**6, prompts_per_step=setup.prompts_per_step,
         group_size=setup.group_size, max_new_tokens=setup.max_new_tokens, lr=3e-4, warmup_steps=0,
-        probe_every=0 if probe == "off" else 1, probe_alignment="dot" if probe == "off" else probe,
+        probe_every=parse_config(probe)[1], probe_alignment=parse_config(probe)[0],
         probe_prompts=setup.probe_prompts, num_threads=1, device="cpu", progress=False,
     )
 
@@ -99,9 +111,14 @@ class StepTimes:
 
 def step_times(model, tok, task, setup: LLMSetup, configs=PROBE_CONFIGS, repeats: int = 5,
                n_warmup: int = 1) -> StepTimes:
-    """Seconds per :meth:`Trainer.train_step` for each probe configuration (module doc, item 1)."""
+    """Seconds per :meth:`Trainer.train_step` for each probe configuration (module doc, item 1).
+
+    A config "align/N" probes every N steps; every timed call then runs lcm(N of all configs) steps of each
+    trainer (the same steps for all), so its time per step is the amortised cost over whole probe cycles.
+    """
     if "off" not in configs:
         raise ValueError("configs must include 'off' (the plain step every ratio is taken against)")
+    cycle = math.lcm(*[max(1, parse_config(c)[1]) for c in configs])
     tmp = tempfile.TemporaryDirectory(prefix="gapdyn_bench_")
     trainers, logs = {}, {c: [] for c in configs}
     for c in configs:
@@ -110,15 +127,17 @@ def step_times(model, tok, task, setup: LLMSetup, configs=PROBE_CONFIGS, repeats
 
     def stepper(c):
         def f():
-            m = trainers[c].train_step()
-            logs[c].append((m["reward"], m["loss"], m.get("gap/n_prompts", 0)))
+            for _ in range(cycle):
+                m = trainers[c].train_step()
+                logs[c].append((m["reward"], m["loss"], m.get("gap/n_prompts", 0)))
         return f
 
     t = interleaved({c: stepper(c) for c in configs}, repeats=repeats, warmup=n_warmup)
+    t = {c: v.scaled(1.0 / cycle) for c, v in t.items()}
     tmp.cleanup()
     ref = logs["off"]
     same = all([x[:2] for x in logs[c]] == [x[:2] for x in ref] for c in configs)
-    mixed = [x[2] for x in logs[configs[1]]] if len(configs) > 1 else [0]
+    mixed = [x[2] for x in logs[configs[1]]] if len(configs) > 1 else [0]  # configs[1] should probe every step
     return StepTimes(setup, t, {c: ratio(t[c], t["off"]) for c in configs}, bool(same),
                      float(np.mean(mixed)), float(np.mean([x[0] for x in ref])))
 
@@ -141,8 +160,8 @@ class RouteTimes:
     times: dict  # "loss_fwd_bwd", "backward_route", "jvp_route" -> Stat (seconds)
     maxdiff: float  # max |dmu_jvp - dmu_dot|
     scale: float  # max |dmu_dot| (for the relative size of maxdiff)
-    gap_maxdiff: float  # max |per_group_gaps - per_prompt_gaps| (what-if route), over all gap entries
-    gap_scale: float  # max |per_prompt_gaps|
+    gap_maxdiff: float  # max |per_prompt_gaps - per_prompt_gaps_batched| over all gap entries
+    gap_scale: float  # max |per_prompt_gaps_batched|
     n_prompts: int
     n_params: int
 
@@ -161,22 +180,26 @@ def _routes(model, ro, setup: LLMSetup):
         res.loss.backward()
         model.zero_grad(set_to_none=True)
 
-    def backward_route():
-        est = per_prompt_gaps(model, ro, params)
+    tang2 = {n: torch.randn(p.shape, generator=gen, dtype=p.dtype) for n, p in params.items()}
+
+    def backward_route():  # reference: one backward per prompt through the whole batch's graph
+        est = per_prompt_gaps_batched(model, ro, params)
         return est.groups, dot_alignment(est.gaps, vflat)
 
-    def per_group_route():  # what-if: benchmarks.whatif.per_group_gaps
-        from .whatif import per_group_gaps
-
-        est = per_group_gaps(model, ro, params)
+    def per_group_route():  # llm_probe.per_prompt_gaps: one forward + backward per group over its G rows
+        est = per_prompt_gaps(model, ro, params)
         return est.groups, dot_alignment(est.gaps, vflat)
 
     def jvp_route():
         groups = torch.arange(ro.B)
         return jvp_alignment(model, ro, groups, {n: p.detach() for n, p in params.items()}, tang)
 
-    return {"loss_fwd_bwd": loss_step, "backward_route": backward_route, "jvp_route": jvp_route,
-            "per_group_route": per_group_route}, params
+    def jvp2_route():  # two directions (the trainer's update and -grad) in one vmap'd forward-mode pass
+        groups = torch.arange(ro.B)
+        return jvp_alignment(model, ro, groups, {n: p.detach() for n, p in params.items()}, [tang, tang2])
+
+    return {"loss_fwd_bwd": loss_step, "backward_route": backward_route, "per_group_route": per_group_route,
+            "jvp_route": jvp_route, "jvp2_route": jvp2_route}, params
 
 
 def route_times(model, tok, task, setup: LLMSetup, repeats: int = 5) -> RouteTimes:
@@ -184,14 +207,13 @@ def route_times(model, tok, task, setup: LLMSetup, repeats: int = 5) -> RouteTim
     torch.set_num_threads(1)
     ro = mixed_rollout(model, tok, task, setup)
     fns, params = _routes(model, ro, setup)
-    from .whatif import per_group_gaps
 
     groups, d_dot = fns["backward_route"]()
     d_jvp = fns["jvp_route"]()
     if len(groups) != ro.B:
         raise RuntimeError(f"expected all {ro.B} groups mixed, got {len(groups)}")
-    g_ref = per_prompt_gaps(model, ro, params).gaps
-    g_new = per_group_gaps(model, ro, params).gaps
+    g_ref = per_prompt_gaps_batched(model, ro, params).gaps
+    g_new = per_prompt_gaps(model, ro, params).gaps
     t = interleaved(fns, repeats=repeats, warmup=1)
     return RouteTimes(setup, t, float((d_jvp - d_dot).abs().max()), float(d_dot.abs().max()),
                       float((g_new - g_ref).abs().max()), float(g_ref.abs().max()), ro.B,

@@ -120,26 +120,51 @@ def flat(tensors) -> torch.Tensor:
     return torch.cat([t.reshape(-1).to(dt) for t in vals])
 
 
-def per_prompt_gaps(model, ro, params: dict[str, torch.nn.Parameter]) -> GapEstimate:
-    """g_q = grad Phi_hat_q over ``params`` for every mixed group: one forward + one backward per group over
-    that group's own G rows (Phi_hat_q depends on no other row, and every row of a group shares its padded
-    prompt, so this is the same function as on the whole batch). Cost ~ one forward + backward of the
-    mixed rows, against one backward through all B*G rows per prompt for :func:`per_prompt_gaps_batched`
-    (the reference route; equal to float round-off, tests/test_llm_probes.py).
+def per_prompt_gaps(model, ro, params: dict[str, torch.nn.Parameter], *, vectorize: bool | None = None,
+                    chunk: int = 32) -> GapEstimate:
+    """g_q = grad Phi_hat_q over ``params`` for every mixed group, each from that group's own G rows only
+    (Phi_hat_q depends on no other row, and every row of a group shares its padded prompt, so this is the
+    same function as on the whole batch). Cost ~ one forward + backward of the mixed rows, against one
+    backward through all B*G rows per prompt for :func:`per_prompt_gaps_batched` (the reference route;
+    equal to float round-off, tests/test_llm_probes.py).
 
-    Uses torch.autograd.grad, so ``p.grad`` is left untouched.
+    vectorize=True: ``chunk`` groups at a time in one pass, torch.func.vmap over groups of
+    torch.func.grad (per-group gradients of a functional_call); False: one forward + backward per group
+    (torch.autograd.grad); None: vmap, and the loop where the model has no vmap rule (e.g. active dropout).
+    ``p.grad`` is left untouched.
     """
+    if vectorize not in (None, True, False):
+        raise ValueError(f"vectorize must be None, True or False, got {vectorize!r}")
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
     groups = mixed_groups(ro.rewards)
     plist = list(params.values())
     P = sum(p.numel() for p in plist)
     if len(groups) == 0:
         z = torch.zeros(0)
         return GapEstimate(groups, torch.zeros(0, P), z, z, z)
+    W = _contrast_weights(ro.rewards, groups).to(ro.completion_ids.device)
+    gaps = phis = None
+    if vectorize is not False:
+        try:
+            gaps, phis = _group_gaps_vmap(model, ro, groups, params, W, chunk)
+        except (RuntimeError, NotImplementedError):
+            if vectorize:
+                raise
+    if gaps is None:
+        gaps, phis = _group_gaps_loop(model, ro, groups, plist, W)
+    r = ro.rewards[groups]
+    return GapEstimate(groups, gaps, phis, (r > 0).sum(-1), (r <= 0).sum(-1))
+
+
+def _gap_dtype(plist) -> torch.dtype:
+    return torch.float64 if any(p.dtype == torch.float64 for p in plist) else torch.float32
+
+
+def _group_gaps_loop(model, ro, groups, plist, W):
+    """([Q, P] gaps, [Q] Phi_hat): one forward + backward per group over its G rows."""
     G = ro.G
-    dev = ro.completion_ids.device
-    W = _contrast_weights(ro.rewards, groups).to(dev)
-    gaps = torch.empty(len(groups), P, dtype=torch.float64 if any(p.dtype == torch.float64 for p in plist)
-                       else torch.float32)
+    gaps = torch.empty(len(groups), sum(p.numel() for p in plist), dtype=_gap_dtype(plist))
     phis = []
     for q, b in enumerate(groups.tolist()):
         rows = slice(b * G, (b + 1) * G)
@@ -149,8 +174,43 @@ def per_prompt_gaps(model, ro, params: dict[str, torch.nn.Parameter]) -> GapEsti
         g = torch.autograd.grad(phi, plist, allow_unused=True)
         gaps[q] = flat([torch.zeros_like(p) if gi is None else gi for gi, p in zip(g, plist)])
         phis.append(phi.detach())
-    r = ro.rewards[groups]
-    return GapEstimate(groups, gaps, torch.stack(phis).cpu(), (r > 0).sum(-1), (r <= 0).sum(-1))
+    return gaps, torch.stack(phis).cpu()
+
+
+def _group_gaps_vmap(model, ro, groups, params, W, chunk):
+    """([Q, P] gaps, [Q] Phi_hat): torch.func.vmap over groups of grad_and_value(Phi_hat of one group)."""
+    from torch.func import grad_and_value
+
+    G = ro.G
+    keys = list(params)
+    plist = list(params.values())
+    primals = {k: p.detach() for k, p in params.items()}
+    idx = torch.stack([torch.arange(b * G, (b + 1) * G) for b in groups.tolist()]).to(W.device)  # [Q, G]
+    w = torch.gather(W, 1, idx)  # [Q, G]: group q's contrast weights on its own rows
+
+    class _Call(torch.nn.Module):  # completion_logprobs expects something callable like the model
+        def __init__(self, pd):
+            super().__init__()
+            self.pd = pd
+
+        def forward(self, **kw):
+            return functional_call(model, self.pd, args=(), kwargs=kw, strict=False)
+
+    def phi(pd, wq, a, b, c, d):
+        lp = completion_logprobs(_Call(pd), a, b, c, d).sum(-1)  # [G]
+        return wq.to(lp.dtype) @ lp
+
+    gaps = torch.empty(len(groups), sum(p.numel() for p in plist), dtype=_gap_dtype(plist))
+    phis = []
+    f = vmap(grad_and_value(phi), in_dims=(None, 0, 0, 0, 0, 0))
+    for s in range(0, len(groups), chunk):
+        ix = idx[s:s + chunk]
+        g, v = f(primals, w[s:s + chunk], ro.prompt_ids[ix], ro.prompt_mask[ix], ro.completion_ids[ix],
+                 ro.completion_mask[ix])
+        n = len(ix)
+        gaps[s:s + n] = torch.cat([g[k].reshape(n, -1).to(gaps.dtype) for k in keys], 1).cpu()
+        phis.append(v.detach())
+    return gaps, torch.cat(phis).cpu()
 
 
 def per_prompt_gaps_batched(model, ro, params: dict[str, torch.nn.Parameter]) -> GapEstimate:

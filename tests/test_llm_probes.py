@@ -5,6 +5,8 @@ first order (residual O(eta^2)); token bins/gradient mass vs gapdyn's numpy taxo
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 import torch
@@ -35,14 +37,18 @@ def _seq_grad(model, ro, n, params):
     return flat(torch.autograd.grad(lp, list(params.values()), allow_unused=True))
 
 
-@pytest.mark.parametrize("route", [per_prompt_gaps, per_prompt_gaps_batched])
+ROUTES = {"vmap": partial(per_prompt_gaps, vectorize=True, chunk=1),  # one group per chunk: 2 chunks
+          "loop": partial(per_prompt_gaps, vectorize=False), "batched": per_prompt_gaps_batched}
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
 @pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
 def test_gap_equals_difference_of_per_sequence_gradients(arch, route):
     model, tok = tiny(arch, seed=1)
     ro = sampled_rollout(model, tok, B=3, G=4, T=5, seed=0)
     ro.rewards[1] = 0.0  # one group without winners: not a mixed group
     params = select_params(model, "all")
-    est = route(model, ro, params)
+    est = ROUTES[route](model, ro, params)
     assert est.groups.tolist() == [0, 2]
     G = ro.G
     for q, b in enumerate(est.groups.tolist()):
@@ -53,8 +59,9 @@ def test_gap_equals_difference_of_per_sequence_gradients(arch, route):
     assert torch.all(est.norms > 0)
 
 
+@pytest.mark.parametrize("vectorize", [True, False])
 @pytest.mark.parametrize("subset", ["all", "lm_head"])
-def test_per_group_route_equals_batched_route(subset):
+def test_per_group_route_equals_batched_route(subset, vectorize):
     """per_prompt_gaps (one fwd+bwd per group) == per_prompt_gaps_batched (one backward per prompt through the
     whole batch): gaps, Phi_hat and counts, on a batch with left-padded prompts of different lengths."""
     from llm_probe.rollout import make_rollout
@@ -66,7 +73,8 @@ def test_per_group_route_equals_batched_route(subset):
                       generator=torch.Generator().manual_seed(7))
     ro.rewards = torch.tensor([[1.0, 0, 0, 1], [0, 1, 0, 0], [1, 1, 1, 1], [1, 0, 1, 0]])  # group 2: not mixed
     params = select_params(model, subset)
-    a, b = per_prompt_gaps(model, ro, params), per_prompt_gaps_batched(model, ro, params)
+    a = per_prompt_gaps(model, ro, params, vectorize=vectorize, chunk=2)  # 3 mixed groups: chunks of 2 and 1
+    b = per_prompt_gaps_batched(model, ro, params)
     assert a.groups.tolist() == b.groups.tolist() and 2 not in a.groups.tolist()
     torch.testing.assert_close(a.gaps, b.gaps, rtol=1e-4, atol=1e-5 * float(b.gaps.abs().max()))
     torch.testing.assert_close(a.phi, b.phi, rtol=1e-5, atol=1e-5)
