@@ -58,11 +58,22 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--mode", choices=("quick", "full"), default="quick", help="quick = seconds, full = the real run")
     r.add_argument("--store", default="bandit_results", help="result store directory (default: ./bandit_results)")
     r.add_argument("--backend", choices=BACKENDS, default="joblib", help="where cells run (default: joblib)")
-    r.add_argument("--n-jobs", type=int, default=-1, help="workers (joblib) / CPUs (local ray); -1 = all cores")
+    r.add_argument("--n-jobs", type=_n_jobs, default=-1, help="workers (joblib) / CPUs (local ray); -1 = all cores")
     r.add_argument("--ray-address", default=None, help="Ray cluster address (default: $RAY_ADDRESS or local)")
     r.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     r.add_argument("--strict", action="store_true", help="exit 1 if any claim does not hold")
     return p
+
+
+def _n_jobs(text: str) -> int:
+    """argparse type for --n-jobs: a positive integer or -1 (all cores)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if value == 0 or value < -1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer or -1 (all cores), got {value}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,9 @@
     gapdyn figs ...    regenerate the paper figures         (paper_figs.cli)
     gapdyn reproduce   the quick CPU reproduction: figures + report (paper_figs.reproduce)
 
+A ValueError or OSError escaping a subcommand (bad input caught at a library boundary, a missing or
+unusable path) is printed as one line and exits with code 2; set GAPDYN_DEBUG=1 for the traceback.
+
 This module sits on top of the dependency graph (STYLE.md): it imports the other packages lazily,
 only when their subcommand runs, so ``import gapdyn`` never imports bandits, llm_probe or torch.
 """
@@ -13,6 +16,7 @@ only when their subcommand runs, so ``import gapdyn`` never imports bandits, llm
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 SUBCOMMANDS = {
@@ -46,7 +50,16 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as exc:
         print(f"gapdyn {name}: cannot import {module} ({exc}); install the extras: pip install -e '.[all]'", file=sys.stderr)
         return 2
-    result = getattr(mod, func)(rest)
+    try:
+        result = getattr(mod, func)(rest)
+    except (ValueError, OSError) as exc:
+        # Bad input reaches the library's boundary checks (ValueError naming the argument) or the file
+        # system (missing / unusable paths): a message and exit code 2, not a traceback.
+        # GAPDYN_DEBUG=1 re-raises to get the traceback.
+        if os.environ.get("GAPDYN_DEBUG"):
+            raise
+        print(f"gapdyn {name}: error: {exc}", file=sys.stderr)
+        return 2
     return int(result or 0)
 
 
