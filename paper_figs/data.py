@@ -129,7 +129,9 @@ class Sources:
         self.mode = check_mode(mode)
         self.store = Path(store) if store is not None else default_store()
         self.llm_dir = Path(llm_dir) if llm_dir is not None else self.store / "llm_probe" / self.mode
-        self.n_jobs = int(n_jobs)
+        if isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or n_jobs == 0 or n_jobs < -1:
+            raise ValueError(f"n_jobs must be a positive integer or -1 (all cores), got {n_jobs!r}")
+        self.n_jobs = n_jobs
         self.seed = seed
         self.progress = progress
         self.llm_progress = progress  # the tiny-Qwen demo's own bar (reproduce shows it, not the sweeps')

@@ -204,10 +204,8 @@ def test_figs_and_reproduce_usage_errors_exit_2(case, capsys):
     _expect_usage_error(argv, capsys, *words)
 
 
-@pytest.mark.xfail(strict=True, reason="open defect: paper_figs/data.py Sources.__init__ does not validate n_jobs: "
-                   "`gapdyn figs --jobs 0` starts every figure and each fails inside the sweep (exit 1 with tracebacks "
-                   "in the log) instead of a usage error")
 def test_figs_jobs_zero_is_refused_up_front():
+    """Formerly open: `gapdyn figs --jobs 0` failed inside every sweep; now refused up front."""
     from paper_figs.data import Sources
 
     with pytest.raises(ValueError, match="n_jobs"):
