@@ -291,15 +291,16 @@ def _forward(feat, featT, rew, fnorm, c, th, z, p, cw, gap, mphi, want_mphi, cdf
         H -= p[a] * (z[a] - lse)
         wa = cw[a]
         gs += abs(wa) * fnorm[c, a]
-        if want_cdf:
-            acc += p[a]
-            cdf[a] = acc
         for j in range(d):
             gap[j] += wa * feat[c, a, j]
         if want_mphi:
             pa = p[a]
             for j in range(d):
                 mphi[j] += pa * feat[c, a, j]
+    if want_cdf:  # a separate pass: storing cdf inside the loop above costs more than this loop
+        for a in range(K):
+            acc += p[a]
+            cdf[a] = acc
     return math.exp(lsep - lse), math.exp(lsen - lse), lsep - lsen, H, lsep, lsen, gs
 
 
