@@ -2,15 +2,18 @@
 
 1. Training step, probes off vs on: :class:`llm_probe.Trainer` instances built from copies of the same
    warmed-up model and the same seed, one with ``probe_every=0`` and one per probe configuration
-   ("dot": per-prompt gaps by one backward per prompt + dot products, the default; "jvp": forward-mode
-   JVPs for the batch; "both"), all with the fixed probe prompts. Probing never changes the training
-   trajectory (own generator for the probe prompts), so the trainers sample the same prompts and
-   completions step after step and their timed steps do the same training work; this is checked
-   (identical rewards and losses per step). Steps of the trainers are timed alternately.
+   ("dot": per-group gaps + dot products, the default; "jvp": forward-mode JVPs, no gap vectors; "both"),
+   all with the fixed probe prompts, probing every step and ("align/N") every N steps (amortised: each
+   timed call runs whole probe cycles). Probing never changes the training trajectory (own generator for
+   the probe prompts), so the trainers sample the same prompts and completions step after step and their
+   timed steps do the same training work; this is checked (identical rewards and losses per step). Steps
+   of the trainers are timed alternately.
 2. Alignment routes on one rollout whose groups are all mixed (rewards overwritten): per-prompt gaps by
-   one backward per prompt followed by dot products (``per_prompt_gaps`` + ``dot_alignment``), against one
-   forward-mode pass (``jvp_alignment``), for a random direction over all parameters; plus one plain
-   loss forward + backward on the same rollout as the unit. max |dmu_jvp - dmu_dot| is reported.
+   the reference route (``per_prompt_gaps_batched``: one backward per prompt through the whole batch) and
+   by ``per_prompt_gaps`` (per group, vmap'd), each followed by dot products, against forward-mode passes
+   (``jvp_alignment``, one direction and two directions in one vmap'd pass), for random directions over
+   all parameters; plus one plain loss forward + backward on the same rollout as the unit.
+   max |dmu_jvp - dmu_dot| and max |gaps - reference gaps| are reported.
 3. Peak memory of each: the high-water mark of torch CPU bytes allocated during the call above its start
    (tensors alive before the call, e.g. the weights, are not counted), from torch.profiler's memory
    events (``profile_memory=True``: every CPU allocation and free with its size and time, summed in time

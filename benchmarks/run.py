@@ -54,7 +54,7 @@ class Sizes:
     llm_scale_G: tuple = (4, 8, 16)
     llm_scale_B: tuple = (4, 16, 32)
     profile_steps: int = 3
-    llm_every: int | None = None  # the cadence timed besides probe_every=1; None: TrainConfig's default
+    llm_every: int | None = 10  # probe_every timed (amortised) besides 1; None: TrainConfig's default
 
 
 FULL = Sizes()
@@ -70,7 +70,7 @@ TINY = Sizes(
     stream_n=1 << 12, ceiling_steps=2, scale_steps=2, scale_K=(5, 10), scale_C=(2,), scale_R=(2,), scale_G=(2,),
     scale_methods=("grpo", "rloo"),
     seq_T=(1, 3), seq_runs=3, seq_steps=2, llm_warmup=0, llm_B=3, llm_G=4, llm_repeats=1, llm_scale_G=(2,),
-    llm_scale_B=(2,), profile_steps=1, llm_spec="small",
+    llm_scale_B=(2,), profile_steps=1, llm_spec="small", llm_every=2,
 )
 
 
@@ -440,10 +440,16 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-llm", action="store_true", help="leave out section 3 (no torch import)")
     ap.add_argument("--skip-whatif", action="store_true", help="leave out the fast-math engine copy (section 5)")
     ap.add_argument("--llm-only", action="store_true", help="only section 3 (llm_probe) and its rows of 5 and Targets")
+    ap.add_argument("--llm-every", type=int, default=None, metavar="N",
+                    help="probe_every timed (amortised) besides 1; default 10 (TrainConfig.probe_every's doc)")
     ap.add_argument("--out", default=None, help="also write the report to this file")
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     a = ap.parse_args(argv)
     sizes = TINY if a.tiny else QUICK if a.quick else FULL
+    if a.llm_every is not None:
+        if a.llm_every < 1:
+            ap.error(f"--llm-every must be >= 1, got {a.llm_every}")
+        sizes = replace(sizes, llm_every=a.llm_every)
     if a.llm_only and a.skip_llm:
         ap.error("--llm-only and --skip-llm exclude each other")
     res = run_all(sizes, llm=not a.skip_llm, whatif=not a.skip_whatif, verbose=not a.quiet, bandits=not a.llm_only)

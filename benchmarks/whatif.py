@@ -9,6 +9,7 @@ library; the owners of bandits/ and llm_probe/ decide whether to adopt them.
 - :func:`per_group_gaps`: llm_probe.per_prompt_gaps computed with one forward + one backward over each
   mixed group's own G rows, instead of one forward over all rows and one backward per prompt through the
   whole batch's graph (each of which walks all B*G rows although only G of them carry gradient).
+  Adopted (vectorised over groups) as llm_probe.per_prompt_gaps; kept here as the measured prototype.
 """
 
 from __future__ import annotations

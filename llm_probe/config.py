@@ -55,7 +55,8 @@ class TrainConfig:
     warmup_lr: float = 1e-3
     """Warm-up Adam learning rate."""
     probe_every: int = 1
-    """Run the gradient-gap probes every n steps (0: never)."""
+    """Run the gradient-gap probes every n steps (0: never). A probe step costs ~2.4-3.5x a plain step of the
+    tiny Qwen on CPU (BENCHMARKS.md section 3); probe_every=10 keeps the amortised cost within issue 6's 1.5x."""
     probe_params: str = "all"
     """Parameters the probes differentiate: 'all', 'lm_head', or a regex on parameter names."""
     probe_alignment: Literal["dot", "jvp", "both"] = "dot"

@@ -4,7 +4,7 @@ For one prompt q with sampled completions split by reward into O+ and O- (both n
 - per-prompt log-odds proxy  Phi_hat_q(theta) = mean_{o in O+} log pi(o|q) - mean_{o in O-} log pi(o|q)
   (log pi(o|q) the summed token log-probs; the completions are held fixed);
 - gap estimate  g_q = grad_theta Phi_hat_q, an unbiased-in-direction sample of g+ - g- (THEORY.md §1);
-  one backward pass per prompt (ANCHORS.md "Cheap exact tricks");
+  per group from its own G rows only, vmap'd over groups (ANCHORS.md "Cheap exact tricks");
 - alignment  dmu_q = <v, g_q> for a direction v: the actual parameter change delta_theta (eta = 1,
   so Adam is covered) or the raw ascent direction -grad L. Two routes: the dot product with the gap
   vectors, and a forward-mode JVP of the vector (Phi_hat_q)_q along v (all prompts in one pass);
@@ -121,7 +121,7 @@ def flat(tensors) -> torch.Tensor:
 
 
 def per_prompt_gaps(model, ro, params: dict[str, torch.nn.Parameter], *, vectorize: bool | None = None,
-                    chunk: int = 32) -> GapEstimate:
+                    chunk: int = 8) -> GapEstimate:
     """g_q = grad Phi_hat_q over ``params`` for every mixed group, each from that group's own G rows only
     (Phi_hat_q depends on no other row, and every row of a group shares its padded prompt, so this is the
     same function as on the whole batch). Cost ~ one forward + backward of the mixed rows, against one
@@ -131,6 +131,8 @@ def per_prompt_gaps(model, ro, params: dict[str, torch.nn.Parameter], *, vectori
     vectorize=True: ``chunk`` groups at a time in one pass, torch.func.vmap over groups of
     torch.func.grad (per-group gradients of a functional_call); False: one forward + backward per group
     (torch.autograd.grad); None: vmap, and the loop where the model has no vmap rule (e.g. active dropout).
+    On the benchmarked tiny Qwen (BENCHMARKS.md section 3) vmap is ~1.4-2x faster than the loop but holds
+    ~3.5 MiB more per group of a chunk (the loop: ~10 MiB in all), so ``chunk`` bounds the memory.
     ``p.grad`` is left untouched.
     """
     if vectorize not in (None, True, False):
