@@ -414,7 +414,7 @@ def _format_llm(res: dict) -> list[str]:
     base = rt.times["loss_fwd_bwd"]
     labels = {"loss_fwd_bwd": "plain loss forward+backward",
               "backward_route": f"reference gaps: per_prompt_gaps_batched ({rt.n_prompts} backwards) + dots",
-              "per_group_route": f"per_prompt_gaps (one fwd+bwd per group) + dots",
+              "per_group_route": "per_prompt_gaps (per-group gradients, vmap over groups) + dots",
               "jvp_route": "forward-mode JVP (one pass, one direction)",
               "jvp2_route": "forward-mode JVP (one vmap'd pass, two directions)"}
     rows = [[labels[k], _ms(v, 1e3, "{:.0f}"), f"{v.median / base.median:.2f}x", f"{m2[k][0] / 2**20:.1f}",
