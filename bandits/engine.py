@@ -157,7 +157,7 @@ def _grpo_table(G, bessel, eps):
     for the Bessel std, else 1). Computed once per kernel call; _exact_scalar uses them in the same
     operation order as evaluating them inline (bitwise-equal c_G)."""
     tab = np.zeros((3, G))
-    k = G / (G - 1.0) if bessel else 1.0
+    k = G / (G - 1.0) if bessel and G > 1 else 1.0  # G > 1: the table is also built for other methods
     lgG = math.lgamma(G + 1.0)
     for m in range(1, G):
         ph = m / G
