@@ -95,9 +95,9 @@ class Dynamics:
             raise ValueError(f"optimizer must be 'sgd' or 'adam', got {self.optimizer!r}")
         if self.std not in ("population", "bessel"):
             raise ValueError(f"std must be 'population' or 'bessel', got {self.std!r}")
-        if not (np.isfinite(self.adv_eps) and self.adv_eps >= 0):
+        if not (isinstance(self.adv_eps, numbers.Real) and np.isfinite(self.adv_eps) and self.adv_eps >= 0):
             raise ValueError(f"adv_eps must be finite and >= 0, got {self.adv_eps!r}")
-        if not (np.isfinite(self.lam) and self.lam >= 0):
+        if not (isinstance(self.lam, numbers.Real) and np.isfinite(self.lam) and self.lam >= 0):
             raise ValueError(f"lam must be finite and >= 0, got {self.lam!r}")
         b1, b2 = self.adam_betas
         if not (0 <= b1 < 1 and 0 <= b2 < 1):
@@ -725,8 +725,11 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
 
 def run_grid(bandit: ContextualBandit, dyn: Dynamics, *, etas, seeds, theta0=None, chunk: int = 256):
     """simulate() over the product etas x seeds; returns (Trajectory, eta per run, seed per run)."""
-    e = np.asarray(etas, dtype=np.float64).ravel()
-    s = np.asarray(seeds, dtype=np.int64).ravel()
+    try:
+        e = np.asarray(etas, dtype=np.float64).ravel()
+        s = np.asarray(seeds, dtype=np.int64).ravel()
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"etas must be real numbers and seeds non-negative integers, got {etas!r}, {seeds!r}") from exc
     E, S = np.meshgrid(e, s, indexing="ij")
     traj = simulate(bandit, dyn, eta=E.ravel(), seed=S.ravel(), theta0=theta0, chunk=chunk)
     return traj, E.ravel(), S.ravel()

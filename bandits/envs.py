@@ -177,6 +177,7 @@ def place_theta(bandit: ContextualBandit, J0: float, *, direction=None, t_max: f
     reaches J0.
     """
     J0 = float(check_open_unit(J0, "J0"))
+    t_max = check_positive(t_max, "t_max")
     target = np.log(J0) - np.log1p(-J0)
     theta0 = bandit.zeros()
     rng = np.random.default_rng(seed)

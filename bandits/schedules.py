@@ -96,11 +96,17 @@ class Schedule:
 
 def decaying_step(eta0: float, k: int) -> float:
     """eta_k = eta0 / sqrt(k + 1)."""
+    eta0 = check_positive(eta0, "eta0")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+        raise ValueError(f"k must be an integer >= 0, got {k!r}")
     return eta0 / math.sqrt(k + 1.0)
 
 
 def schedule_step(kind: str, eta0: float, k: int) -> float:
     """The open-loop schedules: constant or decay (closed-loop ones need more information)."""
+    eta0 = check_positive(eta0, "eta0")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+        raise ValueError(f"k must be an integer >= 0, got {k!r}")
     if kind == "constant":
         return eta0
     if kind == "decay":
@@ -119,6 +125,8 @@ def line_search_step(
     th = as_float_array(theta, "theta", min_ndim=1)
     u = as_float_array(direction, "direction", min_ndim=1)
     eta = check_positive(eta0, "eta0")
+    if isinstance(max_halvings, bool) or not isinstance(max_halvings, (int, np.integer)) or max_halvings < 0:
+        raise ValueError(f"max_halvings must be an integer >= 0, got {max_halvings!r}")
     phi0 = logodds_fn(th)
     if gap is not None and eta * abs(float(np.dot(u, gap))) <= 1e-12 * (1.0 + abs(phi0)):
         return eta
@@ -138,6 +146,8 @@ def group_alignment_curvature(proj, rewards) -> tuple[float, float, float, bool]
     """
     x = as_float_array(proj, "proj", min_ndim=1)
     r = as_float_array(rewards, "rewards", min_ndim=1)
+    if r.shape != x.shape:
+        raise ValueError(f"rewards must have the shape of proj {x.shape}, got {r.shape}")
     spread = float(np.std(x, ddof=1)) if x.size >= 2 else 0.0
     pos, neg = x[r > 0.5], x[r <= 0.5]
     if pos.size == 0 or neg.size == 0:
@@ -156,6 +166,10 @@ def adaptive_step(
     """eta = min(eta0, delta / spread, c dmu_hat / kappa_hat) (terms dropped when spread <= 0, kappa_hat <= 0
     or the estimates are unavailable, ``mixed=False``); 0 when dmu_hat <= 1e-12 spread (no ascent; the
     tolerance makes round-off ties at dmu_hat = 0, e.g. at a stationary point, give 0 in every route)."""
+    for name, v in (("dmu_hat", dmu_hat), ("kappa_hat", kappa_hat), ("spread", spread)):
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(v):
+            raise ValueError(f"{name} must be a finite real number, got {v!r}")
+    eta0, c, delta = check_positive(eta0, "eta0"), check_positive(c, "c"), check_positive(delta, "delta")
     eta = eta0
     if spread > 0.0:
         eta = min(eta, delta / spread)
@@ -177,6 +191,8 @@ class AdamState:
 
 
 def adam_init(dim: int) -> AdamState:
+    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
+        raise ValueError(f"dim must be an integer >= 1, got {dim!r}")
     return AdamState(np.zeros(dim), np.zeros(dim), 0)
 
 
@@ -184,7 +200,13 @@ def adam_direction(
     state: AdamState, w, *, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8
 ) -> tuple[np.ndarray, AdamState]:
     """Adam's update direction u = m_hat / (sqrt(v_hat) + eps) for ascent direction w (Kingma & Ba 2015)."""
-    w = np.asarray(w, dtype=np.float64)
+    w = as_float_array(w, "w", min_ndim=1)
+    if w.shape != np.shape(state.m):
+        raise ValueError(f"w must have the shape of the Adam moments {np.shape(state.m)}, got {w.shape}")
+    for name, b in (("beta1", beta1), ("beta2", beta2)):
+        if isinstance(b, bool) or not isinstance(b, (int, float, np.integer, np.floating)) or not 0 <= b < 1:
+            raise ValueError(f"{name} must lie in [0, 1), got {b!r}")
+    eps = check_positive(eps, "eps")
     t = state.t + 1
     m = beta1 * state.m + (1.0 - beta1) * w
     v = beta2 * state.v + (1.0 - beta2) * w * w

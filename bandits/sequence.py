@@ -83,6 +83,10 @@ def rule_reward(n, m, rule: str) -> np.ndarray:
     """r = 1[m >= 1 and n = m] (AC) or 1[m >= 1 and 2 n >= m] (MAJ), elementwise, as float64."""
     _check_rule(rule)
     n, m = np.asarray(n), np.asarray(m)
+    if not (np.issubdtype(n.dtype, np.number) and np.issubdtype(m.dtype, np.number)) or not (
+        np.all(np.isfinite(n)) and np.all(np.isfinite(m))
+    ):
+        raise ValueError("n and m must be finite counts")
     ok = (n == m) if rule == "AC" else (2 * n >= m)
     return ((m >= 1) & ok).astype(np.float64)
 
@@ -168,6 +172,9 @@ class SharedSequenceBandit:
         """Gaussian features N(0, scale^2) [V, d] from default_rng(seed); token 0 correct; end token V-1."""
         _check_int(V, "V", 3 if variable_length else 2)
         _check_int(d, "d", 1)
+        _check_int(seed, "seed", 0)
+        if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)) or not np.isfinite(scale):
+            raise ValueError(f"scale must be a finite real number, got {scale!r}")
         phi = scale * np.random.default_rng(seed).standard_normal((V, d))
         return cls(phi, (0,), rule, T, V - 1 if variable_length else None)
 
@@ -495,7 +502,7 @@ def simulate(
         if not isinstance(rng, np.random.Generator):
             raise ValueError("rng must be a numpy.random.Generator for sampled directions")
         _check_int(group_size, "group_size", 2)
-    if not (0 < collapse_J < 1):
+    if isinstance(collapse_J, bool) or not isinstance(collapse_J, (int, float, np.integer, np.floating)) or not (0 < collapse_J < 1):
         raise ValueError(f"collapse_J must be in (0, 1), got {collapse_J!r}")
     params = env.check_params(params0).copy()
     pshape = params.shape[params.ndim - (2 if isinstance(env, TabularSequenceBandit) else 1):]
@@ -537,6 +544,10 @@ def critical_eta(etas, collapse_prob, *, level: float = 0.5) -> float:
     pc = np.asarray(collapse_prob, dtype=np.float64)
     if etas.ndim != 1 or etas.shape != pc.shape or np.any(np.diff(etas) <= 0):
         raise ValueError("etas must be 1-D increasing with one collapse probability each")
+    if not np.all(np.isfinite(etas)) or not np.all((pc >= 0) & (pc <= 1)):
+        raise ValueError("etas must be finite and collapse_prob must lie in [0, 1]")
+    if isinstance(level, bool) or not isinstance(level, (int, float, np.integer, np.floating)) or not np.isfinite(level):
+        raise ValueError(f"level must be a finite real number, got {level!r}")
     hit = np.nonzero(pc >= level)[0]
     return float(etas[hit[0]]) if hit.size else float("inf")
 
@@ -546,8 +557,14 @@ def place_for_success_rate(env: Env, direction, J0: float, *, base=None, lo: flo
 
     J must be increasing in alpha on [lo, hi] around the root (bisection on a bracket found by a scan).
     """
-    if not 0 < J0 < 1:
+    if isinstance(J0, bool) or not isinstance(J0, (int, float, np.integer, np.floating)) or not 0 < J0 < 1:
         raise ValueError(f"J0 must be in (0, 1), got {J0!r}")
+    try:
+        lo, hi = float(lo), float(hi)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"lo and hi must be real numbers, got {lo!r}, {hi!r}") from exc
+    if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
+        raise ValueError(f"lo and hi must be finite with lo < hi, got {lo!r}, {hi!r}")
     direction = np.asarray(direction, dtype=np.float64)
     base = np.zeros_like(direction) if base is None else np.asarray(base, dtype=np.float64)
     alphas = np.linspace(lo, hi, 401)

@@ -153,52 +153,14 @@ POSITIVE = {
 # (strict xfail); a fix makes it XPASS, and then it is removed from here.
 _TYPE = "None/str reach numpy and raise TypeError instead of a ValueError naming the argument"
 OPEN_BY_FUNCTION: dict[str, tuple[str, list]] = {
-    "Dynamics": (f"bandits/engine.py:98,100 adv_eps/lam: {_TYPE}",
-                 [("adv_eps", "none"), ("adv_eps", "string"), ("lam", "none"), ("lam", "string")]),
-    "SharedSequenceBandit.random": ("bandits/sequence.py SharedSequenceBandit.random: seed and scale are not validated "
-                                    "(numpy TypeError/ValueError from default_rng, TypeError for scale)",
-                                    [("scale", "none"), ("scale", "string"), ("seed", "inf"), ("seed", "nan"),
-                                     ("seed", "negative"), ("seed", "none"), ("seed", "string"), ("seed", "wrong_shape")]),
-    "adam_direction": ("bandits/schedules.py adam_direction: no validation; NaN/inf w, betas or eps give a silent "
-                       "NaN direction", [("beta1", "inf"), ("beta1", "nan"), ("beta1", "none"), ("beta1", "string"),
-                                         ("beta2", "inf"), ("beta2", "nan"), ("beta2", "none"), ("beta2", "string"),
-                                         ("eps", "inf"), ("eps", "nan"), ("eps", "none"), ("eps", "string"),
-                                         ("eps", "zero"), ("eps", "negative"), (1, "inf"), (1, "nan"), (1, "none")]),
-    "adam_init": ("bandits/schedules.py adam_init: dim not validated (TypeError, negative dims error from numpy)",
-                  [(0, "inf"), (0, "nan"), (0, "negative"), (0, "none"), (0, "string"), (0, "wrong_shape")]),
-    "adaptive_step": ("bandits/schedules.py adaptive_step: no validation; NaN estimates or eta0 give a NaN step, "
-                      "eta0 <= 0 is returned as the step, None/str raise TypeError",
-                      [(w, k) for w in (0, 1, 2, 3, "c", "delta") for k in ("inf", "nan", "none", "string")]
-                      + [(3, "zero"), (3, "negative"), ("c", "zero"), ("c", "negative"), ("delta", "zero"),
-                         ("delta", "negative")]),
-    "critical_eta": ("bandits/sequence.py critical_eta: NaN/inf etas or collapse probabilities and a NaN level are "
-                     "accepted and read as 'never collapses' (inf); probabilities outside [0, 1] accepted",
-                     [("level", "inf"), ("level", "nan"), ("level", "none"), ("level", "string"), (0, "inf"),
-                      (0, "nan"), (1, "inf"), (1, "nan"), (1, "negative")]),
-    "decaying_step": ("bandits/schedules.py decaying_step: no validation; k = -1 raises ZeroDivisionError, NaN eta0 "
-                      "gives NaN", [(0, "inf"), (0, "nan"), (0, "none"), (0, "string"), (0, "zero"), (0, "negative"),
-                                    (1, "empty"), (1, "inf"), (1, "nan"), (1, "none"), (1, "string"), (1, "wrong_shape")]),
-    "group_alignment_curvature": ("bandits/schedules.py group_alignment_curvature: proj and rewards of different "
-                                  "lengths raise IndexError", [(1, "wrong_shape")]),
-    "line_search_step": ("bandits/schedules.py line_search_step: max_halvings not validated (TypeError)",
-                         [("max_halvings", k) for k in ("empty", "inf", "nan", "negative", "none", "string", "wrong_shape")]),
-    "place_for_success_rate": (f"bandits/sequence.py place_for_success_rate: J0/lo/hi {_TYPE}",
-                               [("hi", "none"), ("hi", "string"), ("hi", "wrong_shape"), ("lo", "none"), ("lo", "string"),
-                                (2, "none"), (2, "string")]),
-    "place_theta": (f"bandits/envs.py place_theta: t_max {_TYPE}; t_max <= 0 gives scipy's 'function value is NaN'",
-                    [("t_max", "none"), ("t_max", "string")]),
-    "rule_reward": ("bandits/sequence.py rule_reward: counts not validated (NaN/inf counts give reward 0 silently)",
-                    [(0, "inf"), (0, "nan"), (0, "none"), (0, "string"), (1, "inf"), (1, "nan"), (1, "none"), (1, "string")]),
-    "run_grid": (f"bandits/engine.py run_grid: seeds {_TYPE}", [("seeds", "none")]),
     "sample_arms": ("bandits/reference.py sample_arms: no validation (NaN probabilities give arbitrary arms)",
                     [(0, "inf"), (0, "nan"), (0, "none"), (0, "string"), (1, "empty"), (1, "inf"), (1, "nan"),
                      (1, "none"), (1, "string")]),
-    "schedule_step": ("bandits/schedules.py schedule_step: eta0 and k not validated (NaN eta0 gives NaN, eta0 <= 0 "
-                      "returned, k = -1 ZeroDivisionError)",
-                      [(1, "inf"), (1, "nan"), (1, "none"), (1, "string"), (1, "zero"), (1, "negative"), (2, "empty"),
-                       (2, "inf"), (2, "nan"), (2, "none"), (2, "string"), (2, "wrong_shape")]),
-    "simulate_sequence": (f"bandits/sequence.py simulate: collapse_J {_TYPE}", [("collapse_J", "none"), ("collapse_J", "string")]),
 }
+# Fixed after 18:00 (boundary ValueErrors added; RELIABILITY.md "Fixed after 18:00"): Dynamics adv_eps/lam, run_grid
+# seeds, place_theta t_max, schedules (adaptive_step, schedule_step, decaying_step, adam_init, adam_direction,
+# line_search_step max_halvings, group_alignment_curvature shapes), sequence (SharedSequenceBandit.random seed/scale,
+# critical_eta, rule_reward, simulate collapse_J, place_for_success_rate J0/lo/hi). Their cases now must pass.
 OPEN: dict[tuple, str] = {(n, w, k): reason for n, (reason, cases) in OPEN_BY_FUNCTION.items() for w, k in cases}
 
 
