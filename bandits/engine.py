@@ -507,6 +507,8 @@ def _kernel(
                             ok = True
                             break
                         e *= 0.5
+                        if e == 0.0:  # underflow: stop (a huge max_halvings must not hang)
+                            break
                     eta[pb] = e if ok else 0.0
                 else:
                     dsum, ksum, cnt, sdmax = 0.0, 0.0, 0, 0.0

@@ -134,6 +134,8 @@ def line_search_step(
         if logodds_fn(th + eta * u) > phi0:
             return eta
         eta *= 0.5
+        if eta == 0.0:  # underflow: no further halving can succeed (a huge budget must not hang)
+            break
     return 0.0
 
 

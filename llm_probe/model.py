@@ -70,6 +70,11 @@ def build_tiny_qwen(tokenizer, spec: TinyQwenSpec = TinyQwenSpec(), *, seed: int
 
     if spec.arch not in ("qwen2", "qwen3"):
         raise ValueError(f"spec.arch must be 'qwen2' or 'qwen3', got {spec.arch!r}")
+    for field in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                  "num_key_value_heads", "max_position_embeddings"):
+        value = getattr(spec, field)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"spec.{field} must be an integer >= 1, got {value!r}")
     if spec.num_attention_heads % spec.num_key_value_heads:
         raise ValueError("spec.num_attention_heads must be a multiple of spec.num_key_value_heads")
     common = dict(

@@ -56,7 +56,10 @@ def select_params(model, subset: str = "all") -> dict[str, torch.nn.Parameter]:
         if not out:  # tied embeddings: the head is the input embedding
             out = {n: p for n, p in named.items() if "embed_tokens" in n}
     else:
-        rx = re.compile(subset)
+        try:
+            rx = re.compile(subset)
+        except re.error as exc:
+            raise ValueError(f"subset {subset!r} is neither 'all', 'lm_head' nor a valid regex: {exc}") from exc
         out = {n: p for n, p in named.items() if rx.search(n)}
     if not out:
         raise ValueError(f"subset {subset!r} selects no trainable parameter")

@@ -8,6 +8,8 @@ completion g of prompt b.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 import torch
@@ -39,6 +41,10 @@ class Rollout:
         return self.rewards.shape[0]
 
 
+class NonFinitePolicyError(ValueError):
+    """The policy produced NaN/inf probabilities while sampling (e.g. after an update that blew up its logits)."""
+
+
 def encode_prompts(tokenizer, prompts: list[str], device=None):
     """(ids [B, P], mask [B, P]) left-padded, no special tokens."""
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
@@ -49,8 +55,10 @@ def encode_prompts(tokenizer, prompts: list[str], device=None):
 def sample_completions(model, prompt_ids, prompt_mask, *, max_new_tokens: int, eos_id: int, pad_id: int,
                        generator: torch.Generator, temperature: float = 1.0):
     """Sample completions token by token; returns (completion_ids [N, T], completion_mask [N, T], terminated [N])."""
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"temperature must be finite and > 0, got {temperature}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     N = prompt_ids.shape[0]
     dev = prompt_ids.device
     ids, attn = prompt_ids, prompt_mask
@@ -60,6 +68,8 @@ def sample_completions(model, prompt_ids, prompt_mask, *, max_new_tokens: int, e
     for t in range(max_new_tokens):
         logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn), use_cache=False).logits
         probs = torch.softmax(logits[:, -1, :].float() / temperature, dim=-1)
+        if not bool(torch.isfinite(probs).all()):
+            raise NonFinitePolicyError(f"the policy's next-token probabilities are not finite at position {t}")
         nxt = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(dev)
         nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
         out[:, t] = nxt
@@ -78,6 +88,8 @@ def make_rollout(model, tokenizer, task, problems, *, G: int, max_new_tokens: in
     """Sample G completions for each problem and score them with ``task.reward``."""
     if G < 2:
         raise ValueError(f"G must be >= 2, got {G}")
+    if len(problems) == 0:
+        raise ValueError("problems must not be empty (nothing to roll out)")
     dev = next(model.parameters()).device
     p_ids, p_mask = encode_prompts(tokenizer, [p.prompt for p in problems], dev)
     p_ids, p_mask = p_ids.repeat_interleave(G, 0), p_mask.repeat_interleave(G, 0)

@@ -40,7 +40,7 @@ from .probes import (
     select_params,
     token_stats,
 )
-from .rollout import make_rollout
+from .rollout import NonFinitePolicyError, make_rollout
 from .tasks import AdditionTask, JsonlTask
 from .tokenizer import build_char_tokenizer
 from .warmup import warmup
@@ -229,8 +229,11 @@ class Trainer:
         t0 = time.perf_counter()
         self.model.train()
         problems = self.task.sample(self.np_rng, cfg.prompts_per_step)
-        ro = make_rollout(self.model, self.tok, self.task, problems, G=cfg.group_size,
-                          max_new_tokens=cfg.max_new_tokens, generator=self.gen, temperature=cfg.temperature)
+        try:
+            ro = make_rollout(self.model, self.tok, self.task, problems, G=cfg.group_size,
+                              max_new_tokens=cfg.max_new_tokens, generator=self.gen, temperature=cfg.temperature)
+        except NonFinitePolicyError as exc:  # finite but exploded weights: nothing to sample from
+            return self._fault(k, {}, f"non-finite policy output ({exc})")
         probing = self._probe_step(k)
         res, logp, logp_all = self.compute_loss(ro)
         m = self._rollout_metrics(ro)
@@ -252,16 +255,7 @@ class Trainer:
                 fault = "non-finite gradient"
         m["loss"] = float(loss.detach())
         if fault is not None:
-            self.opt.zero_grad(set_to_none=True)
-            self.faults += 1
-            self.consecutive_faults += 1
-            m.update({"fault": fault, "faults": self.faults, "skipped": 1})
-            self.step += 1
-            if self.consecutive_faults >= cfg.max_faults:
-                self._log(k, m)
-                raise FaultError(f"stopped at step {k}: {self.consecutive_faults} consecutive steps with a "
-                                 f"non-finite loss or gradient (last: {fault}); weights are those before the faults")
-            return m
+            return self._fault(k, m, fault)
         self.consecutive_faults = 0
         for p in self.model.parameters():  # parameters without a gradient get an exact zero (Adam still moves them)
             if p.grad is None and p.requires_grad:
@@ -289,12 +283,32 @@ class Trainer:
                 probe_gap = per_prompt_gaps(self.model, probe_ro, self.probe_params) if dot_route else None
         all_old = [p.detach().clone() for p in self.model.parameters()]
         self.opt.step()
+        if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
+            # a finite gradient times a huge step can still overflow the weights: restore them and count a
+            # fault (the optimizer's moments keep this step's finite gradient)
+            with torch.no_grad():
+                for p, o in zip(self.model.parameters(), all_old):
+                    p.copy_(o)
+            return self._fault(k, m, "non-finite weights after the update")
         with torch.no_grad():
             m["update_norm"] = float(torch.sqrt(sum(((p - o) ** 2).sum() for p, o in zip(self.model.parameters(), all_old))))
         if probing:
             m.update(self._alignment(ro, batch_gap, probe_ro, probe_gap, old, grad_dir, k, all_old, phi_old))
         m["step_time"] = time.perf_counter() - t0
         self.step += 1
+        return m
+
+    def _fault(self, k: int, m: dict, fault: str) -> dict:
+        """Skip step k (weights as before it), log the fault; FaultError after max_faults in a row."""
+        self.opt.zero_grad(set_to_none=True)
+        self.faults += 1
+        self.consecutive_faults += 1
+        m.update({"fault": fault, "faults": self.faults, "skipped": 1})
+        self.step += 1
+        if self.consecutive_faults >= self.cfg.max_faults:
+            self._log(k, m)
+            raise FaultError(f"stopped at step {k}: {self.consecutive_faults} consecutive steps with a "
+                             f"non-finite loss, gradient or update (last: {fault}); weights are those before the faults")
         return m
 
     def _alignment(self, ro, batch_gap, probe_ro, probe_gap, old, grad_dir, k, all_old, phi_old=None) -> dict:

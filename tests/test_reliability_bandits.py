@@ -294,9 +294,6 @@ def test_structural_bad_input_raises_value_error(make):
         make()
 
 
-@pytest.mark.xfail(strict=True, reason="open defect: bandits/schedules.py line_search_step (and the engine's linesearch "
-                   "kernel, bandits/engine.py) keep halving after eta underflows to 0: max_halvings=10**9 runs ~1e9 "
-                   "evaluations (a hang) instead of stopping at eta == 0")
 @pytest.mark.timeout(3)
 def test_line_search_with_a_huge_halving_budget_terminates():
     """max_halvings is a budget: once eta underflows to 0 no further halving can succeed."""

@@ -487,12 +487,8 @@ def test_rollout_bad_input_raises_value_error(kw):
         _rollout_call(**kw)
 
 
-_ROLLOUT_OPEN = ("open defect: llm_probe/rollout.py make_rollout/sample_completions: temperature=NaN (RuntimeError in "
-                 "torch.multinomial), max_new_tokens < 0 (RuntimeError, negative dimension) and an empty problem list "
-                 "(IndexError) are not validated")
-
-
-@pytest.mark.xfail(strict=True, reason=_ROLLOUT_OPEN)
+# Formerly open (RELIABILITY.md defect 11): temperature NaN, max_new_tokens < 0 and an empty problem list
+# reached torch / indexing; fixed in llm_probe/rollout.py.
 @pytest.mark.parametrize("kw", [dict(temperature=float("nan")), dict(max_new_tokens=-1), dict(problems=[])],
                          ids=["temperature=nan", "max_new_tokens=-1", "no_problems"])
 def test_rollout_unvalidated_input_open(kw):
@@ -511,18 +507,16 @@ def test_model_construction_bad_specs():
         build_tiny_qwen(tok, dtype="float8")
 
 
-@pytest.mark.xfail(strict=True, reason="open defect: llm_probe/model.py build_tiny_qwen does not validate sizes: "
-                   "hidden_size=0 raises ZeroDivisionError inside transformers' init")
 def test_model_construction_zero_hidden_size():
+    """Formerly open: hidden_size=0 raised ZeroDivisionError inside transformers' init."""
     from llm_probe.model import TinyQwenSpec, build_tiny_qwen
 
     with pytest.raises(ValueError):
         build_tiny_qwen(build_char_tokenizer(), TinyQwenSpec(hidden_size=0))
 
 
-@pytest.mark.xfail(strict=True, reason="open defect: llm_probe/probes.py select_params compiles the subset with re.compile "
-                   "unchecked: an invalid regex ('(') raises re.error, not ValueError (also via --probe-params)")
 def test_select_params_invalid_regex():
+    """Formerly open: an invalid regex raised re.error, not ValueError."""
     from llm_probe.probes import select_params
     from tests.llm_helpers import tiny
 
@@ -530,11 +524,8 @@ def test_select_params_invalid_regex():
         select_params(tiny()[0], "(")
 
 
-@pytest.mark.xfail(strict=True, reason="open defect: llm_probe/trainer.py train_step checks the loss and the gradient "
-                   "but not the update: a finite gradient times a huge step (SGD lr=1e38) writes inf/NaN weights, and "
-                   "the next step dies in torch.multinomial (RuntimeError 'probability tensor contains inf, nan') "
-                   "instead of skipping the step (the pre-step weights are at hand: all_old) or a FaultError")
 def test_update_that_overflows_the_weights_is_a_fault(tmp_path):
+    """Formerly open: an update that overflows the weights now restores them and counts a fault."""
     model, tok = warm_model()
     tr = Trainer(_cfg(tmp_path, steps=6, optimizer="sgd", lr=1e38, max_faults=2), model=model, tokenizer=tok)
     try:
