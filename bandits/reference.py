@@ -14,16 +14,32 @@ import numpy as np
 from scipy.special import expit
 
 import gapdyn
+from gapdyn._validate import as_float_array
 
 from .engine import Dynamics, Trajectory, _runs
 from .envs import ContextualBandit
+
 from .schedules import adam_direction, adam_init, adaptive_step, group_alignment_curvature, line_search_step, schedule_step
 
 __all__ = ["simulate_reference", "sample_arms"]
 
 
 def sample_arms(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Inverse-CDF draws: for each context c, arms searchsorted(cumsum(pi_c), u[c] * total, 'right')."""
+    """Inverse-CDF draws: for each context c, arms searchsorted(cumsum(pi_c), u[c] * total, 'right').
+
+    probs [C, K] finite and non-negative (rows need not be normalised); u [C, G] uniforms, finite.
+    """
+    probs = as_float_array(probs, "probs", min_ndim=2)
+    u = as_float_array(u, "u", min_ndim=2)
+    if probs.ndim != 2 or u.ndim != 2 or u.shape[0] != probs.shape[0]:
+        raise ValueError(f"probs must be [C, K] and u [C, G] with the same C, got {probs.shape} and {u.shape}")
+    if np.any(probs < 0) or np.any(probs.sum(axis=1) <= 0):
+        raise ValueError("probs must be non-negative with positive mass in every row")
+    return _sample_arms(probs, u)
+
+
+def _sample_arms(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """:func:`sample_arms` without the boundary checks (the reference loop's inner step)."""
     idx = np.empty(u.shape, dtype=np.int64)
     for c in range(probs.shape[0]):
         cdf = np.cumsum(probs[c])
@@ -108,7 +124,7 @@ def simulate_reference(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, 
                 wscale = np.abs(scal) * np.array([_cond_abs_scale(logits[c], rew[c], fnorm[c]) for c in range(C)])
             else:
                 u = rng.random((C, G))
-                idx = sample_arms(probs, u)
+                idx = _sample_arms(probs, u)
                 r_g = np.take_along_axis(rew, idx, axis=1)  # [C, G]
                 A = gapdyn.group_advantages(dyn.method, r_g, **opts)
                 s_g = np.take_along_axis(scores, idx[..., None], axis=1)  # [C, G, d]
