@@ -243,6 +243,20 @@ def _logits(featT, c, th, z):
 
 
 @njit(cache=True)
+def _class_max(rew, c, z, K):
+    """(max logit over correct arms, max over incorrect arms) of context c: the log-sum-exp shifts."""
+    zmp, zmn = -np.inf, -np.inf
+    for a in range(K):
+        s = z[a]
+        if rew[c, a] > 0.5:
+            if s > zmp:
+                zmp = s
+        elif s > zmn:
+            zmn = s
+    return zmp, zmn
+
+
+@njit(cache=True)
 def _forward(feat, featT, rew, fnorm, c, th, z, p, cw, gap, mphi, want_mphi, cdf, want_cdf):
     """Logits, pi, J, 1-J, Phi, entropy, Gap and E_pi[phi] of context c at parameters th.
 
@@ -252,14 +266,7 @@ def _forward(feat, featT, rew, fnorm, c, th, z, p, cw, gap, mphi, want_mphi, cdf
     """
     K, d = feat.shape[1], feat.shape[2]
     _logits(featT, c, th, z)
-    zmp, zmn = -np.inf, -np.inf
-    for a in range(K):
-        s = z[a]
-        if rew[c, a] > 0.5:
-            if s > zmp:
-                zmp = s
-        elif s > zmn:
-            zmn = s
+    zmp, zmn = _class_max(rew, c, z, K)
     # one exp per arm: e_a = exp(z_a - max of its own reward class)
     Sp, Sn = 0.0, 0.0
     for a in range(K):
@@ -309,14 +316,7 @@ def _logodds(featT, rew, c, th, z):
     """Phi of context c at th (log-sum-exp over correct minus incorrect arms); z is scratch [K]."""
     K = featT.shape[2]
     _logits(featT, c, th, z)
-    zmp, zmn = -np.inf, -np.inf
-    for a in range(K):
-        s = z[a]
-        if rew[c, a] > 0.5:
-            if s > zmp:
-                zmp = s
-        elif s > zmn:
-            zmn = s
+    zmp, zmn = _class_max(rew, c, z, K)
     Sp, Sn = 0.0, 0.0
     for a in range(K):
         if rew[c, a] > 0.5:
