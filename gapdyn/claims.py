@@ -1,0 +1,344 @@
+"""Claims as data: one record per tested statement, its verdict decided by a rule (docs/evidence.md).
+
+A claim carries where it comes from (paper + theorem/equation, or "beyond the papers"), what was
+measured (statistic, estimate, 95 % interval, n), the criterion written before the run (as text,
+printed literally, and as a machine-checkable :class:`Criterion`), and a verdict that
+:func:`decide_verdict` computes from the interval and the criterion, never set by hand:
+
+* ``holds``          the whole interval satisfies the criterion (and, for a test, p_adjusted < alpha);
+* ``does not hold``  the whole interval violates it;
+* ``inconclusive``   the interval straddles it (or the test is not significant after Holm);
+* ``identity``       true by construction (e.g. an exact rescaling); shown, never counted.
+
+Experiments run a discovery block (seeds 0-19) and a confirmation block (seeds 1000-1019);
+:func:`replication_table` shows the confirmation verdict and flags disagreement.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+
+import numpy as np
+
+VERDICTS = ("holds", "does not hold", "inconclusive", "identity")
+BLOCKS = ("discovery", "confirmation")
+DISCOVERY_SEEDS = tuple(range(0, 20))
+"""Default seeds of the discovery block."""
+CONFIRMATION_SEEDS = tuple(range(1000, 1020))
+"""Default seeds of the confirmation block (disjoint from discovery)."""
+CRITERION_KINDS = ("above", "below", "inside", "contains", "identity")
+
+
+def _finite(v, name: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(v):
+        raise ValueError(f"{name} must be a finite number, got {v!r}")
+    return float(v)
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """A machine-checkable criterion on a claim's 95 % interval [lo, hi].
+
+    kind "above" (value):         holds if lo > value; does not hold if hi <= value.
+    kind "below" (value):         holds if hi < value; does not hold if lo >= value.
+    kind "inside" (lo, hi):       holds if the interval lies in [lo, hi]; does not hold if disjoint.
+    kind "contains" (value, tol): holds if lo <= value <= hi and (tol given) the interval lies in
+                                  [value - tol, value + tol]; does not hold if value is outside;
+                                  a containing interval wider than that is inconclusive.
+    kind "identity" (value, tol): verdict "identity" if |estimate - value| <= tol, else "does not
+                                  hold" (a broken identity is a defect and must show).
+    alpha: for claims that are tests, "holds" also needs p_adjusted < alpha (Holm-adjusted).
+    Build with the class methods: Criterion.above(0), Criterion.inside(0.4, 0.6), ...
+    """
+
+    kind: str
+    value: float | None = None
+    lo: float | None = None
+    hi: float | None = None
+    tol: float | None = None
+    alpha: float | None = None
+
+    def __post_init__(self):
+        if self.kind not in CRITERION_KINDS:
+            raise ValueError(f"kind must be one of {CRITERION_KINDS}, got {self.kind!r}")
+        for name in ("value", "lo", "hi", "tol", "alpha"):
+            v = getattr(self, name)
+            if v is not None:
+                object.__setattr__(self, name, _finite(v, name))
+        need = {"above": ("value",), "below": ("value",), "inside": ("lo", "hi"),
+                "contains": ("value",), "identity": ("value", "tol")}[self.kind]
+        for name in need:
+            if getattr(self, name) is None:
+                raise ValueError(f"{name} is required for a criterion of kind {self.kind!r}")
+        if self.kind == "inside" and not self.lo < self.hi:
+            raise ValueError(f"hi must exceed lo for 'inside', got [{self.lo}, {self.hi}]")
+        if self.tol is not None and self.tol < 0:
+            raise ValueError(f"tol must be >= 0, got {self.tol}")
+        if self.alpha is not None and not 0 < self.alpha < 1:
+            raise ValueError(f"alpha must lie in (0, 1), got {self.alpha}")
+
+    @classmethod
+    def above(cls, value: float, *, alpha: float | None = None) -> Criterion:
+        return cls("above", value=value, alpha=alpha)
+
+    @classmethod
+    def below(cls, value: float, *, alpha: float | None = None) -> Criterion:
+        return cls("below", value=value, alpha=alpha)
+
+    @classmethod
+    def inside(cls, lo: float, hi: float, *, alpha: float | None = None) -> Criterion:
+        return cls("inside", lo=lo, hi=hi, alpha=alpha)
+
+    @classmethod
+    def contains(cls, value: float, *, tol: float | None = None) -> Criterion:
+        return cls("contains", value=value, tol=tol)
+
+    @classmethod
+    def identity(cls, value: float, *, tol: float) -> Criterion:
+        return cls("identity", value=value, tol=tol)
+
+    def describe(self) -> str:
+        """The criterion as one line of text (what the tables print)."""
+        text = {
+            "above": lambda: f"interval above {self.value:g}",
+            "below": lambda: f"interval below {self.value:g}",
+            "inside": lambda: f"interval inside [{self.lo:g}, {self.hi:g}]",
+            "contains": lambda: f"interval contains {self.value:g}"
+            + ("" if self.tol is None else f" and lies within ±{self.tol:g} of it"),
+            "identity": lambda: f"identity: estimate = {self.value:g} ± {self.tol:g}",
+        }[self.kind]()
+        return text + ("" if self.alpha is None else f"; Holm-adjusted p < {self.alpha:g}")
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> Criterion:
+        return cls(**dict(d))
+
+
+def decide_verdict(estimate: float, lo: float, hi: float, criterion: Criterion, *,
+                   p_adjusted: float | None = None) -> str:
+    """The verdict of a claim from its estimate, interval [lo, hi] and criterion (see Criterion)."""
+    estimate, lo, hi = _finite(estimate, "estimate"), _finite(lo, "lo"), _finite(hi, "hi")
+    if lo > hi:
+        raise ValueError(f"interval must satisfy lo <= hi, got [{lo}, {hi}]")
+    if not isinstance(criterion, Criterion):
+        raise ValueError("criterion must be a Criterion")
+    c = criterion
+    if c.kind == "identity":
+        return "identity" if abs(estimate - c.value) <= c.tol else "does not hold"
+    if c.kind == "above":
+        verdict = "holds" if lo > c.value else "does not hold" if hi <= c.value else "inconclusive"
+    elif c.kind == "below":
+        verdict = "holds" if hi < c.value else "does not hold" if lo >= c.value else "inconclusive"
+    elif c.kind == "inside":
+        verdict = ("holds" if c.lo <= lo and hi <= c.hi
+                   else "does not hold" if hi < c.lo or lo > c.hi else "inconclusive")
+    else:  # contains
+        if not lo <= c.value <= hi:
+            verdict = "does not hold"
+        elif c.tol is None or (c.value - c.tol <= lo and hi <= c.value + c.tol):
+            verdict = "holds"
+        else:
+            verdict = "inconclusive"
+    if c.alpha is not None and verdict == "holds":
+        if p_adjusted is None:
+            raise ValueError("p_adjusted is required: the criterion has alpha (the claim is a test)")
+        if not p_adjusted < c.alpha:
+            verdict = "inconclusive"
+    return verdict
+
+
+def criteria_hash(criteria: Mapping[str, Criterion]) -> str:
+    """SHA-256 (first 16 hex digits) of the criteria by claim id, canonical JSON; order-independent."""
+    if not isinstance(criteria, Mapping) or not all(isinstance(v, Criterion) for v in criteria.values()):
+        raise ValueError("criteria must be a mapping claim id -> Criterion")
+    blob = json.dumps({str(k): v.to_dict() for k, v in criteria.items()}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One tested statement with its verdict (decided in __post_init__ by :func:`decide_verdict`).
+
+    id: stable key (same across blocks); source: "Suk & Duan (arXiv 2510.08539), Thm 2" or
+    "beyond the papers"; statement: the claim in words; setting: instance, horizon, seeds;
+    statistic: what the estimate is; estimate, interval (lo, hi), n, confidence: the measurement;
+    criterion_text: written from the paper before the run, printed literally; criterion: its
+    machine-checkable form; p_value / p_adjusted: for claims that are tests; block: "discovery" or
+    "confirmation"; previously_measured: an earlier value, for the table only; criteria_hash: hash of
+    the frozen criteria the claim was judged against. verdict: computed, not an argument.
+    """
+
+    id: str
+    source: str
+    statement: str
+    setting: str
+    statistic: str
+    estimate: float
+    interval: tuple[float, float]
+    n: int
+    criterion_text: str
+    criterion: Criterion
+    block: str = "discovery"
+    p_value: float | None = None
+    p_adjusted: float | None = None
+    confidence: float = 0.95
+    previously_measured: str | None = None
+    criteria_hash: str | None = None
+    verdict: str = field(init=False)
+
+    def __post_init__(self):
+        for name in ("id", "source", "statement", "setting", "statistic", "criterion_text"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ValueError(f"{name} must be a non-empty string")
+        if self.block not in BLOCKS:
+            raise ValueError(f"block must be one of {BLOCKS}, got {self.block!r}")
+        if isinstance(self.n, bool) or int(self.n) != self.n or self.n < 1:
+            raise ValueError(f"n must be a positive integer, got {self.n!r}")
+        if len(tuple(self.interval)) != 2:
+            raise ValueError(f"interval must be (lo, hi), got {self.interval!r}")
+        lo, hi = (_finite(v, "interval") for v in self.interval)
+        object.__setattr__(self, "interval", (lo, hi))
+        object.__setattr__(self, "estimate", _finite(self.estimate, "estimate"))
+        object.__setattr__(self, "n", int(self.n))
+        for name in ("p_value", "p_adjusted"):
+            v = getattr(self, name)
+            if v is not None and not 0 <= _finite(v, name) <= 1:
+                raise ValueError(f"{name} must lie in [0, 1], got {v!r}")
+        if self.p_adjusted is not None and self.p_value is not None and self.p_adjusted < self.p_value:
+            raise ValueError("p_adjusted must be >= p_value")
+        object.__setattr__(self, "verdict",
+                           decide_verdict(self.estimate, lo, hi, self.criterion, p_adjusted=self.p_adjusted))
+
+    @property
+    def counts_as_evidence(self) -> bool:
+        """Identity rows are shown but never counted."""
+        return self.verdict != "identity"
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["interval"] = list(self.interval)
+        d["criterion"] = self.criterion.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> Claim:
+        """Rebuild a claim; a stored verdict that the rule no longer gives is an error."""
+        d = dict(d)
+        stored = d.pop("verdict", None)
+        d["criterion"] = Criterion.from_dict(d["criterion"])
+        d["interval"] = tuple(d["interval"])
+        claim = cls(**d)
+        if stored is not None and stored != claim.verdict:
+            raise ValueError(f"claim {claim.id!r}: stored verdict {stored!r} differs from the rule's {claim.verdict!r}")
+        return claim
+
+
+def claims_to_json(claims: Iterable[Claim]) -> str:
+    """Serialise claims to a JSON list of plain dicts."""
+    return json.dumps([c.to_dict() for c in claims], indent=1)
+
+
+def claims_from_json(text: str) -> list[Claim]:
+    """Inverse of :func:`claims_to_json` (verdicts re-decided and checked)."""
+    data = json.loads(text)
+    if not isinstance(data, list):
+        raise ValueError("text must hold a JSON list of claims")
+    return [Claim.from_dict(d) for d in data]
+
+
+def holm_adjust_claims(claims: Sequence[Claim]) -> list[Claim]:
+    """Set p_adjusted (Holm over the claims that carry a p-value) and re-decide their verdicts."""
+    from .stats import holm_adjust
+
+    tested = [i for i, c in enumerate(claims) if c.p_value is not None]
+    out = list(claims)
+    if tested:
+        adj = holm_adjust([claims[i].p_value for i in tested])
+        for i, p in zip(tested, adj):
+            out[i] = replace(claims[i], p_adjusted=float(p))
+    return out
+
+
+def count_verdicts(claims: Iterable[Claim]) -> dict[str, int]:
+    """How many claims hold / do not hold / are inconclusive; identities counted apart."""
+    counts = dict.fromkeys(VERDICTS, 0)
+    for c in claims:
+        counts[c.verdict] += 1
+    return counts
+
+
+TABLE_COLUMNS = ("id", "block", "source", "statement", "setting", "statistic", "estimate", "lo", "hi", "n",
+                 "criterion", "verdict", "p_value", "p_adjusted", "previously_measured", "criteria_hash")
+
+
+def claims_table(claims: Iterable[Claim]):
+    """A pandas DataFrame with one row per claim (pandas imported lazily)."""
+    import pandas as pd
+
+    rows = []
+    for c in claims:
+        d = c.to_dict()
+        d["lo"], d["hi"] = c.interval
+        d["criterion"] = c.criterion_text
+        rows.append({k: d[k] for k in TABLE_COLUMNS})
+    return pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
+
+
+def _cell(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(df, columns: Sequence[str] | None = None) -> str:
+    """Render a DataFrame (e.g. from :func:`claims_table`) as a GitHub markdown table."""
+    cols = list(df.columns if columns is None else columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for row in df[cols].itertuples(index=False):
+        lines.append("| " + " | ".join(_cell(v) for v in row) + " |")
+    return "\n".join(lines)
+
+
+def claims_markdown(claims: Iterable[Claim], columns: Sequence[str] = (
+        "id", "block", "source", "statistic", "estimate", "lo", "hi", "n", "criterion", "verdict")) -> str:
+    """The claims as a markdown table (identity rows marked, never counted)."""
+    return markdown_table(claims_table(claims), columns)
+
+
+def replication_table(discovery: Iterable[Claim], confirmation: Iterable[Claim]):
+    """One row per claim id: both blocks' verdicts, the verdict shown (confirmation's) and a flag.
+
+    verdict = the confirmation verdict ("" when no confirmation claim exists); agree = both blocks
+    reached the same verdict; flag = "disagree", "no confirmation" or "" .
+    """
+    import pandas as pd
+
+    disc = {c.id: c for c in discovery}
+    conf = {c.id: c for c in confirmation}
+    for name, group, block in (("discovery", disc, "discovery"), ("confirmation", conf, "confirmation")):
+        bad = [c.id for c in group.values() if c.block != block]
+        if bad:
+            raise ValueError(f"{name} claims must have block={block!r}; wrong: {bad}")
+    rows = []
+    for cid in list(disc) + [k for k in conf if k not in disc]:
+        d, c = disc.get(cid), conf.get(cid)
+        dv = d.verdict if d else ""
+        cv = c.verdict if c else ""
+        agree = bool(d and c and dv == cv)
+        flag = "" if agree else "no confirmation" if c is None else "no discovery" if d is None else "disagree"
+        ref = c or d
+        rows.append({"id": cid, "source": ref.source, "statistic": ref.statistic,
+                     "estimate": c.estimate if c else math.nan,
+                     "lo": c.interval[0] if c else math.nan, "hi": c.interval[1] if c else math.nan,
+                     "criterion": ref.criterion_text, "discovery": dv, "confirmation": cv,
+                     "verdict": cv, "agree": agree, "flag": flag})
+    return pd.DataFrame(rows)
