@@ -38,3 +38,46 @@ method_names = st.sampled_from(
 )
 
 small_logits = hnp.arrays(np.float64, st.integers(2, 30), elements=st.floats(-8, 8))
+
+
+# --- evidence layer (gapdyn.stats, gapdyn.collapse, gapdyn.claims) ---------------------------------
+
+
+@st.composite
+def small_2x2_tables(draw, max_count: int = 12):
+    """2x2 tables of non-negative counts with a positive total (Fisher test against enumeration)."""
+    cells = draw(st.lists(st.integers(0, max_count), min_size=4, max_size=4).filter(lambda c: sum(c) > 0))
+    return np.array(cells).reshape(2, 2)
+
+
+@st.composite
+def island_sets(draw, max_islands: int = 6, min_width: float = 1.02, min_gap: float = 1.03):
+    """Disjoint collapsing islands [(a, b), ...] inside [1e-3, 10] in increasing order.
+
+    Each island and each gap between islands spans at least the given ratio, so a 1 % grid puts a
+    point inside every island and between every two.
+    """
+    n = draw(st.integers(1, max_islands))
+    start = 1e-3 * draw(st.floats(1.1, 3.0))
+    islands = []
+    for _ in range(n):
+        width = draw(st.floats(min_width, 1.3))
+        islands.append((start, start * width))
+        start = start * width * draw(st.floats(min_gap, 3.0))
+    return [iv for iv in islands if iv[1] < 9.0] or [islands[0]]
+
+
+def island_min_J(islands):
+    """A synthetic vectorised min_J: 0 on the half-open islands [a, b), 1 elsewhere."""
+
+    def min_J(etas):
+        e = np.asarray(etas, dtype=np.float64)
+        out = np.ones_like(e)
+        for a, b in islands:
+            out[(e >= a) & (e < b)] = 0.0
+        return out
+
+    return min_J
+
+
+finite_intervals = st.tuples(st.floats(-10, 10), st.floats(0, 5)).map(lambda t: (t[0], t[0] + t[1]))
