@@ -1,0 +1,174 @@
+"""gapdyn.claims: verdicts by rule, JSON round trip, criteria hash, replication, Holm re-decision."""
+
+import dataclasses
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import gapdyn as g
+from gapdyn import Criterion as C
+from tests.strategies import finite_intervals
+
+VERDICT_TABLE = [
+    # (lo, hi, criterion, verdict)
+    ((0.1, 0.4), C.above(0), "holds"),
+    ((-0.1, 0.4), C.above(0), "inconclusive"),
+    ((-0.3, 0.0), C.above(0), "does not hold"),
+    ((0.0, 0.0), C.above(0), "does not hold"),
+    ((-0.3, -0.1), C.below(0), "holds"),
+    ((-0.3, 0.2), C.below(0), "inconclusive"),
+    ((0.0, 0.2), C.below(0), "does not hold"),
+    ((0.45, 0.55), C.inside(0.4, 0.6), "holds"),
+    ((0.4, 0.6), C.inside(0.4, 0.6), "holds"),
+    ((0.3, 0.5), C.inside(0.4, 0.6), "inconclusive"),
+    ((0.1, 2.0), C.inside(0.4, 0.6), "inconclusive"),
+    ((0.7, 0.9), C.inside(0.4, 0.6), "does not hold"),
+    ((0.1, 0.3), C.inside(0.4, 0.6), "does not hold"),
+    ((0.9, 1.1), C.contains(1.0), "holds"),
+    ((1.1, 1.3), C.contains(1.0), "does not hold"),
+    ((0.99, 1.01), C.contains(1.0, tol=0.05), "holds"),
+    ((0.0, 5.0), C.contains(1.0, tol=0.05), "inconclusive"),
+]
+
+
+@pytest.mark.parametrize("interval, criterion, verdict", VERDICT_TABLE)
+def test_verdict_table(interval, criterion, verdict):
+    estimate = sum(interval) / 2
+    assert g.decide_verdict(estimate, *interval, criterion) == verdict
+
+
+@given(finite_intervals, st.floats(-10, 10))
+def test_above_and_below_are_mirror_images(interval, x):
+    lo, hi = interval
+    assert g.decide_verdict(lo, lo, hi, C.above(x)) == g.decide_verdict(-lo, -hi, -lo, C.below(-x))
+
+
+@given(finite_intervals, st.floats(-10, 10))
+def test_a_straddling_interval_is_never_a_verdict(interval, x):
+    lo, hi = interval
+    if lo < x < hi:
+        for crit in (C.above(x), C.below(x)):
+            assert g.decide_verdict(x, lo, hi, crit) == "inconclusive"
+
+
+def test_identity_rows_are_shown_not_counted_and_a_broken_identity_shows():
+    assert g.decide_verdict(1.2500001, 1.2500001, 1.2500001, C.identity(1.25, tol=1e-3)) == "identity"
+    assert g.decide_verdict(1.3, 1.3, 1.3, C.identity(1.25, tol=1e-3)) == "does not hold"
+    c = claim(estimate=1.25, interval=(1.25, 1.25), criterion=C.identity(1.25, tol=1e-6))
+    assert c.verdict == "identity" and not c.counts_as_evidence
+    assert g.count_verdicts([c, claim()]) == {"holds": 1, "does not hold": 0, "inconclusive": 0, "identity": 1}
+
+
+def test_tests_need_the_adjusted_p_value_below_alpha():
+    crit = C.above(0, alpha=0.05)
+    assert g.decide_verdict(0.3, 0.1, 0.5, crit, p_adjusted=0.01) == "holds"
+    assert g.decide_verdict(0.3, 0.1, 0.5, crit, p_adjusted=0.2) == "inconclusive"
+    assert g.decide_verdict(-0.3, -0.5, -0.1, crit, p_adjusted=0.01) == "does not hold"
+    with pytest.raises(ValueError, match="p_adjusted"):
+        g.decide_verdict(0.3, 0.1, 0.5, crit)
+
+
+def claim(**kw):
+    base = dict(id="thm2.collapse", source="Suk & Duan (arXiv 2510.08539), Thm 2",
+                statement="above eta* J collapses", setting="softmax K=100, G=8, horizon 200",
+                statistic="collapse rate above eta*", estimate=0.3, interval=(0.1, 0.5), n=20,
+                criterion_text="collapse rate interval above 0", criterion=C.above(0.0))
+    return g.Claim(**(base | kw))
+
+
+def test_verdict_is_computed_never_passed():
+    assert claim().verdict == "holds"
+    with pytest.raises(TypeError):
+        claim(verdict="holds")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        claim().verdict = "does not hold"
+
+
+@given(finite_intervals, st.sampled_from(["discovery", "confirmation"]),
+       st.one_of(st.none(), st.floats(0, 1)), st.integers(1, 10_000))
+def test_claims_round_trip_through_json(interval, block, p, n):
+    c = claim(estimate=interval[0], interval=interval, block=block, p_value=p, n=n,
+              criterion=C.inside(-1, 1), criteria_hash="abc")
+    back = g.claims_from_json(g.claims_to_json([c]))
+    assert back == [c] and back[0].verdict == c.verdict
+
+
+def test_a_tampered_verdict_is_rejected():
+    data = json.loads(g.claims_to_json([claim()]))
+    data[0]["verdict"] = "does not hold"
+    with pytest.raises(ValueError, match="stored verdict"):
+        g.claims_from_json(json.dumps(data))
+
+
+def test_criteria_hash_is_order_free_and_sees_every_change():
+    a = {"x": C.above(0), "y": C.inside(0.4, 0.6)}
+    b = {"y": C.inside(0.4, 0.6), "x": C.above(0)}
+    assert g.criteria_hash(a) == g.criteria_hash(b)
+    assert g.criteria_hash(a) != g.criteria_hash({"x": C.above(0), "y": C.inside(0.4, 0.61)})
+    assert g.criteria_hash(a) != g.criteria_hash({"x": C.above(0, alpha=0.05), "y": C.inside(0.4, 0.6)})
+
+
+def test_replication_shows_confirmation_and_flags_disagreement():
+    disc = [claim(id="a"), claim(id="b"), claim(id="c")]
+    conf = [claim(id="a", block="confirmation"),
+            claim(id="b", block="confirmation", interval=(-0.1, 0.2)),
+            claim(id="d", block="confirmation")]
+    t = g.replication_table(disc, conf).set_index("id")
+    assert t.loc["a", "verdict"] == "holds" and t.loc["a", "agree"] and t.loc["a", "flag"] == ""
+    assert t.loc["b", "verdict"] == "inconclusive" and t.loc["b", "flag"] == "disagree"
+    assert t.loc["c", "verdict"] == "" and t.loc["c", "flag"] == "no confirmation"
+    assert t.loc["d", "flag"] == "no discovery"
+    with pytest.raises(ValueError, match="block"):
+        g.replication_table(conf, conf)
+
+
+def test_holm_over_claims_redecides_verdicts():
+    crit = C.above(0, alpha=0.05)
+    cs = [claim(id=str(i), p_value=p, criterion=crit, p_adjusted=p) for i, p in enumerate([0.01, 0.03, 0.2])]
+    adjusted = g.holm_adjust_claims(cs)
+    assert [c.p_adjusted for c in adjusted] == pytest.approx([0.03, 0.06, 0.2])
+    assert [c.verdict for c in adjusted] == ["holds", "inconclusive", "inconclusive"]
+
+
+def test_tables_render_every_claim():
+    cs = [claim(id="a", criterion_text="a | b"), claim(id="b", interval=(-1, 1))]
+    df = g.claims_table(cs)
+    assert list(df["verdict"]) == ["holds", "inconclusive"]
+    assert list(df["criterion"]) == ["a | b", "collapse rate interval above 0"]
+    md = g.claims_markdown(cs).splitlines()
+    assert len(md) == 4 and "a \\| b" in md[2]
+
+
+@pytest.mark.parametrize("kw, name", [
+    (dict(id=""), "id"),
+    (dict(block="pilot"), "block"),
+    (dict(n=0), "n"),
+    (dict(interval=(0.0, float("nan"))), "interval"),
+    (dict(interval=(0.5, 0.1)), "lo <= hi"),
+    (dict(p_value=1.5), "p_value"),
+    (dict(p_value=0.2, p_adjusted=0.1), "p_adjusted"),
+    (dict(criterion="above 0"), "criterion"),
+])
+def test_bad_claims_name_the_argument(kw, name):
+    with pytest.raises(ValueError, match=name):
+        claim(**kw)
+
+
+@pytest.mark.parametrize("make, name", [
+    (lambda: C("greater", value=0), "kind"),
+    (lambda: C("above"), "value"),
+    (lambda: C.inside(0.6, 0.4), "hi"),
+    (lambda: C.above(0, alpha=1.5), "alpha"),
+    (lambda: C.contains(1.0, tol=-1), "tol"),
+    (lambda: C.above(float("inf")), "value"),
+])
+def test_bad_criteria_name_the_argument(make, name):
+    with pytest.raises(ValueError, match=name):
+        make()
+
+
+def test_criterion_text_is_literal():
+    assert C.inside(0.4, 0.6).describe() == "interval inside [0.4, 0.6]"
+    assert C.above(0, alpha=0.05).describe() == "interval above 0; Holm-adjusted p < 0.05"

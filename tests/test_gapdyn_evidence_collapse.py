@@ -1,0 +1,164 @@
+"""gapdyn.collapse: the eta* scan + bisection on synthetic min_J functions with known collapse sets."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import gapdyn as g
+from tests.strategies import island_min_J, island_sets
+
+LO, HI = 1e-3, 10.0
+
+
+@given(st.floats(1e-6, 1.0), st.floats(1.5, 1e4), st.floats(1.001, 1.5))
+def test_grid_spacing_and_endpoints(lo, span, ratio):
+    grid = g.eta_grid(lo, lo * span, max_ratio=ratio)
+    assert grid[0] == lo and grid[-1] == lo * span
+    assert np.all(grid[1:] / grid[:-1] <= ratio * (1 + 1e-12))
+    assert np.all(np.diff(grid) > 0)
+
+
+def test_one_island_step_function():
+    c = 0.0377
+    res = g.find_eta_star(island_min_J([(c, math.inf)]), LO, HI)
+    assert res.status == "found" and res.n_islands == 1
+    lo, hi = res.bracket
+    assert lo < c <= hi and hi / lo - 1 <= 1e-3
+    assert lo < res.eta_star < hi
+
+
+def test_scan_is_one_vectorised_call_then_single_eta_bisection():
+    calls = []
+
+    def min_J(etas):
+        calls.append(etas.size)
+        return np.where(etas >= 0.05, 0.0, 1.0)
+
+    res = g.find_eta_star(min_J, LO, HI)
+    assert calls[0] == g.eta_grid(LO, HI).size and all(n == 1 for n in calls[1:])
+    assert res.n_evaluations == sum(calls)
+
+
+def test_narrow_islands_a_coarse_grid_steps_over_are_found():
+    """Islands 1.5 % wide below a wide collapse region: a ~26 % grid sees only the wide region."""
+    islands = [(0.0123, 0.0123 * 1.015), (0.051, 0.051 * 1.015), (0.29, 0.29 * 1.015), (2.0, math.inf)]
+    f = island_min_J(islands)
+    fine = g.find_eta_star(f, LO, HI)
+    coarse = g.find_eta_star(f, LO, HI, max_ratio=1.26, rtol=1e-3)
+    assert fine.n_islands == 4
+    assert fine.bracket[0] < 0.0123 <= fine.bracket[1]
+    assert coarse.eta_star > 0.0123 * 1.015  # the coarse grid missed the first island
+    for (a, b), (ra, rb) in zip(islands, fine.islands):
+        assert a <= ra and rb < b
+
+
+@given(island_sets())
+def test_eta_star_is_the_start_of_the_first_island_and_islands_are_counted(islands):
+    res = g.find_eta_star(island_min_J(islands), LO, HI)
+    a = islands[0][0]
+    assert res.status == "found"
+    assert res.bracket[0] < a <= res.bracket[1] and res.bracket[1] / res.bracket[0] - 1 <= 1e-3
+    assert res.n_islands == len(islands)
+
+
+@given(island_sets())
+def test_collapse_measure_per_decade_matches_the_islands(islands):
+    res = g.find_eta_star(island_min_J(islands), LO, HI)
+    for start, end, frac in res.collapse_per_decade:
+        exact = sum(max(0.0, math.log(min(b, end)) - math.log(max(a, start))) for a, b in islands)
+        exact /= math.log(end / start)
+        # each island edge costs at most half a grid cell of log-eta
+        tol = 2 * len(islands) * math.log(1.01) / math.log(end / start)
+        assert frac == pytest.approx(exact, abs=tol)
+
+
+@given(st.floats(1.01, 3.0), st.floats(0.002, 0.5))
+def test_scaling_identity_is_reproduced_to_the_bisection_tolerance(c, start):
+    base = [(start, start * 1.3), (start * 2, math.inf)]
+    f = island_min_J(base)
+    den = g.find_eta_star(f, LO, HI)
+    num = g.find_eta_star(lambda e: f(e / c), LO, HI)
+    check = g.check_eta_star_ratio(num, den, c)
+    assert check.holds and check.missed_island is None
+    assert check.ratio == pytest.approx(c, rel=2e-3)
+
+
+def test_failed_identity_names_the_missed_island():
+    c = 1.25
+    base = [(0.02, 0.021), (0.1, math.inf)]
+    den = g.find_eta_star(island_min_J(base), LO, HI)
+    extra = (0.013, 0.0132)  # only the rescaled run collapses here
+    num = g.find_eta_star(island_min_J([extra] + [(a * c, b * c) for a, b in base]), LO, HI)
+    check = g.check_eta_star_ratio(num, den, c)
+    assert not check.holds
+    tag, (a, b) = check.missed_island
+    assert tag == "num" and extra[0] <= a <= b < extra[1]
+    assert "no counterpart" in check.message
+
+
+def test_sensitivity_threshold_on_a_smooth_min_J():
+    """min_J = exp(-(eta/eta0)^4): J < t first at eta0 (ln 1/t)^(1/4)."""
+    eta0 = 0.2
+    res = g.find_eta_star(lambda e: np.exp(-((e / eta0) ** 4)), LO, HI)
+    assert res.eta_star == pytest.approx(eta0 * math.log(1e3) ** 0.25, rel=1e-3)
+    assert res.eta_star_loose == pytest.approx(eta0 * math.log(1e2) ** 0.25, rel=1e-3)
+    assert res.threshold == g.COLLAPSE_J and res.loose_threshold == g.SENSITIVITY_J
+
+
+def test_censored_statuses():
+    none = g.find_eta_star(lambda e: np.ones_like(e), LO, HI)
+    assert none.status == "none_in_range" and math.isnan(none.eta_star) and none.n_islands == 0
+    low = g.find_eta_star(lambda e: np.zeros_like(e), LO, HI)
+    assert low.status == "collapsed_at_lo" and low.eta_star == LO
+    with pytest.raises(ValueError, match="num"):
+        g.check_eta_star_ratio(none, low, 1.0)
+
+
+def test_is_collapsed_uses_the_one_threshold():
+    np.testing.assert_array_equal(g.is_collapsed([0.0, 9.99e-4, 1e-3, 0.5]), [True, True, False, False])
+    np.testing.assert_array_equal(g.is_collapsed([5e-3], threshold=g.SENSITIVITY_J), [True])
+
+
+def test_result_is_frozen_and_serialisable():
+    import json
+
+    res = g.find_eta_star(island_min_J([(0.05, math.inf)]), LO, HI)
+    with pytest.raises(AttributeError):
+        res.eta_star = 1.0
+    with pytest.raises(ValueError):
+        res.grid[0] = 1.0
+    d = json.loads(json.dumps(res.to_dict()))
+    assert d["eta_star"] == res.eta_star and d["n_islands"] == 1
+
+
+def ok(e):
+    return np.ones_like(e)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(eta_lo=0.0), "eta_lo"),
+    (dict(eta_lo=-1.0), "eta_lo"),
+    (dict(eta_lo=float("nan")), "eta_lo"),
+    (dict(eta_hi=1e-4), "eta_hi"),
+    (dict(eta_hi=float("inf")), "eta_hi"),
+    (dict(max_ratio=1.0), "max_ratio"),
+    (dict(rtol=0.0), "rtol"),
+    (dict(rtol=0.02), "rtol"),
+    (dict(max_iter=0), "max_iter"),
+    (dict(threshold=0.1, loose_threshold=0.01), "threshold"),
+    (dict(min_J=lambda e: np.ones(3)), "min_J"),
+    (dict(min_J=lambda e: np.full_like(e, np.nan)), "min_J"),
+    (dict(min_J=3.0), "min_J"),
+])
+def test_bad_input_names_the_argument(kwargs, name):
+    args = dict(min_J=ok, eta_lo=LO, eta_hi=HI) | kwargs
+    with pytest.raises(ValueError, match=name):
+        g.find_eta_star(args.pop("min_J"), args.pop("eta_lo"), args.pop("eta_hi"), **args)
+
+
+def test_bisection_gives_up_after_max_iter():
+    with pytest.raises(ValueError, match="max_iter"):
+        g.find_eta_star(island_min_J([(0.05, math.inf)]), LO, HI, rtol=1e-12, max_iter=3)
