@@ -216,6 +216,19 @@ class Claim:
         object.__setattr__(self, "verdict",
                            decide_verdict(self.estimate, lo, hi, self.criterion, p_adjusted=self.p_adjusted))
 
+    @classmethod
+    def from_estimate(cls, estimate, **fields) -> Claim:
+        """Build a claim from a :class:`gapdyn.Estimate` (estimate, interval, n, confidence taken from it)."""
+        try:
+            measured = dict(estimate=estimate.estimate, interval=(estimate.lo, estimate.hi), n=estimate.n,
+                            confidence=estimate.confidence)
+        except AttributeError as exc:
+            raise ValueError("estimate must be a gapdyn.Estimate (estimate, lo, hi, n, confidence)") from exc
+        clash = sorted(set(measured) & set(fields))
+        if clash:
+            raise ValueError(f"fields {clash} come from the estimate; do not pass them")
+        return cls(**measured, **fields)
+
     @property
     def counts_as_evidence(self) -> bool:
         """Identity rows are shown but never counted."""

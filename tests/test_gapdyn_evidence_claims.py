@@ -172,3 +172,13 @@ def test_bad_criteria_name_the_argument(make, name):
 def test_criterion_text_is_literal():
     assert C.inside(0.4, 0.6).describe() == "interval inside [0.4, 0.6]"
     assert C.above(0, alpha=0.05).describe() == "interval above 0; Holm-adjusted p < 0.05"
+
+
+def test_claim_from_an_estimate_takes_interval_and_n():
+    est = g.wilson_interval(12, 20)
+    fields = dict(id="x", source="beyond the papers", statement="s", setting="k", statistic="collapse rate",
+                  criterion_text="interval above 0.5", criterion=C.above(0.5))
+    c = g.Claim.from_estimate(est, **fields)
+    assert c.interval == (est.lo, est.hi) and c.n == 20 and c.estimate == 0.6 and c.verdict == "inconclusive"
+    with pytest.raises(ValueError, match="estimate"):
+        g.Claim.from_estimate(est, n=3, **fields)

@@ -30,16 +30,18 @@ def test_one_island_step_function():
     assert lo < res.eta_star < hi
 
 
-def test_scan_is_one_vectorised_call_then_single_eta_bisection():
+@pytest.mark.parametrize("points", [1, 2, 9, 40])
+def test_scan_is_one_vectorised_call_and_refinement_agrees_with_bisection(points):
     calls = []
 
     def min_J(etas):
         calls.append(etas.size)
         return np.where(etas >= 0.05, 0.0, 1.0)
 
-    res = g.find_eta_star(min_J, LO, HI)
-    assert calls[0] == g.eta_grid(LO, HI).size and all(n == 1 for n in calls[1:])
+    res = g.find_eta_star(min_J, LO, HI, refine_points=points)
+    assert calls[0] == g.eta_grid(LO, HI).size and all(n == points for n in calls[1:])
     assert res.n_evaluations == sum(calls)
+    assert res.bracket[0] < 0.05 <= res.bracket[1] and res.bracket[1] / res.bracket[0] - 1 <= 1e-3
 
 
 def test_narrow_islands_a_coarse_grid_steps_over_are_found():
@@ -148,6 +150,7 @@ def ok(e):
     (dict(rtol=0.0), "rtol"),
     (dict(rtol=0.02), "rtol"),
     (dict(max_iter=0), "max_iter"),
+    (dict(refine_points=0), "refine_points"),
     (dict(threshold=0.1, loose_threshold=0.01), "threshold"),
     (dict(min_J=lambda e: np.ones(3)), "min_J"),
     (dict(min_J=lambda e: np.full_like(e, np.nan)), "min_J"),
