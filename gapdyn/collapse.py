@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._validate import as_float_array
+
 COLLAPSE_J = 1e-3
 """J below this at any step within the horizon is collapse."""
 SENSITIVITY_J = 1e-2
@@ -60,7 +62,7 @@ def eta_grid(eta_lo: float, eta_hi: float, *, max_ratio: float = 1.01) -> np.nda
 
 def is_collapsed(min_J, *, threshold: float = COLLAPSE_J) -> np.ndarray:
     """collapse(eta) = [min over the horizon of J < threshold] (elementwise)."""
-    return np.asarray(min_J, dtype=np.float64) < threshold
+    return as_float_array(min_J, "min_J") < threshold
 
 
 def _evaluate(min_J: MinJ, etas: np.ndarray) -> np.ndarray:

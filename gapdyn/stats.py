@@ -57,12 +57,25 @@ def _check_confidence(confidence) -> float:
     return c
 
 
+def _as_count(v, name: str) -> int:
+    """A non-negative integer count (Python or numpy integer, or an integral finite float)."""
+    arr = None if isinstance(v, str) else np.asarray(v)
+    numeric = arr is not None and (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating))
+    if not numeric or arr.shape != ():
+        raise ValueError(f"{name} must be an integer scalar, got {v!r}")
+    x = float(arr)
+    if not math.isfinite(x) or x != round(x) or x < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
+    return int(x)
+
+
 def _check_count(k, n) -> tuple[int, int]:
-    if int(n) != n or n < 1:
+    k, n = _as_count(k, "k"), _as_count(n, "n")
+    if n < 1:
         raise ValueError(f"n must be a positive integer, got {n!r}")
-    if int(k) != k or not (0 <= k <= n):
+    if k > n:
         raise ValueError(f"k must be an integer in [0, n={n}], got {k!r}")
-    return int(k), int(n)
+    return k, n
 
 
 # --- proportions -------------------------------------------------------------------------------
@@ -130,6 +143,8 @@ def cluster_bootstrap(
     if not arrays:
         raise ValueError("arrays must hold at least one array")
     data = [np.asarray(a) for a in arrays]
+    if any(not (np.issubdtype(a.dtype, np.number) or a.dtype == bool) for a in data):
+        raise ValueError("arrays must be numeric")
     n_rows = data[0].shape[0] if data[0].ndim else 0
     if n_rows < 2 or any(a.ndim == 0 or a.shape[0] != n_rows for a in data):
         raise ValueError("arrays must share a first axis of length >= 2")

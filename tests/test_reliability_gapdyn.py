@@ -16,6 +16,9 @@ P = g.softmax(Z)
 R = np.array([1.0, 0, 0, 1, 0, 0])
 S = g.softmax_scores(Z)
 GAP = g.gradient_gap(P, R, S)
+ETA_STAR = g.find_eta_star(lambda e: np.where(e > 0.1, 0.0, 1.0), 1e-3, 1.0)
+CLAIM = g.Claim(id="c", source="beyond the papers", statement="s", setting="k", statistic="x", estimate=0.3,
+                interval=(0.1, 0.5), n=10, criterion_text="interval above 0", criterion=g.Criterion.above(0.0))
 
 # name -> (callable, valid positional args, valid keyword args)
 ENTRY_POINTS = {
@@ -62,6 +65,32 @@ ENTRY_POINTS = {
     "collision_probability": (g.collision_probability, (P,), {}),
     "token_entropy": (g.token_entropy, (np.log(P),), {}),
     "token_bin_index": (g.token_bin_index, (P[:2], np.full(2, 0.3), np.array([1.0, -1.0])), {}),
+    # evidence layer (gapdyn.stats, gapdyn.collapse, gapdyn.claims)
+    "wilson_interval": (g.wilson_interval, (3, 10), {}),
+    "clopper_pearson_interval": (g.clopper_pearson_interval, (3, 10), {}),
+    "cluster_bootstrap": (g.cluster_bootstrap, (np.mean, np.arange(6.0)), {"rng": np.random.default_rng(1)}),
+    "bootstrap_slope": (g.bootstrap_slope, (np.arange(6.0), Z), {"rng": np.random.default_rng(1)}),
+    "bootstrap_ratio": (g.bootstrap_ratio, (Z + 5, np.arange(6.0) + 1), {"rng": np.random.default_rng(1)}),
+    "paired_bootstrap_difference": (g.paired_bootstrap_difference, (Z, np.zeros(K)), {"rng": np.random.default_rng(1)}),
+    "fisher_exact_test": (g.fisher_exact_test, (np.array([[3, 1], [1, 3]]),), {}),
+    "mcnemar_exact": (g.mcnemar_exact, (R, R[::-1]), {}),
+    "wilcoxon_signed_rank": (g.wilcoxon_signed_rank, (Z, np.zeros(K)), {}),
+    "holm_adjust": (g.holm_adjust, (np.array([0.01, 0.2, 0.04]),), {}),
+    "roc_auc": (g.roc_auc, (Z[:3] + 1, Z[3:]), {}),
+    "eta_grid": (g.eta_grid, (1e-3, 1.0), {}),
+    "is_collapsed": (g.is_collapsed, (np.array([0.0, 0.5]),), {}),
+    "find_eta_star": (g.find_eta_star, (lambda e: np.where(e > 0.1, 0.0, 1.0), 1e-3, 1.0), {}),
+    "check_eta_star_ratio": (g.check_eta_star_ratio, (ETA_STAR, ETA_STAR, 1.0), {}),
+    "decide_verdict": (g.decide_verdict, (0.3, 0.1, 0.5, g.Criterion.above(0.0)), {}),
+    "criteria_hash": (g.criteria_hash, ({"a": g.Criterion.above(0.0)},), {}),
+    "claims_to_json": (g.claims_to_json, ([CLAIM],), {}),
+    "claims_from_json": (g.claims_from_json, (g.claims_to_json([CLAIM]),), {}),
+    "claims_table": (g.claims_table, ([CLAIM],), {}),
+    "claims_markdown": (g.claims_markdown, ([CLAIM],), {}),
+    "markdown_table": (g.markdown_table, (g.claims_table([CLAIM]),), {}),
+    "count_verdicts": (g.count_verdicts, ([CLAIM],), {}),
+    "holm_adjust_claims": (g.holm_adjust_claims, ([CLAIM],), {}),
+    "replication_table": (g.replication_table, ([CLAIM], []), {}),
 }
 
 # array-API helpers that run inside training loops: they check types, not values (documented in
