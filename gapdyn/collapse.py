@@ -127,7 +127,7 @@ def _refine(min_J: MinJ, lo: float, hi: float, threshold: float, rtol: float, ma
     raise ValueError(f"refinement did not reach rtol={rtol} in max_iter={max_iter} calls")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class EtaStar:
     """Result of :func:`find_eta_star` (all etas in the caller's units).
 
@@ -139,6 +139,7 @@ class EtaStar:
     collapse_per_decade: (decade start, decade end, fraction of log eta that collapses).
     eta_star_loose, bracket_loose: the same at the sensitivity threshold J < SENSITIVITY_J.
     grid, min_J: the scan (read-only arrays); n_evaluations: etas simulated in total.
+    Compared by identity (it holds arrays); compare ``to_dict()`` for equality.
     """
 
     status: str
