@@ -1,16 +1,17 @@
 """Bandit experiments: each = environment + sweep (plain data, explicit seeds) + analysis.
 
-Every experiment module ``bandits.experiments.<name>`` provides (bsuite-style):
+Every experiment module ``bandits.experiments.<name>`` provides (bsuite-style; docs/evidence.md):
 
-- ``Config``: a frozen dataclass with a ``mode`` field ("quick" = seconds, for the tests; "full" = CLI);
-  ``Config.quick()`` / ``Config.full()`` constructors.
-- ``cells(config) -> list[dict]``: the sweep as plain JSON-serialisable dicts (seeds included).
+- ``NAME``; ``Config``: a frozen dataclass with ``mode`` in {"test", "quick", "full"}, ``instances`` (the
+  discovery block's seeds, default 0-19) and ``confirmation`` (the confirmation block's seeds: 1000-1019 in
+  full mode, empty otherwise); ``Config.test()`` / ``Config.quick()`` / ``Config.full()``.
+- ``CRITERIA: dict[str, gapdyn.Criterion]``: the criterion of every claim, written from the paper's
+  statement before any run (its hash is stamped on every claim).
+- ``cells(config, instances) -> list[dict]``: the sweep for one block as plain JSON-serialisable dicts.
 - ``run_cell(**cell) -> pandas.DataFrame``: one cell's tidy rows (deterministic given the cell).
-- ``analyse(results: DataFrame, config) -> DataFrame``: the verdict table with columns
-  ``claim, setting, measured, expected, holds`` (holds in {"holds", "holds only in <setting>", "does not hold"}
-  or a bool), plus any headline numbers.
-- ``run(config, *, store=None, backend="joblib", n_jobs=-1, progress=True) -> (results, verdict)``,
-  implemented with :func:`bandits.sweep.run_sweep`.
+- ``analyse(results, config, *, block) -> list[gapdyn.Claim]``: the claims of one block, from its rows only.
+- ``run(config, *, store=None, backend="joblib", n_jobs=-1, progress=True) -> ExperimentResult``,
+  implemented with :func:`bandits.experiments._common.run_experiment` (discovery, then confirmation).
 
 Modules are imported lazily by name so that ``import bandits`` stays cheap.
 """

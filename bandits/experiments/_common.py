@@ -10,6 +10,8 @@ Outcome definitions (the toolkit's own, documented in docs/bandits_contextual.md
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -106,20 +108,80 @@ def predictors_at(bandit: ContextualBandit, method: str, G: int, theta0=None) ->
     }
 
 
-def run_experiment(module, config, *, store=None, backend="joblib", n_jobs=-1, progress=True):
-    """(results, verdict) of an experiment module via bandits.sweep.run_sweep."""
+@dataclass(frozen=True)
+class ExperimentResult:
+    """What an experiment run returns: its rows, its claims (both blocks) and the criteria hash.
+
+    results: every row, with a ``block`` column ("discovery" / "confirmation");
+    claims: :class:`gapdyn.Claim` records of every block, Holm-adjusted within a block where they are tests,
+    each stamped with ``criteria_hash`` (the hash of the module's frozen ``CRITERIA``);
+    replication: :func:`gapdyn.replication_table` of the two blocks (confirmation verdict, disagreement flagged).
+    """
+
+    name: str
+    mode: str
+    results: pd.DataFrame
+    claims: tuple
+    criteria_hash: str
+
+    def block(self, block: str) -> list:
+        return [c for c in self.claims if c.block == block]
+
+    @property
+    def replication(self) -> pd.DataFrame:
+        return gapdyn.replication_table(self.block("discovery"), self.block("confirmation"))
+
+    @property
+    def verdict(self) -> pd.DataFrame:
+        """The claims table of the block that decides: confirmation when it ran, else discovery."""
+        shown = self.block("confirmation") or self.block("discovery")
+        return gapdyn.claims_table(shown)
+
+
+def experiment_blocks(config) -> list[tuple[str, tuple[int, ...]]]:
+    """[(block, instance seeds)]: discovery always, confirmation when the config has one (full mode)."""
+    blocks = [("discovery", tuple(config.instances))]
+    if tuple(getattr(config, "confirmation", ())):
+        blocks.append(("confirmation", tuple(config.confirmation)))
+    return blocks
+
+
+def stamp_claims(module, claims) -> list:
+    """Holm-adjust a block's test claims and stamp the hash of the module's frozen CRITERIA."""
+    h = gapdyn.criteria_hash(module.CRITERIA)
+    claims = gapdyn.holm_adjust_claims(list(claims))
+    return [dataclasses.replace(c, criteria_hash=h) for c in claims]
+
+
+def run_experiment(module, config, *, store=None, backend="joblib", n_jobs=-1, progress=True) -> ExperimentResult:
+    """Run every block of an experiment through :func:`bandits.sweep.run_sweep` (resumable) and judge it.
+
+    The criteria (``module.CRITERIA``) are frozen before any block runs; each block is analysed on its own
+    instances only: ``module.analyse(results_of_block, config, block=block) -> list[Claim]``.
+    """
     from bandits.sweep import run_sweep
 
-    results = run_sweep(
-        module.run_cell,
-        module.cells(config),
-        name=f"{module.NAME}-{config.mode}",
-        store=store,
-        backend=backend,
-        n_jobs=n_jobs,
-        progress=progress,
+    frames, claims = [], []
+    for block, seeds in experiment_blocks(config):
+        res = run_sweep(
+            module.run_cell,
+            module.cells(config, seeds),
+            name=f"{module.NAME}-{config.mode}-{block}",
+            store=store,
+            backend=backend,
+            n_jobs=n_jobs,
+            progress=progress,
+        )
+        res = res.assign(block=block)
+        frames.append(res)
+        claims += stamp_claims(module, module.analyse(res, config, block=block))
+    return ExperimentResult(
+        name=module.NAME,
+        mode=config.mode,
+        results=pd.concat(frames, ignore_index=True),
+        claims=tuple(claims),
+        criteria_hash=gapdyn.criteria_hash(module.CRITERIA),
     )
-    return results, module.analyse(results, config)
 
 
 def run_cells_serial(module, config) -> pd.DataFrame:
