@@ -156,9 +156,11 @@ def _run(args: RunConfig) -> int:
 @command("gapdyn bandit")
 def main(argv: list[str]) -> int:
     """Entry point of ``gapdyn bandit``; returns the exit code."""
-    if not argv or argv[0] in ("-h", "--help"):
+    if not argv:
+        raise UsageError("a subcommand is required: list, run (see gapdyn bandit --help)")
+    if argv[0] in ("-h", "--help"):
         print(_USAGE)
-        return 0 if argv else 2
+        return 0
     sub, rest = argv[0], argv[1:]
     if sub == "list":
         if rest and rest[0] in ("-h", "--help"):

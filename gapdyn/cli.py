@@ -1,7 +1,7 @@
 """The ``gapdyn`` command: discovers the subcommands that installed packages register and dispatches.
 
 A package adds a subcommand through the entry-point group ``gapdyn.commands`` of its pyproject.toml
-(``bandit = "bandits.cli:main"``); the target is a ``main(argv) -> int``. This module knows no
+(``<name> = "<package>.cli:main"``); the target is a ``main(argv) -> int``. This module knows no
 subcommand by name, so the theory core never imports its siblings.
 
 A ValueError or OSError escaping a subcommand prints one line and exits with code 2; set
@@ -21,8 +21,9 @@ __all__ = ["GROUP", "commands", "main"]
 
 GROUP = "gapdyn.commands"
 
-_EXTRAS = {"llm_probe": "llm", "ray": "cluster"}
-"""Top-level module of a missing dependency -> the extra that installs it."""
+_EXTRAS = {"torch": "llm", "transformers": "llm", "trl": "llm", "tokenizers": "llm", "accelerate": "llm",
+           "ray": "cluster"}
+"""Top-level module of a missing dependency -> the extra of pyproject.toml that installs it."""
 
 
 def _checkout_commands() -> dict[str, EntryPoint]:
@@ -79,7 +80,7 @@ def _usage() -> str:
 
 def _missing_extra(exc: ImportError) -> str:
     top = (getattr(exc, "name", None) or "").split(".")[0]
-    extra = _EXTRAS.get(top, "llm" if top in ("torch", "transformers", "trl", "tokenizers", "accelerate") else "all")
+    extra = _EXTRAS.get(top, "all")
     return f"pip install 'gapdyn[{extra}]'"
 
 

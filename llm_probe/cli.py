@@ -66,9 +66,10 @@ def _warmup_main(argv: list[str]) -> int:
 
 
 def _fmt(v) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
+    """A number for the summary line (n/a when missing or NaN)."""
+    if v is None or (isinstance(v, float) and v != v):
+        return "n/a"
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
 def _train_main(argv: list[str]) -> int:
@@ -96,8 +97,10 @@ def _train_main(argv: list[str]) -> int:
     row = summarize_run(pd.read_parquet(out / "metrics.parquet"), summary["alerts"], wall)
     say("train", f"{cfg.method} lr={cfg.lr:g} seed={cfg.seed}: {summary['steps']} steps in {wall:.0f} s"
                  + (f", stopped: {summary['stopped']}" if summary.get("stopped") else ""))
-    keys = ("reward_first25", "reward_last25", "entropy_last25", "M_mean_final", "collapsed", "collapse_rule")
-    say("train", "  ".join(f"{k} {_fmt(row[k])}" for k in keys if k in row and row[k] is not None))
+    collapse = (f"collapse ({row['collapse_rule']}) at step {row['collapse_step']}" if row.get("collapsed")
+                else "no collapse alert")
+    say("train", f"reward {_fmt(row.get('reward_first25'))} -> {_fmt(row.get('reward_last25'))} (first / last 25 "
+                 f"steps), entropy {_fmt(row.get('entropy_last25'))}, M {_fmt(row.get('M_mean_final'))}; {collapse}")
     if summary.get("faults"):
         say("train", f"skipped non-finite steps: {summary['faults']}")
     say("train", f"wrote {out}/ (metrics.parquet, metrics.jsonl, alerts.json, summary.json)")
