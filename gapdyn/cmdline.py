@@ -110,8 +110,9 @@ def resolve_name(name: str, choices: Iterable[str], what: str) -> str:
     hits = [c for c in choices if c.startswith(name)] if name else []
     if len(hits) == 1:
         return hits[0]
-    why = f"ambiguous (matches {hits})" if hits else "unknown"
-    raise ValueError(f"{what} {name!r} is {why}; choose from {list(choices)}")
+    if hits:
+        raise ValueError(f"ambiguous {what} {name!r} (matches {hits}); choose from {list(choices)}")
+    raise ValueError(f"unknown {what} {name!r}; choose from {list(choices)}")
 
 
 def check_jobs(jobs: int) -> int:

@@ -48,7 +48,9 @@ _RANGES: dict[str, tuple[str, float, float, bool, bool]] = {
 
 
 def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
+    """The command-line flag of a setting, with the field name when they differ: ``--max-faults (max_faults)``."""
+    flag = "--" + name.replace("_", "-")
+    return flag if "_" not in name else f"{flag} ({name})"
 
 
 def check_settings(obj, ranges: dict[str, tuple[str, float, float, bool, bool]]) -> None:

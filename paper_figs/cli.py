@@ -105,7 +105,7 @@ class FigsConfig:
 
 def figure_names(names) -> tuple[str, ...]:
     """Full figure names of ``names`` (each a name or an unambiguous prefix); all figures when empty."""
-    return tuple(resolve_name(n, FIGURES, "figure") for n in names) if names else FIGURES
+    return tuple(resolve_name(n, FIGURES, "figure (--only)") for n in names) if names else FIGURES
 
 
 @command("gapdyn figs")
