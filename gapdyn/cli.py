@@ -67,7 +67,7 @@ def _summary(ep: EntryPoint) -> str:
     except (OSError, SyntaxError):
         return ""
     first = doc.strip().splitlines()[0] if doc.strip() else ""
-    return re.sub(r"^``[^`]*``:\s*", "", first)
+    return re.sub(r"^``[^`]*``:\s*", "", first).replace("``", "")
 
 
 def _usage() -> str:

@@ -1,4 +1,4 @@
-"""``gapdyn train``: tiny-Qwen RLVR runs with gradient-gap probes (tyro parses the config dataclasses).
+"""``gapdyn train``: tiny-Qwen RLVR runs with gradient-gap probes (options: the TrainConfig fields).
 
     gapdyn train [--method grpo --lr 3e-4 --steps 100 ...]   one RLVR run (TrainConfig)
     gapdyn train warmup [--out DIR ...]                      build + warm up a tiny Qwen, save it (--init-from)

@@ -55,16 +55,16 @@ def make_figures(sources: Sources, names=FIGURES, *, out_dir=None, log=print) ->
         t0 = time.perf_counter()
         try:
             out[name] = mod.make(sources, out_dir=out_dir)
-            log(f"[figs] {name}: wrote {', '.join(p.name for p in out[name])} ({time.perf_counter() - t0:.1f} s)")
+            log(f"[gapdyn figs] {name}: wrote {', '.join(p.name for p in out[name])} ({time.perf_counter() - t0:.1f} s)")
         except SourceFailed as exc:
             out[name] = f"error: {exc}"
-            log(f"[figs] {name}: {out[name]}")
+            log(f"[gapdyn figs] {name}: {out[name]}")
         except NotAvailable as exc:
             out[name] = f"not available yet: {exc}"
-            log(f"[figs] {name}: {out[name]}")
+            log(f"[gapdyn figs] {name}: {out[name]}")
         except Exception as exc:  # one broken figure must not hide the others
             out[name] = f"error: {type(exc).__name__}: {exc}"
-            log(f"[figs] {name}: {out[name]}\n{traceback.format_exc()}")
+            log(f"[gapdyn figs] {name}: {out[name]}\n{traceback.format_exc()}")
     return out
 
 

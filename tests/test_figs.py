@@ -130,11 +130,11 @@ def _report_rows(text: str) -> set[tuple[str, ...]]:
     return rows
 
 
-def _package_files() -> dict:
+def _package_files() -> set:
+    """The files of the paper_figs package folder (a run that writes there adds some)."""
     import paper_figs as pkg
 
-    root = Path(pkg.__file__).parent
-    return {p: p.stat().st_mtime_ns for p in root.rglob("*") if "__pycache__" not in p.parts}
+    return {p for p in Path(pkg.__file__).parent.rglob("*") if "__pycache__" not in p.parts}
 
 
 @pytest.fixture(scope="module")
