@@ -68,6 +68,8 @@ class DemoConfig:
     """Correct arms (reward 1) per instance."""
     out: str | None = None
     """Folder for demo.json (default ./gapdyn_out/demo)."""
+    progress: bool = True
+    """Show a progress bar over the instances."""
 
     def __post_init__(self):
         for name, value, low in (("seeds", self.seeds, 1), ("arms", self.arms, 2), ("dim", self.dim, 1)):
@@ -82,8 +84,10 @@ def main(argv: list[str]) -> int:
     args = parse(DemoConfig, argv, prog="gapdyn demo")
     out = output_dir("demo", args.out)
     print(f"{args.arms}-arm log-linear bandit, d = {args.dim}, {args.correct} correct arms, theta0 = 0\n")
+    from tqdm.auto import tqdm
+
     found, record = 0, []
-    for seed in range(args.seed, args.seed + args.seeds):
+    for seed in tqdm(range(args.seed, args.seed + args.seeds), desc="instances", leave=False, disable=not args.progress):
         rng = np.random.default_rng(seed)
         phi = rng.normal(size=(args.arms, args.dim))
         r = np.zeros(args.arms)

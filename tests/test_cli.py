@@ -71,7 +71,7 @@ def test_a_missing_extra_is_a_clear_message(capsys, monkeypatch):
 # --- one flag vocabulary ----------------------------------------------------------------------------------------
 
 SHARED = {  # subcommand argv -> the shared flags it must offer
-    ("demo",): ("--out", "--seed"),
+    ("demo",): ("--out", "--progress", "--no-progress", "--seed"),
     ("bandit", "run"): ("--mode", "--jobs", "--out", "--progress", "--no-progress", "--seed"),
     ("figs",): ("--mode", "--jobs", "--out", "--progress", "--no-progress", "--seed"),
     ("reproduce",): ("--mode", "--jobs", "--out", "--progress", "--no-progress", "--seed"),
@@ -245,7 +245,7 @@ def test_output_dir_defaults_under_the_working_directory(tmp_path, monkeypatch, 
 
 def test_demo_writes_under_the_working_directory(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    assert main(["demo", "--seeds", "1", "--arms", "6", "--correct", "2", "--dim", "3"]) == 0
+    assert main(["demo", "--seeds", "1", "--arms", "6", "--correct", "2", "--dim", "3", "--no-progress"]) == 0
     out = capsys.readouterr().out
     written = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
     assert written == ["gapdyn_out/demo/demo.json"]
