@@ -90,7 +90,7 @@ plots.plot_miss_share_vs_margin(table, ax[0, 1]);
 # %%
 rng = np.random.default_rng(1)
 z = 2.0 * rng.standard_normal((min(N_TOKENS, 3000), 32))
-tokens = gapdyn.sample_group(gapdyn.softmax(z), 1, rng)[:, 0]
+tokens = gapdyn.sample_group(gapdyn.softmax(z), 2, rng)[:, 0]  # one token per position (groups have G >= 2)
 first = gapdyn.token_step_effects(z, tokens, 1.0, 0.5).dH
 exact = gapdyn.exact_token_step(z, tokens, 1.0, 0.5).dH
 print("sign agreement first order vs exact:", np.mean(np.sign(first) == np.sign(exact)))
