@@ -17,7 +17,7 @@
 # The Gradient Gap g+ − g− (Suk & Duan, arXiv 2510.08539) is the difference between the mean score
 # of correct and of incorrect responses. This notebook builds a 100-arm log-linear bandit and checks,
 # with gapdyn's functions, the identities the rest of the toolkit relies on
-# ([docs/theory.md](../theory.md), sections 1-2): the Gap is exactly ∇Φ, every method's expected step
+# ([docs/theory.md](../theory.md), sections 2-4): the Gap is exactly ∇Φ, every method's expected step
 # points along it, and sampled steps are noisy around that direction.
 
 # %% tags=["parameters"]

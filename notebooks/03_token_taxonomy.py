@@ -15,7 +15,7 @@
 # # 03 · The WAPO token taxonomy
 #
 # One token update on logits z with step a = η·A (`gapdyn.token_step_effects`; derivation in
-# [docs/theory.md](../theory.md), section 5): Δlog p_s = a(1 − 2p_s + C) and
+# [docs/theory.md](../theory.md), section 9): Δlog p_s = a(1 − 2p_s + C) and
 # ΔH = −a[p_s(log p_s + H) − Σ p_k²(log p_k + H)], with C = Σ p_k².
 # WAPO (arXiv 2606.16154) sorts tokens into **peak** (p_s ≥ C) and **valley** (p_s < C), crossed with
 # the sign of A. This notebook checks how often that bin predicts the sign of ΔH, and where it fails.
