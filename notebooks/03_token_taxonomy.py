@@ -54,7 +54,7 @@ table.head()
 # raise it; a negative advantage flips both.
 
 # %%
-fig, ax = new_figure(1, 2, width=4.6)
+fig, ax = new_figure(1, 2, width=5, layout="constrained")
 for a, sign in zip(ax[0], (+1, -1)):
     fig.colorbar(plots.plot_taxonomy_effect(table, a, value="dH", sign=sign), ax=a)
 
@@ -64,7 +64,7 @@ for a, sign in zip(ax[0], (+1, -1)):
 # p_s, and tiny at p_s → 1 (the softmax saturates).
 
 # %%
-fig, ax = new_figure(1, 2, width=4.6)
+fig, ax = new_figure(1, 2, width=5, layout="constrained")
 for a, sign in zip(ax[0], (+1, -1)):
     fig.colorbar(plots.plot_taxonomy_effect(table, a, value="dp_s", sign=sign), ax=a)
 
@@ -78,7 +78,7 @@ for a, sign in zip(ax[0], (+1, -1)):
 data.taxonomy_summary(table)
 
 # %%
-fig, ax = new_figure(1, 2, width=4.6)
+fig, ax = new_figure(1, 2, width=5, layout="constrained")
 fig.colorbar(plots.plot_taxonomy_misses(table, ax[0, 0]), ax=ax[0, 0])
 plots.plot_miss_share_vs_margin(table, ax[0, 1]);
 

@@ -88,6 +88,6 @@ plots.plot_prompt_alignment(res.probes, ax[0, 0]);
 # steps (bar) and the alerts of `llm_probe`'s collapse rule (markers).
 
 # %%
-fig, ax = new_figure(1, 2, width=5)
+fig, ax = new_figure(1, 2, width=5, layout="constrained")
 plots.plot_bin_shares(res.metrics, ax[0, 0])
 plots.plot_alerts(res.runs, res.alerts, ax[0, 1]);

@@ -69,7 +69,7 @@ def execute(nb, workdir: Path, *, mode: str, timeout: int = 1800):
     """Run every cell of ``nb`` in place with a python3 kernel whose working directory is ``workdir``.
 
     The kernel sees GAPDYN_NB_MODE=mode, a sweep store and an LLM output folder under ``workdir``
-    and one thread per numeric library. Raises nbclient's CellExecutionError on the first failing cell.
+    one thread per numeric library and no progress bars. Raises nbclient's CellExecutionError on the first failing cell.
     """
     import nbclient
 
@@ -81,6 +81,7 @@ def execute(nb, workdir: Path, *, mode: str, timeout: int = 1800):
         "GAPDYN_STORE": str(workdir / "store"),
         "GAPDYN_NB_LLM_DIR": str(workdir / "llm"),
         "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+        "TQDM_DISABLE": "1",  # progress bars are noise in a rendered page
         "OMP_NUM_THREADS": "1",
         "NUMBA_NUM_THREADS": os.environ.get("NUMBA_NUM_THREADS", "1"),
     }
@@ -91,11 +92,15 @@ def execute(nb, workdir: Path, *, mode: str, timeout: int = 1800):
     return nb
 
 
-def _plain_tables(nb) -> None:
-    """Drop the HTML form of outputs that also have a plain-text form (pandas tables): a code host
-    shows raw HTML styling blocks badly, the text form reads well in a code block."""
+def _tidy_outputs(nb) -> None:
+    """Keep what a reader of the page needs: drop stderr streams (progress bars, library warnings)
+    and the HTML form of outputs that also have a plain-text form (pandas tables: a code host shows
+    raw HTML styling badly, the text form reads well in a code block)."""
     for cell in nb.cells:
-        for out in cell.get("outputs", []):
+        if cell.cell_type != "code":
+            continue
+        cell.outputs = [o for o in cell.outputs if not (o.output_type == "stream" and o.get("name") == "stderr")]
+        for out in cell.outputs:
             data = out.get("data", {})
             if "text/html" in data and "text/plain" in data:
                 del data["text/html"]
@@ -104,9 +109,12 @@ def _plain_tables(nb) -> None:
 def to_markdown(nb, name: str) -> tuple[str, dict[str, bytes]]:
     """(markdown text, {relative file name: bytes}) of an executed notebook; figures go to ``<name>_files/``."""
     from nbconvert import MarkdownExporter
+    from nbconvert.preprocessors import CoalesceStreamsPreprocessor
 
-    _plain_tables(nb)
-    body, resources = MarkdownExporter().from_notebook_node(nb, resources={"output_files_dir": f"{name}_files"})
+    _tidy_outputs(nb)
+    exporter = MarkdownExporter()
+    exporter.register_preprocessor(CoalesceStreamsPreprocessor(), enabled=True)  # one block per printed stream
+    body, resources = exporter.from_notebook_node(nb, resources={"output_files_dir": f"{name}_files"})
     return body, dict(resources.get("outputs", {}))
 
 
