@@ -12,6 +12,7 @@ import pytest
 
 pytest.importorskip("jupytext", reason="install the [notebooks] extra")
 pytest.importorskip("nbclient", reason="install the [notebooks] extra")
+pytest.importorskip("nbconvert", reason="install the [notebooks] extra")
 
 ROOT = Path(__file__).resolve().parents[1]
 
