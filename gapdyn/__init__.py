@@ -57,6 +57,7 @@ from .taxonomy import (
     token_entropy,
     token_step_effects,
 )
+from .safe_step import NO_ASCENT_TOL, SafeStep, safe_step_estimates, safe_step_multiplier, safe_step_size
 from .stats import (
     Estimate,
     TestResult,
@@ -103,6 +104,8 @@ __all__ = [
     "METHOD_NAMES",
     "PROB_BIN_EDGES",
     "RatioCheck",
+    "NO_ASCENT_TOL",
+    "SafeStep",
     "SENSITIVITY_J",
     "TestResult",
     "TokenStepEffects",
@@ -160,6 +163,9 @@ __all__ = [
     "predicted_critical_step",
     "replication_table",
     "roc_auc",
+    "safe_step_estimates",
+    "safe_step_multiplier",
+    "safe_step_size",
     "sample_group",
     "sampled_direction",
     "sharp_step_threshold",

@@ -81,3 +81,25 @@ def island_min_J(islands):
 
 
 finite_intervals = st.tuples(st.floats(-10, 10), st.floats(0, 5)).map(lambda t: (t[0], t[0] + t[1]))
+
+
+# --- the safe step rule (gapdyn.safe_step) -------------------------------------------------------
+
+
+@st.composite
+def safe_step_batches(draw, max_groups: int = 6, max_group_size: int = 9):
+    """(x [N], rewards [N], groups [N]): directional derivatives of sampled completions grouped by prompt,
+    with unequal group sizes (1..max_group_size), all-equal and mixed groups, ties and wide scales."""
+    n_groups = draw(st.integers(1, max_groups))
+    seed = draw(st.integers(0, 2**32 - 1))
+    scale = 10.0 ** draw(st.floats(-4, 4))
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, max_group_size + 1, size=n_groups)
+    groups = np.repeat(rng.permutation(n_groups * 3)[:n_groups], sizes)
+    x = scale * rng.normal(size=groups.size)
+    if draw(st.booleans()):  # ties: a few repeated values
+        x = np.round(x / scale, 1) * scale
+    p = draw(st.sampled_from([0.0, 0.2, 0.5, 0.8, 1.0]))
+    rewards = (rng.random(groups.size) < p).astype(np.float64)
+    perm = rng.permutation(groups.size)  # group members need not be contiguous
+    return x[perm], rewards[perm], groups[perm]
