@@ -1,0 +1,197 @@
+"""The safe step controller for a torch policy: the rule of ``gapdyn.safe_step`` applied after an optimizer step.
+
+docs/theory.md, section 11 (derived model, heuristic constants). One optimizer step k proposes theta'; with
+d = theta' - theta_k and, for each completion o_n of the step's batch,
+
+    x_n = d/ds log pi_{theta_k + s d}(o_n) |_{s=0}        (one forward-mode pass, torch.func.jvp, at theta_k)
+
+the multiplier a = min(1, delta / sd_hat, c dmu_hat / kappa_hat) of :func:`gapdyn.safe_step_multiplier`
+(groups = prompts) sets theta_{k+1} = theta_k + a d in place. The optimizer's own state (Adam's moments) is
+left as the optimizer wrote it. The same :class:`SafeStepController` serves ``gapdyn train --safe-step``
+(:class:`llm_probe.Trainer`) and a real ``trl.GRPOTrainer`` (:class:`SafeStepCallback`).
+
+Cost per step: one copy of the trainable parameters and one JVP over the step's completions (about two to
+three forwards of the batch); measured in docs/llm_probe.md ("Safe step").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.func import functional_call, jvp
+
+import gapdyn
+
+from .model import completion_logprobs
+
+__all__ = ["SafeStepController", "SafeStepResult", "completion_logprob_jvp", "SafeStepCallback"]
+
+
+class _AtValues(torch.nn.Module):
+    """``model`` evaluated with the parameter values ``values`` (name -> tensor; the rest: the module's)."""
+
+    def __init__(self, model, values: dict):
+        super().__init__()
+        self._model = (model,)  # a tuple: not registered as a submodule
+        self.values = values
+        self.dtype = getattr(model, "dtype", None)
+
+    def forward(self, **kw):
+        return functional_call(self._model[0], self.values, args=(), kwargs=kw, strict=False)
+
+
+def completion_logprob_jvp(model, ro, theta: dict[str, torch.Tensor], direction: dict[str, torch.Tensor]) -> torch.Tensor:
+    """x_n = d/ds log pi_{theta + s d}(o_n | q_n) at s = 0 for every completion of ``ro``, [N] (float64, CPU).
+
+    ``theta`` and ``direction`` map parameter names (as ``model.named_parameters()`` gives them) to tensors;
+    parameters not named keep the module's values. log pi(o | q) = sum of the completion's token log-probs
+    (llm_probe.model.completion_logprobs). One forward-mode pass (torch.func.jvp).
+    """
+    keys = [k for k in theta]
+    if set(direction) != set(keys):
+        raise ValueError("direction must have the keys of theta")
+    args = (ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
+
+    def f(*vals):
+        return completion_logprobs(_AtValues(model, dict(zip(keys, vals))), *args).sum(-1)
+
+    primals = tuple(theta[k].detach() for k in keys)
+    tangents = tuple(direction[k].detach().to(theta[k].dtype) for k in keys)
+    with torch.no_grad():
+        _, x = jvp(f, primals, tangents)
+    return x.detach().to(torch.float64).cpu()
+
+
+@dataclass(frozen=True)
+class SafeStepResult:
+    """What one controlled step did: the rule's estimates and multiplier, and the step's sizes."""
+
+    rule: gapdyn.SafeStep  # dmu_hat, kappa_hat, sd_hat, n_mixed, a
+    update_norm: float  # ||d|| = ||theta' - theta_k|| (the optimizer's proposal)
+    applied_norm: float  # ||a d||
+
+    @property
+    def metrics(self) -> dict:
+        """``safe/*`` scalars for a metrics row (names in docs/llm_probe.md, "Safe step")."""
+        r = self.rule
+        return {"safe/a": r.a, "safe/dmu_hat": r.dmu_hat, "safe/kappa_hat": r.kappa_hat, "safe/sd_hat": r.sd_hat,
+                "safe/n_mixed": r.n_mixed, "safe/update_norm": self.update_norm, "safe/applied_norm": self.applied_norm}
+
+
+class SafeStepController:
+    """Scale each optimizer step by the safe step multiplier a (module docstring; docs/theory.md, section 11).
+
+    Call :meth:`before` at theta_k (just before ``optimizer.step()``) and :meth:`after` with the step's
+    Rollout right after it; :meth:`after` sets the trainable parameters to theta_k + a (theta' - theta_k).
+    """
+
+    def __init__(self, model, *, c: float = 1.0, delta: float = 2.0):
+        for name, v in (("c", c), ("delta", delta)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
+        self.model = model
+        self.c, self.delta = float(c), float(delta)
+        self.params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+        self._theta_k: dict | None = None
+
+    @property
+    def pending(self) -> bool:
+        """True between :meth:`before` and :meth:`after` (or :meth:`cancel`)."""
+        return self._theta_k is not None
+
+    def before(self) -> None:
+        """Record theta_k (a copy of every trainable parameter)."""
+        self._theta_k = {n: p.detach().clone() for n, p in self.params.items()}
+
+    def cancel(self) -> None:
+        """Forget a recorded theta_k (e.g. a skipped step)."""
+        self._theta_k = None
+
+    def after(self, ro) -> SafeStepResult:
+        """theta <- theta_k + a d with d = theta - theta_k; returns the rule's estimates and a."""
+        if self._theta_k is None:
+            raise RuntimeError("SafeStepController.after() called without before()")
+        theta_k, self._theta_k = self._theta_k, None
+        d = {n: p.detach() - theta_k[n] for n, p in self.params.items()}
+        was_training = self.model.training
+        self.model.eval()  # no dropout in the controller's forward
+        try:
+            x = completion_logprob_jvp(self.model, ro, theta_k, d)
+        finally:
+            self.model.train(was_training)
+        B, G = ro.rewards.shape
+        rewards = (ro.rewards.detach().reshape(-1) > 0).to(torch.float64).cpu().numpy()
+        groups = np.repeat(np.arange(B), G)  # prompt-major rows (llm_probe.rollout)
+        if not np.all(np.isfinite(x.numpy())):  # the proposal left the finite range: do not move
+            rule = gapdyn.SafeStep(dmu_hat=math.nan, kappa_hat=math.nan, sd_hat=math.nan, n_mixed=0, a=0.0)
+        else:
+            rule = gapdyn.safe_step_multiplier(x.numpy(), rewards, groups, c=self.c, delta=self.delta)
+        with torch.no_grad():
+            for n, p in self.params.items():
+                p.copy_(theta_k[n] + rule.a * d[n])
+        norm = math.sqrt(sum(float((v.double() ** 2).sum()) for v in d.values()))
+        return SafeStepResult(rule, norm, rule.a * norm)
+
+
+def _make_callback_class():
+    from transformers import TrainerCallback  # imported on first use of the callback only
+
+    from .callback import GapProbeCallback
+
+    class SafeStepCallback(TrainerCallback):
+        """The safe step controller on a ``trl.GRPOTrainer`` (works with gradient accumulation).
+
+        Wrap the reward function with :meth:`wrap_reward` (it records each generation batch's prompts, completion
+        ids and rewards, TRL's order: ``num_generations`` consecutive completions per prompt; a reward > 0 counts
+        as a success). Per optimizer step: ``on_pre_optimizer_step`` records theta_k; ``on_optimizer_step`` builds
+        the step's Rollout from the records and calls :meth:`SafeStepController.after` (theta = theta_k + a d).
+        One row per step in :attr:`history` (``step``, ``reward`` and the ``safe/*`` metrics). Needs
+        ``num_iterations=1`` and ``steps_per_generation`` equal to the gradient-accumulation steps (checked at
+        ``on_train_begin``). Register it after any callback that must see the optimizer's own step.
+        """
+
+        def __init__(self, tokenizer, num_generations: int, *, c: float = 1.0, delta: float = 2.0):
+            if isinstance(num_generations, bool) or not isinstance(num_generations, int) or num_generations < 2:
+                raise ValueError(f"num_generations must be an integer >= 2, got {num_generations!r}")
+            for name, v in (("c", c), ("delta", delta)):
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                    raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
+            self.c, self.delta = float(c), float(delta)
+            self._recorder = GapProbeCallback(tokenizer, num_generations)  # reward recording and Rollout building
+            self.controller: SafeStepController | None = None
+            self.history: list[dict] = []
+
+        def wrap_reward(self, fn):
+            """A reward function with the same behaviour that also records each call's groups."""
+            return self._recorder.wrap_reward(fn)
+
+        def on_train_begin(self, args, state, control, **kw):
+            self._recorder.on_train_begin(args, state, control, **kw)
+
+        def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
+            if self.controller is None:
+                self.controller = SafeStepController(model, c=self.c, delta=self.delta)
+            self.controller.before()
+
+        def on_optimizer_step(self, args, state, control, model=None, **kw):
+            if self.controller is None or not self.controller.pending:
+                return
+            ro = self._recorder._rollout(next(model.parameters()).device)
+            if ro is None:  # no recorded batch: leave the optimizer's step as it is
+                self.controller.cancel()
+                return
+            res = self.controller.after(ro)
+            self.history.append({"step": int(state.global_step), "reward": float(ro.rewards.mean()), **res.metrics})
+
+    return SafeStepCallback
+
+
+def __getattr__(name):  # SafeStepCallback subclasses transformers.TrainerCallback: build it on first use
+    if name == "SafeStepCallback":
+        cls = _make_callback_class()
+        globals()["SafeStepCallback"] = cls
+        return cls
+    raise AttributeError(name)
