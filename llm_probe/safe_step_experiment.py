@@ -1,0 +1,298 @@
+"""Experiment: the safe step controller (docs/theory.md, section 11) on the tiny Qwen, as claim records.
+
+    python -m llm_probe.safe_step_experiment --mode quick|full --out DIR
+
+Arms: ``constant`` (the optimizer's own step) and ``safe`` (the same run with ``--safe-step``: each Adam step
+scaled by the multiplier a of gapdyn.safe_step_multiplier). Every (method, lr, arm, seed) is one run of
+:class:`llm_probe.Trainer` from one shared warm model, in ``DIR/runs/<method>_<arm>_lr<lr>_s<seed>/``; a run
+with ``run.json`` is finished and skipped on a re-run, an interrupted one resumes from its checkpoint.
+
+Claims (gapdyn.Claim; criteria fixed here, before any run; ``DIR/claims.json`` and ``DIR/claims.md``):
+
+- ``collapse_constant_<method>_lr<lr>``: at a collapse lr, most constant-step runs collapse (the premise):
+  Clopper-Pearson 95 % interval of P(collapse) above 0.5.
+- ``collapse_safe_<method>_lr<lr>``: with the controller, fewer than half collapse and fewer than without:
+  Clopper-Pearson interval of P(collapse | safe) below 0.5, and a two-sided Fisher exact test against the
+  constant arm with Holm-adjusted p < 0.05.
+- ``final_reward_<method>_lr<lr>``: final reward (mean of the last ``tail`` steps) safe minus constant, paired by
+  seed: paired bootstrap 95 % interval above 0.
+- ``not_slower_<method>_lr<lr>`` (at the safe lr): steps to reach the level L = (R0 + R_final) / 2, R0 the warm
+  model's reward, R_final the constant arm's mean final reward: ratio of mean steps (safe /
+  constant, paired by seed, bootstrap) with upper 95 % bound below 1.1 ("not slower than 10 %"); R0 is the
+  mean over the constant arm's seeds of each run's baseline.json (the same warm model). Steps to level:
+  first step at which the rolling mean reward over ``window`` steps reaches L; a run that never does counts
+  the horizon (censored: it understates the slower arm's steps). Undefined, and reported as such, when
+  R_final <= R0.
+
+Collapse: the run's llm_probe.collapse rule (any alert). Wall times and the steps/wall time to level of every arm
+are in ``DIR/summary.json``; nothing here is tuned to make a claim pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+import gapdyn
+
+__all__ = ["SafeStepExperiment", "MODES", "run_experiment", "analyse", "steps_to_level", "main"]
+
+ARMS = ("constant", "safe")
+SOURCE = "beyond the papers (safe step rule, docs/theory.md section 11)"
+
+
+@dataclass(frozen=True)
+class SafeStepExperiment:
+    """Grid and settings of the experiment (see the module docstring)."""
+
+    methods: tuple[str, ...] = ("grpo", "wapo")
+    collapse_lrs: tuple[float, ...] = (1e-3,)
+    """Adam learning rates where most constant-step runs collapse."""
+    safe_lr: float = 3e-4
+    """A learning rate where constant-step runs learn (the 'not slower' claim)."""
+    seeds: tuple[int, ...] = tuple(range(10))
+    steps: int = 150
+    prompts_per_step: int = 16
+    group_size: int = 8
+    warmup_steps: int = 400
+    warm_seed: int = 0
+    c: float = 1.0
+    """The controller's fraction of the model-optimal step (default of the rule)."""
+    delta: float = 2.0
+    """The controller's trust region (default of the rule)."""
+    tail: int = 25
+    """Final reward: mean over the last ``tail`` steps."""
+    window: int = 10
+    """Steps to level: rolling mean over this many steps."""
+    num_threads: int = 1
+    n_resamples: int = 4000
+
+    def __post_init__(self):
+        if not self.methods or not self.collapse_lrs or len(self.seeds) < 1:
+            raise ValueError("methods, collapse_lrs and seeds must be non-empty")
+        for name in ("steps", "prompts_per_step", "tail", "window", "num_threads", "n_resamples"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        if self.group_size < 2:
+            raise ValueError(f"group_size must be >= 2, got {self.group_size}")
+        for lr in (*self.collapse_lrs, self.safe_lr):
+            if not (isinstance(lr, float) and 0 < lr < float("inf")):
+                raise ValueError(f"learning rates must be finite floats > 0, got {lr!r}")
+        if self.tail > self.steps or self.window > self.steps:
+            raise ValueError(f"tail and window must be <= steps ({self.steps})")
+
+
+MODES = {
+    "test": SafeStepExperiment(methods=("grpo",), collapse_lrs=(1e-3,), seeds=(0, 1), steps=3, prompts_per_step=2,
+                               group_size=4, warmup_steps=5, tail=2, window=2, n_resamples=200),
+    "quick": SafeStepExperiment(methods=("grpo",), collapse_lrs=(1e-3,), seeds=(0, 1, 2), steps=40,
+                                prompts_per_step=8, tail=10, window=5),
+    "full": SafeStepExperiment(),
+}
+
+
+def run_dir(out: Path, method: str, arm: str, lr: float, seed: int) -> Path:
+    return Path(out) / "runs" / f"{method}_{arm}_lr{lr:g}_s{seed}"
+
+
+def _one_run(exp: SafeStepExperiment, out: Path, warm_dir: str, method: str, arm: str, lr: float, seed: int) -> dict:
+    """Run (or skip, when finished) one (method, arm, lr, seed); returns its run.json row."""
+    import pandas as pd
+
+    from .config import TrainConfig
+    from .trainer import Trainer
+
+    d = run_dir(out, method, arm, lr, seed)
+    done = d / "run.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    tc = TrainConfig(out_dir=str(d), method=method, lr=lr, seed=seed, steps=exp.steps,
+                     prompts_per_step=exp.prompts_per_step, group_size=exp.group_size, init_from=warm_dir,
+                     probe_every=0, probe_prompts=0, num_threads=exp.num_threads, progress=False, device="cpu",
+                     checkpoint_every=10, resume=True, safe_step=arm == "safe", safe_step_c=exp.c,
+                     safe_step_delta=exp.delta)
+    t0 = time.perf_counter()
+    summary = Trainer(tc).run()
+    wall = time.perf_counter() - t0
+    df = pd.read_parquet(d / "metrics.parquet")
+    row = {"method": method, "arm": arm, "lr": lr, "seed": seed, "steps_run": int(len(df)),
+           "collapsed": bool(summary["collapsed"]),
+           "collapse_step": int(summary["alerts"][0]["step"]) if summary["alerts"] else -1,
+           "reward": df["reward"].tolist(), "step_time": df["step_time"].fillna(0.0).tolist(),
+           "a_mean": float(df["safe/a"].mean()) if "safe/a" in df else 1.0, "wall_s": wall,
+           "R0": float(json.loads((d / "baseline.json").read_text())["reward"])}
+    tmp = done.with_name("run.json.tmp")
+    tmp.write_text(json.dumps(row))
+    tmp.replace(done)
+    return row
+
+
+def run_experiment(exp: SafeStepExperiment, out, *, progress: bool = True) -> list[dict]:
+    """Every run of the grid (finished ones are read back, not re-run); returns their rows."""
+    from .demo import prepare_warm_model
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "experiment.json").write_text(json.dumps(asdict(exp), indent=1))
+    warm_dir, _ = prepare_warm_model(out / "warm", seed=exp.warm_seed, steps=exp.warmup_steps,
+                                     num_threads=exp.num_threads)
+    jobs = [(m, arm, lr, s) for lr in (*exp.collapse_lrs, exp.safe_lr) for m in exp.methods for s in exp.seeds
+            for arm in ARMS]
+    rows = []
+    for i, (m, arm, lr, s) in enumerate(jobs):
+        t0 = time.perf_counter()
+        row = _one_run(exp, out, str(warm_dir), m, arm, lr, s)
+        rows.append(row)
+        if progress:
+            print(f"[safe-step {i + 1}/{len(jobs)}] {m} {arm} lr={lr:g} seed={s}: collapsed={row['collapsed']} "
+                  f"final={np.mean(row['reward'][-exp.tail:]):.3f} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    return rows
+
+
+def steps_to_level(reward, level: float, window: int) -> int | None:
+    """First step k (0-based, k >= window - 1) whose rolling mean over the last ``window`` rewards is >= level;
+    None if never."""
+    r = np.asarray(reward, dtype=float)
+    if r.size < window:
+        return None
+    roll = np.convolve(r, np.ones(window) / window, "valid")  # roll[j] = mean r[j .. j + window - 1]
+    hit = np.nonzero(roll >= level)[0]
+    return int(hit[0] + window - 1) if hit.size else None
+
+
+def _paired(rows, method, lr):
+    by = {(r["arm"], r["seed"]): r for r in rows if r["method"] == method and r["lr"] == lr}
+    seeds = sorted(s for (a, s) in by if a == "constant" and ("safe", s) in by)
+    return [by[("constant", s)] for s in seeds], [by[("safe", s)] for s in seeds]
+
+
+def analyse(exp: SafeStepExperiment, rows: list[dict]) -> tuple[list, dict]:
+    """(claims, summary) from the run rows (criteria in the module docstring, fixed before the runs)."""
+    rng = np.random.default_rng(12345)
+    claims, tests, summary = [], [], {"groups": []}
+    final = {id(r): float(np.mean(r["reward"][-exp.tail:])) for r in rows}
+    setting = (f"tiny Qwen2 (warm, {exp.warmup_steps} supervised steps), Adam, B={exp.prompts_per_step}, "
+               f"G={exp.group_size}, {exp.steps} steps, c={exp.c:g}, delta={exp.delta:g}")
+    for m in exp.methods:
+        const, safe = _paired(rows, m, exp.safe_lr)
+        n = len(const)
+        level = None
+        if n:
+            fc = np.array([final[id(r)] for r in const])
+            R_final = float(fc.mean())
+            baseline_reward = float(np.mean([r["R0"] for r in const]))  # the warm model's reward, per-seed samples
+            level = 0.5 * (baseline_reward + R_final)
+            g = {"method": m, "lr": exp.safe_lr, "n": n, "R0": baseline_reward, "R_final_constant": R_final, "level": level,
+                 "final_constant": fc.tolist(), "final_safe": [final[id(r)] for r in safe],
+                 "collapsed_constant": sum(r["collapsed"] for r in const), "collapsed_safe": sum(r["collapsed"] for r in safe)}
+            if R_final > baseline_reward:
+                st = _time_stats(const, safe, exp, level)
+                g.update(st)
+                if n >= 2:
+                    ratio = gapdyn.bootstrap_ratio(np.array(st["steps_safe"], float), np.array(st["steps_constant"], float),
+                                                   rng=rng, n_resamples=exp.n_resamples)
+                    claims.append(gapdyn.Claim.from_estimate(
+                        ratio, id=f"not_slower_{m}_lr{exp.safe_lr:g}", source=SOURCE,
+                        setting=f"{setting}; {m}, lr={exp.safe_lr:g}, {n} seeds; level {level:.3f}",
+                        statement=f"at a safe lr the safe step reaches the reward level no more than 10 % later ({m})",
+                        statistic="mean steps to level, safe / constant (paired bootstrap)",
+                        criterion_text="upper 95 % bound below 1.1", criterion=gapdyn.Criterion.below(1.1)))
+            else:
+                g["not_testable"] = (f"constant-step final reward {R_final:.3f} <= R0 {baseline_reward:.3f}: no rise, "
+                                     "so no level between start and end")
+                g.update(_time_stats(const, safe, exp))
+                level = None
+            summary["groups"].append(g)
+        for lr in exp.collapse_lrs:
+            const, safe = _paired(rows, m, lr)
+            n = len(const)
+            if n == 0:
+                continue
+            kc, ks = sum(r["collapsed"] for r in const), sum(r["collapsed"] for r in safe)
+            cp_c, cp_s = gapdyn.clopper_pearson_interval(kc, n), gapdyn.clopper_pearson_interval(ks, n)
+            fisher = gapdyn.fisher_exact_test(np.array([[ks, n - ks], [kc, n - kc]]))
+            where = f"{setting}; {m}, lr={lr:g}, {n} seeds"
+            claims.append(gapdyn.Claim.from_estimate(
+                cp_c, id=f"collapse_constant_{m}_lr{lr:g}", source=SOURCE, setting=where,
+                statement=f"at lr={lr:g} most constant-step {m} runs collapse (the premise)",
+                statistic="P(collapse), constant step (Clopper-Pearson)",
+                criterion_text="95 % interval above 0.5", criterion=gapdyn.Criterion.above(0.5)))
+            tests.append(dict(
+                est=cp_s, id=f"collapse_safe_{m}_lr{lr:g}", source=SOURCE, setting=where, p_value=fisher.p_value,
+                statement=f"with the safe step, fewer than half of the {m} runs at lr={lr:g} collapse, and fewer "
+                          "than with the constant step",
+                statistic="P(collapse), safe step (Clopper-Pearson); p: Fisher exact vs constant",
+                criterion_text="95 % interval below 0.5 and Holm-adjusted Fisher p < 0.05",
+                criterion=gapdyn.Criterion.below(0.5, alpha=0.05)))
+            fc, fs = np.array([final[id(r)] for r in const]), np.array([final[id(r)] for r in safe])
+            if n >= 2:
+                diff = gapdyn.paired_bootstrap_difference(fs, fc, rng=rng, n_resamples=exp.n_resamples)
+                claims.append(gapdyn.Claim.from_estimate(
+                    diff, id=f"final_reward_{m}_lr{lr:g}", source=SOURCE, setting=where,
+                    statement=f"the safe step ends {m} at lr={lr:g} with a higher reward (paired by seed)",
+                    statistic=f"mean final reward (last {exp.tail} steps), safe - constant (paired bootstrap)",
+                    criterion_text="95 % interval above 0", criterion=gapdyn.Criterion.above(0.0)))
+            summary["groups"].append({
+                "method": m, "lr": lr, "n": n, "collapsed_constant": kc, "collapsed_safe": ks,
+                "cp_constant": [cp_c.lo, cp_c.hi], "cp_safe": [cp_s.lo, cp_s.hi], "fisher_p": fisher.p_value,
+                "final_constant": fc.tolist(), "final_safe": fs.tolist(),
+                **_time_stats(const, safe, exp, level), "level": level})
+    if tests:
+        p_adj = gapdyn.holm_adjust([t["p_value"] for t in tests])
+        for t, pa in zip(tests, p_adj):
+            est = t.pop("est")
+            claims.append(gapdyn.Claim.from_estimate(est, p_adjusted=float(max(pa, t["p_value"])), **t))
+    return claims, summary
+
+
+def _time_stats(const, safe, exp, level=None) -> dict:
+    """Steps and wall time (sum of step times) to the level per arm (horizon when never reached), wall per run."""
+    out = {"wall_constant": [r["wall_s"] for r in const], "wall_safe": [r["wall_s"] for r in safe],
+           "step_time_constant": float(np.mean([np.mean(r["step_time"]) for r in const])),
+           "step_time_safe": float(np.mean([np.mean(r["step_time"]) for r in safe])),
+           "a_mean_safe": float(np.mean([r["a_mean"] for r in safe]))}
+    if level is None:
+        return out
+    for arm, runs in (("constant", const), ("safe", safe)):
+        k = [steps_to_level(r["reward"], level, exp.window) for r in runs]
+        out[f"reached_{arm}"] = sum(v is not None for v in k)
+        out[f"steps_{arm}"] = [exp.steps if v is None else v + 1 for v in k]  # steps taken until reaching it
+        out[f"wall_to_level_{arm}"] = [float(np.sum(r["step_time"][:s])) for r, s in zip(runs, out[f"steps_{arm}"])]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m llm_probe.safe_step_experiment", description=__doc__.split("\n")[0])
+    ap.add_argument("--mode", choices=tuple(MODES), default="quick")
+    ap.add_argument("--out", default="gapdyn_out/safe-step")
+    ap.add_argument("--seeds", type=int, default=None, help="override the number of seeds (0..n-1)")
+    ap.add_argument("--no-progress", action="store_true")
+    a = ap.parse_args(argv)
+    exp = MODES[a.mode]
+    if a.seeds is not None:
+        if a.seeds < 1:
+            raise SystemExit("--seeds must be >= 1")
+        exp = replace(exp, seeds=tuple(range(a.seeds)))
+    out = Path(a.out)
+    t0 = time.perf_counter()
+    rows = run_experiment(exp, out, progress=not a.no_progress)
+    claims, summary = analyse(exp, rows)
+    summary["wall_s_this_call"] = time.perf_counter() - t0
+    summary["criteria_hash"] = gapdyn.criteria_hash({c.id: c.criterion for c in claims}) if claims else None
+    (out / "claims.json").write_text(gapdyn.claims_to_json(claims))
+    (out / "claims.md").write_text(gapdyn.claims_markdown(claims) if claims else "(no claims)\n")
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(gapdyn.claims_markdown(claims) if claims else "(no claims)")
+    for g in summary["groups"]:
+        print(json.dumps({k: v for k, v in g.items() if not isinstance(v, list)}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
