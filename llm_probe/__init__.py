@@ -28,6 +28,7 @@ from .probes import (
     token_stats,
 )
 from .rollout import Rollout, make_rollout, sample_completions
+from .safe_step import SafeStepController, SafeStepResult, completion_logprob_jvp
 from .tasks import AdditionTask, JsonlTask, Problem, check_answer, extract_answer, load_jsonl_problems, normalize_answer
 from .tokenizer import build_char_tokenizer, load_tokenizer
 from .trainer import FaultError, Trainer, build_policy, make_task, train
@@ -39,6 +40,10 @@ def __getattr__(name):  # the TRL callback imports transformers.TrainerCallback:
         from .callback import GapProbeCallback
 
         return GapProbeCallback
+    if name == "SafeStepCallback":
+        from .safe_step import SafeStepCallback
+
+        return SafeStepCallback
     raise AttributeError(name)
 
 __all__ = [
@@ -50,4 +55,5 @@ __all__ = [
     "load_tokenizer", "make_rollout", "make_task", "mixed_groups", "normalize_answer", "per_prompt_gaps",
     "policy_loss", "prompt_objectives", "sample_completions", "sampled_accuracy", "save_policy", "select_params",
     "sequence_logprob", "synthetic_stream", "token_stats", "train", "warmup",
+    "SafeStepCallback", "SafeStepController", "SafeStepResult", "completion_logprob_jvp",
 ]

@@ -44,6 +44,8 @@ _RANGES: dict[str, tuple[str, float, float, bool, bool]] = {
     "checkpoint_every": ("int", 0, _INF, True, False),
     "max_faults": ("int", 1, _INF, True, False),
     "num_threads": ("int", 1, _INF, True, True),
+    "safe_step_c": ("float", 0, _INF, False, False),
+    "safe_step_delta": ("float", 0, _INF, False, False),
 }
 
 
@@ -160,6 +162,14 @@ class TrainConfig:
     """Model dtype: float32, float64, bfloat16, float16."""
     progress: bool = True
     """Show tqdm progress bars (warm-up and RL steps)."""
+    safe_step: bool = False
+    """Scale every optimizer step by the safe step multiplier a in [0, 1]: theta = theta_k + a (theta' - theta_k),
+    a = min(1, delta / sd_hat, c dmu_hat / kappa_hat) from one JVP over the step's completions
+    (docs/theory.md section 11; llm_probe.safe_step). Costs one forward-mode pass per step."""
+    safe_step_c: float = 1.0
+    """Safe step: fraction c of the model-optimal step dmu_hat / kappa_hat (> 0; 1 = the model's maximiser)."""
+    safe_step_delta: float = 2.0
+    """Safe step: trust region delta on the spread of the change of log pi per step (> 0)."""
 
     def __post_init__(self):
         check_settings(self, _RANGES)

@@ -84,8 +84,9 @@ class SafeStepResult:
 class SafeStepController:
     """Scale each optimizer step by the safe step multiplier a (module docstring; docs/theory.md, section 11).
 
-    Call :meth:`before` at theta_k (just before ``optimizer.step()``) and :meth:`after` with the step's
-    Rollout right after it; :meth:`after` sets the trainable parameters to theta_k + a (theta' - theta_k).
+    Call :meth:`before` at theta_k (just before ``optimizer.step()``), or pass a copy of theta_k to
+    :meth:`after`, which is called with the step's Rollout right after ``optimizer.step()`` and sets the
+    trainable parameters to theta_k + a (theta' - theta_k).
     """
 
     def __init__(self, model, *, c: float = 1.0, delta: float = 2.0):
@@ -110,11 +111,20 @@ class SafeStepController:
         """Forget a recorded theta_k (e.g. a skipped step)."""
         self._theta_k = None
 
-    def after(self, ro) -> SafeStepResult:
-        """theta <- theta_k + a d with d = theta - theta_k; returns the rule's estimates and a."""
-        if self._theta_k is None:
-            raise RuntimeError("SafeStepController.after() called without before()")
-        theta_k, self._theta_k = self._theta_k, None
+    def after(self, ro, *, theta_k: dict | None = None) -> SafeStepResult:
+        """theta <- theta_k + a d with d = theta - theta_k; returns the rule's estimates and a.
+
+        theta_k: name -> tensor of the parameters before the step (e.g. the trainer's own copy); None: the copy
+        made by :meth:`before`.
+        """
+        if theta_k is None:
+            if self._theta_k is None:
+                raise RuntimeError("SafeStepController.after() needs theta_k or a call to before()")
+            theta_k = self._theta_k
+        elif not set(self.params) <= set(theta_k):
+            raise ValueError("theta_k must hold every trainable parameter by name")
+        self._theta_k = None
+        theta_k = {n: theta_k[n] for n in self.params}
         d = {n: p.detach() - theta_k[n] for n, p in self.params.items()}
         was_training = self.model.training
         self.model.eval()  # no dropout in the controller's forward

@@ -133,8 +133,9 @@ def _one_run(exp: SafeStepExperiment, out: Path, warm_dir: str, method: str, arm
     return row
 
 
-def run_experiment(exp: SafeStepExperiment, out, *, progress: bool = True) -> list[dict]:
-    """Every run of the grid (finished ones are read back, not re-run); returns their rows."""
+def run_experiment(exp: SafeStepExperiment, out, *, progress: bool = True, n_jobs: int = 1) -> list[dict]:
+    """Every run of the grid (finished ones are read back, not re-run); returns their rows. Order: method by
+    method, each learning rate's seeds with both arms, so a partial run leaves whole paired groups."""
     from .demo import prepare_warm_model
 
     out = Path(out)
@@ -142,8 +143,13 @@ def run_experiment(exp: SafeStepExperiment, out, *, progress: bool = True) -> li
     (out / "experiment.json").write_text(json.dumps(asdict(exp), indent=1))
     warm_dir, _ = prepare_warm_model(out / "warm", seed=exp.warm_seed, steps=exp.warmup_steps,
                                      num_threads=exp.num_threads)
-    jobs = [(m, arm, lr, s) for lr in (*exp.collapse_lrs, exp.safe_lr) for m in exp.methods for s in exp.seeds
+    jobs = [(m, arm, lr, s) for m in exp.methods for lr in (*exp.collapse_lrs, exp.safe_lr) for s in exp.seeds
             for arm in ARMS]
+    if n_jobs != 1:
+        from joblib import Parallel, delayed
+
+        return list(Parallel(n_jobs=n_jobs, verbose=10 if progress else 0)(
+            delayed(_one_run)(exp, out, str(warm_dir), m, arm, lr, s) for m, arm, lr, s in jobs))
     rows = []
     for i, (m, arm, lr, s) in enumerate(jobs):
         t0 = time.perf_counter()
@@ -272,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", choices=tuple(MODES), default="quick")
     ap.add_argument("--out", default="gapdyn_out/safe-step")
     ap.add_argument("--seeds", type=int, default=None, help="override the number of seeds (0..n-1)")
+    ap.add_argument("--jobs", type=int, default=1, help="parallel runs (joblib processes)")
     ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args(argv)
     exp = MODES[a.mode]
@@ -281,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         exp = replace(exp, seeds=tuple(range(a.seeds)))
     out = Path(a.out)
     t0 = time.perf_counter()
-    rows = run_experiment(exp, out, progress=not a.no_progress)
+    rows = run_experiment(exp, out, progress=not a.no_progress, n_jobs=a.jobs)
     claims, summary = analyse(exp, rows)
     summary["wall_s_this_call"] = time.perf_counter() - t0
     summary["criteria_hash"] = gapdyn.criteria_hash({c.id: c.criterion for c in claims}) if claims else None

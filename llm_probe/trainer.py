@@ -41,6 +41,7 @@ from .probes import (
     token_stats,
 )
 from .rollout import NonFinitePolicyError, make_rollout
+from .safe_step import SafeStepController
 from .tasks import AdditionTask, JsonlTask
 from .tokenizer import build_char_tokenizer
 from .warmup import warmup
@@ -156,6 +157,7 @@ class Trainer:
         self.consecutive_faults = 0
         self.detector = CollapseDetector(cfg.collapse)
         self.stopped_reason = None
+        self.safe = SafeStepController(model, c=cfg.safe_step_c, delta=cfg.safe_step_delta) if cfg.safe_step else None
 
     # ---- checkpointing -------------------------------------------------------------------------
     @property
@@ -290,6 +292,8 @@ class Trainer:
                 for p, o in zip(self.model.parameters(), all_old):
                     p.copy_(o)
             return self._fault(k, m, "non-finite weights after the update")
+        if self.safe is not None:  # theta_{k+1} = theta_k + a (theta' - theta_k), llm_probe.safe_step
+            m.update(self.safe.after(ro, theta_k=dict(zip(dict(self.model.named_parameters()), all_old))).metrics)
         with torch.no_grad():
             m["update_norm"] = float(torch.sqrt(sum(((p - o) ** 2).sum() for p, o in zip(self.model.parameters(), all_old))))
         if probing:

@@ -129,6 +129,8 @@ def test_controller_validates():
         SafeStepController(model, c=float("nan"))
     with pytest.raises(RuntimeError, match="before"):
         SafeStepController(model).after(None)
+    with pytest.raises(ValueError, match="theta_k"):
+        SafeStepController(model).after(None, theta_k={})
 
 
 def test_callback_on_real_grpo_trainer_with_accumulation(tmp_path):
