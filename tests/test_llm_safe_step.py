@@ -236,3 +236,37 @@ def test_analysis_claims_follow_their_definitions():
     assert f"final_reward_grpo_lr{lr:g}" in by and f"not_slower_grpo_lr{exp.safe_lr:g}" in by
     assert all(c.verdict in gapdyn.VERDICTS for c in claims)
     assert len(summary["groups"]) == 2
+
+
+def test_gapdyn_train_safe_step_cli(tmp_path, capsys):
+    """``gapdyn train --method grpo --lr 1e-3 --safe-step`` runs; each step logs the rule (safe/a in [0, 1])."""
+    import json
+
+    from llm_probe.cli import main
+    from llm_probe.config import TrainConfig
+
+    rc = main(["--method", "grpo", "--lr", "1e-3", "--safe-step", "--out", str(tmp_path), "--steps", "2",
+               "--warmup-steps", "5", "--prompts-per-step", "2", "--group-size", "4", "--probe-every", "0",
+               "--num-threads", "1", "--no-progress", "--device", "cpu"])
+    assert rc == 0
+    rows = [json.loads(ln) for ln in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(0.0 <= r["safe/a"] <= 1.0 for r in rows)
+    for bad, flag in ((dict(safe_step_c=0.0), "--safe-step-c"), (dict(safe_step_delta=float("inf")), "--safe-step-delta")):
+        with pytest.raises(ValueError, match=flag):
+            TrainConfig(out_dir=str(tmp_path), **bad)
+
+
+def test_experiment_test_mode_runs_and_resumes(tmp_path, capsys):
+    """``--mode test`` end to end: claims.json, one run.json per (arm, lr, seed); a second call re-runs nothing."""
+    import json
+
+    from llm_probe.safe_step_experiment import MODES, main, run_dir
+
+    assert main(["--mode", "test", "--out", str(tmp_path), "--no-progress"]) == 0
+    exp = MODES["test"]
+    done = {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/run.json")}
+    assert len(done) == len(exp.methods) * (len(exp.collapse_lrs) + 1) * len(exp.seeds) * 2
+    assert json.loads((tmp_path / "claims.json").read_text())
+    assert (run_dir(tmp_path, "grpo", "safe", exp.safe_lr, 0) / "run.json").exists()
+    assert main(["--mode", "test", "--out", str(tmp_path), "--no-progress"]) == 0
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/run.json")} == done
