@@ -256,6 +256,7 @@ def test_gapdyn_train_safe_step_cli(tmp_path, capsys):
             TrainConfig(out_dir=str(tmp_path), **bad)
 
 
+@pytest.mark.slow
 def test_experiment_test_mode_runs_and_resumes(tmp_path, capsys):
     """``--mode test`` end to end: claims.json, one run.json per (arm, lr, seed); a second call re-runs nothing."""
     import json
