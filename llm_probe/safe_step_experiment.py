@@ -134,8 +134,8 @@ def _one_run(exp: SafeStepExperiment, out: Path, warm_dir: str, method: str, arm
 
 
 def run_experiment(exp: SafeStepExperiment, out, *, progress: bool = True, n_jobs: int = 1) -> list[dict]:
-    """Every run of the grid (finished ones are read back, not re-run); returns their rows. Order: method by
-    method, each learning rate's seeds with both arms, so a partial run leaves whole paired groups."""
+    """Every run of the grid (finished ones are read back, not re-run); returns their rows. Order: seed by seed
+    over every (method, lr) with both arms, so a partial run leaves every group with the same paired seeds."""
     from .demo import prepare_warm_model
 
     out = Path(out)
@@ -143,7 +143,7 @@ def run_experiment(exp: SafeStepExperiment, out, *, progress: bool = True, n_job
     (out / "experiment.json").write_text(json.dumps(asdict(exp), indent=1))
     warm_dir, _ = prepare_warm_model(out / "warm", seed=exp.warm_seed, steps=exp.warmup_steps,
                                      num_threads=exp.num_threads)
-    jobs = [(m, arm, lr, s) for m in exp.methods for lr in (*exp.collapse_lrs, exp.safe_lr) for s in exp.seeds
+    jobs = [(m, arm, lr, s) for s in exp.seeds for m in exp.methods for lr in (*exp.collapse_lrs, exp.safe_lr)
             for arm in ARMS]
     if n_jobs != 1:
         from joblib import Parallel, delayed
