@@ -279,16 +279,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="gapdyn_out/safe-step")
     ap.add_argument("--seeds", type=int, default=None, help="override the number of seeds (0..n-1)")
     ap.add_argument("--jobs", type=int, default=1, help="parallel runs (joblib processes)")
+    ap.add_argument("--analyse-only", action="store_true",
+                    help="no new runs: the claims from the finished runs in --out (e.g. while a run is in progress)")
     ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args(argv)
     exp = MODES[a.mode]
+    if a.jobs == 0 or a.jobs < -1:
+        raise SystemExit("--jobs must be >= 1 or -1 (all cores)")
     if a.seeds is not None:
         if a.seeds < 1:
             raise SystemExit("--seeds must be >= 1")
         exp = replace(exp, seeds=tuple(range(a.seeds)))
     out = Path(a.out)
     t0 = time.perf_counter()
-    rows = run_experiment(exp, out, progress=not a.no_progress, n_jobs=a.jobs)
+    if a.analyse_only:
+        rows = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*/run.json"))]
+    else:
+        rows = run_experiment(exp, out, progress=not a.no_progress, n_jobs=a.jobs)
     claims, summary = analyse(exp, rows)
     summary["wall_s_this_call"] = time.perf_counter() - t0
     summary["criteria_hash"] = gapdyn.criteria_hash({c.id: c.criterion for c in claims}) if claims else None
