@@ -120,12 +120,13 @@ def bootstrap(statistic, *arrays, clusters=None, seed: int, natural: tuple[float
 def make_claim(module, claim_id: str, est: gapdyn.Estimate, *, block: str, setting: str, statistic: str,
                p_value: float | None = None) -> gapdyn.Claim:
     """A claim of ``module`` judged by ``module.CRITERIA[claim_id]``; source and statement from
-    ``module.STATEMENTS[claim_id]`` (written with the criteria, before any run)."""
+    ``module.STATEMENTS[claim_id]`` (written with the criteria, before any run). A test's p_adjusted starts
+    as its p-value; :func:`stamp_claims` replaces it by the Holm-adjusted one over the block."""
     source, statement = module.STATEMENTS[claim_id]
     crit = module.CRITERIA[claim_id]
     return gapdyn.Claim.from_estimate(
         est, id=claim_id, source=source, statement=statement, setting=setting, statistic=statistic,
-        criterion_text=crit.describe(), criterion=crit, block=block, p_value=p_value,
+        criterion_text=crit.describe(), criterion=crit, block=block, p_value=p_value, p_adjusted=p_value,
     )
 
 
