@@ -61,7 +61,8 @@ class Config:
     sampled_steps: int = 500
     sampled_etas: tuple[float, ...] = tuple(float(e) for e in np.geomspace(1.0, 1e4, 13))
     schedules: tuple[str, ...] = ("constant", "adaptive", "linesearch")
-    record_every: int = 5
+    record_every: int = 1
+    """sampled runs record J every this many steps (1: steps to J >= 0.9 resolve single steps)."""
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -233,9 +234,12 @@ def _sampled_cell(*, instance, n_arms, dim, n_correct, group_size, n_seeds, samp
 # ------------------------------------------------------------------------------------------------
 
 
-def critical_steps(results: pd.DataFrame) -> pd.DataFrame:
-    """One row per exact (instance, start, method): the summary row (eta* = inf when none in range)."""
+def critical_steps(results: pd.DataFrame, start: int | None = 0) -> pd.DataFrame:
+    """One row per exact (instance, method) at ``start`` (None: every start): the summary row, eta* = inf
+    when none is in range; ``finite`` marks a finite eta*."""
     s = results[results["phase"] == "summary"].copy()
+    if start is not None:
+        s = s[s["start"] == start]
     s["finite"] = s["status"] != "none_in_range"
     s.loc[~s["finite"], "eta_star"] = np.inf
     cols = [c for c in s.columns if not c.startswith(("J_min", "J_final", "seed", "schedule", "collapsed"))]
@@ -286,7 +290,7 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
     """The claims of one block (its rows only)."""
     mod = sys.modules[__name__]
     G = config.group_size
-    cs = critical_steps(results)
+    cs = critical_steps(results, start=None)
     n_inst = cs["instance"].nunique()
     where = (f"K={config.n_arms}, d={config.dim}, {config.n_correct} correct, G={G}, exact, horizon {config.steps}, "
              f"eta in [{config.eta_lo:g}, {config.eta_hi:g}] ({(config.max_ratio - 1):.0%} grid, rtol {config.rtol:g}), "
