@@ -349,7 +349,7 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
         ok = _within_2x(fin[col], fin["eta_star"])
         add(cid, proportion(int(ok.sum()), len(fin)), where + f", {config.n_starts} starts per instance",
             f"share of cases with {col} / eta* in [0.5, 2] (Clopper-Pearson; n = {len(fin)})")
-    claims += _sampled_claims(results, config, block, seed, add)
+    _sampled_claims(results, config, block, seed, add)
     return claims
 
 
@@ -381,7 +381,8 @@ def _identity(results, piv, config):
     return est, text + ("; " + "; ".join(notes) if notes else "")
 
 
-def _sampled_claims(results, config, block, seed, add) -> list:
+def _sampled_claims(results, config, block, seed, add) -> None:
+    """Sampled GRPO and the controllers: claims passed to ``add``."""
     sp = results[results["phase"] == "sampled"].copy()
     sp["collapsed"] = sp["collapsed"].astype(bool)
     setting = (f"sampled GRPO, G={config.group_size}, horizon {config.sampled_steps}, {config.n_seeds} seeds x "
@@ -405,7 +406,6 @@ def _sampled_claims(results, config, block, seed, add) -> list:
                                     natural=(1e-3, 1e3)),
             setting + f", {s} vs constant, paired on (instance, eta, seed)",
             f"geometric mean of steps-to-0.9 ratios over {int(ok.sum())} pairs reaching 0.9 (cluster bootstrap)")
-    return []
 
 
 def run(config: Config, *, store=None, backend="joblib", n_jobs=-1, progress=True):
