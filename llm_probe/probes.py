@@ -213,7 +213,7 @@ def _group_gaps_vmap(model, ro, groups, params, W, chunk):
         g, v = f(primals, w[s:s + chunk], ro.prompt_ids[ix], ro.prompt_mask[ix], ro.completion_ids[ix],
                  ro.completion_mask[ix])
         n = len(ix)
-        gaps[s:s + n] = torch.cat([g[k].reshape(n, -1).to(gaps.dtype) for k in keys], 1).cpu()
+        gaps[s:s + n] = torch.cat([g[k].detach().reshape(n, -1).to(gaps.dtype) for k in keys], 1).cpu()
         phis.append(v.detach())
     return gaps, torch.cat(phis).cpu()
 
