@@ -3,8 +3,8 @@
 For one prompt q with sampled completions split by reward into O+ and O- (both non-empty: a "mixed" group):
 - per-prompt log-odds proxy  Phi_hat_q(theta) = mean_{o in O+} log pi(o|q) - mean_{o in O-} log pi(o|q)
   (log pi(o|q) the summed token log-probs; the completions are held fixed);
-- gap estimate  g_q = grad_theta Phi_hat_q, an unbiased-in-direction sample of g+ - g- (THEORY.md §1);
-  per group from its own G rows only, vmap'd over groups (ANCHORS.md "Cheap exact tricks");
+- gap estimate  g_q = grad_theta Phi_hat_q, a sample of the Gradient Gap g+ - g- (Suk & Duan,
+  arXiv 2510.08539; docs/equations.md); per group from its own G rows only, vmap'd over groups;
 - alignment  dmu_q = <v, g_q> for a direction v: the actual parameter change delta_theta (eta = 1,
   so Adam is covered) or the raw ascent direction -grad L. Two routes: the dot product with the gap
   vectors, and a forward-mode JVP of the vector (Phi_hat_q)_q along v (all prompts in one pass);
@@ -193,16 +193,8 @@ def _group_gaps_vmap(model, ro, groups, params, W, chunk):
     idx = torch.stack([torch.arange(b * G, (b + 1) * G) for b in groups.tolist()]).to(W.device)  # [Q, G]
     w = torch.gather(W, 1, idx)  # [Q, G]: group q's contrast weights on its own rows
 
-    class _Call(torch.nn.Module):  # completion_logprobs expects something callable like the model
-        def __init__(self, pd):
-            super().__init__()
-            self.pd = pd
-
-        def forward(self, **kw):
-            return functional_call(model, self.pd, args=(), kwargs=kw, strict=False)
-
     def phi(pd, wq, a, b, c, d):
-        lp = completion_logprobs(_Call(pd), a, b, c, d).sum(-1)  # [G]
+        lp = completion_logprobs(_Functional(model, pd), a, b, c, d).sum(-1)  # [G]
         return wq.to(lp.dtype) @ lp
 
     gaps = torch.empty(len(groups), sum(p.numel() for p in plist), dtype=_gap_dtype(plist))
@@ -216,6 +208,21 @@ def _group_gaps_vmap(model, ro, groups, params, W, chunk):
         gaps[s:s + n] = torch.cat([g[k].detach().reshape(n, -1).to(gaps.dtype) for k in keys], 1).cpu()
         phis.append(v.detach())
     return gaps, torch.cat(phis).cpu()
+
+
+class _Functional(torch.nn.Module):
+    """``model`` run with the parameter values ``pd`` (torch.func.functional_call; the others: the module's),
+    callable like the model (completion_logprobs takes it) and with the model's ``dtype``."""
+
+    def __init__(self, model, pd: dict, *, tie_weights: bool = True):
+        super().__init__()
+        self._model = (model,)  # a tuple: not registered as a submodule
+        self.pd = pd
+        self.tie_weights = tie_weights
+        self.dtype = getattr(model, "dtype", None)
+
+    def forward(self, **kw):
+        return functional_call(self._model[0], self.pd, args=(), kwargs=kw, strict=False, tie_weights=self.tie_weights)
 
 
 def per_prompt_gaps_batched(model, ro, params: dict[str, torch.nn.Parameter]) -> GapEstimate:
@@ -267,17 +274,9 @@ def jvp_alignment(model, ro, groups: torch.Tensor, params: dict[str, torch.Tenso
     if base is not None:  # every name of every other parameter, at its base value
         const = {a: base[k] for k, names in alias.items() if k not in params and k in base for a in names}
 
-    class _Call(torch.nn.Module):  # completion_logprobs expects something callable like the model
-        def __init__(self, pd):
-            super().__init__()
-            self.pd = pd
-
-        def forward(self, **kw):
-            return functional_call(model, self.pd, args=(), kwargs=kw, strict=False, tie_weights=False)
-
     def f(*vals):
         pd = {**const, **{a: v for (_, a), v in zip(slots, vals)}}
-        lp = completion_logprobs(_Call(pd), *args).sum(-1)
+        lp = completion_logprobs(_Functional(model, pd, tie_weights=False), *args).sum(-1)
         return W[:, rows].to(lp.dtype) @ lp
 
     primals = tuple(params[k].detach() for k, _ in slots)
