@@ -206,8 +206,7 @@ class Trainer:
         """(token entropy, sampled reward) of the current policy on fresh prompts, with generators of its own."""
         cfg = self.cfg
         probs = self.task.sample(np.random.default_rng(cfg.seed + 29), n_prompts)
-        ro = make_rollout(self.model, self.tok, self.task, probs, G=cfg.group_size, max_new_tokens=cfg.max_new_tokens,
-                          generator=torch.Generator().manual_seed(cfg.seed + 31), temperature=cfg.temperature)
+        ro = self._rollout(probs, cfg.group_size, torch.Generator().manual_seed(cfg.seed + 31))
         _, ent, _ = completion_logprobs(self.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
                                         ro.completion_mask, return_entropy=True)
         mk = ro.completion_mask > 0
@@ -235,7 +234,7 @@ class Trainer:
         res, logp, logp_all = self.compute_loss(ro)  # 2. loss and its gradient
         m.update(res.metrics)
         m["loss"] = float(res.loss.detach())
-        if probing:
+        if probing and logp.requires_grad:
             logp.retain_grad()  # dL/dlogp: the gradient mass of token_stats
         fault = self._backward(res.loss)
         m.update(token_stats(logp_all.detach(), ro.completion_ids, ro.completion_mask, res.advantages,
