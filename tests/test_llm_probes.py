@@ -285,3 +285,35 @@ def test_select_params_and_mixed_groups_errors():
         select_params(model, "no_such_param")
     r = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 0.0], [0.0, 1.0]])
     assert mixed_groups(r).tolist() == [0, 3]
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_gap_probe_around_an_adam_step(tied):
+    """GapProbe.before/after around a real Adam step: dmu_update = <theta_{k+1} - theta_k, reference gap>,
+    dmu_grad = <-grad L, reference gap>, M_batch = mean [dmu]_+, and the forward-mode route, evaluated at
+    theta_k after the weights moved, agrees (gap/jvp_dot_maxdiff), with tied and untied embeddings."""
+    from llm_probe.gap_probe import GapProbe
+    from llm_probe.model import TinyQwenSpec
+    from tests.llm_helpers import SMALL
+
+    model, tok = tiny("qwen2", seed=4, spec=TinyQwenSpec(**{**SMALL.__dict__, "tie_word_embeddings": tied}))
+    ro = sampled_rollout(model, tok, B=3, G=4, T=5, seed=2)
+    params = select_params(model, "all")
+    ref = _reference_gaps(model, ro, set(params))  # at theta_k
+    probe = GapProbe(model, "all", alignment="both")
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    logp = completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
+    policy_loss("grpo", logp, logp.detach(), ro.completion_mask, ro.rewards, max_completion_length=5).loss.backward()
+    ascent = flat([-p.grad for p in params.values()])
+    theta0 = flat([p.detach().clone() for p in params.values()])
+    probe.before(ro)
+    opt.step()
+    res = probe.after()
+    delta = flat([p.detach() for p in params.values()]) - theta0
+    expect = ref @ delta
+    assert float(delta.norm()) > 0 and res.update_norm == pytest.approx(float(delta.norm()), rel=1e-5)
+    torch.testing.assert_close(res.dmu_update, expect, rtol=1e-4, atol=1e-4 * float(expect.abs().max()))
+    torch.testing.assert_close(res.dmu_grad, ref @ ascent, rtol=1e-4, atol=1e-4 * float((ref @ ascent).abs().max()))
+    assert res.metrics["gap/jvp_dot_maxdiff"] <= 1e-4 * float(expect.abs().max())
+    assert res.metrics["gap/M_batch"] == pytest.approx(float(expect.clamp(min=0).mean()), rel=1e-4, abs=1e-9)
+    assert not probe.pending
