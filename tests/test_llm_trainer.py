@@ -19,7 +19,7 @@ pytestmark = pytest.mark.llm
 
 def _cfg(tmp_path, **kw):
     base = dict(out_dir=str(tmp_path), steps=4, prompts_per_step=4, group_size=4, probe_prompts=3,
-                probe_group_size=4, progress=False, num_threads=1, device="cpu", lr=3e-4)
+                probe_group_size=4, progress=False, num_threads=1, device="cpu", lr=3e-4, probe_every=1)
     base.update(kw)
     return TrainConfig(**base)
 
