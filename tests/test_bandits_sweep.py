@@ -231,3 +231,126 @@ def test_package_reexports_resolve_lazily():
     assert bandits.simulate_sequence.__module__ == "bandits.sequence"
     with pytest.raises(AttributeError):
         bandits.no_such_name
+
+
+# ---- integrity and concurrency of the store ------------------------------------------------------
+
+
+def _store_bytes(store: Path, name: str) -> dict[str, bytes]:
+    """Every file of a store (cells, digests, results) by its name; temporaries would show up too."""
+    root = store / name
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_every_single_bit_flip_is_detected_and_recomputed(tmp_path):
+    """Flip each bit of a cell file (and of its digest): load refuses it; a rerun restores the bytes."""
+    cells = _cells(3)
+    run_sweep(example_cell, cells, name="f", store=tmp_path, backend="serial", progress=False)
+    reference = _store_bytes(tmp_path, "f")
+    cs = CellStore(tmp_path, "f")
+    key = sweep_keys(example_cell, cells, name="f")[1]
+    failures = []
+    import warnings as _w
+
+    for path in (cs.cell_path(key), cs.digest_path(key)):
+        good = path.read_bytes()
+        for bit in range(8 * len(good)):
+            flipped = bytearray(good)
+            flipped[bit // 8] ^= 1 << (bit % 8)
+            path.write_bytes(bytes(flipped))
+            with _w.catch_warnings(record=True) as caught:
+                _w.simplefilter("always")
+                loaded = cs.load(key)
+            if loaded is not None or not any(issubclass(w.category, RuntimeWarning) for w in caught):
+                failures.append((path.name, bit))
+        path.write_bytes(good)
+    assert failures == []
+    # one flip, then the sweep: recomputed with a warning, and the store is byte-identical again
+    data = bytearray(cs.cell_path(key).read_bytes())
+    data[len(data) // 3] ^= 0x10
+    cs.cell_path(key).write_bytes(bytes(data))
+    with pytest.warns(RuntimeWarning, match="checksum"):
+        again = run_sweep(example_cell, cells, name="f", store=tmp_path, backend="serial", progress=False)
+    assert again.attrs["n_computed"] == 1
+    assert _store_bytes(tmp_path, "f") == reference
+
+
+def test_live_temporaries_survive_opening_the_store(tmp_path):
+    from bandits import store as st
+
+    cs = CellStore(tmp_path, "t")
+    live = cs.cells_dir / f"a.parquet.tmp-{st._HOST}-{os.getpid()}-abc"  # this (live) writer's
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone = cs.cells_dir / f"b.parquet.tmp-{st._HOST}-{int(dead.stdout)}-abc"  # a finished process's
+    other_host = cs.cells_dir / f"c.parquet.tmp-00000000-{int(dead.stdout)}-abc"  # a writer elsewhere
+    old = cs.cells_dir / f"d.parquet.tmp-00000000-1-abc"
+    for p in (live, gone, other_host, old):
+        p.write_bytes(b"partial")
+    os.utime(old, (time.time() - 2 * st.STALE_TMP_SECONDS,) * 2)
+    CellStore(tmp_path, "t")
+    assert sorted(p.name[0] for p in cs.cells_dir.glob("*.tmp-*")) == ["a", "c"]
+
+
+_WRITER_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from bandits.sweep import run_sweep, example_cell
+    cells = [{"seed": s, "n": 4, "sleep": float(sys.argv[3])} for s in range(40)]
+    if sys.argv[2] == "reversed":
+        cells = cells[::-1]
+    run_sweep(example_cell, cells, name="w", store=sys.argv[1], backend="serial", progress=False)
+    """
+)
+
+
+def _writer(store, order, sleep=0.01):
+    return subprocess.Popen(
+        [sys.executable, "-c", _WRITER_SCRIPT, str(store), order, str(sleep)],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+def _single_writer_reference(tmp_path, sleep=0.01):
+    ref_store = tmp_path / "single"
+    assert _writer(ref_store, "forward", sleep).wait(timeout=300) == 0
+    return _store_bytes(ref_store, "w")
+
+
+def _sorted_results(store):
+    df = pd.read_parquet(store / "w" / "results.parquet")
+    return df.sort_values(["cell_key", "i"]).reset_index(drop=True)
+
+
+def test_two_writers_into_one_store_match_a_single_writer(tmp_path):
+    reference = _single_writer_reference(tmp_path)
+    shared = tmp_path / "shared"
+    procs = [_writer(shared, "forward"), _writer(shared, "reversed")]
+    assert [p.wait(timeout=300) for p in procs] == [0, 0]
+    got = _store_bytes(shared, "w")
+    cell_files = {k: v for k, v in reference.items() if k.startswith("cells")}
+    assert {k: v for k, v in got.items() if k.startswith("cells")} == cell_files  # no temporaries left
+    pd.testing.assert_frame_equal(_sorted_results(shared), _sorted_results(tmp_path / "single"))
+
+
+@pytest.mark.parametrize("writers", [1, 2])
+def test_sigkill_of_writers_then_resume_is_byte_identical(tmp_path, writers):
+    """SIGKILL every writer at a random moment (with two writers, at two moments); resume; compare bytes."""
+    rng = np.random.default_rng(11 + writers)
+    reference = _single_writer_reference(tmp_path, 0.03)
+    shared = tmp_path / "shared"
+    procs = [_writer(shared, order, 0.03) for order in ("forward", "reversed")[:writers]]
+    targets = sorted(rng.choice(np.arange(2, 30), size=writers, replace=False))
+    cells_dir = shared / "w" / "cells"
+    for proc, target in zip(procs, targets):  # kill after a random number of cells is on disk
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if cells_dir.exists() and len(list(cells_dir.glob("*.parquet"))) >= target:
+                break
+            time.sleep(0.002)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert not (shared / "w" / "results.parquet").exists(), "a writer finished before it was killed"
+    assert _writer(shared, "forward", 0.03).wait(timeout=300) == 0
+    got = _store_bytes(shared, "w")
+    assert {k for k in got if ".tmp-" in k} == set()  # the dead writers' temporaries were removed
+    assert got == reference
