@@ -9,10 +9,10 @@ Schedules (``Schedule.kind``), for an update theta_{k+1} = theta_k + eta_k u_k:
 - ``decay``:      eta_k = eta0 / sqrt(k + 1).
 - ``linesearch``: the largest eta = eta0 2^-j (j = 0..max_halvings) with Phi(theta + eta u) > Phi(theta);
   eta = 0 (skip the step) if none. Needs the exact log-odds Phi: a simulator-only oracle
-  (SIMULATIONS.md: it removed every collapse in 168 sampled runs). [derived]
+  [derived]
 - ``adaptive``:   the curvature controller below; needs NO evaluation of Phi. [derived]
 
-The adaptive controller (derived, THEORY.md §1-3). Along u, the second-order model of the log-odds is
+The adaptive controller (derived, docs/equations.md §1-3). Along u, the second-order model of the log-odds is
     Phi(theta + eta u) ~ Phi(theta) + eta dmu - (eta^2 / 2) kappa,   dmu = <u, g+ - g->,
     kappa = u^T (-Hess Phi) u = Var_{pi-}(u . s) - Var_{pi+}(u . s)
 (Hess Phi = Cov_{pi+}(s) - Cov_{pi-}(s) for softmax / log-linear policies). The model rises most at

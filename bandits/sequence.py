@@ -1,6 +1,6 @@
 """Token-level sequence bandits: one prompt, responses of T tokens, binary sequence rewards.
 
-Two parameterisations (THEORY.md §1, §3 "Token level"; SIMULATIONS.md "Length T"):
+Two parameterisations (docs/equations.md §1, §3 "Token level"; docs/bandits_sequence.md):
 
 - :class:`SharedSequenceBandit` -- SHARED parameters, as in an LLM: one log-linear token policy
   p(v) ~ exp(phi(v) . theta) over V tokens (features phi [V, d]) is used at every position, so a
@@ -22,13 +22,13 @@ summarised by its state (n, m, ended); |o| = L = m + ended, and
     E[s | n, m, ended] = n mu_c + (m - n) mu_w + ended phi_e - L mu,
 
 because s(o) = sum_t (phi(o_t) - mu) and, given its class, each token's feature has the class mean.
-J = sum P r, g+ = E[s | r = 1], g- = E[s | r = 0], Gap = g+ - g- = grad Phi (THEORY.md §1). For fixed
+J = sum P r, g+ = E[s | r = 1], g- = E[s | r = 0], Gap = g+ - g- = grad Phi (docs/equations.md §1). For fixed
 length T (no end token) the count is N ~ Binomial(T, q) and this reduces to
 
     g+- = (E[N | r = +-] - T q) (mu_c - mu_w),    Gap = (E[N | r=1] - E[N | r=0]) (mu_c - mu_w).
 
 All sums run in log space (stable for J near 0 or 1). With 1/|o| normalisation the expected
-direction is E[A s / L], which is not parallel to the Gap when L varies (THEORY.md §2).
+direction is E[A s / L], which is not parallel to the Gap when L varies (docs/equations.md §2).
 
 Position-wise tabular model [derived]: x_t = 1[o_t correct] are independent Bernoulli(q_t); in
 logit space the block t of the Gap is (P(x_t=1 | r=1) - P(x_t=1 | r=0)) (e_c - u_t), u_t = p_t
@@ -463,7 +463,7 @@ Env = SharedSequenceBandit | TabularSequenceBandit
 
 def sampled_direction(env: Env, params, method: str, group_size: int, rng: np.random.Generator,
                       *, length_normalized: bool = False) -> np.ndarray:
-    """w = (1/G) sum_i A_i s(o_i) [/ |o_i|], A from gapdyn.group_advantages (THEORY.md §2)."""
+    """w = (1/G) sum_i A_i s(o_i) [/ |o_i|], A from gapdyn.group_advantages (docs/equations.md §2)."""
     smp = env.sample(params, group_size, rng)
     A = group_advantages(method, smp.reward)
     s = smp.score / smp.length[..., None] if length_normalized else smp.score

@@ -119,7 +119,7 @@ def test_shared_sampling_matches_closed_form_monte_carlo(variable):
 
 
 def test_grpo_direction_expectation_is_cG_times_gap():
-    """E[w] of sampled GRPO groups = c_G(J) Gap (THEORY.md §2): sampling + gapdyn advantages."""
+    """E[w] of sampled GRPO groups = c_G(J) Gap (docs/equations.md §2): sampling + gapdyn advantages."""
     env = SharedSequenceBandit.random(V=6, d=3, T=4, rule="MAJ", seed=2)
     theta = np.array([0.3, 0.1, -0.2])
     B = 60_000
