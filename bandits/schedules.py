@@ -127,6 +127,10 @@ def line_search_step(
     eta = check_positive(eta0, "eta0")
     if isinstance(max_halvings, bool) or not isinstance(max_halvings, (int, np.integer)) or max_halvings < 0:
         raise ValueError(f"max_halvings must be an integer >= 0, got {max_halvings!r}")
+    if gap is not None:
+        gap = as_float_array(gap, "gap", min_ndim=1)
+        if gap.shape != u.shape:
+            raise ValueError(f"gap must have the shape of direction {u.shape}, got {gap.shape}")
     phi0 = logodds_fn(th)
     if gap is not None and eta * abs(float(np.dot(u, gap))) <= 1e-12 * (1.0 + abs(phi0)):
         return eta
@@ -172,6 +176,8 @@ def adaptive_step(
         if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(v):
             raise ValueError(f"{name} must be a finite real number, got {v!r}")
     eta0, c, delta = check_positive(eta0, "eta0"), check_positive(c, "c"), check_positive(delta, "delta")
+    if not isinstance(mixed, (bool, np.bool_)):
+        raise ValueError(f"mixed must be a bool, got {mixed!r}")
     eta = eta0
     if spread > 0.0:
         eta = min(eta, delta / spread)
