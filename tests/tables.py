@@ -20,9 +20,10 @@ def check_table(rows: Iterable[tuple[str, Any]], check: Callable[..., None], *, 
         n += 1
         try:
             check(*row) if star else check(row)
-        except Exception as exc:  # noqa: BLE001 - collected and reported below
-            last = traceback.extract_tb(exc.__traceback__)[-1]
-            failures.append(f"{row_id}: {type(exc).__name__}: {exc} (line {last.lineno})")
+        except (Exception, pytest.fail.Exception) as exc:  # noqa: BLE001 - collected and reported below
+            frames = traceback.extract_tb(exc.__traceback__)
+            ours = [f for f in frames if "/tests/" in f.filename.replace("\\", "/")] or frames
+            failures.append(f"{row_id}: {type(exc).__name__}: {exc} ({ours[-1].filename.rsplit('/', 1)[-1]}:{ours[-1].lineno})")
     assert n > 0, "empty table"
     if failures:
         pytest.fail(f"{len(failures)} of {n} rows failed:\n" + "\n".join(failures), pytrace=False)

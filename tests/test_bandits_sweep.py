@@ -170,9 +170,7 @@ def test_empty_cell_and_empty_sweep(tmp_path):
     assert len(df) == 0 and "cell_key" in df.columns
 
 
-@pytest.mark.parametrize(
-    "kwargs, match",
-    [
+BAD_INPUT = [
         ({"cell_fn": lambda seed: [], "cells": [{"seed": 0}]}, "module-level"),
         ({"cells": [{"seed": 0}, {"seed": 0}]}, "distinct"),
         ({"cells": [[0]]}, "dict"),
@@ -186,13 +184,22 @@ def test_empty_cell_and_empty_sweep(tmp_path):
         ({"name": ""}, "name"),
         ({"cell_fn": _bad_return, "cells": [{"seed": 0}]}, "DataFrame"),
         ({"cell_fn": 3}, "callable"),
-    ],
-)
-def test_bad_input(kwargs, match):
-    args = {"cell_fn": example_cell, "cells": [{"seed": 0}], "name": "bad", "backend": "serial", "progress": False}
-    args.update(kwargs)
-    with pytest.raises(ValueError, match=match):
-        run_sweep(**args)
+]
+
+
+def test_bad_input():
+    import re
+
+    from tests.tables import check_table
+
+    def row(kwargs, match):
+        args = {"cell_fn": example_cell, "cells": [{"seed": 0}], "name": "bad", "backend": "serial", "progress": False}
+        args.update(kwargs)
+        with pytest.raises(ValueError) as info:
+            run_sweep(**args)
+        assert re.search(match, str(info.value)), f"ValueError without {match!r}: {info.value}"
+
+    assert check_table(((f"{sorted(kw)}: {m}", (kw, m)) for kw, m in BAD_INPUT), row) == 13
 
 
 def test_canonical_cell_rejects_non_identifier_keys():
