@@ -285,6 +285,17 @@ class SharedSequenceBandit:
         r = rule_reward(n, m, self.rule)
         return np.exp(logsumexp(np.where(r == 1, logP, -np.inf), axis=-1) - logsumexp(logP, axis=-1))
 
+    def log_odds(self, theta) -> np.ndarray:
+        """Phi = log J - log(1 - J) from the state log-probabilities (no score sums: cheap)."""
+        logp = self.token_logprobs(theta)
+        corr, wrong, end = self._masks()
+        lse = lambda mask: logsumexp(np.where(mask, logp, -np.inf), axis=-1)  # noqa: E731
+        le = lse(end) if self.end_token is not None else np.full(logp.shape[:-1], -np.inf)
+        logP = self._state_logP(lse(corr), lse(wrong), le)
+        n, m, _ = self.states()
+        r = rule_reward(n, m, self.rule)
+        return logsumexp(np.where(r == 1, logP, -np.inf), axis=-1) - logsumexp(np.where(r == 0, logP, -np.inf), axis=-1)
+
     def gap(self, theta) -> np.ndarray:
         return self.exact(theta)["gap"]
 
@@ -433,6 +444,11 @@ class TabularSequenceBandit:
     def success_rate(self, z) -> np.ndarray:
         """J = P(N >= k), N = sum_t x_t (Poisson-binomial DP in log space, as :meth:`exact`)."""
         return np.exp(self._log_terms(self.check_params(z))[2])
+
+    def log_odds(self, z) -> np.ndarray:
+        """Phi = log J - log(1 - J), both from log-space sums (as :meth:`exact`, without the Gap)."""
+        _, _, logJ, logJbar = self._log_terms(self.check_params(z))
+        return logJ - logJbar
 
     def gap(self, z) -> np.ndarray:
         return self.exact(z)["gap"]
@@ -587,9 +603,7 @@ def place_for_success_rate(env: Env, direction, J0: float, *, base=None, lo: flo
         raise ValueError(f"base must have the shape of direction {direction.shape}, got {base.shape}")
     target = float(np.log(J0) - np.log1p(-J0))
 
-    def logodds(params):
-        return env.exact(params)["Phi"]
-
+    logodds = env.log_odds
     alphas = np.linspace(lo, hi, 401)
     Phis = logodds(base[None] + alphas.reshape((-1,) + (1,) * direction.ndim) * direction[None])
     above = np.nonzero(Phis >= target)[0]
