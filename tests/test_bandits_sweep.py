@@ -322,17 +322,19 @@ _WRITER_SCRIPT = textwrap.dedent(
 )
 
 
-def _writer(store, order, sleep=0.01):
+def _writer(store, order, sleep=0.03):
     return subprocess.Popen(
         [sys.executable, "-c", _WRITER_SCRIPT, str(store), order, str(sleep)],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
 
 
-def _single_writer_reference(tmp_path, sleep=0.01):
-    ref_store = tmp_path / "single"
-    assert _writer(ref_store, "forward", sleep).wait(timeout=300) == 0
-    return _store_bytes(ref_store, "w")
+@pytest.fixture(scope="module")
+def single_writer(tmp_path_factory):
+    """(store, every file's bytes) of one uninterrupted writer: the reference of the concurrency tests."""
+    ref_store = tmp_path_factory.mktemp("single")
+    assert _writer(ref_store, "forward").wait(timeout=300) == 0
+    return ref_store, _store_bytes(ref_store, "w")
 
 
 def _sorted_results(store):
@@ -340,24 +342,24 @@ def _sorted_results(store):
     return df.sort_values(["cell_key", "i"]).reset_index(drop=True)
 
 
-def test_two_writers_into_one_store_match_a_single_writer(tmp_path):
-    reference = _single_writer_reference(tmp_path)
+def test_two_writers_into_one_store_match_a_single_writer(tmp_path, single_writer):
+    ref_store, reference = single_writer
     shared = tmp_path / "shared"
     procs = [_writer(shared, "forward"), _writer(shared, "reversed")]
     assert [p.wait(timeout=300) for p in procs] == [0, 0]
     got = _store_bytes(shared, "w")
     cell_files = {k: v for k, v in reference.items() if k.startswith("cells")}
     assert {k: v for k, v in got.items() if k.startswith("cells")} == cell_files  # no temporaries left
-    pd.testing.assert_frame_equal(_sorted_results(shared), _sorted_results(tmp_path / "single"))
+    pd.testing.assert_frame_equal(_sorted_results(shared), _sorted_results(ref_store))
 
 
 @pytest.mark.parametrize("writers", [1, 2])
-def test_sigkill_of_writers_then_resume_is_byte_identical(tmp_path, writers):
+def test_sigkill_of_writers_then_resume_is_byte_identical(tmp_path, writers, single_writer):
     """SIGKILL every writer at a random moment (with two writers, at two moments); resume; compare bytes."""
     rng = np.random.default_rng(11 + writers)
-    reference = _single_writer_reference(tmp_path, 0.03)
+    reference = single_writer[1]
     shared = tmp_path / "shared"
-    procs = [_writer(shared, order, 0.03) for order in ("forward", "reversed")[:writers]]
+    procs = [_writer(shared, order) for order in ("forward", "reversed")[:writers]]
     targets = sorted(rng.choice(np.arange(2, 30), size=writers, replace=False))
     cells_dir = shared / "w" / "cells"
     for proc, target in zip(procs, targets):  # kill after a random number of cells is on disk
@@ -369,7 +371,7 @@ def test_sigkill_of_writers_then_resume_is_byte_identical(tmp_path, writers):
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     assert not (shared / "w" / "results.parquet").exists(), "a writer finished before it was killed"
-    assert _writer(shared, "forward", 0.03).wait(timeout=300) == 0
+    assert _writer(shared, "forward").wait(timeout=300) == 0
     got = _store_bytes(shared, "w")
     assert {k for k in got if ".tmp-" in k} == set()  # the dead writers' temporaries were removed
     assert got == reference
