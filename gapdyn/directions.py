@@ -51,6 +51,8 @@ def sampled_direction(
 
     With ``return_group=True`` also returns (indices [..., G], rewards [..., G], advantages [..., G]).
     """
+    if not isinstance(return_group, (bool, np.bool_)):
+        raise ValueError(f"return_group must be a bool, got {return_group!r}")
     p = as_probs(probs)
     r = as_rewards(rewards, p.shape)
     s = as_scores(scores, p.shape)

@@ -103,6 +103,9 @@ def c_G(J, G, *, std: str = "population", eps: float = 0.0) -> np.ndarray:
     """
     J = check_open_unit(J)
     G = check_group_size(G)
+    if std not in ("population", "bessel"):
+        raise ValueError(f"std must be 'population' or 'bessel', got {std!r}")
+    eps = check_real_option(eps, "eps")
     k = G / (G - 1) if std == "bessel" else 1.0
 
     def f(ph):
@@ -154,7 +157,7 @@ def _options(m: Method, opts: Mapping[str, object]) -> dict:
     if unknown:
         raise ValueError(f"method {m.name!r} takes options {sorted(m.defaults)}, got unknown {sorted(unknown)}")
     out = {**m.defaults, **opts}
-    if "std" in out and out["std"] not in ("population", "bessel"):
+    if "std" in out and (not isinstance(out["std"], str) or out["std"] not in ("population", "bessel")):
         raise ValueError(f"std must be 'population' or 'bessel', got {out['std']!r}")
     for name in ("eps", "lam"):
         if name in out:

@@ -166,6 +166,9 @@ def predicted_critical_step(eta_ref, T, J, *, T_ref=1.0, J_ref=None, length_norm
     J_ref defaults to J (pure length scaling). The paper's own constant may differ.
     """
     eta_ref = check_positive(eta_ref, "eta_ref")
+    T_ref = check_positive(T_ref, "T_ref")
+    if not isinstance(length_normalized, (bool, np.bool_)):
+        raise ValueError(f"length_normalized must be a bool, got {length_normalized!r}")
     T = as_float_array(T, "T")
     if np.any(T < 1):
         raise ValueError("T must be >= 1")

@@ -251,4 +251,17 @@ def test_numerical_edges_table():
                     raises_value_error(f, opt)
 
                 rows.append((f"{call}({method}, {opt}={bad!r})", (opt_row,)))
+    for bad in (None, "x", float("nan"), -1.0, [0.1]):
+        rows.append((f"c_G(eps={bad!r})", (lambda b=bad: raises_value_error(lambda: g.c_G(0.3, 4, eps=b), "eps"),)))
+    for bad in (None, [1], "sample", 1.0):
+        rows.append((f"c_G(std={bad!r})", (lambda b=bad: raises_value_error(lambda: g.c_G(0.3, 4, std=b), "std"),)))
+        rows.append((f"group_advantages(std={bad!r})", (lambda b=bad: raises_value_error(
+            lambda: g.group_advantages("grpo", np.array([1.0, 0, 1, 0]), std=b), "std"),)))
+    for bad in (None, "x", float("nan"), [1.0], 1):
+        for opt, call in (("T_ref", lambda b: g.predicted_critical_step(1.0, 4.0, 0.3, T_ref=b)),
+                          ("length_normalized", lambda b: g.predicted_critical_step(1.0, 4.0, 0.3, length_normalized=b)),
+                          ("return_group", lambda b: g.sampled_direction("grpo", P, R, S, group_size=4,
+                                                                       rng=np.random.default_rng(0), return_group=b))):
+            if not (opt == "T_ref" and bad == 1):  # T_ref = 1 is valid
+                rows.append((f"{opt}={bad!r}", (lambda c=call, b=bad, o=opt: raises_value_error(lambda: c(b), o),)))
     check_table(rows, lambda f: f())
