@@ -573,8 +573,8 @@ def test_rollout_bad_input_raises_value_error(kw):
         _rollout_call(**kw)
 
 
-# Formerly open (RELIABILITY.md defect 11): temperature NaN, max_new_tokens < 0 and an empty problem list
-# reached torch / indexing; fixed in llm_probe/rollout.py.
+# Temperature NaN, max_new_tokens < 0 and an empty problem list used to reach torch / indexing; validated in
+# llm_probe/rollout.py.
 @pytest.mark.parametrize("kw", [dict(temperature=float("nan")), dict(max_new_tokens=-1), dict(problems=[])],
                          ids=["temperature=nan", "max_new_tokens=-1", "no_problems"])
 def test_rollout_unvalidated_input_open(kw):
