@@ -205,7 +205,10 @@ def test_numerical_edges_table():
     rows.append(("token_entropy -inf numpy", (lambda: np.testing.assert_allclose(g.token_entropy(lp), 1.5 * np.log(2), rtol=1e-15),)))
 
     def torch_entropy():
-        torch = pytest.importorskip("torch")
+        try:
+            import torch
+        except ImportError:  # torch is optional for gapdyn: the numpy row still runs
+            return
         out = g.token_entropy(torch.tensor(lp))
         assert abs(float(out) - 1.5 * np.log(2)) < 1e-14
 
