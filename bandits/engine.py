@@ -300,7 +300,7 @@ def _exp_shifted(z, zmp, zmn, npos, out, ib, fb):
 
 
 @njit(cache=True, fastmath=_FASTMATH)
-def _forward(featST, fnormS, maskS, npos_c, c, th, z, e, ib, fb, gap, p, cw, want_p):
+def _forward(featST, fnormS, maskS, npos_c, c, th, z, e, ib, fb, gap, p, cw, mphi, want_p):
     """Logits, J, 1-J, Phi, entropy and Gap of context c at parameters th, on class-sorted arms.
 
     featST [C, d, K] holds the arms of each context with its npos_c[c] correct arms first (maskS = 1 on
@@ -308,7 +308,7 @@ def _forward(featST, fnormS, maskS, npos_c, c, th, z, e, ib, fb, gap, p, cw, wan
     e_a = exp(z_a - max of its class), S+/- = class sums, Phi = log S+ - log S- + shifts (the log-odds),
     Gap = sum_a cw_a phi_a with cw = e/S+ on O+ and -e/S- on O- (= g+ - g-), H = -sum_a pi_a (z_a - lse).
     Returns (J, Jbar, Phi, H, gs) with gs = sum_a |cw_a| ||phi_a||, the scale of the terms that cancel in
-    Gap; cw is filled, and with want_p also p = pi.
+    Gap; cw is filled, and with want_p also p = pi and mphi = (E_pi[phi], E_pi ||phi||) ([d + 1]).
     """
     K, d = featST.shape[2], featST.shape[1]
     npos = npos_c[c]
@@ -337,15 +337,26 @@ def _forward(featST, fnormS, maskS, npos_c, c, th, z, e, ib, fb, gap, p, cw, wan
         cw[a] = wa
         gs += abs(wa) * fnormS[c, a]
         H -= e[a] * (m * fp + (1.0 - m) * fn) * (z[a] - lse)
-    for j in range(d):
-        sg = 0.0
-        for a in range(K):
-            sg += cw[a] * featST[c, j, a]
-        gap[j] = sg
     if want_p:
+        sm = 0.0
         for a in range(K):
             m = maskS[c, a]
             p[a] = e[a] * (m * fp + (1.0 - m) * fn)
+            sm += p[a] * fnormS[c, a]
+        mphi[d] = sm
+        for j in range(d):
+            sg, sm = 0.0, 0.0
+            for a in range(K):
+                sg += cw[a] * featST[c, j, a]
+                sm += p[a] * featST[c, j, a]
+            gap[j] = sg
+            mphi[j] = sm
+    else:
+        for j in range(d):
+            sg = 0.0
+            for a in range(K):
+                sg += cw[a] * featST[c, j, a]
+            gap[j] = sg
     return math.exp(lsep - lse), math.exp(lsen - lse), lsep - lsen, H, gs
 
 
@@ -432,7 +443,7 @@ def _one_run(
     fb = ib.view(np.float64)
     want_p = sampled or sched == 3
     gap = np.empty((C, d))
-    mphi = np.empty((C, d))
+    mphi = np.empty((C, d + 1))  # E_pi[phi] and E_pi ||phi|| per context (sampled mode)
     Jc = np.empty(C)
     Jbc = np.empty(C)
     Phic = np.empty(C)
@@ -454,7 +465,7 @@ def _one_run(
             for c in range(C):
                 J, Jb, Ph, H, gsc = _forward(
                     featST, fnormS, maskS, npos_c, c, theta[r, pmap[c]], z_all[c], ex, ib, fb, gap[c],
-                    p_all[c], cw_all[c], want_p and update,
+                    p_all[c], cw_all[c], mphi[c], want_p and update,
                 )
                 Jc[c], Jbc[c], Phic[c], Hc[c], gs_all[c] = J, Jb, Ph, H, gsc
                 if sampled and update:  # cumsum of pi in the original arm order (the order of the draws)
@@ -519,16 +530,8 @@ def _one_run(
                             wabs[pb] += abs(f) * fnorm[c, a]
                             for j in range(d):
                                 w[pb, j] += f * feat[c, a, j]
-                    if sA != 0.0:
-                        mn = 0.0
-                        for j in range(d):
-                            mphi[c, j] = 0.0
-                        for a in range(K):
-                            pa = p_all[c, a]
-                            mn += pa * fnormS[c, a]
-                            for j in range(d):
-                                mphi[c, j] += pa * featS[c, a, j]
-                        wabs[pb] += abs(sA) * mn
+                    if sA != 0.0:  # mphi[c] = (E_pi[phi], E_pi ||phi||) from _forward
+                        wabs[pb] += abs(sA) * mphi[c, d]
                         for j in range(d):
                             w[pb, j] -= sA * mphi[c, j]
             # 3) round-off cleanup, normalise, optimiser
