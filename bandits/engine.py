@@ -306,7 +306,7 @@ def _exp_shifted(z, zmp, zmn, npos, out, ib, fb):
 
 
 @njit(cache=True, fastmath=_FASTMATH)
-def _forward(featST, fnormS, maskS, npos_c, c, th, z, e, ib, fb, gap, p, cw, mphi, want_p):
+def _forward(featST, fnormS, maskS, npos_c, c, th, z, e, ib, fb, gap, p, cw, want_p):
     """Logits, J, 1-J, Phi, entropy and Gap of context c at parameters th, on class-sorted arms.
 
     featST [C, d, K] holds the arms of each context with its npos_c[c] correct arms first (maskS = 1 on
@@ -314,7 +314,7 @@ def _forward(featST, fnormS, maskS, npos_c, c, th, z, e, ib, fb, gap, p, cw, mph
     e_a = exp(z_a - max of its class), S+/- = class sums, Phi = log S+ - log S- + shifts (the log-odds),
     Gap = sum_a cw_a phi_a with cw = e/S+ on O+ and -e/S- on O- (= g+ - g-), H = -sum_a pi_a (z_a - lse).
     Returns (J, Jbar, Phi, H, gs) with gs = sum_a |cw_a| ||phi_a||, the scale of the terms that cancel in
-    Gap; cw is filled, and with want_p also p = pi and mphi = (E_pi[phi], E_pi ||phi||) ([d + 1]).
+    Gap; cw is filled, and with want_p also p = pi.
     """
     K, d = featST.shape[2], featST.shape[1]
     npos = npos_c[c]
@@ -344,26 +344,30 @@ def _forward(featST, fnormS, maskS, npos_c, c, th, z, e, ib, fb, gap, p, cw, mph
         gs += abs(wa) * fnormS[c, a]
         H -= e[a] * (m * fp + (1.0 - m) * fn) * (z[a] - lse)
     if want_p:
-        sm = 0.0
         for a in range(K):
             m = maskS[c, a]
             p[a] = e[a] * (m * fp + (1.0 - m) * fn)
-            sm += p[a] * fnormS[c, a]
-        mphi[d] = sm
-        for j in range(d):
-            sg, sm = 0.0, 0.0
-            for a in range(K):
-                sg += cw[a] * featST[c, j, a]
-                sm += p[a] * featST[c, j, a]
-            gap[j] = sg
-            mphi[j] = sm
-    else:
-        for j in range(d):
-            sg = 0.0
-            for a in range(K):
-                sg += cw[a] * featST[c, j, a]
-            gap[j] = sg
+    for j in range(d):
+        sg = 0.0
+        for a in range(K):
+            sg += cw[a] * featST[c, j, a]
+        gap[j] = sg
     return math.exp(lsep - lse), math.exp(lsen - lse), lsep - lsen, H, gs
+
+
+@njit(cache=True, fastmath=_FASTMATH)
+def _mean_features(featST, fnormS, c, p, out):
+    """out[:d] = E_pi[phi] = sum_a p_a phi_a and out[d] = E_pi ||phi|| for context c (sorted arms)."""
+    d, K = featST.shape[1], featST.shape[2]
+    for j in range(d):
+        s = 0.0
+        for a in range(K):
+            s += p[a] * featST[c, j, a]
+        out[j] = s
+    s = 0.0
+    for a in range(K):
+        s += p[a] * fnormS[c, a]
+    out[d] = s
 
 
 @njit(cache=True)
@@ -471,7 +475,7 @@ def _one_run(
             for c in range(C):
                 J, Jb, Ph, H, gsc = _forward(
                     featST, fnormS, maskS, npos_c, c, theta[r, pmap[c]], z_all[c], ex, ib, fb, gap[c],
-                    p_all[c], cw_all[c], mphi[c], want_p and update,
+                    p_all[c], cw_all[c], want_p and update,
                 )
                 Jc[c], Jbc[c], Phic[c], Hc[c], gs_all[c] = J, Jb, Ph, H, gsc
                 if sampled and update:  # cumsum of pi in the original arm order (the order of the draws)
@@ -536,7 +540,8 @@ def _one_run(
                             wabs[pb] += abs(f) * fnorm[c, a]
                             for j in range(d):
                                 w[pb, j] += f * feat[c, a, j]
-                    if sA != 0.0:  # mphi[c] = (E_pi[phi], E_pi ||phi||) from _forward
+                    if sA != 0.0:  # E_pi[phi] and E_pi ||phi||, only when the advantages do not sum to 0
+                        _mean_features(featST, fnormS, c, p_all[c], mphi[c])
                         wabs[pb] += abs(sA) * mphi[c, d]
                         for j in range(d):
                             w[pb, j] -= sA * mphi[c, j]
