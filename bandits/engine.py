@@ -467,232 +467,231 @@ def _one_run(
     rg = np.empty((C, G))
     A = np.empty(G)
     trial = np.empty(d)
-    if True:
-        for k in range(n_steps + do_final):
-            kk = k0 + k
-            update = k < n_steps
-            # 1) forward pass at theta_kk
+    for k in range(n_steps + do_final):
+        kk = k0 + k
+        update = k < n_steps
+        # 1) forward pass at theta_kk
+        for c in range(C):
+            J, Jb, Ph, H, gsc = _forward(
+                featST, fnormS, maskS, npos_c, c, theta[r, pmap[c]], z_all[c], ex, ib, fb, gap[c],
+                p_all[c], cw_all[c], want_p and update,
+            )
+            Jc[c], Jbc[c], Phic[c], Hc[c], gs_all[c] = J, Jb, Ph, H, gsc
+            if sampled and update:  # cumsum of pi in the original arm order (the order of the draws)
+                for q in range(K):
+                    cdf[perm[c, q]] = p_all[c, q]
+                acc = 0.0
+                for a in range(K):
+                    acc += cdf[a]
+                    cdf_all[c, a] = acc
+            if kk > 0:
+                dph = Ph - phi_prev[r, c]
+                if dph < -1e-12 * (1.0 + abs(Ph)):
+                    ndec[r, c] += 1
+                if (kk - 1) % rec_every == 0:
+                    o_dPhi[r, (kk - 1) // rec_every, c] = dph
+            phi_prev[r, c] = Ph
+            if J < J_min[r, c]:
+                J_min[r, c] = J
+        rec = kk % rec_every == 0 and update
+        ri = kk // rec_every
+        if rec:
             for c in range(C):
-                J, Jb, Ph, H, gsc = _forward(
-                    featST, fnormS, maskS, npos_c, c, theta[r, pmap[c]], z_all[c], ex, ib, fb, gap[c],
-                    p_all[c], cw_all[c], want_p and update,
-                )
-                Jc[c], Jbc[c], Phic[c], Hc[c], gs_all[c] = J, Jb, Ph, H, gsc
-                if sampled and update:  # cumsum of pi in the original arm order (the order of the draws)
-                    for q in range(K):
-                        cdf[perm[c, q]] = p_all[c, q]
-                    acc = 0.0
-                    for a in range(K):
-                        acc += cdf[a]
-                        cdf_all[c, a] = acc
-                if kk > 0:
-                    dph = Ph - phi_prev[r, c]
-                    if dph < -1e-12 * (1.0 + abs(Ph)):
-                        ndec[r, c] += 1
-                    if (kk - 1) % rec_every == 0:
-                        o_dPhi[r, (kk - 1) // rec_every, c] = dph
-                phi_prev[r, c] = Ph
-                if J < J_min[r, c]:
-                    J_min[r, c] = J
-            rec = kk % rec_every == 0 and update
-            ri = kk // rec_every
-            if rec:
-                for c in range(C):
-                    o_J[r, ri, c] = Jc[c]
-                    o_Phi[r, ri, c] = Phic[c]
-                    o_H[r, ri, c] = Hc[c]
-                    o_M[r, ri, c] = M[r, c]
-            if not update:
-                for c in range(C):
-                    f_J[r, c] = Jc[c]
-                    f_Phi[r, c] = Phic[c]
-                continue
-            # 2) direction per context, averaged into its block
-            for pb in range(P):
-                wabs[pb] = 0.0
+                o_J[r, ri, c] = Jc[c]
+                o_Phi[r, ri, c] = Phic[c]
+                o_H[r, ri, c] = Hc[c]
+                o_M[r, ri, c] = M[r, c]
+        if not update:
+            for c in range(C):
+                f_J[r, c] = Jc[c]
+                f_Phi[r, c] = Phic[c]
+            continue
+        # 2) direction per context, averaged into its block
+        for pb in range(P):
+            wabs[pb] = 0.0
+            for j in range(d):
+                w[pb, j] = 0.0
+        for c in range(C):
+            pb = pmap[c]
+            nb = blk_ptr[pb + 1] - blk_ptr[pb]
+            if not sampled:
+                sc = _exact_scalar(method, Jc[c], Jbc[c], G, tab, lam) / nb
+                for j in range(d):
+                    w[pb, j] += sc * gap[c, j]
+                # gs_all[c]: scale of the terms that cancel in gap = sum_a cw_a phi_a (from _forward)
+                wabs[pb] += abs(sc) * gs_all[c]
+            else:
+                cdfc = cdf_all[c]  # cumsum of pi, accumulated in _forward
+                for i in range(G):
+                    a = _search_right(cdfc, unif[r, k, c, i] * cdfc[K - 1])
+                    if a > K - 1:
+                        a = K - 1
+                    idx[c, i] = a
+                    rg[c, i] = rew[c, a]
+                _advantages(method, rg[c], A, bessel, aeps, lam)
+                # w_x = (1/G) sum_i A_i phi(a_i) - (1/G) (sum_i A_i) E_pi[phi]
+                sA = 0.0
+                for i in range(G):
+                    f = A[i] / G / nb
+                    sA += f
+                    if f != 0.0:
+                        a = idx[c, i]
+                        wabs[pb] += abs(f) * fnorm[c, a]
+                        for j in range(d):
+                            w[pb, j] += f * feat[c, a, j]
+                if sA != 0.0:  # E_pi[phi] and E_pi ||phi||, only when the advantages do not sum to 0
+                    _mean_features(featST, fnormS, c, p_all[c], mphi[c])
+                    wabs[pb] += abs(sA) * mphi[c, d]
+                    for j in range(d):
+                        w[pb, j] -= sA * mphi[c, j]
+        # 3) round-off cleanup, normalise, optimiser
+        for pb in range(P):
+            # a direction below 1e-12 of the terms it cancels from is round-off: make it exactly 0
+            nrm = 0.0
+            for j in range(d):
+                nrm += w[pb, j] * w[pb, j]
+            if math.sqrt(nrm) <= 1e-12 * wabs[pb]:
                 for j in range(d):
                     w[pb, j] = 0.0
-            for c in range(C):
-                pb = pmap[c]
-                nb = blk_ptr[pb + 1] - blk_ptr[pb]
-                if not sampled:
-                    sc = _exact_scalar(method, Jc[c], Jbc[c], G, tab, lam) / nb
-                    for j in range(d):
-                        w[pb, j] += sc * gap[c, j]
-                    # gs_all[c]: scale of the terms that cancel in gap = sum_a cw_a phi_a (from _forward)
-                    wabs[pb] += abs(sc) * gs_all[c]
-                else:
-                    cdfc = cdf_all[c]  # cumsum of pi, accumulated in _forward
-                    for i in range(G):
-                        a = _search_right(cdfc, unif[r, k, c, i] * cdfc[K - 1])
-                        if a > K - 1:
-                            a = K - 1
-                        idx[c, i] = a
-                        rg[c, i] = rew[c, a]
-                    _advantages(method, rg[c], A, bessel, aeps, lam)
-                    # w_x = (1/G) sum_i A_i phi(a_i) - (1/G) (sum_i A_i) E_pi[phi]
-                    sA = 0.0
-                    for i in range(G):
-                        f = A[i] / G / nb
-                        sA += f
-                        if f != 0.0:
-                            a = idx[c, i]
-                            wabs[pb] += abs(f) * fnorm[c, a]
-                            for j in range(d):
-                                w[pb, j] += f * feat[c, a, j]
-                    if sA != 0.0:  # E_pi[phi] and E_pi ||phi||, only when the advantages do not sum to 0
-                        _mean_features(featST, fnormS, c, p_all[c], mphi[c])
-                        wabs[pb] += abs(sA) * mphi[c, d]
-                        for j in range(d):
-                            w[pb, j] -= sA * mphi[c, j]
-            # 3) round-off cleanup, normalise, optimiser
-            for pb in range(P):
-                # a direction below 1e-12 of the terms it cancels from is round-off: make it exactly 0
+            if normalize:
                 nrm = 0.0
                 for j in range(d):
                     nrm += w[pb, j] * w[pb, j]
-                if math.sqrt(nrm) <= 1e-12 * wabs[pb]:
+                nrm = math.sqrt(nrm)
+                if nrm > 0:
                     for j in range(d):
-                        w[pb, j] = 0.0
-                if normalize:
-                    nrm = 0.0
+                        w[pb, j] /= nrm
+            if adam:
+                t = kk + 1.0
+                for j in range(d):
+                    am[r, pb, j] = b1 * am[r, pb, j] + (1.0 - b1) * w[pb, j]
+                    av[r, pb, j] = b2 * av[r, pb, j] + (1.0 - b2) * w[pb, j] * w[pb, j]
+                    u[pb, j] = (am[r, pb, j] / (1.0 - b1**t)) / (math.sqrt(av[r, pb, j] / (1.0 - b2**t)) + adam_eps)
+            else:
+                for j in range(d):
+                    u[pb, j] = w[pb, j]
+        # 4) step size per block
+        for pb in range(P):
+            e0 = eta0[r, pb]
+            if sched == 0:
+                eta[pb] = e0
+            elif sched == 1:
+                eta[pb] = e0 / math.sqrt(kk + 1.0)
+            elif sched == 2:
+                base = 0.0
+                for q in range(blk_ptr[pb], blk_ptr[pb + 1]):
+                    base += Phic[blk_ctx[q]]
+                e = e0
+                ok = False
+                dmb = 0.0  # first-order change; below the resolution of Phi the test is meaningless
+                for q in range(blk_ptr[pb], blk_ptr[pb + 1]):
                     for j in range(d):
-                        nrm += w[pb, j] * w[pb, j]
-                    nrm = math.sqrt(nrm)
-                    if nrm > 0:
-                        for j in range(d):
-                            w[pb, j] /= nrm
-                if adam:
-                    t = kk + 1.0
+                        dmb += u[pb, j] * gap[blk_ctx[q], j]
+                nh = max_halv + 1
+                if e0 * abs(dmb) <= 1e-12 * (1.0 + abs(base)):
+                    ok = True
+                    nh = 0  # skip the search: take eta0
+                for h in range(nh):
                     for j in range(d):
-                        am[r, pb, j] = b1 * am[r, pb, j] + (1.0 - b1) * w[pb, j]
-                        av[r, pb, j] = b2 * av[r, pb, j] + (1.0 - b2) * w[pb, j] * w[pb, j]
-                        u[pb, j] = (am[r, pb, j] / (1.0 - b1**t)) / (math.sqrt(av[r, pb, j] / (1.0 - b2**t)) + adam_eps)
-                else:
-                    for j in range(d):
-                        u[pb, j] = w[pb, j]
-            # 4) step size per block
-            for pb in range(P):
-                e0 = eta0[r, pb]
-                if sched == 0:
-                    eta[pb] = e0
-                elif sched == 1:
-                    eta[pb] = e0 / math.sqrt(kk + 1.0)
-                elif sched == 2:
-                    base = 0.0
+                        trial[j] = theta[r, pb, j] + e * u[pb, j]
+                    tot = 0.0
                     for q in range(blk_ptr[pb], blk_ptr[pb + 1]):
-                        base += Phic[blk_ctx[q]]
-                    e = e0
-                    ok = False
-                    dmb = 0.0  # first-order change; below the resolution of Phi the test is meaningless
-                    for q in range(blk_ptr[pb], blk_ptr[pb + 1]):
-                        for j in range(d):
-                            dmb += u[pb, j] * gap[blk_ctx[q], j]
-                    nh = max_halv + 1
-                    if e0 * abs(dmb) <= 1e-12 * (1.0 + abs(base)):
+                        tot += _logodds(featT, rew, blk_ctx[q], trial, cdf)
+                    if tot > base:
                         ok = True
-                        nh = 0  # skip the search: take eta0
-                    for h in range(nh):
-                        for j in range(d):
-                            trial[j] = theta[r, pb, j] + e * u[pb, j]
-                        tot = 0.0
-                        for q in range(blk_ptr[pb], blk_ptr[pb + 1]):
-                            tot += _logodds(featT, rew, blk_ctx[q], trial, cdf)
-                        if tot > base:
-                            ok = True
-                            break
-                        e *= 0.5
-                        if e == 0.0:  # underflow: stop (a huge max_halvings must not hang)
-                            break
-                    eta[pb] = e if ok else 0.0
-                else:
-                    dsum, ksum, cnt, sdmax = 0.0, 0.0, 0, 0.0
-                    for q in range(blk_ptr[pb], blk_ptr[pb + 1]):
-                        c = blk_ctx[q]
-                        if not sampled:
-                            # population moments of x_a = u . phi(a) under pi, pi+ and pi-
-                            mp_, mn_, m_ = 0.0, 0.0, 0.0
-                            for a in range(K):
-                                x = 0.0
-                                for j in range(d):
-                                    x += u[pb, j] * featS[c, a, j]
-                                cdf[a] = x  # reuse as scratch
-                                m_ += p_all[c, a] * x
-                                if a < npos_c[c]:
-                                    mp_ += cw_all[c, a] * x
-                                else:
-                                    mn_ -= cw_all[c, a] * x
-                            vp, vn, v_ = 0.0, 0.0, 0.0
-                            for a in range(K):
-                                v_ += p_all[c, a] * (cdf[a] - m_) ** 2
-                                if a < npos_c[c]:
-                                    vp += cw_all[c, a] * (cdf[a] - mp_) ** 2
-                                else:
-                                    vn -= cw_all[c, a] * (cdf[a] - mn_) ** 2
-                            sdmax = max(sdmax, math.sqrt(v_))
-                            dsum += mp_ - mn_
-                            ksum += vn - vp
-                            cnt += 1
-                        else:
-                            n1, n0, s1, s0 = 0, 0, 0.0, 0.0
-                            for i in range(G):
-                                x = 0.0
-                                a = idx[c, i]
-                                for j in range(d):
-                                    x += u[pb, j] * feat[c, a, j]
-                                A[i] = x  # scratch
-                                if rg[c, i] > 0.5:
-                                    n1 += 1
-                                    s1 += x
-                                else:
-                                    n0 += 1
-                                    s0 += x
-                            mall = (s1 + s0) / G
-                            vall = 0.0
-                            for i in range(G):
-                                vall += (A[i] - mall) ** 2
-                            sdmax = max(sdmax, math.sqrt(vall / (G - 1)))
-                            if n1 == 0 or n0 == 0:
-                                continue
-                            m1, m0 = s1 / n1, s0 / n0
-                            v1, v0 = 0.0, 0.0
-                            for i in range(G):
-                                if rg[c, i] > 0.5:
-                                    v1 += (A[i] - m1) ** 2
-                                else:
-                                    v0 += (A[i] - m0) ** 2
-                            v1 = v1 / (n1 - 1) if n1 >= 2 else 0.0
-                            v0 = v0 / (n0 - 1) if n0 >= 2 else 0.0
-                            dsum += m1 - m0
-                            ksum += v0 - v1
-                            cnt += 1
-                    e = e0
-                    if sdmax > 0.0:
-                        e = min(e, tr_delta / sdmax)
-                    if cnt > 0:
-                        dh, kh = dsum / cnt, ksum / cnt
-                        if dh <= 1e-12 * sdmax:  # no ascent (up to round-off: ties at 0 give 0 in any route)
-                            e = 0.0
-                        elif kh > 0.0:
-                            e = min(e, ac * dh / kh)
-                    eta[pb] = e
-            # 5) records, cumulative alignment, update
-            for c in range(C):
-                pb = pmap[c]
-                dm, nn = 0.0, 0.0
-                for j in range(d):
-                    dm += u[pb, j] * gap[c, j]
-                    nn += u[pb, j] * u[pb, j]
-                if rec:
-                    o_dmu[r, ri, c] = dm
-                    o_wn[r, ri, c] = math.sqrt(nn)
-                if dm > 0:
-                    M[r, c] += eta[pb] * dm
-            for pb in range(P):
-                if rec:
-                    o_eta[r, ri, pb] = eta[pb]
-                for j in range(d):
-                    theta[r, pb, j] += eta[pb] * u[pb, j]
+                        break
+                    e *= 0.5
+                    if e == 0.0:  # underflow: stop (a huge max_halvings must not hang)
+                        break
+                eta[pb] = e if ok else 0.0
+            else:
+                dsum, ksum, cnt, sdmax = 0.0, 0.0, 0, 0.0
+                for q in range(blk_ptr[pb], blk_ptr[pb + 1]):
+                    c = blk_ctx[q]
+                    if not sampled:
+                        # population moments of x_a = u . phi(a) under pi, pi+ and pi-
+                        mp_, mn_, m_ = 0.0, 0.0, 0.0
+                        for a in range(K):
+                            x = 0.0
+                            for j in range(d):
+                                x += u[pb, j] * featS[c, a, j]
+                            cdf[a] = x  # reuse as scratch
+                            m_ += p_all[c, a] * x
+                            if a < npos_c[c]:
+                                mp_ += cw_all[c, a] * x
+                            else:
+                                mn_ -= cw_all[c, a] * x
+                        vp, vn, v_ = 0.0, 0.0, 0.0
+                        for a in range(K):
+                            v_ += p_all[c, a] * (cdf[a] - m_) ** 2
+                            if a < npos_c[c]:
+                                vp += cw_all[c, a] * (cdf[a] - mp_) ** 2
+                            else:
+                                vn -= cw_all[c, a] * (cdf[a] - mn_) ** 2
+                        sdmax = max(sdmax, math.sqrt(v_))
+                        dsum += mp_ - mn_
+                        ksum += vn - vp
+                        cnt += 1
+                    else:
+                        n1, n0, s1, s0 = 0, 0, 0.0, 0.0
+                        for i in range(G):
+                            x = 0.0
+                            a = idx[c, i]
+                            for j in range(d):
+                                x += u[pb, j] * feat[c, a, j]
+                            A[i] = x  # scratch
+                            if rg[c, i] > 0.5:
+                                n1 += 1
+                                s1 += x
+                            else:
+                                n0 += 1
+                                s0 += x
+                        mall = (s1 + s0) / G
+                        vall = 0.0
+                        for i in range(G):
+                            vall += (A[i] - mall) ** 2
+                        sdmax = max(sdmax, math.sqrt(vall / (G - 1)))
+                        if n1 == 0 or n0 == 0:
+                            continue
+                        m1, m0 = s1 / n1, s0 / n0
+                        v1, v0 = 0.0, 0.0
+                        for i in range(G):
+                            if rg[c, i] > 0.5:
+                                v1 += (A[i] - m1) ** 2
+                            else:
+                                v0 += (A[i] - m0) ** 2
+                        v1 = v1 / (n1 - 1) if n1 >= 2 else 0.0
+                        v0 = v0 / (n0 - 1) if n0 >= 2 else 0.0
+                        dsum += m1 - m0
+                        ksum += v0 - v1
+                        cnt += 1
+                e = e0
+                if sdmax > 0.0:
+                    e = min(e, tr_delta / sdmax)
+                if cnt > 0:
+                    dh, kh = dsum / cnt, ksum / cnt
+                    if dh <= 1e-12 * sdmax:  # no ascent (up to round-off: ties at 0 give 0 in any route)
+                        e = 0.0
+                    elif kh > 0.0:
+                        e = min(e, ac * dh / kh)
+                eta[pb] = e
+        # 5) records, cumulative alignment, update
+        for c in range(C):
+            pb = pmap[c]
+            dm, nn = 0.0, 0.0
+            for j in range(d):
+                dm += u[pb, j] * gap[c, j]
+                nn += u[pb, j] * u[pb, j]
+            if rec:
+                o_dmu[r, ri, c] = dm
+                o_wn[r, ri, c] = math.sqrt(nn)
+            if dm > 0:
+                M[r, c] += eta[pb] * dm
+        for pb in range(P):
+            if rec:
+                o_eta[r, ri, pb] = eta[pb]
+            for j in range(d):
+                theta[r, pb, j] += eta[pb] * u[pb, j]
 
 
 # small wrappers so that tests can compare the numba rules with gapdyn's
