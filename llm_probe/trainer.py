@@ -8,7 +8,7 @@ One step k (theta_k the parameters before it), as :meth:`Trainer.train_step` rea
 3. clip the gradient;
 4. probe.before at theta_k: per-prompt gaps of the batch's mixed groups and of the fixed probe prompts
    (sampled with their own generator, so probing never changes the training trajectory);
-5. optimizer step;
+5. optimizer step (with ``safe_step``: theta_{k+1} = theta_k + a (theta' - theta_k), llm_probe.safe_step);
 6. probe.after: dmu_q = <theta_{k+1} - theta_k, g_q> (eta = 1, valid for Adam), M, realised dPhi_hat.
 A non-finite policy, loss, gradient or update skips the step with the weights of theta_k (logged);
 ``max_faults`` in a row stop the run. Files in out_dir: metrics.jsonl (one row per step), metrics.parquet
@@ -254,7 +254,7 @@ class Trainer:
             self.probe.cancel()
             return self._fault(k, m, "non-finite weights after the update")
         if self.safe is not None:  # theta_{k+1} = theta_k + a (theta' - theta_k), llm_probe.safe_step
-            m.update(self.safe.after(ro, theta_k=dict(zip(dict(self.model.named_parameters()), all_old))).metrics)
+            m.update(self.safe.after(ro, theta_k=theta_k).metrics)
         with torch.no_grad():
             m["update_norm"] = float(torch.sqrt(sum(((p - theta_k[n]) ** 2).sum() for n, p in self.model.named_parameters())))
         if probing:  # 6. alignment of the real change with the gaps at theta_k
