@@ -412,6 +412,56 @@ def _search_right(cdf, x):
     return lo
 
 
+@njit(cache=True, fastmath=_FASTMATH)
+def _group_safe_moments(x, r, G):
+    """(dmu_hat, kappa_hat, sd_hat, mixed) of one sampled group x[:G], rewards r[:G] (> 0.5: success): the numba
+    copy of gapdyn.safe_step_estimates for one group (docs/theory.md, section 11; tests/test_gapdyn_safe_step.py
+    checks them equal). dmu_hat = kappa_hat = 0 and mixed = False without both rewards."""
+    n1, n0, s1, s0 = 0, 0, 0.0, 0.0
+    for i in range(G):
+        if r[i] > 0.5:
+            n1 += 1
+            s1 += x[i]
+        else:
+            n0 += 1
+            s0 += x[i]
+    sd = 0.0
+    if G >= 2:
+        mall = (s1 + s0) / G
+        vall = 0.0
+        for i in range(G):
+            vall += (x[i] - mall) ** 2
+        sd = math.sqrt(vall / (G - 1))
+    if n1 == 0 or n0 == 0:
+        return 0.0, 0.0, sd, False
+    m1, m0 = s1 / n1, s0 / n0
+    v1, v0 = 0.0, 0.0
+    for i in range(G):
+        if r[i] > 0.5:
+            v1 += (x[i] - m1) ** 2
+        else:
+            v0 += (x[i] - m0) ** 2
+    v1 = v1 / (n1 - 1) if n1 >= 2 else 0.0
+    v0 = v0 / (n0 - 1) if n0 >= 2 else 0.0
+    return m1 - m0, v0 - v1, sd, True
+
+
+@njit(cache=True, fastmath=_FASTMATH)
+def _safe_step_size(e0, dsum, ksum, cnt, sdmax, ac, tr_delta):
+    """eta = min(e0, tr_delta / sdmax, ac dmu_hat / kappa_hat) with dmu_hat = dsum / cnt, kappa_hat = ksum / cnt over
+    the cnt mixed groups: the numba copy of gapdyn.safe_step_size (mixed iff cnt > 0; edge cases as there)."""
+    e = e0
+    if sdmax > 0.0:
+        e = min(e, tr_delta / sdmax)
+    if cnt > 0:
+        dh, kh = dsum / cnt, ksum / cnt
+        if dh <= 1e-12 * sdmax:  # no ascent (up to round-off: ties at 0 give 0 in any route)
+            return 0.0
+        if kh > 0.0:
+            e = min(e, ac * dh / kh)
+    return e
+
+
 @njit(cache=True, fastmath=_FASTMATH, parallel=True)
 def _kernel(
     feat, featT, rew, fnorm, pmap, blk_ptr, blk_ctx,  # bandit
@@ -635,48 +685,19 @@ def _one_run(
                         ksum += vn - vp
                         cnt += 1
                     else:
-                        n1, n0, s1, s0 = 0, 0, 0.0, 0.0
-                        for i in range(G):
+                        for i in range(G):  # x_i = u . phi(o_i) of the sampled group, in scratch A
                             x = 0.0
                             a = idx[c, i]
                             for j in range(d):
                                 x += u[pb, j] * feat[c, a, j]
-                            A[i] = x  # scratch
-                            if rg[c, i] > 0.5:
-                                n1 += 1
-                                s1 += x
-                            else:
-                                n0 += 1
-                                s0 += x
-                        mall = (s1 + s0) / G
-                        vall = 0.0
-                        for i in range(G):
-                            vall += (A[i] - mall) ** 2
-                        sdmax = max(sdmax, math.sqrt(vall / (G - 1)))
-                        if n1 == 0 or n0 == 0:
-                            continue
-                        m1, m0 = s1 / n1, s0 / n0
-                        v1, v0 = 0.0, 0.0
-                        for i in range(G):
-                            if rg[c, i] > 0.5:
-                                v1 += (A[i] - m1) ** 2
-                            else:
-                                v0 += (A[i] - m0) ** 2
-                        v1 = v1 / (n1 - 1) if n1 >= 2 else 0.0
-                        v0 = v0 / (n0 - 1) if n0 >= 2 else 0.0
-                        dsum += m1 - m0
-                        ksum += v0 - v1
-                        cnt += 1
-                e = e0
-                if sdmax > 0.0:
-                    e = min(e, tr_delta / sdmax)
-                if cnt > 0:
-                    dh, kh = dsum / cnt, ksum / cnt
-                    if dh <= 1e-12 * sdmax:  # no ascent (up to round-off: ties at 0 give 0 in any route)
-                        e = 0.0
-                    elif kh > 0.0:
-                        e = min(e, ac * dh / kh)
-                eta[pb] = e
+                            A[i] = x
+                        dg, kg, sg, mixed = _group_safe_moments(A, rg[c], G)
+                        sdmax = max(sdmax, sg)
+                        if mixed:
+                            dsum += dg
+                            ksum += kg
+                            cnt += 1
+                eta[pb] = _safe_step_size(e0, dsum, ksum, cnt, sdmax, ac, tr_delta)
         # 5) records, cumulative alignment, update
         for c in range(C):
             pb = pmap[c]

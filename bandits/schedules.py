@@ -12,7 +12,9 @@ Schedules (``Schedule.kind``), for an update theta_{k+1} = theta_k + eta_k u_k:
   [derived]
 - ``adaptive``:   the curvature controller below; needs NO evaluation of Phi. [derived]
 
-The adaptive controller (derived, docs/equations.md §1-3). Along u, the second-order model of the log-odds is
+The adaptive controller is the safe step rule of gapdyn.safe_step (derivation and status: docs/theory.md,
+section 11); :func:`group_alignment_curvature` and :func:`adaptive_step` call gapdyn's functions, so the
+rule lives once. Summary (derived, docs/equations.md §1-3). Along u, the second-order model of the log-odds is
     Phi(theta + eta u) ~ Phi(theta) + eta dmu - (eta^2 / 2) kappa,   dmu = <u, g+ - g->,
     kappa = u^T (-Hess Phi) u = Var_{pi-}(u . s) - Var_{pi+}(u . s)
 (Hess Phi = Cov_{pi+}(s) - Cov_{pi-}(s) for softmax / log-linear policies). The model rises most at
@@ -50,6 +52,7 @@ from typing import Callable
 import numpy as np
 
 from gapdyn._validate import as_float_array, check_positive
+from gapdyn.safe_step import safe_step_estimates, safe_step_size
 
 __all__ = [
     "SCHEDULES",
@@ -144,49 +147,36 @@ def line_search_step(
 
 
 def group_alignment_curvature(proj, rewards) -> tuple[float, float, float, bool]:
-    """(dmu_hat, kappa_hat, spread, mixed) from one group's projections x_i = u . s(o_i) and rewards r_i.
+    """(dmu_hat, kappa_hat, spread, mixed) from one group's projections x_i = u . s(o_i) and binary rewards r_i.
 
-    dmu_hat = mean_{r=1} x - mean_{r=0} x;  kappa_hat = var_{r=0}(x) - var_{r=1}(x) (ddof = 1; a side
-    with fewer than 2 samples contributes 0); spread = std(x) over the whole group (ddof = 1).
-    ``mixed`` is False (and dmu_hat, kappa_hat are 0) when the group has only one reward value.
+    gapdyn.safe_step_estimates for one group (docs/theory.md, section 11): dmu_hat = mean_{r=1} x - mean_{r=0} x;
+    kappa_hat = var_{r=0}(x) - var_{r=1}(x) (ddof = 1; a side with fewer than 2 samples contributes 0);
+    spread = std(x) over the whole group (ddof = 1). ``mixed`` is False (and dmu_hat, kappa_hat are 0) when
+    the group has only one reward value.
     """
     x = as_float_array(proj, "proj", min_ndim=1)
     r = as_float_array(rewards, "rewards", min_ndim=1)
     if r.shape != x.shape:
         raise ValueError(f"rewards must have the shape of proj {x.shape}, got {r.shape}")
-    spread = float(np.std(x, ddof=1)) if x.size >= 2 else 0.0
-    pos, neg = x[r > 0.5], x[r <= 0.5]
-    if pos.size == 0 or neg.size == 0:
-        return 0.0, 0.0, spread, False
-
-    def var(v):
-        return float(np.var(v, ddof=1)) if v.size >= 2 else 0.0
-
-    return float(pos.mean() - neg.mean()), var(neg) - var(pos), spread, True
+    if x.ndim != 1:
+        raise ValueError(f"proj must be one-dimensional (one group), got shape {x.shape}")
+    dmu, kappa, spread, n_mixed = safe_step_estimates(x, r)
+    return dmu, kappa, spread, n_mixed > 0
 
 
 def adaptive_step(
     dmu_hat: float, kappa_hat: float, spread: float, eta0: float, *, c: float = 1.0, delta: float = 2.0,
     mixed: bool = True,
 ) -> float:
-    """eta = min(eta0, delta / spread, c dmu_hat / kappa_hat) (terms dropped when spread <= 0, kappa_hat <= 0
-    or the estimates are unavailable, ``mixed=False``); 0 when dmu_hat <= 1e-12 spread (no ascent; the
-    tolerance makes round-off ties at dmu_hat = 0, e.g. at a stationary point, give 0 in every route)."""
-    for name, v in (("dmu_hat", dmu_hat), ("kappa_hat", kappa_hat), ("spread", spread)):
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(v):
-            raise ValueError(f"{name} must be a finite real number, got {v!r}")
-    eta0, c, delta = check_positive(eta0, "eta0"), check_positive(c, "c"), check_positive(delta, "delta")
-    if not isinstance(mixed, (bool, np.bool_)):
-        raise ValueError(f"mixed must be a bool, got {mixed!r}")
-    eta = eta0
-    if spread > 0.0:
-        eta = min(eta, delta / spread)
-    if mixed:
-        if dmu_hat <= 1e-12 * spread:
-            return 0.0
-        if kappa_hat > 0.0:
-            eta = min(eta, c * dmu_hat / kappa_hat)
-    return eta
+    """eta = min(eta0, delta / spread, c dmu_hat / kappa_hat): gapdyn.safe_step_size (docs/theory.md, section 11).
+
+    Terms drop out when spread <= 0, kappa_hat <= 0 or the estimates are unavailable (``mixed=False``);
+    eta = 0 when dmu_hat <= 1e-12 spread (no ascent; the tolerance makes round-off ties at dmu_hat = 0, e.g.
+    at a stationary point, give 0 in every route).
+    """
+    if isinstance(spread, (int, float, np.integer, np.floating)) and not isinstance(spread, bool) and spread < 0:
+        raise ValueError(f"spread must be >= 0 (a standard deviation), got {spread!r}")
+    return safe_step_size(dmu_hat, kappa_hat, spread, eta0, c=c, delta=delta, mixed=mixed)
 
 
 @dataclass(frozen=True)

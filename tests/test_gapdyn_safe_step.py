@@ -127,3 +127,31 @@ def test_step_size_is_eta0_times_multiplier():
 def test_bad_input_names_the_argument(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+# --- the bandit kernel's copy of the rule (bandits/engine.py: _group_safe_moments, _safe_step_size) ----------
+
+
+@settings(max_examples=150, deadline=None)
+@given(safe_step_batches(), st.floats(-3.0, 3.0), st.floats(0.05, 4.0), st.floats(0.05, 8.0))
+def test_bandit_kernel_copy_equals_gapdyn_rule(batch, log10_eta0, c, delta):
+    """The numba helpers the engine's adaptive schedule calls, group by group and aggregated as the kernel does,
+    give gapdyn.safe_step_estimates and gapdyn.safe_step_size on the same inputs."""
+    from bandits.engine import _group_safe_moments, _safe_step_size
+
+    x, r, groups = batch
+    eta0 = 10.0**log10_eta0
+    dsum = ksum = sdmax = 0.0
+    cnt = 0
+    for gid in np.unique(groups):
+        xg, rg = np.ascontiguousarray(x[groups == gid]), np.ascontiguousarray(r[groups == gid])
+        d1, k1, s1, mixed = _group_safe_moments(xg, rg, xg.size)
+        d2, k2, s2, n2 = g.safe_step_estimates(xg, rg)
+        assert mixed == (n2 == 1)
+        np.testing.assert_allclose([d1, k1, s1], [d2, k2, s2], rtol=1e-10, atol=1e-12 * max(1.0, np.abs(xg).max()) ** 2)
+        sdmax = max(sdmax, s1)
+        if mixed:
+            dsum, ksum, cnt = dsum + d1, ksum + k1, cnt + 1
+    dmu, kappa, sd, n_mixed = g.safe_step_estimates(x, r, groups)
+    expect = g.safe_step_size(dmu, kappa, sd, eta0, c=c, delta=delta, mixed=n_mixed > 0)
+    assert _safe_step_size(eta0, dsum, ksum, cnt, sdmax, c, delta) == pytest.approx(expect, rel=1e-9, abs=0.0)
