@@ -51,7 +51,7 @@ class SafeStepExperiment:
     """Grid and settings of the experiment (see the module docstring)."""
 
     methods: tuple[str, ...] = ("grpo", "wapo")
-    collapse_lrs: tuple[float, ...] = (1e-3,)
+    collapse_lrs: tuple[float, ...] = (1e-3, 5e-4)
     """Adam learning rates where most constant-step runs collapse."""
     safe_lr: float = 3e-4
     """A learning rate where constant-step runs learn (the 'not slower' claim)."""
@@ -159,6 +159,32 @@ def run_experiment(exp: SafeStepExperiment, out, *, progress: bool = True, n_job
             print(f"[safe-step {i + 1}/{len(jobs)}] {m} {arm} lr={lr:g} seed={s}: collapsed={row['collapsed']} "
                   f"final={np.mean(row['reward'][-exp.tail:]):.3f} ({time.perf_counter() - t0:.0f} s)", flush=True)
     return rows
+
+
+def step_cost(exp: SafeStepExperiment, warm_dir, out, *, steps: int = 20, lr: float | None = None) -> dict:
+    """Time per train step without and with the safe step, interleaved (A B A B ...) so that machine load drifts
+    hit both arms alike: two Trainers from the same warm model and seed, ``steps`` steps each, at ``lr``
+    (default: the safe lr). Returns per-arm median seconds and the median of the per-pair ratios."""
+    from .config import TrainConfig
+    from .trainer import Trainer
+
+    lr = exp.safe_lr if lr is None else lr
+    trainers = {arm: Trainer(TrainConfig(
+        out_dir=str(Path(out) / f"cost_{arm}"), method=exp.methods[0], lr=lr, seed=0, steps=steps,
+        prompts_per_step=exp.prompts_per_step, group_size=exp.group_size, init_from=str(warm_dir), probe_every=0,
+        probe_prompts=0, num_threads=exp.num_threads, progress=False, device="cpu", safe_step=arm == "safe",
+        safe_step_c=exp.c, safe_step_delta=exp.delta)) for arm in ARMS}
+    times = {arm: [] for arm in ARMS}
+    for _ in range(steps):
+        for arm in ARMS:
+            t0 = time.perf_counter()
+            trainers[arm].train_step()
+            times[arm].append(time.perf_counter() - t0)
+    ratio = np.array(times["safe"]) / np.array(times["constant"])
+    return {"method": exp.methods[0], "lr": lr, "steps": steps, "B": exp.prompts_per_step, "G": exp.group_size,
+            "median_s_constant": float(np.median(times["constant"])), "median_s_safe": float(np.median(times["safe"])),
+            "median_ratio": float(np.median(ratio)), "ratio_q25_q75": [float(np.quantile(ratio, 0.25)),
+                                                                         float(np.quantile(ratio, 0.75))]}
 
 
 def steps_to_level(reward, level: float, window: int) -> int | None:
@@ -281,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="parallel runs (joblib processes)")
     ap.add_argument("--analyse-only", action="store_true",
                     help="no new runs: the claims from the finished runs in --out (e.g. while a run is in progress)")
+    ap.add_argument("--cost-steps", type=int, default=0,
+                    help="only time N interleaved steps without/with the safe step (step_cost); no runs")
     ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args(argv)
     exp = MODES[a.mode]
@@ -291,6 +319,15 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit("--seeds must be >= 1")
         exp = replace(exp, seeds=tuple(range(a.seeds)))
     out = Path(a.out)
+    if a.cost_steps:
+        from .demo import prepare_warm_model
+
+        warm_dir, _ = prepare_warm_model(out / "warm", seed=exp.warm_seed, steps=exp.warmup_steps,
+                                         num_threads=exp.num_threads)
+        cost = step_cost(exp, warm_dir, out, steps=a.cost_steps)
+        (out / "step_cost.json").write_text(json.dumps(cost, indent=1))
+        print(json.dumps(cost))
+        return 0
     t0 = time.perf_counter()
     if a.analyse_only:
         rows = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*/run.json"))]
