@@ -92,7 +92,8 @@ class TrainConfig:
     """An online RLVR run of a (tiny) Qwen policy with gradient-gap probes."""
 
     out_dir: Annotated[str, tyro.conf.arg(name="out")] = "gapdyn_out/train"
-    """Folder for metrics.jsonl, metrics.parquet, probe_prompts.jsonl, alerts.json, summary.json, checkpoint.pt."""
+    """Folder for metrics.jsonl, metrics.parquet, probe_prompts.jsonl, alerts.json, summary.json,
+    checkpoint.safetensors."""
     method: str = "grpo"
     """Loss: grpo, bnpo, dr_grpo, dapo, gspo, wapo, psr, nsr, w_reinforce (llm_probe.losses.LOSSES)."""
     seed: int = 0
@@ -143,9 +144,9 @@ class TrainConfig:
     probe_group_size: int = 8
     """Completions sampled per probe prompt at each probe step (own generator: training is unaffected)."""
     checkpoint_every: int = 0
-    """Write checkpoint.pt every n steps (0: only at the end)."""
+    """Write checkpoint.safetensors every n steps (0: only at the end)."""
     resume: bool = False
-    """Resume from <out>/checkpoint.pt if it exists."""
+    """Resume from <out>/checkpoint.safetensors if it exists (the run's settings must match it: resume_force)."""
     stop_on_collapse: bool = False
     """Stop the run at the first collapse alert."""
     collapse: CollapseConfig = field(default_factory=CollapseConfig)
@@ -160,6 +161,11 @@ class TrainConfig:
     """Model dtype: float32, float64, bfloat16, float16."""
     progress: bool = True
     """Show tqdm progress bars (warm-up and RL steps)."""
+    resume_force: bool = False
+    """Resume even when settings that define the run (method, lr, seed, ...; llm_probe.checkpoint.RESUME_POLICY)
+    differ from the checkpoint's; the metrics files then mix two configurations."""
+    truncate_prompts: bool = False
+    """Cut prompts longer than the model context minus max_new_tokens to their last tokens (default: an error)."""
 
     def __post_init__(self):
         check_settings(self, _RANGES)
@@ -170,3 +176,6 @@ class TrainConfig:
         if not str(self.method).strip():
             raise ValueError("--method must name a loss, got an empty string")
         check_device(self.device)
+        for name in ("resume_force", "truncate_prompts"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{_flag(name)} must be True or False, got {getattr(self, name)!r}")
