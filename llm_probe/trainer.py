@@ -35,7 +35,7 @@ from .losses import LOSSES, policy_loss
 from .model import TinyQwenSpec, build_tiny_qwen, completion_logprobs, load_policy
 from .gap_probe import GapProbe
 from .probes import token_stats
-from .rollout import NonFinitePolicyError, make_rollout
+from .rollout import NonFinitePolicyError, check_prompts_fit, context_size, make_rollout
 from .tasks import AdditionTask, JsonlTask
 from .tokenizer import build_char_tokenizer
 from .warmup import warmup
@@ -131,6 +131,9 @@ class Trainer:
         elif tokenizer is None:
             raise ValueError("tokenizer must be given with model")
         self.model, self.tok = model, tokenizer
+        if not cfg.truncate_prompts:  # a file task's too-long prompt fails now, not at the step that draws it
+            check_prompts_fit(tokenizer, [p.prompt for p in getattr(self.task, "problems", [])], context_size(model),
+                              cfg.max_new_tokens)
         self.device = next(model.parameters()).device
         self.opt = _make_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
         self.np_rng = np.random.default_rng(cfg.seed)
@@ -256,7 +259,8 @@ class Trainer:
 
     def _rollout(self, problems, G: int, generator: torch.Generator):
         return make_rollout(self.model, self.tok, self.task, problems, G=G, max_new_tokens=self.cfg.max_new_tokens,
-                            generator=generator, temperature=self.cfg.temperature)
+                            generator=generator, temperature=self.cfg.temperature,
+                            truncate_prompts=self.cfg.truncate_prompts)
 
     def train_step(self) -> dict:
         """One RL step k (module doc): rollout -> loss -> backward -> clip -> probe.before -> optimizer step ->
