@@ -393,11 +393,11 @@ class Trainer:
         if self._resume_from is not None:
             self._restore(*self._resume_from)
             self._resume_from = None
-        else:  # a fresh start (also resume=True before any checkpoint existed): no stale rows or checkpoint
+        else:  # a fresh start (also resume=True before any checkpoint existed): no stale checkpoint or rows
+            (self.out / CHECKPOINT_NAME).unlink(missing_ok=True)  # first: a kill below must not leave it behind
             for log in self.logs.values():
                 log.reset()
-            for name in ("alerts.json", CHECKPOINT_NAME):
-                (self.out / name).unlink(missing_ok=True)
+            (self.out / "alerts.json").unlink(missing_ok=True)
         if self.step == 0 and None in (cfg.collapse.baseline_entropy, cfg.collapse.baseline_reward):
             H0, R0 = self.measure_baseline()
             self.detector.set_baseline(H0, R0)
