@@ -144,22 +144,26 @@ DAMAGE = {
 }
 
 
-@pytest.mark.parametrize("case", list(DAMAGE))
-def test_damaged_checkpoint_is_one_error_line_at_the_cli(tmp_path, warm, done, capsys, case):
+def test_damaged_checkpoint_is_one_error_line_at_the_cli(tmp_path, warm, done, capsys):
+    """Every row of DAMAGE: `gapdyn train --resume` exits 2 with one error line naming the file and the damage,
+    no traceback, no code run, the logs untouched."""
     from gapdyn.cli import main
+    from tests.tables import check_table
 
-    damage, named, words = DAMAGE[case]
-    d = tmp_path / "run"
-    shutil.copytree(done, d)
-    damage(d)
-    capsys.readouterr()
-    rc = main(["train", "--out", str(d), "--init-from", str(warm), "--steps", "3", "--resume", *CLI_RUN])
-    err = capsys.readouterr().err
-    lines = [ln for ln in err.splitlines() if ln.startswith("gapdyn train: error:")]
-    assert rc == 2 and len(lines) == 1 and "Traceback" not in err, err
-    assert named in lines[0] and words in lines[0], lines[0]
-    assert not (d / "PWNED").exists(), "the planted pickle ran"
-    assert len((d / "metrics.jsonl").read_bytes()) in (10, (done / "metrics.jsonl").stat().st_size)  # untouched
+    def row(case, damage, named, words):
+        d = tmp_path / case.replace(" ", "_")
+        shutil.copytree(done, d)
+        damage(d)
+        capsys.readouterr()
+        rc = main(["train", "--out", str(d), "--init-from", str(warm), "--steps", "3", "--resume", *CLI_RUN])
+        err = capsys.readouterr().err
+        lines = [ln for ln in err.splitlines() if ln.startswith("gapdyn train: error:")]
+        assert rc == 2 and len(lines) == 1 and "Traceback" not in err, err
+        assert named in lines[0] and words in lines[0], lines[0]
+        assert not (d / "PWNED").exists(), "the planted pickle ran"
+        assert (d / "metrics.jsonl").stat().st_size in (10, (done / "metrics.jsonl").stat().st_size)  # untouched
+
+    check_table(((case, (case, *spec)) for case, spec in DAMAGE.items()), row)
 
 
 def test_the_planted_payload_does_run_when_unpickled(tmp_path):
@@ -199,12 +203,17 @@ CHANGED = [("lr", 2e-3), ("method", "wapo"), ("seed", 4), ("group_size", 2), ("p
            ("max_new_tokens", 5), ("optimizer", "sgd"), ("truncate_prompts", True)]
 
 
-@pytest.mark.parametrize("field, value", CHANGED, ids=[c[0] for c in CHANGED])
-def test_resume_refuses_another_trajectory_naming_the_field(tmp_path, warm, done, field, value):
+def test_resume_refuses_another_trajectory_naming_the_field(tmp_path, warm, done):
+    from tests.tables import check_table
+
     d = tmp_path / "run"
     shutil.copytree(done, d)
-    with pytest.raises(ValueError, match=rf"{field}: {getattr(_cfg(d, warm), field)!r} -> {value!r}.*--resume-force"):
-        Trainer(_cfg(d, warm, steps=3, resume=True, **{field: value}))
+
+    def row(field, value):
+        with pytest.raises(ValueError, match=rf"{field}: {getattr(_cfg(d, warm), field)!r} -> {value!r}.*--resume-force"):
+            Trainer(_cfg(d, warm, steps=3, resume=True, **{field: value}))
+
+    check_table(((f, (f, v)) for f, v in CHANGED), row)
 
 
 def test_resume_accepts_other_run_control_settings(tmp_path, warm, done):

@@ -266,10 +266,11 @@ RESUME_KILLS = [(n, when) for n in (1, 2, 3) for when in ("before", "after")]
 
 
 @pytest.mark.llm
-@pytest.mark.parametrize("target, when", RESUME_KILLS, ids=[f"commit{n}-{w}" for n, w in RESUME_KILLS])
-def test_kill_during_resume_then_resume_equals_the_uninterrupted_run(tmp_path, warm_dir, ref_run, monkeypatch,
-                                                                     target, when):
+def test_kill_during_resume_then_resume_equals_the_uninterrupted_run(tmp_path, warm_dir, ref_run):
+    """Every row of RESUME_KILLS: a run killed after logging step 2 (checkpoint at 2), a resume killed at that
+    file commit, a last resume to the end: logs byte-identical to the uninterrupted run, checkpoint bit for bit."""
     from llm_probe.trainer import Trainer
+    from tests.tables import check_table
 
     orig_step = Trainer.train_step
 
@@ -278,18 +279,22 @@ def test_kill_during_resume_then_resume_equals_the_uninterrupted_run(tmp_path, w
             raise _Killed()
         return orig_step(self)
 
-    monkeypatch.setattr(Trainer, "train_step", dies_after_logging_step_2)
-    with pytest.raises(_Killed):
-        Trainer(_train_cfg(tmp_path, warm_dir, 4, checkpoint_every=2)).run()
-    monkeypatch.setattr(Trainer, "train_step", orig_step)
-    assert _read_ckpt(tmp_path)[1]["step"] == 2 and len(_rows(tmp_path / "metrics.jsonl")) == 3
-    calls = _dies_at(monkeypatch, target, when)
-    with pytest.raises(_Killed):
-        Trainer(_train_cfg(tmp_path, warm_dir, 4, checkpoint_every=2, resume=True)).run()
-    assert calls == ["metrics.jsonl", "probe_prompts.jsonl", "checkpoint.safetensors"][:target]
-    monkeypatch.undo()
-    Trainer(_train_cfg(tmp_path, warm_dir, 4, checkpoint_every=2, resume=True)).run()
-    _check_trainer_end_state(tmp_path, ref_run, 4, n_probe=2)
+    def row(target, when):
+        out = tmp_path / f"commit{target}-{when}"
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(Trainer, "train_step", dies_after_logging_step_2)
+            with pytest.raises(_Killed):
+                Trainer(_train_cfg(out, warm_dir, 4, checkpoint_every=2)).run()
+        assert _read_ckpt(out)[1]["step"] == 2 and len(_rows(out / "metrics.jsonl")) == 3
+        with pytest.MonkeyPatch.context() as mp:
+            calls = _dies_at(mp, target, when)
+            with pytest.raises(_Killed):
+                Trainer(_train_cfg(out, warm_dir, 4, checkpoint_every=2, resume=True)).run()
+        assert calls == ["metrics.jsonl", "probe_prompts.jsonl", "checkpoint.safetensors"][:target]
+        Trainer(_train_cfg(out, warm_dir, 4, checkpoint_every=2, resume=True)).run()
+        _check_trainer_end_state(out, ref_run, 4, n_probe=2)
+
+    check_table(((f"commit{n}-{w}", (n, w)) for n, w in RESUME_KILLS), row)
 
 
 @pytest.mark.llm
