@@ -235,7 +235,7 @@ def test_resume_force_continues_with_the_new_settings(tmp_path, warm, done, caps
     assert [(r["step"], r["lr"]) for r in rows] == [(0, 1e-3), (1, 1e-3), (2, 2e-3)]
 
 
-def test_a_setting_missing_from_an_older_checkpoint_compares_with_its_default(tmp_path):
+def test_resume_compares_a_setting_missing_from_an_older_checkpoint_with_its_default(tmp_path):
     cfg = TrainConfig(out_dir=str(tmp_path))
     saved = {k: v for k, v in asdict(cfg).items() if k != "truncate_prompts"}
     assert config_differences(saved, cfg) == []
