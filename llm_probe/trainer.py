@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -126,8 +126,8 @@ class Trainer:
         self.logs = {name: AppendLog(self.out / name) for name in ("metrics.jsonl", "probe_prompts.jsonl")}
         self._resume_from = self._find_resume()  # a bad checkpoint fails here, before the model is built
         self.task = task if task is not None else make_task(cfg.task)
-        if model is None:
-            model, tokenizer = build_policy(cfg, self.task)
+        if model is None:  # a resume overwrites the weights: its warm-up would be thrown away
+            model, tokenizer = build_policy(replace(cfg, warmup_steps=0) if self._resume_from else cfg, self.task)
         elif tokenizer is None:
             raise ValueError("tokenizer must be given with model")
         self.model, self.tok = model, tokenizer

@@ -32,7 +32,7 @@ CLI_RUN = ["--prompts-per-step", "2", "--group-size", "4", "--probe-prompts", "2
 
 
 def _cfg(out, warm, steps=2, **kw):
-    return TrainConfig(out_dir=str(out), init_from=str(warm), steps=steps, **{**RUN, **kw})
+    return TrainConfig(out_dir=str(out), init_from=warm and str(warm), steps=steps, **{**RUN, **kw})
 
 
 @pytest.fixture(scope="module")
@@ -233,6 +233,25 @@ def test_resume_force_continues_with_the_new_settings(tmp_path, warm, done, caps
     assert "lr: 0.001 -> 0.002" in capsys.readouterr().err
     rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
     assert [(r["step"], r["lr"]) for r in rows] == [(0, 1e-3), (1, 1e-3), (2, 2e-3)]
+
+
+def test_resume_of_a_built_model_skips_the_warm_up_and_equals_the_uninterrupted_run(tmp_path, monkeypatch):
+    """Without init_from the model is built and warmed up; a resume builds it without the warm-up (the
+    checkpoint's weights replace it) and continues exactly as the uninterrupted run."""
+    import llm_probe.trainer as trainer_mod
+
+    kw = dict(warmup_steps=3, warmup_batch=4, probe_prompts=0, probe_every=0)
+    Trainer(_cfg(tmp_path / "a", None, steps=3, **kw)).run()
+    Trainer(_cfg(tmp_path / "b", None, steps=2, **kw)).run()
+
+    def no_warmup(*a, **k):
+        raise AssertionError("warm-up ran on resume")
+
+    monkeypatch.setattr(trainer_mod, "warmup", no_warmup)
+    Trainer(_cfg(tmp_path / "b", None, steps=3, resume=True, **kw)).run()
+    rows = [[{k: v for k, v in json.loads(x).items() if k != "step_time"} for x in (tmp_path / d / "metrics.jsonl")
+             .read_text().splitlines()] for d in "ab"]
+    assert rows[0] == rows[1] and len(rows[0]) == 3
 
 
 def test_resume_compares_a_setting_missing_from_an_older_checkpoint_with_its_default(tmp_path):
