@@ -240,7 +240,10 @@ def test_resume_of_a_built_model_skips_the_warm_up_and_equals_the_uninterrupted_
     checkpoint's weights replace it) and continues exactly as the uninterrupted run."""
     import llm_probe.trainer as trainer_mod
 
-    kw = dict(warmup_steps=3, warmup_batch=4, probe_prompts=0, probe_every=0)
+    from llm_probe.collapse import CollapseConfig
+
+    kw = dict(warmup_steps=3, warmup_batch=4, probe_prompts=0, probe_every=0,
+              collapse=CollapseConfig(baseline_entropy=0.5, baseline_reward=0.5))  # no baseline rollouts
     Trainer(_cfg(tmp_path / "a", None, steps=3, **kw)).run()
     Trainer(_cfg(tmp_path / "b", None, steps=2, **kw)).run()
 
