@@ -196,7 +196,9 @@ class Trainer:
     def _restore(self, path: Path, tensors: dict, state: dict) -> None:
         try:
             self._apply_state(tensors, state)
-            committed = {name: state["logs"][name] for name in self.logs}
+            committed = {name: {k: int(state["logs"][name][k]) for k in ("bytes", "rows")} for name in self.logs}
+            if any(v < 0 for c in committed.values() for v in c.values()):
+                raise ValueError(f"negative log sizes {committed}")
         except KeyError as exc:
             raise ValueError(f"checkpoint {path} lacks the entry {exc}") from None
         except (TypeError, ValueError, RuntimeError, IndexError, AttributeError) as exc:
