@@ -5,7 +5,6 @@ prompts longer than the model context are an error unless truncation is asked fo
 from __future__ import annotations
 
 import json
-import pickle
 import shutil
 import subprocess
 import sys
