@@ -172,10 +172,10 @@ def write_checkpoint(path: Path, tensors: dict[str, torch.Tensor], state: dict) 
     seen, out = set(), {}
     for k, t in tensors.items():
         t = t.detach().to("cpu").contiguous()
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
-        if t.numel() and key in seen:  # tied weights: safetensors refuses shared storage
+        storage = t.untyped_storage().data_ptr()
+        if t.numel() and storage in seen:  # tied weights or views: safetensors refuses shared storage
             t = t.clone()
-        seen.add(key)
+        seen.add(t.untyped_storage().data_ptr())
         out[k] = t
     tmp = path.with_name(path.name + ".tmp")
     save_file(out, str(tmp), metadata={"format": FORMAT, "state": json.dumps(state)})
