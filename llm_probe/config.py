@@ -147,7 +147,8 @@ class TrainConfig:
     checkpoint_every: int = 0
     """Write checkpoint.safetensors every n steps (0: only at the end)."""
     resume: bool = False
-    """Resume from <out>/checkpoint.safetensors if it exists (the run's settings must match it: resume_force)."""
+    """Resume from <out>/checkpoint.safetensors if it exists (the settings that define the run must match it;
+    see --resume-force)."""
     stop_on_collapse: bool = False
     """Stop the run at the first collapse alert."""
     collapse: CollapseConfig = field(default_factory=CollapseConfig)
@@ -166,7 +167,8 @@ class TrainConfig:
     """Resume even when settings that define the run (method, lr, seed, ...; llm_probe.checkpoint.RESUME_POLICY)
     differ from the checkpoint's; the metrics files then mix two configurations."""
     truncate_prompts: bool = False
-    """Cut prompts longer than the model context minus max_new_tokens to their last tokens (default: an error)."""
+    """Cut prompts longer than the model context minus max_new_tokens to their last tokens; off: such a prompt is
+    an error naming its length and the context."""
 
     def __post_init__(self):
         check_settings(self, _RANGES)
