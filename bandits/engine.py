@@ -524,8 +524,10 @@ def _one_run(
                 cdfc = cdf_all[c]  # cumsum of pi, accumulated in _forward
                 for i in range(G):
                     a = _search_right(cdfc, unif[r, k, c, i] * cdfc[K - 1])
-                    if a > K - 1:
+                    if a > K - 1:  # u * total rounded up to total: the last arm with positive mass
                         a = K - 1
+                        while a > 0 and cdfc[a] == cdfc[a - 1]:
+                            a -= 1
                     idx[c, i] = a
                     rg[c, i] = rew[c, a]
                 _advantages(method, rg[c], A, bessel, aeps, lam)
