@@ -25,8 +25,10 @@ _MODULES: dict[str, tuple[str, ...]] = {
     ),
     "bandits.sequence": (
         "RULES", "SharedSequenceBandit", "TabularSequenceBandit", "SequenceSample", "rule_reward",
-        "critical_eta", "place_for_success_rate",
+        "place_for_success_rate", "SequenceDynamics", "SequenceTrajectory",
+        "sequence_sampled_direction",
     ),
+    "bandits.partial": ("PartialSharingBandit", "position_features"),
     "bandits.sweep": ("run_sweep", "sweep_keys", "example_cell", "BACKENDS"),
     "bandits.store": ("CellStore", "cell_key"),
     "bandits.experiments": ("EXPERIMENTS",),
