@@ -16,7 +16,10 @@ finite differences of Phi]:
 
     J = P(N >= k),   dq_t/dtheta = q_t (phi_t(0) - mu_t),   mu_t = E_{p_t}[phi_t],
     grad J = sum_t dq_t/dtheta P(N_{-t} = k - 1)   (N_{-t}: the count over the other positions),
-    Gap = g+ - g- = grad Phi = grad J / (J (1 - J))   (docs/equations.md §1).
+    Gap = g+ - g- = grad Phi = grad J / (J (1 - J))   (docs/equations.md §1)
+        = sum_t q_t (1 - q_t) P(N_{-t} = k - 1) (phi_t(0) - mu_w,t) / (J (1 - J)),
+
+mu_w,t the mean feature of the wrong tokens under p_t (no cancellation as q_t -> 1).
 
 The Poisson-binomial pmfs are prefix / suffix DPs in log space (O(T^2) per evaluation), so Phi
 and the Gap stay finite for J near 0 or 1. Sampling draws each token by inverse CDF from one
@@ -163,12 +166,14 @@ class PartialSharingBandit:
         # log P(N_{-t} = k - 1) = logsumexp_i pre[t, i] + suf[t, k - 1 - i]
         i = np.arange(k)
         loo = logsumexp(pre[..., :T, i] + suf[..., :, k - 1 - i], axis=-1)  # [..., T]
-        p = np.exp(logp)
-        mu = np.einsum("...tv,tvd->...td", p, self.features)
-        dq_dir = self.features[:, self.correct, :] - mu  # [..., T, d]
-        # Gap = sum_t q_t (phi_t(c) - mu_t) P(N_{-t} = k-1) / (J (1 - J)), weights formed in log space
-        wts = np.exp(lq + loo - logJ[..., None] - logJbar[..., None])
-        gap = np.einsum("...t,...td->...d", wts, dq_dir)
+        # phi_t(c) - mu_t = (1 - q_t) (phi_t(c) - mu_w,t), mu_w,t the mean feature of the wrong tokens
+        # (from their own log-softmax: no cancellation as q_t -> 1); weights formed in log space
+        wrong = np.arange(self.V) != self.correct
+        pw = np.exp(logp[..., wrong] - logsumexp(logp[..., wrong], axis=-1, keepdims=True))
+        mu_w = np.einsum("...tv,tvd->...td", pw, self.features[:, wrong, :])
+        lw = logsumexp(logp[..., wrong], axis=-1)
+        wts = np.exp(lq + lw + loo - logJ[..., None] - logJbar[..., None])
+        gap = np.einsum("...t,...td->...d", wts, self.features[:, self.correct, :] - mu_w)
         return {"J": np.exp(logJ), "Jbar": np.exp(logJbar), "Phi": logJ - logJbar, "gap": gap,
                 "mean_length": np.full(logJ.shape, float(T))}
 
