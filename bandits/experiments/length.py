@@ -17,7 +17,9 @@ A series enters with its found eta* when at least two T have one; every (instanc
 has none is counted by reason (J0 not reachable by the placement, no collapse in [eta_lo, eta_hi],
 collapse already at eta_lo). With fixed length, the 1/|o| update at eta is the raw update at eta/T
 (the same stream), so eta*_norm = T eta*_raw and the normalised slope is b + 1 by construction: an
-identity row (rho = 1), not a test of the theorem.
+identity row (rho = 1), not a test of the theorem. The 1/|o| twin is scanned on the raw grid times T,
+so the identity compares the same trajectories (on a common grid, an island one scan steps over and
+the other hits would break it at the grid's resolution, not the code).
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ import gapdyn
 from ..partial import PartialSharingBandit
 from ..sequence import SequenceDynamics, place_for_success_rate, simulate
 from ._common import run_experiment
+from ._slopes import within_slope_estimate
 
-__all__ = ["NAME", "CRITERIA", "RHOS", "J0S", "Config", "cells", "run_cell", "start", "slope_estimate", "analyse",
+__all__ = ["NAME", "CRITERIA", "RHOS", "J0S", "Config", "cells", "run_cell", "start", "analyse",
            "run"]
 
 NAME = "length"
@@ -149,7 +152,8 @@ def run_cell(
     *, instance: int, rho: float, J0: float, T: int, normalized: bool, V: int, d: int, rule: str, method: str,
     dynamics_mode: str, group_size: int, steps: int, eta_lo: float, eta_hi: float, max_ratio: float, seeds: int,
 ) -> pd.DataFrame:
-    """eta* (gapdyn.find_eta_star) of each random stream 0..seeds-1: one row per seed."""
+    """eta* (gapdyn.find_eta_star on [eta_lo, eta_hi], x T for the 1/|o| twin) of each stream 0..seeds-1: one
+    row per seed."""
     dyn = SequenceDynamics(method=method, mode=dynamics_mode, group_size=group_size, steps=steps,
                            length_normalized=bool(normalized), freeze_below=gapdyn.COLLAPSE_J)
     try:
@@ -158,10 +162,12 @@ def run_cell(
     except ValueError:
         return pd.DataFrame({"seed": np.arange(seeds), "status": "J0 unreachable", "eta_star": np.nan,
                              "eta_star_loose": np.nan, "n_islands": 0, "J0_exact": np.nan})
+    # the 1/|o| twin scans the raw grid times T: its eta*/T is then read off the same points as the raw eta*
+    scale = float(T) if normalized else 1.0
     rows = []
     for s in range(seeds):
         res = gapdyn.find_eta_star(lambda e, s=s: simulate(env, dyn, eta=e, seed=s, theta0=theta0).J_min,
-                                   eta_lo, eta_hi, max_ratio=max_ratio)
+                                   scale * eta_lo, scale * eta_hi, max_ratio=max_ratio)
         rows.append({"seed": s, "status": res.status, "eta_star": res.eta_star, "eta_star_loose": res.eta_star_loose,
                      "n_islands": res.n_islands, "J0_exact": J0_exact})
     return pd.DataFrame(rows)
@@ -169,30 +175,6 @@ def run_cell(
 
 # ---------------------------------------------------------------------------------------------
 # analysis
-
-
-def _within_slope(x, y, series) -> float:
-    """Least-squares slope of y on x after centring both within each series label."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    labels, inv = np.unique(series, return_inverse=True)
-    cnt = np.bincount(inv)
-    xc = x - (np.bincount(inv, x) / cnt)[inv]
-    yc = y - (np.bincount(inv, y) / cnt)[inv]
-    sxx = float(xc @ xc)
-    return float(xc @ yc / sxx) if sxx > 0 else np.nan
-
-
-def slope_estimate(T, eta, instance, series, *, rng: np.random.Generator, n_resamples: int = 2000
-                   ) -> gapdyn.Estimate:
-    """Within-series slope of log eta on log T with a cluster bootstrap over instances.
-
-    A resampled instance keeps all its series; a series drawn twice is centred as one group (same
-    slope contribution, counted twice). Series labels: integers unique across instances.
-    """
-    x, y = np.log(np.asarray(T, float)), np.log(np.asarray(eta, float))
-    ser = np.asarray(series)
-    return gapdyn.cluster_bootstrap(lambda a, b, c: _within_slope(a, b, c), x, y, ser,
-                                    clusters=np.asarray(instance), rng=rng, n_resamples=n_resamples)
 
 
 def _fit_rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -235,8 +217,9 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn
                           setting=setting, criterion_text=_SLOPE_TEXT, criterion=CRITERIA[_slope_id(rho, J0)],
                           block=block)
             if used["instance"].nunique() >= 2:
-                est = slope_estimate(used["T"], used["eta_star"], used["instance"], used["series"], rng=rng,
-                                     n_resamples=config.n_boot)
+                est = within_slope_estimate(np.log(used["T"].to_numpy(float)), np.log(used["eta_star"].to_numpy()),
+                                            series=used["series"].to_numpy(), instance=used["instance"].to_numpy(),
+                                            rng=rng, n_resamples=config.n_boot)
                 claims.append(gapdyn.Claim.from_estimate(
                     est, statistic="within-series OLS slope of log eta* on log T, cluster bootstrap over instances",
                     **common))
@@ -258,8 +241,8 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn
         if both["instance"].nunique() >= 2:
             x = np.log(both["T"].to_numpy(float))
             d = np.log(both["eta_star_norm"].to_numpy()) - np.log(both["eta_star_raw"].to_numpy())
-            est = gapdyn.cluster_bootstrap(_within_slope, x, d, both["series"].to_numpy(),
-                                           clusters=both["instance"].to_numpy(), rng=rng, n_resamples=config.n_boot)
+            est = within_slope_estimate(x, d, series=both["series"].to_numpy(), instance=both["instance"].to_numpy(),
+                                        rng=rng, n_resamples=config.n_boot)
             claims.append(gapdyn.Claim.from_estimate(
                 est, statistic="within-series slope of log(eta*_norm / eta*_raw) on log T", **common))
         else:
