@@ -4,9 +4,10 @@ against log(1 - J)).
 
 For each instance a run of exact GRPO (expected update, G = 8) at a small fixed eta starts from theta0
 placed at J = J_start and is stopped at checkpoints: the first step at which J reaches each level of
-``levels``. At every checkpoint theta_k the one-step threshold along the update direction is computed:
-gapdyn.sharp_step_threshold (the largest eta with Phi(theta_k + e w) > Phi(theta_k) for all e <= eta,
-docs/equations.md §3), for w = E[w_GRPO] = c_G(J) Gap and for w = Gap (log-odds ascent). The slope of
+``levels``. At every checkpoint theta_k three local thresholds are computed (MEASURES): the one-step sharp
+threshold gapdyn.sharp_step_threshold (the largest eta with Phi(theta_k + e w) > Phi(theta_k) for all
+e <= eta, docs/equations.md §3) for w = E[w_GRPO] = c_G(J) Gap and for w = Gap (log-odds ascent), and
+eta* of exact GRPO restarted at theta_k over a short horizon (gapdyn.find_eta_star). The slope of
 log eta_local on log(1 - J) is fitted within each trajectory (centred per instance) and its 95 %
 interval is a cluster bootstrap over instances (:mod:`bandits.experiments._slopes`).
 
@@ -37,19 +38,21 @@ from ..sequence import simulate as simulate_sequence
 from ._common import run_experiment
 from ._slopes import within_slope_estimate
 
-__all__ = ["NAME", "CRITERIA", "SETTINGS", "DIRECTIONS", "Config", "cells", "run_cell", "checkpoints", "analyse",
+__all__ = ["NAME", "CRITERIA", "SETTINGS", "MEASURES", "Config", "cells", "run_cell", "checkpoints", "analyse",
            "run"]
 
 NAME = "success_rate"
 SETTINGS = ("T=1", "T=8")
 """T = 1: contextual log-linear bandit; T = 8: partial-sharing token model (rho = 0.5)."""
-DIRECTIONS = ("grpo", "gap")
-"""Update directions whose local threshold is measured: E[w_GRPO] and the Gap."""
+MEASURES = ("sharp_grpo", "sharp_gap", "restart_grpo")
+"""Local thresholds at a checkpoint theta_k: the sharp one-step threshold along E[w_GRPO] and along the Gap
+(gapdyn.sharp_step_threshold), and the critical step of exact GRPO restarted at theta_k over a short
+horizon (gapdyn.find_eta_star; collapse as everywhere, J < gapdyn.COLLAPSE_J)."""
 _SOURCE = "Suk & Duan (arXiv 2510.08539), Thm 3"
 
 
-def _slope_id(setting: str, direction: str) -> str:
-    return f"local_eta_vs_1-J/{setting}/{direction}"
+def _slope_id(setting: str, measure: str) -> str:
+    return f"local_eta_vs_1-J/{setting}/{measure}"
 
 
 def _identity_id(setting: str) -> str:
@@ -58,7 +61,7 @@ def _identity_id(setting: str) -> str:
 
 # written from the theorem before any run: eta ~ (1 - J), slope +1 (stated tolerance 0.25)
 CRITERIA: dict[str, gapdyn.Criterion] = {
-    **{_slope_id(s, w): gapdyn.Criterion.contains(1.0, tol=0.25) for s in SETTINGS for w in DIRECTIONS},
+    **{_slope_id(s, m): gapdyn.Criterion.contains(1.0, tol=0.25) for s in SETTINGS for m in MEASURES},
     **{_identity_id(s): gapdyn.Criterion.identity(0.0, tol=1e-3) for s in SETTINGS},
 }
 _SLOPE_TEXT = "95 % interval of the slope of log eta_local on log(1 - J) contains +1 and lies in [0.75, 1.25]"
@@ -83,17 +86,24 @@ class Config:
     """Steps allowed to pass all levels (levels not reached are counted)."""
     rho: float = 0.5
     """Feature sharing of the T = 8 token model."""
+    horizon: int = 20
+    """Steps of the restarted run (restart_grpo)."""
+    eta_lo: float = 1e-2
+    eta_hi: float = 1e4
+    max_ratio: float = 1.01
+    """find_eta_star's scan of the restarted run."""
     n_boot: int = 2000
 
     @classmethod
     def test(cls) -> "Config":
         return cls(mode="test", instances=(0, 1, 2), confirmation=(), levels=(0.1, 0.3, 0.5, 0.7), eta_frac=0.2,
-                   max_steps=300, n_boot=200)
+                   max_steps=300, horizon=5, max_ratio=1.3, n_boot=200)
 
     @classmethod
     def quick(cls) -> "Config":
         return cls(mode="quick", instances=gapdyn.DISCOVERY_SEEDS[:8], confirmation=(),
-                   levels=(0.1, 0.2, 0.35, 0.5, 0.65, 0.8, 0.9), eta_frac=0.1, max_steps=1500, n_boot=1000)
+                   levels=(0.1, 0.2, 0.35, 0.5, 0.65, 0.8, 0.9), eta_frac=0.1, max_steps=1500, horizon=20,
+                   max_ratio=1.05, n_boot=1000)
 
     @classmethod
     def full(cls) -> "Config":
@@ -162,6 +172,15 @@ class _Problem:
         tr = simulate_sequence(self.env, self._dyn(steps), eta=eta, theta0=theta)
         return np.append(tr.J[0], tr.J_final[0]), tr.theta_final[0]
 
+    def min_J(self, theta, etas, steps: int) -> np.ndarray:
+        """min over ``steps`` exact GRPO steps from theta of J, for each eta."""
+        if self.setting == "T=1":
+            tr = simulate_contextual(self.bandit, self._dyn(steps), eta=etas, theta0=theta[None])
+            return tr.J_min[:, 0]
+        dyn = SequenceDynamics(method="grpo", mode="exact", group_size=self.G, steps=steps,
+                               freeze_below=gapdyn.COLLAPSE_J)
+        return simulate_sequence(self.env, dyn, eta=etas, theta0=theta).J_min
+
     def threshold(self, theta, w) -> float:
         return gapdyn.sharp_step_threshold(self.logodds, theta, w, eta_min=1e-6, eta_max=1e8, rtol=1e-7)
 
@@ -186,34 +205,39 @@ def checkpoints(problem: _Problem, eta: float, levels, max_steps: int) -> list[t
 
 
 def run_cell(*, setting: str, instance: int, levels, J_start: float, group_size: int, eta_frac: float,
-             eta_cap: float, max_steps: int, rho: float) -> pd.DataFrame:
-    """Local thresholds at the checkpoints of one instance's trajectory: one row per (checkpoint, direction)."""
+             eta_cap: float, max_steps: int, rho: float, horizon: int, eta_lo: float, eta_hi: float,
+             max_ratio: float) -> pd.DataFrame:
+    """Local thresholds at the checkpoints of one instance's trajectory: one row per (checkpoint, measure)."""
     cfg = {"group_size": group_size, "J_start": J_start, "rho": rho}
     try:
         prob = _Problem(setting, instance, cfg)
     except ValueError as exc:
         return pd.DataFrame([{"status": f"no start: {exc}"[:80], "level": np.nan, "step": -1, "J": np.nan,
-                              "one_minus_J": np.nan, "direction": "", "eta_local": np.nan, "scalar": np.nan,
+                              "one_minus_J": np.nan, "measure": "", "eta_local": np.nan, "scalar": np.nan,
                               "eta_run": np.nan}])
     J0, Jb0, gap0 = prob.state(prob.theta0)
     c0 = float(gapdyn.expected_scalar("grpo", J0, group_size))
     eta_run = eta_frac * min(prob.threshold(prob.theta0, c0 * gap0), eta_cap)
     if not eta_run > 0:
         return pd.DataFrame([{"status": "not ascent at theta0", "level": np.nan, "step": -1, "J": J0,
-                              "one_minus_J": Jb0, "direction": "", "eta_local": np.nan, "scalar": c0,
+                              "one_minus_J": Jb0, "measure": "", "eta_local": np.nan, "scalar": c0,
                               "eta_run": np.nan}])
     rows = []
     for level, k, theta in checkpoints(prob, eta_run, levels, max_steps):
         J, Jb, gap = prob.state(theta)
         c = float(gapdyn.expected_scalar("grpo", J, group_size))
-        for direction, w in (("grpo", c * gap), ("gap", gap)):
+        for measure, w in (("sharp_grpo", c * gap), ("sharp_gap", gap)):
             eta = prob.threshold(theta, w)
             status = "ok" if np.isfinite(eta) and eta > 0 else ("no crossing in range" if eta > 0 else "not ascent")
             rows.append({"status": status, "level": level, "step": k, "J": J, "one_minus_J": Jb,
-                         "direction": direction, "eta_local": eta, "scalar": c, "eta_run": eta_run})
+                         "measure": measure, "eta_local": eta, "scalar": c, "eta_run": eta_run})
+        res = gapdyn.find_eta_star(lambda e, th=theta: prob.min_J(th, e, horizon), eta_lo, eta_hi, max_ratio=max_ratio)
+        rows.append({"status": "ok" if res.status == "found" else res.status, "level": level, "step": k, "J": J,
+                     "one_minus_J": Jb, "measure": "restart_grpo", "eta_local": res.eta_star, "scalar": c,
+                     "eta_run": eta_run})
     if not rows:
         rows.append({"status": "no level reached", "level": np.nan, "step": -1, "J": J0, "one_minus_J": Jb0,
-                     "direction": "", "eta_local": np.nan, "scalar": c0, "eta_run": eta_run})
+                     "measure": "", "eta_local": np.nan, "scalar": c0, "eta_run": eta_run})
     return pd.DataFrame(rows)
 
 
@@ -228,7 +252,7 @@ def _usable(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn.Claim]:
-    """One slope claim per (setting, direction) and one identity row per setting."""
+    """One slope claim per (setting, measure) and one identity row per setting."""
     rng = np.random.default_rng([29, 0 if block == "discovery" else 1])
     claims = []
     for setting in SETTINGS:
@@ -236,10 +260,10 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn
         n_inst = sub["instance"].nunique()
         label = "contextual log-linear bandit, K=100, d=16, 10 correct" if setting == "T=1" else (
             f"partial-sharing token model, T=8, rho={config.rho:g}, V=10, d=4, MAJ")
-        for direction in DIRECTIONS:
-            d = sub[sub["direction"] == direction]
+        for measure in MEASURES:
+            d = sub[sub["measure"] == measure]
             used = _usable(d)
-            no_rows = sub.groupby("instance")["direction"].apply(lambda s: (s == "").all())
+            no_rows = sub.groupby("instance")["measure"].apply(lambda s: (s == "").all())
             why = d["status"].value_counts().to_dict()
             why.update({k: v for k, v in sub[sub["instance"].isin(no_rows[no_rows].index)]["status"]
                         .value_counts().items()})
@@ -247,22 +271,22 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn
                             f"local threshold at theta0, {config.eta_cap:g}), <= {config.max_steps} steps; checkpoints at J >= "
                             f"{list(config.levels)}; {used['instance'].nunique()}/{n_inst} instances with >= 3 "
                             f"finite thresholds; point status counts {why}")
-            common = dict(id=_slope_id(setting, direction), source=_SOURCE,
+            common = dict(id=_slope_id(setting, measure), source=_SOURCE,
                           statement="the local critical step scales like (1 - J): slope +1 of log eta on log(1 - J)",
                           setting=setting_text, criterion_text=_SLOPE_TEXT,
-                          criterion=CRITERIA[_slope_id(setting, direction)], block=block)
+                          criterion=CRITERIA[_slope_id(setting, measure)], block=block)
             if used["instance"].nunique() >= 2:
                 est = within_slope_estimate(np.log(used["one_minus_J"].to_numpy()), np.log(used["eta_local"].to_numpy()),
                                             series=used["instance"].to_numpy(), instance=used["instance"].to_numpy(),
                                             rng=rng, n_resamples=config.n_boot)
                 claims.append(gapdyn.Claim.from_estimate(
-                    est, statistic=f"within-trajectory OLS slope of log eta_local({direction}) on log(1 - J), "
+                    est, statistic=f"within-trajectory OLS slope of log eta_local ({measure}) on log(1 - J), "
                                    "cluster bootstrap over instances", **common))
             else:
                 claims.append(gapdyn.Claim(**common, estimate=0.0, interval=(-1e3, 1e3), n=1,
                                            statistic="fewer than 2 usable instances: no interval"))
-        g = sub[(sub["direction"] == "grpo") & (sub["status"] == "ok")]
-        h = sub[(sub["direction"] == "gap") & (sub["status"] == "ok")]
+        g = sub[(sub["measure"] == "sharp_grpo") & (sub["status"] == "ok")]
+        h = sub[(sub["measure"] == "sharp_gap") & (sub["status"] == "ok")]
         both = g.merge(h, on=["instance", "level"], suffixes=("_grpo", "_gap"))
         common = dict(id=_identity_id(setting), source=_SOURCE + " (E[w] = c_G(J) Gap: by construction)",
                       statement="the GRPO direction's local threshold is the Gap's divided by c_G(J)",
