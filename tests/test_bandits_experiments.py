@@ -13,7 +13,7 @@ import pytest
 from bandits.experiments import load
 from bandits.experiments._common import run_cells_serial
 
-MINE = ("threshold", "success_rate", "stagnation", "logistic", "methods")
+MINE = ("threshold", "stagnation", "logistic", "methods")  # success_rate: tests/test_experiment_success_rate.py
 HOLDS_OK = ("holds", "does not hold", "n/a", "plateau found", "no plateau", "inconclusive")
 
 

@@ -95,7 +95,7 @@ class Config:
 
     @classmethod
     def test(cls) -> "Config":
-        return cls(mode="test", instances=(0, 1, 2), confirmation=(), Ts=(1, 2, 4), seeds=1, steps=20,
+        return cls(mode="test", instances=(0, 1), confirmation=(), Ts=(1, 2, 4), seeds=1, steps=20,
                    eta_lo=0.1, eta_hi=100.0, max_ratio=1.3, n_boot=200)
 
     @classmethod
