@@ -126,7 +126,7 @@ class PartialSharingBandit:
         th = self.check_params(theta)
         return log_softmax(np.einsum("tvd,...d->...tv", self.features, th), axis=-1)
 
-    def _log_pmfs(self, lq, lw):
+    def _log_pmfs(self, lq, lw, *, suffix: bool = True):
         """Prefix / suffix log pmfs of the correct count: pre[..., t, j] over positions < t, suf[..., t, j] over > t."""
         T = self.T
         shape = lq.shape[:-1]
@@ -136,6 +136,8 @@ class PartialSharingBandit:
             nxt = pre[..., t, :] + lw[..., t, None]
             nxt[..., 1:] = np.logaddexp(nxt[..., 1:], pre[..., t, :-1] + lq[..., t, None])
             pre[..., t + 1, :] = nxt
+        if not suffix:
+            return pre, None
         suf = np.full(shape + (T, T + 1), -np.inf)
         suf[..., T - 1, 0] = 0.0
         for t in range(T - 1, 0, -1):
@@ -144,11 +146,11 @@ class PartialSharingBandit:
             suf[..., t - 1, :] = nxt
         return pre, suf
 
-    def _log_terms(self, theta):
+    def _log_terms(self, theta, *, suffix: bool = True):
         logp = self.token_logprobs(theta)
         wrong = np.arange(self.V) != self.correct
         lq, lw = logp[..., self.correct], logsumexp(logp[..., wrong], axis=-1)
-        pre, suf = self._log_pmfs(lq, lw)
+        pre, suf = self._log_pmfs(lq, lw, suffix=suffix)
         k = self._k()
         full = pre[..., self.T, :]  # pmf of N
         logJ = logsumexp(full[..., k:], axis=-1)
@@ -157,7 +159,7 @@ class PartialSharingBandit:
 
     def success_rate(self, theta) -> np.ndarray:
         """J = P(N >= k) (log-space Poisson-binomial DP)."""
-        return np.exp(self._log_terms(theta)[4])
+        return np.exp(self._log_terms(theta, suffix=False)[4])
 
     def exact(self, theta) -> dict[str, np.ndarray]:
         """J, 1 - J, Phi, the Gap (= grad Phi) and E|o| = T (module doc)."""
@@ -182,7 +184,7 @@ class PartialSharingBandit:
 
     def log_odds(self, theta) -> np.ndarray:
         """Phi = log J - log(1 - J)."""
-        t = self._log_terms(theta)
+        t = self._log_terms(theta, suffix=False)
         return t[4] - t[5]
 
     def draw(self, theta, u) -> SequenceSample:
@@ -193,17 +195,25 @@ class PartialSharingBandit:
         if u.ndim < 2 or u.shape[-1] != self.T or u.shape[:-2] != batch:
             raise ValueError(f"u must have shape {batch} + (G, {self.T}), got {u.shape}")
         p = np.exp(logp)
-        cdf = np.cumsum(p, axis=-1)
-        last = self.V - 1 - np.argmax(p[..., ::-1] > 0, axis=-1)  # [..., T]: never emit a p = 0 token
-        tok = np.minimum((u[..., None] > cdf[..., None, :, :]).sum(-1), last[..., None, :])  # [..., G, T]
-        onehot = tok[..., None] == np.arange(self.V)
+        G, T, V = u.shape[-2], self.T, self.V
+        rows = int(np.prod(batch, dtype=np.int64)) * T
+        cdf = np.cumsum(p, axis=-1).reshape(rows, V)
+        cdf[:, -1] = np.inf  # u < 1 always lands on a token ...
+        cdf[:, :-1] = np.where(p.reshape(rows, V)[:, 1:] > 0, cdf[:, :-1], np.inf)  # ... never on a p = 0 one
+        cdf = np.minimum.accumulate(cdf[:, ::-1], axis=-1)[:, ::-1]
+        # one searchsorted for every (run, position): row i's cdf is shifted by 2 i (values stay in [2i, 2i + 1])
+        off = 2.0 * np.arange(rows)[:, None]
+        q = np.moveaxis(u.reshape(-1, G, T), -1, -2).reshape(rows, G)  # [(run, t), G]
+        flat = np.searchsorted(np.where(np.isinf(cdf), off + 1.5, cdf + off).ravel(), (q + off).ravel(), side="right")
+        tok = (flat.reshape(rows, G) - np.arange(rows)[:, None] * V).reshape(batch + (T, G))
+        tok = np.moveaxis(tok, -1, -2)  # [..., G, T]
         n = (tok == self.correct).sum(-1)
-        m = np.full(n.shape, self.T)
+        m = np.full(n.shape, T)
         mu = np.einsum("...tv,tvd->...d", p, self.features)  # sum_t mu_t
-        feat = self.features[np.arange(self.T), tok]  # [..., G, T, d]
-        score = feat.sum(-2) - mu[..., None, :]
-        return SequenceSample(onehot.sum(-2, dtype=np.int64), n, m, m.copy(), np.zeros_like(m),
-                              rule_reward(n, m, self.rule), score)
+        score = self.features[np.arange(T), tok].sum(-2) - mu[..., None, :]
+        rg = np.arange(n.size).reshape(n.shape)[..., None]
+        counts = np.bincount((rg * V + tok).ravel(), minlength=n.size * V).reshape(n.shape + (V,))
+        return SequenceSample(counts, n, m, m.copy(), np.zeros_like(m), rule_reward(n, m, self.rule), score)
 
     def sample(self, theta, group_size: int, rng: np.random.Generator) -> SequenceSample:
         """G i.i.d. responses per leading index of theta (:meth:`draw` on ``rng.random``)."""
