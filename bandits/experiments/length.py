@@ -100,7 +100,7 @@ class Config:
 
     @classmethod
     def quick(cls) -> "Config":
-        return cls(mode="quick", instances=gapdyn.DISCOVERY_SEEDS[:4], confirmation=(), Ts=(1, 2, 4, 8), seeds=1,
+        return cls(mode="quick", instances=gapdyn.DISCOVERY_SEEDS[:8], confirmation=(), Ts=(1, 2, 4, 8), seeds=1,
                    steps=40, eta_lo=0.05, eta_hi=500.0, max_ratio=1.1, n_boot=1000)
 
     @classmethod
