@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: venv reproduce test test-all demo figs bench clean
+.PHONY: venv reproduce test test-all demo figs bench notebooks clean
 
 venv: $(VENV)/.installed
 
@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[all]'
 	touch $@
 
-reproduce: venv           ## the quick CPU reproduction: all figures + paper_figs/out/REPORT.md
+reproduce: venv           ## the quick CPU reproduction: all figures + ./gapdyn_out/reproduce/REPORT.md
 	$(BIN)/gapdyn reproduce
 
 test: venv                ## the default test suite (slow experiments excluded)
@@ -34,8 +34,11 @@ demo: venv
 figs: venv
 	$(BIN)/gapdyn figs
 
+notebooks: venv           ## execute the notebooks and render them with their figures to docs/notebooks
+	$(BIN)/python notebooks/render.py
+
 bench: venv
 	$(BIN)/python -m benchmarks
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis paper_figs/out
+	rm -rf $(VENV) .pytest_cache .hypothesis gapdyn_out

@@ -130,24 +130,50 @@ def _report_rows(text: str) -> set[tuple[str, ...]]:
     return rows
 
 
+def _package_files() -> set:
+    """The files of the paper_figs package folder (a run that writes there adds some)."""
+    import paper_figs as pkg
+
+    return {p for p in Path(pkg.__file__).parent.rglob("*") if "__pycache__" not in p.parts}
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    """`gapdyn reproduce --tiny` through the command dispatcher: (out dir, exit code, printed text)."""
+    """`gapdyn reproduce --mode test` through the command dispatcher, run from an empty folder without --out:
+    (out dir, exit code, printed text, the package's files before the run)."""
     import contextlib
     import io
+    import os
 
     from gapdyn.cli import main
 
-    out = tmp_path_factory.mktemp("reproduce")
+    cwd = tmp_path_factory.mktemp("cwd")
+    before = _package_files()
+    old, store_env = os.getcwd(), os.environ.pop("GAPDYN_STORE", None)
     buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        rc = main(["reproduce", "--tiny", "--seed", "3", "--no-progress", "--out", str(out)])
-    return out, rc, buf.getvalue()
+    try:
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(buf):
+            rc = main(["reproduce", "--mode", "test", "--seed", "3", "--no-progress"])
+    finally:
+        os.chdir(old)
+        if store_env is not None:
+            os.environ["GAPDYN_STORE"] = store_env
+    return cwd / "gapdyn_out" / "reproduce", rc, buf.getvalue(), before
+
+
+def test_tiny_reproduction_writes_only_under_the_working_directory(tiny_run):
+    out, rc, printed, before = tiny_run
+    cwd = out.parents[1]
+    assert [p.name for p in cwd.iterdir()] == ["gapdyn_out"]
+    assert {p.name for p in (cwd / "gapdyn_out").iterdir()} == {"reproduce", "store"}
+    assert str(out) in printed.splitlines()[0], "the command must say where it writes, first"
+    assert _package_files() == before, "the run wrote into the package folder"
 
 
 def test_tiny_reproduction_writes_every_figure(tiny_run):
-    out, rc, printed = tiny_run
-    assert rc == 0, f"gapdyn reproduce --tiny exited {rc}:\n{printed[-3000:]}"
+    out, rc, printed, _ = tiny_run
+    assert rc == 0, f"gapdyn reproduce --mode test exited {rc}:\n{printed[-3000:]}"
     assert str(out / "REPORT.md") in printed, "the command must print where the report is"
     for name in FIGURES:
         for ext in ("png", "pdf"):
@@ -157,7 +183,7 @@ def test_tiny_reproduction_writes_every_figure(tiny_run):
 
 
 def test_tiny_report_quotes_the_numbers_of_this_run(tiny_run):
-    out, _, _ = tiny_run
+    out, _, _, _ = tiny_run
     text = (out / "REPORT.md").read_text()
     rows = _report_rows(text)
     headline = json.loads((out / "results" / "headline.json").read_text())
@@ -180,7 +206,7 @@ def test_tiny_report_quotes_the_numbers_of_this_run(tiny_run):
     # the bandit numbers are those of the sweep results stored by this run (read back from disk)
     from bandits.experiments.threshold import critical_steps
 
-    stored = next((out / "store").glob("threshold*/results.parquet"))
+    stored = next((out.parent / "store").glob("threshold*/results.parquet"))
     crit = critical_steps(pd.read_parquet(stored))
     finite = crit[(crit["method"] == "grpo") & np.isfinite(crit["eta_star"])]
     assert len(finite), "no finite threshold in the tiny run: nothing to compare"
@@ -189,14 +215,14 @@ def test_tiny_report_quotes_the_numbers_of_this_run(tiny_run):
 
 
 def test_tiny_report_covers_every_experiment(tiny_run):
-    out, _, _ = tiny_run
+    out, _, _, _ = tiny_run
     verdicts = pd.read_csv(out / "results" / "verdicts.csv", dtype=str, keep_default_na=False)
     from paper_figs.reproduce import _experiment_names
 
     for name in _experiment_names():
         assert (verdicts["source"] == f"bandit:{name}").any(), f"no verdict rows from experiment {name!r}"
-        stored = [p for p in (out / "store").glob(f"{name}*/results.parquet") if p.stat().st_size > 0]
-        assert stored, f"{name}: no stored sweep results under {out / 'store'}"
+        stored = [p for p in (out.parent / "store").glob(f"{name}*/results.parquet") if p.stat().st_size > 0]
+        assert stored, f"{name}: no stored sweep results under {out.parent / 'store'}"
     assert (verdicts["source"] == "llm_probe").any(), "no verdict rows from the tiny-Qwen runs"
     mapped = {src for _, _, sources, _ in report.PAPER_CLAIMS for src in sources}
     unmapped = set(verdicts["source"]) - mapped
