@@ -669,8 +669,8 @@ def simulate(env, dyn: SequenceDynamics, *, eta, seed=0, theta0=None) -> Sequenc
         if exact_mode:
             ex = env.exact(params[idx])
             J[idx], Phi[idx] = ex["J"], ex["Phi"]
-        else:  # the Gap is not needed: J alone (Phi from J, exact where 1e-300 < J < 1 - 1e-16)
-            J[idx] = env.success_rate(params[idx])
+        else:  # the Gap is not needed: J alone (Phi from J: to full precision where 1e-300 < J < 1 - 1e-16)
+            J[idx] = np.clip(env.success_rate(params[idx]), 0.0, 1.0)
             with np.errstate(divide="ignore"):
                 Phi[idx] = np.log(J[idx]) - np.log1p(-J[idx])
         J_min[idx] = np.minimum(J_min[idx], J[idx])
