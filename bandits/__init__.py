@@ -2,7 +2,8 @@
 
 - contextual bandit (``envs``), its simulation engine (``engine``, ``reference``) and step-size
   schedules (``schedules``);
-- token-level sequence bandits (``sequence``: shared log-linear token policy vs position-wise tabular);
+- token-level sequence bandits (``sequence``: shared log-linear token policy vs position-wise tabular;
+  ``partial``: features partially shared across positions) and their simulator (``simulate_sequence``);
 - resumable parquet sweeps over local cores or Ray (``sweep``, ``store``), the experiment registry
   (``experiments``) and the ``gapdyn bandit`` command (``cli``).
 
