@@ -52,9 +52,24 @@ def example_cell(seed: int, n: int = 3, sleep: float = 0.0) -> pd.DataFrame:
     return pd.DataFrame({"i": np.arange(n), "x": rng.standard_normal(n)})
 
 
+def numba_threads_cell(seed: int) -> list[dict]:
+    """A toy cell reporting the numba threads it runs with (checks that sweep workers use one)."""
+    import numba
+
+    return [{"threads": numba.get_num_threads()}]
+
+
 def _indexed_call(cell_fn: Callable, i: int, cell: dict):
-    """Worker side: run one cell; module-level so that it pickles by reference."""
+    """Run one cell; module-level so that it pickles by reference."""
     return i, cell_fn(**cell)
+
+
+def _worker_call(cell_fn: Callable, i: int, cell: dict):
+    """Worker side (joblib / Ray): one numba thread per worker, the workers already fill the cores."""
+    import numba
+
+    numba.set_num_threads(1)
+    return _indexed_call(cell_fn, i, cell)
 
 
 def sweep_keys(cell_fn: Callable, cells: list[dict], *, name: str) -> list[str]:
@@ -91,7 +106,7 @@ def _iter_joblib(cell_fn, todo, n_jobs) -> Iterator[tuple[int, object]]:
 
     par = Parallel(n_jobs=n_jobs, backend="loky", return_as="generator_unordered")
     # each task returns (i, rows) so that unordered completion can be matched to its cell
-    yield from par(delayed(_indexed_call)(cell_fn, i, cell) for i, cell in todo)
+    yield from par(delayed(_worker_call)(cell_fn, i, cell) for i, cell in todo)
 
 
 def _iter_ray(cell_fn, todo, n_jobs, address) -> Iterator[tuple[int, object]]:
@@ -107,7 +122,7 @@ def _iter_ray(cell_fn, todo, n_jobs, address) -> Iterator[tuple[int, object]]:
         ray.init(log_to_driver=False, **kwargs)
         started = True
     try:
-        remote = ray.remote(_indexed_call)
+        remote = ray.remote(_worker_call)
         fn_ref = ray.put(cell_fn)
         pending = [remote.remote(fn_ref, i, cell) for i, cell in todo]
         while pending:
@@ -168,10 +183,8 @@ def run_sweep(
             for i, rows in results:
                 table = tidy_rows(rows, canon[i], keys[i])
                 if cs is not None:
-                    cs.save(keys[i], _config_json(name, fn_name, canon[i]), table)
-                    table = cs.load(keys[i])  # the same round trip as a resumed cell
-                    if table is None:  # pragma: no cover - a just-written file must read back
-                        raise RuntimeError(f"cell {keys[i]} could not be read back from {cs.cells_dir}")
+                    # save returns the table parsed from the bytes written: a resumed cell's round trip
+                    table = cs.save(keys[i], _config_json(name, fn_name, canon[i]), table)
                 tables[i] = table
                 bar.update(1)
 
