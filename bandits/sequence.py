@@ -612,7 +612,8 @@ def _param_shape(env) -> tuple[int, ...]:
 def _runs(env, eta, seed, theta0):
     pshape = _param_shape(env)
     eta_arr = np.asarray(eta, dtype=np.float64) if not isinstance(eta, str) else None
-    if eta_arr is None or eta_arr.ndim > 1 or eta_arr.size == 0 or not np.all(np.isfinite(eta_arr)) or np.any(eta_arr <= 0):
+    if (eta_arr is None or eta_arr.ndim > 1 or eta_arr.size == 0 or not np.all(np.isfinite(eta_arr))
+            or np.any(eta_arr <= 0)):
         raise ValueError(f"eta must be a finite scalar or 1-D array, every entry > 0, got {eta!r}")
     seed_arr = np.atleast_1d(np.asarray(seed))
     if seed_arr.ndim != 1 or not np.issubdtype(seed_arr.dtype, np.integer) or np.any(seed_arr < 0):
@@ -622,7 +623,8 @@ def _runs(env, eta, seed, theta0):
         th0 = env.check_params(theta0)
         if th0.shape not in (pshape,) and (th0.ndim != len(pshape) + 1 or th0.shape[1:] != pshape):
             raise ValueError(f"theta0 must have shape {pshape} or [R, *{pshape}], got {th0.shape}")
-    sizes = [eta_arr.size if eta_arr.ndim else 1, seed_arr.size, th0.shape[0] if th0 is not None and th0.ndim > len(pshape) else 1]
+    batched_theta = th0 is not None and th0.ndim > len(pshape)
+    sizes = [eta_arr.size if eta_arr.ndim else 1, seed_arr.size, th0.shape[0] if batched_theta else 1]
     R = max(sizes)
     if any(s not in (1, R) for s in sizes):
         raise ValueError(f"eta, seed and theta0 must broadcast to R runs, got sizes {sizes}")

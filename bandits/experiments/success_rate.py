@@ -267,8 +267,9 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn
             why = d["status"].value_counts().to_dict()
             why.update({k: v for k, v in sub[sub["instance"].isin(no_rows[no_rows].index)]["status"]
                         .value_counts().items()})
-            setting_text = (f"{label}; exact GRPO run from J={config.J_start:g} at eta = {config.eta_frac:g} x min(the "
-                            f"local threshold at theta0, {config.eta_cap:g}), <= {config.max_steps} steps; checkpoints at J >= "
+            setting_text = (f"{label}; exact GRPO run from J={config.J_start:g} at eta = {config.eta_frac:g} x "
+                            f"min(the local threshold at theta0, {config.eta_cap:g}), <= {config.max_steps} steps; "
+                            f"checkpoints at J >= "
                             f"{list(config.levels)}; {used['instance'].nunique()}/{n_inst} instances with >= 3 "
                             f"finite thresholds; point status counts {why}")
             common = dict(id=_slope_id(setting, measure), source=_SOURCE,
@@ -276,7 +277,8 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn
                           setting=setting_text, criterion_text=_SLOPE_TEXT,
                           criterion=CRITERIA[_slope_id(setting, measure)], block=block)
             if used["instance"].nunique() >= 2:
-                est = within_slope_estimate(np.log(used["one_minus_J"].to_numpy()), np.log(used["eta_local"].to_numpy()),
+                est = within_slope_estimate(np.log(used["one_minus_J"].to_numpy()),
+                                            np.log(used["eta_local"].to_numpy()),
                                             series=used["instance"].to_numpy(), instance=used["instance"].to_numpy(),
                                             rng=rng, n_resamples=config.n_boot)
                 claims.append(gapdyn.Claim.from_estimate(
