@@ -125,6 +125,9 @@ class GapProbe:
                 self.params) > self.max_gap_bytes)
         dot = self.alignment != "jvp" and not stream
         names = list(self.params)
+        keep = self.alignment != "dot" or stream  # forward-mode and streamed routes evaluate at theta_k later
+        if keep and theta_k is None:
+            theta_k = {n: p.detach().clone() for n, p in self.model.named_parameters()}
         old = {n: (theta_k[n] if theta_k is not None else self.params[n].detach().clone()) for n in names}
         ascent = {n: -(p.grad.detach() if p.grad is not None else torch.zeros_like(p)) for n, p in self.params.items()}
         with _eval_mode(self.model):  # no dropout in the probe's forwards
@@ -140,9 +143,6 @@ class GapProbe:
                 with torch.no_grad():
                     phi_old = prompt_objectives(self.model, ro, groups).cpu()
             probe_gap = per_prompt_gaps(self.model, probe_ro, self.params) if dot and probe_ro is not None else None
-        keep = self.alignment != "dot" or stream
-        if keep and theta_k is None:
-            theta_k = {n: p.detach().clone() for n, p in self.model.named_parameters()}
         self._pending = _Pending(ro, groups, old, theta_k if keep else None, ascent, batch_gap, phi_old, probe_ro,
                                  probe_gap, stream)
 
@@ -156,13 +156,17 @@ class GapProbe:
             raise RuntimeError("GapProbe.after() called without a matching before()")
         s, self._pending = self._pending, None
         delta_d = {n: self.params[n].detach() - s.old[n] for n in s.old}
-        delta, ascent = flat(delta_d), flat(s.ascent)
+        # flat copies only for the gap-matrix products; the streamed route works per parameter
+        delta = flat(delta_d) if s.batch_gap is not None or s.probe_gap is not None else None
+        ascent = flat(s.ascent) if s.batch_gap is not None else None
+        delta_norm, ascent_norm = _norm(delta_d), _norm(s.ascent)
         out = {}
         dmu_u = dmu_g = norms = None
         if s.stream:
             with _eval_mode(self.model):
                 st = streamed_gap_stats(self.model, s.ro, self.params, {"u": delta_d, "g": s.ascent}, at=s.theta_k)
-            dmu_u, dmu_g, norms = st.dots["u"].to(delta.dtype), st.dots["g"].to(delta.dtype), st.norms
+            dt = _dtype(delta_d)
+            dmu_u, dmu_g, norms = st.dots["u"].to(dt), st.dots["g"].to(dt), st.norms
             s.phi_old = st.phi
         if s.batch_gap is not None:
             dmu_u, dmu_g = dot_alignment(s.batch_gap.gaps, delta), dot_alignment(s.batch_gap.gaps, ascent)
@@ -176,7 +180,7 @@ class GapProbe:
         if s.stream and s.probe_ro is not None and len(probe_groups):
             with _eval_mode(self.model):
                 st_p = streamed_gap_stats(self.model, s.probe_ro, self.params, {"u": delta_d}, at=s.theta_k)
-            dmu_probe = st_p.dots["u"].to(delta.dtype)
+            dmu_probe = st_p.dots["u"].to(_dtype(delta_d))
         with _eval_mode(self.model):
             if batch_jvp:  # both directions (update, -grad) in one vmap'd forward-mode pass at theta_k
                 jv_u, jv_g = jvp_alignment(self.model, s.ro, s.groups, s.old, [delta_d, s.ascent], base=s.theta_k)
@@ -189,7 +193,7 @@ class GapProbe:
             gaps = s.batch_gap.gaps if s.batch_gap is not None else None
             if gaps is not None:
                 norms = s.batch_gap.norms
-            out.update(alignment_metrics("gap", dmu_u, dmu_g, gaps, delta, ascent, norms=norms))
+            out.update(alignment_metrics("gap", dmu_u, dmu_g, gaps, delta_norm, ascent_norm, norms=norms))
             if dmu_u is not None and len(dmu_u):
                 self.M_batch += float(dmu_u.clamp(min=0).mean())
                 with torch.no_grad():  # realised change of Phi_hat on the same completions (first order: dmu)
@@ -200,7 +204,7 @@ class GapProbe:
         if s.probe_ro is not None:
             out_p, prompts = self._probe_prompts(s.probe_ro, probe_groups, dmu_probe)
             out.update(out_p)
-        return ProbeResult(out, dmu_u, dmu_g, float(delta.norm()), float(ascent.norm()), prompts, norms)
+        return ProbeResult(out, dmu_u, dmu_g, delta_norm, ascent_norm, prompts, norms)
 
     def _probe_prompts(self, probe_ro, groups, dmu_probe):
         """M_q += [dmu_q]_+ over the fixed probe prompts (0 for a prompt without a mixed group)."""
@@ -221,6 +225,15 @@ class GapProbe:
         rows = [{"prompt_id": i, "J_hat": float(J_hat[i]), "mixed": bool(mixed[i]), "dmu_update": float(dmu[i]),
                  "M": float(self.M_probe[i])} for i in range(n)]
         return metrics, rows
+
+
+def _norm(tensors: dict) -> float:
+    """The Euclidean norm of the concatenation of ``tensors``' values, without concatenating them."""
+    return sum(float(torch.linalg.vector_norm(t)) ** 2 for t in tensors.values()) ** 0.5
+
+
+def _dtype(tensors: dict) -> torch.dtype:
+    return torch.float64 if any(t.dtype == torch.float64 for t in tensors.values()) else torch.float32
 
 
 class _eval_mode:

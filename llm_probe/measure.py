@@ -196,6 +196,5 @@ def measure(model, tokenizer_or_ids, prompts, completions, rewards, *, update=No
         out["cos"] = torch.where(den > 0, dmu / den.clamp(min=1e-300), torch.zeros_like(dmu))
         out["update_norm"] = wn
         out["M_increment"] = float(dmu.clamp(min=0).mean()) if Q else 0.0
-        # alignment_metrics reads only the norm of the update: pass it as a one-element vector
-        out["metrics"] = alignment_metrics("gap", dmu, None, None, torch.tensor([wn], dtype=torch.float64), norms=norm)
+        out["metrics"] = alignment_metrics("gap", dmu, None, None, wn, norms=norm)
     return out

@@ -426,7 +426,8 @@ def token_stats(logp_all, completion_ids, mask, advantages, dloss_dlogp=None) ->
 def alignment_metrics(prefix: str, dmu_update, dmu_grad=None, gaps=None, update=None, grad_dir=None, *,
                       norms=None) -> dict:
     """Summary scalars of per-prompt alignments (mean, positive fraction) and, with gap vectors (or their
-    ``norms`` [Q], e.g. from :func:`streamed_gap_stats`), norms and cosines."""
+    ``norms`` [Q], e.g. from :func:`streamed_gap_stats`), norms and cosines; ``update`` / ``grad_dir``: the
+    directions (flat vectors) or just their norms (floats)."""
     out = {}
     if dmu_update is None or len(dmu_update) == 0:
         return {f"{prefix}/n_prompts": 0}
@@ -442,7 +443,7 @@ def alignment_metrics(prefix: str, dmu_update, dmu_grad=None, gaps=None, update=
         out[f"{prefix}/norm_mean"] = float(n.mean())
         for nm, v, d in (("update", update, dmu_update), ("grad", grad_dir, dmu_grad)):
             if v is not None and d is not None:
-                den = n * v.norm()
+                den = n * (v.norm() if torch.is_tensor(v) else float(v))
                 cos = torch.where(den > 0, d / den.clamp(min=1e-30), torch.zeros_like(d))
                 out[f"{prefix}/cos_{nm}_mean"] = float(cos.mean())
     return out
