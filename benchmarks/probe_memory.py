@@ -40,7 +40,8 @@ def one(route: str, Q: int, G: int, T: int, threads: int) -> dict:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from llm_probe.probes import dot_alignment, jvp_alignment, mixed_groups, per_prompt_gaps, select_params, streamed_gap_stats
+    from llm_probe.probes import (dot_alignment, flat, jvp_alignment, mixed_groups, per_prompt_gaps, select_params,
+                                  streamed_gap_stats)
     from llm_probe.rollout import Rollout
 
     torch.set_num_threads(threads)
@@ -64,8 +65,6 @@ def one(route: str, Q: int, G: int, T: int, threads: int) -> dict:
     t0 = time.perf_counter()
     if route == "dense":
         est = per_prompt_gaps(model, ro, params, vectorize=False)
-        from llm_probe.probes import flat
-
         dmu = dot_alignment(est.gaps, flat(w))
     elif route == "stream":
         dmu = streamed_gap_stats(model, ro, params, {"w": w}).dots["w"]

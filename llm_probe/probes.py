@@ -289,7 +289,8 @@ def streamed_gap_stats(model, ro, params: dict[str, torch.Tensor], directions: d
     Q = len(groups)
     norms = torch.zeros(Q, dtype=torch.float64)
     dots = {d: torch.zeros(Q, dtype=torch.float64) for d in directions}
-    acc = {n: torch.zeros_like(p, dtype=_gap_dtype(list(params.values()))) for n, p in params.items()} if mean_gap else None
+    dt = _gap_dtype(list(params.values()))
+    acc = {n: torch.zeros_like(p, dtype=dt) for n, p in params.items()} if mean_gap else None
     r = ro.rewards[groups]
     if Q == 0:
         z = torch.zeros(0)

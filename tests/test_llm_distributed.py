@@ -1,6 +1,6 @@
 """GapProbeCallback on a real trl.GRPOTrainer under DDP: two CPU processes (gloo, 127.0.0.1) started with
-``torchrun`` (what ``accelerate launch --num_processes 2`` starts on GPUs). Each process's reward function sees only its share of the generation batch (here one
-group straddles the two ranks); the callback gathers every rank's (prompt, completion, reward) before the probe.
+``torchrun`` (what ``accelerate launch --num_processes 2`` starts on GPUs). Each process's reward function sees
+only its share of the generation batch (here one group straddles the two ranks); the callback gathers every rank's (prompt, completion, reward) before the probe.
 Checked against the gathered rollout replayed in this one process with llm_probe.measure at the saved theta_k
 and theta_{k+1}: per-prompt gaps (norms) and alignments equal to 1e-5 relative, on both ranks.
 
@@ -41,13 +41,15 @@ def worker(out: Path) -> None:
     class Snapshots(TrainerCallback):
         """theta_k and theta_{k+1} of every step (rank 0), for the single-process replay."""
 
-        def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
+        def save(self, model, name):
             if rank == 0:
-                torch.save({n: p.detach().clone() for n, p in model.named_parameters()}, out / f"k{state.global_step}.pt")
+                torch.save({n: p.detach().clone() for n, p in model.named_parameters()}, out / name)
+
+        def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
+            self.save(model, f"k{state.global_step}.pt")
 
         def on_optimizer_step(self, args, state, control, model=None, **kw):
-            if rank == 0:
-                torch.save({n: p.detach().clone() for n, p in model.named_parameters()}, out / f"k1_{state.global_step}.pt")
+            self.save(model, f"k1_{state.global_step}.pt")
 
     cb = GapProbeCallback(tok, num_generations=G, log_path=out / "gap.jsonl", rollout_path=out / "rollouts.jsonl")
     args = GRPOConfig(output_dir=str(out / "trl"), per_device_train_batch_size=PER_DEVICE, num_generations=G,
