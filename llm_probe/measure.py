@@ -17,6 +17,7 @@ import torch
 
 from .gap_probe import DEFAULT_MAX_GAP_BYTES, _eval_mode
 from .probes import (
+    _gap_dtype,
     alignment_metrics,
     dot_alignment,
     flat,
@@ -162,7 +163,7 @@ def measure(model, tokenizer_or_ids, prompts, completions, rewards, *, update=No
     groups = torch.nonzero(mixed).flatten()
     where = {int(b): q for q, b in enumerate(groups.tolist())}  # prompt index -> row among the mixed groups
     phi, n_pos, n_neg, norm = (torch.zeros(Q, dtype=torch.float64) for _ in range(4))
-    gaps = torch.zeros(Q, P) if route == "dot" else None
+    gaps = torch.zeros(Q, P, dtype=_gap_dtype(list(sel.values()))) if route == "dot" else None
     dmu = torch.zeros(Q, dtype=torch.float64) if w is not None else None
     w_flat = flat(w) if w is not None and route == "dot" else None
     with _eval_mode(model):
@@ -180,8 +181,6 @@ def measure(model, tokenizer_or_ids, prompts, completions, rewards, *, update=No
                 q = where[js[b]]
                 phi[q], n_pos[q], n_neg[q], norm[q] = rows_phi[i], rows_pos[i], rows_neg[i], rows_norm[i]
                 if gaps is not None:
-                    if gaps.dtype != est.gaps.dtype:
-                        gaps = gaps.to(est.gaps.dtype)
                     gaps[q] = est.gaps[i]
                 if dmu is not None:
                     dmu[q] = rows_dmu[i]

@@ -111,3 +111,41 @@ def test_gap_probe_on_lora_sgd_step(alignment):
     torch.testing.assert_close(res.dmu_update, lr * res.dmu_grad, **tol)
     if alignment == "both":
         assert res.metrics["gap/jvp_dot_maxdiff"] <= 1e-4 * float(expect.abs().max())
+
+
+def test_callback_on_grpo_trainer_with_peft_config(tmp_path):
+    """TRL wraps the model with the LoRA config itself: the callback probes the adapter weights only, and with
+    SGD dmu_update = lr * dmu_grad per prompt (as on the full model, tests/test_llm_callback.py)."""
+    pytest.importorskip("trl")
+    pytest.importorskip("datasets")
+    from datasets import Dataset
+    from peft import LoraConfig
+    from trl import GRPOConfig, GRPOTrainer
+
+    from llm_probe.callback import GapProbeCallback
+
+    model, tok = tiny("qwen2", seed=0)
+    ds = Dataset.from_dict({"prompt": [f"{a}+{a + 3}=" for a in range(10, 30)]})
+
+    def parity(prompts, completions, completion_ids=None, **kw):
+        return [float(sum(c) % 2) for c in completion_ids]
+
+    G, lr = 4, 0.05
+    cb = GapProbeCallback(tok, num_generations=G)
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2 * G, num_generations=G,
+                      max_completion_length=5, max_steps=2, learning_rate=lr, optim="sgd", lr_scheduler_type="constant",
+                      use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False, logging_steps=1,
+                      save_strategy="no", beta=0.0, seed=0, max_grad_norm=1e9, warmup_steps=0,
+                      generation_kwargs={"suppress_tokens": [tok.pad_token_id]})
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0, init_lora_weights=False)
+    trainer = GRPOTrainer(model=model, reward_funcs=cb.wrap_reward(parity), args=args, train_dataset=ds,
+                          processing_class=tok, peft_config=lora)
+    cb.attach(trainer)
+    trainer.train()
+    assert cb.probe.params and all("lora_" in n for n in cb.probe.params)
+    rows = [r for r in cb.history if r["gap/n_prompts"] > 0]
+    assert rows  # not vacuous
+    for r in rows:
+        assert r["update_norm"] > 0
+        d_u, d_g = torch.tensor(r["gap/dmu_update"]), torch.tensor(r["gap/dmu_grad"])
+        torch.testing.assert_close(d_u, lr * d_g, rtol=2e-3, atol=1e-6)
