@@ -32,9 +32,8 @@ from __future__ import annotations
 import functools
 import json
 import math
-from pathlib import Path
-
 import os
+from pathlib import Path
 
 import torch
 from transformers import TrainerCallback
