@@ -5,7 +5,7 @@
 ``--before`` / ``--after``: local ``save_pretrained`` directories (model + tokenizer; theta_k and theta_{k+1};
 loaded with ``from_pretrained(local_dir, local_files_only=True)``). ``--rollouts``: JSONL, one completion a line,
 {"prompt": str, "completion": str, "reward": number} (optionally "completion_ids": [int], which then replaces the
-text), grouped by prompt. The gaps are taken at ``--before`` and the step is w = after - before
+text; a "step" field selects lines with ``--step``), grouped by prompt. The gaps are taken at ``--before`` and the step is w = after - before
 (llm_probe.measure). Writes ``offline_gap.json`` (summary, ``gap/*`` metrics) and ``per_prompt.jsonl`` (one
 line per prompt: J_hat, mixed, phi, gap norm, dmu, cos) into ``--out``.
 """
@@ -22,7 +22,7 @@ import torch
 from .measure import MEASURE_ROUTES, measure
 from .model import load_policy
 
-__all__ = ["main", "load_rollouts", "analyse"]
+__all__ = ["main", "load_rollouts", "select_step", "analyse"]
 
 
 def load_rollouts(path: str | Path) -> list[dict]:
@@ -56,15 +56,29 @@ def load_rollouts(path: str | Path) -> list[dict]:
     return out
 
 
+def select_step(recs: list[dict], step: int | None) -> list[dict]:
+    """The records of one step: those whose "step" equals ``step``; with ``step`` None the file must hold one step
+    (or none named)."""
+    steps = sorted({r["step"] for r in recs if "step" in r})
+    if step is None:
+        if len(steps) > 1:
+            raise ValueError(f"rollouts hold steps {steps[:5]}...; choose one with step (--step)")
+        return recs
+    out = [r for r in recs if r.get("step") == step]
+    if not out:
+        raise ValueError(f"step {step} is not in the rollouts (steps: {steps[:10]})")
+    return out
+
+
 def analyse(before: str | Path, after: str | Path, rollouts: str | Path, *, params: str = "all", route: str = "auto",
-            device: str = "cpu", dtype: str = "float32", append_eos: bool = False) -> dict:
+            device: str = "cpu", dtype: str = "float32", append_eos: bool = False, step: int | None = None) -> dict:
     """:func:`llm_probe.measure.measure` at the ``before`` checkpoint with w = after - before."""
     model, tok = load_policy(before, dtype=dtype, device=device)
     after_model, _ = load_policy(after, dtype=dtype, device="cpu")
     after_sd = {n: p.detach() for n, p in after_model.named_parameters()}
     del after_model
     before_sd = {n: p.detach().to("cpu") for n, p in model.named_parameters()}
-    recs = load_rollouts(rollouts)
+    recs = select_step(load_rollouts(rollouts), step)
     prompts = [tok(r["prompt"], add_special_tokens=False)["input_ids"] for r in recs]
     comps = [r["completion_ids"] if r.get("completion_ids") is not None
              else tok(r["completion"], add_special_tokens=False)["input_ids"] for r in recs]
@@ -89,9 +103,11 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--append-eos", action="store_true", help="end every text completion with <eos>")
+    ap.add_argument("--step", type=int, default=None,
+                    help="use the lines with this 'step' (GapProbeCallback's rollout_path holds every step)")
     a = ap.parse_args(argv)
     res = analyse(a.before, a.after, a.rollouts, params=a.params, route=a.route, device=a.device, dtype=a.dtype,
-                  append_eos=a.append_eos)
+                  append_eos=a.append_eos, step=a.step)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     q_of = {int(b): q for q, b in enumerate(res["groups"].tolist())}

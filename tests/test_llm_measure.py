@@ -115,10 +115,14 @@ def test_offline_command_round_trip(adam_step, tmp_path):
     P, C, R = as_lists(ro)
     with open(tmp_path / "ro.jsonl", "w") as f:
         for p, c, r in zip(P, C, R):
-            f.write(json.dumps({"prompt": tok.decode(p), "completion": tok.decode(c), "completion_ids": c,
-                                "reward": r}) + "\n")
-    assert main(["--before", str(tmp_path / "k"), "--after", str(tmp_path / "k1"), "--rollouts",
-                 str(tmp_path / "ro.jsonl"), "--out", str(tmp_path / "out")]) == 0
+            f.write(json.dumps({"step": 3, "prompt": tok.decode(p), "completion": tok.decode(c),
+                                "completion_ids": c, "reward": r}) + "\n")
+        f.write(json.dumps({"step": 4, "prompt": "1+1=", "completion": "2", "reward": 1.0}) + "\n")  # another step
+    args = ["--before", str(tmp_path / "k"), "--after", str(tmp_path / "k1"), "--rollouts", str(tmp_path / "ro.jsonl"),
+            "--out", str(tmp_path / "out")]
+    with pytest.raises(ValueError, match="choose one with step"):
+        main(args)
+    assert main(args + ["--step", "3"]) == 0
     summary = json.loads((tmp_path / "out" / "offline_gap.json").read_text())
     rows = [json.loads(line) for line in (tmp_path / "out" / "per_prompt.jsonl").read_text().splitlines()]
     assert [r["mixed"] for r in rows] == [True, True, True, False]
