@@ -113,7 +113,7 @@ def test_callback_under_ddp_equals_single_process_replay(tmp_path):
     assert any(h["gap/n_prompts"] > 0 for h in h0)  # not vacuous
 
 
-def test_callback_refuses_fsdp_and_deepspeed():
+def test_callback_refuses_fsdp_and_deepspeed(monkeypatch):
     pytest.importorskip("trl")
     from types import SimpleNamespace
 
@@ -125,6 +125,9 @@ def test_callback_refuses_fsdp_and_deepspeed():
         with pytest.raises(ValueError, match=f"DDP training only, not {name}"):
             cb.on_train_begin(SimpleNamespace(**base, **extra), None, None)
     cb.on_train_begin(SimpleNamespace(**base, fsdp=[], deepspeed=None), None, None)  # plain DDP / one process
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")  # what `accelerate launch` with an FSDP config sets
+    with pytest.raises(ValueError, match="not FSDP"):
+        cb.on_train_begin(SimpleNamespace(**base, fsdp=[], deepspeed=None), None, None)
 
 
 if __name__ == "__main__":
