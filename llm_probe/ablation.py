@@ -30,7 +30,6 @@ import numpy as np
 from gapdyn.claims import Claim, Criterion, claims_markdown, claims_to_json, holm_adjust_claims
 from gapdyn.stats import (
     Estimate,
-    bootstrap_slope,
     clopper_pearson_interval,
     paired_bootstrap_difference,
     wilcoxon_signed_rank,
@@ -79,9 +78,11 @@ CONFIGS = {
                         passk_prompts=3, passk_n=4, small_model=True),
     "quick": StudyConfig(lrs=(3e-4, 5e-4), seeds=(0, 1, 2), steps=40, eval_every=10, eval_prompts=32,
                          passk_prompts=16, passk_n=64),
-    "full": StudyConfig(lrs=(2e-4, 3e-4, 4e-4, 5e-4, 7e-4), seeds=tuple(range(10)), steps=150),
+    "full": StudyConfig(lrs=(3e-4, 4e-4, 5e-4), seeds=tuple(range(10)), steps=100, probe_every=10),
     "warning": StudyConfig(methods=("grpo", "wapo"), lrs=(3e-4, 4e-4, 5e-4), seeds=tuple(range(10)), steps=100,
-                           probe_every=1, passk_prompts=8, passk_n=8),
+                           probe_every=1, eval_every=25, passk_prompts=8, passk_n=8),
+    "warning-quick": StudyConfig(methods=("grpo", "wapo"), lrs=(3e-4, 4e-4, 5e-4), seeds=(0, 1, 2), steps=40,
+                                 probe_every=1, eval_every=20, eval_prompts=16, passk_prompts=4, passk_n=8),
 }
 """test: machinery (seconds); quick: indicative (one lr below, one inside the stability window); full: >= 10 seeds
 over the window; warning: the early-warning study (llm_probe.early_warning), every step probed."""
@@ -256,13 +257,18 @@ def run_one(cfg: StudyConfig, warm_dir, out: Path, method: str, lr: float, seed:
     return summary
 
 
-def run_study(cfg: StudyConfig, out, *, progress: bool = True) -> list[dict]:
-    """Every (method, lr, seed) of ``cfg`` (finished runs skipped); returns the run summaries."""
+def run_study(cfg: StudyConfig, out, *, n_jobs: int = 1, progress: bool = True) -> list[dict]:
+    """Every (method, lr, seed) of ``cfg`` (finished runs skipped), ``n_jobs`` processes; the run summaries."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "study.json").write_text(json.dumps(asdict(cfg), indent=1))
     warm = prepare_warm(cfg, out)
     jobs = [(m, lr, s) for lr in cfg.lrs for m in cfg.methods for s in cfg.seeds]
+    if n_jobs != 1:
+        from joblib import Parallel, delayed
+
+        return Parallel(n_jobs=n_jobs, verbose=10 if progress else 0)(
+            delayed(run_one)(cfg, warm, out, m, lr, s) for m, lr, s in jobs)
     res = []
     for i, (m, lr, s) in enumerate(jobs):
         res.append(run_one(cfg, warm, out, m, lr, s))
@@ -355,7 +361,6 @@ def _diff_claim(cid, setting, statistic, x, y, rng, n_boot, test=True):
 
 def study_claims(out, runs=None, *, n_boot: int = 2000, seed: int = 0) -> list[Claim]:
     """The CRITERIA claims on a finished (or partial) study; Holm over every claim carrying a p-value."""
-    import pandas as pd
     from scipy.stats import fisher_exact
 
     runs = load_runs(out) if runs is None else runs
@@ -396,30 +401,15 @@ def study_claims(out, runs=None, *, n_boot: int = 2000, seed: int = 0) -> list[C
             n_p, p_p = _paired(runs, "nsr", "psr", f"pass@{kmax}", lr)
             c = _diff_claim("passk64_nsr_gt_psr", tag, f"held-out pass@{kmax} NSR - PSR", n_p, p_p, rng, n_boot)
             claims += [c] if c else []
-    mech = entropy_mechanism_rows(runs)
-    if len(mech) and mech.run.nunique() >= 2:
-        est = bootstrap_slope(mech.x.to_numpy(), mech.dH.to_numpy(), clusters=mech.run.to_numpy(), rng=rng,
-                              n_resamples=n_boot)
-        if all(map(math.isfinite, (est.estimate, est.lo, est.hi))):
-            claims.append(_claim("entropy_mechanism_slope", f"all arms, {mech.run.nunique()} runs, probe steps",
-                                 "OLS slope of dH_same on -lr*Cov", est, n=len(mech)))
-    del pd
+    if len(runs):
+        from .early_warning import load_study_steps
+        from .entropy import mechanism_fit
+
+        fit = mechanism_fit(load_study_steps(out), rng=rng, n_resamples=n_boot).get("all")
+        if fit is not None and all(map(math.isfinite, (fit.estimate, fit.lo, fit.hi))):
+            claims.append(_claim("entropy_mechanism_slope", f"all arms, {fit.n} runs, probe steps",
+                                 "OLS slope of dH_same on -lr*Cov(log pi, A)", fit))
     return holm_adjust_claims(claims)
-
-
-def entropy_mechanism_rows(runs):
-    """Probe-step rows (run, x = -lr * Cov(log pi, A), dH = warn/dH_same) of every run."""
-    import pandas as pd
-
-    parts = []
-    for i, r in enumerate(runs.itertuples()) if len(runs) else []:
-        f = Path(r.dir) / "metrics.jsonl"
-        rows = [json.loads(ln) for ln in f.read_text().splitlines() if ln.strip()]
-        for row in rows:
-            dh, cv = row.get("warn/dH_same"), row.get("warn/cov_logp_adv")
-            if dh is not None and cv is not None and math.isfinite(dh) and math.isfinite(cv):
-                parts.append({"run": i, "x": -r.lr * cv, "dH": dh})
-    return pd.DataFrame(parts, columns=["run", "x", "dH"])
 
 
 def survival_table(runs):
@@ -456,10 +446,13 @@ def main(argv=None) -> int:
     ap.add_argument("--mode", choices=tuple(CONFIGS), default="quick")
     ap.add_argument("--out", default="gapdyn_out/ablation")
     ap.add_argument("--seeds", type=int, nargs="*", default=None, help="override the mode's seeds")
+    ap.add_argument("--jobs", type=int, default=1, help="parallel runs (processes)")
     a = ap.parse_args(argv)
     cfg = CONFIGS[a.mode] if a.seeds is None else replace(CONFIGS[a.mode], seeds=tuple(a.seeds))
     t0 = time.perf_counter()
-    run_study(cfg, a.out)
+    if a.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {a.jobs}")
+    run_study(cfg, a.out, n_jobs=a.jobs)
     claims = summarize(a.out)
     import pandas as pd
 
