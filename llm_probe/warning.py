@@ -27,7 +27,7 @@ from gapdyn.taxonomy import BIN_NAMES, collision_probability, token_bin_index
 
 from .model import completion_logprobs
 
-__all__ = ["logp_adv_covariance", "cell_gradient_mass", "group_curvature", "step_warning_metrics",
+__all__ = ["logp_adv_covariance", "cell_gradient_mass", "group_curvature", "sequence_logp_change", "step_warning_metrics",
            "after_step_metrics", "signed_cumulative_alignment", "WARN_STATS"]
 
 WARN_STATS = ("warn/cov_logp_adv", "warn/dH_same", "warn/curv_gap", "warn/wrong_max_frac",
@@ -90,16 +90,27 @@ def group_curvature(x: torch.Tensor, rewards: torch.Tensor) -> dict:
             "warn/x_wrong_mean": float(np.concatenate(xw).mean()), "warn/x_right_mean": float(np.concatenate(xr).mean())}
 
 
-def after_step_metrics(model, ro, logp_before: torch.Tensor, ent_before: torch.Tensor) -> dict:
-    """One no-grad forward at theta_{k+1} on the batch's completions: x_i, dH on the same tokens, curvature."""
+def _forward_at_current(model, ro):
     was = model.training
     model.eval()
     try:
         with torch.no_grad():
-            logp_after, ent_after, _ = completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
-                                                           ro.completion_mask, return_entropy=True)
+            logp, ent, _ = completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
+                                               ro.completion_mask, return_entropy=True)
     finally:
         model.train(was)
+    return logp, ent
+
+
+def sequence_logp_change(model, ro, logp_before: torch.Tensor) -> torch.Tensor:
+    """x_i = log pi(o_i) at the model's current parameters - the summed ``logp_before`` [N, T]: [N] (no grad)."""
+    logp_after, _ = _forward_at_current(model, ro)
+    return (logp_after - logp_before.detach()).sum(-1)
+
+
+def after_step_metrics(model, ro, logp_before: torch.Tensor, ent_before: torch.Tensor) -> dict:
+    """One no-grad forward at theta_{k+1} on the batch's completions: x_i, dH on the same tokens, curvature."""
+    logp_after, ent_after = _forward_at_current(model, ro)
     m = ro.completion_mask > 0
     x = (logp_after - logp_before.detach()).sum(-1)
     out = group_curvature(x, ro.rewards)
