@@ -1,12 +1,12 @@
 """A documented collapse rule for RLVR runs, applied online to the per-step metrics.
 
-The WAPO paper's collapse criterion is not public (THEORY.md §4), so this toolkit defines its own.
+The WAPO paper's collapse criterion is not public, so this toolkit defines its own.
 Baselines H0, R0 are given explicitly, or set from a pre-RL measurement (:meth:`CollapseDetector.set_baseline`;
 the trainer measures the initial policy), or else are the medians of the first ``baseline_steps`` steps; every signal is a
 rolling mean over ``window`` steps; a rule fires when its condition holds for ``patience`` consecutive
 steps after the baseline period:
 
-| rule                | condition on the rolling mean                                     | the failure mode (SIMULATIONS.md) |
+| rule                | condition on the rolling mean                                     | the failure mode                  |
 |---------------------|-------------------------------------------------------------------|-----------------------------------|
 | entropy_blowup      | entropy > max(blowup_factor * H0, H0 + blowup_margin)             | high-entropy off-task output, length at the cap |
 | entropy_collapse    | entropy < collapse_factor * H0                                    | repetitive / malformed output, length 1 |

@@ -32,7 +32,7 @@ __all__ = ["STATISTICS", "load_study_steps", "statistic_series", "lead_auc", "le
 
 # name -> (column, rolling window, direction that warns: +1 high values, -1 low values, rationale)
 STATISTICS = {
-    "M_pos": ("M_pos", 1, -1, "Thm 1 of arXiv 2510.08539: J >= sigmoid(logit J0 + M/2); little positive alignment, no lift"),
+    "M_pos": ("M_pos", 1, -1, "arXiv 2510.08539 Thm 1: J >= sigmoid(logit J0 + M/2); little alignment, no lift"),
     "M_neg": ("M_neg", 1, -1, "steps against the gap accumulate: a more negative sum warns"),
     "curv_gap": ("warn/curv_gap", 5, +1, "wrong completions spread more along the update than correct ones"),
     "wrong_max_frac": ("warn/wrong_max_frac", 5, +1, "a wrong completion gains the most log-prob"),

@@ -27,8 +27,8 @@ from gapdyn.taxonomy import BIN_NAMES, collision_probability, token_bin_index
 
 from .model import completion_logprobs
 
-__all__ = ["logp_adv_covariance", "cell_gradient_mass", "group_curvature", "sequence_logp_change", "step_warning_metrics",
-           "after_step_metrics", "signed_cumulative_alignment", "WARN_STATS"]
+__all__ = ["logp_adv_covariance", "cell_gradient_mass", "group_curvature", "sequence_logp_change",
+           "step_warning_metrics", "after_step_metrics", "signed_cumulative_alignment", "WARN_STATS"]
 
 WARN_STATS = ("warn/cov_logp_adv", "warn/dH_same", "warn/curv_gap", "warn/wrong_max_frac",
               "warn/M_pos", "warn/M_neg")
@@ -103,7 +103,7 @@ def _forward_at_current(model, ro):
 
 
 def sequence_logp_change(model, ro, logp_before: torch.Tensor) -> torch.Tensor:
-    """x_i = log pi(o_i) at the model's current parameters - the summed ``logp_before`` [N, T]: [N] (no grad)."""
+    """x_i = log pi(o_i) at the current parameters minus the summed ``logp_before`` [N, T]: [N] (no grad)."""
     logp_after, _ = _forward_at_current(model, ro)
     return (logp_after - logp_before.detach()).sum(-1)
 
