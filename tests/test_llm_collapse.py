@@ -116,7 +116,10 @@ def test_weak_baseline_disables_the_ratio_rule():
 
 
 def test_recorded_weak_baseline_run():
-    """A real run from a barely warmed model (R0 ~ 0.002): replayed with the default floor, no reward_collapse."""
-    head, rows, det, fired = _replay("weak_lr3e-4_s0")
+    """A real run from a barely warmed model (R0 = 0.004, three zero-reward steps first): without the floor the
+    ratio rule fires at step 2 (the false alarm); with the default floor nothing fires, as the trainer recorded."""
+    head, rows, det, fired = _replay("weak_lr3e-4_s2")
     assert head["baseline"]["reward"] < CollapseConfig().min_baseline_reward
-    assert "reward_collapse" not in fired
+    assert fired == [a["rule"] for a in head["alerts"]] == []
+    _, _, old, _ = _replay("weak_lr3e-4_s2", min_baseline_reward=0.0)
+    assert [(a.rule, a.step) for a in old.alerts] == [("reward_collapse", 2)]
