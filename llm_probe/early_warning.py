@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from gapdyn.stats import roc_auc
+from gapdyn.taxonomy import BIN_NAMES
 
 from .warning import signed_cumulative_alignment
 
@@ -39,12 +40,15 @@ STATISTICS = {
     "x_wrong_mean": ("warn/x_wrong_mean", 5, +1, "wrong completions gain log-prob along the update"),
     "cov_logp_adv": ("warn/cov_logp_adv", 5, +1, "large Cov(log pi, A): fast entropy fall (arXiv 2505.22617)"),
     "dH_same": ("warn/dH_same", 5, +1, "entropy rising on the sampled completions"),
+    "neg_mass_share": ("neg_mass_share", 5, +1, "WAPO taxonomy: share of the gradient mass on negative-advantage "
+                       "tokens (added after the quick study: exploratory; 0 for WAPO by construction)"),
     "reward (reference)": ("reward", 5, -1, "the falling reward itself"),
 }
 
 
 def load_study_steps(study) -> "object":
-    """All runs' step rows with run, method, lr, seed, collapsed, collapse_step, M_pos, M_neg columns."""
+    """All runs' step rows with run, method, lr, seed, collapsed, collapse_step, M_pos, M_neg, neg_mass_share
+    (negative-advantage cells' share of the step's gradient mass) columns."""
     import pandas as pd
 
     frames = []
@@ -55,6 +59,10 @@ def load_study_steps(study) -> "object":
         if df.empty:
             continue
         df["M_pos"], df["M_neg"] = signed_cumulative_alignment(df)
+        mass = [c for c in (f"warn/mass_{n}" for n in BIN_NAMES) if c in df]
+        if len(mass) == len(BIN_NAMES):
+            tot = df[mass].sum(axis=1, min_count=len(mass))
+            df["neg_mass_share"] = ((df["warn/mass_neg_peak"] + df["warn/mass_neg_valley"]) / tot).where(tot > 0)
         df["run"], df["collapsed"], df["collapse_step"] = i, bool(done["collapsed"]), int(done["collapse_step"])
         frames.append(df)
     if not frames:
