@@ -289,11 +289,13 @@ CRITERIA = {
                             "mean paired difference of the last-25-step reward > 0: interval above 0 and "
                             "Wilcoxon p (Holm) < 0.05", Criterion.above(0.0, alpha=0.05)),
     "entropy_matched_wapo_gt_grpo": ("At matched held-out accuracy WAPO keeps more token entropy than GRPO",
-                                     WAPO_SRC + ", taxonomy: winners-only updates drop the neg_valley cells",
+                                     "beyond the papers (WAPO's taxonomy, arXiv 2606.16154: winners-only updates "
+                                     "drop the negative-advantage cells)",
                                      "mean paired entropy difference (WAPO - GRPO) at the first evaluation where "
                                      "both reach the pair's common accuracy > 0 (interval, Wilcoxon/Holm)",
                                      Criterion.above(0.0, alpha=0.05)),
-    "passk64_wapo_ge_grpo": ("WAPO's held-out pass@k at the largest k is not below GRPO's", WAPO_SRC,
+    "passk64_wapo_ge_grpo": ("WAPO's held-out pass@k at the largest k is not below GRPO's",
+                             "beyond the papers (WAPO, arXiv 2606.16154, keeps the Gap direction)",
                              "mean paired pass@k_max difference (WAPO - GRPO) > -0.02 (interval lower end)",
                              Criterion.above(-0.02)),
     "passk64_nsr_gt_psr": ("NSR keeps a higher held-out pass@k at large k than PSR",
