@@ -337,7 +337,9 @@ def _evals(path) -> list:
 
 
 def entropy_at_matched_accuracy(ev_a: list, ev_b: list) -> tuple[float, float] | None:
-    """Entropy of each run at the first evaluation reaching the pair's common accuracy min(max acc_a, max acc_b)."""
+    """Entropy of each run at its first evaluation after step 0 that reaches the pair's common accuracy
+    min(max acc_a, max acc_b) (maxima over the evaluations after step 0: both runs share the step-0 policy)."""
+    ev_a, ev_b = [e for e in ev_a if e["step"] > 0], [e for e in ev_b if e["step"] > 0]
     if not ev_a or not ev_b:
         return None
     level = min(max(e["acc"] for e in ev_a), max(e["acc"] for e in ev_b))
@@ -350,7 +352,7 @@ def _claim(cid, setting, statistic, est: Estimate, p=None, n=None) -> Claim:
     statement, source, text, crit = CRITERIA[cid]
     return Claim(id=cid, source=source, statement=statement, setting=setting, statistic=statistic,
                  estimate=est.estimate, interval=(est.lo, est.hi), n=n or est.n, criterion_text=text,
-                 criterion=crit, p_value=p)
+                 criterion=crit, p_value=p, p_adjusted=p)  # p_adjusted: Holm over the family, set later
 
 
 def _diff_claim(cid, setting, statistic, x, y, rng, n_boot, test=True):

@@ -45,10 +45,12 @@ def test_split_task_never_trains_on_heldout_pairs():
 
 
 def test_entropy_at_matched_accuracy_uses_the_first_evaluation_at_the_common_level():
-    a = [{"acc": 0.1, "entropy": 1.0}, {"acc": 0.3, "entropy": 0.8}, {"acc": 0.5, "entropy": 0.5}]
-    b = [{"acc": 0.2, "entropy": 0.9}, {"acc": 0.35, "entropy": 0.7}, {"acc": 0.3, "entropy": 0.6}]
-    assert entropy_at_matched_accuracy(a, b) == (0.5, 0.7)  # level min(0.5, 0.35) = 0.35
-    assert entropy_at_matched_accuracy([], b) is None
+    a = [{"step": 0, "acc": 0.4, "entropy": 2.0}, {"step": 5, "acc": 0.1, "entropy": 1.0},
+         {"step": 10, "acc": 0.3, "entropy": 0.8}, {"step": 15, "acc": 0.5, "entropy": 0.5}]
+    b = [{"step": 0, "acc": 0.4, "entropy": 2.0}, {"step": 5, "acc": 0.2, "entropy": 0.9},
+         {"step": 10, "acc": 0.35, "entropy": 0.7}, {"step": 15, "acc": 0.3, "entropy": 0.6}]
+    assert entropy_at_matched_accuracy(a, b) == (0.5, 0.7)  # level min(0.5, 0.35) = 0.35; step 0 is shared
+    assert entropy_at_matched_accuracy(a[:1], b) is None
 
 
 def test_study_resumes_and_claims_have_finite_intervals(tmp_path, monkeypatch):
