@@ -348,19 +348,19 @@ def entropy_at_matched_accuracy(ev_a: list, ev_b: list) -> tuple[float, float] |
     return ha, hb
 
 
-def _claim(cid, setting, statistic, est: Estimate, p=None, n=None) -> Claim:
+def _claim(cid, setting, statistic, est: Estimate, p=None, n=None, lr=None) -> Claim:
     statement, source, text, crit = CRITERIA[cid]
-    return Claim(id=cid, source=source, statement=statement, setting=setting, statistic=statistic,
+    return Claim(id=cid if lr is None else f"{cid}@lr{lr:g}", source=source, statement=statement, setting=setting, statistic=statistic,
                  estimate=est.estimate, interval=(est.lo, est.hi), n=n or est.n, criterion_text=text,
                  criterion=crit, p_value=p, p_adjusted=p)  # p_adjusted: Holm over the family, set later
 
 
-def _diff_claim(cid, setting, statistic, x, y, rng, n_boot, test=True):
+def _diff_claim(cid, setting, statistic, x, y, rng, n_boot, lr, test=True):
     if len(x) < 2:
         return None
     est = paired_bootstrap_difference(x, y, rng=rng, n_resamples=n_boot)
     p = wilcoxon_signed_rank(x, y).p_value if test else None
-    return _claim(cid, setting, statistic, est, p=p)
+    return _claim(cid, setting, statistic, est, p=p, lr=lr)
 
 
 def study_claims(out, runs=None, *, n_boot: int = 2000, seed: int = 0) -> list[Claim]:
@@ -380,9 +380,9 @@ def study_claims(out, runs=None, *, n_boot: int = 2000, seed: int = 0) -> list[C
                 est = paired_bootstrap_difference(g, w, rng=rng, n_resamples=n_boot)
                 p = float(fisher_exact([[int(g.sum()), len(g) - int(g.sum())], [int(w.sum()), len(w) - int(w.sum())]],
                                        alternative="greater").pvalue)
-                claims.append(_claim("survival_wapo_gt_grpo", tag, "collapse rate GRPO - WAPO", est, p=p))
+                claims.append(_claim("survival_wapo_gt_grpo", tag, "collapse rate GRPO - WAPO", est, p=p, lr=lr))
             w_r, g_r = _paired(runs, "wapo", "grpo", "reward_last25", lr)
-            c = _diff_claim("reward_wapo_gt_grpo", tag, "reward_last25 WAPO - GRPO", w_r, g_r, rng, n_boot)
+            c = _diff_claim("reward_wapo_gt_grpo", tag, "reward_last25 WAPO - GRPO", w_r, g_r, rng, n_boot, lr)
             claims += [c] if c else []
             hw, hg = [], []
             for s in sorted(set(runs[(runs.method == "wapo") & (runs.lr == lr)].seed)):
@@ -394,16 +394,16 @@ def study_claims(out, runs=None, *, n_boot: int = 2000, seed: int = 0) -> list[C
                         hw.append(r[0])
                         hg.append(r[1])
             c = _diff_claim("entropy_matched_wapo_gt_grpo", tag, "entropy WAPO - GRPO at matched held-out accuracy",
-                            np.array(hw), np.array(hg), rng, n_boot)
+                            np.array(hw), np.array(hg), rng, n_boot, lr)
             claims += [c] if c else []
             if kmax:
                 w_p, g_p = _paired(runs, "wapo", "grpo", f"pass@{kmax}", lr)
                 c = _diff_claim("passk64_wapo_ge_grpo", tag, f"held-out pass@{kmax} WAPO - GRPO", w_p, g_p, rng,
-                                n_boot, test=False)
+                                n_boot, lr, test=False)
                 claims += [c] if c else []
         if {"psr", "nsr"} <= methods and kmax:
             n_p, p_p = _paired(runs, "nsr", "psr", f"pass@{kmax}", lr)
-            c = _diff_claim("passk64_nsr_gt_psr", tag, f"held-out pass@{kmax} NSR - PSR", n_p, p_p, rng, n_boot)
+            c = _diff_claim("passk64_nsr_gt_psr", tag, f"held-out pass@{kmax} NSR - PSR", n_p, p_p, rng, n_boot, lr)
             claims += [c] if c else []
     if len(runs):
         from .early_warning import load_study_steps
@@ -430,6 +430,10 @@ def survival_table(runs):
     return pd.DataFrame(rows)
 
 
+CLAIM_COLUMNS = ("id", "source", "setting", "statistic", "estimate", "lo", "hi", "n", "p_adjusted", "criterion",
+                 "verdict")
+
+
 def summarize(out) -> list[Claim]:
     """runs.csv, survival.csv, claims.json, claims.md in ``out``; returns the claims."""
     out = Path(out)
@@ -441,7 +445,7 @@ def summarize(out) -> list[Claim]:
     surv.to_csv(out / "survival.csv", index=False)
     claims = study_claims(out, runs)
     (out / "claims.json").write_text(claims_to_json(claims))
-    (out / "claims.md").write_text(claims_markdown(claims) + "\n")
+    (out / "claims.md").write_text(claims_markdown(claims, columns=CLAIM_COLUMNS) + "\n")
     return claims
 
 
