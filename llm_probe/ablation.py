@@ -193,9 +193,9 @@ def _heldout_eval(trainer, problems, samples: int, seed: int) -> tuple[float, fl
 
 
 def run_one(cfg: StudyConfig, warm_dir, out: Path, method: str, lr: float, seed: int) -> dict:
-    """Train one (method, lr, seed) run into ``out/runs/<name>`` (skipped when done.json exists); its summary."""
-    import torch
+    """Train one (method, lr, seed) run into ``out/runs/<name>`` (skipped when done.json exists); its summary.
 
+    The loop is Trainer.run's (train_step, collapse rule, log) plus held-out evaluations; no checkpoint."""
     from .config import TrainConfig
     from .trainer import FaultError, Trainer
 
@@ -253,7 +253,6 @@ def run_one(cfg: StudyConfig, warm_dir, out: Path, method: str, lr: float, seed:
                "heldout_entropy_final": evals[-1]["entropy"], "passk": passk,
                "wall_s": time.perf_counter() - t0}
     (d / "done.json").write_text(json.dumps(summary, indent=1))
-    torch.set_num_threads(1)
     return summary
 
 
