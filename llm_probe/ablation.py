@@ -31,6 +31,7 @@ from gapdyn.claims import Claim, Criterion, claims_markdown, claims_to_json, hol
 from gapdyn.stats import (
     Estimate,
     clopper_pearson_interval,
+    fisher_exact_test,
     paired_bootstrap_difference,
     wilcoxon_signed_rank,
 )
@@ -364,8 +365,6 @@ def _diff_claim(cid, setting, statistic, x, y, rng, n_boot, lr, test=True):
 
 def study_claims(out, runs=None, *, n_boot: int = 2000, seed: int = 0) -> list[Claim]:
     """The CRITERIA claims on a finished (or partial) study; Holm over every claim carrying a p-value."""
-    from scipy.stats import fisher_exact
-
     runs = load_runs(out) if runs is None else runs
     rng = np.random.default_rng(seed)
     claims = []
@@ -377,8 +376,8 @@ def study_claims(out, runs=None, *, n_boot: int = 2000, seed: int = 0) -> list[C
             g, w = _paired(runs, "grpo", "wapo", "collapsed", lr)
             if len(g) >= 2:
                 est = paired_bootstrap_difference(g, w, rng=rng, n_resamples=n_boot)
-                p = float(fisher_exact([[int(g.sum()), len(g) - int(g.sum())], [int(w.sum()), len(w) - int(w.sum())]],
-                                       alternative="greater").pvalue)
+                p = fisher_exact_test([[int(g.sum()), len(g) - int(g.sum())], [int(w.sum()), len(w) - int(w.sum())]],
+                                      alternative="greater").p_value
                 claims.append(_claim("survival_wapo_gt_grpo", tag, "collapse rate GRPO - WAPO", est, p=p, lr=lr))
             w_r, g_r = _paired(runs, "wapo", "grpo", "reward_last25", lr)
             c = _diff_claim("reward_wapo_gt_grpo", tag, "reward_last25 WAPO - GRPO", w_r, g_r, rng, n_boot, lr)
