@@ -6,7 +6,6 @@ Run alone: ``python -m paper_figs.fig2_critical_eta [--mode quick]``.
 
 from __future__ import annotations
 
-import numpy as np
 
 from . import plots
 from .data import NotAvailable, Sources, critical_vs_length, success_rate_view
@@ -38,7 +37,7 @@ _LABELS = {
 
 
 def make(sources: Sources, out_dir=None):
-    results, _ = sources.experiment("length")
+    results = sources.experiment("length").results
     crit = critical_vs_length(results, sources.config("length"))
     fig, ax = new_figure(2, 2, width=4.8, height=3.7)
     for a, (letter, (settings, x, ref, title)) in zip(ax.ravel()[:3], _PANELS.items()):
@@ -53,7 +52,7 @@ def make(sources: Sources, out_dir=None):
         panel_label(a, letter)
     a = ax[1, 1]
     try:
-        sr = success_rate_view(*sources.experiment("success_rate"))
+        sr = success_rate_view(sources.experiment("success_rate").results)
         plots.plot_loglog_fit(sr, a, x="one_minus_J", y="eta_star_rel", hue="series", reference=1.0)
         a.set_xlabel(r"initial failure rate $1 - J_0$ (fraction)")
         a.set_ylabel(r"$\eta^* / \eta^*(\mathrm{smallest}\ J_0)$")
@@ -66,30 +65,10 @@ def make(sources: Sources, out_dir=None):
 
 
 def headline(sources: Sources) -> dict:
-    """Fitted log-log slopes of eta* (relative) against T / E|o| per setting, pooled over instances."""
-    import gapdyn
+    """The estimates of the claims this figure illustrates (read from the run's claims, nothing computed)."""
+    from .report import claims_headline
 
-    results, _ = sources.experiment("length")
-    crit = critical_vs_length(results, sources.config("length"))
-    out = {}
-    for (settings, x, _, _) in _PANELS.values():
-        for s in settings:
-            g = crit[(crit["setting"] == s) & np.isfinite(crit["eta_star_rel"])]
-            if g[x].nunique() >= 3:
-                fit = gapdyn.loglog_slope(g[x].to_numpy(float), g["eta_star_rel"].to_numpy(float))
-                out[f"slope eta* vs {x}: {s}"] = fit.slope
-                out[f"slope s.e.: {s}"] = fit.slope_stderr
-    try:
-        sr = success_rate_view(*sources.experiment("success_rate"))
-    except NotAvailable:
-        return out
-    for name, g in sr.groupby("series"):
-        g = g[np.isfinite(g["eta_star_rel"])]
-        if g["one_minus_J"].nunique() >= 3:
-            fit = gapdyn.loglog_slope(g["one_minus_J"].to_numpy(float), g["eta_star_rel"].to_numpy(float))
-            out[f"slope eta* vs 1-J0: {name}"] = fit.slope
-            out[f"slope s.e.: {name} vs 1-J0"] = fit.slope_stderr
-    return out
+    return claims_headline([c for name in ('length', 'success_rate') for c in sources.claims(name)])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-import gapdyn
-
 from . import plots
 from .data import Sources, logistic_fit_rows, logistic_thm1_rows
-from .style import label, method_label, new_figure, panel_label, save_figure
+from .style import method_label, new_figure, panel_label, save_figure
 
 NAME = "fig4_logistic"
 TITLE = "Accuracy against cumulative alignment M: logistic fit and Theorem 1's bound"
@@ -27,7 +25,7 @@ CAPTION = (
 
 
 def make(sources: Sources, out_dir=None):
-    results, _ = sources.experiment("logistic")
+    results = sources.experiment("logistic").results
     fit = logistic_fit_rows(results)
     thm1 = logistic_thm1_rows(results)
     methods = list(dict.fromkeys(fit["method"]))
@@ -55,28 +53,10 @@ def make(sources: Sources, out_dir=None):
 
 
 def headline(sources: Sources) -> dict:
-    """Logistic fit a, b, R^2 per method (pooled exact + sampled) vs logit J0; Theorem-1 bound checks."""
-    results, _ = sources.experiment("logistic")
-    fit = logistic_fit_rows(results)
-    out: dict[str, object] = {}
-    for m, g in fit.groupby("method", sort=False):
-        try:
-            f = gapdyn.fit_logistic_accuracy(g["M"].to_numpy(float), g["J"].to_numpy(float))
-        except (RuntimeError, ValueError):
-            out[f"{m}: logistic fit"] = "failed"
-            continue
-        J0 = float(g["J0"].iloc[0])
-        out[f"{m}: slope a (theory bound 1/2)"] = f.slope
-        out[f"{m}: intercept b (logit J0 = {np.log(J0 / (1 - J0)):.3f})"] = f.intercept
-        out[f"{m}: R^2"] = f.r2
-    thm1 = logistic_thm1_rows(results)
-    if len(thm1):
-        meets = thm1[thm1["meets"].astype(bool)]
-        out["runs meeting Thm 1's condition that stay above the bound"] = (
-            f"{int(meets['above_bound'].astype(bool).sum())}/{len(meets)}")
-        out["worst violation among runs violating the condition"] = float(
-            thm1.loc[~thm1["meets"].astype(bool), "worst_violation"].max()) if (~thm1["meets"].astype(bool)).any() else 0.0
-    return out
+    """The estimates of the claims this figure illustrates (read from the run's claims, nothing computed)."""
+    from .report import claims_headline
+
+    return claims_headline([c for name in ('logistic',) for c in sources.claims(name)])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,7 @@ Run alone: ``python -m paper_figs.fig7_llm_probe [--mode quick]``.
 from __future__ import annotations
 
 from . import plots
-from .data import Sources, llm_headline
+from .data import Sources
 from .style import label, new_figure, panel_label, save_figure
 
 NAME = "fig7_llm_probe"
@@ -44,8 +44,10 @@ def make(sources: Sources, out_dir=None):
 
 
 def headline(sources: Sources) -> dict:
-    """Per (method, lr): runs, collapsed runs, mean rewards; which runs collapsed."""
-    return llm_headline(sources.llm())
+    """The estimates of the claims this figure illustrates (read from the run's claims, nothing computed)."""
+    from .report import claims_headline
+
+    return claims_headline([c for name in ('llm',) for c in sources.claims(name)])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -264,18 +264,20 @@ def plot_failure_decay(curve: pd.DataFrame, ax, *, groups=("method", "eta"), ref
     return ax
 
 
-def plot_plateau_vs_optimum(df: pd.DataFrame, ax, *, part: str = "part"):
-    """Final J against the best reachable J* (computed by the experiment) per run, one marker per setting;
-    points on the diagonal plateau at the optimum, points below it stagnate."""
-    _require(df, ["J_final", "J_star", part], "plot_plateau_vs_optimum")
-    d = df[np.isfinite(df["J_star"].astype(float))]
-    for (name, g), mk, col in zip(d.groupby(part), "oDs^", ["#0072B2", "#D55E00", "#009E73", "#CC79A7"]):
-        ax.scatter(g["J_star"], g["J_final"], marker=mk, s=40, color=col, edgecolors="black", linewidths=0.5,
+def plot_plateau_vs_optimum(df: pd.DataFrame, ax, *, group: str = "setting"):
+    """Final J against the best reachable J* per run, one marker per setting: the marker sits at the lower
+    bound J*_lo, a horizontal bar reaches the upper bound J*_hi (both computed by the experiment); points on
+    the diagonal plateau at the optimum, points below it stall."""
+    _require(df, ["J_final", "J_star_lo", "J_star_hi", group], "plot_plateau_vs_optimum")
+    for (name, g), mk, col in zip(df.groupby(group), "oDs^", ["#0072B2", "#D55E00", "#009E73", "#CC79A7"]):
+        ax.errorbar(g["J_star_lo"], g["J_final"], xerr=[0 * g["J_star_lo"], g["J_star_hi"] - g["J_star_lo"]],
+                    fmt="none", ecolor=col, elinewidth=0.8, alpha=0.6)
+        ax.scatter(g["J_star_lo"], g["J_final"], marker=mk, s=40, color=col, edgecolors="black", linewidths=0.5,
                    label=str(name).replace("_", " "))
     ax.plot([0, 1], [0, 1], color="black", ls="--", lw=1, label="$J = J^*$")
     ax.set_xlim(0, 1.02)
     ax.set_ylim(0, 1.02)
-    ax.set_xlabel(r"best reachable $J^*$ (fraction)")
+    ax.set_xlabel(r"best reachable $J^*$ ($J^*_{lo}$, bar to $J^*_{hi}$)")
     ax.set_ylabel("final " + label("J"))
     ax.legend(frameon=False, fontsize=8, loc="upper left")
     return ax

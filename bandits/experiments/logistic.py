@@ -133,7 +133,7 @@ def _thm1_rows(b, method: str, sampling: str, factors, steps: int, n_seeds: int,
         above = gapdyn.logodds_lower_bound(J0, tr.M[r, :, 0]) - tr.J[r, :, 0] <= 1e-12
         k = tr.steps >= 1
         viol = gapdyn.logodds_lower_bound(J0, tr.M[r, :, 0]) - tr.J[r, :, 0]
-        rows.append({"direction": method, "sampling": sampling, "factor": float(F.ravel()[r]),
+        rows.append({"method": method, "sampling": sampling, "factor": float(F.ravel()[r]),
                      "seed": int(S.ravel()[r]), "eta": float(tr.eta0[r, 0]), "bound0": bound0,
                      "meets": bool(ok_step.all()), "above_bound": bool(above.all()),
                      "worst_violation": float(viol.max()),

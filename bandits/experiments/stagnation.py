@@ -237,12 +237,13 @@ def shared_bandit(setting: str, instance: int, n_contexts: int) -> ContextualBan
 # ---- parts ---------------------------------------------------------------------------------------------
 
 
-def _tail_exponent(steps: np.ndarray, fail: np.ndarray) -> float:
-    """b of log(1 - J) = log a - b log k over the second half of the run."""
+def _tail_fit(steps: np.ndarray, fail: np.ndarray) -> tuple[float, float]:
+    """(b, a) of log(1 - J) = log a - b log k over the second half of the run."""
     sel = (steps >= steps[-1] / 2) & (steps >= 1) & (fail > 0)
     if sel.sum() < 3:
-        return np.nan
-    return float(-np.polyfit(np.log(steps[sel]), np.log(fail[sel]), 1)[0])
+        return np.nan, np.nan
+    slope, icpt = np.polyfit(np.log(steps[sel]), np.log(fail[sel]), 1)
+    return float(-slope), float(np.exp(icpt))
 
 
 def _single(instance, single_etas, single_steps, **_) -> list[dict]:
@@ -257,9 +258,10 @@ def _single(instance, single_etas, single_steps, **_) -> list[dict]:
         S = np.concatenate([[0.0], np.cumsum(eta * tr.wnorm[r, :, 0] ** 2)])
         M = np.append(tr.M[r, :, 0], tr.M_final[r, 0])
         fail_end = float(tr.failure_final[r, 0])
+        b_exp, coef = _tail_fit(tr.steps, fail)
         rows.append({"setting": "single", "method": "reinforce", "eta": float(eta), "J_final": float(tr.J_final[r, 0]),
                      "fail_10pct": float(fail[single_steps // 10]), "fail_half": float(fail[half]),
-                     "fail_final": fail_end, "exponent": _tail_exponent(tr.steps, fail),
+                     "fail_final": fail_end, "exponent": b_exp, "coef": coef,
                      "fail_ratio": fail_end / float(fail[half]),
                      "gradsum_total": float(S[-1]), "gradsum_tail_share": float((S[-1] - S[half]) / S[-1]),
                      "M_half": float(M[half]), "M_final": float(M[-1]), "M_tail": float(M[-1] - M[half]),
