@@ -128,11 +128,14 @@ def _thm1_rows(b, method: str, sampling: str, factors, steps: int, n_seeds: int,
         dmu, eta, wn = tr.dmu[r, :, 0], tr.eta[r, :, 0], tr.wnorm[r, :, 0]
         bound_k = np.asarray(gapdyn.theorem1_step_bound(dmu, L_o=L_o, G_o=G_o))
         ok_step = (eta <= bound_k * (1 + 1e-12)) | (wn == 0)  # w = 0 (all-equal groups): no move, no condition
-        # record k holds theta_k; Theorem 1 applies at k when steps 0..k-1 all met the condition
-        prefix = np.concatenate([[True], np.cumprod(ok_step[:-1]).astype(bool)])
-        above = gapdyn.logodds_lower_bound(J0, tr.M[r, :, 0]) - tr.J[r, :, 0] <= 1e-12
-        k = tr.steps >= 1
-        viol = gapdyn.logodds_lower_bound(J0, tr.M[r, :, 0]) - tr.J[r, :, 0]
+        # J_k at theta_k for k = 0..K (the final state appended); Theorem 1 applies at k when steps 0..k-1 met
+        # the condition
+        J = np.append(tr.J[r, :, 0], tr.J_final[r, 0])
+        M = np.append(tr.M[r, :, 0], tr.M_final[r, 0])
+        prefix = np.concatenate([[True], np.cumprod(ok_step).astype(bool)])
+        viol = gapdyn.logodds_lower_bound(J0, M) - J
+        above = viol <= 1e-12
+        k = np.arange(J.size) >= 1
         rows.append({"method": method, "sampling": sampling, "factor": float(F.ravel()[r]),
                      "seed": int(S.ravel()[r]), "eta": float(tr.eta0[r, 0]), "bound0": bound0,
                      "meets": bool(ok_step.all()), "above_bound": bool(above.all()),
