@@ -36,20 +36,24 @@ prints a progress bar, then where the outputs are:
 | output | what |
 |---|---|
 | `paper_figs/out/fig*.png`, `.pdf` | the figures; caption in the file metadata (PNG `Description`, PDF `Subject`) |
-| `paper_figs/out/REPORT.md` | headline numbers of this run + the verdict of every tested claim of both papers |
-| `paper_figs/out/results/headline.json`, `verdicts.csv` | the same numbers, machine-readable |
+| `paper_figs/out/REPORT.md` | every claim of this run (estimate, 95 % interval, n, criterion, verdict, block), identity rows apart, the replication table, the coverage of both papers |
+| `paper_figs/out/results/claims.json`, `claims.csv` | the same claims, machine-readable (`gapdyn.claims_from_json`) |
 | `paper_figs/out/store/` | the sweep store (`$GAPDYN_STORE` or `--store`): completed cells are reloaded, not recomputed |
 | `paper_figs/out/store/llm_probe/<mode>/` | the tiny-Qwen runs, reused when their configuration matches; `gapdyn figs --llm-dir DIR` uses an existing `gapdyn train demo --out-dir DIR` output instead |
 
 Modes: `test` (smallest sizes), `quick` (each experiment's `Config.quick()`, 2 seeds x 60 steps of the
-tiny Qwen), `full` (each `Config.full()`, 5 seeds x 300 steps and lr 5e-4 added). The verdicts (holds /
-holds only in a named setting / does not hold / n/a) are assembled from each experiment's `analyse`, plus
-the WAPO taxonomy checks (gapdyn only) and the tiny-Qwen stability comparison. A figure whose data source
+tiny Qwen), `full` (each `Config.full()` with the confirmation block, 5 seeds x 300 steps and lr 5e-4 added).
+Every verdict is a `gapdyn.Claim` made by an experiment's `analyse` (the taxonomy is an experiment too) or
+by `paper_figs.llm.llm_claims` for the tiny-Qwen runs, decided by its interval and a criterion frozen
+before the run (docs/evidence.md); the report only renders them. `python -m paper_figs.report --claims
+paper_figs/out` prints the README's "What holds" table (marked indicative when only the discovery block
+ran). A figure whose data source
 is missing is written with a "not available yet: <why>" panel or skipped with that message; nothing is
 faked. Exit codes: 0 all produced, 3 something not available, 1 an error.
 
 Plotting code lives in `paper_figs/plots.py` (one idea per Axes; the figure scripts only load data through
-`paper_figs/data.py` and call it). Shared style: `paper_figs/style.py` (Okabe-Ito colour-blind-safe palette,
+`paper_figs/data.py`, cut tables in `paper_figs/views.py` and call it; fits, seeds and sizes belong to the
+experiments). Shared style: `paper_figs/style.py` (Okabe-Ito colour-blind-safe palette,
 glossary symbols with units on every axis). Tutorials: `notebooks/01..04` (gradient-gap basics; thresholds
 and collapse; the token taxonomy; probing a tiny Qwen run), generated without outputs by
 `python notebooks/make_notebooks.py`; `tests/test_notebooks.py` runs them with `GAPDYN_NB_MODE=test`.

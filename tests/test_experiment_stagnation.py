@@ -79,6 +79,23 @@ def test_upper_bound_dominates_sampled_policies(make):
     assert st.reachable_lower(b, starts=3) <= hi + 1e-9
 
 
+def test_2d_branch_and_bound_brackets_the_optimum():
+    """d = 2, correct arms interior: the bound dominates J on a dense grid and random far points, sits above
+    the multi-start estimate and below the LP relaxation; a correct hull vertex gives 1."""
+    b = st.shared_bandit("unreachable", 1, 1)
+    hi = st.reachable_upper_2d(b)
+    g = np.linspace(-6, 6, 301)
+    th = np.concatenate([np.stack(np.meshgrid(g, g), axis=-1).reshape(-1, 2),
+                         np.random.default_rng(1).normal(size=(2000, 2)) * 30])
+    z = th @ b.features[0].T
+    e = np.exp(z - z.max(1, keepdims=True))
+    Js = (e * b.rewards[0]).sum(1) / e.sum(1)
+    assert Js.max() <= hi and st.reachable_lower(b, starts=3) <= hi <= st.reachable_upper(b) + 1e-12
+    phi = np.array([[[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0], [0.1, 0.1]]])
+    vertex = ContextualBandit(phi, np.array([[1.0, 0.0, 0.0, 0.0, 0.0]]))
+    assert st.reachable_upper_2d(vertex) == 1.0
+
+
 def test_upper_bound_below_one_when_correct_arms_are_interior():
     """A correct arm at the midpoint of two wrong arms: p_c <= (p_1 + p_2) / 2, so J <= 1/3 (and J = 1/3
     at theta = 0)."""

@@ -201,6 +201,52 @@ def reachable_upper(bandit: ContextualBandit) -> float:
     return total / C
 
 
+def reachable_upper_2d(bandit: ContextualBandit, *, h: float = 0.002) -> float:
+    """A tighter upper bound on J* for one log-linear context in d = 2 (derived; docs/bandits_contextual.md).
+
+    With delta = min_{|u|=1} (max_a u.phi_a - max_{correct c} u.phi_c) > 0 (no correct arm is ever an argmax),
+    J(theta) <= sum_c exp(theta.phi_c - max_a theta.phi_a) <= n_c exp(-|theta| delta), so outside the radius
+    R = log(n_c / J_ref) / delta (J_ref = J at theta = 0) J stays below J_ref <= J*. Inside the box [-R, R]^2,
+    |grad J| = J (1 - J) ||gap|| <= L = D / 4 (D the feature diameter; the gap is a difference of two hull
+    points), so a square cell of side s with centre value J_c holds no J above J_c + L s / sqrt 2. Branch and
+    bound: cells are quartered while J_c + L s / sqrt 2 exceeds best + L h / sqrt 2 (best: the largest centre
+    value seen), down to side h; the bound is best + L h / sqrt 2. delta is evaluated on 20000 directions and
+    lowered by its Lipschitz slack. Returns 1 when delta <= 0 (a correct arm can become the argmax).
+    """
+    if bandit.n_contexts != 1 or bandit.dim != 2:
+        raise ValueError("bandit must have one context and d = 2")
+    phi, r = bandit.features[0], bandit.rewards[0].astype(bool)
+    ang = np.linspace(0, 2 * np.pi, 20000, endpoint=False)
+    proj = np.stack([np.cos(ang), np.sin(ang)], axis=1) @ phi.T
+    radius = float(np.linalg.norm(phi, axis=1).max())
+    delta = float((proj.max(1) - proj[:, r].max(1)).min()) - 2 * radius * (np.pi / ang.size)
+    if delta <= 0:
+        return 1.0
+    J_ref = float(bandit.success_rate(bandit.zeros())[0])
+    R = max(float(np.log(r.sum() / J_ref)) / delta, h)
+    L = float(np.max(np.linalg.norm(phi[:, None] - phi[None], axis=-1))) / 4
+
+    def J(th):
+        z = th @ phi.T
+        e = np.exp(z - z.max(1, keepdims=True))
+        return e[:, r].sum(1) / e.sum(1)
+
+    side = 2 * R / 64
+    c = np.arange(-R + side / 2, R, side)
+    cells = np.stack(np.meshgrid(c, c), axis=-1).reshape(-1, 2)
+    best, final = J_ref, L * h / np.sqrt(2)
+    while True:
+        Jc = J(cells)
+        best = max(best, float(Jc.max()))
+        keep = cells[Jc + L * side / np.sqrt(2) > best + final]
+        if side <= h or not len(keep):
+            break
+        side /= 2
+        off = side / 2 * np.array([[-1, -1], [-1, 1], [1, -1], [1, 1]])
+        cells = (keep[:, None, :] + off[None]).reshape(-1, 2)
+    return min(1.0, best + final)
+
+
 def _interior_bandit(instance: int, K: int = 100, n_correct: int = 10) -> ContextualBandit:
     """d = 2 Gaussian features, the ``n_correct`` innermost non-hull points correct: never an argmax."""
     rng = np.random.default_rng(10_000 + instance)
@@ -274,6 +320,8 @@ def _shared(instance, steps, etas, n_contexts, starts, **_) -> list[dict]:
     for setting in SETTINGS:
         b = shared_bandit(setting, instance, n_contexts)
         lo, hi = reachable_lower(b, starts=starts, seed=instance), reachable_upper(b)
+        if b.n_contexts == 1 and b.dim == 2:
+            hi = min(hi, reachable_upper_2d(b))
         tr = simulate(b, Dynamics(method="grpo", steps=steps, record_every=max(1, steps // 100)),
                       eta=np.asarray(etas, float))
         for r, eta in enumerate(etas):
