@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[all]'
 	touch $@
 
-reproduce: venv           ## the quick CPU reproduction: all figures + paper_figs/out/REPORT.md
+reproduce: venv           ## the quick CPU reproduction: all figures + ./gapdyn_out/reproduce/REPORT.md
 	$(BIN)/gapdyn reproduce
 
 test: venv                ## the default test suite (slow experiments excluded)
@@ -38,4 +38,4 @@ bench: venv
 	$(BIN)/python -m benchmarks
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis paper_figs/out
+	rm -rf $(VENV) .pytest_cache .hypothesis gapdyn_out

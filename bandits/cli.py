@@ -1,30 +1,65 @@
-"""``gapdyn bandit ...``: list and run the bandit experiments.
+"""``gapdyn bandit``: list and run the bandit experiments.
 
     gapdyn bandit list
-    gapdyn bandit run <experiment> [--mode quick|full] [--store DIR] [--backend joblib|ray|serial]
-                                   [--n-jobs N] [--ray-address ADDR] [--no-progress] [--strict]
+    gapdyn bandit run <experiment> [--mode test|quick|full] [--out DIR] [--jobs N] [--seed S]
+                                   [--backend serial|joblib|ray] [--ray-address ADDR] [--no-progress] [--strict]
 
-``run`` builds ``Config.quick()`` / ``Config.full()`` of ``bandits.experiments.<experiment>``, runs
-its sweep through :func:`bandits.sweep.run_sweep` (resumable: rerunning the same command after an
-interruption computes only the missing cells), prints the verdict table and writes into
-``<store>/<experiment>-<mode>/``: ``results.parquet`` (all rows), ``cells/`` (one parquet per
-cell), ``verdict.csv`` and ``verdict.md``. Exit code 0; with ``--strict``, 1 if a claim does not hold.
+``run`` builds the experiment's config for the mode (``Config.test()`` when the module has one,
+else its smallest, ``Config.quick()``), runs its sweep through :func:`bandits.sweep.run_sweep`
+(resumable: rerunning the same command after an interruption computes only the missing cells),
+prints the verdict table and writes into ``<out>/<experiment>-<mode>/`` (default out:
+``./gapdyn_out/bandit``): ``results.parquet`` (all rows), ``cells/`` (one parquet per cell),
+``verdict.csv`` and ``verdict.md``. Exit code 0; with ``--strict``, 1 if a claim does not hold.
+The experiment may be given by an unambiguous prefix (``succ`` for ``success_rate``).
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import os
+import re
+import shutil
 import sys
+import textwrap
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Literal
 
 import pandas as pd
+import tyro
 
-__all__ = ["main", "verdict_markdown"]
+from gapdyn.cmdline import Mode, UsageError, check_jobs, command, output_dir, parse, resolve_name, say
+
+__all__ = ["main", "verdict_markdown", "RunConfig", "experiment_config"]
+
+_USAGE = """usage: gapdyn bandit {list,run} ...
+
+  list   the registered experiments with their descriptions
+  run    run one experiment and print its verdict table (gapdyn bandit run --help)"""
 
 
-def _first_line(doc: str | None) -> str:
-    return (doc or "").strip().splitlines()[0] if (doc or "").strip() else ""
+@dataclass
+class RunConfig:
+    """Run one bandit experiment (resumable sweep) and print its verdict table."""
+
+    experiment: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="EXPERIMENT")]
+    """Experiment name or an unambiguous prefix of it (see `gapdyn bandit list`)."""
+    mode: Mode = "quick"
+    """Sizes: test (smallest, seconds), quick (seconds to minutes), full (the real run)."""
+    out: str | None = None
+    """Result store; the run writes into <out>/<experiment>-<mode>/ (default ./gapdyn_out/bandit)."""
+    jobs: int = 1
+    """Workers (joblib) / CPUs (local ray); -1 = all cores."""
+    seed: int | None = None
+    """Base seed of the sampled runs (None: the experiment's default); instance seeds stay fixed."""
+    progress: bool = True
+    """Show the sweep's progress bar."""
+    backend: Literal["serial", "joblib", "ray"] = "joblib"
+    """Where the cells run."""
+    ray_address: str | None = None
+    """Ray cluster address (default: $RAY_ADDRESS or a local cluster)."""
+    strict: bool = False
+    """Exit 1 if any claim does not hold."""
 
 
 def verdict_markdown(verdict: pd.DataFrame) -> str:
@@ -47,81 +82,96 @@ def _holds(value) -> bool:
     return bool(value)
 
 
-def _parser() -> argparse.ArgumentParser:
-    from .sweep import BACKENDS
-
-    p = argparse.ArgumentParser(prog="gapdyn bandit", description="Bandit sweeps and experiments.")
-    sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="list the registered experiments")
-    r = sub.add_parser("run", help="run one experiment and print its verdict table")
-    r.add_argument("experiment", help="registry name (see `gapdyn bandit list`)")
-    r.add_argument("--mode", choices=("quick", "full"), default="quick", help="quick = seconds, full = the real run")
-    r.add_argument("--store", default="bandit_results", help="result store directory (default: ./bandit_results)")
-    r.add_argument("--backend", choices=BACKENDS, default="joblib", help="where cells run (default: joblib)")
-    r.add_argument("--n-jobs", type=_n_jobs, default=-1, help="workers (joblib) / CPUs (local ray); -1 = all cores")
-    r.add_argument("--ray-address", default=None, help="Ray cluster address (default: $RAY_ADDRESS or local)")
-    r.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    r.add_argument("--strict", action="store_true", help="exit 1 if any claim does not hold")
-    return p
-
-
-def _n_jobs(text: str) -> int:
-    """argparse type for --n-jobs: a positive integer or -1 (all cores)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-    if value == 0 or value < -1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer or -1 (all cores), got {value}")
-    return value
+def experiment_config(module, mode: str, seed: int | None = None):
+    """The module's config for ``mode`` ("test" falls back to ``Config.quick()`` when there is no
+    ``Config.test()``), with ``seed`` written into its seed / seed0 / base_seed field when given.
+    Returns (config, note) where note says when a fallback was used."""
+    cls = module.Config
+    note = ""
+    if mode == "test" and not hasattr(cls, "test"):
+        note = "has no test sizes; --mode test runs its smallest config, Config.quick()"
+        mode = "quick"
+    config = getattr(cls, mode)()
+    if seed is not None:
+        names = {f.name for f in dataclasses.fields(config)}
+        field = next((n for n in ("seed", "seed0", "base_seed") if n in names), None)
+        if field is None:
+            raise ValueError(f"--seed: experiment {module.__name__} has no seed setting")
+        config = dataclasses.replace(config, **{field: seed})
+    return config, note
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``gapdyn bandit``; returns the exit code."""
+def _description(module) -> str:
+    """The first paragraph of an experiment's docstring, as one line (spec-file pointers dropped)."""
+    para = (module.__doc__ or "").strip().split("\n\n")[0]
+    text = " ".join(para.split())
+    text = re.sub(r"[;,]?\s*\b[A-Z]+\.md\b[^;)]*", "", text)
+    return re.sub(r"\s*\(\s*\)", "", text)
+
+
+def _list() -> int:
     from .experiments import EXPERIMENTS, load
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = _parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse exits on --help / errors; turn it into a return code
-        return int(exc.code or 0)
+    width = max(60, min(shutil.get_terminal_size((100, 20)).columns, 120))
+    for name in EXPERIMENTS:
+        try:
+            doc = _description(load(name))
+        except ImportError as exc:
+            doc = f"(cannot be imported: {exc})"
+        print(name)
+        print(textwrap.fill(doc, width=width, initial_indent="    ", subsequent_indent="    "))
+    return 0
 
-    if args.command == "list":
-        for name in EXPERIMENTS:
-            try:
-                doc = _first_line(load(name).__doc__)
-            except ImportError:
-                doc = "(not available yet)"
-            print(f"{name:<14} {doc}")
-        return 0
 
-    if args.experiment not in EXPERIMENTS:
-        print(f"gapdyn bandit: unknown experiment {args.experiment!r}; choose from {sorted(EXPERIMENTS)}", file=sys.stderr)
-        return 2
-    try:
-        mod = load(args.experiment)
-    except ImportError as exc:
-        print(f"gapdyn bandit: experiment {args.experiment!r} cannot be imported ({exc})", file=sys.stderr)
-        return 2
-    config = mod.Config.quick() if args.mode == "quick" else mod.Config.full()
-    store = Path(args.store)
-    kwargs = dict(store=store, backend=args.backend, n_jobs=args.n_jobs, progress=not args.no_progress)
+def _run(args: RunConfig) -> int:
+    from .experiments import EXPERIMENTS, load
+
+    name = resolve_name(args.experiment, EXPERIMENTS, "experiment")
+    check_jobs(args.jobs)
+    mod = load(name)
+    config, note = experiment_config(mod, args.mode, args.seed)
+    store = output_dir("bandit", args.out)
+    if note:
+        say("bandit", f"{name} {note}")
     if args.ray_address:  # read by run_sweep (the experiment contract has no ray_address argument)
         os.environ["RAY_ADDRESS"] = args.ray_address
-    results, verdict = mod.run(config, **kwargs)
-    out = store / f"{args.experiment}-{args.mode}"
+    results, verdict = mod.run(config, store=store, backend=args.backend, n_jobs=args.jobs, progress=args.progress)
+    out = store / f"{name}-{args.mode}"
     out.mkdir(parents=True, exist_ok=True)
     if not (out / "results.parquet").exists():  # the experiment stored under another name
         results.to_parquet(out / "results.parquet", index=False)
     verdict.to_csv(out / "verdict.csv", index=False)
     md = verdict_markdown(verdict)
-    (out / "verdict.md").write_text(f"# {args.experiment} ({args.mode})\n\n{md}")
+    (out / "verdict.md").write_text(f"# {name} ({args.mode})\n\n{md}")
     print(md, end="")
-    print(f"\n{len(results)} result rows; written to {out}/ (results.parquet, verdict.csv, verdict.md)")
-    if args.strict and "holds" in verdict.columns and not all(_holds(v) for v in verdict["holds"]):
+    held = sum(_holds(v) for v in verdict["holds"]) if "holds" in verdict.columns else None
+    claims = f"{held}/{len(verdict)} claims hold; " if held is not None else ""
+    say("bandit", f"{name} ({args.mode}): {claims}{len(results)} result rows")
+    say("bandit", f"wrote {out}/ (results.parquet, verdict.csv, verdict.md)")
+    if args.strict and held is not None and held < len(verdict):
         return 1
     return 0
+
+
+@command("gapdyn bandit")
+def main(argv: list[str]) -> int:
+    """Entry point of ``gapdyn bandit``; returns the exit code."""
+    if not argv:
+        raise UsageError("a subcommand is required: list, run (see gapdyn bandit --help)")
+    if argv[0] in ("-h", "--help"):
+        print(_USAGE)
+        return 0
+    sub, rest = argv[0], argv[1:]
+    if sub == "list":
+        if rest and rest[0] in ("-h", "--help"):
+            print("usage: gapdyn bandit list\n\nThe registered experiments with their descriptions.")
+            return 0
+        if rest:
+            raise UsageError(f"`gapdyn bandit list` takes no arguments, got {rest}")
+        return _list()
+    if sub == "run":
+        return _run(parse(RunConfig, rest, prog="gapdyn bandit run"))
+    raise UsageError(f"invalid choice {sub!r}: the subcommands are list, run")
 
 
 if __name__ == "__main__":

@@ -1,38 +1,87 @@
-"""The ``gapdyn`` command: one entry point that dispatches to each package's own CLI.
+"""The ``gapdyn`` command: discovers the subcommands that installed packages register and dispatches.
 
-    gapdyn demo        a short theory demo (prints real numbers)
-    gapdyn bandit ...  bandit sweeps and experiments       (bandits.cli)
-    gapdyn train ...   tiny-Qwen RLVR runs with probes      (llm_probe.cli)
-    gapdyn figs ...    regenerate the paper figures         (paper_figs.cli)
-    gapdyn reproduce   the quick CPU reproduction: figures + report (paper_figs.reproduce)
+A package adds a subcommand through the entry-point group ``gapdyn.commands`` of its pyproject.toml
+(``<name> = "<package>.cli:main"``); the target is a ``main(argv) -> int``. This module knows no
+subcommand by name, so the theory core never imports its siblings.
 
-A ValueError or OSError escaping a subcommand (bad input caught at a library boundary, a missing or
-unusable path) is printed as one line and exits with code 2; set GAPDYN_DEBUG=1 for the traceback.
-
-This module sits on top of the dependency graph (STYLE.md): it imports the other packages lazily,
-only when their subcommand runs, so ``import gapdyn`` never imports bandits, llm_probe or torch.
+A ValueError or OSError escaping a subcommand prints one line and exits with code 2; set
+GAPDYN_DEBUG=1 for the traceback. A subcommand whose package cannot be imported (a missing extra)
+says which install brings it.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
+import re
 import sys
+from pathlib import Path
+from importlib.metadata import EntryPoint, entry_points
 
-SUBCOMMANDS = {
-    "demo": ("gapdyn.demo", "main", "a short theory demo on a 100-arm bandit"),
-    "bandit": ("bandits.cli", "main", "bandit sweeps and experiments"),
-    "train": ("llm_probe.cli", "main", "tiny-Qwen RLVR training with gradient-gap probes"),
-    "figs": ("paper_figs.cli", "main", "regenerate the paper figures into paper_figs/out/"),
-    "reproduce": ("paper_figs.reproduce", "main", "quick CPU reproduction: all figures and the report"),
-}
+__all__ = ["GROUP", "commands", "main"]
+
+GROUP = "gapdyn.commands"
+
+_EXTRAS = {"torch": "llm", "transformers": "llm", "trl": "llm", "tokenizers": "llm", "accelerate": "llm",
+           "ray": "cluster"}
+"""Top-level module of a missing dependency -> the extra of pyproject.toml that installs it."""
+
+
+def _checkout_commands() -> dict[str, EntryPoint]:
+    """The group as declared by the pyproject.toml of a source checkout this package runs from (so a
+    checkout on PYTHONPATH whose installed metadata is older still sees its own subcommands)."""
+    path = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    if not path.is_file():
+        return {}
+    try:
+        import tomllib
+
+        table = tomllib.loads(path.read_text(encoding="utf-8"))["project"]["entry-points"][GROUP]
+    except (ImportError, KeyError, TypeError, ValueError, OSError):
+        return {}
+    return {name: EntryPoint(name, value, GROUP) for name, value in table.items()}
+
+
+def commands() -> dict[str, EntryPoint]:
+    """The registered subcommands, by name (sorted): the installed entry points of group
+    ``gapdyn.commands``, updated by the declaration of the source checkout when there is one."""
+    found = {ep.name: ep for ep in entry_points(group=GROUP)}
+    found.update(_checkout_commands())
+    return dict(sorted(found.items()))
+
+
+def _summary(ep: EntryPoint) -> str:
+    """The first docstring line of the target module, without importing it when it is not installed."""
+    import importlib.util
+
+    module = ep.value.split(":")[0]
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return ""
+    import ast
+
+    try:
+        doc = ast.get_docstring(ast.parse(open(spec.origin, encoding="utf-8").read())) or ""
+    except (OSError, SyntaxError):
+        return ""
+    first = doc.strip().splitlines()[0] if doc.strip() else ""
+    return re.sub(r"^``[^`]*``:\s*", "", first).replace("``", "")
 
 
 def _usage() -> str:
     lines = ["usage: gapdyn <command> [options]", "", "commands:"]
-    lines += [f"  {name:<10} {doc}" for name, (_, _, doc) in SUBCOMMANDS.items()]
-    lines += ["", "Run `gapdyn <command> --help` for a command's options."]
+    lines += [f"  {name:<10} {_summary(ep)}" for name, ep in commands().items()]
+    lines += ["", "Run `gapdyn <command> --help` for a command's options. Every command writes under",
+              "./gapdyn_out/<command>/ of the working directory unless given --out DIR."]
     return "\n".join(lines)
+
+
+def _missing_extra(exc: ImportError) -> str:
+    top = (getattr(exc, "name", None) or "").split(".")[0]
+    extra = _EXTRAS.get(top, "all")
+    return f"pip install 'gapdyn[{extra}]'"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,24 +90,30 @@ def main(argv: list[str] | None = None) -> int:
         print(_usage())
         return 0
     name, rest = argv[0], argv[1:]
-    if name not in SUBCOMMANDS:
-        print(f"gapdyn: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+    registered = commands()
+    if name not in registered:
+        known = ", ".join(registered) or "none (is gapdyn installed? pip install -e .)"
+        print(f"gapdyn: unknown command {name!r}; commands: {known}", file=sys.stderr)
         return 2
-    module, func, _ = SUBCOMMANDS[name]
     try:
-        mod = importlib.import_module(module)
+        func = registered[name].load()
     except ImportError as exc:
-        print(f"gapdyn {name}: cannot import {module} ({exc}); install the extras: pip install -e '.[all]'", file=sys.stderr)
+        print(f"gapdyn {name}: needs a dependency that is not installed ({exc}); {_missing_extra(exc)}",
+              file=sys.stderr)
         return 2
     try:
-        result = getattr(mod, func)(rest)
-    except (ValueError, OSError) as exc:
-        # Bad input reaches the library's boundary checks (ValueError naming the argument) or the file
-        # system (missing / unusable paths): a message and exit code 2, not a traceback.
-        # GAPDYN_DEBUG=1 re-raises to get the traceback.
+        result = func(rest)
+    except ModuleNotFoundError as exc:  # an extra imported lazily inside the command
         if os.environ.get("GAPDYN_DEBUG"):
             raise
-        print(f"gapdyn {name}: error: {exc}", file=sys.stderr)
+        print(f"gapdyn {name}: needs a dependency that is not installed ({exc}); {_missing_extra(exc)}",
+              file=sys.stderr)
+        return 2
+    except (ValueError, OSError) as exc:
+        # Bad input reaching a library's boundary check (a ValueError naming the argument) or the file system.
+        if os.environ.get("GAPDYN_DEBUG"):
+            raise
+        print(f"gapdyn {name}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     return int(result or 0)
 

@@ -6,7 +6,8 @@ what exact log-odds ascent does just below and just above the measured critical 
 
 from __future__ import annotations
 
-import argparse
+import json
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from . import (
     success_rate,
     theorem1_step_bound,
 )
+from .cmdline import command, output_dir, parse, say
 
 
 def run_ascent(phi, r, eta, steps=200):
@@ -50,25 +52,50 @@ def critical_eta(phi, r, lo=1e-2, hi=1e5, steps=200, tol=0.01):
     return hi
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="gapdyn demo", description=__doc__)
-    ap.add_argument("--seeds", type=int, default=20, help="instances to scan for a finite critical eta")
-    ap.add_argument("--arms", type=int, default=100)
-    ap.add_argument("--dim", type=int, default=16)
-    ap.add_argument("--correct", type=int, default=10)
-    args = ap.parse_args(argv)
-    if args.seeds < 1 or args.arms < 2 or not 0 < args.correct < args.arms or args.dim < 1:
-        ap.error("need seeds >= 1, arms >= 2, 0 < correct < arms, dim >= 1")
-    print(f"gapdyn demo: {args.arms}-arm log-linear bandit, d = {args.dim}, {args.correct} correct arms, theta0 = 0\n")
-    found = 0
-    for seed in range(args.seeds):
+@dataclass
+class DemoConfig:
+    """The theory on random 100-arm log-linear bandits: J, Phi, the gap, step-size thresholds, collapse."""
+
+    seeds: int = 20
+    """Instances to scan for a finite critical eta."""
+    seed: int = 0
+    """Seed of the first instance (instances use seed, seed + 1, ...)."""
+    arms: int = 100
+    """Arms of each instance."""
+    dim: int = 16
+    """Feature dimension d."""
+    correct: int = 10
+    """Correct arms (reward 1) per instance."""
+    out: str | None = None
+    """Folder for demo.json (default ./gapdyn_out/demo)."""
+    progress: bool = True
+    """Show a progress bar over the instances."""
+
+    def __post_init__(self):
+        for name, value, low in (("seeds", self.seeds, 1), ("arms", self.arms, 2), ("dim", self.dim, 1)):
+            if value < low:
+                raise ValueError(f"--{name} must be >= {low}, got {value}")
+        if not 0 < self.correct < self.arms:
+            raise ValueError(f"--correct must be in 1..arms-1 = 1..{self.arms - 1}, got {self.correct}")
+
+
+@command("gapdyn demo")
+def main(argv: list[str]) -> int:
+    args = parse(DemoConfig, argv, prog="gapdyn demo")
+    out = output_dir("demo", args.out)
+    print(f"{args.arms}-arm log-linear bandit, d = {args.dim}, {args.correct} correct arms, theta0 = 0\n")
+    from tqdm.auto import tqdm
+
+    found, record = 0, []
+    for seed in tqdm(range(args.seed, args.seed + args.seeds), desc="instances", leave=False, disable=not args.progress):
         rng = np.random.default_rng(seed)
         phi = rng.normal(size=(args.arms, args.dim))
         r = np.zeros(args.arms)
         r[rng.choice(args.arms, args.correct, replace=False)] = 1.0
         th = np.zeros(args.dim)
         eta_c = critical_eta(phi, r)
-        if seed == 0 or (np.isfinite(eta_c) and found == 0):
+        record.append({"seed": seed, "critical_eta": eta_c if np.isfinite(eta_c) else None})
+        if seed == args.seed or (np.isfinite(eta_c) and found == 0):
             p, s = loglinear_probs(phi, th), loglinear_scores(phi, th)
             gap = gradient_gap_from_logits(phi @ th, r, phi)
             w = gap / np.linalg.norm(gap)
@@ -87,7 +114,12 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print("  no finite critical eta up to 1e5: exact ascent converges for every step size tried")
         found += int(np.isfinite(eta_c))
-    print(f"\ninstances with a finite critical eta: {found} of {args.seeds} (THEORY.md: some, not all, instances collapse)")
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "demo.json"
+    path.write_text(json.dumps({"config": asdict(args), "instances": record}, indent=1))
+    print(f"\ninstances with a finite critical eta: {found} of {args.seeds} "
+          "(arXiv 2510.08539, Thm 2: a step above eta* collapses J; not every instance has a finite eta*)")
+    say("demo", f"wrote {path}")
     return 0
 
 

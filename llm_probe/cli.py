@@ -1,27 +1,38 @@
-"""``gapdyn train ...``: the llm_probe command line (tyro parses the config dataclasses).
+"""``gapdyn train``: tiny-Qwen RLVR runs with gradient-gap probes (options: the TrainConfig fields).
 
     gapdyn train [--method grpo --lr 3e-4 --steps 100 ...]   one RLVR run (TrainConfig)
-    gapdyn train warmup --out-dir DIR [...]                   build + warm up a tiny Qwen, save it (init_from)
-    gapdyn train demo [--out-dir DIR --seeds 0 1 2 ...]       GRPO vs WAPO at a normal and a large lr (DemoConfig)
+    gapdyn train warmup [--out DIR ...]                      build + warm up a tiny Qwen, save it (--init-from)
+    gapdyn train demo [--out DIR --seeds 0 1 2 ...]          GRPO vs WAPO at a normal and a large lr (DemoConfig)
+
+Outputs go to ``./gapdyn_out/train`` (``train-warmup``, ``train-demo``) unless ``--out DIR``.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+import tyro
+
+from gapdyn.cmdline import command, output_dir, parse, say
+
+from .config import check_settings
 
 __all__ = ["main", "WarmupConfig"]
 
 
 @dataclass
 class WarmupConfig:
-    """Build a tiny Qwen, warm it up on the addition task, save model + tokenizer."""
+    """Build a tiny Qwen, warm it up on the addition task, save model + tokenizer (load with --init-from)."""
 
-    out_dir: str = "runs/llm_probe/warm"
-    """Directory to save into (load later with --init-from)."""
-    arch: str = "qwen2"
-    """qwen2 or qwen3."""
+    out_dir: Annotated[str, tyro.conf.arg(name="out")] = "gapdyn_out/train-warmup"
+    """Folder to save into."""
+    arch: Literal["qwen2", "qwen3"] = "qwen2"
+    """Architecture of the tiny model."""
     seed: int = 0
     """Init and data seed."""
     steps: int = 400
@@ -31,43 +42,78 @@ class WarmupConfig:
     lr: float = 1e-3
     """Warm-up Adam learning rate."""
     num_threads: int | None = None
-    """torch.set_num_threads."""
+    """torch.set_num_threads (None: torch's default)."""
+    progress: bool = True
+    """Show the warm-up progress bar."""
+
+    def __post_init__(self):
+        check_settings(self, {"seed": ("int", 0, float("inf"), True, False),
+                              "steps": ("int", 0, float("inf"), True, False),
+                              "batch": ("int", 1, float("inf"), True, False),
+                              "lr": ("float", 0, float("inf"), False, False),
+                              "num_threads": ("int", 1, float("inf"), True, True)})
 
 
 def _warmup_main(argv: list[str]) -> int:
-    import tyro
-
-    cfg = tyro.cli(WarmupConfig, args=argv, prog="gapdyn train warmup")
+    cfg = parse(WarmupConfig, argv, prog="gapdyn train warmup")
+    out = output_dir("train-warmup", cfg.out_dir)
     from .demo import prepare_warm_model
 
-    d, acc = prepare_warm_model(cfg.out_dir, arch=cfg.arch, seed=cfg.seed, steps=cfg.steps, batch=cfg.batch,
-                                lr=cfg.lr, num_threads=cfg.num_threads, force=True)
-    print(json.dumps({"saved": str(d), "sampled_accuracy": acc}))
+    d, acc = prepare_warm_model(out, arch=cfg.arch, seed=cfg.seed, steps=cfg.steps, batch=cfg.batch, lr=cfg.lr,
+                                num_threads=cfg.num_threads, force=True, progress=cfg.progress)
+    say("train", f"warm model saved in {d} (sampled accuracy {acc:.3f}); use it with --init-from {d}")
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def _fmt(v) -> str:
+    """A number for the summary line (n/a when missing or NaN)."""
+    if v is None or (isinstance(v, float) and v != v):
+        return "n/a"
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def _train_main(argv: list[str]) -> int:
+    from .config import TrainConfig
+
+    cfg = parse(TrainConfig, argv, prog="gapdyn train",
+                description="Online RLVR run of a tiny Qwen with gradient-gap probes "
+                            "(also: `gapdyn train demo`, `gapdyn train warmup`).")
+    out = output_dir("train", cfg.out_dir)
+    from .demo import summarize_run
+    from .trainer import FaultError, train
+    from .warmup import warmup_progress
+
+    t0 = time.perf_counter()
+    with warmup_progress(cfg.progress):
+        try:
+            summary = train(cfg)
+        except FaultError as exc:  # documented: exit code 1 and the fault on stderr
+            print(f"gapdyn train: {' '.join(str(exc).split())}", file=sys.stderr)
+            return 1
+    wall = time.perf_counter() - t0
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    import pandas as pd
+
+    row = summarize_run(pd.read_parquet(out / "metrics.parquet"), summary["alerts"], wall)
+    say("train", f"{cfg.method} lr={cfg.lr:g} seed={cfg.seed}: {summary['steps']} steps in {wall:.0f} s"
+                 + (f", stopped: {summary['stopped']}" if summary.get("stopped") else ""))
+    collapse = (f"collapse ({row['collapse_rule']}) at step {row['collapse_step']}" if row.get("collapsed")
+                else "no collapse alert")
+    say("train", f"reward {_fmt(row.get('reward_first25'))} -> {_fmt(row.get('reward_last25'))} (first / last 25 "
+                 f"steps), entropy {_fmt(row.get('entropy_last25'))}, M {_fmt(row.get('M_mean_final'))}; {collapse}")
+    if summary.get("faults"):
+        say("train", f"skipped non-finite steps: {summary['faults']}")
+    say("train", f"wrote {out}/ (metrics.parquet, metrics.jsonl, alerts.json, summary.json)")
+    return 0
+
+
+@command("gapdyn train")
+def main(argv: list[str]) -> int:
     """Entry point; returns an exit code (1 when a run stops on repeated faults)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "demo":
-        from .demo import main as demo_main
+        from .demo import demo_main
 
         return demo_main(argv[1:])
     if argv and argv[0] == "warmup":
         return _warmup_main(argv[1:])
-    import tyro
-
-    from .config import TrainConfig
-
-    cfg = tyro.cli(TrainConfig, args=argv, prog="gapdyn train",
-                   description="Online RLVR run of a tiny Qwen with gradient-gap probes "
-                               "(subcommands: `gapdyn train demo`, `gapdyn train warmup`).")
-    from .trainer import FaultError, train
-
-    try:
-        summary = train(cfg)
-    except FaultError as exc:
-        print(f"gapdyn train: {exc}", file=sys.stderr)
-        return 1
-    print(json.dumps(summary))
-    return 0
+    return _train_main(argv)

@@ -1,21 +1,98 @@
-"""Configuration of an online RLVR run (parsed into the ``gapdyn train`` CLI by tyro)."""
+"""Configuration of an online RLVR run (parsed into the ``gapdyn train`` CLI by tyro).
+
+Every setting is checked when the config is made (:func:`check_settings`): a ValueError names the
+setting, so a bad command line ends as one line, never as a run that silently does something else
+(a negative ``max_grad_norm`` would turn descent into ascent).
+"""
 
 from __future__ import annotations
 
+import math
+import numbers
+import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Literal
+
+import tyro
 
 from .collapse import CollapseConfig
 
-__all__ = ["TrainConfig"]
+__all__ = ["TrainConfig", "DTYPES", "check_settings", "check_device"]
+
+DTYPES = ("float32", "float64", "bfloat16", "float16")
+
+_INF = math.inf
+# setting -> (kind, lowest, highest, lowest allowed?, None allowed?)
+_RANGES: dict[str, tuple[str, float, float, bool, bool]] = {
+    "seed": ("int", 0, _INF, True, False),
+    "steps": ("int", 1, _INF, True, False),
+    "prompts_per_step": ("int", 1, _INF, True, False),
+    "group_size": ("int", 2, _INF, True, False),
+    "max_new_tokens": ("int", 1, _INF, True, False),
+    "temperature": ("float", 0, _INF, False, False),
+    "lr": ("float", 0, _INF, False, False),
+    "weight_decay": ("float", 0, _INF, True, False),
+    "max_grad_norm": ("float", 0, _INF, False, True),
+    "eps_low": ("float", 0, 1, True, True),
+    "eps_high": ("float", 0, _INF, True, True),
+    "warmup_steps": ("int", 0, _INF, True, False),
+    "warmup_batch": ("int", 1, _INF, True, False),
+    "warmup_lr": ("float", 0, _INF, False, False),
+    "probe_every": ("int", 0, _INF, True, False),
+    "probe_prompts": ("int", 0, _INF, True, False),
+    "probe_group_size": ("int", 2, _INF, True, False),
+    "checkpoint_every": ("int", 0, _INF, True, False),
+    "max_faults": ("int", 1, _INF, True, False),
+    "num_threads": ("int", 1, _INF, True, True),
+}
+
+
+def _flag(name: str) -> str:
+    """The command-line flag of a setting, with the field name when they differ: ``--max-faults (max_faults)``."""
+    flag = "--" + name.replace("_", "-")
+    return flag if "_" not in name else f"{flag} ({name})"
+
+
+def check_settings(obj, ranges: dict[str, tuple[str, float, float, bool, bool]]) -> None:
+    """Type, finiteness and range of each named numeric setting of ``obj``; a ValueError naming it."""
+    for name, (kind, lo, hi, lo_ok, none_ok) in ranges.items():
+        v = getattr(obj, name)
+        if v is None and none_ok:
+            continue
+        ok_type = numbers.Integral if kind == "int" else numbers.Real
+        if isinstance(v, bool) or not isinstance(v, ok_type):
+            raise ValueError(f"{_flag(name)} must be {'an integer' if kind == 'int' else 'a number'}, got {v!r}")
+        if not math.isfinite(v):
+            raise ValueError(f"{_flag(name)} must be finite, got {v}")
+        above = v >= lo if lo_ok else v > lo
+        if not (above and v < hi if hi == 1 else above):
+            bound = (f">= {lo}" if lo_ok else f"> {lo}") + (f" and < {hi}" if hi == 1 else "")
+            raise ValueError(f"{_flag(name)} must be {bound}{' (or None)' if none_ok else ''}, got {v}")
+
+
+def check_device(device: str) -> str:
+    """'auto', 'cpu', 'cuda' or 'cuda:N'; a CUDA device must exist on this machine."""
+    if device in ("auto", "cpu"):
+        return device
+    m = re.fullmatch(r"cuda(?::(\d+))?", str(device))
+    if m is None:
+        raise ValueError(f"--device must be auto, cpu, cuda or cuda:N, got {device!r}")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: CUDA is not available on this machine (use --device cpu or auto)")
+    index = int(m.group(1) or 0)
+    if index >= torch.cuda.device_count():
+        raise ValueError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here")
+    return device
 
 
 @dataclass
 class TrainConfig:
     """An online RLVR run of a (tiny) Qwen policy with gradient-gap probes."""
 
-    out_dir: str = "runs/llm_probe"
-    """Directory for metrics.jsonl, metrics.parquet, probe_prompts.jsonl, alerts.json, checkpoint.pt."""
+    out_dir: Annotated[str, tyro.conf.arg(name="out")] = "gapdyn_out/train"
+    """Folder for metrics.jsonl, metrics.parquet, probe_prompts.jsonl, alerts.json, summary.json, checkpoint.pt."""
     method: str = "grpo"
     """Loss: grpo, bnpo, dr_grpo, dapo, gspo, wapo, psr, nsr, w_reinforce (llm_probe.losses.LOSSES)."""
     seed: int = 0
@@ -33,13 +110,13 @@ class TrainConfig:
     optimizer: Literal["adam", "adamw", "sgd"] = "adam"
     """Optimizer; with sgd the parameter change is exactly -lr * grad."""
     lr: float = 3e-4
-    """Learning rate (SIMULATIONS.md: 3e-4 normal, 5e-4..1e-3 large for the tiny model with Adam)."""
+    """Learning rate (3e-4 is a normal, 5e-4..1e-3 a large step for the tiny model with Adam)."""
     weight_decay: float = 0.0
     """Weight decay (adamw / sgd)."""
     max_grad_norm: float | None = None
     """Clip the gradient norm to this value (TRL's default is 1.0); None: no clipping."""
     eps_low: float | None = None
-    """Override the loss's lower clip epsilon (None: the registered default)."""
+    """Override the loss's lower clip epsilon, in [0, 1) (None: the registered default)."""
     eps_high: float | None = None
     """Override the loss's upper clip epsilon (None: the registered default)."""
     task: str = "addition"
@@ -56,7 +133,7 @@ class TrainConfig:
     """Warm-up Adam learning rate."""
     probe_every: int = 1
     """Run the gradient-gap probes every n steps (0: never). A probe step costs ~2.4-3.5x a plain step of the
-    tiny Qwen on CPU (BENCHMARKS.md section 3); probe_every=10 keeps the amortised cost within issue 6's 1.5x."""
+    tiny Qwen on CPU (BENCHMARKS.md section 3); probe_every=10 keeps the amortised cost within 1.5x."""
     probe_params: str = "all"
     """Parameters the probes differentiate: 'all', 'lm_head', or a regex on parameter names."""
     probe_alignment: Literal["dot", "jvp", "both"] = "dot"
@@ -68,7 +145,7 @@ class TrainConfig:
     checkpoint_every: int = 0
     """Write checkpoint.pt every n steps (0: only at the end)."""
     resume: bool = False
-    """Resume from out_dir/checkpoint.pt if it exists."""
+    """Resume from <out>/checkpoint.pt if it exists."""
     stop_on_collapse: bool = False
     """Stop the run at the first collapse alert."""
     collapse: CollapseConfig = field(default_factory=CollapseConfig)
@@ -78,8 +155,18 @@ class TrainConfig:
     num_threads: int | None = None
     """torch.set_num_threads (None: leave torch's default)."""
     device: str = "auto"
-    """'auto' (CUDA when available), 'cpu' or 'cuda'."""
+    """'auto' (CUDA when available), 'cpu', 'cuda' or 'cuda:N'."""
     dtype: str = "float32"
     """Model dtype: float32, float64, bfloat16, float16."""
     progress: bool = True
-    """Show a tqdm progress bar."""
+    """Show tqdm progress bars (warm-up and RL steps)."""
+
+    def __post_init__(self):
+        check_settings(self, _RANGES)
+        if not str(self.out_dir).strip():
+            raise ValueError("--out must be a folder path, got an empty string")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"--dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if not str(self.method).strip():
+            raise ValueError("--method must name a loss, got an empty string")
+        check_device(self.device)

@@ -1,8 +1,8 @@
 """CPU demonstration: GRPO vs WAPO on a warmed-up tiny Qwen at a normal and a large Adam learning rate.
 
-    gapdyn train demo --out-dir runs/llm_probe_demo --seeds 0 1 2 --steps 150
+    gapdyn train demo --out gapdyn_out/train-demo --seeds 0 1 2 --steps 150
 
-Writes into out_dir (documented in docs/llm_probe.md):
+Writes into out_dir (``--out``, default ``./gapdyn_out/train-demo``; documented in docs/llm_probe.md):
 - ``warm/``: the warmed-up model + tokenizer (reused when present);
 - ``<method>_lr<lr>_s<seed>/``: each run's metrics.jsonl / metrics.parquet / probe_prompts.jsonl / alerts.json;
 - ``runs.csv`` and ``runs.parquet``: one row per run (columns in RUN_COLUMNS);
@@ -16,10 +16,13 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
+
+import tyro
 
 import numpy as np
 
-__all__ = ["DemoConfig", "prepare_warm_model", "run_demo", "summarize_run", "RUN_COLUMNS", "main"]
+__all__ = ["DemoConfig", "prepare_warm_model", "run_demo", "summarize_run", "RUN_COLUMNS", "demo_main"]
 
 RUN_COLUMNS = (
     "method", "lr", "seed", "steps_run", "reward_first25", "reward_last25", "reward_min_roll10", "entropy_first",
@@ -32,12 +35,12 @@ RUN_COLUMNS = (
 class DemoConfig:
     """GRPO vs WAPO at a normal and a large Adam learning rate, several seeds, on the CPU."""
 
-    out_dir: str = "runs/llm_probe_demo"
-    """Output directory (see module doc for the files)."""
+    out_dir: Annotated[str, tyro.conf.arg(name="out")] = "gapdyn_out/train-demo"
+    """Output folder (see the module doc for the files)."""
     methods: tuple[str, ...] = ("grpo", "wapo")
     """Losses to compare."""
     lrs: tuple[float, ...] = (3e-4, 1e-3)
-    """Adam learning rates (SIMULATIONS.md: 3e-4 normal, 5e-4..1e-3 large)."""
+    """Adam learning rates (3e-4 is a normal, 5e-4..1e-3 a large step for the tiny model)."""
     seeds: tuple[int, ...] = (0, 1, 2)
     """RL seeds (prompt stream and sampler); the warm model is shared."""
     steps: int = 150
@@ -58,14 +61,36 @@ class DemoConfig:
     """Stop each run at its first alert (faster; collapse is absorbing with binary rewards)."""
     num_threads: int = 1
     """torch threads per run."""
-    n_jobs: int = 1
-    """Parallel runs (joblib processes)."""
-    extra: dict = field(default_factory=dict)
-    """Extra TrainConfig fields for every run (e.g. {"optimizer": "sgd"})."""
+    n_jobs: Annotated[int, tyro.conf.arg(name="jobs")] = 1
+    """Parallel runs (joblib processes); -1 = all cores."""
+    progress: bool = True
+    """Show progress bars (warm-up, runs)."""
+    extra: Annotated[dict, tyro.conf.Suppress] = field(default_factory=dict)
+    """Extra TrainConfig fields for every run (e.g. {"optimizer": "sgd"}); Python API only."""
+
+    def __post_init__(self):
+        from gapdyn.cmdline import check_jobs
+
+        from .config import check_settings
+
+        inf = float("inf")
+        check_settings(self, {"steps": ("int", 1, inf, True, False), "prompts_per_step": ("int", 1, inf, True, False),
+                              "group_size": ("int", 2, inf, True, False), "probe_every": ("int", 0, inf, True, False),
+                              "probe_prompts": ("int", 0, inf, True, False), "warmup_steps": ("int", 0, inf, True, False),
+                              "warm_seed": ("int", 0, inf, True, False), "num_threads": ("int", 1, inf, True, False)})
+        check_jobs(self.n_jobs)
+        if not self.methods or not self.lrs or not self.seeds:
+            raise ValueError("--methods, --lrs and --seeds must each name at least one value")
+        for lr in self.lrs:
+            if not (isinstance(lr, (int, float)) and 0 < lr < inf):
+                raise ValueError(f"--lrs must be finite and > 0, got {lr}")
+        for s in self.seeds:
+            if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+                raise ValueError(f"--seeds must be integers >= 0, got {s!r}")
 
 
 def prepare_warm_model(out_dir, *, arch="qwen2", seed=0, steps=400, batch=128, lr=1e-3, num_threads=None,
-                       force=False):
+                       force=False, progress=False):
     """Build + warm up + save a tiny Qwen in out_dir (reused unless force); returns (dir, sampled accuracy)."""
     import torch
 
@@ -84,7 +109,7 @@ def prepare_warm_model(out_dir, *, arch="qwen2", seed=0, steps=400, batch=128, l
     task = AdditionTask()
     model = build_tiny_qwen(tok, TinyQwenSpec(arch=arch), seed=seed)
     t0 = time.perf_counter()
-    losses = warmup(model, tok, task, steps=steps, batch_size=batch, lr=lr, seed=seed)
+    losses = warmup(model, tok, task, steps=steps, batch_size=batch, lr=lr, seed=seed, progress=progress)
     wall = time.perf_counter() - t0
     acc = sampled_accuracy(model, tok, task, n=512, seed=seed)
     save_policy(model, tok, d)
@@ -146,16 +171,17 @@ def run_demo(cfg: DemoConfig) -> "object":
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     warm_dir, acc = prepare_warm_model(out / "warm", seed=cfg.warm_seed, steps=cfg.warmup_steps,
-                                       num_threads=cfg.num_threads)
+                                       num_threads=cfg.num_threads, progress=cfg.progress)
     jobs = [(m, lr, s) for lr in cfg.lrs for m in cfg.methods for s in cfg.seeds]
-    if cfg.n_jobs > 1:
+    if cfg.n_jobs != 1:
         from joblib import Parallel, delayed
 
         results = Parallel(n_jobs=cfg.n_jobs)(delayed(_one_run)(cfg, str(warm_dir), m, lr, s) for m, lr, s in jobs)
     else:
         from tqdm.auto import tqdm
 
-        results = [_one_run(cfg, str(warm_dir), m, lr, s) for m, lr, s in tqdm(jobs, desc="demo runs")]
+        results = [_one_run(cfg, str(warm_dir), m, lr, s)
+                   for m, lr, s in tqdm(jobs, desc="demo runs", disable=not cfg.progress)]
     runs = pd.DataFrame([r for r, _ in results], columns=list(RUN_COLUMNS))
     runs.to_csv(out / "runs.csv", index=False)
     runs.to_parquet(out / "runs.parquet", index=False)
@@ -172,15 +198,20 @@ def run_demo(cfg: DemoConfig) -> "object":
     return runs
 
 
-def main(argv: list[str] | None = None) -> int:
-    import tyro
+def demo_main(argv: list[str]) -> int:
+    """``gapdyn train demo``: parse a DemoConfig, run the grid, print the runs table and a summary."""
+    from gapdyn.cmdline import output_dir, parse, say
 
-    cfg = tyro.cli(DemoConfig, args=argv or [], prog="gapdyn train demo")
+    cfg = parse(DemoConfig, argv, prog="gapdyn train demo")
+    out = output_dir("train-demo", cfg.out_dir)
     runs = run_demo(cfg)
     import pandas as pd
 
     with pd.option_context("display.width", 200, "display.max_columns", 12):
         print(runs[["method", "lr", "seed", "reward_first25", "reward_last25", "entropy_last25", "length_last25",
                     "M_mean_final", "collapsed", "collapse_rule", "collapse_step"]].to_string(index=False))
-    print(f"wrote {Path(cfg.out_dir) / 'runs.csv'} and summary.json")
+    for (m, lr), g in runs.groupby(["method", "lr"], sort=False):
+        say("train", f"demo {m} lr={lr:g}: {int(g['collapsed'].sum())}/{len(g)} runs collapsed, "
+                     f"final reward {g['reward_last25'].mean():.3f}")
+    say("train", f"wrote {out}/ (runs.csv, runs.parquet, metrics_all.parquet, summary.json, one folder per run)")
     return 0

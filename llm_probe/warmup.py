@@ -1,16 +1,32 @@
 """Supervised warm-up so a random tiny model starts RL with 0 < J < 1.
 
 Cross-entropy on the answer tokens and <eos> of "prompt + answer + <eos>" (prompt tokens unscored).
-SIMULATIONS.md: 400 steps, batch 128, Adam 1e-3 (~13 s on this CPU) gives ~27% sampled accuracy on
-two-digit addition (69% greedy), so groups of G = 8 have mixed rewards.
+400 steps, batch 128, Adam 1e-3 (~13 s on a laptop CPU) gives ~27% sampled accuracy on two-digit
+addition (69% greedy), so groups of G = 8 have mixed rewards.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import numpy as np
 import torch
 
-__all__ = ["supervised_batch", "warmup", "sampled_accuracy"]
+__all__ = ["supervised_batch", "warmup", "warmup_progress", "sampled_accuracy"]
+
+_SHOW_PROGRESS: contextvars.ContextVar[bool] = contextvars.ContextVar("warmup_progress", default=False)
+
+
+@contextlib.contextmanager
+def warmup_progress(enabled: bool = True):
+    """Within the block, :func:`warmup` calls that do not say otherwise show a progress bar (lets a
+    command line show the warm-up that a trainer runs internally)."""
+    token = _SHOW_PROGRESS.set(bool(enabled))
+    try:
+        yield
+    finally:
+        _SHOW_PROGRESS.reset(token)
 
 
 def supervised_batch(tokenizer, problems, device=None):
@@ -32,8 +48,11 @@ def supervised_batch(tokenizer, problems, device=None):
 
 
 def warmup(model, tokenizer, task, *, steps: int = 400, batch_size: int = 128, lr: float = 1e-3, seed: int = 0,
-           progress: bool = False) -> list[float]:
-    """Train ``model`` in place on the task's reference answers; returns the loss per step."""
+           progress: bool | None = None, callback=None) -> list[float]:
+    """Train ``model`` in place on the task's reference answers; returns the loss per step.
+
+    progress: a tqdm bar (None: as set by :func:`warmup_progress`, off by default);
+    callback: called as ``callback(step, loss)`` after each step."""
     if steps < 0 or batch_size < 1 or lr <= 0:
         raise ValueError(f"need steps >= 0, batch_size >= 1, lr > 0; got {steps}, {batch_size}, {lr}")
     rng = np.random.default_rng(seed)
@@ -42,17 +61,19 @@ def warmup(model, tokenizer, task, *, steps: int = 400, batch_size: int = 128, l
     model.train()
     losses = []
     it = range(steps)
-    if progress:
+    if _SHOW_PROGRESS.get() if progress is None else progress:
         from tqdm.auto import tqdm
 
-        it = tqdm(it, desc="warm-up", leave=False)
-    for _ in it:
+        it = tqdm(it, desc="warm-up", unit="step", leave=False)
+    for k in it:
         ids, mask, labels = supervised_batch(tokenizer, task.sample(rng, batch_size), dev)
         out = model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False)
         opt.zero_grad(set_to_none=True)
         out.loss.backward()
         opt.step()
         losses.append(float(out.loss.detach()))
+        if callback is not None:
+            callback(k, losses[-1])
     return losses
 
 

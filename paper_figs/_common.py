@@ -22,9 +22,12 @@ class SourceFailed(NotAvailable):
 
 
 def default_store() -> Path:
-    """The sweep store: ``$GAPDYN_STORE`` or ``paper_figs/out/store``."""
+    """The sweep store shared by ``gapdyn figs`` and ``gapdyn reproduce``: ``$GAPDYN_STORE`` or
+    ``./gapdyn_out/store`` under the working directory (never inside the installed package)."""
+    from gapdyn.cmdline import OUT_ROOT
+
     env = os.environ.get("GAPDYN_STORE")
-    return Path(env) if env else Path(__file__).resolve().parent / "out" / "store"
+    return Path(env) if env else Path.cwd() / OUT_ROOT / "store"
 
 
 def check_mode(mode: str) -> str:

@@ -1,11 +1,11 @@
-"""``gapdyn figs``: regenerate the paper figures into ``paper_figs/out/`` (PNG + PDF).
+"""``gapdyn figs``: regenerate the paper figures (PNG + PDF) into ``./gapdyn_out/figs`` or ``--out``.
 
     gapdyn figs                       all figures, quick mode (CPU, minutes)
     gapdyn figs --mode full           paper-scale sweeps (hours; use a cluster via the sweep store)
-    gapdyn figs --only fig5_taxonomy  one figure (same as python -m paper_figs.fig5_taxonomy)
+    gapdyn figs --only fig5           one figure (same as python -m paper_figs.fig5_taxonomy)
     gapdyn figs --list                the figures and their captions
 
-Data come from the sweep store (``--store``, default ``paper_figs/out/store`` or ``$GAPDYN_STORE``)
+Data come from the sweep store (see :func:`resolve_store`)
 when the cells were computed before, and are computed otherwise. A figure whose data source is not
 built yet is skipped with a "not available yet: <why>" line. Exit codes: 0 all figures written,
 3 some not available, 1 an error.
@@ -13,16 +13,19 @@ built yet is skipped with a "not available yet: <why>" line. Exit codes: 0 all f
 
 from __future__ import annotations
 
-import argparse
 import importlib
+import os
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
-from .data import MODES, NotAvailable, SourceFailed, Sources
-from .style import OUT_DIR, SAVE_DPI
+from gapdyn.cmdline import Mode, check_jobs, command, output_dir, parse, resolve_name, say
 
-__all__ = ["FIGURES", "figure_module", "make_figures", "main"]
+from .data import NotAvailable, SourceFailed, Sources, default_store
+from .style import SAVE_DPI
+
+__all__ = ["FIGURES", "FigsConfig", "figure_module", "figure_names", "make_figures", "resolve_store", "main"]
 
 FIGURES: tuple[str, ...] = (
     "fig1_phase_diagram",
@@ -52,46 +55,80 @@ def make_figures(sources: Sources, names=FIGURES, *, out_dir=None, log=print) ->
         t0 = time.perf_counter()
         try:
             out[name] = mod.make(sources, out_dir=out_dir)
-            log(f"[figs] {name}: wrote {', '.join(p.name for p in out[name])} ({time.perf_counter() - t0:.1f} s)")
+            log(f"[gapdyn figs] {name}: wrote {', '.join(p.name for p in out[name])} ({time.perf_counter() - t0:.1f} s)")
         except SourceFailed as exc:
             out[name] = f"error: {exc}"
-            log(f"[figs] {name}: {out[name]}")
+            log(f"[gapdyn figs] {name}: {out[name]}")
         except NotAvailable as exc:
             out[name] = f"not available yet: {exc}"
-            log(f"[figs] {name}: {out[name]}")
+            log(f"[gapdyn figs] {name}: {out[name]}")
         except Exception as exc:  # one broken figure must not hide the others
             out[name] = f"error: {type(exc).__name__}: {exc}"
-            log(f"[figs] {name}: {out[name]}\n{traceback.format_exc()}")
+            log(f"[gapdyn figs] {name}: {out[name]}\n{traceback.format_exc()}")
     return out
 
 
-def parser(prog: str = "gapdyn figs") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Regenerate the paper figures (PNG + PDF).")
-    p.add_argument("--mode", choices=MODES, default="quick", help="sizes: test (seconds), quick (CPU minutes), full")
-    p.add_argument("--only", nargs="+", choices=FIGURES, metavar="FIG", help=f"figures to make, of {list(FIGURES)}")
-    p.add_argument("--out", type=Path, default=None, help=f"output folder (default {OUT_DIR})")
-    p.add_argument("--store", type=Path, default=None, help="sweep store of cached results")
-    p.add_argument("--llm-dir", type=Path, default=None, help="tiny-Qwen run outputs (default <store>/llm_probe/<mode>)")
-    p.add_argument("--jobs", type=int, default=1, help="local processes for sweeps (default 1)")
-    p.add_argument("--seed", type=int, default=None,
-                   help="base seed for the runs that take one (length experiment, taxonomy table, tiny-Qwen "
-                        "seeds); the contextual experiments use fixed instance seeds")
-    p.add_argument("--progress", action="store_true", help="show the sweeps' progress bars")
-    p.add_argument("--list", action="store_true", help="list the figures and their captions, then exit")
-    return p
+def resolve_store(store, out) -> Path:
+    """The sweep store: ``store``; else ``$GAPDYN_STORE``; else ``<out>/store`` when an output folder was
+    given; else ``./gapdyn_out/store`` (shared by ``gapdyn figs`` and ``gapdyn reproduce``)."""
+    if store is not None:
+        return Path(store)
+    if out is not None and not os.environ.get("GAPDYN_STORE"):
+        return Path(out) / "store"
+    return default_store()
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+@dataclass
+class FigsConfig:
+    """Regenerate the paper figures (PNG + PDF)."""
+
+    mode: Mode = "quick"
+    """Sizes: test (seconds), quick (CPU minutes), full (paper scale; hours)."""
+    only: tuple[str, ...] = ()
+    """Figures to make (default all); a name or an unambiguous prefix: fig1, fig5, fig7_llm."""
+    out: str | None = None
+    """Output folder (default ./gapdyn_out/figs)."""
+    store: str | None = None
+    """Sweep store of cached results (default $GAPDYN_STORE, <out>/store with --out, else ./gapdyn_out/store)."""
+    llm_dir: str | None = None
+    """Tiny-Qwen run outputs (default <store>/llm_probe/<mode>)."""
+    jobs: int = 1
+    """Local processes for the sweeps; -1 = all cores."""
+    seed: int | None = None
+    """Base seed of the runs that take one (length experiment, taxonomy table, tiny-Qwen seeds); the
+    contextual experiments use fixed instance seeds."""
+    progress: bool = True
+    """Show the sweeps' progress bars."""
+    list: bool = False
+    """List the figures and their captions, then exit."""
+
+
+def figure_names(names) -> tuple[str, ...]:
+    """Full figure names of ``names`` (each a name or an unambiguous prefix); all figures when empty."""
+    return tuple(resolve_name(n, FIGURES, "figure (--only)") for n in names) if names else FIGURES
+
+
+@command("gapdyn figs")
+def main(argv: list[str]) -> int:
+    args = parse(FigsConfig, argv, prog="gapdyn figs")
     if args.list:
         for name in FIGURES:
             mod = figure_module(name)
             print(f"{name}: {mod.TITLE}\n    {mod.CAPTION}\n")
         return 0
-    sources = Sources(args.mode, store=args.store, llm_dir=args.llm_dir, n_jobs=args.jobs, seed=args.seed,
+    names = figure_names(args.only)
+    check_jobs(args.jobs)
+    out = output_dir("figs", args.out)
+    store = resolve_store(args.store, args.out)
+    say("figs", f"sweep store {store.resolve()}")
+    sources = Sources(args.mode, store=store, llm_dir=args.llm_dir, n_jobs=args.jobs, seed=args.seed,
                       progress=args.progress)
-    made = make_figures(sources, args.only or FIGURES, out_dir=args.out)
-    print(f"[figs] outputs in {args.out or OUT_DIR}")
+    made = make_figures(sources, names, out_dir=out)
+    written = [n for n, v in made.items() if not isinstance(v, str)]
+    say("figs", f"{len(written)}/{len(names)} figures written to {out} (PNG + PDF)")
+    for name, why in made.items():
+        if isinstance(why, str):
+            say("figs", f"{name}: {why.splitlines()[0]}")
     if any(isinstance(v, str) and v.startswith("error") for v in made.values()):
         return 1
     return 3 if any(isinstance(v, str) for v in made.values()) else 0

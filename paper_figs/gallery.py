@@ -22,31 +22,32 @@ DOC_PATH = Path(__file__).resolve().parents[1] / "docs" / "figures.md"
 _INTRO = """## Figures and the quick reproduction
 
 ```bash
-gapdyn reproduce            # the quick CPU reproduction: all figures + paper_figs/out/REPORT.md
-gapdyn reproduce --tiny     # the smallest sizes (about a minute; what the test suite runs)
+gapdyn reproduce            # the quick CPU reproduction: all figures + gapdyn_out/reproduce/REPORT.md
+gapdyn reproduce --mode test   # the smallest sizes (about a minute; what the test suite runs)
 gapdyn reproduce --mode full --jobs -1   # paper-scale sweeps (hours; resumable through the sweep store)
-gapdyn figs                 # only the figures (quick mode); python -m paper_figs is the same
-python -m paper_figs.fig5_taxonomy        # one figure on its own (each fig*.py runs standalone)
+gapdyn figs                 # only the figures (quick mode), into gapdyn_out/figs; python -m paper_figs is the same
+gapdyn figs --only fig5     # one figure (a name or an unambiguous prefix; also python -m paper_figs.fig5_taxonomy)
 ```
 
 `gapdyn reproduce` took 5 to 9 min wall-clock (about 2 min of CPU time) on a 2-core machine shared with
 other jobs; most of it is the 8 tiny-Qwen runs. A rerun reuses the stored results (under a minute). It
-prints a progress bar, then where the outputs are:
+prints where it writes, a progress bar, then what it wrote. Outputs go under the working directory
+(`--out DIR` to choose the folder):
 
 | output | what |
 |---|---|
-| `paper_figs/out/fig*.png`, `.pdf` | the figures; caption in the file metadata (PNG `Description`, PDF `Subject`) |
-| `paper_figs/out/REPORT.md` | every claim of this run (estimate, 95 % interval, n, criterion, verdict, block), identity rows apart, the replication table, the coverage of both papers |
-| `paper_figs/out/results/claims.json`, `claims.csv` | the same claims, machine-readable (`gapdyn.claims_from_json`) |
-| `paper_figs/out/store/` | the sweep store (`$GAPDYN_STORE` or `--store`): completed cells are reloaded, not recomputed |
-| `paper_figs/out/store/llm_probe/<mode>/` | the tiny-Qwen runs, reused when their configuration matches; `gapdyn figs --llm-dir DIR` uses an existing `gapdyn train demo --out-dir DIR` output instead |
+| `gapdyn_out/reproduce/fig*.png`, `.pdf` | the figures; caption in the file metadata (PNG `Description`, PDF `Subject`) |
+| `gapdyn_out/reproduce/REPORT.md` | every claim of this run (estimate, 95 % interval, n, criterion, verdict, block), identity rows apart, the replication table, the coverage of both papers |
+| `gapdyn_out/reproduce/results/claims.json`, `claims.csv` | the same claims, machine-readable (`gapdyn.claims_from_json`) |
+| `gapdyn_out/store/` | the sweep store shared with `gapdyn figs` (`<out>/store` with `--out`; `$GAPDYN_STORE` or `--store` to move it): completed cells are reloaded, not recomputed |
+| `gapdyn_out/store/llm_probe/<mode>/` | the tiny-Qwen runs, reused when their configuration matches; `gapdyn figs --llm-dir DIR` uses an existing `gapdyn train demo --out DIR` output instead |
 
 Modes: `test` (smallest sizes), `quick` (each experiment's `Config.quick()`, 2 seeds x 60 steps of the
 tiny Qwen), `full` (each `Config.full()` with the confirmation block, 5 seeds x 300 steps and lr 5e-4 added).
 Every verdict is a `gapdyn.Claim` made by an experiment's `analyse` (the taxonomy is an experiment too) or
 by `paper_figs.llm.llm_claims` for the tiny-Qwen runs, decided by its interval and a criterion frozen
 before the run (docs/evidence.md); the report only renders them. `python -m paper_figs.report --claims
-paper_figs/out` prints the README's "What holds" table (marked indicative when only the discovery block
+gapdyn_out/reproduce` prints the README's "What holds" table (marked indicative when only the discovery block
 ran). A figure whose data source
 is missing is written with a "not available yet: <why>" panel or skipped with that message; nothing is
 faked. Exit codes: 0 all produced, 3 something not available, 1 an error.
@@ -57,8 +58,8 @@ experiments). Shared style: `paper_figs/style.py` (Okabe-Ito colour-blind-safe p
 glossary symbols with units on every axis). Tutorials: `notebooks/01..04` (gradient-gap basics; thresholds
 and collapse; the token taxonomy; probing a tiny Qwen run), generated without outputs by
 `python notebooks/make_notebooks.py`; `tests/test_notebooks.py` runs them with `GAPDYN_NB_MODE=test`.
-The images below are snapshots of a quick run kept in `docs/img/` (`paper_figs/out/` is not committed);
-refresh them after `gapdyn reproduce` with `python -m paper_figs.gallery --write --snapshot`.
+The images below are snapshots of a quick run kept in `docs/img/` (`gapdyn_out/` is not committed);
+refresh them after `gapdyn reproduce` (run in the repository root) with `python -m paper_figs.gallery --write --snapshot`.
 """
 
 
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         DOC_PATH.write_text(text)
         print(f"wrote {DOC_PATH}")
     if "--snapshot" in argv:
-        out_dir = DOC_PATH.parents[1] / "paper_figs" / "out"
+        out_dir = DOC_PATH.parents[1] / "gapdyn_out" / "reproduce"
         img_dir = DOC_PATH.parent / "img"
         img_dir.mkdir(exist_ok=True)
         missing = [n for n in FIGURES if not (out_dir / f"{n}.png").is_file()]

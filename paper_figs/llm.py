@@ -63,7 +63,7 @@ def load_llm(mode: str, out_dir: Path, *, seed: int | None, progress: bool, n_jo
     """Reuse ``out_dir`` when it holds a finished demo run, else run the mode's grid there.
 
     A folder written by paper_figs carries ``paper_figs_config.json`` and is reused only for the same
-    configuration; a finished folder without it (e.g. ``gapdyn train demo --out-dir DIR``, passed with
+    configuration; a finished folder without it (e.g. ``gapdyn train demo --out DIR``, passed with
     ``--llm-dir DIR``) is used as it is."""
     demo = _import("llm_probe.demo", "the tiny-Qwen figure")
     cfg = llm_demo_config(mode, out_dir, seed=seed, n_jobs=n_jobs)

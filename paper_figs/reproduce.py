@@ -1,7 +1,7 @@
 """``gapdyn reproduce``: the one-command quick reproduction on a CPU (about ten minutes).
 
     gapdyn reproduce              quick mode: every bandit experiment, the tiny-Qwen demo, all figures,
-                                  paper_figs/out/REPORT.md
+                                  ./gapdyn_out/reproduce/REPORT.md (or --out DIR)
     gapdyn reproduce --tiny       the smallest sizes (seconds; what the test suite runs)
     gapdyn reproduce --mode full  paper-scale sweeps (long; resumable through the sweep store)
 
@@ -15,18 +15,19 @@ Exit codes: 0 everything produced, 3 some part not available, 1 an error.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 from tqdm.auto import tqdm
 
 from . import report
-from .cli import FIGURES, figure_module, make_figures
+from gapdyn.cmdline import Mode, check_jobs, command, output_dir, parse, say
+
+from .cli import FIGURES, figure_module, make_figures, resolve_store
 from .data import NotAvailable, SourceFailed, Sources, llm_verdict, taxonomy_verdict
-from .style import OUT_DIR
 
 __all__ = ["EXPERIMENT_ORDER", "reproduce", "main"]
 
@@ -43,15 +44,16 @@ def _experiment_names() -> tuple[str, ...]:
 
 def reproduce(*, mode: str = "quick", out_dir=None, store=None, seed=None, n_jobs: int = 1, progress: bool = True,
               log=print) -> dict:
-    """Run everything and write the figures, ``REPORT.md`` and ``results/`` into ``out_dir``.
+    """Run everything and write the figures, ``REPORT.md`` and ``results/`` into ``out_dir`` (default
+    ``./gapdyn_out/reproduce``); the sweep store is ``store`` or :func:`paper_figs.cli.resolve_store`'s default.
 
     Returns a dict with keys report (path), figures (name -> paths or reason), headline, verdicts
     (DataFrame), unavailable (name -> reason), seconds.
     """
     t0 = time.perf_counter()
-    out = Path(out_dir) if out_dir is not None else OUT_DIR
+    out = output_dir("reproduce", out_dir, announce=False)
     out.mkdir(parents=True, exist_ok=True)
-    store = Path(store) if store is not None else out / "store"
+    store = resolve_store(store, out_dir)
     sources = Sources(mode, store=store, n_jobs=n_jobs, seed=seed, progress=False)
     sources.llm_progress = progress  # the longest stage: show the demo's "demo runs" bar below ours
     experiments = _experiment_names()
@@ -105,34 +107,48 @@ def reproduce(*, mode: str = "quick", out_dir=None, store=None, seed=None, n_job
     )
     path = out / "REPORT.md"
     path.write_text(text)
-    log(f"[reproduce] {len([f for f in figures.values() if not isinstance(f, str)])}/{len(FIGURES)} figures, "
-        f"{len(verdicts)} verdicts in {seconds:.0f} s")
+    held = sum(str(v).startswith("holds") for v in verdicts.get("holds", []))
+    log(f"{len([f for f in figures.values() if not isinstance(f, str)])}/{len(FIGURES)} figures, "
+        f"{held}/{len(verdicts)} verdicts hold, {seconds:.0f} s")
     for k, v in unavailable.items():
-        log(f"[reproduce] {k}: {v}")
-    log(f"[reproduce] figures: {out}/fig*.png|pdf\n[reproduce] report:  {path}\n[reproduce] numbers: {out / 'results'}")
+        log(f"{k}: {v.splitlines()[0]}")
+    log(f"figures: {out}/fig*.png|pdf")
+    log(f"report:  {path}")
+    log(f"numbers: {out / 'results'}")
     return {"report": path, "figures": figures, "headline": headline, "verdicts": verdicts,
             "unavailable": unavailable, "seconds": seconds}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="gapdyn reproduce", description="Quick CPU reproduction: all figures + REPORT.md.")
-    p.add_argument("--mode", choices=("test", "quick", "full"), default="quick", help="sizes (default quick)")
-    p.add_argument("--tiny", action="store_true", help="same as --mode test (seconds; for the test suite)")
-    p.add_argument("--out", type=Path, default=None, help=f"output folder (default {OUT_DIR})")
-    p.add_argument("--store", type=Path, default=None, help="sweep store (default <out>/store)")
-    p.add_argument("--seed", type=int, default=None,
-                   help="base seed for the runs that take one (length experiment, taxonomy table, tiny-Qwen "
-                        "seeds); the contextual experiments use fixed instance seeds")
-    p.add_argument("--jobs", type=int, default=1, help="local processes for the sweeps (default 1)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    args = p.parse_args(argv)
-    mode = "test" if args.tiny else args.mode
-    try:
-        res = reproduce(mode=mode, out_dir=args.out, store=args.store, seed=args.seed, n_jobs=args.jobs,
-                        progress=not args.no_progress)
-    except Exception as exc:  # noqa: BLE001 - report, then fail
-        print(f"gapdyn reproduce: error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        raise
+@dataclass
+class ReproduceConfig:
+    """Quick CPU reproduction: every bandit experiment, the tiny-Qwen runs, all figures and REPORT.md."""
+
+    mode: Mode = "quick"
+    """Sizes: test (seconds; what the test suite runs), quick (about ten CPU minutes), full (paper scale)."""
+    tiny: bool = False
+    """Same as --mode test."""
+    out: str | None = None
+    """Output folder (default ./gapdyn_out/reproduce)."""
+    store: str | None = None
+    """Sweep store (default $GAPDYN_STORE, <out>/store with --out, else ./gapdyn_out/store)."""
+    jobs: int = 1
+    """Local processes for the sweeps; -1 = all cores."""
+    seed: int | None = None
+    """Base seed of the runs that take one (length experiment, taxonomy table, tiny-Qwen seeds); the
+    contextual experiments use fixed instance seeds."""
+    progress: bool = True
+    """Show the progress bar."""
+
+
+@command("gapdyn reproduce")
+def main(argv: list[str]) -> int:
+    args = parse(ReproduceConfig, argv, prog="gapdyn reproduce")
+    check_jobs(args.jobs)
+    out = output_dir("reproduce", args.out)
+    store = resolve_store(args.store, args.out)
+    say("reproduce", f"sweep store {store.resolve()}")
+    res = reproduce(mode="test" if args.tiny else args.mode, out_dir=out, store=store, seed=args.seed,
+                    n_jobs=args.jobs, progress=args.progress, log=lambda text: say("reproduce", text))
     if any(isinstance(v, str) and v.startswith("error") for v in [*res["figures"].values(), *res["unavailable"].values()]):
         return 1
     return 3 if res["unavailable"] else 0

@@ -5,7 +5,7 @@
   colours so that GRPO is the same colour in every figure.
 - Axis labels use the README glossary's symbols (J, Phi, g+, g-, gap, dmu, M, eta, G, T, C, H) with
   their units, through :data:`LABELS` / :func:`label`.
-- :func:`save_figure` writes PNG and PDF into ``paper_figs/out/`` with the caption in the files'
+- :func:`save_figure` writes PNG and PDF (default folder ``./gapdyn_out/figs``) with the caption in the files'
   metadata (PNG "Title"/"Description", PDF "Title"/"Subject").
 """
 
@@ -38,7 +38,8 @@ __all__ = [
     "method_label",
 ]
 
-OUT_DIR = Path(__file__).resolve().parent / "out"
+OUT_DIR = Path("gapdyn_out") / "figs"
+"""Default folder of :func:`save_figure`, relative to the working directory (never inside the package)."""
 
 SAVE_DPI: dict[str, int] = {"png": 200}
 """Resolution of the PNG files (the tiny test mode lowers it: rendering dominates its run time)."""

@@ -273,8 +273,8 @@ def test_bad_input(make, match):
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     store = tmp_path_factory.mktemp("store")
-    rc = cli_main(["run", "length", "--mode", "quick", "--store", str(store), "--backend", "joblib",
-                   "--n-jobs", "2", "--no-progress"])
+    rc = cli_main(["run", "length", "--mode", "quick", "--out", str(store), "--backend", "joblib",
+                   "--jobs", "2", "--no-progress"])
     assert rc == 0
     out = store / "length-quick"
     results = pd.read_parquet(out / "results.parquet")

@@ -196,24 +196,50 @@ def test_llm_claims_against_scipy():
     assert all(c.p_adjusted >= c.p_value for c in got.values())
 
 
+def _package_files() -> set:
+    """The files of the paper_figs package folder (a run that writes there adds some)."""
+    import paper_figs as pkg
+
+    return {p for p in Path(pkg.__file__).parent.rglob("*") if "__pycache__" not in p.parts}
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    """`gapdyn reproduce --tiny` through the command dispatcher: (out dir, exit code, printed text)."""
+    """`gapdyn reproduce --mode test` through the command dispatcher, run from an empty folder without --out:
+    (out dir, exit code, printed text, the package's files before the run)."""
     import contextlib
     import io
+    import os
 
     from gapdyn.cli import main
 
-    out = tmp_path_factory.mktemp("reproduce")
+    cwd = tmp_path_factory.mktemp("cwd")
+    before = _package_files()
+    old, store_env = os.getcwd(), os.environ.pop("GAPDYN_STORE", None)
     buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        rc = main(["reproduce", "--tiny", "--seed", "3", "--no-progress", "--out", str(out)])
-    return out, rc, buf.getvalue()
+    try:
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(buf):
+            rc = main(["reproduce", "--mode", "test", "--seed", "3", "--no-progress"])
+    finally:
+        os.chdir(old)
+        if store_env is not None:
+            os.environ["GAPDYN_STORE"] = store_env
+    return cwd / "gapdyn_out" / "reproduce", rc, buf.getvalue(), before
+
+
+def test_tiny_reproduction_writes_only_under_the_working_directory(tiny_run):
+    out, rc, printed, before = tiny_run
+    cwd = out.parents[1]
+    assert [p.name for p in cwd.iterdir()] == ["gapdyn_out"]
+    assert {p.name for p in (cwd / "gapdyn_out").iterdir()} == {"reproduce", "store"}
+    assert str(out) in printed.splitlines()[0], "the command must say where it writes, first"
+    assert _package_files() == before, "the run wrote into the package folder"
 
 
 def test_tiny_reproduction_writes_every_figure(tiny_run):
-    out, rc, printed = tiny_run
-    assert rc == 0, f"gapdyn reproduce --tiny exited {rc}:\n{printed[-3000:]}"
+    out, rc, printed, _ = tiny_run
+    assert rc == 0, f"gapdyn reproduce --mode test exited {rc}:\n{printed[-3000:]}"
     assert str(out / "REPORT.md") in printed, "the command must print where the report is"
     for name in FIGURES:
         for ext in ("png", "pdf"):
@@ -223,7 +249,7 @@ def test_tiny_reproduction_writes_every_figure(tiny_run):
 
 
 def test_tiny_report_quotes_the_claims_of_this_run(tiny_run):
-    out, _, _ = tiny_run
+    out, _, _, _ = tiny_run
     text = (out / "REPORT.md").read_text()
     claims = report.read_claims(out)
     assert claims, "no claims"
@@ -240,13 +266,13 @@ def test_tiny_report_quotes_the_claims_of_this_run(tiny_run):
 
     for name in ("taxonomy", "logistic", "stagnation"):
         mod = load(name)
-        again = mod.run(mod.Config.test(), store=out / "store", backend="serial", progress=False)
+        again = mod.run(mod.Config.test(), store=out.parent / "store", backend="serial", progress=False)
         stored = {c.id: c for c in claims if c.id in mod.CRITERIA}
         assert {c.id: c for c in again.claims} == stored
 
 
 def test_tiny_report_covers_every_experiment(tiny_run):
-    out, _, _ = tiny_run
+    out, _, _, _ = tiny_run
     claims = report.read_claims(out)
     from bandits.experiments import load
 
@@ -258,8 +284,8 @@ def test_tiny_report_covers_every_experiment(tiny_run):
         ids = set(load(name).CRITERIA)
         known |= ids
         assert ids & {c.id for c in claims}, f"no claims from experiment {name!r}"
-        stored = [p for p in (out / "store").glob(f"{name}*/results.parquet") if p.stat().st_size > 0]
-        assert stored, f"{name}: no stored sweep results under {out / 'store'}"
+        stored = [p for p in (out.parent / "store").glob(f"{name}*/results.parquet") if p.stat().st_size > 0]
+        assert stored, f"{name}: no stored sweep results under {out.parent / 'store'}"
     assert {c.id for c in claims} <= known
     assert set(LLM_CRITERIA) <= {c.id for c in claims}, "no claims from the tiny-Qwen runs"
     unmapped = [c.id for c in claims if not any(report.covers(s, c.id) for _, _, specs, _ in report.PAPER_CLAIMS

@@ -174,12 +174,13 @@ def test_stop_on_collapse(tmp_path):
 def test_cli_runs_and_validates(tmp_path, capsys):
     from llm_probe.cli import main
 
-    rc = main(["--out-dir", str(tmp_path), "--steps", "2", "--warmup-steps", "5", "--prompts-per-step", "2",
+    rc = main(["--out", str(tmp_path), "--steps", "2", "--warmup-steps", "5", "--prompts-per-step", "2",
                "--group-size", "2", "--probe-prompts", "2", "--num-threads", "1", "--no-progress", "--device", "cpu"])
     assert rc == 0
-    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["steps"] == 2
-    with pytest.raises(SystemExit):
-        main(["--optimizer", "lion"])
+    printed = capsys.readouterr().out
+    assert "2 steps" in printed and str(tmp_path) in printed
+    assert json.loads((tmp_path / "summary.json").read_text())["steps"] == 2
+    assert main(["--optimizer", "lion"]) == 2
     with pytest.raises(ValueError, match="method must be one of"):
         Trainer(TrainConfig(out_dir=str(tmp_path), method="ppo"), model=object(), tokenizer=object())
     for bad, field in ((dict(temperature=0.0), "temperature"), (dict(max_faults=0), "max_faults"),
@@ -197,7 +198,7 @@ def test_cli_jsonl_task(tmp_path, capsys):
     f = tmp_path / "qa.jsonl"
     f.write_text("".join(json.dumps({"question": f"{a}+{b}=", "answer": f"#### {a + b}"}) + "\n"
                          for a in range(10, 14) for b in range(20, 23)))
-    rc = main(["--task", str(f), "--out-dir", str(tmp_path / "run"), "--steps", "2", "--warmup-steps", "3",
+    rc = main(["--task", str(f), "--out", str(tmp_path / "run"), "--steps", "2", "--warmup-steps", "3",
                "--warmup-batch", "8", "--prompts-per-step", "2", "--group-size", "2", "--probe-prompts", "2",
                "--num-threads", "1", "--no-progress", "--device", "cpu"])
     assert rc == 0
@@ -207,9 +208,7 @@ def test_cli_jsonl_task(tmp_path, capsys):
 def test_gapdyn_train_dispatch(capsys):
     from gapdyn.cli import main
 
-    with pytest.raises(SystemExit) as e:
-        main(["train", "--help"])
-    assert e.value.code == 0
+    assert main(["train", "--help"]) == 0
     assert "--probe-alignment" in capsys.readouterr().out
 
 

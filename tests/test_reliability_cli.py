@@ -1,8 +1,8 @@
 """Reliability of the ``gapdyn`` command: malformed arguments (unknown commands, experiments, methods and
 choices, eta <= 0, group size < 2, steps 0, missing/malformed JSONL tasks, missing model directories,
-bad n_jobs, an unusable store path) end with exit code 2 and a one-line message naming the problem --
+bad --jobs, an unusable output path) end with exit code 2 and a one-line message naming the problem --
 never a Python traceback. Most cases run ``gapdyn.cli.main`` in-process (what the console script calls;
-argparse/tyro exits are caught as their exit code); a few run the real console entry point in a
+tyro exits are caught as their exit code); a few run the real console entry point in a
 subprocess to check stderr for tracebacks. Open defects are strict xfails (RELIABILITY.md)."""
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ BANDIT_USAGE = {
     "unknown_experiment": (["bandit", "run", "nope"], ["unknown experiment", "nope"]),
     "bad_mode": (["bandit", "run", "length", "--mode", "huge"], ["--mode"]),
     "bad_backend": (["bandit", "run", "length", "--backend", "dask"], ["--backend"]),
-    "n_jobs_not_int": (["bandit", "run", "length", "--n-jobs", "two"], ["--n-jobs"]),
+    "jobs_not_int": (["bandit", "run", "length", "--jobs", "two"], ["--jobs"]),
     "unknown_flag": (["bandit", "run", "length", "--eta", "-1"], ["unrecognized"]),
     "demo_arms_1": (["demo", "--arms", "1"], ["arms"]),
     "demo_seeds_0": (["demo", "--seeds", "0"], ["seeds"]),
@@ -84,8 +84,8 @@ def test_top_level_help_and_empty_exit_0(capsys):
 
 
 OPEN_BANDIT = {
-    "n_jobs_zero": (["bandit", "run", "length", "--n-jobs", "0", "--no-progress"], ["n-jobs"]),
-    "n_jobs_negative": (["bandit", "run", "length", "--n-jobs", "-5", "--no-progress"], ["n-jobs"]),
+    "jobs_zero": (["bandit", "run", "length", "--jobs", "0", "--no-progress"], ["--jobs"]),
+    "jobs_negative": (["bandit", "run", "length", "--jobs", "-5", "--no-progress"], ["--jobs"]),
 }
 
 
@@ -93,14 +93,14 @@ OPEN_BANDIT = {
 def test_bandit_cli_bad_values_exit_2(case, capsys, tmp_path, request):
     _open(request)
     argv, words = OPEN_BANDIT[case]
-    _expect_usage_error(argv + ["--store", str(tmp_path)], capsys, *words)
+    _expect_usage_error(argv + ["--out", str(tmp_path)], capsys, *words)
 
 
 def test_bandit_cli_unusable_store_is_a_message_not_a_traceback(capsys, tmp_path, request):
     _open(request)
     f = tmp_path / "a_file"
     f.write_text("x")
-    rc, out, err = _run(["bandit", "run", "length", "--store", str(f), "--no-progress", "--backend", "serial"], capsys)
+    rc, out, err = _run(["bandit", "run", "length", "--out", str(f), "--no-progress", "--backend", "serial"], capsys)
     assert rc != 0 and "a_file" in err
 
 
@@ -108,7 +108,7 @@ def test_bandit_cli_unusable_store_is_a_message_not_a_traceback(capsys, tmp_path
 
 
 def _train(tmp_path, *extra):
-    return ["train", "--out-dir", str(tmp_path / "run"), "--warmup-steps", "0", "--device", "cpu", "--no-progress",
+    return ["train", "--out", str(tmp_path / "run"), "--warmup-steps", "0", "--device", "cpu", "--no-progress",
             "--num-threads", "1", "--steps", "1", "--prompts-per-step", "2", "--group-size", "2", "--probe-prompts", "0",
             *extra]
 
@@ -145,8 +145,8 @@ TRAIN_VALUES = {
     "method": (lambda t: ["--method", "ppo"], ["method"]),
     "lr_zero": (lambda t: ["--lr", "0"], ["lr"]),
     "lr_negative": (lambda t: ["--lr", "-0.001"], ["lr"]),
-    "lr_nan": (lambda t: ["--lr", "nan"], ["learning rate"]),
-    "group_size_1": (lambda t: ["--group-size", "1"], ["group_size"]),
+    "lr_nan": (lambda t: ["--lr", "nan"], ["--lr"]),
+    "group_size_1": (lambda t: ["--group-size", "1"], ["--group-size"]),
     "steps_0": (lambda t: ["--steps", "0"], ["steps"]),
     "missing_task_file": (lambda t: ["--task", str(t / "missing.jsonl")], ["missing.jsonl"]),
     "malformed_task_file": (lambda t: ["--task", _bad_jsonl(t)], ["line 2"]),
@@ -222,7 +222,7 @@ def _console(*argv, timeout=100):
 
 def test_console_bandit_errors_have_no_traceback(tmp_path, request):
     _open(request)
-    for argv in (["nope"], ["bandit", "run", "nope"], ["bandit", "run", "length", "--n-jobs", "0", "--store", str(tmp_path)]):
+    for argv in (["nope"], ["bandit", "run", "nope"], ["bandit", "run", "length", "--jobs", "0", "--out", str(tmp_path)]):
         p = _console(*argv)
         assert p.returncode == 2 and "Traceback" not in p.stderr and p.stderr.strip(), (argv, p.returncode, p.stderr[-600:])
 

@@ -177,7 +177,7 @@ def _kill_train_repeatedly(tmp_path, warm_dir, steps, n_kills, seed):
     targets = np.sort(rng.choice(np.arange(1, steps), size=n_kills, replace=False))
     killed = 0
     for target in targets:
-        proc = subprocess.Popen([sys.executable, "-m", "gapdyn.cli", "train", "--out-dir", str(out), "--init-from",
+        proc = subprocess.Popen([sys.executable, "-m", "gapdyn.cli", "train", "--out", str(out), "--init-from",
                                  str(warm_dir), "--steps", str(steps), "--resume", *TRAIN_ARGS],
                                 cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         killed += _wait_then_kill(proc, lambda: _safe_rows_count(out / "metrics.jsonl"), int(target))
