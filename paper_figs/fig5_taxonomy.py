@@ -44,13 +44,6 @@ def make(sources: Sources, out_dir=None):
     return save_figure(fig, NAME, caption=CAPTION, title=TITLE, out_dir=out_dir)
 
 
-def headline(sources: Sources) -> dict:
-    """The estimates of the claims this figure illustrates (read from the run's claims, nothing computed)."""
-    from .report import claims_headline
-
-    return claims_headline([c for name in ('taxonomy',) for c in sources.claims(name)])
-
-
 def main(argv: list[str] | None = None) -> int:
     from .cli import main as cli_main
 

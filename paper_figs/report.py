@@ -20,7 +20,7 @@ import pandas as pd
 
 import gapdyn
 
-__all__ = ["fmt", "PAPER_CLAIMS", "CLAIM_COLUMNS", "covers", "decided_claims", "coverage_table", "claims_headline",
+__all__ = ["fmt", "PAPER_CLAIMS", "CLAIM_COLUMNS", "covers", "decided_claims", "coverage_table",
            "write_results", "read_claims", "render_report", "readme_table", "main"]
 
 CLAIM_COLUMNS = ("id", "block", "source", "statistic", "estimate", "lo", "hi", "n", "criterion", "verdict",
@@ -100,11 +100,6 @@ def coverage_table(claims: Iterable[gapdyn.Claim]) -> list[list[str]]:
             text += f" (+{counts['identity']} identity, not counted)"
         rows.append([paper, statement, ", ".join(c.id for c in got), text])
     return rows
-
-
-def claims_headline(claims: Iterable[gapdyn.Claim]) -> dict[str, float]:
-    """{"<id> (<block>)": estimate} of the decided claims (what a figure's ``headline`` reports)."""
-    return {f"{c.id} ({c.block})": c.estimate for c in decided_claims(claims)}
 
 
 def write_results(results_dir: Path, claims: Iterable[gapdyn.Claim]) -> list[Path]:
