@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: venv reproduce test test-all demo figs bench clean
+.PHONY: venv reproduce test test-all demo figs bench notebooks clean
 
 venv: $(VENV)/.installed
 
@@ -33,6 +33,9 @@ demo: venv
 
 figs: venv
 	$(BIN)/gapdyn figs
+
+notebooks: venv           ## execute the notebooks and render them with their figures to docs/notebooks
+	$(BIN)/python notebooks/render.py
 
 bench: venv
 	$(BIN)/python -m benchmarks

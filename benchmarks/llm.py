@@ -269,7 +269,7 @@ _PROFILED = {
     "jvp_alignment": "probes.py:(jvp_alignment)",
     "token_stats": "probes.py:(token_stats)",
     "prompt_objectives": "probes.py:(prompt_objectives)",
-    "_alignment": "trainer.py:(_alignment)",
+    "_alignment": "gap_probe.py:(after)",
     "compute_loss": "trainer.py:(compute_loss)",
     "backward": "(backward)",
     "optimizer step": "(step)",
@@ -280,7 +280,7 @@ def profile_step(model, tok, task, setup: LLMSetup, probe: str, steps: int = 3) 
     """cProfile of ``steps`` train steps with ``probe``: cumulative seconds per step of the main parts.
 
     Parts (cumulative, so nested ones overlap: per_prompt_gaps contains a make_rollout-free forward and
-    the backwards; _alignment contains the JVPs and the realised-dPhi forward): see _PROFILED.
+    the backwards; _alignment (GapProbe.after) contains the JVPs and the realised-dPhi forward): see _PROFILED.
     """
     import cProfile
     import pstats

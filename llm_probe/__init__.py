@@ -15,6 +15,7 @@ from .model import (
     save_policy,
     sequence_logprob,
 )
+from .gap_probe import GapProbe, ProbeResult
 from .probes import (
     GapEstimate,
     alignment_metrics,
@@ -43,11 +44,11 @@ def __getattr__(name):  # the TRL callback imports transformers.TrainerCallback:
 
 __all__ = [
     "AGG_ALIASES", "AGG_MODES", "AdditionTask", "Alert", "CollapseConfig", "CollapseDetector", "FaultError",
-    "GapEstimate", "GapProbeCallback", "JsonlTask", "LOSSES", "LOSS_NAMES", "LossSpec", "Problem", "RULES", "Rollout", "TinyQwenSpec",
+    "GapEstimate", "GapProbe", "GapProbeCallback", "JsonlTask", "LOSSES", "LOSS_NAMES", "LossSpec", "Problem", "RULES", "Rollout", "TinyQwenSpec",
     "TrainConfig", "Trainer", "aggregate", "alignment_metrics", "build_char_tokenizer", "build_policy",
     "build_tiny_qwen", "check_answer", "completion_logprobs", "compute_advantages", "default_device",
     "detection_stats", "dot_alignment", "extract_answer", "flat", "jvp_alignment", "load_jsonl_problems", "load_policy",
     "load_tokenizer", "make_rollout", "make_task", "mixed_groups", "normalize_answer", "per_prompt_gaps",
-    "policy_loss", "prompt_objectives", "sample_completions", "sampled_accuracy", "save_policy", "select_params",
+    "policy_loss", "ProbeResult", "prompt_objectives", "sample_completions", "sampled_accuracy", "save_policy", "select_params",
     "sequence_logprob", "synthetic_stream", "token_stats", "train", "warmup",
 ]

@@ -1,48 +1,76 @@
-"""The same probes attached to a real ``trl.GRPOTrainer`` run through a ``transformers.TrainerCallback``.
+"""The Gradient-Gap probe (llm_probe.gap_probe) attached to a real ``trl.GRPOTrainer`` run through a
+``transformers.TrainerCallback``.
 
-Callbacks see the model and optimizer but not the batch (ANCHORS.md), so the callback wraps the reward
-function: each call records the prompts, the completion token ids and the rewards of that generation batch
-(grouped ``num_generations`` consecutive completions per prompt, TRL's order). Then, per optimizer step:
+Callbacks see the model and optimizer but not the batch, so the callback wraps the reward function: each call
+records the prompts, the completion token ids and the rewards of that generation batch (grouped
+``num_generations`` consecutive completions per prompt, TRL's order). Then, per optimizer step:
 
-- ``on_pre_optimizer_step`` (gradients already clipped, parameters = theta_k): per-prompt gaps g_q of the
-  recorded mixed groups (torch.autograd.grad, so ``p.grad`` is untouched), a copy of theta_k and of -grad;
-- ``on_optimizer_step``: delta = theta_{k+1} - theta_k; dmu_q = <delta, g_q>, dmu_grad_q = <-grad, g_q>;
-  M_batch += mean_q [dmu_q]_+. With ``optim="sgd"`` delta = -lr * grad exactly.
+- ``on_pre_optimizer_step`` (gradients already clipped, parameters = theta_k): :meth:`GapProbe.before`;
+- ``on_optimizer_step`` (parameters = theta_{k+1}): :meth:`GapProbe.after`; one row per step in
+  :attr:`GapProbeCallback.history` (and ``log_path``). With ``optim="sgd"`` delta = -lr * grad exactly;
+- ``on_log``: the scalars of the rows since the last log (mean over them; the running sums ``gap/M_*``: the
+  last value) are merged into TRL's ``logs`` and ``state.log_history[-1]``, so they reach every ``report_to``
+  integration that runs after this callback: :meth:`GapProbeCallback.attach` puts it first. Keys TRL already
+  logs (``reward``, ``frac_reward_zero_std``) keep TRL's values.
 
 Our own forward pass scores the completions (TRL's fused LM head never builds logits). Exact per-prompt
 bookkeeping needs ``num_iterations=1`` and ``steps_per_generation`` equal to the gradient-accumulation steps
 (the default); other settings raise a ValueError at ``on_train_begin``. A reward > 0 counts as a success (O+).
+TRL's sampler may emit the pad token inside a completion (ours never does, llm_probe.rollout); pass
+``generation_kwargs={"suppress_tokens": [pad_id]}`` to GRPOConfig to rule it out.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import math
 from pathlib import Path
 
 import torch
 from transformers import TrainerCallback
 
-from .probes import alignment_metrics, dot_alignment, flat, per_prompt_gaps, select_params
+from .gap_probe import ALIGNMENT_ROUTES, GapProbe
 from .rollout import Rollout
 
 __all__ = ["GapProbeCallback"]
 
+_RUNNING_SUMS = ("gap/M_batch", "gap/M_mean")  # logged as their last value, not a mean over steps
+
 
 class GapProbeCallback(TrainerCallback):
-    """Per-step Gradient-Gap alignment of a TRL GRPO run. Wrap the reward function with :meth:`wrap_reward`."""
+    """Per-step Gradient-Gap alignment of a TRL GRPO run. Wrap the reward function with :meth:`wrap_reward`;
+    :meth:`attach` it so the metrics land in TRL's logs."""
 
-    def __init__(self, tokenizer, num_generations: int, *, params: str = "all", log_path: str | Path | None = None):
+    def __init__(self, tokenizer, num_generations: int, *, params: str = "all", alignment: str = "dot",
+                 log_path: str | Path | None = None):
         if num_generations < 2:
             raise ValueError(f"num_generations must be >= 2, got {num_generations}")
+        if alignment not in ALIGNMENT_ROUTES:
+            raise ValueError(f"alignment must be one of {ALIGNMENT_ROUTES}, got {alignment!r}")
         self.tok = tokenizer
         self.G = int(num_generations)
         self.params_spec = params
+        self.alignment = alignment
         self.log_path = Path(log_path) if log_path else None
         self.history: list[dict] = []
+        self.probe: GapProbe | None = None
         self._calls: list[tuple] = []
-        self._pending = None
-        self.M_batch = 0.0
+        self._batch: dict | None = None
+        self._unlogged: list[dict] = []
+
+    @property
+    def M_batch(self) -> float:
+        return self.probe.M_batch if self.probe is not None else 0.0
+
+    def attach(self, trainer) -> GapProbeCallback:
+        """Register with ``trainer`` ahead of every other callback (the ``report_to`` integrations read the
+        logs this callback extends); returns self."""
+        cbs = trainer.callback_handler.callbacks
+        if self in cbs:
+            cbs.remove(self)
+        cbs.insert(0, self)
+        return self
 
     def wrap_reward(self, fn):
         """A reward function with the same behaviour that also records each call's groups."""
@@ -87,36 +115,54 @@ class GapProbeCallback(TrainerCallback):
                        c_ids.to(device), c_mask.to(device), term, [""] * N, r)
 
     def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
-        params = select_params(model, self.params_spec)
+        if self.probe is None:
+            self.probe = GapProbe(model, self.params_spec, alignment=self.alignment)
+        self.probe.cancel()
         ro = self._rollout(next(model.parameters()).device)
         if ro is None:
-            self._pending = None
             return
-        was_training = model.training
-        model.eval()  # no dropout in the probe's forward pass
-        est = per_prompt_gaps(model, ro, params)
-        model.train(was_training)
-        names = list(params)
-        grads = [params[n].grad for n in names]
-        grad_dir = flat([-(g if g is not None else torch.zeros_like(params[n])) for g, n in zip(grads, names)])
-        self._pending = (params, {n: params[n].detach().clone() for n in names}, grad_dir, est, ro)
+        self._batch = {"reward": float(ro.rewards.mean()),
+                       "frac_reward_zero_std": float((ro.rewards.std(-1) == 0).float().mean())}
+        self.probe.before(ro)
 
     def on_optimizer_step(self, args, state, control, model=None, **kw):
-        if self._pending is None:
+        if self.probe is None or not self.probe.pending:
             return
-        params, old, grad_dir, est, ro = self._pending
-        self._pending = None
-        delta = flat([params[n].detach() - old[n] for n in old])
-        dmu_u = dot_alignment(est.gaps, delta)
-        dmu_g = dot_alignment(est.gaps, grad_dir)
-        if len(dmu_u):
-            self.M_batch += float(dmu_u.clamp(min=0).mean())
-        row = {"step": int(state.global_step), "reward": float(ro.rewards.mean()),
-               "frac_reward_zero_std": float((ro.rewards.std(-1) == 0).float().mean()),
-               "update_norm": float(delta.norm()), "grad_norm_probe": float(grad_dir.norm()),
-               **alignment_metrics("gap", dmu_u, dmu_g, est.gaps, delta, grad_dir), "gap/M_batch": self.M_batch,
-               "gap/dmu_update": dmu_u.tolist(), "gap/dmu_grad": dmu_g.tolist()}
+        res = self.probe.after()
+        row = {"step": int(state.global_step), **self._batch, "update_norm": res.update_norm,
+               "grad_norm_probe": res.grad_norm, **res.metrics,
+               "gap/dmu_update": [] if res.dmu_update is None else res.dmu_update.tolist(),
+               "gap/dmu_grad": [] if res.dmu_grad is None else res.dmu_grad.tolist()}
         self.history.append(row)
+        self._unlogged.append(row)
         if self.log_path is not None:
             with open(self.log_path, "a") as f:
                 f.write(json.dumps(row) + "\n")
+
+    def on_log(self, args, state, control, logs=None, **kw):
+        if logs is None or not self._unlogged:
+            return
+        merged = _summarise(self._unlogged)
+        self._unlogged = []
+        new = {k: v for k, v in merged.items() if k not in logs}
+        logs.update(new)
+        if state.log_history:
+            for k, v in new.items():
+                state.log_history[-1].setdefault(k, v)
+
+
+def _summarise(rows: list[dict]) -> dict:
+    """Scalar metrics of the rows since the last log: the mean over the rows that hold a finite value (running
+    sums: the last value); lists and ``step`` are left out."""
+    out = {}
+    keys = [k for r in rows[::-1] for k in r if k != "step"]
+    for k in dict.fromkeys(keys):
+        vals = [r[k] for r in rows if isinstance(r.get(k), (int, float)) and not isinstance(r.get(k), bool)]
+        if not vals:
+            continue
+        if k in _RUNNING_SUMS:
+            out[k] = vals[-1]
+            continue
+        finite = [v for v in vals if math.isfinite(v)]
+        out[k] = sum(finite) / len(finite) if finite else float("nan")
+    return out

@@ -26,6 +26,7 @@ __all__ = [
     "completion_logprobs",
     "sequence_logprob",
     "position_ids_from_mask",
+    "forward_inputs",
 ]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -33,7 +34,7 @@ _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch
 
 @dataclass(frozen=True)
 class TinyQwenSpec:
-    """Shape of a tiny Qwen policy (SIMULATIONS.md: hidden 64, intermediate 256, 2 layers, 4/2 heads)."""
+    """Shape of a tiny Qwen policy (default: hidden 64, intermediate 256, 2 layers, 4/2 heads)."""
 
     arch: str = "qwen2"  # "qwen2" or "qwen3" (Qwen3 sets head_dim explicitly and adds q/k norms)
     hidden_size: int = 64
@@ -136,11 +137,27 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+def forward_inputs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict:
+    """Keyword arguments of a causal-LM forward over left-padded rows ``input_ids`` [B, L]: position ids that
+    follow the mask and, for a float64 model, a 4D additive mask [B, 1, L, L] whose minimum is float32's.
+    (The eager attention of Qwen and most HF models takes its softmax in float32, where float64's minimum
+    becomes -inf: a row of left padding, masked everywhere, then turns NaN and the NaN reaches every row.)
+    Any other dtype gets the 2D mask as it is."""
+    kw = dict(input_ids=input_ids, position_ids=position_ids_from_mask(attention_mask), use_cache=False)
+    if getattr(model, "dtype", None) != torch.float64:
+        return {**kw, "attention_mask": attention_mask}
+    L = input_ids.shape[1]
+    causal = torch.ones(L, L, dtype=torch.bool, device=input_ids.device).tril()
+    allowed = causal[None, :, :] & (attention_mask[:, None, :] > 0)  # [B, L(query), L(key)]
+    mask = torch.where(allowed, 0.0, torch.finfo(torch.float32).min).to(torch.float64)
+    return {**kw, "attention_mask": mask[:, None, :, :]}
+
+
 def completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask):
     """Logits that score each completion token, [B, T, V] (position t predicts completion token t)."""
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)  # [B, P+T]
     attn = torch.cat([prompt_mask, completion_mask], dim=1)
-    out = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids_from_mask(attn), use_cache=False)
+    out = model(**forward_inputs(model, input_ids, attn))
     T = completion_ids.shape[1]
     return out.logits[:, -T - 1 : -1, :]
 

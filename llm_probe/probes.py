@@ -3,8 +3,8 @@
 For one prompt q with sampled completions split by reward into O+ and O- (both non-empty: a "mixed" group):
 - per-prompt log-odds proxy  Phi_hat_q(theta) = mean_{o in O+} log pi(o|q) - mean_{o in O-} log pi(o|q)
   (log pi(o|q) the summed token log-probs; the completions are held fixed);
-- gap estimate  g_q = grad_theta Phi_hat_q, an unbiased-in-direction sample of g+ - g- (THEORY.md §1);
-  per group from its own G rows only, vmap'd over groups (ANCHORS.md "Cheap exact tricks");
+- gap estimate  g_q = grad_theta Phi_hat_q, a sample of the Gradient Gap g+ - g- (Suk & Duan,
+  arXiv 2510.08539; docs/equations.md); per group from its own G rows only, vmap'd over groups;
 - alignment  dmu_q = <v, g_q> for a direction v: the actual parameter change delta_theta (eta = 1,
   so Adam is covered) or the raw ascent direction -grad L. Two routes: the dot product with the gap
   vectors, and a forward-mode JVP of the vector (Phi_hat_q)_q along v (all prompts in one pass);
@@ -193,16 +193,8 @@ def _group_gaps_vmap(model, ro, groups, params, W, chunk):
     idx = torch.stack([torch.arange(b * G, (b + 1) * G) for b in groups.tolist()]).to(W.device)  # [Q, G]
     w = torch.gather(W, 1, idx)  # [Q, G]: group q's contrast weights on its own rows
 
-    class _Call(torch.nn.Module):  # completion_logprobs expects something callable like the model
-        def __init__(self, pd):
-            super().__init__()
-            self.pd = pd
-
-        def forward(self, **kw):
-            return functional_call(model, self.pd, args=(), kwargs=kw, strict=False)
-
     def phi(pd, wq, a, b, c, d):
-        lp = completion_logprobs(_Call(pd), a, b, c, d).sum(-1)  # [G]
+        lp = completion_logprobs(_Functional(model, pd), a, b, c, d).sum(-1)  # [G]
         return wq.to(lp.dtype) @ lp
 
     gaps = torch.empty(len(groups), sum(p.numel() for p in plist), dtype=_gap_dtype(plist))
@@ -213,9 +205,24 @@ def _group_gaps_vmap(model, ro, groups, params, W, chunk):
         g, v = f(primals, w[s:s + chunk], ro.prompt_ids[ix], ro.prompt_mask[ix], ro.completion_ids[ix],
                  ro.completion_mask[ix])
         n = len(ix)
-        gaps[s:s + n] = torch.cat([g[k].reshape(n, -1).to(gaps.dtype) for k in keys], 1).cpu()
+        gaps[s:s + n] = torch.cat([g[k].detach().reshape(n, -1).to(gaps.dtype) for k in keys], 1).cpu()
         phis.append(v.detach())
     return gaps, torch.cat(phis).cpu()
+
+
+class _Functional(torch.nn.Module):
+    """``model`` run with the parameter values ``pd`` (torch.func.functional_call; the others: the module's),
+    callable like the model (completion_logprobs takes it) and with the model's ``dtype``."""
+
+    def __init__(self, model, pd: dict, *, tie_weights: bool = True):
+        super().__init__()
+        self._model = (model,)  # a tuple: not registered as a submodule
+        self.pd = pd
+        self.tie_weights = tie_weights
+        self.dtype = getattr(model, "dtype", None)
+
+    def forward(self, **kw):
+        return functional_call(self._model[0], self.pd, args=(), kwargs=kw, strict=False, tie_weights=self.tie_weights)
 
 
 def per_prompt_gaps_batched(model, ro, params: dict[str, torch.nn.Parameter]) -> GapEstimate:
@@ -242,12 +249,17 @@ def dot_alignment(gaps: torch.Tensor, direction: torch.Tensor) -> torch.Tensor:
 
 
 def jvp_alignment(model, ro, groups: torch.Tensor, params: dict[str, torch.Tensor],
-                  tangents: dict[str, torch.Tensor]) -> torch.Tensor:
+                  tangents: dict[str, torch.Tensor], *, base: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
     """dmu_q = d/ds Phi_hat_q(theta + s v) at s = 0 for all q in one forward-mode pass (torch.func.jvp).
 
     ``params`` are the (detached) values theta of the selected parameters, ``tangents`` v on the same keys;
-    the other parameters stay at the module's values. ``tangents`` may also be a list of K such dicts: then
-    all K directions go through one forward-mode pass (torch.func.vmap over the JVP) and the result is [K, Q].
+    the other parameters take their values from ``base`` (name -> tensor, e.g. a snapshot of theta_k), else
+    the module's. ``tangents`` may also be a list of K such dicts: then all K directions go through one
+    forward-mode pass (torch.func.vmap over the JVP) and the result is [K, Q].
+
+    Equals <v, g_q> with g_q from backward (:func:`per_prompt_gaps`), tied embeddings included: each name a
+    tied weight goes by gets its own forward-mode input, and only the input-embedding use drops the
+    ``padding_idx`` row (backward gives that use an exact zero there; the output layer's use keeps it).
     """
     many = isinstance(tangents, (list, tuple))
     if len(groups) == 0:
@@ -255,38 +267,44 @@ def jvp_alignment(model, ro, groups: torch.Tensor, params: dict[str, torch.Tenso
     W = _contrast_weights(ro.rewards, groups).to(ro.completion_ids.device)
     rows = torch.nonzero(W.abs().sum(0) > 0).flatten()
     args = (ro.prompt_ids[rows], ro.prompt_mask[rows], ro.completion_ids[rows], ro.completion_mask[rows])
-    keys = list(params)
-
-    class _Call(torch.nn.Module):  # completion_logprobs expects something callable like the model
-        def __init__(self, pd):
-            super().__init__()
-            self.pd = pd
-
-        def forward(self, **kw):
-            return functional_call(model, self.pd, args=(), kwargs=kw, strict=False)
+    alias = _tied_names(model)
+    modules = dict(model.named_modules())
+    slots = [(k, a) for k in params for a in alias.get(k, (k,))]  # (parameter, each name it goes by)
+    const = {}
+    if base is not None:  # every name of every other parameter, at its base value
+        const = {a: base[k] for k, names in alias.items() if k not in params and k in base for a in names}
 
     def f(*vals):
-        pd = dict(zip(keys, vals))
-        lp = completion_logprobs(_Call(pd), *args).sum(-1)
+        pd = {**const, **{a: v for (_, a), v in zip(slots, vals)}}
+        lp = completion_logprobs(_Functional(model, pd, tie_weights=False), *args).sum(-1)
         return W[:, rows].to(lp.dtype) @ lp
 
-    primals = tuple(params[k].detach() for k in keys)
+    primals = tuple(params[k].detach() for k, _ in slots)
 
-    def tan(t, k):
-        return _mask_padding_rows(model, k, t[k].detach().to(params[k].dtype))
+    def tan(t, k, a):
+        return _input_side_tangent(modules, a, t[k].detach().to(params[k].dtype))
 
     if not many:
-        _, out = jvp(f, primals, tuple(tan(tangents, k) for k in keys))
+        _, out = jvp(f, primals, tuple(tan(tangents, k, a) for k, a in slots))
         return out.detach().cpu()
-    stacked = tuple(torch.stack([tan(t, k) for t in tangents]) for k in keys)
+    stacked = tuple(torch.stack([tan(t, k, a) for t in tangents]) for k, a in slots)
     out = vmap(lambda *tv: jvp(f, primals, tv)[1])(*stacked)  # [K, Q]
     return out.detach().cpu()
 
 
-def _mask_padding_rows(model, name: str, tangent: torch.Tensor) -> torch.Tensor:
-    """Zero the padding_idx row of an nn.Embedding tangent: backward gives that row an exact zero gradient
-    (torch's padding_idx convention), forward mode would not; this keeps both routes on the same function."""
-    mod = dict(model.named_modules()).get(name.rsplit(".", 1)[0])
+def _tied_names(model) -> dict[str, tuple[str, ...]]:
+    """Each parameter's name (as ``named_parameters`` gives it) -> every name it goes by (tied weights)."""
+    by_tensor: dict[int, list[str]] = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        by_tensor.setdefault(id(p), []).append(n)
+    return {names[0]: tuple(names) for names in by_tensor.values()}
+
+
+def _input_side_tangent(modules: dict, name: str, tangent: torch.Tensor) -> torch.Tensor:
+    """The tangent for the use of a weight under ``name``: an nn.Embedding's padding_idx row is zeroed (backward
+    gives that row an exact zero gradient, torch's padding_idx convention; forward mode would not), so both
+    routes differentiate the same function; any other use keeps the whole tangent."""
+    mod = modules.get(name.rsplit(".", 1)[0])
     if isinstance(mod, torch.nn.Embedding) and mod.padding_idx is not None:
         tangent = tangent.clone()
         tangent[mod.padding_idx] = 0

@@ -2,7 +2,9 @@
 
 Sampling is an explicit loop over new tokens with a ``torch.Generator`` (no global RNG, no KV cache:
 sequences here are a few tokens long). A completion ends at the first <eos>, which is kept and
-scored; later positions are padding with mask 0. Rows are ordered prompt-major: row b*G + g is
+scored; later positions are padding with mask 0. The sampler never emits <pad> (its logit is masked,
+unless <pad> is <eos>): a sampled <pad> would be an input whose embedding row gets no gradient
+(``padding_idx``), so the scored function and the gap would differ there. Rows are ordered prompt-major: row b*G + g is
 completion g of prompt b.
 """
 
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .model import position_ids_from_mask
+from .model import forward_inputs
 
 __all__ = ["Rollout", "encode_prompts", "sample_completions", "make_rollout"]
 
@@ -66,8 +68,10 @@ def sample_completions(model, prompt_ids, prompt_mask, *, max_new_tokens: int, e
     out = torch.full((N, max_new_tokens), pad_id, dtype=torch.long, device=dev)
     mask = torch.zeros((N, max_new_tokens), dtype=torch.float32, device=dev)
     for t in range(max_new_tokens):
-        logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn), use_cache=False).logits
-        probs = torch.softmax(logits[:, -1, :].float() / temperature, dim=-1)
+        logits = model(**forward_inputs(model, ids, attn)).logits[:, -1, :].float()
+        if pad_id is not None and pad_id != eos_id:  # <pad> is never sampled: it only fills the rows after <eos>
+            logits[:, pad_id] = -float("inf")
+        probs = torch.softmax(logits / temperature, dim=-1)
         if not bool(torch.isfinite(probs).all()):
             raise NonFinitePolicyError(f"the policy's next-token probabilities are not finite at position {t}")
         nxt = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(dev)

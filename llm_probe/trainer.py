@@ -1,16 +1,19 @@
 """The online RLVR loop with probes: prompts -> G completions (temperature 1) -> binary rewards ->
-advantages (gapdyn) -> loss (llm_probe.losses) -> optimizer step, and per step the metrics of
-llm_probe.probes and the collapse rule of llm_probe.collapse.
+advantages (gapdyn) -> loss (llm_probe.losses) -> optimizer step, with the Gradient-Gap probe of
+llm_probe.gap_probe and the collapse rule of llm_probe.collapse.
 
-Order inside a step k (theta_k the parameters before the step):
+One step k (theta_k the parameters before it), as :meth:`Trainer.train_step` reads:
 1. sample the batch at theta_k (training torch.Generator), score it;
-2. loss and its gradient; a non-finite loss or gradient skips the step (weights untouched, logged);
-3. probes at theta_k: per-prompt gaps g_q of the batch's mixed groups, and of the fixed probe prompts
+2. loss, backward (token statistics, with the gradient mass on probe steps);
+3. clip the gradient;
+4. probe.before at theta_k: per-prompt gaps of the batch's mixed groups and of the fixed probe prompts
    (sampled with their own generator, so probing never changes the training trajectory);
-4. optimizer step; delta = theta_{k+1} - theta_k; dmu_q = <delta, g_q> (eta = 1, valid for Adam),
-   dmu_grad_q = <-grad L, g_q>; M_q += [dmu_q]_+ for the probe prompts; realised dPhi_hat on the batch.
-Files in out_dir: metrics.jsonl (one row per step), metrics.parquet (at the end), probe_prompts.jsonl
-(one row per probe prompt and probe step), alerts.json, checkpoint.pt (atomic write-then-rename).
+5. optimizer step;
+6. probe.after: dmu_q = <theta_{k+1} - theta_k, g_q> (eta = 1, valid for Adam), M, realised dPhi_hat.
+A non-finite policy, loss, gradient or update skips the step with the weights of theta_k (logged);
+``max_faults`` in a row stop the run. Files in out_dir: metrics.jsonl (one row per step), metrics.parquet
+(at the end), probe_prompts.jsonl (one row per probe prompt and probe step), alerts.json, checkpoint.pt
+(atomic write-then-rename).
 """
 
 from __future__ import annotations
@@ -28,18 +31,8 @@ from .collapse import CollapseDetector
 from .config import TrainConfig
 from .losses import LOSSES, policy_loss
 from .model import TinyQwenSpec, build_tiny_qwen, completion_logprobs, load_policy
-from .probes import (
-    alignment_metrics,
-    dot_alignment,
-    flat,
-    jvp_alignment,
-    mixed_groups,
-    objectives_from_logprobs,
-    per_prompt_gaps,
-    prompt_objectives,
-    select_params,
-    token_stats,
-)
+from .gap_probe import GapProbe
+from .probes import token_stats
 from .rollout import NonFinitePolicyError, make_rollout
 from .tasks import AdditionTask, JsonlTask
 from .tokenizer import build_char_tokenizer
@@ -145,12 +138,11 @@ class Trainer:
         self.np_rng = np.random.default_rng(cfg.seed)
         self.gen = torch.Generator().manual_seed(cfg.seed)
         self.probe_gen = torch.Generator().manual_seed(cfg.seed + 1_000_003)
-        self.probe_params = select_params(model, cfg.probe_params)
         self.probe_problems = (
             self.task.sample(np.random.default_rng(cfg.seed + 17), cfg.probe_prompts) if cfg.probe_prompts else []
         )
-        self.M_probe = np.zeros(len(self.probe_problems))
-        self.M_batch = 0.0
+        self.probe = GapProbe(model, cfg.probe_params, alignment=cfg.probe_alignment,
+                              n_probe_prompts=len(self.probe_problems))
         self.step = 0
         self.faults = 0
         self.consecutive_faults = 0
@@ -170,8 +162,8 @@ class Trainer:
             "np_rng": self.np_rng.bit_generator.state,
             "gen": self.gen.get_state(),
             "probe_gen": self.probe_gen.get_state(),
-            "M_probe": self.M_probe.copy(),
-            "M_batch": self.M_batch,
+            "M_probe": self.probe.M_probe.copy(),
+            "M_batch": self.probe.M_batch,
             "faults": (self.faults, self.consecutive_faults),
             "detector": self.detector.state_dict(),
             "config": asdict(self.cfg),
@@ -188,8 +180,8 @@ class Trainer:
         self.np_rng.bit_generator.state = s["np_rng"]
         self.gen.set_state(s["gen"])
         self.probe_gen.set_state(s["probe_gen"])
-        self.M_probe = np.asarray(s["M_probe"], dtype=float)
-        self.M_batch = float(s["M_batch"])
+        self.probe.M_probe = np.asarray(s["M_probe"], dtype=float)
+        self.probe.M_batch = float(s["M_batch"])
         self.faults, self.consecutive_faults = s["faults"]
         self.detector.load_state_dict(s["detector"])
         self.step = int(s["step"])
@@ -214,8 +206,7 @@ class Trainer:
         """(token entropy, sampled reward) of the current policy on fresh prompts, with generators of its own."""
         cfg = self.cfg
         probs = self.task.sample(np.random.default_rng(cfg.seed + 29), n_prompts)
-        ro = make_rollout(self.model, self.tok, self.task, probs, G=cfg.group_size, max_new_tokens=cfg.max_new_tokens,
-                          generator=torch.Generator().manual_seed(cfg.seed + 31), temperature=cfg.temperature)
+        ro = self._rollout(probs, cfg.group_size, torch.Generator().manual_seed(cfg.seed + 31))
         _, ent, _ = completion_logprobs(self.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
                                         ro.completion_mask, return_entropy=True)
         mk = ro.completion_mask > 0
@@ -224,79 +215,83 @@ class Trainer:
     def _probe_step(self, k: int) -> bool:
         return self.cfg.probe_every > 0 and k % self.cfg.probe_every == 0
 
+    def _rollout(self, problems, G: int, generator: torch.Generator):
+        return make_rollout(self.model, self.tok, self.task, problems, G=G, max_new_tokens=self.cfg.max_new_tokens,
+                            generator=generator, temperature=self.cfg.temperature)
+
     def train_step(self) -> dict:
+        """One RL step k (module doc): rollout -> loss -> backward -> clip -> probe.before -> optimizer step ->
+        probe.after; a non-finite policy, loss, gradient or update skips the step (:meth:`_fault`)."""
         cfg, k = self.cfg, self.step
         t0 = time.perf_counter()
+        probing = self._probe_step(k)
         self.model.train()
-        problems = self.task.sample(self.np_rng, cfg.prompts_per_step)
-        try:
-            ro = make_rollout(self.model, self.tok, self.task, problems, G=cfg.group_size,
-                              max_new_tokens=cfg.max_new_tokens, generator=self.gen, temperature=cfg.temperature)
+        try:  # 1. sample the batch at theta_k and score it
+            ro = self._rollout(self.task.sample(self.np_rng, cfg.prompts_per_step), cfg.group_size, self.gen)
         except NonFinitePolicyError as exc:  # finite but exploded weights: nothing to sample from
             return self._fault(k, {}, f"non-finite policy output ({exc})")
-        probing = self._probe_step(k)
-        res, logp, logp_all = self.compute_loss(ro)
         m = self._rollout_metrics(ro)
+        res, logp, logp_all = self.compute_loss(ro)  # 2. loss and its gradient
         m.update(res.metrics)
-        loss = res.loss
-        dl_dlogp = None
-        if probing and loss.requires_grad and torch.isfinite(loss):
-            dl_dlogp = torch.autograd.grad(loss, logp, retain_graph=True)[0]
-        m.update(token_stats(logp_all.detach(), ro.completion_ids, ro.completion_mask, res.advantages, dl_dlogp))
-        self.opt.zero_grad(set_to_none=True)
-        fault = None
-        if not torch.isfinite(loss):
-            fault = f"non-finite loss ({float(loss.detach())})"
-        else:
-            if loss.requires_grad:
-                loss.backward()
-            grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-            if grads and not all(bool(torch.isfinite(g).all()) for g in grads):
-                fault = "non-finite gradient"
-        m["loss"] = float(loss.detach())
+        m["loss"] = float(res.loss.detach())
+        if probing and logp.requires_grad:
+            logp.retain_grad()  # dL/dlogp: the gradient mass of token_stats
+        fault = self._backward(res.loss)
+        m.update(token_stats(logp_all.detach(), ro.completion_ids, ro.completion_mask, res.advantages,
+                             logp.grad if probing else None))
         if fault is not None:
             return self._fault(k, m, fault)
         self.consecutive_faults = 0
-        for p in self.model.parameters():  # parameters without a gradient get an exact zero (Adam still moves them)
-            if p.grad is None and p.requires_grad:
-                p.grad = torch.zeros_like(p)
-        if cfg.max_grad_norm is not None:
-            gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-        else:
-            gn = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in self.model.parameters()]))
-        m["grad_norm"] = float(gn)
-
-        names = list(self.probe_params)
-        if probing:
-            old = {n: self.probe_params[n].detach().clone() for n in names}
-            grad_dir = flat([-self.probe_params[n].grad for n in names])
-            dot_route = cfg.probe_alignment != "jvp"  # jvp: no gap vectors, every dmu from forward-mode passes
-            batch_gap = per_prompt_gaps(self.model, ro, self.probe_params) if dot_route else None
-            # Phi_hat at theta_k: from the gap route's forwards, else from the training forward (no extra pass)
-            phi_old = batch_gap.phi if dot_route else objectives_from_logprobs(
-                ro.rewards, mixed_groups(ro.rewards), logp.detach().sum(-1)).cpu()
-            probe_ro = probe_gap = None
-            if self.probe_problems:
-                probe_ro = make_rollout(self.model, self.tok, self.task, self.probe_problems, G=cfg.probe_group_size,
-                                        max_new_tokens=cfg.max_new_tokens, generator=self.probe_gen,
-                                        temperature=cfg.temperature)
-                probe_gap = per_prompt_gaps(self.model, probe_ro, self.probe_params) if dot_route else None
-        all_old = [p.detach().clone() for p in self.model.parameters()]
-        self.opt.step()
-        if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
-            # a finite gradient times a huge step can still overflow the weights: restore them and count a
-            # fault (the optimizer's moments keep this step's finite gradient)
-            with torch.no_grad():
-                for p, o in zip(self.model.parameters(), all_old):
-                    p.copy_(o)
+        m["grad_norm"] = self._clip_gradient()  # 3. clip
+        theta_k = {n: p.detach().clone() for n, p in self.model.named_parameters()}
+        if probing:  # 4. probes at theta_k (the probe prompts are sampled with their own generator)
+            probe_ro = self._rollout(self.probe_problems, cfg.probe_group_size, self.probe_gen) if self.probe_problems else None
+            self.probe.before(ro, probe_ro=probe_ro, seq_logp=logp.detach().sum(-1), theta_k=theta_k)
+        self.opt.step()  # 5. the update
+        if not self._update_is_finite(theta_k):
+            self.probe.cancel()
             return self._fault(k, m, "non-finite weights after the update")
         with torch.no_grad():
-            m["update_norm"] = float(torch.sqrt(sum(((p - o) ** 2).sum() for p, o in zip(self.model.parameters(), all_old))))
-        if probing:
-            m.update(self._alignment(ro, batch_gap, probe_ro, probe_gap, old, grad_dir, k, all_old, phi_old))
+            m["update_norm"] = float(torch.sqrt(sum(((p - theta_k[n]) ** 2).sum() for n, p in self.model.named_parameters())))
+        if probing:  # 6. alignment of the real change with the gaps at theta_k
+            result = self.probe.after()
+            m.update(result.metrics)
+            self._log_probe_prompts(k, result.prompts)
         m["step_time"] = time.perf_counter() - t0
         self.step += 1
         return m
+
+    # ---- the step's helpers: faults, clipping, probe rows -----------------------------------------
+    def _backward(self, loss) -> str | None:
+        """loss.backward() into cleared gradients; the fault's reason when the loss or a gradient is not finite."""
+        self.opt.zero_grad(set_to_none=True)
+        if not torch.isfinite(loss):
+            return f"non-finite loss ({float(loss.detach())})"
+        if loss.requires_grad:
+            loss.backward()
+        if not all(bool(torch.isfinite(p.grad).all()) for p in self.model.parameters() if p.grad is not None):
+            return "non-finite gradient"
+        return None
+
+    def _clip_gradient(self) -> float:
+        """Clip to cfg.max_grad_norm (if set); returns the norm before clipping. Parameters without a gradient
+        get an exact zero first (Adam still moves them)."""
+        for p in self.model.parameters():
+            if p.grad is None and p.requires_grad:
+                p.grad = torch.zeros_like(p)
+        if self.cfg.max_grad_norm is not None:
+            return float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm))
+        return float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in self.model.parameters()])))
+
+    def _update_is_finite(self, theta_k: dict) -> bool:
+        """A finite gradient times a huge step can still overflow the weights: then restore theta_k and say so
+        (the optimizer's moments keep this step's finite gradient)."""
+        if all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
+            return True
+        with torch.no_grad():
+            for n, p in self.model.named_parameters():
+                p.copy_(theta_k[n])
+        return False
 
     def _fault(self, k: int, m: dict, fault: str) -> dict:
         """Skip step k (weights as before it), log the fault; FaultError after max_faults in a row."""
@@ -311,70 +306,13 @@ class Trainer:
                              f"non-finite loss, gradient or update (last: {fault}); weights are those before the faults")
         return m
 
-    def _alignment(self, ro, batch_gap, probe_ro, probe_gap, old, grad_dir, k, all_old, phi_old=None) -> dict:
-        cfg = self.cfg
-        names = list(old)
-        delta_d = {n: (self.probe_params[n].detach() - old[n]) for n in names}
-        delta = flat(delta_d)
-        out = {}
-        groups = mixed_groups(ro.rewards) if batch_gap is None else batch_gap.groups
-        dmu_u = dmu_g = None
-        if batch_gap is not None:
-            dmu_u = dot_alignment(batch_gap.gaps, delta)
-            dmu_g = dot_alignment(batch_gap.gaps, grad_dir)
-        batch_jvp = cfg.probe_alignment in ("jvp", "both") and len(groups)
-        probe_jvp = probe_ro is not None and probe_gap is None  # jvp mode: probe prompts' dmu by forward mode
-        if batch_jvp or probe_jvp:
-            params_all = list(self.model.parameters())
-            cur = [p.detach().clone() for p in params_all]
-            with torch.no_grad():  # evaluate the JVP at theta_k: swap every parameter's old value in
-                for p, o in zip(params_all, all_old):
-                    p.copy_(o)
-            if batch_jvp:  # both directions (update, -grad) in one vmap'd forward-mode pass
-                gdir = {n: -self.probe_params[n].grad.detach() for n in names}
-                jv_u, jv_g = jvp_alignment(self.model, ro, groups, old, [delta_d, gdir])
-            if probe_jvp:
-                probe_groups = mixed_groups(probe_ro.rewards)
-                dmu_probe = jvp_alignment(self.model, probe_ro, probe_groups, old, delta_d)
-            with torch.no_grad():
-                for p, c in zip(params_all, cur):
-                    p.copy_(c)
-            if batch_jvp and dmu_u is not None:
-                out["gap/jvp_dot_maxdiff"] = float(torch.max((jv_u - dmu_u).abs()))
-            elif batch_jvp:
-                dmu_u, dmu_g = jv_u, jv_g
-        gaps = batch_gap.gaps if batch_gap is not None else None
-        out.update(alignment_metrics("gap", dmu_u, dmu_g, gaps, delta, grad_dir))
-        if dmu_u is not None and len(dmu_u):
-            self.M_batch += float(dmu_u.clamp(min=0).mean())
-            with torch.no_grad():  # realised change of Phi_hat on the same completions (first order: dmu)
-                phi_new = prompt_objectives(self.model, ro, groups).cpu()
-            if phi_old is not None:
-                out["gap/dphi_mean"] = float((phi_new - phi_old).mean())
-        out["gap/M_batch"] = self.M_batch
-        if probe_ro is not None:
-            if probe_gap is not None:
-                probe_groups = probe_gap.groups
-                dmu_probe = dot_alignment(probe_gap.gaps, delta) if len(probe_groups) else None
-            dmu_p = torch.zeros(len(self.probe_problems))
-            if len(probe_groups):
-                dmu_p[probe_groups] = dmu_probe.to(dmu_p.dtype)
-            self.M_probe += dmu_p.clamp(min=0).numpy()
-            J_hat = probe_ro.rewards.mean(-1).numpy()
-            mixed = np.zeros(len(self.probe_problems), dtype=bool)
-            mixed[probe_groups.numpy()] = True
-            out.update({
-                "gap/M_mean": float(self.M_probe.mean()),
-                "gap/probe_J_mean": float(J_hat.mean()),
-                "gap/probe_n_mixed": int(mixed.sum()),
-                "gap/probe_dmu_update_mean": float(dmu_p[mixed].mean()) if mixed.any() else float("nan"),
-            })
-            with open(self.out / "probe_prompts.jsonl", "a") as f:
-                for i, p in enumerate(self.probe_problems):
-                    f.write(json.dumps({"step": k, "prompt_id": i, "prompt": p.prompt, "J_hat": float(J_hat[i]),
-                                        "mixed": bool(mixed[i]), "dmu_update": float(dmu_p[i]),
-                                        "M": float(self.M_probe[i])}) + "\n")
-        return out
+    def _log_probe_prompts(self, k: int, rows: list) -> None:
+        if not rows:
+            return
+        with open(self.out / "probe_prompts.jsonl", "a") as f:
+            for r, p in zip(rows, self.probe_problems):
+                f.write(json.dumps({"step": k, "prompt_id": r["prompt_id"], "prompt": p.prompt, "J_hat": r["J_hat"],
+                                    "mixed": r["mixed"], "dmu_update": r["dmu_update"], "M": r["M"]}) + "\n")
 
     def _rollout_metrics(self, ro) -> dict:
         r = ro.rewards
@@ -423,7 +361,7 @@ class Trainer:
             self._log(k, m)
             if bar is not None:
                 bar.update(1)
-                bar.set_postfix(reward=f"{m['reward']:.3f}", H=f"{m['entropy']:.3f}")
+                bar.set_postfix({n: f"{m[key]:.3f}" for n, key in (("reward", "reward"), ("H", "entropy")) if key in m})
             if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
                 self.save_checkpoint()
             if cfg.stop_on_collapse and self.detector.collapsed:

@@ -1,7 +1,8 @@
 """GapProbeCallback on a real trl.GRPOTrainer run (CPU, tiny warmed Qwen, optim="sgd", 3 steps).
 
 With SGD the parameter change is exactly -lr * (clipped) grad, so the callback's dmu_update must equal
-lr * dmu_grad prompt by prompt, and the update is nonzero exactly when some group's rewards differ."""
+lr * dmu_grad prompt by prompt, and the update is nonzero exactly when some group's rewards differ. Attached
+first, the callback's metrics appear in TRL's own log rows (``trainer.state.log_history``)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,9 @@ def test_callback_on_real_grpo_trainer(tmp_path):
                       use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False, logging_steps=1,
                       save_strategy="no", temperature=1.0, beta=0.0, seed=0, max_grad_norm=1e9, warmup_steps=0)
     trainer = GRPOTrainer(model=model, reward_funcs=cb.wrap_reward(exact_match), args=args, train_dataset=ds,
-                          processing_class=tok, callbacks=[cb])
+                          processing_class=tok)
+    cb.attach(trainer)
+    assert trainer.callback_handler.callbacks[0] is cb
     trainer.train()
     assert len(cb.history) == 3
     for row in cb.history:
@@ -50,6 +53,15 @@ def test_callback_on_real_grpo_trainer(tmp_path):
             assert row["update_norm"] == 0.0  # all groups equal: zero gradient, SGD does not move
     assert (tmp_path / "gap.jsonl").read_text().count("\n") == 3
     assert any(r["gap/n_prompts"] > 0 for r in cb.history)  # not vacuous: some step had a mixed group
+    # TRL-native logging: one log row per step (logging_steps=1) holds TRL's metrics and this step's gap metrics
+    logged = [h for h in trainer.state.log_history if "gap/M_batch" in h]
+    assert [h["step"] for h in logged] == [1, 2, 3]  # TRL counts steps done; history rows the step's index
+    assert [r["step"] for r in cb.history] == [0, 1, 2]
+    for h, row in zip(logged, cb.history):
+        assert "reward" in h and "entropy" in h  # TRL's own metrics, same row
+        for k in ("gap/n_prompts", "gap/M_batch", "update_norm", "gap/dmu_update_mean", "gap/dphi_mean"):
+            if k in row:
+                assert h[k] == row[k], k
 
 
 

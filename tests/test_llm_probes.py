@@ -1,10 +1,14 @@
 """Probe identities on the tiny model, each against an independent route:
 gap = difference of separately computed per-sequence gradients (loop) and, for the LM head, the closed form
-(e_y - pi) h^T; JVP alignment = explicit dot product; a small SGD step changes Phi_hat_q by eta * dmu_q to
-first order (residual O(eta^2)); token bins/gradient mass vs gapdyn's numpy taxonomy and a closed form."""
+(e_y - pi) h^T; JVP alignment = explicit dot product; with tied and untied embeddings, gaps and JVPs = one
+backward per sequence on a copy without ``padding_idx`` (the plain gradient of the function), on rollouts whose
+sampler is pushed towards <pad>; float64 with left padding = each row alone; a small SGD step changes
+Phi_hat_q by eta * dmu_q to first order (residual O(eta^2)); token bins/gradient mass vs gapdyn's numpy
+taxonomy and a closed form."""
 
 from __future__ import annotations
 
+import copy
 from functools import partial
 
 import numpy as np
@@ -84,7 +88,7 @@ def test_per_group_route_equals_batched_route(subset, vectorize):
 
 
 def test_head_gap_matches_closed_form():
-    """LM head: grad_W log pi(y_t) = (e_{y_t} - pi_t) h_t^T (ANCHORS.md), summed over tokens."""
+    """LM head: grad_W log pi(y_t) = (e_{y_t} - pi_t) h_t^T (softmax-regression gradient), summed over tokens."""
     model, tok = tiny(seed=2)
     ro = sampled_rollout(model, tok, B=2, G=4, T=5, seed=3)
     head = select_params(model, "lm_head")
@@ -125,6 +129,98 @@ def test_jvp_alignment_equals_dot_product(subset):
     dd = torch.stack([d, dot_alignment(est.gaps, flat(v2))])
     assert jj.shape == (2, len(est.groups))
     torch.testing.assert_close(jj, dd, rtol=1e-4, atol=1e-4 * float(dd.abs().max()))
+
+
+class _PadLover(torch.nn.Module):
+    """The model with its <pad> logit raised by 6 (an unmasked sampler would then emit <pad> often) and its
+    <eos> logit by 2 (so some rows end early and are padded)."""
+
+    def __init__(self, model, pad_id, eos_id):
+        super().__init__()
+        self.model, self.pad_id, self.eos_id = model, pad_id, eos_id
+
+    def forward(self, **kw):
+        out = self.model(**kw)
+        out.logits[..., self.pad_id] += 6.0
+        out.logits[..., self.eos_id] += 2.0
+        return out
+
+
+def _pad_pushed_rollout(model, tok, *, B=3, G=4, T=5, seed=0):
+    from llm_probe.rollout import Rollout, encode_prompts, sample_completions
+    from llm_probe.tasks import AdditionTask
+
+    probs = AdditionTask().sample(np.random.default_rng(seed), B)
+    p_ids, p_mask = encode_prompts(tok, [p.prompt for p in probs])
+    p_ids, p_mask = p_ids.repeat_interleave(G, 0), p_mask.repeat_interleave(G, 0)
+    c_ids, c_mask, term = sample_completions(_PadLover(model, tok.pad_token_id, tok.eos_token_id), p_ids, p_mask, max_new_tokens=T,
+                                             eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
+                                             generator=torch.Generator().manual_seed(seed))
+    rewards = (torch.rand(B, G, generator=torch.Generator().manual_seed(seed + 1)) < 0.5).float()
+    rewards[:, 0], rewards[:, 1] = 1.0, 0.0
+    return Rollout(probs, p_ids, p_mask, c_ids, c_mask, term, [""] * (B * G), rewards)
+
+
+def _reference_gaps(model, ro, names):
+    """One backward per sequence on a copy of ``model`` whose embeddings have no padding_idx (so every row,
+    <pad>'s included, gets the plain gradient of the function), then mean over O+ minus mean over O-."""
+    ref = copy.deepcopy(model)
+    for mod in ref.modules():
+        if isinstance(mod, torch.nn.Embedding):
+            mod.padding_idx = None
+    params = {n: p for n, p in ref.named_parameters() if n in names}
+    out = []
+    for b in mixed_groups(ro.rewards).tolist():
+        r = ro.rewards[b]
+        grads = torch.stack([_seq_grad(ref, ro, b * ro.G + i, params) for i in range(ro.G)])
+        out.append(grads[r > 0].mean(0) - grads[r <= 0].mean(0))
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("arch, tied", [("qwen2", False), ("qwen2", True), ("qwen3", False), ("qwen3", True)])
+def test_gaps_and_jvp_exact_with_tied_or_untied_embeddings(arch, tied):
+    """per_prompt_gaps (vmap and loop) and jvp_alignment along two random directions = the padding_idx-free
+    per-sequence reference, on completions from a sampler pushed towards <pad> (which it must never emit)."""
+    from llm_probe.model import TinyQwenSpec
+    from tests.llm_helpers import SMALL
+
+    model, tok = tiny(arch, seed=5, spec=TinyQwenSpec(**{**SMALL.__dict__, "tie_word_embeddings": tied}))
+    assert (model.lm_head.weight is model.model.embed_tokens.weight) == tied
+    ro = _pad_pushed_rollout(model, tok)
+    pad = tok.pad_token_id
+    assert not ((ro.completion_ids == pad) & (ro.completion_mask > 0)).any(), "the sampler emitted <pad>"
+    assert ((ro.completion_ids == pad) & (ro.completion_mask == 0)).any()  # padding after <eos> still exists
+    params = select_params(model, "all")
+    ref = _reference_gaps(model, ro, set(params))
+    scale = float(ref.abs().max())
+    for vectorize in (True, False):
+        est = per_prompt_gaps(model, ro, params, vectorize=vectorize)
+        torch.testing.assert_close(est.gaps, ref, rtol=1e-4, atol=1e-5 * scale)
+    g = torch.Generator().manual_seed(0)
+    vs = [{k: torch.randn(p.shape, generator=g) for k, p in params.items()} for _ in range(2)]
+    jj = jvp_alignment(model, ro, est.groups, {k: p.detach() for k, p in params.items()}, vs)
+    dd = torch.stack([ref @ flat(v) for v in vs])
+    torch.testing.assert_close(jj, dd, rtol=1e-4, atol=1e-4 * float(dd.abs().max()))
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
+def test_float64_left_padding_equals_each_row_alone(arch):
+    """A float64 batch with left-padded prompts: finite log-probs equal to each row scored without padding."""
+    from llm_probe.rollout import make_rollout
+    from llm_probe.tasks import AdditionTask, Problem
+
+    model, tok = tiny(arch, seed=3, dtype="float64")
+    probs = [Problem("5+3=", "8"), Problem("95+66=", "161")]
+    ro = make_rollout(model, tok, AdditionTask(), probs, G=2, max_new_tokens=4,
+                      generator=torch.Generator().manual_seed(7))
+    assert ro.prompt_mask.min() == 0
+    lp = completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
+    assert lp.dtype == torch.float64 and torch.isfinite(lp).all()
+    for n in range(len(lp)):
+        keep = ro.prompt_mask[n] > 0
+        alone = completion_logprobs(model, ro.prompt_ids[n:n + 1, keep], ro.prompt_mask[n:n + 1, keep],
+                                    ro.completion_ids[n:n + 1], ro.completion_mask[n:n + 1])
+        torch.testing.assert_close(lp[n:n + 1], alone, rtol=1e-10, atol=1e-12)
 
 
 def test_first_order_change_of_log_odds_proxy():
@@ -189,3 +285,35 @@ def test_select_params_and_mixed_groups_errors():
         select_params(model, "no_such_param")
     r = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 0.0], [0.0, 1.0]])
     assert mixed_groups(r).tolist() == [0, 3]
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_gap_probe_around_an_adam_step(tied):
+    """GapProbe.before/after around a real Adam step: dmu_update = <theta_{k+1} - theta_k, reference gap>,
+    dmu_grad = <-grad L, reference gap>, M_batch = mean [dmu]_+, and the forward-mode route, evaluated at
+    theta_k after the weights moved, agrees (gap/jvp_dot_maxdiff), with tied and untied embeddings."""
+    from llm_probe.gap_probe import GapProbe
+    from llm_probe.model import TinyQwenSpec
+    from tests.llm_helpers import SMALL
+
+    model, tok = tiny("qwen2", seed=4, spec=TinyQwenSpec(**{**SMALL.__dict__, "tie_word_embeddings": tied}))
+    ro = sampled_rollout(model, tok, B=3, G=4, T=5, seed=2)
+    params = select_params(model, "all")
+    ref = _reference_gaps(model, ro, set(params))  # at theta_k
+    probe = GapProbe(model, "all", alignment="both")
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    logp = completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
+    policy_loss("grpo", logp, logp.detach(), ro.completion_mask, ro.rewards, max_completion_length=5).loss.backward()
+    ascent = flat([-p.grad for p in params.values()])
+    theta0 = flat([p.detach().clone() for p in params.values()])
+    probe.before(ro)
+    opt.step()
+    res = probe.after()
+    delta = flat([p.detach() for p in params.values()]) - theta0
+    expect = ref @ delta
+    assert float(delta.norm()) > 0 and res.update_norm == pytest.approx(float(delta.norm()), rel=1e-5)
+    torch.testing.assert_close(res.dmu_update, expect, rtol=1e-4, atol=1e-4 * float(expect.abs().max()))
+    torch.testing.assert_close(res.dmu_grad, ref @ ascent, rtol=1e-4, atol=1e-4 * float((ref @ ascent).abs().max()))
+    assert res.metrics["gap/jvp_dot_maxdiff"] <= 1e-4 * float(expect.abs().max())
+    assert res.metrics["gap/M_batch"] == pytest.approx(float(expect.clamp(min=0).mean()), rel=1e-4, abs=1e-9)
+    assert not probe.pending

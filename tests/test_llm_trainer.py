@@ -19,7 +19,7 @@ pytestmark = pytest.mark.llm
 
 def _cfg(tmp_path, **kw):
     base = dict(out_dir=str(tmp_path), steps=4, prompts_per_step=4, group_size=4, probe_prompts=3,
-                probe_group_size=4, progress=False, num_threads=1, device="cpu", lr=3e-4)
+                probe_group_size=4, progress=False, num_threads=1, device="cpu", lr=3e-4, probe_every=1)
     base.update(kw)
     return TrainConfig(**base)
 
@@ -142,6 +142,27 @@ def test_nonfinite_step_is_skipped_then_run_stops(tmp_path, monkeypatch):
         tr.train_step()  # step 4: inf loss, the second consecutive fault stops the run
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["fault"]
+
+
+def test_nonfinite_policy_skips_the_step_with_the_progress_bar_on(tmp_path, monkeypatch):
+    """A policy that cannot be sampled from at step 1 is a counted fault, also with the progress bar shown."""
+    import llm_probe.trainer as trainer_mod
+    from llm_probe.rollout import NonFinitePolicyError
+
+    model, tok = warm_model()
+    tr = Trainer(_cfg(tmp_path, steps=3, probe_every=0, progress=True), model=model, tokenizer=tok)
+    orig = trainer_mod.make_rollout
+
+    def broken_at_step_1(*a, **kw):
+        if tr.step == 1 and kw.get("generator") is tr.gen:
+            raise NonFinitePolicyError("injected")
+        return orig(*a, **kw)
+
+    monkeypatch.setattr(trainer_mod, "make_rollout", broken_at_step_1)
+    assert tr.run()["faults"] == 1
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2] and rows[1]["skipped"] == 1
+    assert rows[1]["fault"].startswith("non-finite policy output") and "skipped" not in rows[2]
 
 
 def test_sgd_update_alignment_is_lr_times_gradient_alignment(tmp_path):

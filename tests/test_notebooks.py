@@ -1,55 +1,62 @@
-"""Every tutorial notebook executes without error at small sizes (GAPDYN_NB_MODE=test), and the
-committed notebooks carry no outputs and match their generator (notebooks/make_notebooks.py)."""
+"""The tutorial notebooks: every source (notebooks/NN_*.py, jupytext percent format) executes without
+error at small sizes (GAPDYN_NB_MODE=test) in a temporary directory and draws a figure, and every
+rendered page in docs/notebooks/ is current (its recorded digest matches its source, its figures exist)."""
 
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
 
-nbformat = pytest.importorskip("nbformat", reason="install the [notebooks] extra")
-nbclient = pytest.importorskip("nbclient", reason="install the [notebooks] extra")
+pytest.importorskip("jupytext", reason="install the [notebooks] extra")
+pytest.importorskip("nbclient", reason="install the [notebooks] extra")
+pytest.importorskip("nbconvert", reason="install the [notebooks] extra")
 
-NB_DIR = Path(__file__).resolve().parents[1] / "notebooks"
-NOTEBOOKS = sorted(NB_DIR.glob("*.ipynb"))
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def _generator():
-    spec = importlib.util.spec_from_file_location("make_notebooks", NB_DIR / "make_notebooks.py")
+def _render_module():
+    spec = importlib.util.spec_from_file_location("notebooks_render", ROOT / "notebooks" / "render.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-def test_at_least_four_notebooks():
-    names = [p.name for p in NOTEBOOKS]
-    assert len(names) >= 4, f"expected >= 4 notebooks, found {names}"
+render = _render_module()
+SOURCES = render.sources()
 
 
-def test_notebooks_match_generator_and_have_no_outputs():
-    gen = _generator()
-    assert sorted(gen.NOTEBOOKS) == [p.name for p in NOTEBOOKS], "notebooks/ and make_notebooks.py disagree"
-    for path in NOTEBOOKS:
-        nb = nbformat.read(path, as_version=4)
-        for cell in nb.cells:
-            if cell.cell_type == "code":
-                assert not cell.outputs and cell.execution_count is None, f"{path.name} has committed outputs"
-        assert path.read_text() == gen.render(path.name), f"{path.name} is stale: run python notebooks/make_notebooks.py"
+def test_sources_are_notebooks_with_a_parameters_cell():
+    assert len(SOURCES) >= 4, f"expected >= 4 notebook sources, found {[p.name for p in SOURCES]}"
+    for path in SOURCES:
+        nb = render.load(path)
         params = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
         assert len(params) == 1 and "GAPDYN_NB_MODE" in params[0].source, f"{path.name} lacks its parameters cell"
+        assert nb.cells[0].cell_type == "markdown", f"{path.name} should open with a markdown title"
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_executes(path, monkeypatch, tmp_path):
-    monkeypatch.setenv("GAPDYN_NB_MODE", "test")
-    monkeypatch.setenv("GAPDYN_STORE", str(tmp_path / "store"))
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.delenv("MPLBACKEND", raising=False)
-    nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
-    client.execute()
+@pytest.mark.parametrize("path", SOURCES, ids=[p.stem for p in SOURCES])
+def test_rendered_page_is_current(path):
+    page = render.DOCS / f"{path.stem}.md"
+    assert page.exists(), f"{page} missing: run python notebooks/render.py {path.stem}"
+    text = page.read_text()
+    m = render.HEADER.match(text.splitlines()[0])
+    assert m and m["source"] == path.name, f"{page.name} lacks its header line"
+    assert m["sha"] == render.source_digest(path), f"{page.name} is stale: run python notebooks/render.py {path.stem}"
+    images = re.findall(r"!\[[^\]]*\]\(([^)\s]+\.png)\)", text)
+    assert images, f"{page.name} shows no figure"
+    missing = [i for i in images if not (page.parent / i).exists()]
+    assert not missing, f"{page.name} links missing figures {missing}"
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=[p.stem for p in SOURCES])
+def test_notebook_executes(path, tmp_path):
+    nb = render.execute(render.load(path), tmp_path, mode="test", timeout=240)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors, errors
     images = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})]
     assert images, f"{path.name} drew no figure"
+    body, files = render.to_markdown(nb, path.stem)
+    assert files and all(f"({name})" in body for name in files), "the markdown export lost a figure"

@@ -116,7 +116,7 @@ def test_sweep_killed_many_times_slow(tmp_path, backend, seed):
 
 TRAIN_ARGS = ["--prompts-per-step", "2", "--group-size", "4", "--probe-prompts", "2", "--probe-group-size", "2",
               "--num-threads", "1", "--no-progress", "--device", "cpu", "--max-new-tokens", "4", "--checkpoint-every", "1",
-              "--lr", "1e-3", "--seed", "3"]
+              "--lr", "1e-3", "--seed", "3", "--probe-every", "1"]
 
 
 def _train_cfg(out_dir, init_from, steps, **kw):
@@ -124,7 +124,7 @@ def _train_cfg(out_dir, init_from, steps, **kw):
 
     base = dict(out_dir=str(out_dir), init_from=str(init_from), steps=steps, prompts_per_step=2, group_size=4,
                 probe_prompts=2, probe_group_size=2, num_threads=1, progress=False, device="cpu", max_new_tokens=4,
-                checkpoint_every=1, lr=1e-3, seed=3)
+                checkpoint_every=1, lr=1e-3, seed=3, probe_every=1)
     base.update(kw)
     return TrainConfig(**base)
 

@@ -1,0 +1,205 @@
+"""The Gradient-Gap probe of one optimizer step, shared by :class:`llm_probe.Trainer` and
+:class:`llm_probe.GapProbeCallback` (so every ``gap/*`` metric is defined here once).
+
+Suk & Duan (arXiv 2510.08539): the alignment of a step w with the Gradient Gap is dmu = <w, g+ - g->, and
+the cumulative alignment is M(K) = sum_k eta_k [dmu_k]_+ (Thm 1: J(K) >= sigmoid(logit J0 + M/2)). Here,
+per prompt q with a mixed group, g_q = grad Phi_hat_q (llm_probe.probes) and w the real parameter change
+with eta = 1, so any optimizer (Adam included) is covered. A step k is probed in two calls:
+
+- :meth:`GapProbe.before` at theta_k, after backward and gradient clipping (the gradient is read from
+  ``p.grad``, never changed): gaps g_q of the batch's mixed groups (``dot`` route) and of the fixed probe
+  prompts, -grad L, Phi_hat_q(theta_k);
+- :meth:`GapProbe.after` at theta_{k+1}: delta = theta_{k+1} - theta_k, dmu_q = <delta, g_q>,
+  dmu_grad_q = <-grad L, g_q> (dot products, or forward-mode JVPs evaluated at theta_k: ``jvp``; ``both``
+  logs their largest difference), M_batch += mean_q [dmu_q]_+, M_q += [dmu_q]_+ per probe prompt, and the
+  realised change of Phi_hat_q on the same completions (first order: dmu_q).
+
+The metric names are those of docs/llm_probe.md ("Metrics").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .probes import (
+    alignment_metrics,
+    dot_alignment,
+    flat,
+    jvp_alignment,
+    mixed_groups,
+    objectives_from_logprobs,
+    per_prompt_gaps,
+    prompt_objectives,
+    select_params,
+)
+
+__all__ = ["GapProbe", "ProbeResult", "ALIGNMENT_ROUTES"]
+
+ALIGNMENT_ROUTES = ("dot", "jvp", "both")
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What :meth:`GapProbe.after` measured for one step."""
+
+    metrics: dict  # gap/* scalars (docs/llm_probe.md)
+    dmu_update: torch.Tensor | None  # [Q] <delta, g_q> per mixed batch prompt (None: no mixed group)
+    dmu_grad: torch.Tensor | None  # [Q] <-grad L, g_q>
+    update_norm: float  # ||theta_{k+1} - theta_k|| over the probed parameters
+    grad_norm: float  # ||grad L|| over the probed parameters (after clipping)
+    prompts: list  # [n_probe_prompts] dicts: J_hat, mixed, dmu_update, M (empty without probe prompts)
+
+
+@dataclass
+class _Pending:
+    """State recorded by before() at theta_k for after()."""
+
+    ro: object  # the batch Rollout
+    groups: torch.Tensor  # [Q] mixed batch groups
+    old: dict  # probed parameters at theta_k
+    theta_k: dict | None  # every parameter at theta_k (forward-mode routes evaluate there); None: dot only
+    ascent: dict  # -grad L on the probed parameters
+    batch_gap: object  # GapEstimate or None (jvp route)
+    phi_old: torch.Tensor  # [Q] Phi_hat_q(theta_k)
+    probe_ro: object  # Rollout of the fixed probe prompts or None
+    probe_gap: object  # GapEstimate or None
+
+
+class GapProbe:
+    """Per-step Gradient-Gap alignment of a policy ``model`` over the parameters ``params`` selects.
+
+    alignment: "dot" (gap vectors, then dot products: also norms and cosines), "jvp" (forward mode, no gap
+    vectors: least memory) or "both" (dot values, plus ``gap/jvp_dot_maxdiff``). n_probe_prompts: size of the
+    fixed probe-prompt set whose M_q is tracked (0: none). ``M_batch`` and ``M_probe`` are the running sums
+    (a checkpoint saves and restores them).
+    """
+
+    def __init__(self, model, params: str = "all", *, alignment: str = "dot", n_probe_prompts: int = 0):
+        if alignment not in ALIGNMENT_ROUTES:
+            raise ValueError(f"alignment must be one of {ALIGNMENT_ROUTES}, got {alignment!r}")
+        if isinstance(n_probe_prompts, bool) or not isinstance(n_probe_prompts, int) or n_probe_prompts < 0:
+            raise ValueError(f"n_probe_prompts must be an integer >= 0, got {n_probe_prompts!r}")
+        self.model = model
+        self.params = select_params(model, params)
+        self.alignment = alignment
+        self.M_batch = 0.0
+        self.M_probe = np.zeros(n_probe_prompts)
+        self._pending: _Pending | None = None
+
+    @property
+    def pending(self) -> bool:
+        """True between :meth:`before` and :meth:`after` (or :meth:`cancel`)."""
+        return self._pending is not None
+
+    def before(self, ro, *, probe_ro=None, seq_logp: torch.Tensor | None = None, theta_k: dict | None = None) -> None:
+        """Record step k at theta_k: call after backward and clipping, before ``optimizer.step()``.
+
+        ro: the batch Rollout; probe_ro: the fixed probe prompts' Rollout at theta_k (or None);
+        seq_logp [B*G]: log pi(o_n) of the batch from the training forward (the jvp route's Phi_hat(theta_k)
+        without a forward of its own); theta_k: every named parameter at theta_k (reused, else cloned when a
+        forward-mode route needs it).
+        """
+        if probe_ro is not None and probe_ro.B != len(self.M_probe):
+            raise ValueError(f"probe_ro holds {probe_ro.B} prompts, the probe tracks {len(self.M_probe)}")
+        dot = self.alignment != "jvp"
+        names = list(self.params)
+        old = {n: (theta_k[n] if theta_k is not None else self.params[n].detach().clone()) for n in names}
+        ascent = {n: -(p.grad.detach() if p.grad is not None else torch.zeros_like(p)) for n, p in self.params.items()}
+        with _eval_mode(self.model):  # no dropout in the probe's forwards
+            batch_gap = per_prompt_gaps(self.model, ro, self.params) if dot else None
+            groups = batch_gap.groups if dot else mixed_groups(ro.rewards)
+            if dot:
+                phi_old = batch_gap.phi
+            elif seq_logp is not None:
+                phi_old = objectives_from_logprobs(ro.rewards, groups, seq_logp.detach()).cpu()
+            else:
+                with torch.no_grad():
+                    phi_old = prompt_objectives(self.model, ro, groups).cpu()
+            probe_gap = per_prompt_gaps(self.model, probe_ro, self.params) if dot and probe_ro is not None else None
+        if self.alignment != "dot" and theta_k is None:
+            theta_k = {n: p.detach().clone() for n, p in self.model.named_parameters()}
+        self._pending = _Pending(ro, groups, old, theta_k if self.alignment != "dot" else None, ascent, batch_gap,
+                                 phi_old, probe_ro, probe_gap)
+
+    def cancel(self) -> None:
+        """Drop the step recorded by :meth:`before` (the step was skipped)."""
+        self._pending = None
+
+    def after(self) -> ProbeResult:
+        """Measure step k at theta_{k+1} (call right after ``optimizer.step()``) and update M."""
+        if self._pending is None:
+            raise RuntimeError("GapProbe.after() called without a matching before()")
+        s, self._pending = self._pending, None
+        delta_d = {n: self.params[n].detach() - s.old[n] for n in s.old}
+        delta, ascent = flat(delta_d), flat(s.ascent)
+        out = {}
+        dmu_u = dmu_g = None
+        if s.batch_gap is not None:
+            dmu_u, dmu_g = dot_alignment(s.batch_gap.gaps, delta), dot_alignment(s.batch_gap.gaps, ascent)
+        batch_jvp = self.alignment != "dot" and len(s.groups) > 0
+        probe_jvp = s.probe_ro is not None and s.probe_gap is None
+        probe_groups = s.probe_gap.groups if s.probe_gap is not None else (
+            mixed_groups(s.probe_ro.rewards) if s.probe_ro is not None else None)
+        dmu_probe = None
+        if s.probe_gap is not None and len(probe_groups):
+            dmu_probe = dot_alignment(s.probe_gap.gaps, delta)
+        with _eval_mode(self.model):
+            if batch_jvp:  # both directions (update, -grad) in one vmap'd forward-mode pass at theta_k
+                jv_u, jv_g = jvp_alignment(self.model, s.ro, s.groups, s.old, [delta_d, s.ascent], base=s.theta_k)
+                if dmu_u is not None:
+                    out["gap/jvp_dot_maxdiff"] = float(torch.max((jv_u - dmu_u).abs()))
+                else:
+                    dmu_u, dmu_g = jv_u, jv_g
+            if probe_jvp:
+                dmu_probe = jvp_alignment(self.model, s.probe_ro, probe_groups, s.old, delta_d, base=s.theta_k)
+            gaps = s.batch_gap.gaps if s.batch_gap is not None else None
+            out.update(alignment_metrics("gap", dmu_u, dmu_g, gaps, delta, ascent))
+            if dmu_u is not None and len(dmu_u):
+                self.M_batch += float(dmu_u.clamp(min=0).mean())
+                with torch.no_grad():  # realised change of Phi_hat on the same completions (first order: dmu)
+                    phi_new = prompt_objectives(self.model, s.ro, s.groups).cpu()
+                out["gap/dphi_mean"] = float((phi_new - s.phi_old).mean())
+        out["gap/M_batch"] = self.M_batch
+        prompts = []
+        if s.probe_ro is not None:
+            out_p, prompts = self._probe_prompts(s.probe_ro, probe_groups, dmu_probe)
+            out.update(out_p)
+        return ProbeResult(out, dmu_u, dmu_g, float(delta.norm()), float(ascent.norm()), prompts)
+
+    def _probe_prompts(self, probe_ro, groups, dmu_probe):
+        """M_q += [dmu_q]_+ over the fixed probe prompts (0 for a prompt without a mixed group)."""
+        n = len(self.M_probe)
+        dmu = torch.zeros(n)
+        if len(groups):
+            dmu[groups] = dmu_probe.to(dmu.dtype)
+        self.M_probe += dmu.clamp(min=0).numpy()
+        J_hat = probe_ro.rewards.mean(-1).numpy()
+        mixed = np.zeros(n, dtype=bool)
+        mixed[groups.numpy()] = True
+        metrics = {
+            "gap/M_mean": float(self.M_probe.mean()),
+            "gap/probe_J_mean": float(J_hat.mean()),
+            "gap/probe_n_mixed": int(mixed.sum()),
+            "gap/probe_dmu_update_mean": float(dmu[mixed].mean()) if mixed.any() else float("nan"),
+        }
+        rows = [{"prompt_id": i, "J_hat": float(J_hat[i]), "mixed": bool(mixed[i]), "dmu_update": float(dmu[i]),
+                 "M": float(self.M_probe[i])} for i in range(n)]
+        return metrics, rows
+
+
+class _eval_mode:
+    """Context manager: ``model.eval()`` inside, the previous train/eval mode restored on exit."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __enter__(self):
+        self.was_training = self.model.training
+        self.model.eval()
+
+    def __exit__(self, *exc):
+        self.model.train(self.was_training)
+        return False
