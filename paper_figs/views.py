@@ -31,6 +31,7 @@ __all__ = [
     "stagnation_trajectories",
     "logistic_fit_rows",
     "logistic_thm1_rows",
+    "logistic_slopes",
     "taxonomy_table",
     "taxonomy_summary",
 ]
@@ -226,6 +227,11 @@ def logistic_fit_rows(results: pd.DataFrame) -> pd.DataFrame:
     """The (M, J) pairs of the ``logistic`` experiment's fit part from non-collapsed runs."""
     _require_cols(results, ["part", "method", "sampling", "M", "J", "J0", "collapsed"], "logistic results")
     return _import("bandits.experiments.logistic", "figure 4").fit_rows(results)
+
+
+def logistic_slopes(results: pd.DataFrame) -> pd.DataFrame:
+    """The ``logistic`` experiment's per-instance fits of the sampled runs (its ``instance_slopes``)."""
+    return _import("bandits.experiments.logistic", "figure 4").instance_slopes(results)
 
 
 def logistic_thm1_rows(results: pd.DataFrame) -> pd.DataFrame:
