@@ -21,7 +21,8 @@ import gapdyn
 
 from ._common import NotAvailable, _import
 
-__all__ = ["LLMResults", "llm_demo_config", "load_llm", "read_llm_results", "llm_headline", "llm_claims", "LLM_CRITERIA"]
+__all__ = ["LLMResults", "llm_demo_config", "load_llm", "read_llm_results", "llm_headline", "llm_claims",
+           "LLM_CRITERIA"]
 
 
 class LLMResults(NamedTuple):

@@ -72,8 +72,8 @@ CRITERION_TEXT = {
                                   "J* - J_final below 0.01 (interval spans the J* bracket)" for s in SETTINGS},
     **{f"stagnation.optimum_below_one.{s}": "the plateau below 1 is unrealisability: J* below 0.99 "
                                             "(interval spans the J* bracket)" for s in SETTINGS},
-    "stagnation.larger_eta_escapes": "a larger eta ends higher (escapes stalls), all shared instances: J_final(largest eta) "
-                                     "- J_final(smallest eta) above 0",
+    "stagnation.larger_eta_escapes": "a larger eta ends higher (escapes stalls), all shared instances: "
+                                     "J_final(largest eta) - J_final(smallest eta) above 0",
     "stagnation.orthogonal_no_learning": "no alignment, no learning: J_K - J_0 at a = pi/2 (M = 0) inside "
                                          "[-0.05, 0.05]",
     "stagnation.misaligned_follows_M": "learning follows M: Spearman rank correlation across angles of "
