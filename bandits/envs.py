@@ -1,6 +1,6 @@
 """The contextual bandit of the RLVR theory: C contexts (prompts), K arms (responses), binary rewards.
 
-THEORY.md §1 (setting) and Suk & Duan's bandit simulations (100 arms, log-linear policy):
+docs/equations.md §1 (setting) and Suk & Duan's bandit simulations (100 arms, log-linear policy):
 - log-linear policy  pi(a | x) ~ exp(theta_{p(x)} . phi(x, a)),  phi(x, a) ~ N(0, feature_scale^2 I_d)
 - tabular policy     phi(x, a) = e_a (d = K): theta_{p(x)} are the logits themselves
 - r(x, a) = 1 on a set of ``n_correct`` arms per context, else 0.

@@ -27,7 +27,9 @@ __all__ = ["simulate_reference", "sample_arms"]
 def sample_arms(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
     """Inverse-CDF draws: for each context c, arms searchsorted(cumsum(pi_c), u[c] * total, 'right').
 
-    probs [C, K] finite and non-negative (rows need not be normalised); u [C, G] uniforms, finite.
+    probs [C, K] finite and non-negative (rows need not be normalised); u [C, G] uniforms in [0, 1].
+    A zero-probability arm is never drawn, also at u = 1 (the draw is capped at the last arm with
+    positive probability, not at arm K - 1).
     """
     probs = as_float_array(probs, "probs", min_ndim=2)
     u = as_float_array(u, "u", min_ndim=2)
@@ -35,6 +37,8 @@ def sample_arms(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
         raise ValueError(f"probs must be [C, K] and u [C, G] with the same C, got {probs.shape} and {u.shape}")
     if np.any(probs < 0) or np.any(probs.sum(axis=1) <= 0):
         raise ValueError("probs must be non-negative with positive mass in every row")
+    if np.any((u < 0) | (u > 1)):
+        raise ValueError("u must hold uniforms in [0, 1]")
     return _sample_arms(probs, u)
 
 
@@ -43,7 +47,8 @@ def _sample_arms(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
     idx = np.empty(u.shape, dtype=np.int64)
     for c in range(probs.shape[0]):
         cdf = np.cumsum(probs[c])
-        idx[c] = np.minimum(np.searchsorted(cdf, u[c] * cdf[-1], side="right"), probs.shape[1] - 1)
+        last = np.flatnonzero(probs[c] > 0)[-1]  # side="right" skips zero arms below it
+        idx[c] = np.minimum(np.searchsorted(cdf, u[c] * cdf[-1], side="right"), last)
     return idx
 
 

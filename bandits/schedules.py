@@ -9,10 +9,10 @@ Schedules (``Schedule.kind``), for an update theta_{k+1} = theta_k + eta_k u_k:
 - ``decay``:      eta_k = eta0 / sqrt(k + 1).
 - ``linesearch``: the largest eta = eta0 2^-j (j = 0..max_halvings) with Phi(theta + eta u) > Phi(theta);
   eta = 0 (skip the step) if none. Needs the exact log-odds Phi: a simulator-only oracle
-  (SIMULATIONS.md: it removed every collapse in 168 sampled runs). [derived]
+  [derived]
 - ``adaptive``:   the curvature controller below; needs NO evaluation of Phi. [derived]
 
-The adaptive controller (derived, THEORY.md §1-3). Along u, the second-order model of the log-odds is
+The adaptive controller (derived, docs/equations.md §1-3). Along u, the second-order model of the log-odds is
     Phi(theta + eta u) ~ Phi(theta) + eta dmu - (eta^2 / 2) kappa,   dmu = <u, g+ - g->,
     kappa = u^T (-Hess Phi) u = Var_{pi-}(u . s) - Var_{pi+}(u . s)
 (Hess Phi = Cov_{pi+}(s) - Cov_{pi-}(s) for softmax / log-linear policies). The model rises most at
@@ -127,6 +127,10 @@ def line_search_step(
     eta = check_positive(eta0, "eta0")
     if isinstance(max_halvings, bool) or not isinstance(max_halvings, (int, np.integer)) or max_halvings < 0:
         raise ValueError(f"max_halvings must be an integer >= 0, got {max_halvings!r}")
+    if gap is not None:
+        gap = as_float_array(gap, "gap", min_ndim=1)
+        if gap.shape != u.shape:
+            raise ValueError(f"gap must have the shape of direction {u.shape}, got {gap.shape}")
     phi0 = logodds_fn(th)
     if gap is not None and eta * abs(float(np.dot(u, gap))) <= 1e-12 * (1.0 + abs(phi0)):
         return eta
@@ -172,6 +176,8 @@ def adaptive_step(
         if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(v):
             raise ValueError(f"{name} must be a finite real number, got {v!r}")
     eta0, c, delta = check_positive(eta0, "eta0"), check_positive(c, "c"), check_positive(delta, "delta")
+    if not isinstance(mixed, (bool, np.bool_)):
+        raise ValueError(f"mixed must be a bool, got {mixed!r}")
     eta = eta0
     if spread > 0.0:
         eta = min(eta, delta / spread)

@@ -1,6 +1,6 @@
 """Token-level sequence bandits: one prompt, responses of T tokens, binary sequence rewards.
 
-Two parameterisations (THEORY.md §1, §3 "Token level"; SIMULATIONS.md "Length T"):
+Two parameterisations (docs/equations.md §1, §3 "Token level"; docs/bandits_sequence.md):
 
 - :class:`SharedSequenceBandit` -- SHARED parameters, as in an LLM: one log-linear token policy
   p(v) ~ exp(phi(v) . theta) over V tokens (features phi [V, d]) is used at every position, so a
@@ -22,13 +22,13 @@ summarised by its state (n, m, ended); |o| = L = m + ended, and
     E[s | n, m, ended] = n mu_c + (m - n) mu_w + ended phi_e - L mu,
 
 because s(o) = sum_t (phi(o_t) - mu) and, given its class, each token's feature has the class mean.
-J = sum P r, g+ = E[s | r = 1], g- = E[s | r = 0], Gap = g+ - g- = grad Phi (THEORY.md §1). For fixed
+J = sum P r, g+ = E[s | r = 1], g- = E[s | r = 0], Gap = g+ - g- = grad Phi (docs/equations.md §1). For fixed
 length T (no end token) the count is N ~ Binomial(T, q) and this reduces to
 
     g+- = (E[N | r = +-] - T q) (mu_c - mu_w),    Gap = (E[N | r=1] - E[N | r=0]) (mu_c - mu_w).
 
 All sums run in log space (stable for J near 0 or 1). With 1/|o| normalisation the expected
-direction is E[A s / L], which is not parallel to the Gap when L varies (THEORY.md §2).
+direction is E[A s / L], which is not parallel to the Gap when L varies (docs/equations.md §2).
 
 Position-wise tabular model [derived]: x_t = 1[o_t correct] are independent Bernoulli(q_t); in
 logit space the block t of the Gap is (P(x_t=1 | r=1) - P(x_t=1 | r=0)) (e_c - u_t), u_t = p_t
@@ -170,6 +170,8 @@ class SharedSequenceBandit:
         variable_length: bool = False, scale: float = 1.0,
     ) -> "SharedSequenceBandit":
         """Gaussian features N(0, scale^2) [V, d] from default_rng(seed); token 0 correct; end token V-1."""
+        if not isinstance(variable_length, (bool, np.bool_)):
+            raise ValueError(f"variable_length must be a bool, got {variable_length!r}")
         _check_int(V, "V", 3 if variable_length else 2)
         _check_int(d, "d", 1)
         _check_int(seed, "seed", 0)
@@ -283,6 +285,17 @@ class SharedSequenceBandit:
         r = rule_reward(n, m, self.rule)
         return np.exp(logsumexp(np.where(r == 1, logP, -np.inf), axis=-1) - logsumexp(logP, axis=-1))
 
+    def log_odds(self, theta) -> np.ndarray:
+        """Phi = log J - log(1 - J) from the state log-probabilities (no score sums: cheap)."""
+        logp = self.token_logprobs(theta)
+        corr, wrong, end = self._masks()
+        lse = lambda mask: logsumexp(np.where(mask, logp, -np.inf), axis=-1)  # noqa: E731
+        le = lse(end) if self.end_token is not None else np.full(logp.shape[:-1], -np.inf)
+        logP = self._state_logP(lse(corr), lse(wrong), le)
+        n, m, _ = self.states()
+        r = rule_reward(n, m, self.rule)
+        return logsumexp(np.where(r == 1, logP, -np.inf), axis=-1) - logsumexp(np.where(r == 0, logP, -np.inf), axis=-1)
+
     def gap(self, theta) -> np.ndarray:
         return self.exact(theta)["gap"]
 
@@ -380,57 +393,62 @@ class TabularSequenceBandit:
     def _k(self) -> int:
         return self.T if self.rule == "AC" else (self.T + 1) // 2
 
-    def _count_pmfs(self, q):
-        """pmf of N_{-t} (count over the other positions) for every t: [..., T, T]."""
+    def _log_count_pmfs(self, lq, lw):
+        """log pmf of N_{-t} (count over the other positions) for every t: [..., T, T], in log space."""
         T = self.T
-        pmf = np.zeros(q.shape + (T,))
-        pmf[..., 0] = 1.0
+        lpmf = np.full(lq.shape + (T,), -np.inf)
+        lpmf[..., 0] = 0.0
         for s in range(T):
-            qs = q[..., s][..., None, None]
-            new = pmf * (1 - qs)
-            new[..., 1:] += pmf[..., :-1] * qs
+            new = lpmf + lw[..., s][..., None, None]
+            new[..., 1:] = np.logaddexp(new[..., 1:], lpmf[..., :-1] + lq[..., s][..., None, None])
             skip = np.arange(T) == s  # position s is not part of N_{-s}
-            pmf = np.where(skip[:, None], pmf, new)
-        return pmf
+            lpmf = np.where(skip[:, None], lpmf, new)
+        return lpmf
+
+    def _log_terms(self, z):
+        """(log q_t, log(1 - q_t), log pmf of N_{-t}, log J, log(1 - J)), all from log-sum-exps.
+
+        log(1 - q_t) is the log-sum-exp of the wrong tokens' log-probabilities (no 1 - q), and
+        J = P(N >= k) = q_0 P(N_{-0} >= k - 1) + (1 - q_0) P(N_{-0} >= k), 1 - J likewise.
+        """
+        logp = log_softmax(z, axis=-1)
+        wrong = np.arange(self.V) != self.correct
+        lq, lw = logp[..., self.correct], logsumexp(logp[..., wrong], axis=-1)
+        k = self._k()
+        loo = self._log_count_pmfs(lq, lw)  # [..., T, T] over N_{-t} = 0..T-1
+        lq0, lw0, loo0 = lq[..., 0], lw[..., 0], loo[..., 0, :]
+        logJ = np.logaddexp(lq0 + logsumexp(loo0[..., k - 1 :], axis=-1), lw0 + logsumexp(loo0[..., k:], axis=-1))
+        logJbar = np.logaddexp(lq0 + logsumexp(loo0[..., : k - 1], axis=-1), lw0 + logsumexp(loo0[..., :k], axis=-1))
+        return lq, loo, logJ, logJbar
 
     def exact(self, z) -> dict[str, np.ndarray]:
-        """J, Phi and the Gap in logit space [..., T, V] (module doc). Uses P(x_t=1 | r)."""
+        """J, Phi and the Gap in logit space [..., T, V] (module doc). Uses P(x_t=1 | r).
+
+        Log space throughout: Phi = log J - log(1 - J) stays finite for logits of +-1e3.
+        """
         z = self.check_params(z)
-        logp = log_softmax(z, axis=-1)
-        p = np.exp(logp)
-        q = p[..., self.correct]
+        lq, loo, logJ, logJbar = self._log_terms(z)
         k = self._k()
-        loo = self._count_pmfs(q)  # [..., T, T] pmf of N_{-t} over 0..T-1
-        ge = loo[..., k - 1 :].sum(-1)  # P(N_{-t} >= k - 1): x_t = 1 then succeeds
-        lt = loo[..., : k - 1].sum(-1)  # P(N_{-t} < k - 1): x_t = 1 then fails
-        q0, w0 = q[..., 0], 1.0 - q[..., 0]
-        J = q0 * ge[..., 0] + w0 * loo[..., 0, k:].sum(-1)
-        Jbar = q0 * lt[..., 0] + w0 * loo[..., 0, :k].sum(-1)  # failure mass, accurate near J = 1
-        with np.errstate(invalid="ignore", divide="ignore"):
-            a1 = np.nan_to_num(q * ge / J[..., None])
-            a0 = np.nan_to_num(q * lt / Jbar[..., None])
+        # P(x_t = 1 | r = 1) = q_t P(N_{-t} >= k - 1) / J;  P(x_t = 1 | r = 0) = q_t P(N_{-t} < k - 1) / (1 - J)
+        a1 = np.exp(lq + logsumexp(loo[..., k - 1 :], axis=-1) - logJ[..., None])
+        a0 = np.exp(lq + logsumexp(loo[..., : k - 1], axis=-1) - logJbar[..., None])
         zw = z.copy()
         zw[..., self.correct] = -np.inf
         u = np.exp(log_softmax(zw, axis=-1))  # p restricted to the wrong tokens, from logits (stable)
         e_c = np.zeros(self.V)
         e_c[self.correct] = 1.0
         gap = (a1 - a0)[..., None] * (e_c - u)
-        with np.errstate(divide="ignore"):
-            Phi = np.log(J) - np.log(Jbar)
-        return {"J": J, "Jbar": Jbar, "Phi": Phi, "gap": gap, "mean_length": np.full(J.shape, float(self.T))}
+        return {"J": np.exp(logJ), "Jbar": np.exp(logJbar), "Phi": logJ - logJbar, "gap": gap,
+                "mean_length": np.full(logJ.shape, float(self.T))}
 
     def success_rate(self, z) -> np.ndarray:
-        """J = P(N >= k) from the pmf of N = sum_t x_t (Poisson-binomial DP, O(T^2))."""
-        z = self.check_params(z)
-        q = np.exp(log_softmax(z, axis=-1)[..., self.correct])
-        pmf = np.zeros(q.shape[:-1] + (self.T + 1,))
-        pmf[..., 0] = 1.0
-        for t in range(self.T):
-            qt = q[..., t, None]
-            new = pmf * (1 - qt)
-            new[..., 1:] += pmf[..., :-1] * qt
-            pmf = new
-        return pmf[..., self._k():].sum(-1)
+        """J = P(N >= k), N = sum_t x_t (Poisson-binomial DP in log space, as :meth:`exact`)."""
+        return np.exp(self._log_terms(self.check_params(z))[2])
+
+    def log_odds(self, z) -> np.ndarray:
+        """Phi = log J - log(1 - J), both from log-space sums (as :meth:`exact`, without the Gap)."""
+        _, _, logJ, logJbar = self._log_terms(self.check_params(z))
+        return logJ - logJbar
 
     def gap(self, z) -> np.ndarray:
         return self.exact(z)["gap"]
@@ -445,7 +463,9 @@ class TabularSequenceBandit:
         batch = p.shape[:-2]
         cdf = np.cumsum(p, axis=-1)
         u = rng.random(batch + (G, self.T, 1))
-        tok = np.minimum((u > cdf[..., None, :, :]).sum(-1), self.V - 1)  # [..., G, T]
+        # a u above the rounded cdf total goes to the last token with p > 0, never to a p = 0 one
+        last = self.V - 1 - np.argmax(p[..., ::-1] > 0, axis=-1)  # [..., T]
+        tok = np.minimum((u > cdf[..., None, :, :]).sum(-1), last[..., None, :])  # [..., G, T]
         onehot = tok[..., None] == np.arange(self.V)  # [..., G, T, V] bool
         n = (tok == self.correct).sum(-1)
         m = np.full(n.shape, self.T)
@@ -463,7 +483,7 @@ Env = SharedSequenceBandit | TabularSequenceBandit
 
 def sampled_direction(env: Env, params, method: str, group_size: int, rng: np.random.Generator,
                       *, length_normalized: bool = False) -> np.ndarray:
-    """w = (1/G) sum_i A_i s(o_i) [/ |o_i|], A from gapdyn.group_advantages (THEORY.md §2)."""
+    """w = (1/G) sum_i A_i s(o_i) [/ |o_i|], A from gapdyn.group_advantages (docs/equations.md §2)."""
     smp = env.sample(params, group_size, rng)
     A = group_advantages(method, smp.reward)
     s = smp.score / smp.length[..., None] if length_normalized else smp.score
@@ -494,7 +514,11 @@ def simulate(
     """
     from gapdyn import expected_scalar
 
+    if not isinstance(method, str):
+        raise ValueError(f"method must be a method name (str), got {method!r}")
     get_method(method)
+    if not isinstance(length_normalized, (bool, np.bool_)):
+        raise ValueError(f"length_normalized must be a bool, got {length_normalized!r}")
     if direction not in ("sampled", "logodds", "expected"):
         raise ValueError(f"direction must be 'sampled', 'logodds' or 'expected', got {direction!r}")
     steps = _check_int(steps, "steps", 1)
@@ -555,7 +579,9 @@ def critical_eta(etas, collapse_prob, *, level: float = 0.5) -> float:
 def place_for_success_rate(env: Env, direction, J0: float, *, base=None, lo: float = -50.0, hi: float = 50.0) -> np.ndarray:
     """params = base + alpha * direction with alpha found by bisection so that J(params) = J0.
 
-    J must be increasing in alpha on [lo, hi] around the root (bisection on a bracket found by a scan).
+    The bisection runs on the log-odds Phi (target logit J0 = log J0 - log(1 - J0)), not on J, so
+    1 - J is placed to full relative precision also at J0 = 1 - 1e-12. Phi must be increasing in
+    alpha on [lo, hi] around the root (bisection on a bracket found by a scan).
     """
     if isinstance(J0, bool) or not isinstance(J0, (int, float, np.integer, np.floating)) or not 0 < J0 < 1:
         raise ValueError(f"J0 must be in (0, 1), got {J0!r}")
@@ -565,17 +591,30 @@ def place_for_success_rate(env: Env, direction, J0: float, *, base=None, lo: flo
         raise ValueError(f"lo and hi must be real numbers, got {lo!r}, {hi!r}") from exc
     if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
         raise ValueError(f"lo and hi must be finite with lo < hi, got {lo!r}, {hi!r}")
-    direction = np.asarray(direction, dtype=np.float64)
-    base = np.zeros_like(direction) if base is None else np.asarray(base, dtype=np.float64)
+    def params_like(x, name):
+        try:
+            return env.check_params(x)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{name}: {exc}") from exc
+
+    direction = params_like(direction, "direction")
+    base = np.zeros_like(direction) if base is None else params_like(base, "base")
+    if base.shape != direction.shape:
+        raise ValueError(f"base must have the shape of direction {direction.shape}, got {base.shape}")
+    target = float(np.log(J0) - np.log1p(-J0))
+
+    logodds = env.log_odds
     alphas = np.linspace(lo, hi, 401)
-    Js = env.success_rate(base[None] + alphas.reshape((-1,) + (1,) * direction.ndim) * direction[None])
-    above = np.nonzero(Js >= J0)[0]
+    Phis = logodds(base[None] + alphas.reshape((-1,) + (1,) * direction.ndim) * direction[None])
+    above = np.nonzero(Phis >= target)[0]
     if above.size == 0 or above[0] == 0:
         raise ValueError(f"J0={J0} is not reachable along the direction within alpha in [{lo}, {hi}]")
     a, b = alphas[above[0] - 1], alphas[above[0]]
-    for _ in range(100):
+    for _ in range(200):  # ends at adjacent floats (about 60 halvings)
         mid = 0.5 * (a + b)
-        if env.success_rate(base + mid * direction) >= J0:
+        if not a < mid < b:
+            break
+        if logodds(base + mid * direction) >= target:
             b = mid
         else:
             a = mid

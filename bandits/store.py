@@ -10,10 +10,18 @@ cell function's qualified name and the cell's parameters, serialised as canonica
 keys, ``repr`` of floats), so the same configuration gives the same key in every process and on
 every machine. Note that ``1`` and ``1.0`` are different parameters (different keys).
 
-Each cell file carries its key and configuration in the parquet schema metadata. A file that
-cannot be read, or whose metadata does not match its name, counts as missing: the sweep recomputes
-it (a write interrupted by a crash leaves only an orphan ``*.tmp-*`` file, which is ignored and
-cleaned up).
+Each cell file carries its key and configuration in the parquet schema metadata, and a sidecar
+``cells/<cell_key>.sha256`` holds the sha256 of the parquet file's bytes. The digest is checked
+before the bytes are parsed; a file whose digest, key or parquet structure does not check out
+counts as missing and is recomputed (with a :class:`RuntimeWarning`), so a flipped bit is never
+reused as a different number. The sidecar is replaced before the cell file, so a reader sees
+either no cell or a cell with its digest.
+
+Several writers (processes, machines on a shared disk) may fill one store at once: each writes
+its temporaries as ``<file>.tmp-<host>-<pid>-<random>`` and opening a store removes only the
+temporaries of dead writers on this host, or ones older than :data:`STALE_TMP_SECONDS`. Cells are
+deterministic functions of their parameters, so concurrent writers write identical bytes and the
+store ends up the same as after one writer.
 """
 
 from __future__ import annotations
@@ -21,9 +29,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import numbers
 import os
+import socket
+import time
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -43,6 +55,9 @@ __all__ = [
 CELL_KEY_COLUMN = "cell_key"
 _META_KEY = b"gapdyn.cell_key"
 _META_CONFIG = b"gapdyn.cell_config"
+STALE_TMP_SECONDS = 3600.0  # a temporary lives for one write; one this old belongs to no live writer
+_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+_TMP_RE = re.compile(r"\.tmp-([0-9a-f]{8})-(\d+)-[0-9a-f]+$")
 
 
 def _plain(value: Any, where: str) -> Any:
@@ -129,16 +144,48 @@ def tidy_rows(rows: Any, cell: dict, key: str) -> pa.Table:
     return pa.Table.from_pandas(df, preserve_index=False)
 
 
-def _atomic_write_table(table: pa.Table, path: Path) -> None:
-    tmp = path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+def _table_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return sink.getvalue().to_pybytes()
+
+
+def _atomic_write_bytes(data: bytes, path: Path) -> None:
+    """Write ``data`` to a per-writer temporary, fsync it, then ``os.replace`` it onto ``path``."""
+    tmp = path.with_name(f"{path.name}.tmp-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
     try:
-        pq.write_table(table, tmp)
-        with open(tmp, "rb") as fh:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        tmp.unlink(missing_ok=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+def _is_stale_tmp(path: Path, now: float) -> bool:
+    """A temporary no live writer owns: a dead pid on this host, an unknown name, or an old file."""
+    try:
+        age = now - path.stat().st_mtime
+    except FileNotFoundError:
+        return False
+    if age > STALE_TMP_SECONDS:
+        return True
+    m = _TMP_RE.search(path.name)
+    if m is None:  # not written by this module's writers (e.g. a foreign or legacy leftover)
+        return True
+    host, pid = m.group(1), int(m.group(2))
+    return host == _HOST and pid != os.getpid() and not _pid_alive(pid)
 
 
 class CellStore:
@@ -150,8 +197,10 @@ class CellStore:
         self.dir = Path(root) / name
         self.cells_dir = self.dir / "cells"
         self.cells_dir.mkdir(parents=True, exist_ok=True)
-        for orphan in self.cells_dir.glob("*.tmp-*"):  # a write killed before its os.replace
-            orphan.unlink(missing_ok=True)
+        now = time.time()
+        for tmp in [*self.cells_dir.glob("*.tmp-*"), *self.dir.glob("*.tmp-*")]:
+            if _is_stale_tmp(tmp, now):  # a write killed before its os.replace
+                tmp.unlink(missing_ok=True)
 
     @property
     def results_path(self) -> Path:
@@ -160,32 +209,65 @@ class CellStore:
     def cell_path(self, key: str) -> Path:
         return self.cells_dir / f"{key}.parquet"
 
+    def digest_path(self, key: str) -> Path:
+        return self.cells_dir / f"{key}.sha256"
+
     def load(self, key: str) -> pa.Table | None:
-        """The stored table of a cell, or None if absent; a corrupt/mismatched file is deleted."""
+        """The stored table of a cell, or None if absent or corrupt (then with a RuntimeWarning).
+
+        Corrupt: the sha256 of the file's bytes differs from its sidecar (or the sidecar is
+        missing), the parquet cannot be parsed, or the key in its metadata is not ``key``. The
+        file is left in place; recomputing the cell overwrites it.
+        """
         path = self.cell_path(key)
-        if not path.exists():
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
             return None
         try:
-            table = pq.read_table(path)
-            meta = table.schema.metadata or {}
-            if meta.get(_META_KEY, b"").decode() != key:
-                raise ValueError("cell key in metadata does not match the file name")
-        except Exception:  # unreadable, truncated, or someone else's file: recompute
-            path.unlink(missing_ok=True)
+            digest = self.digest_path(key).read_bytes()
+        except FileNotFoundError:
+            digest = None
+        if digest != _digest_line(data):  # byte-exact: no whitespace tolerance
+            warnings.warn(f"cell {key}: checksum mismatch in {path}; recomputing the cell", RuntimeWarning, 2)
             return None
-        return table.replace_schema_metadata({k: v for k, v in meta.items() if k not in (_META_KEY, _META_CONFIG)})
+        try:
+            table = _read_cell(data, key)
+        except Exception as exc:  # a valid digest of an invalid file (written by someone else)
+            warnings.warn(f"cell {key}: unreadable ({exc}); recomputing the cell", RuntimeWarning, 2)
+            return None
+        return table
 
-    def save(self, key: str, config: str, table: pa.Table) -> None:
-        """Write one cell's table atomically, with its key and configuration in the metadata."""
+    def save(self, key: str, config: str, table: pa.Table) -> pa.Table:
+        """Write one cell's table atomically (digest first, then the file); return it as stored.
+
+        The returned table is parsed from the bytes written, exactly as :meth:`load` returns it.
+        """
         meta = dict(table.schema.metadata or {})
         meta.update({_META_KEY: key.encode(), _META_CONFIG: config.encode()})
-        _atomic_write_table(table.replace_schema_metadata(meta), self.cell_path(key))
+        data = _table_bytes(table.replace_schema_metadata(meta))
+        _atomic_write_bytes(_digest_line(data), self.digest_path(key))
+        _atomic_write_bytes(data, self.cell_path(key))
+        return _read_cell(data, key)
 
     def consolidate(self, tables: Iterable[pa.Table]) -> pa.Table:
         """Concatenate the given tables (in order) into ``results.parquet``, atomically."""
         table = concat_tables(list(tables))
-        _atomic_write_table(table, self.results_path)
+        _atomic_write_bytes(_table_bytes(table), self.results_path)
         return table
+
+
+def _digest_line(data: bytes) -> bytes:
+    return hashlib.sha256(data).hexdigest().encode("ascii") + b"\n"
+
+
+def _read_cell(data: bytes, key: str) -> pa.Table:
+    """Parse a cell file's bytes; ValueError if its metadata names another cell."""
+    table = pq.read_table(pa.BufferReader(data))
+    meta = table.schema.metadata or {}
+    if meta.get(_META_KEY, b"").decode() != key:
+        raise ValueError("cell key in metadata does not match the file name")
+    return table.replace_schema_metadata({k: v for k, v in meta.items() if k not in (_META_KEY, _META_CONFIG)})
 
 
 def concat_tables(tables: list[pa.Table]) -> pa.Table:

@@ -1,11 +1,12 @@
 """Boundary checks shared by the public functions of :mod:`gapdyn`.
 
 Every public function validates its arguments here and raises a ``ValueError`` that names the
-argument and the constraint; internal helpers trust their inputs (STYLE.md rule 6).
+argument and the constraint; internal helpers trust their inputs.
 
 Tolerance: a probability vector is accepted when every entry is finite and >= -PROB_ATOL and
 its entries sum to 1 within ``PROB_ATOL * max(1, K)`` (K = number of entries); tiny negative
-round-off is clipped to 0.
+round-off is clipped to 0 and the accepted vector is divided by its sum, so a success rate computed
+from it never exceeds 1 by more than the rounding of one sum (beyond the tolerance: ValueError).
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def as_probs(probs, name: str = "probs") -> np.ndarray:
     if np.any(np.abs(total - 1.0) > tol):
         worst = float(np.max(np.abs(total - 1.0)))
         raise ValueError(f"{name} must sum to 1 over the last axis (off by {worst:.3g} > tolerance {tol:.1g})")
-    return np.clip(p, 0.0, None)
+    p = np.clip(p, 0.0, None)
+    return p / p.sum(axis=-1, keepdims=True)
 
 
 def as_rewards(rewards, shape: tuple[int, ...], name: str = "rewards") -> np.ndarray:
@@ -80,6 +82,16 @@ def check_positive(value, name: str) -> float:
     value = float(value)
     if not np.isfinite(value) or value <= 0.0:
         raise ValueError(f"{name} must be finite and > 0, got {value!r}")
+    return value
+
+
+def check_real_option(value, name: str, *, low: float = 0.0) -> float:
+    """A finite real scalar >= low (a method option such as eps or lam)."""
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.number)) or isinstance(value, np.complexfloating):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    value = float(value)
+    if not np.isfinite(value) or value < low:
+        raise ValueError(f"{name} must be finite and >= {low:g}, got {value!r}")
     return value
 
 

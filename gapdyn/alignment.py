@@ -1,6 +1,6 @@
 """Gap alignment, cumulative alignment M(K) and Theorem 1's lower bound on J.
 
-THEORY.md §2-3:
+docs/equations.md §2-3:
 - Delta mu_k = < w_k, g+ - g- >                               [paper]
 - M(K) = sum_{k<K} eta_k [Delta mu_k]_+                       [paper, Eq. 14]
 - J(K) >= sigmoid(logit J0 + M(K) / 2)                         [paper, Thm 1; constants unconfirmed]
@@ -26,12 +26,24 @@ def gap_alignment(direction, gap) -> np.ndarray:
 
 
 def gap_cosine(direction, gap) -> np.ndarray:
-    """cos(w, gap) = Delta mu / (||w|| ||gap||); 0 where either vector is zero."""
+    """cos(w, gap) = Delta mu / (||w|| ||gap||); 0 where either vector is zero.
+
+    Each vector is first divided by its largest |entry| (the cosine is scale-free), so vectors of
+    1e-200 or 1e200 neither underflow nor overflow in the norms and the dot product.
+    """
     w = as_float_array(direction, "direction", min_ndim=1)
     g = as_float_array(gap, "gap", min_ndim=1)
+    if w.shape[-1] != g.shape[-1]:
+        raise ValueError(f"direction has dimension {w.shape[-1]} but gap has {g.shape[-1]}")
+
+    def unit_max(x):
+        m = np.max(np.abs(x), axis=-1, keepdims=True)
+        return np.divide(x, m, out=np.zeros_like(x), where=m > 0)
+
+    w, g = unit_max(w), unit_max(g)
     norm = np.linalg.norm(w, axis=-1) * np.linalg.norm(g, axis=-1)
-    dmu = gap_alignment(w, g)
-    return np.divide(dmu, norm, out=np.zeros_like(dmu), where=norm > 0)
+    dmu = np.sum(w * g, axis=-1)
+    return np.clip(np.divide(dmu, norm, out=np.zeros_like(dmu), where=norm > 0), -1.0, 1.0)
 
 
 def cumulative_alignment(etas, dmus) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Update directions: the exact expectation and one sampled group, for every registered method.
 
 w = (1/G) sum_{i=1}^G A_i s(o_i), o_i ~ pi i.i.d., A_i from :func:`gapdyn.methods.group_advantages`.
-E[w] = scalar(J, G) * (g+ - g-)  (THEORY.md §2, derived).
+E[w] = scalar(J, G) * (g+ - g-)  (docs/equations.md §2, derived).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def expected_direction(method: str, probs, rewards, scores, *, group_size: int, 
     get_method(method)
     gap = gradient_gap(probs, rewards, scores)
     p = as_probs(probs)
-    J = np.sum(p * as_rewards(rewards, p.shape), -1)
+    J = np.minimum(np.sum(p * as_rewards(rewards, p.shape), -1), 1.0)
     return expected_scalar(method, J, group_size, **opts)[..., None] * gap
 
 
@@ -51,6 +51,8 @@ def sampled_direction(
 
     With ``return_group=True`` also returns (indices [..., G], rewards [..., G], advantages [..., G]).
     """
+    if not isinstance(return_group, (bool, np.bool_)):
+        raise ValueError(f"return_group must be a bool, got {return_group!r}")
     p = as_probs(probs)
     r = as_rewards(rewards, p.shape)
     s = as_scores(scores, p.shape)

@@ -1,6 +1,6 @@
 """Success rate, log-odds and the Gradient Gap.
 
-THEORY.md §1. With O+ = {r = 1}, O- = {r = 0}, pi+/pi- the policy conditioned on each:
+Suk & Duan (arXiv 2510.08539), Sec. 2; docs/equations.md. With O+ = {r = 1}, O- = {r = 0}, pi+/pi- the policy conditioned on each:
 - J = sum_o pi(o) r(o);  Phi = log(J / (1 - J))                                 [paper]
 - g+ = E_{pi+}[s], g- = E_{pi-}[s];  Gradient Gap = g+ - g-                      [paper]
 - grad Phi = g+ - g-;  grad J = J (1 - J) (g+ - g-);  J g+ + (1 - J) g- = 0       [derived]
@@ -41,9 +41,9 @@ def _pr(probs, rewards):
 
 
 def success_rate(probs, rewards) -> np.ndarray:
-    """J = sum_o pi(o) r(o)  [paper]."""
+    """J = sum_o pi(o) r(o)  [paper], in [0, 1] (probs are renormalised, see ``as_probs``)."""
     p, r = _pr(probs, rewards)
-    return np.sum(p * r, axis=-1)
+    return np.minimum(np.sum(p * r, axis=-1), 1.0)
 
 
 def failure_rate(probs, rewards) -> np.ndarray:
@@ -76,8 +76,10 @@ def conditional_scores(probs, rewards, scores) -> tuple[np.ndarray, np.ndarray]:
     s = as_scores(scores, p.shape)
     J, Jbar = np.sum(p * r, -1), np.sum(p * (1 - r), -1)
     check_success_defined(J, Jbar, "the conditional scores g+ / g-")
-    g_plus = np.einsum("...k,...kp->...p", p * r, s) / J[..., None]
-    g_minus = np.einsum("...k,...kp->...p", p * (1 - r), s) / Jbar[..., None]
+    # normalise the weights before they meet the scores: dividing last would lose the low bits of
+    # subnormal p * s products (and flush them to 0)
+    g_plus = np.einsum("...k,...kp->...p", (p * r) / J[..., None], s)
+    g_minus = np.einsum("...k,...kp->...p", (p * (1 - r)) / Jbar[..., None], s)
     return g_plus, g_minus
 
 
@@ -153,7 +155,7 @@ def success_gradient(probs, rewards, scores) -> np.ndarray:
 def logodds_hessian(probs, rewards, scores) -> np.ndarray:
     """Hess Phi = Cov_{pi+}(s) - Cov_{pi-}(s), shape [..., P, P].
 
-    derived (THEORY.md §1): exact for tabular softmax (scores in logit space) and log-linear
+    derived (docs/equations.md): exact for tabular softmax (scores in logit space) and log-linear
     policies, whose Hess log pi(o) does not depend on o. For other policies it omits
     E_{pi+}[H] - E_{pi-}[H].
     """

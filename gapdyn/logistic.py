@@ -1,6 +1,6 @@
 """The logistic relation between accuracy and cumulative alignment.
 
-THEORY.md §3: accuracy ~ sigmoid(a M + b); Theorem 1 gives a = 1/2, b = logit J0 as a lower bound.
+docs/equations.md §3: accuracy ~ sigmoid(a M + b); Theorem 1 gives a = 1/2, b = logit J0 as a lower bound.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The registry of policy-gradient methods: group advantages and expected-direction scalars.
 
-One source of truth for method names and advantage rules (STYLE.md): the bandit simulators and
+One source of truth for method names and advantage rules: the bandit simulators and
 the torch losses of ``llm_probe`` both call :func:`group_advantages`, which works on numpy arrays
 and torch tensors alike (array-API). Rewards are binary; a group is the last axis (size G).
 
-Expected direction (THEORY.md §2, derived, Monte-Carlo checked): with m ~ Binomial(G, J),
+Expected direction (docs/equations.md §2, derived, Monte-Carlo checked): with m ~ Binomial(G, J),
 p_hat = m / G, every method has E[w] = scalar(J, G) * (g+ - g-), where w = (1/G) sum_i A_i s(o_i):
 
 | method      | A_i                                   | scalar(J, G)                         | source |
@@ -13,15 +13,15 @@ p_hat = m / G, every method has E[w] = scalar(J, G) * (g+ - g-), where w = (1/G)
 | rloo        | r_i - mean of the other G-1           | J (1 - J)                            | Ahmadian et al. 2024 |
 | grpo        | (r_i - p_hat) / (std + eps)           | E_m[p_hat (1-p_hat) / (std + eps)]   | Shao et al. 2024 |
 | dr_grpo     | r_i - p_hat                           | (1 - 1/G) J (1 - J)                  | Liu et al. 2025 |
-| wapo        | max(r_i - p_hat, 0)                   | (1 - 1/G) J (1 - J)^2                | WAPO (THEORY.md §4) |
+| wapo        | max(r_i - p_hat, 0)                   | (1 - 1/G) J (1 - J)^2                | WAPO (docs/equations.md §4) |
 | psr         | r_i                                   | J (1 - J)                            | Zhu et al. 2025 |
 | nsr         | r_i - 1                               | J (1 - J)                            | Zhu et al. 2025 |
 | w_reinforce | lam if r_i else -1                    | (1 + lam) J (1 - J)                  | Zhu et al. 2025 |
 
 GRPO's std is the population std (``std="population"``, c_G(J) = E_m[sqrt(p_hat(1-p_hat))]) or
 the Bessel-corrected one (``std="bessel"``, TRL's and verl's choice), which multiplies c_G by
-sqrt((G-1)/G) when eps = 0. (THEORY.md writes "multiply by sqrt(G/(G-1))": that factor applies
-to the std itself; the direction shrinks. The Monte-Carlo test decides.) All-equal groups give
+sqrt((G-1)/G) when eps = 0 (the std itself grows by sqrt(G/(G-1)), so the direction shrinks;
+checked by Monte Carlo in the tests). All-equal groups give
 A = 0 for grpo/dr_grpo/wapo/rloo.
 """
 
@@ -33,7 +33,7 @@ from typing import Callable, Mapping
 import numpy as np
 from scipy.stats import binom
 
-from ._validate import array_namespace_checked, check_group_size, check_open_unit
+from ._validate import array_namespace_checked, check_group_size, check_open_unit, check_real_option
 
 __all__ = ["Method", "METHODS", "METHOD_NAMES", "get_method", "group_advantages", "expected_scalar", "c_G"]
 
@@ -98,11 +98,14 @@ def _binomial_expectation(J, G, f):
 def c_G(J, G, *, std: str = "population", eps: float = 0.0) -> np.ndarray:
     """c_G(J) = sum_m C(G,m) J^m (1-J)^(G-m) x / (sqrt(k x) + eps), x = p_hat (1 - p_hat).
 
-    derived (THEORY.md §2): GRPO's expected direction is c_G(J) * Gap; k = 1 for the population
+    derived (docs/equations.md §2): GRPO's expected direction is c_G(J) * Gap; k = 1 for the population
     std and G / (G - 1) for the Bessel std. Tends to sqrt(J (1 - J)) as G grows (population, eps=0).
     """
     J = check_open_unit(J)
     G = check_group_size(G)
+    if std not in ("population", "bessel"):
+        raise ValueError(f"std must be 'population' or 'bessel', got {std!r}")
+    eps = check_real_option(eps, "eps")
     k = G / (G - 1) if std == "bessel" else 1.0
 
     def f(ph):
@@ -127,7 +130,7 @@ METHODS: dict[str, Method] = {
             "Shao et al. 2024 (DeepSeekMath)",
         ),
         Method("dr_grpo", _adv_dr_grpo, lambda J, G: (1 - 1 / G) * J * (1 - J), source="Liu et al. 2025"),
-        Method("wapo", _adv_wapo, lambda J, G: (1 - 1 / G) * J * (1 - J) ** 2, source="WAPO, THEORY.md §4"),
+        Method("wapo", _adv_wapo, lambda J, G: (1 - 1 / G) * J * (1 - J) ** 2, source="WAPO, docs/equations.md §4"),
         Method("psr", _adv_reinforce, lambda J, G: J * (1 - J), source="Zhu et al. 2025, positive only"),
         Method("nsr", _adv_nsr, lambda J, G: J * (1 - J), source="Zhu et al. 2025, negative only"),
         Method(
@@ -154,12 +157,11 @@ def _options(m: Method, opts: Mapping[str, object]) -> dict:
     if unknown:
         raise ValueError(f"method {m.name!r} takes options {sorted(m.defaults)}, got unknown {sorted(unknown)}")
     out = {**m.defaults, **opts}
-    if "std" in out and out["std"] not in ("population", "bessel"):
+    if "std" in out and (not isinstance(out["std"], str) or out["std"] not in ("population", "bessel")):
         raise ValueError(f"std must be 'population' or 'bessel', got {out['std']!r}")
-    if "eps" in out and not (np.isfinite(out["eps"]) and out["eps"] >= 0):
-        raise ValueError(f"eps must be finite and >= 0, got {out['eps']!r}")
-    if "lam" in out and not (np.isfinite(out["lam"]) and out["lam"] >= 0):
-        raise ValueError(f"lam must be finite and >= 0, got {out['lam']!r}")
+    for name in ("eps", "lam"):
+        if name in out:
+            out[name] = check_real_option(out[name], name)
     return out
 
 

@@ -1,6 +1,6 @@
 """Softmax and log-linear policies and their score functions.
 
-THEORY.md §1 [paper]: the score of a response is s(a) = grad_theta log pi_theta(a).
+docs/equations.md §1 [paper]: the score of a response is s(a) = grad_theta log pi_theta(a).
 - tabular softmax over logits z:            s(a) = e_a - pi            (derived)
 - log-linear pi(a) ~ exp(theta . phi(a)):    s(a) = phi(a) - E_pi[phi]  (derived)
 

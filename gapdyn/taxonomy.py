@@ -1,6 +1,6 @@
 """WAPO's token taxonomy: how one token's update moves probabilities and entropy.
 
-THEORY.md §4 (derived, checked by finite differences). One position with logits z, p = softmax(z),
+docs/equations.md §4 (derived, checked by finite differences). One position with logits z, p = softmax(z),
 sampled token s, step a = eta * A * w (w the importance weight), C = sum_k p_k^2, H = -sum p log p:
 - dz      = a (e_s - p)
 - dlogp_j = a (1[j = s] - p_j - p_s + C)          (so dlogp_s = a (1 - 2 p_s + C))
@@ -53,9 +53,13 @@ def collision_probability(probs):
 
 
 def token_entropy(logprobs):
-    """H = -sum_k p_k log p_k from log-probabilities over the last axis (numpy or torch)."""
+    """H = -sum_k p_k log p_k from log-probabilities over the last axis (numpy or torch).
+
+    A log-probability of -inf (p = 0) contributes 0 (the limit of p log p), not 0 * inf = NaN.
+    """
     xp = array_namespace_checked(logprobs)
-    return -xp.sum(xp.exp(logprobs) * logprobs, axis=-1)
+    finite = xp.where(logprobs == -float("inf"), xp.zeros_like(logprobs), logprobs)
+    return -xp.sum(xp.exp(logprobs) * finite, axis=-1)
 
 
 def token_bin_index(p_token, collision, advantage):

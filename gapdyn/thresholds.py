@@ -1,7 +1,7 @@
 """Step-size thresholds: the sharp (line-search) one, the local curvature one, Theorem 1's bound,
 and the scaling of the critical step with response length T and success rate J.
 
-THEORY.md §3:
+docs/equations.md §3:
 - sharp threshold [derived]: the largest eta such that Phi(theta + e w) > Phi(theta) for every
   e in (0, eta]; found by a geometric scan and bisection on the exact Phi.
 - local threshold [derived]: 2 Delta mu / (w^T (-Hess Phi) w)_+ (second-order Taylor model of Phi).
@@ -12,6 +12,7 @@ THEORY.md §3:
 
 from __future__ import annotations
 
+import numbers
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -19,6 +20,9 @@ from scipy import stats
 from scipy.special import logsumexp
 
 from ._validate import as_float_array, as_rewards, check_open_unit, check_positive
+
+_MAX_SCAN_POINTS = 1_000_000
+_MAX_BISECTIONS = 2_000  # log2 of the float64 range: every bisection ends well before this
 
 __all__ = [
     "sharp_step_threshold",
@@ -70,6 +74,7 @@ def sharp_step_threshold(
 
     A geometric scan from eta_min to eta_max (``points_per_decade`` points a decade) finds the first
     eta where Phi no longer rises; bisection then locates the crossing to relative tolerance rtol.
+    rtol must lie in (0, 1); the bisection also stops at adjacent floats, so it always ends.
     Returns 0.0 when Phi does not rise even at eta_min (w is not an ascent direction) and inf when it
     rises over the whole scan. Crossings narrower than the grid spacing can be missed: raise
     ``points_per_decade`` for rugged Phi.
@@ -83,12 +88,21 @@ def sharp_step_threshold(
     eta_min, eta_max = check_positive(eta_min, "eta_min"), check_positive(eta_max, "eta_max")
     if eta_max <= eta_min:
         raise ValueError("eta_max must exceed eta_min")
+    if isinstance(points_per_decade, bool) or not isinstance(points_per_decade, numbers.Integral) or points_per_decade < 1:
+        raise ValueError(f"points_per_decade must be an integer >= 1, got {points_per_decade!r}")
+    rtol = check_positive(rtol, "rtol")
+    if rtol >= 1:
+        raise ValueError(f"rtol must be in (0, 1), got {rtol!r}")
+    # the decades as a difference of logs: eta_max / eta_min overflows for e.g. 1e-300 .. 1e300
+    n = int(np.ceil((np.log10(eta_max) - np.log10(eta_min)) * points_per_decade)) + 1
+    if n > _MAX_SCAN_POINTS:
+        raise ValueError(f"points_per_decade x decades asks for {n} scan points (at most {_MAX_SCAN_POINTS})")
     phi0 = logodds_fn(th)
 
     def rises(eta):
-        return logodds_fn(th + eta * w) > phi0
+        with np.errstate(over="ignore", invalid="ignore"):
+            return bool(logodds_fn(th + eta * w) > phi0)  # a NaN / overflowing Phi does not rise
 
-    n = int(np.ceil(np.log10(eta_max / eta_min) * points_per_decade)) + 1
     grid = np.geomspace(eta_min, eta_max, n)
     if not rises(grid[0]):
         return 0.0
@@ -100,8 +114,12 @@ def sharp_step_threshold(
         lo = eta
     else:
         return float("inf")
-    while hi - lo > rtol * hi:
+    for _ in range(_MAX_BISECTIONS):  # bounded: ~60 halvings reach any rtol >= 1e-16 of a float64
+        if hi - lo <= rtol * hi:
+            break
         mid = np.sqrt(lo * hi) if hi / lo > 2 else 0.5 * (lo + hi)
+        if not lo < mid < hi:  # adjacent floats: nothing left to split
+            break
         lo, hi = (mid, hi) if rises(mid) else (lo, mid)
     return float(lo)
 
@@ -148,6 +166,9 @@ def predicted_critical_step(eta_ref, T, J, *, T_ref=1.0, J_ref=None, length_norm
     J_ref defaults to J (pure length scaling). The paper's own constant may differ.
     """
     eta_ref = check_positive(eta_ref, "eta_ref")
+    T_ref = check_positive(T_ref, "T_ref")
+    if not isinstance(length_normalized, (bool, np.bool_)):
+        raise ValueError(f"length_normalized must be a bool, got {length_normalized!r}")
     T = as_float_array(T, "T")
     if np.any(T < 1):
         raise ValueError("T must be >= 1")

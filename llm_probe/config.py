@@ -131,9 +131,10 @@ class TrainConfig:
     """Warm-up batch size."""
     warmup_lr: float = 1e-3
     """Warm-up Adam learning rate."""
-    probe_every: int = 1
-    """Run the gradient-gap probes every n steps (0: never). A probe step costs ~2.4-3.5x a plain step of the
-    tiny Qwen on CPU (BENCHMARKS.md section 3); probe_every=10 keeps the amortised cost within 1.5x."""
+    probe_every: int = 10
+    """Run the gradient-gap probes every n steps (0: never; 1: every step). A probe step costs ~2.8-3.6x a
+    plain step of the tiny Qwen on CPU; the default cadence of 10 keeps the amortised cost near 1.2x
+    (docs/llm_probe.md, BENCHMARKS.md)."""
     probe_params: str = "all"
     """Parameters the probes differentiate: 'all', 'lm_head', or a regex on parameter names."""
     probe_alignment: Literal["dot", "jvp", "both"] = "dot"

@@ -6,8 +6,14 @@
 - :class:`JsonlTask`: problems read from a JSONL file (``{"question": ..., "answer": ...}`` per line,
   GSM8K-style answers "... #### 42" are reduced to "42"); reward 1 when :func:`check_answer` accepts
   the completion's final answer.
-- :func:`extract_answer` / :func:`check_answer`: final answer from ``\\boxed{...}``, ``#### x`` or the
-  last number; numeric normalisation (commas, $, %, trailing zeros, simple fractions).
+- :func:`extract_answer` / :func:`check_answer`: final answer from the last ``\\boxed{...}`` or
+  ``#### x`` (whichever comes later), else the last number; numeric normalisation (commas, $, %,
+  trailing zeros, simple fractions) with ASCII digits only.
+
+The checker runs on every sampled completion during training, so its work is bounded on any
+string: it looks at the last :data:`MAX_ANSWER_TEXT` characters, numbers have at most
+:data:`MAX_NUMBER_DIGITS` digits and no exponent (``1e10000000`` is text, never a float or an
+integer of ten million digits), and it never raises on a string.
 """
 
 from __future__ import annotations
@@ -56,65 +62,120 @@ class AdditionTask:
         return len(str(2 * self.hi))
 
 
+MAX_ANSWER_TEXT = 4096
+"""Characters of a completion (its end) that the answer extraction looks at."""
+MAX_NUMBER_DIGITS = 64
+"""Longer digit strings are compared as text, never converted to a number."""
+
+# ASCII digits only ([0-9], not \d: "١٢" or "１２" are not the number 12)
 _BOXED = re.compile(r"\\boxed\s*\{")
-_HASH = re.compile(r"####\s*([^\n]+)")
-_NUMBER = re.compile(r"-?\$?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
+_HASH = re.compile(r"####[ \t]*([^\n]*)")
+_NUMBER = re.compile(r"-?\$?[0-9][0-9,]*(?:\.[0-9]+)?(?:/[0-9]+)?")
+_LEADING_NUMBER = re.compile(r"\s*(-?\$?[0-9][0-9,]*(?:\.[0-9]+)?(?:/[0-9]+)?)(?=\s)")
+_PLAIN_NUMBER = re.compile(r"([+-]?)([0-9]*)(?:\.([0-9]+))?(?:/([0-9]+))?", re.ASCII)
 
 
-def _boxed_contents(text: str) -> str | None:
-    """Contents of the last \\boxed{...}, braces balanced."""
-    starts = [m.end() for m in _BOXED.finditer(text)]
-    if not starts:
-        return None
-    i = starts[-1]
-    depth, j = 1, i
+def _boxed_contents(text: str, start: int) -> str | None:
+    """Contents of the \\boxed{...} whose brace opens at ``start``, braces balanced (None if unclosed)."""
+    depth, j = 1, start
     while j < len(text) and depth:
         depth += {"{": 1, "}": -1}.get(text[j], 0)
         j += 1
-    return text[i : j - 1] if depth == 0 else None
+    return text[start : j - 1] if depth == 0 else None
+
+
+def _leading_number(s: str) -> str:
+    """"12 apples" -> "12": a final answer that starts with a number is that number."""
+    m = _LEADING_NUMBER.match(s)
+    return m.group(1) if m and m.end() < len(s.rstrip()) else s
 
 
 def extract_answer(text: str) -> str | None:
-    """Final answer of a solution text: last \\boxed{..}, else after '####', else the last number."""
+    """Final answer of a solution text: the last \\boxed{..} or '#### x', whichever comes later
+    (a number followed by words counts as the number), else the last number. Looks at the last
+    MAX_ANSWER_TEXT characters only."""
     if not isinstance(text, str):
         raise ValueError(f"text must be a string, got {type(text).__name__}")
-    b = _boxed_contents(text)
-    if b is not None:
-        return b.strip()
-    h = _HASH.findall(text)
-    if h:
-        return h[-1].strip()
+    text = text[-MAX_ANSWER_TEXT:]
+    boxed = [m.end() for m in _BOXED.finditer(text)]
+    hashes = list(_HASH.finditer(text))
+    if boxed and (not hashes or boxed[-1] > hashes[-1].start()):
+        b = _boxed_contents(text, boxed[-1])
+        if b is not None:
+            return _leading_number(b.strip()) if b.strip() else None
+    if hashes:
+        h = hashes[-1].group(1).strip()
+        return _leading_number(h) if h else None
     nums = _NUMBER.findall(text)
     return nums[-1] if nums else None
 
 
+def _parse_number(t: str) -> Fraction | None:
+    """An ASCII decimal or fraction ("-1000.50", "3/4", ".5") as an exact Fraction; None otherwise.
+
+    No exponents, at most MAX_NUMBER_DIGITS digits: the work is bounded by the string's length.
+    """
+    m = _PLAIN_NUMBER.fullmatch(t)
+    if m is None or not (m.group(2) or m.group(3)):
+        return None
+    sign, whole, frac, den = m.group(1), m.group(2) or "0", m.group(3) or "", m.group(4)
+    if len(whole) + len(frac) + len(den or "") > MAX_NUMBER_DIGITS:
+        return None
+    value = Fraction(int(whole + frac), 10 ** len(frac))
+    if den is not None:
+        if int(den) == 0:
+            return None
+        value /= int(den)
+    return -value if sign == "-" else value
+
+
+def _decimal_string(v: Fraction) -> str | None:
+    """The exact decimal of a fraction whose denominator is 2^a 5^b ("1000.5"), else None."""
+    d, twos, fives = v.denominator, 0, 0
+    while d % 2 == 0:
+        d, twos = d // 2, twos + 1
+    while d % 5 == 0:
+        d, fives = d // 5, fives + 1
+    if d != 1:
+        return None
+    n = max(twos, fives)
+    digits = str(abs(v.numerator) * 10**n // v.denominator).rjust(n + 1, "0")
+    out = f"{digits[:-n]}.{digits[-n:]}".rstrip("0").rstrip(".")
+    return ("-" if v < 0 else "") + out
+
+
 def normalize_answer(ans: str) -> str:
     """Canonical form: numbers without commas/$/%/trailing zeros ("1,000.50" -> "1000.5", "3/4" kept
-    as an exact fraction, "\\frac{3}{4}" -> "3/4"); other text stripped, lower-cased, spaces collapsed."""
-    s = ans.strip().strip(".").replace("\\!", "").replace("$", "").replace("\\%", "").replace("%", "")
+    as an exact fraction, "\\frac{3}{4}" -> "3/4"); other text stripped, lower-cased, spaces collapsed.
+    Only the first MAX_ANSWER_TEXT characters are looked at."""
+    if not isinstance(ans, str):
+        raise ValueError(f"ans must be a string, got {type(ans).__name__}")
+    s = ans[:MAX_ANSWER_TEXT].strip().rstrip(".")
+    s = s if s[1:2] in tuple("0123456789") else s.lstrip(".")  # ".5" is a number; ". text" is not
+    s = s.replace("\\!", "").replace("$", "").replace("\\%", "").replace("%", "")
     s = re.sub(r"\\(?:d|t)?frac\{([^{}]+)\}\{([^{}]+)\}", r"\1/\2", s)
     s = re.sub(r"\\text\{([^{}]*)\}", r"\1", s).strip()
-    t = s.replace(",", "").replace(" ", "")
-    try:
-        v = Fraction(t)
-    except (ValueError, ZeroDivisionError):
+    v = _parse_number(s.replace(",", "").replace(" ", ""))
+    if v is None:
         return " ".join(s.lower().split())
     if v.denominator == 1:
         return str(v.numerator)
-    dec = float(v)
-    if Fraction(repr(dec)) == v:  # a terminating decimal
-        return repr(dec)
-    return f"{v.numerator}/{v.denominator}"
+    dec = _decimal_string(v)
+    return dec if dec is not None else f"{v.numerator}/{v.denominator}"
 
 
 def check_answer(completion: str, reference: str) -> bool:
     """True iff the completion's final answer equals the reference after :func:`normalize_answer`
-    (numbers compared exactly as fractions; GSM8K references "... #### 42" are reduced first)."""
+    (numbers compared exactly as fractions; GSM8K references "... #### 42" are reduced first).
+    Bounded work and no exception for any pair of strings (ValueError for non-strings)."""
+    for name, v in (("completion", completion), ("reference", reference)):
+        if not isinstance(v, str):
+            raise ValueError(f"{name} must be a string, got {type(v).__name__}")
     ref = extract_answer(reference) if ("####" in reference or "\\boxed" in reference) else reference
     got = extract_answer(completion)
     if got is None or ref is None:
         return False
-    return normalize_answer(got) == normalize_answer(ref)
+    return normalize_answer(got[:MAX_ANSWER_TEXT]) == normalize_answer(ref[:MAX_ANSWER_TEXT])
 
 
 def load_jsonl_problems(path: str | Path, *, question_key: str = "question", answer_key: str = "answer") -> list[Problem]:
@@ -124,7 +185,10 @@ def load_jsonl_problems(path: str | Path, *, question_key: str = "question", ans
     if not p.is_file():
         raise ValueError(f"path must be an existing JSONL file, got {str(path)!r}")
     out = []
-    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+    # records end at "\n" only (JSONL): str.splitlines would also split inside strings holding
+    # U+2028, U+2029, U+0085, \x1c.. or \v / \f, all valid raw in JSON strings
+    for n, line in enumerate(p.read_text(encoding="utf-8").split("\n"), 1):
+        line = line.removesuffix("\r")
         if not line.strip():
             continue
         try:

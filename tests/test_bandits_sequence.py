@@ -119,7 +119,7 @@ def test_shared_sampling_matches_closed_form_monte_carlo(variable):
 
 
 def test_grpo_direction_expectation_is_cG_times_gap():
-    """E[w] of sampled GRPO groups = c_G(J) Gap (THEORY.md §2): sampling + gapdyn advantages."""
+    """E[w] of sampled GRPO groups = c_G(J) Gap (docs/equations.md §2): sampling + gapdyn advantages."""
     env = SharedSequenceBandit.random(V=6, d=3, T=4, rule="MAJ", seed=2)
     theta = np.array([0.3, 0.1, -0.2])
     B = 60_000
@@ -232,9 +232,7 @@ def test_critical_eta_definition():
 # bad input
 
 
-@pytest.mark.parametrize(
-    "make, match",
-    [
+BAD_INPUT = [
         (lambda: SharedSequenceBandit(np.zeros((1, 2)), (0,), "MAJ", 2), "features"),
         (lambda: SharedSequenceBandit(np.zeros((3, 2)), (5,), "MAJ", 2), "correct"),
         (lambda: SharedSequenceBandit(np.zeros((3, 2)), (0,), "ANY", 2), "rule"),
@@ -259,11 +257,21 @@ def test_critical_eta_definition():
         (lambda: length.Config(settings=("nope",)), "settings"),
         (lambda: length.Config(Ts=(1, 1, 2)), "Ts"),
         (lambda: length.run_cell(**{**length.cells(length.Config.quick(), [0])[0], "setting": "x"}), "setting"),
-    ],
-)
-def test_bad_input(make, match):
-    with pytest.raises(ValueError, match=match):
-        make()
+]
+
+
+def test_bad_input():
+    """Each (call, text) row: a ValueError whose message contains the text (one item, every failing row listed)."""
+    import re
+
+    from tests.tables import check_table
+
+    def row(make, match):
+        with pytest.raises(ValueError) as info:
+            make()
+        assert re.search(match, str(info.value)), f"ValueError without {match!r}: {info.value}"
+
+    assert check_table(((f"{i}: {m}", (f, m)) for i, (f, m) in enumerate(BAD_INPUT)), row) == 24
 
 
 # ---------------------------------------------------------------------------------------------

@@ -170,9 +170,7 @@ def test_empty_cell_and_empty_sweep(tmp_path):
     assert len(df) == 0 and "cell_key" in df.columns
 
 
-@pytest.mark.parametrize(
-    "kwargs, match",
-    [
+BAD_INPUT = [
         ({"cell_fn": lambda seed: [], "cells": [{"seed": 0}]}, "module-level"),
         ({"cells": [{"seed": 0}, {"seed": 0}]}, "distinct"),
         ({"cells": [[0]]}, "dict"),
@@ -186,13 +184,22 @@ def test_empty_cell_and_empty_sweep(tmp_path):
         ({"name": ""}, "name"),
         ({"cell_fn": _bad_return, "cells": [{"seed": 0}]}, "DataFrame"),
         ({"cell_fn": 3}, "callable"),
-    ],
-)
-def test_bad_input(kwargs, match):
-    args = {"cell_fn": example_cell, "cells": [{"seed": 0}], "name": "bad", "backend": "serial", "progress": False}
-    args.update(kwargs)
-    with pytest.raises(ValueError, match=match):
-        run_sweep(**args)
+]
+
+
+def test_bad_input():
+    import re
+
+    from tests.tables import check_table
+
+    def row(kwargs, match):
+        args = {"cell_fn": example_cell, "cells": [{"seed": 0}], "name": "bad", "backend": "serial", "progress": False}
+        args.update(kwargs)
+        with pytest.raises(ValueError) as info:
+            run_sweep(**args)
+        assert re.search(match, str(info.value)), f"ValueError without {match!r}: {info.value}"
+
+    assert check_table(((f"{sorted(kw)}: {m}", (kw, m)) for kw, m in BAD_INPUT), row) == 13
 
 
 def test_canonical_cell_rejects_non_identifier_keys():
@@ -231,3 +238,140 @@ def test_package_reexports_resolve_lazily():
     assert bandits.simulate_sequence.__module__ == "bandits.sequence"
     with pytest.raises(AttributeError):
         bandits.no_such_name
+
+
+# ---- integrity and concurrency of the store ------------------------------------------------------
+
+
+def _store_bytes(store: Path, name: str) -> dict[str, bytes]:
+    """Every file of a store (cells, digests, results) by its name; temporaries would show up too."""
+    root = store / name
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _flip_bits_and_load(tmp_path, every_bit: bool):
+    """Flip bits of a cell file (one per byte, or every bit) and every bit of its digest: load refuses each."""
+    import warnings
+
+    cells = _cells(3)
+    run_sweep(example_cell, cells, name="f", store=tmp_path, backend="serial", progress=False)
+    reference = _store_bytes(tmp_path, "f")
+    cs = CellStore(tmp_path, "f")
+    key = sweep_keys(example_cell, cells, name="f")[1]
+    failures, n = [], 0
+    for path, all_bits in ((cs.cell_path(key), every_bit), (cs.digest_path(key), True)):
+        good = path.read_bytes()
+        bits = range(8 * len(good)) if all_bits else (8 * i + i % 8 for i in range(len(good)))
+        for bit in bits:
+            flipped = bytearray(good)
+            flipped[bit // 8] ^= 1 << (bit % 8)
+            path.write_bytes(bytes(flipped))
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                loaded = cs.load(key)
+            n += 1
+            if loaded is not None or not any(issubclass(w.category, RuntimeWarning) for w in caught):
+                failures.append((path.name, bit))
+        path.write_bytes(good)
+    assert n > 4000 and failures == []
+    # one flip, then the sweep: recomputed with a warning, and the store is byte-identical again
+    data = bytearray(cs.cell_path(key).read_bytes())
+    data[len(data) // 3] ^= 0x10
+    cs.cell_path(key).write_bytes(bytes(data))
+    with pytest.warns(RuntimeWarning, match="checksum"):
+        again = run_sweep(example_cell, cells, name="f", store=tmp_path, backend="serial", progress=False)
+    assert again.attrs["n_computed"] == 1
+    assert _store_bytes(tmp_path, "f") == reference
+
+
+def test_single_bit_flips_are_detected_and_recomputed(tmp_path):
+    """One flipped bit in every byte of a cell file (bit position rotating) and every bit of its digest."""
+    _flip_bits_and_load(tmp_path, every_bit=False)
+
+
+@pytest.mark.slow
+def test_every_single_bit_flip_is_detected_and_recomputed(tmp_path):
+    _flip_bits_and_load(tmp_path, every_bit=True)
+
+
+def test_live_temporaries_survive_opening_the_store(tmp_path):
+    from bandits import store as st
+
+    cs = CellStore(tmp_path, "t")
+    live = cs.cells_dir / f"a.parquet.tmp-{st._HOST}-{os.getpid()}-abc"  # this (live) writer's
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone = cs.cells_dir / f"b.parquet.tmp-{st._HOST}-{int(dead.stdout)}-abc"  # a finished process's
+    other_host = cs.cells_dir / f"c.parquet.tmp-00000000-{int(dead.stdout)}-abc"  # a writer elsewhere
+    old = cs.cells_dir / f"d.parquet.tmp-00000000-1-abc"
+    for p in (live, gone, other_host, old):
+        p.write_bytes(b"partial")
+    os.utime(old, (time.time() - 2 * st.STALE_TMP_SECONDS,) * 2)
+    CellStore(tmp_path, "t")
+    assert sorted(p.name[0] for p in cs.cells_dir.glob("*.tmp-*")) == ["a", "c"]
+
+
+_WRITER_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from bandits.sweep import run_sweep, example_cell
+    cells = [{"seed": s, "n": 4, "sleep": float(sys.argv[3])} for s in range(40)]
+    if sys.argv[2] == "reversed":
+        cells = cells[::-1]
+    run_sweep(example_cell, cells, name="w", store=sys.argv[1], backend="serial", progress=False)
+    """
+)
+
+
+def _writer(store, order, sleep=0.03):
+    return subprocess.Popen(
+        [sys.executable, "-c", _WRITER_SCRIPT, str(store), order, str(sleep)],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+@pytest.fixture(scope="module")
+def single_writer(tmp_path_factory):
+    """(store, every file's bytes) of one uninterrupted writer: the reference of the concurrency tests."""
+    ref_store = tmp_path_factory.mktemp("single")
+    assert _writer(ref_store, "forward").wait(timeout=300) == 0
+    return ref_store, _store_bytes(ref_store, "w")
+
+
+def _sorted_results(store):
+    df = pd.read_parquet(store / "w" / "results.parquet")
+    return df.sort_values(["cell_key", "i"]).reset_index(drop=True)
+
+
+def test_two_writers_into_one_store_match_a_single_writer(tmp_path, single_writer):
+    ref_store, reference = single_writer
+    shared = tmp_path / "shared"
+    procs = [_writer(shared, "forward"), _writer(shared, "reversed")]
+    assert [p.wait(timeout=300) for p in procs] == [0, 0]
+    got = _store_bytes(shared, "w")
+    cell_files = {k: v for k, v in reference.items() if k.startswith("cells")}
+    assert {k: v for k, v in got.items() if k.startswith("cells")} == cell_files  # no temporaries left
+    pd.testing.assert_frame_equal(_sorted_results(shared), _sorted_results(ref_store))
+
+
+@pytest.mark.parametrize("writers", [1, 2])
+def test_sigkill_of_writers_then_resume_is_byte_identical(tmp_path, writers, single_writer):
+    """SIGKILL every writer at a random moment (with two writers, at two moments); resume; compare bytes."""
+    rng = np.random.default_rng(11 + writers)
+    reference = single_writer[1]
+    shared = tmp_path / "shared"
+    procs = [_writer(shared, order) for order in ("forward", "reversed")[:writers]]
+    targets = sorted(rng.choice(np.arange(2, 30), size=writers, replace=False))
+    cells_dir = shared / "w" / "cells"
+    for proc, target in zip(procs, targets):  # kill after a random number of cells is on disk
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if cells_dir.exists() and len(list(cells_dir.glob("*.parquet"))) >= target:
+                break
+            time.sleep(0.002)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert not (shared / "w" / "results.parquet").exists(), "a writer finished before it was killed"
+    assert _writer(shared, "forward").wait(timeout=300) == 0
+    got = _store_bytes(shared, "w")
+    assert {k for k in got if ".tmp-" in k} == set()  # the dead writers' temporaries were removed
+    assert got == reference

@@ -86,20 +86,25 @@ def test_rollout_rewards_follow_the_task():
             assert m[: k + 1] == [1.0] * (k + 1) and sum(m) == k + 1
 
 
-@pytest.mark.parametrize("text,ans", [("so the answer is \\boxed{42}.", "42"), ("blah #### 1,234", "1,234"),
-                                      ("first 3 then 17", "17"), ("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
-                                      ("no number", None)])
-def test_extract_answer(text, ans):
-    assert extract_answer(text) == ans
+EXTRACT = [("so the answer is \\boxed{42}.", "42"), ("blah #### 1,234", "1,234"), ("first 3 then 17", "17"),
+           ("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}"), ("no number", None)]
+CHECK = [("\\boxed{42}", "42", True), ("#### 1,000", "1000", True), ("The answer is 3.50", "3.5", True),
+         ("\\boxed{\\frac{1}{2}}", "0.5", True), ("$12", "12", True), ("12.0", "12", True), ("13", "12", False),
+         ("", "12", False), ("x = 2/3", "4/6", True), ("50%", "50", True),
+         ("Janet has 5 ... #### 18", "He earns ... #### 18", True)]
 
 
-@pytest.mark.parametrize("got,ref,ok", [("\\boxed{42}", "42", True), ("#### 1,000", "1000", True),
-                                        ("The answer is 3.50", "3.5", True), ("\\boxed{\\frac{1}{2}}", "0.5", True),
-                                        ("$12", "12", True), ("12.0", "12", True), ("13", "12", False),
-                                        ("", "12", False), ("x = 2/3", "4/6", True), ("50%", "50", True),
-                                        ("Janet has 5 ... #### 18", "He earns ... #### 18", True)])
-def test_check_answer(got, ref, ok):
-    assert check_answer(got, ref) is ok
+def test_extract_and_check_answer():
+    from tests.tables import check_table
+
+    def extract_row(text, ans):
+        assert extract_answer(text) == ans
+
+    def check_row(got, ref, ok):
+        assert check_answer(got, ref) is ok
+
+    check_table(((f"extract {t!r}", (t, a)) for t, a in EXTRACT), extract_row)
+    check_table(((f"check {g!r} vs {r!r}", (g, r, ok)) for g, r, ok in CHECK), check_row)
 
 
 def test_normalize_answer_text():
@@ -118,16 +123,20 @@ def test_jsonl_loader(tmp_path):
     assert len(task.sample(np.random.default_rng(0), 5)) == 5
 
 
-@pytest.mark.parametrize("content,msg", [("", "empty"), ("\n\n", "empty"), ("{bad json\n", "not valid JSON"),
-                                         ("[1, 2]\n", "JSON object"), ('{"question": "q"}\n', "answer"),
-                                         ('{"question": "", "answer": "1"}\n', "question"),
-                                         ('{"question": "q", "answer": null}\n', "answer"),
-                                         ('{"question": "q", "answer": [1]}\n', "answer")])
-def test_jsonl_errors(tmp_path, content, msg):
-    f = tmp_path / "x.jsonl"
-    f.write_text(content)
-    with pytest.raises(ValueError, match=msg):
-        load_jsonl_problems(f)
+JSONL_ERRORS = [("", "empty"), ("\n\n", "empty"), ("{bad json\n", "not valid JSON"), ("[1, 2]\n", "JSON object"),
+                ('{"question": "q"}\n', "answer"), ('{"question": "", "answer": "1"}\n', "question"),
+                ('{"question": "q", "answer": null}\n', "answer"), ('{"question": "q", "answer": [1]}\n', "answer")]
+
+
+def test_jsonl_errors(tmp_path):
+    from tests.tables import check_table, raises_value_error
+
+    def row(content, msg):
+        f = tmp_path / "x.jsonl"
+        f.write_text(content)
+        raises_value_error(lambda: load_jsonl_problems(f), msg)
+
+    check_table(((repr(c), (c, m)) for c, m in JSONL_ERRORS), row)
 
 
 def test_jsonl_missing_file(tmp_path):

@@ -2,8 +2,7 @@
 (never a crash deep inside, a hang, or a silent NaN); valid but extreme inputs (logits of +-1e3, J
 within 1e-12 of 0 or 1, T up to 1e4) give finite results equal to an independent route (mpmath,
 scipy's binomial); same seed gives bitwise-identical results (engine exact and sampled, in and
-across processes, and sweeps). Open defects are ``xfail(strict=True)`` with the reproduction
-(RELIABILITY.md)."""
+across processes, and sweeps). Case tables run as one test item each and list every failing case."""
 
 from __future__ import annotations
 
@@ -149,16 +148,9 @@ POSITIVE = {
     ("adaptive_step", "delta"), ("adam_direction", "eps"), ("place_theta", "t_max"),
 }
 
-# Open defects found by this suite (RELIABILITY.md): function -> (reason, cases). Each case must still fail
-# (strict xfail); a fix makes it XPASS, and then it is removed from here.
-_TYPE = "None/str reach numpy and raise TypeError instead of a ValueError naming the argument"
+# Open defects found by this suite (RELIABILITY.md): function -> (reason, cases). Each case must still
+# fail; a fix makes its row fail until it is removed from here. None are open.
 OPEN_BY_FUNCTION: dict[str, tuple[str, list]] = {}
-# Fixed by the lead at the end of the session: bandits/reference.py sample_arms (was: no validation, NaN
-# probabilities gave arbitrary arms).
-# Fixed after 18:00 (boundary ValueErrors added; RELIABILITY.md "Fixed after 18:00"): Dynamics adv_eps/lam, run_grid
-# seeds, place_theta t_max, schedules (adaptive_step, schedule_step, decaying_step, adam_init, adam_direction,
-# line_search_step max_halvings, group_alignment_curvature shapes), sequence (SharedSequenceBandit.random seed/scale,
-# critical_eta, rule_reward, simulate collapse_J, place_for_success_rate J0/lo/hi). Their cases now must pass.
 OPEN: dict[tuple, str] = {(n, w, k): reason for n, (reason, cases) in OPEN_BY_FUNCTION.items() for w, k in cases}
 
 
@@ -198,23 +190,16 @@ def test_every_public_function_is_covered():
     assert not missing, sorted(missing)
 
 
-@pytest.mark.parametrize("name", sorted(ENTRY_POINTS))
-def test_valid_call_is_finite(name, tmp_path):
-    fn, args, kw = ENTRY_POINTS[name]
-    assert _finite(fn(*args, **kw))
+def test_valid_call_is_finite():
+    from tests.tables import check_table
+
+    def row(fn, args, kw):
+        assert _finite(fn(*args, **kw)), "non-finite output for a valid call"
+
+    check_table(sorted(ENTRY_POINTS.items()), row)
 
 
-def _params():
-    for name, where, kind in CASES:
-        marks = []
-        if (name, where, kind) in OPEN:
-            marks = [pytest.mark.xfail(strict=True, reason=f"open defect: {OPEN[(name, where, kind)]}")]
-        yield pytest.param(name, where, kind, marks=marks, id=f"{name}-{where}-{kind}")
-
-
-@pytest.mark.timeout(30)
-@pytest.mark.parametrize("name, where, kind", list(_params()))
-def test_malformed_argument_raises_value_error_or_is_finite(name, where, kind):
+def _malformed_row(name, where, kind):
     fn, args, kw = ENTRY_POINTS[name]
     orig = args[where] if isinstance(where, int) else kw[where]
     try:
@@ -230,16 +215,30 @@ def test_malformed_argument_raises_value_error_or_is_finite(name, where, kind):
     # anything else accepted must be a legal value with a finite result (e.g. an integer-valued float)
     assert _finite(out), f"{name}: silent non-finite output for {kind} argument {where!r}"
     assert kind not in ("nan", "inf", "string", "none"), f"{name}: {kind} argument {where!r} accepted silently"
-    if (name, where) in POSITIVE:
-        assert kind not in ("zero", "negative"), f"{name}: {kind} {where!r} (must be > 0) accepted silently"
+
+
+def _open_row(name, where, kind):
+    """An open defect must still fail (strict): a fix makes this row fail until it leaves OPEN."""
+    try:
+        _malformed_row(name, where, kind)
+    except AssertionError:
+        return
+    raise AssertionError(f"open defect {OPEN[(name, where, kind)]!r} no longer fails: remove it from OPEN")
+
+
+@pytest.mark.timeout(600)
+def test_malformed_argument_raises_value_error_or_is_finite():
+    """Every public callable x every array/number argument x MALFORMED (one item; every failing case listed)."""
+    from tests.tables import check_table
+
+    n = check_table(((f"{name}-{where}-{kind}", (name, where, kind)) for name, where, kind in CASES),
+                    lambda name, where, kind: (_open_row if (name, where, kind) in OPEN else _malformed_row)(name, where, kind))
+    assert n == len(CASES) > 700
 
 
 # --- structural bad input that the generic fuzz cannot express ----------------------------------------
 
-
-@pytest.mark.parametrize(
-    "make",
-    [
+STRUCTURAL = [
         lambda: ContextualBandit(FEAT, np.array([[0.5, 0, 0, 1]])),  # rewards outside {0, 1}
         lambda: ContextualBandit(FEAT, np.array([[2.0, 0, 0, 1]])),
         lambda: ContextualBandit(FEAT, np.array([[1.0, 1, 1, 1]])),  # all-equal group: no incorrect arm
@@ -285,11 +284,16 @@ def test_malformed_argument_raises_value_error_or_is_finite(name, where, kind):
         lambda: run_sweep(example_cell, [{"seed": float("nan")}], name="x", backend="serial", progress=False),
         lambda: canonical_cell({"a": [1.0, float("inf")]}),
         lambda: CellStore("/tmp", ".."),
-    ],
-)
-def test_structural_bad_input_raises_value_error(make):
-    with pytest.raises(ValueError):
-        make()
+]
+
+
+def test_structural_bad_input_raises_value_error():
+    from tests.tables import check_table, raises_value_error
+
+    import inspect
+
+    check_table(((inspect.getsource(make).strip()[:100], (make,)) for make in STRUCTURAL), raises_value_error)
+    assert len(STRUCTURAL) == 45
 
 
 @pytest.mark.timeout(3)
@@ -394,13 +398,38 @@ def test_sequence_bandit_J_near_0_and_1_is_finite_and_log_space(J0):
     assert ex["Phi"] == pytest.approx(np.log(J0) - np.log1p(-J0), abs=1e-3)  # ... the placement below is coarser
 
 
-@pytest.mark.xfail(strict=True, reason="open defect: bandits/sequence.py place_for_success_rate bisects on J, not on "
-                   "Phi: at J0 = 1 - 1e-12 the placed 1 - J is off by ~6e-5 relative (Phi 27.63098 vs 27.63104)")
-def test_sequence_placement_is_accurate_near_J_equal_1():
+def _shared_logodds_mp(env, theta) -> float:
+    """Fixed-length shared model in 60-digit arithmetic: N ~ Binomial(T, q), Phi = log P(N >= k) - log P(N < k)."""
+    mpmath.mp.dps = 60
+    e = [mpmath.exp(mpmath.fsum(mpmath.mpf(float(f)) * mpmath.mpf(float(t)) for f, t in zip(row, theta)))
+         for row in np.asarray(env.features)]
+    q = mpmath.fsum(e[c] for c in env.correct) / mpmath.fsum(e)
+    T = env.T
+    k = T if env.rule == "AC" else (T + 1) // 2
+    pmf = [mpmath.binomial(T, n) * q**n * (1 - q) ** (T - n) for n in range(T + 1)]
+    return float(mpmath.log(mpmath.fsum(pmf[k:])) - mpmath.log(mpmath.fsum(pmf[:k])))
+
+
+def test_sequence_placement_is_accurate_near_0_and_1():
+    """place_for_success_rate bisects on Phi: the placed log-odds (60-digit route) hits logit J0 at J0 within 1e-12 of 0 or 1."""
+    from tests.tables import check_table
+
     env = Q.SharedSequenceBandit.random(V=6, d=3, T=16, rule="MAJ", seed=4)
-    J0 = 1 - 1e-12
-    th = Q.place_for_success_rate(env, env.gap(np.zeros(3)), J0, lo=-200, hi=200)
-    assert env.exact(th)["Phi"] == pytest.approx(np.log(J0) - np.log1p(-J0), abs=1e-6)
+    tab = Q.TabularSequenceBandit(V=4, T=3, rule="MAJ")
+    z_dir = np.where(np.arange(4) == 0, 1.0, -1.0) * np.ones((3, 1))
+
+    def row(J0, kind):
+        target = float(mpmath.log(mpmath.mpf(J0)) - mpmath.log1p(-mpmath.mpf(J0)))
+        if kind == "shared":
+            th = Q.place_for_success_rate(env, env.gap(np.zeros(3)), J0, lo=-200, hi=200)
+            got = _shared_logodds_mp(env, th)
+        else:
+            th = Q.place_for_success_rate(tab, z_dir, J0, lo=-60, hi=60)
+            got = _tabular_logodds_mp(th, 3, "MAJ")
+        assert got == pytest.approx(target, abs=1e-9, rel=1e-12)
+
+    check_table(((f"{kind} J0={J0!r}", (J0, kind)) for J0 in (1e-12, 1e-9, 0.3, 1 - 1e-9, 1 - 1e-12)
+                 for kind in ("shared", "tabular")), row)
 
 
 def test_sequence_bandit_variable_length_extremes_are_finite():
@@ -416,13 +445,14 @@ def test_sequence_bandit_variable_length_extremes_are_finite():
 def _tabular_logodds_mp(z, T, rule, correct=0) -> float:
     """Position-wise tabular model in 60-digit arithmetic: Phi = log P(r=1) - log P(r=0)."""
     mpmath.mp.dps = 60
-    qs = []
+    qs, ws = [], []
     for t in range(T):
         e = [mpmath.exp(mpmath.mpf(float(v))) for v in z[t]]
         qs.append(e[correct] / mpmath.fsum(e))
+        ws.append(mpmath.fsum(x for i, x in enumerate(e) if i != correct) / mpmath.fsum(e))  # 1 - q, no cancellation
     pmf = [mpmath.mpf(1)] + [mpmath.mpf(0)] * T
-    for q in qs:
-        pmf = [pmf[n] * (1 - q) + (pmf[n - 1] * q if n else 0) for n in range(T + 1)]
+    for q, w in zip(qs, ws):
+        pmf = [pmf[n] * w + (pmf[n - 1] * q if n else 0) for n in range(T + 1)]
     k = T if rule == "AC" else (T + 1) // 2
     return float(mpmath.log(mpmath.fsum(pmf[k:])) - mpmath.log(mpmath.fsum(pmf[:k])))
 
@@ -434,16 +464,22 @@ def test_tabular_sequence_moderate_logits_match_mpmath(s):
     assert tb.exact(z)["Phi"] == pytest.approx(_tabular_logodds_mp(z, 3, "MAJ"), rel=1e-9)
 
 
-@pytest.mark.xfail(strict=True, reason="open defect: TabularSequenceBandit.exact computes 1-J by products of (1 - q_t) "
-                   "(bandits/sequence.py TabularSequenceBandit._count_pmfs/exact), not in log space: J rounds to 1 "
-                   "(or 0) and Phi = +-inf for logits of +-20 and beyond, although Phi is finite (~ +-80)")
-@pytest.mark.parametrize("s", [10.0, 20.0, 1e3])
-def test_tabular_sequence_extreme_logits_are_finite(s):
-    """At s = 10 the relative error of Phi is already 2e-9 (1 - q computed by subtraction), at s >= 20 Phi = inf."""
-    tb = Q.TabularSequenceBandit(V=4, T=3, rule="MAJ")
-    z = np.where(np.arange(4) == 0, s, -s) * np.ones((3, 1))
-    ex = tb.exact(z)
-    assert np.isfinite(ex["Phi"]) and ex["Phi"] == pytest.approx(_tabular_logodds_mp(z, 3, "MAJ"), rel=1e-9)
+def test_tabular_sequence_extreme_logits_match_mpmath():
+    """TabularSequenceBandit.exact in log space: Phi (and J, 1 - J) at logits up to +-1e3 vs 60 digits; Gap finite."""
+    from tests.tables import check_table
+
+    def row(s, rule, T):
+        tb = Q.TabularSequenceBandit(V=4, T=T, rule=rule)
+        z = np.where(np.arange(4) == 0, s, -s) * np.ones((T, 1))
+        z[0] *= 0.5  # positions differ
+        ex = tb.exact(z)
+        ref = _tabular_logodds_mp(z, T, rule)
+        assert np.isfinite(ex["Phi"]) and ex["Phi"] == pytest.approx(ref, rel=1e-12, abs=1e-12)
+        assert np.all(np.isfinite(ex["gap"])) and 0.0 <= ex["J"] <= 1.0 and 0.0 <= ex["Jbar"] <= 1.0
+        assert tb.success_rate(z) == pytest.approx(float(expit(ref)), rel=1e-12, abs=1e-300)
+
+    check_table(((f"s={s} {rule} T={T}", (s, rule, T)) for s in (10.0, 20.0, 40.0, 1e3, -20.0, -1e3)
+                 for rule in ("MAJ", "AC") for T in (1, 3, 6)), row)
 
 
 # --- determinism ----------------------------------------------------------------------------------------
@@ -575,10 +611,10 @@ def test_engine_any_configuration_at_extreme_scales_is_finite(method, sampled, s
 )
 def test_sequence_simulate_any_configuration_is_finite(tabular, variable, V, T, d, rule, direction, method, G,
                                                        log_scale, log_eta, norm, seed):
-    """Shared logits up to 1e3, tabular up to 16 (beyond: defect 7), eta up to 1e6: finite J, J_min, steps."""
+    """Shared and tabular logits up to 1e3, eta up to 1e6: finite J, J_min, steps."""
     if tabular:
         env = Q.TabularSequenceBandit(V=V, T=T, rule=rule)
-        p0 = np.random.default_rng(seed).normal(size=(2, T, V)) * min(10**log_scale, 16.0)
+        p0 = np.random.default_rng(seed).normal(size=(2, T, V)) * 10**log_scale
     else:
         env = Q.SharedSequenceBandit.random(V=V, d=d, T=T, rule=rule, seed=seed, variable_length=variable)
         p0 = np.random.default_rng(seed).normal(size=(2, d)) * 10**log_scale
@@ -587,3 +623,58 @@ def test_sequence_simulate_any_configuration_is_finite(tabular, variable, V, T, 
     for k, v in out.items():
         assert np.all(np.isfinite(v)), k
     assert np.all((out["J_final"] >= 0) & (out["J_final"] <= 1))
+
+
+# --- sampling edges and option arguments ------------------------------------------------------------
+
+
+class _TopGenerator(np.random.Generator):
+    """A Generator whose uniforms are all the largest double below 1 (the top of the range)."""
+
+    def random(self, size=None, dtype=np.float64, out=None):
+        return np.full(size, np.nextafter(1.0, 0.0))
+
+
+def test_zero_probability_arms_are_never_drawn_at_the_top_of_the_range():
+    from tests.tables import check_table
+
+    top = np.nextafter(1.0, 0.0)
+    rows = []
+    for probs in ([0.5, 0.5, 0.0], [0.1, 0.2, 0.7, 0.0, 0.0], [0.0, 1.0, 0.0], [1 / 3, 1 / 3, 1 / 3, 0.0]):
+        for u in (1.0, top, 0.0):
+            rows.append((f"sample_arms {probs} u={u!r}", (np.array([probs]), np.array([[u, u]]))))
+
+    def arm_row(p, u):
+        idx = sample_arms(p, u)
+        assert np.all(p[0, idx[0]] > 0), idx
+
+    check_table(rows, arm_row)
+    # tabular sequence sampling: a cdf total that rounds below 1 (0.9999999999999998) and a last token of p = 0
+    z = np.array([0.43, 0.7, -1.18, -800.0]) * np.ones((3, 1))
+    tb = Q.TabularSequenceBandit(V=4, T=3, rule="MAJ", correct=1)
+    smp = tb.sample(z, 5, _TopGenerator(np.random.PCG64(0)))
+    assert np.all(smp.counts[..., 3] == 0) and np.all(smp.counts.sum(-1) == 3)
+    with pytest.raises(ValueError, match="u must"):
+        sample_arms(np.array([[0.5, 0.5]]), np.array([[1.5]]))
+
+
+def test_option_arguments_are_validated():
+    """Flags and names that used to raise TypeError or pass through silently: ValueError naming the argument."""
+    from tests.tables import check_table, raises_value_error
+
+    rows = []
+    for bad in (None, "x", float("nan"), [1.0], 2):
+        rows.append((f"adaptive_step mixed={bad!r}", ("mixed", lambda b=bad: S.adaptive_step(0.5, 1.0, 2.0, 1.0, mixed=b))))
+        rows.append((f"SharedSequenceBandit.random variable_length={bad!r}",
+                     ("variable_length", lambda b=bad: Q.SharedSequenceBandit.random(V=5, d=2, T=3, variable_length=b))))
+        rows.append((f"simulate length_normalized={bad!r}", ("length_normalized", lambda b=bad: Q.simulate(
+            SEQ, np.zeros(3), 1.0, steps=2, rng=_rng(), length_normalized=b))))
+        rows.append((f"line_search_step gap={bad!r}", ("gap", lambda b=bad: S.line_search_step(
+            lambda th: -float(th @ th), np.ones(2), -np.ones(2), 1.0, gap=b if b is not None else np.ones(3)))))
+    for bad in ([1.0], None, 3):
+        rows.append((f"simulate method={bad!r}", ("method", lambda b=bad: Q.simulate(SEQ, np.zeros(3), 1.0, method=b, rng=_rng()))))
+    for bad in (None, "x", np.ones(4), np.full(3, np.nan)):
+        rows.append((f"place_for_success_rate direction={bad!r}"[:70], ("direction", lambda b=bad: Q.place_for_success_rate(SEQ, b, 0.3))))
+        rows.append((f"place_for_success_rate base={bad!r}"[:70], ("base", lambda b=bad: Q.place_for_success_rate(
+            SEQ, SEQ.gap(np.zeros(3)), 0.3, base=b if b is not None else np.ones(2)))))
+    check_table(rows, lambda name, f: raises_value_error(f, name))

@@ -122,10 +122,13 @@ def test_every_public_function_is_covered():
     assert functions <= set(ENTRY_POINTS), sorted(functions - set(ENTRY_POINTS))
 
 
-@pytest.mark.parametrize("name", sorted(ENTRY_POINTS))
-def test_valid_call_is_finite(name):
-    fn, args, kwargs = ENTRY_POINTS[name]
-    assert _finite(fn(*args, **kwargs))
+def test_valid_call_is_finite():
+    from tests.tables import check_table
+
+    def row(fn, args, kwargs):
+        assert _finite(fn(*args, **kwargs)), "non-finite output for a valid call"
+
+    check_table(sorted(ENTRY_POINTS.items()), row)
 
 
 CASES = [
@@ -137,8 +140,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("name, position, kind", CASES)
-def test_malformed_argument_raises_value_error_or_is_finite(name, position, kind):
+def _malformed_row(name, position, kind):
     fn, args, kwargs = ENTRY_POINTS[name]
     bad = list(args)
     bad[position] = MALFORMED[kind](args[position])
@@ -157,6 +159,14 @@ def test_malformed_argument_raises_value_error_or_is_finite(name, position, kind
     assert _finite(out), f"{name}: silent non-finite output for {kind} argument {position}"
 
 
+def test_malformed_argument_raises_value_error_or_is_finite():
+    """Every public function x every array/number argument x MALFORMED: one item, every failing case listed."""
+    from tests.tables import check_table
+
+    n = check_table(((f"{name}[{pos}]-{kind}", case) for case in CASES for name, pos, kind in [case]), _malformed_row)
+    assert n == len(CASES) > 400
+
+
 @settings(max_examples=100)
 @given(st.sampled_from(g.METHOD_NAMES), st.lists(st.sampled_from([0.0, 1.0]), min_size=2, max_size=64))
 def test_advantages_finite_on_any_group(method, rewards):
@@ -173,3 +183,117 @@ def test_large_vocabulary_and_long_arrays_are_finite():
     r[:3] = 1.0
     assert np.isfinite(g.log_odds_from_logits(z, r))
     assert np.all(np.isfinite(g.cumulative_alignment(np.full(10_000, 1e-3), rng.normal(size=10_000))))
+
+
+# ---- numerics at the edges (each fixed at its root; compared with an independent route) ---------
+
+
+def _mp_gap(p, r, s):
+    """g+ - g- in 60-digit arithmetic, taking the float64 inputs as exact."""
+    import mpmath as mp
+
+    mp.mp.dps = 60
+    pp = [mp.mpf(float(x)) for x in p]
+    J = sum(x for x, y in zip(pp, r) if y == 1)
+    Jb = sum(x for x, y in zip(pp, r) if y == 0)
+    out = []
+    for j in range(s.shape[1]):
+        gp = sum(pp[k] * mp.mpf(float(s[k, j])) for k in range(len(pp)) if r[k] == 1) / J
+        gm = sum(pp[k] * mp.mpf(float(s[k, j])) for k in range(len(pp)) if r[k] == 0) / Jb
+        out.append(float(gp - gm))
+    return np.array(out)
+
+
+def test_numerical_edges_table():
+    from tests.tables import check_table, raises_value_error
+
+    rng = np.random.default_rng(5)
+    rows = []
+    # gradient_gap at subnormal success mass (weights are normalised before they meet the scores)
+    for tiny in (1e-310, 3e-318, 2e-322):
+        p = np.array([tiny, 2 * tiny, 0.25, 0.75 - 3 * tiny])
+        r = np.array([1.0, 1, 0, 0])
+        s = rng.uniform(0.1, 0.9, size=(4, 3))
+
+        def gap_row(p=p, r=r, s=s):
+            np.testing.assert_allclose(g.gradient_gap(p, r, s), _mp_gap(p, r, s), rtol=1e-12)
+
+        rows.append((f"gradient_gap subnormal {tiny:g}", (gap_row,)))
+    # gap_cosine of tiny and huge vectors = cosine of the unscaled pair
+    u, v = rng.normal(size=5), rng.normal(size=5)
+    ref = float(u @ v / (np.linalg.norm(u) * np.linalg.norm(v)))
+    for a, b in ((1e-200, 1e-200), (1e-170, 1e-170), (1e200, 1e200), (1e300, 1e-300), (5e-324, 1.0)):
+        def cos_row(a=a, b=b):
+            wa = a * u if a > 1e-320 else np.where(np.arange(5) == 0, a, 0.0)
+            ra = ref if a > 1e-320 else float(v[0] / np.linalg.norm(v)) * np.sign(wa[0])
+            np.testing.assert_allclose(g.gap_cosine(wa, b * v), ra, rtol=1e-12)
+
+        rows.append((f"gap_cosine scale {a:g} x {b:g}", (cos_row,)))
+    # token_entropy: p = 0 entries (log-prob -inf) contribute 0, in numpy and torch
+    lp = np.array([np.log(0.5), np.log(0.25), np.log(0.25), -np.inf])
+    rows.append(("token_entropy -inf numpy", (lambda: np.testing.assert_allclose(g.token_entropy(lp), 1.5 * np.log(2), rtol=1e-15),)))
+
+    def torch_entropy():
+        try:
+            import torch
+        except ImportError:  # torch is optional for gapdyn: the numpy row still runs
+            return
+        out = g.token_entropy(torch.tensor(lp))
+        assert abs(float(out) - 1.5 * np.log(2)) < 1e-14
+
+    rows.append(("token_entropy -inf torch", (torch_entropy,)))
+    # sharp_step_threshold: rtol and points_per_decade validated; a huge eta range and a tiny rtol end
+    fn = g.tabular_logodds_fn(np.array([1.0, 0, 0]))
+    th, w = np.zeros(3), np.array([1.0, -1.0, 0.0])
+    for kw, match in (({"rtol": 0.0}, "rtol"), ({"rtol": -1e-9}, "rtol"), ({"rtol": float("nan")}, "rtol"),
+                      ({"rtol": 1.0}, "rtol"), ({"points_per_decade": 0}, "points_per_decade"),
+                      ({"points_per_decade": 2.5}, "points_per_decade"), ({"points_per_decade": None}, "points_per_decade"),
+                      ({"points_per_decade": 10**9}, "points_per_decade")):
+        rows.append((f"sharp_step_threshold {kw}", (lambda kw=kw, m=match: raises_value_error(
+            lambda: g.sharp_step_threshold(fn, th, w, **kw), m),)))
+
+    def wide_range():
+        out = g.sharp_step_threshold(lambda t: float(t[0]), np.zeros(1), np.ones(1), eta_min=1e-300, eta_max=1e300)
+        assert out == float("inf")  # rises for every step of the 600 decades
+        crossing = g.sharp_step_threshold(lambda t: -(t[0] - 1.0) ** 2, np.zeros(1), np.ones(1), rtol=1e-300)
+        assert abs(crossing - 2.0) <= 4e-16
+
+    rows.append(("sharp_step_threshold eta 1e-300..1e300, rtol 1e-300", (wide_range,)))
+    # J slightly above 1 from accepted rounding: renormalised; beyond the tolerance: ValueError
+    p_hi = np.array([0.5 + 4e-9, 0.5 - 1e-12, 1e-12])
+    r_hi = np.array([1.0, 1, 0])
+
+    def j_rounding():
+        assert g.success_rate(p_hi, r_hi) <= 1.0
+        assert g.success_rate(np.array([0.6 + 1e-8, 0.4]), np.array([1.0, 1])) == 1.0
+        d = g.expected_direction("grpo", p_hi, r_hi, np.eye(3), group_size=4)
+        assert np.all(np.isfinite(d))
+        raises_value_error(lambda: g.success_rate(np.array([0.6 + 1e-6, 0.4]), np.array([1.0, 0])), "sum to 1")
+
+    rows.append(("J above 1 within / beyond tolerance", (j_rounding,)))
+    # method options: TypeError-prone or NaN values are a ValueError naming the option
+    for method, opt in (("grpo", "eps"), ("w_reinforce", "lam")):
+        for bad in (None, "x", float("nan"), float("inf"), -1.0, True, 1j, [0.1]):
+            for call in ("group_advantages", "expected_scalar"):
+                def opt_row(method=method, opt=opt, bad=bad, call=call):
+                    if call == "group_advantages":
+                        f = lambda: g.group_advantages(method, np.array([1.0, 0, 1, 0]), **{opt: bad})  # noqa: E731
+                    else:
+                        f = lambda: g.expected_scalar(method, 0.3, 4, **{opt: bad})  # noqa: E731
+                    raises_value_error(f, opt)
+
+                rows.append((f"{call}({method}, {opt}={bad!r})", (opt_row,)))
+    for bad in (None, "x", float("nan"), -1.0, [0.1]):
+        rows.append((f"c_G(eps={bad!r})", (lambda b=bad: raises_value_error(lambda: g.c_G(0.3, 4, eps=b), "eps"),)))
+    for bad in (None, [1], "sample", 1.0):
+        rows.append((f"c_G(std={bad!r})", (lambda b=bad: raises_value_error(lambda: g.c_G(0.3, 4, std=b), "std"),)))
+        rows.append((f"group_advantages(std={bad!r})", (lambda b=bad: raises_value_error(
+            lambda: g.group_advantages("grpo", np.array([1.0, 0, 1, 0]), std=b), "std"),)))
+    for bad in (None, "x", float("nan"), [1.0], 1):
+        for opt, call in (("T_ref", lambda b: g.predicted_critical_step(1.0, 4.0, 0.3, T_ref=b)),
+                          ("length_normalized", lambda b: g.predicted_critical_step(1.0, 4.0, 0.3, length_normalized=b)),
+                          ("return_group", lambda b: g.sampled_direction("grpo", P, R, S, group_size=4,
+                                                                       rng=np.random.default_rng(0), return_group=b))):
+            if not (opt == "T_ref" and bad == 1):  # T_ref = 1 is valid
+                rows.append((f"{opt}={bad!r}", (lambda c=call, b=bad, o=opt: raises_value_error(lambda: c(b), o),)))
+    check_table(rows, lambda f: f())
