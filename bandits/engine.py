@@ -2,7 +2,7 @@
 
 One call of :func:`simulate` runs R independent runs (seeds x step sizes) of
 
-    theta_{k+1} = theta_k + eta_k u_k          (per parameter block; THEORY.md §2)
+    theta_{k+1} = theta_k + eta_k u_k          (per parameter block; docs/theory.md)
 
 where u_k is the update direction of one of gapdyn's methods (``gapdyn.METHOD_NAMES``) or the Gap itself
 (``method="gap"``: log-odds ascent, grad Phi = g+ - g-), optionally unit-normalised and/or passed through
@@ -20,17 +20,25 @@ Contexts sharing a parameter block average their directions: w_p = mean_{x: p(x)
 Recorded per step k (every ``record_every`` steps) and context: J, Phi, entropy H at theta_k; the update's
 Delta mu = <u_k, g+ - g->, ||u_k||, M(k) = sum_{j<k} eta_j [Delta mu_j]_+ (before step k, so that J(k) and
 M(k) pair as in Theorem 1), and the realised change Phi(theta_{k+1}) - Phi(theta_k); eta_k per block.
-Same inputs give bitwise-identical outputs (no threads, no fastmath).
+Speed: arms are sorted correct-first per context so every pass over arms is a branch-free loop that
+vectorises (exp included: :func:`_exp_shifted`); sums are re-associated (LLVM fast-math flags reassoc,
+contract, arcp); runs are spread over numba threads (``prange``; ``threads=`` per call). Each run is done
+by one thread with fixed code, so the same inputs give bitwise-identical outputs for any thread count on a
+given binary; results agree with the plain loop of :mod:`bandits.reference` to round-off (~1e-12 relative
+on J; tests/test_engine_fast.py). The first call after an install compiles the kernels (numba's on-disk
+cache keeps them) and says so on stderr; :func:`ensure_compiled` does it up front.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import sys
 from dataclasses import dataclass, field
 
+import numba
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 import gapdyn
 from gapdyn._validate import check_group_size, check_positive
@@ -38,12 +46,17 @@ from gapdyn._validate import check_group_size, check_positive
 from .envs import ContextualBandit
 from .schedules import SCHEDULES, Schedule
 
-__all__ = ["DIRECTIONS", "MODES", "Dynamics", "Trajectory", "simulate", "run_grid", "advantages_nb", "exact_scalar_nb"]
+__all__ = ["DIRECTIONS", "MODES", "Dynamics", "Trajectory", "simulate", "run_grid", "advantages_nb", "exact_scalar_nb",
+           "ensure_compiled", "kernels_cached"]
 
 DIRECTIONS: tuple[str, ...] = tuple(gapdyn.METHOD_NAMES) + ("gap",)
 MODES = ("exact", "sampled")
 _CODE = {"reinforce": 0, "rloo": 1, "grpo": 2, "dr_grpo": 3, "wapo": 4, "psr": 5, "nsr": 6, "w_reinforce": 7, "gap": 8}
 _SCHED = {name: i for i, name in enumerate(SCHEDULES)}  # constant 0, decay 1, linesearch 2, adaptive 3
+# LLVM fast-math flags of the kernels: re-associated sums (reductions over arms vectorise), contractions
+# (fused multiply-add) and reciprocals; no nnan / ninf, so -inf class maxima and NaN results stay valid.
+# The code is fixed per binary, and every run is done by one thread, so results are deterministic.
+_FASTMATH = {"reassoc", "contract", "arcp"}
 
 
 @dataclass(frozen=True)
@@ -89,19 +102,28 @@ class Dynamics:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        if not isinstance(self.schedule, (Schedule, str)):
+            raise ValueError(f"schedule must be a Schedule or one of {SCHEDULES}, got {self.schedule!r}")
         sched = self.schedule if isinstance(self.schedule, Schedule) else Schedule(self.schedule)
         object.__setattr__(self, "schedule", sched)
+        if not isinstance(self.normalize, (bool, np.bool_)):
+            raise ValueError(f"normalize must be a bool, got {self.normalize!r}")
         if self.optimizer not in ("sgd", "adam"):
             raise ValueError(f"optimizer must be 'sgd' or 'adam', got {self.optimizer!r}")
         if self.std not in ("population", "bessel"):
             raise ValueError(f"std must be 'population' or 'bessel', got {self.std!r}")
-        if not (isinstance(self.adv_eps, numbers.Real) and np.isfinite(self.adv_eps) and self.adv_eps >= 0):
-            raise ValueError(f"adv_eps must be finite and >= 0, got {self.adv_eps!r}")
-        if not (isinstance(self.lam, numbers.Real) and np.isfinite(self.lam) and self.lam >= 0):
-            raise ValueError(f"lam must be finite and >= 0, got {self.lam!r}")
-        b1, b2 = self.adam_betas
-        if not (0 <= b1 < 1 and 0 <= b2 < 1):
-            raise ValueError(f"adam_betas must lie in [0, 1), got {self.adam_betas!r}")
+        for name in ("adv_eps", "lam"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not (isinstance(v, numbers.Real) and np.isfinite(v) and v >= 0):
+                raise ValueError(f"{name} must be a finite real >= 0, got {v!r}")
+        betas = self.adam_betas
+        ok = isinstance(betas, (tuple, list)) and len(betas) == 2
+        ok = ok and all(isinstance(b, numbers.Real) and not isinstance(b, bool) and 0 <= b < 1 for b in betas)
+        if not ok:
+            raise ValueError(f"adam_betas must be a pair of reals in [0, 1), got {betas!r}")
+        object.__setattr__(self, "adam_betas", (float(betas[0]), float(betas[1])))
+        if isinstance(self.adam_eps, bool):
+            raise ValueError(f"adam_eps must be a real scalar, got {self.adam_eps!r}")
         check_positive(self.adam_eps, "adam_eps")
 
     @property
@@ -242,6 +264,112 @@ def _logits(featT, c, th, z):
             z[a] += featT[c, j, a] * tj
 
 
+_LOG2E = 1.4426950408889634
+_LN2_HI = 6.93147180369123816490e-01  # ln 2 split in two (Cody & Waite): n * _LN2_HI is exact for |n| < 2^11
+_LN2_LO = 1.90821492927058770002e-10
+_EXP_FLOOR = -708.0  # exp(-708) is still a normal double; lower shifted logits add < 1e-307 to a class sum >= 1
+
+
+@njit(cache=True)  # strict on purpose: re-association would undo the two-part range reduction
+def _exp_shifted(z, zmp, zmn, npos, out, ib, fb):
+    """out[a] = exp(z[a] - shift_a), shift_a = zmp for a < npos else zmn (z[a] <= shift_a), as loops over
+    all K arms that vectorise (a loop over a sub-range of the arms does not).
+
+    exp(x) = 2^n exp(r), n = round(x / ln 2), r = x - n ln 2 in [-ln2/2, ln2/2]; exp(r) by its Taylor
+    polynomial of degree 13 (truncation < 4e-18), 2^n assembled from its exponent bits in ib (an int64
+    buffer) read back through fb (its float64 view). Within a few ulp of math.exp; x < -708 gives exp(-708).
+    """
+    K = z.shape[0]
+    for a in range(K):
+        x = z[a] - (zmp if a < npos else zmn)
+        if x < _EXP_FLOOR:
+            x = _EXP_FLOOR
+        n = math.floor(x * _LOG2E + 0.5)
+        r = (x - n * _LN2_HI) - n * _LN2_LO
+        q = 1.0 / 6227020800.0
+        q = q * r + 1.0 / 479001600.0
+        q = q * r + 1.0 / 39916800.0
+        q = q * r + 1.0 / 3628800.0
+        q = q * r + 1.0 / 362880.0
+        q = q * r + 1.0 / 40320.0
+        q = q * r + 1.0 / 5040.0
+        q = q * r + 1.0 / 720.0
+        q = q * r + 1.0 / 120.0
+        q = q * r + 1.0 / 24.0
+        q = q * r + 1.0 / 6.0
+        q = q * r + 0.5
+        q = q * r + 1.0
+        out[a] = q * r + 1.0
+        ib[a] = (np.int64(n) + 1023) << 52
+    for a in range(K):
+        out[a] *= fb[a]
+
+
+@njit(cache=True, fastmath=_FASTMATH)
+def _forward(featST, fnormS, maskS, npos_c, c, th, z, e, ib, fb, gap, p, cw, want_p):
+    """Logits, J, 1-J, Phi, entropy and Gap of context c at parameters th, on class-sorted arms.
+
+    featST [C, d, K] holds the arms of each context with its npos_c[c] correct arms first (maskS = 1 on
+    them, else 0), so every pass is a branch-free loop over all arms that vectorises:
+    e_a = exp(z_a - max of its class), S+/- = class sums, Phi = log S+ - log S- + shifts (the log-odds),
+    Gap = sum_a cw_a phi_a with cw = e/S+ on O+ and -e/S- on O- (= g+ - g-), H = -sum_a pi_a (z_a - lse).
+    Returns (J, Jbar, Phi, H, gs) with gs = sum_a |cw_a| ||phi_a||, the scale of the terms that cancel in
+    Gap; cw is filled, and with want_p also p = pi.
+    """
+    K, d = featST.shape[2], featST.shape[1]
+    npos = npos_c[c]
+    _logits(featST, c, th, z)
+    zmp, zmn = -np.inf, -np.inf
+    for a in range(K):
+        if a < npos:
+            zmp = max(zmp, z[a])
+        else:
+            zmn = max(zmn, z[a])
+    _exp_shifted(z, zmp, zmn, npos, e, ib, fb)
+    Sp, Sn = 0.0, 0.0
+    for a in range(K):
+        Sp += e[a] * maskS[c, a]
+        Sn += e[a] * (1.0 - maskS[c, a])
+    lsep = zmp + math.log(Sp)
+    lsen = zmn + math.log(Sn)
+    zmax = max(zmp, zmn)
+    lse = zmax + math.log(Sp * math.exp(zmp - zmax) + Sn * math.exp(zmn - zmax))
+    fp, fn = math.exp(zmp - lse), math.exp(zmn - lse)
+    ip, im = 1.0 / Sp, -1.0 / Sn
+    H, gs = 0.0, 0.0
+    for a in range(K):
+        m = maskS[c, a]
+        wa = e[a] * (m * ip + (1.0 - m) * im)
+        cw[a] = wa
+        gs += abs(wa) * fnormS[c, a]
+        H -= e[a] * (m * fp + (1.0 - m) * fn) * (z[a] - lse)
+    if want_p:
+        for a in range(K):
+            m = maskS[c, a]
+            p[a] = e[a] * (m * fp + (1.0 - m) * fn)
+    for j in range(d):
+        sg = 0.0
+        for a in range(K):
+            sg += cw[a] * featST[c, j, a]
+        gap[j] = sg
+    return math.exp(lsep - lse), math.exp(lsen - lse), lsep - lsen, H, gs
+
+
+@njit(cache=True, fastmath=_FASTMATH)
+def _mean_features(featST, fnormS, c, p, out):
+    """out[:d] = E_pi[phi] = sum_a p_a phi_a and out[d] = E_pi ||phi|| for context c (sorted arms)."""
+    d, K = featST.shape[1], featST.shape[2]
+    for j in range(d):
+        s = 0.0
+        for a in range(K):
+            s += p[a] * featST[c, j, a]
+        out[j] = s
+    s = 0.0
+    for a in range(K):
+        s += p[a] * fnormS[c, a]
+    out[d] = s
+
+
 @njit(cache=True)
 def _class_max(rew, c, z, K):
     """(max logit over correct arms, max over incorrect arms) of context c: the log-sum-exp shifts."""
@@ -254,61 +382,6 @@ def _class_max(rew, c, z, K):
         elif s > zmn:
             zmn = s
     return zmp, zmn
-
-
-@njit(cache=True)
-def _forward(feat, featT, rew, fnorm, c, th, z, p, cw, gap, mphi, want_mphi, cdf, want_cdf):
-    """Logits, pi, J, 1-J, Phi, entropy, Gap and E_pi[phi] of context c at parameters th.
-
-    Returns (J, Jbar, Phi, H, lse_pos, lse_neg, gs) with gs = sum_a |cw_a| ||phi_a|| (the scale of the
-    terms that cancel in Gap); z, p, cw (pi+ on correct arms, -pi- on incorrect), gap, (if want_mphi) mphi
-    and (if want_cdf) cdf = cumsum(p) are filled in place.
-    """
-    K, d = feat.shape[1], feat.shape[2]
-    _logits(featT, c, th, z)
-    zmp, zmn = _class_max(rew, c, z, K)
-    # one exp per arm: e_a = exp(z_a - max of its own reward class)
-    Sp, Sn = 0.0, 0.0
-    for a in range(K):
-        if rew[c, a] > 0.5:
-            e = math.exp(z[a] - zmp)
-            Sp += e
-        else:
-            e = math.exp(z[a] - zmn)
-            Sn += e
-        cw[a] = e
-    lsep = zmp + math.log(Sp)
-    lsen = zmn + math.log(Sn)
-    zmax = max(zmp, zmn)
-    lse = zmax + math.log(Sp * math.exp(zmp - zmax) + Sn * math.exp(zmn - zmax))
-    fp, fn = math.exp(zmp - lse), math.exp(zmn - lse)
-    H = 0.0
-    gs = 0.0
-    acc = 0.0
-    for j in range(d):
-        gap[j] = 0.0
-        mphi[j] = 0.0
-    for a in range(K):
-        if rew[c, a] > 0.5:
-            p[a] = cw[a] * fp
-            cw[a] = cw[a] / Sp
-        else:
-            p[a] = cw[a] * fn
-            cw[a] = -cw[a] / Sn
-        H -= p[a] * (z[a] - lse)
-        wa = cw[a]
-        gs += abs(wa) * fnorm[c, a]
-        for j in range(d):
-            gap[j] += wa * feat[c, a, j]
-        if want_mphi:
-            pa = p[a]
-            for j in range(d):
-                mphi[j] += pa * feat[c, a, j]
-    if want_cdf:  # a separate pass: storing cdf inside the loop above costs more than this loop
-        for a in range(K):
-            acc += p[a]
-            cdf[a] = acc
-    return math.exp(lsep - lse), math.exp(lsen - lse), lsep - lsen, H, lsep, lsen, gs
 
 
 @njit(cache=True)
@@ -339,16 +412,35 @@ def _search_right(cdf, x):
     return lo
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_FASTMATH, parallel=True)
 def _kernel(
     feat, featT, rew, fnorm, pmap, blk_ptr, blk_ctx,  # bandit
+    featS, featST, fnormS, maskS, npos_c, perm,  # bandit, arms sorted correct-first per context
     theta, am, av, M, phi_prev, J_min, ndec,  # state (in/out)
     eta0, unif, k0, n_steps, do_final, total_steps,  # run inputs
-    method, sampled, G, bessel, aeps, lam, normalize, sched, ac, tr_delta, max_halv, adam, b1, b2, adam_eps, rec_every,
+    method, sampled, G, bessel, aeps, lam, normalize, sched_kind, ac, tr_delta, max_halv, adam, b1, b2, adam_eps, rec_every,
     o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta,  # records
     f_J, f_Phi,  # final values
 ):
     R = theta.shape[0]
+    tab = _grpo_table(G, bessel, aeps)
+    for r in prange(R):  # runs are independent: each is done by one thread, in the same order for any count
+        _one_run(
+            feat, featT, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, maskS, npos_c, perm,
+            theta, am, av, M, phi_prev, J_min, ndec, eta0, unif, k0, n_steps, do_final, tab, r,
+            method, sampled, G, bessel, aeps, lam, normalize, sched_kind, ac, tr_delta, max_halv, adam, b1, b2, adam_eps,
+            rec_every, o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta, f_J, f_Phi,
+        )
+
+
+@njit(cache=True, fastmath=_FASTMATH)
+def _one_run(
+    feat, featT, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, maskS, npos_c, perm,
+    theta, am, av, M, phi_prev, J_min, ndec, eta0, unif, k0, n_steps, do_final, tab, r,
+    method, sampled, G, bessel, aeps, lam, normalize, sched, ac, tr_delta, max_halv, adam, b1, b2, adam_eps,
+    rec_every, o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta, f_J, f_Phi,
+):
+    """Steps k0 .. k0 + n_steps (and the final state if do_final) of run r (the body of _kernel)."""
     P = theta.shape[1]
     C, K, d = feat.shape[0], feat.shape[1], feat.shape[2]
     z_all = np.empty((C, K))
@@ -356,15 +448,16 @@ def _kernel(
     cw_all = np.empty((C, K))
     cdf_all = np.empty((C, K))  # sampled mode: cumsum of pi per context
     gs_all = np.empty(C)  # exact mode: sum_a |cw_a| ||phi_a|| per context
-    tab = _grpo_table(G, bessel, aeps)
+    ex = np.empty(K)  # exp(z - class max) in _forward
+    ib = np.empty(K, np.int64)  # exponent bits of 2^n in _exp_shifted
+    fb = ib.view(np.float64)
+    want_p = sampled or sched == 3
     gap = np.empty((C, d))
-    mphi = np.empty((C, d))
+    mphi = np.empty((C, d + 1))  # E_pi[phi] and E_pi ||phi|| per context (sampled mode)
     Jc = np.empty(C)
     Jbc = np.empty(C)
     Phic = np.empty(C)
     Hc = np.empty(C)
-    lsep = np.empty(C)
-    lsen = np.empty(C)
     w = np.empty((P, d))
     wabs = np.empty(P)
     u = np.empty((P, d))
@@ -374,230 +467,233 @@ def _kernel(
     rg = np.empty((C, G))
     A = np.empty(G)
     trial = np.empty(d)
-    for r in range(R):
-        for k in range(n_steps + do_final):
-            kk = k0 + k
-            update = k < n_steps
-            # 1) forward pass at theta_kk
+    for k in range(n_steps + do_final):
+        kk = k0 + k
+        update = k < n_steps
+        # 1) forward pass at theta_kk
+        for c in range(C):
+            J, Jb, Ph, H, gsc = _forward(
+                featST, fnormS, maskS, npos_c, c, theta[r, pmap[c]], z_all[c], ex, ib, fb, gap[c],
+                p_all[c], cw_all[c], want_p and update,
+            )
+            Jc[c], Jbc[c], Phic[c], Hc[c], gs_all[c] = J, Jb, Ph, H, gsc
+            if sampled and update:  # cumsum of pi in the original arm order (the order of the draws)
+                for q in range(K):
+                    cdf[perm[c, q]] = p_all[c, q]
+                acc = 0.0
+                for a in range(K):
+                    acc += cdf[a]
+                    cdf_all[c, a] = acc
+            if kk > 0:
+                dph = Ph - phi_prev[r, c]
+                if dph < -1e-12 * (1.0 + abs(Ph)):
+                    ndec[r, c] += 1
+                if (kk - 1) % rec_every == 0:
+                    o_dPhi[r, (kk - 1) // rec_every, c] = dph
+            phi_prev[r, c] = Ph
+            if J < J_min[r, c]:
+                J_min[r, c] = J
+        rec = kk % rec_every == 0 and update
+        ri = kk // rec_every
+        if rec:
             for c in range(C):
-                J, Jb, Ph, H, lp, ln, gsc = _forward(
-                    feat, featT, rew, fnorm, c, theta[r, pmap[c]], z_all[c], p_all[c], cw_all[c], gap[c], mphi[c],
-                    False, cdf_all[c], sampled and update,
-                )
-                Jc[c], Jbc[c], Phic[c], Hc[c], lsep[c], lsen[c], gs_all[c] = J, Jb, Ph, H, lp, ln, gsc
-                if kk > 0:
-                    dph = Ph - phi_prev[r, c]
-                    if dph < -1e-12 * (1.0 + abs(Ph)):
-                        ndec[r, c] += 1
-                    if (kk - 1) % rec_every == 0:
-                        o_dPhi[r, (kk - 1) // rec_every, c] = dph
-                phi_prev[r, c] = Ph
-                if J < J_min[r, c]:
-                    J_min[r, c] = J
-            rec = kk % rec_every == 0 and update
-            ri = kk // rec_every
-            if rec:
-                for c in range(C):
-                    o_J[r, ri, c] = Jc[c]
-                    o_Phi[r, ri, c] = Phic[c]
-                    o_H[r, ri, c] = Hc[c]
-                    o_M[r, ri, c] = M[r, c]
-            if not update:
-                for c in range(C):
-                    f_J[r, c] = Jc[c]
-                    f_Phi[r, c] = Phic[c]
-                continue
-            # 2) direction per context, averaged into its block
-            w[:, :] = 0.0
-            wabs[:] = 0.0
+                o_J[r, ri, c] = Jc[c]
+                o_Phi[r, ri, c] = Phic[c]
+                o_H[r, ri, c] = Hc[c]
+                o_M[r, ri, c] = M[r, c]
+        if not update:
             for c in range(C):
-                pb = pmap[c]
-                nb = blk_ptr[pb + 1] - blk_ptr[pb]
-                if not sampled:
-                    sc = _exact_scalar(method, Jc[c], Jbc[c], G, tab, lam) / nb
+                f_J[r, c] = Jc[c]
+                f_Phi[r, c] = Phic[c]
+            continue
+        # 2) direction per context, averaged into its block
+        for pb in range(P):
+            wabs[pb] = 0.0
+            for j in range(d):
+                w[pb, j] = 0.0
+        for c in range(C):
+            pb = pmap[c]
+            nb = blk_ptr[pb + 1] - blk_ptr[pb]
+            if not sampled:
+                sc = _exact_scalar(method, Jc[c], Jbc[c], G, tab, lam) / nb
+                for j in range(d):
+                    w[pb, j] += sc * gap[c, j]
+                # gs_all[c]: scale of the terms that cancel in gap = sum_a cw_a phi_a (from _forward)
+                wabs[pb] += abs(sc) * gs_all[c]
+            else:
+                cdfc = cdf_all[c]  # cumsum of pi, accumulated in _forward
+                for i in range(G):
+                    a = _search_right(cdfc, unif[r, k, c, i] * cdfc[K - 1])
+                    if a > K - 1:  # u * total rounded up to total: the last arm with positive mass
+                        a = K - 1
+                        while a > 0 and cdfc[a] == cdfc[a - 1]:
+                            a -= 1
+                    idx[c, i] = a
+                    rg[c, i] = rew[c, a]
+                _advantages(method, rg[c], A, bessel, aeps, lam)
+                # w_x = (1/G) sum_i A_i phi(a_i) - (1/G) (sum_i A_i) E_pi[phi]
+                sA = 0.0
+                for i in range(G):
+                    f = A[i] / G / nb
+                    sA += f
+                    if f != 0.0:
+                        a = idx[c, i]
+                        wabs[pb] += abs(f) * fnorm[c, a]
+                        for j in range(d):
+                            w[pb, j] += f * feat[c, a, j]
+                if sA != 0.0:  # E_pi[phi] and E_pi ||phi||, only when the advantages do not sum to 0
+                    _mean_features(featST, fnormS, c, p_all[c], mphi[c])
+                    wabs[pb] += abs(sA) * mphi[c, d]
                     for j in range(d):
-                        w[pb, j] += sc * gap[c, j]
-                    # gs_all[c]: scale of the terms that cancel in gap = sum_a cw_a phi_a (from _forward)
-                    wabs[pb] += abs(sc) * gs_all[c]
-                else:
-                    cdfc = cdf_all[c]  # cumsum of pi, accumulated in _forward
-                    for i in range(G):
-                        a = _search_right(cdfc, unif[r, k, c, i] * cdfc[K - 1])
-                        if a > K - 1:
-                            a = K - 1
-                        idx[c, i] = a
-                        rg[c, i] = rew[c, a]
-                    _advantages(method, rg[c], A, bessel, aeps, lam)
-                    # w_x = (1/G) sum_i A_i phi(a_i) - (1/G) (sum_i A_i) E_pi[phi]
-                    sA = 0.0
-                    for i in range(G):
-                        f = A[i] / G / nb
-                        sA += f
-                        if f != 0.0:
-                            a = idx[c, i]
-                            wabs[pb] += abs(f) * fnorm[c, a]
-                            for j in range(d):
-                                w[pb, j] += f * feat[c, a, j]
-                    if sA != 0.0:
-                        mn = 0.0
-                        for j in range(d):
-                            mphi[c, j] = 0.0
-                        for a in range(K):
-                            pa = p_all[c, a]
-                            mn += pa * fnorm[c, a]
-                            for j in range(d):
-                                mphi[c, j] += pa * feat[c, a, j]
-                        wabs[pb] += abs(sA) * mn
-                        for j in range(d):
-                            w[pb, j] -= sA * mphi[c, j]
-            # 3) round-off cleanup, normalise, optimiser
-            for pb in range(P):
-                # a direction below 1e-12 of the terms it cancels from is round-off: make it exactly 0
+                        w[pb, j] -= sA * mphi[c, j]
+        # 3) round-off cleanup, normalise, optimiser
+        for pb in range(P):
+            # a direction below 1e-12 of the terms it cancels from is round-off: make it exactly 0
+            nrm = 0.0
+            for j in range(d):
+                nrm += w[pb, j] * w[pb, j]
+            if math.sqrt(nrm) <= 1e-12 * wabs[pb]:
+                for j in range(d):
+                    w[pb, j] = 0.0
+            if normalize:
                 nrm = 0.0
                 for j in range(d):
                     nrm += w[pb, j] * w[pb, j]
-                if math.sqrt(nrm) <= 1e-12 * wabs[pb]:
+                nrm = math.sqrt(nrm)
+                if nrm > 0:
                     for j in range(d):
-                        w[pb, j] = 0.0
-                if normalize:
-                    nrm = 0.0
+                        w[pb, j] /= nrm
+            if adam:
+                t = kk + 1.0
+                for j in range(d):
+                    am[r, pb, j] = b1 * am[r, pb, j] + (1.0 - b1) * w[pb, j]
+                    av[r, pb, j] = b2 * av[r, pb, j] + (1.0 - b2) * w[pb, j] * w[pb, j]
+                    u[pb, j] = (am[r, pb, j] / (1.0 - b1**t)) / (math.sqrt(av[r, pb, j] / (1.0 - b2**t)) + adam_eps)
+            else:
+                for j in range(d):
+                    u[pb, j] = w[pb, j]
+        # 4) step size per block
+        for pb in range(P):
+            e0 = eta0[r, pb]
+            if sched == 0:
+                eta[pb] = e0
+            elif sched == 1:
+                eta[pb] = e0 / math.sqrt(kk + 1.0)
+            elif sched == 2:
+                base = 0.0
+                for q in range(blk_ptr[pb], blk_ptr[pb + 1]):
+                    base += Phic[blk_ctx[q]]
+                e = e0
+                ok = False
+                dmb = 0.0  # first-order change; below the resolution of Phi the test is meaningless
+                for q in range(blk_ptr[pb], blk_ptr[pb + 1]):
                     for j in range(d):
-                        nrm += w[pb, j] * w[pb, j]
-                    nrm = math.sqrt(nrm)
-                    if nrm > 0:
-                        for j in range(d):
-                            w[pb, j] /= nrm
-                if adam:
-                    t = kk + 1.0
+                        dmb += u[pb, j] * gap[blk_ctx[q], j]
+                nh = max_halv + 1
+                if e0 * abs(dmb) <= 1e-12 * (1.0 + abs(base)):
+                    ok = True
+                    nh = 0  # skip the search: take eta0
+                for h in range(nh):
                     for j in range(d):
-                        am[r, pb, j] = b1 * am[r, pb, j] + (1.0 - b1) * w[pb, j]
-                        av[r, pb, j] = b2 * av[r, pb, j] + (1.0 - b2) * w[pb, j] * w[pb, j]
-                        u[pb, j] = (am[r, pb, j] / (1.0 - b1**t)) / (math.sqrt(av[r, pb, j] / (1.0 - b2**t)) + adam_eps)
-                else:
-                    for j in range(d):
-                        u[pb, j] = w[pb, j]
-            # 4) step size per block
-            for pb in range(P):
-                e0 = eta0[r, pb]
-                if sched == 0:
-                    eta[pb] = e0
-                elif sched == 1:
-                    eta[pb] = e0 / math.sqrt(kk + 1.0)
-                elif sched == 2:
-                    base = 0.0
+                        trial[j] = theta[r, pb, j] + e * u[pb, j]
+                    tot = 0.0
                     for q in range(blk_ptr[pb], blk_ptr[pb + 1]):
-                        base += Phic[blk_ctx[q]]
-                    e = e0
-                    ok = False
-                    dmb = 0.0  # first-order change; below the resolution of Phi the test is meaningless
-                    for q in range(blk_ptr[pb], blk_ptr[pb + 1]):
-                        for j in range(d):
-                            dmb += u[pb, j] * gap[blk_ctx[q], j]
-                    nh = max_halv + 1
-                    if e0 * abs(dmb) <= 1e-12 * (1.0 + abs(base)):
+                        tot += _logodds(featT, rew, blk_ctx[q], trial, cdf)
+                    if tot > base:
                         ok = True
-                        nh = 0  # skip the search: take eta0
-                    for h in range(nh):
-                        for j in range(d):
-                            trial[j] = theta[r, pb, j] + e * u[pb, j]
-                        tot = 0.0
-                        for q in range(blk_ptr[pb], blk_ptr[pb + 1]):
-                            tot += _logodds(featT, rew, blk_ctx[q], trial, cdf)
-                        if tot > base:
-                            ok = True
-                            break
-                        e *= 0.5
-                        if e == 0.0:  # underflow: stop (a huge max_halvings must not hang)
-                            break
-                    eta[pb] = e if ok else 0.0
-                else:
-                    dsum, ksum, cnt, sdmax = 0.0, 0.0, 0, 0.0
-                    for q in range(blk_ptr[pb], blk_ptr[pb + 1]):
-                        c = blk_ctx[q]
-                        if not sampled:
-                            # population moments of x_a = u . phi(a) under pi, pi+ and pi-
-                            mp_, mn_, m_ = 0.0, 0.0, 0.0
-                            for a in range(K):
-                                x = 0.0
-                                for j in range(d):
-                                    x += u[pb, j] * feat[c, a, j]
-                                cdf[a] = x  # reuse as scratch
-                                m_ += p_all[c, a] * x
-                                if rew[c, a] > 0.5:
-                                    mp_ += cw_all[c, a] * x
-                                else:
-                                    mn_ -= cw_all[c, a] * x
-                            vp, vn, v_ = 0.0, 0.0, 0.0
-                            for a in range(K):
-                                v_ += p_all[c, a] * (cdf[a] - m_) ** 2
-                                if rew[c, a] > 0.5:
-                                    vp += cw_all[c, a] * (cdf[a] - mp_) ** 2
-                                else:
-                                    vn -= cw_all[c, a] * (cdf[a] - mn_) ** 2
-                            sdmax = max(sdmax, math.sqrt(v_))
-                            dsum += mp_ - mn_
-                            ksum += vn - vp
-                            cnt += 1
-                        else:
-                            n1, n0, s1, s0 = 0, 0, 0.0, 0.0
-                            for i in range(G):
-                                x = 0.0
-                                a = idx[c, i]
-                                for j in range(d):
-                                    x += u[pb, j] * feat[c, a, j]
-                                A[i] = x  # scratch
-                                if rg[c, i] > 0.5:
-                                    n1 += 1
-                                    s1 += x
-                                else:
-                                    n0 += 1
-                                    s0 += x
-                            mall = (s1 + s0) / G
-                            vall = 0.0
-                            for i in range(G):
-                                vall += (A[i] - mall) ** 2
-                            sdmax = max(sdmax, math.sqrt(vall / (G - 1)))
-                            if n1 == 0 or n0 == 0:
-                                continue
-                            m1, m0 = s1 / n1, s0 / n0
-                            v1, v0 = 0.0, 0.0
-                            for i in range(G):
-                                if rg[c, i] > 0.5:
-                                    v1 += (A[i] - m1) ** 2
-                                else:
-                                    v0 += (A[i] - m0) ** 2
-                            v1 = v1 / (n1 - 1) if n1 >= 2 else 0.0
-                            v0 = v0 / (n0 - 1) if n0 >= 2 else 0.0
-                            dsum += m1 - m0
-                            ksum += v0 - v1
-                            cnt += 1
-                    e = e0
-                    if sdmax > 0.0:
-                        e = min(e, tr_delta / sdmax)
-                    if cnt > 0:
-                        dh, kh = dsum / cnt, ksum / cnt
-                        if dh <= 1e-12 * sdmax:  # no ascent (up to round-off: ties at 0 give 0 in any route)
-                            e = 0.0
-                        elif kh > 0.0:
-                            e = min(e, ac * dh / kh)
-                    eta[pb] = e
-            # 5) records, cumulative alignment, update
-            for c in range(C):
-                pb = pmap[c]
-                dm, nn = 0.0, 0.0
-                for j in range(d):
-                    dm += u[pb, j] * gap[c, j]
-                    nn += u[pb, j] * u[pb, j]
-                if rec:
-                    o_dmu[r, ri, c] = dm
-                    o_wn[r, ri, c] = math.sqrt(nn)
-                if dm > 0:
-                    M[r, c] += eta[pb] * dm
-            for pb in range(P):
-                if rec:
-                    o_eta[r, ri, pb] = eta[pb]
-                for j in range(d):
-                    theta[r, pb, j] += eta[pb] * u[pb, j]
+                        break
+                    e *= 0.5
+                    if e == 0.0:  # underflow: stop (a huge max_halvings must not hang)
+                        break
+                eta[pb] = e if ok else 0.0
+            else:
+                dsum, ksum, cnt, sdmax = 0.0, 0.0, 0, 0.0
+                for q in range(blk_ptr[pb], blk_ptr[pb + 1]):
+                    c = blk_ctx[q]
+                    if not sampled:
+                        # population moments of x_a = u . phi(a) under pi, pi+ and pi-
+                        mp_, mn_, m_ = 0.0, 0.0, 0.0
+                        for a in range(K):
+                            x = 0.0
+                            for j in range(d):
+                                x += u[pb, j] * featS[c, a, j]
+                            cdf[a] = x  # reuse as scratch
+                            m_ += p_all[c, a] * x
+                            if a < npos_c[c]:
+                                mp_ += cw_all[c, a] * x
+                            else:
+                                mn_ -= cw_all[c, a] * x
+                        vp, vn, v_ = 0.0, 0.0, 0.0
+                        for a in range(K):
+                            v_ += p_all[c, a] * (cdf[a] - m_) ** 2
+                            if a < npos_c[c]:
+                                vp += cw_all[c, a] * (cdf[a] - mp_) ** 2
+                            else:
+                                vn -= cw_all[c, a] * (cdf[a] - mn_) ** 2
+                        sdmax = max(sdmax, math.sqrt(v_))
+                        dsum += mp_ - mn_
+                        ksum += vn - vp
+                        cnt += 1
+                    else:
+                        n1, n0, s1, s0 = 0, 0, 0.0, 0.0
+                        for i in range(G):
+                            x = 0.0
+                            a = idx[c, i]
+                            for j in range(d):
+                                x += u[pb, j] * feat[c, a, j]
+                            A[i] = x  # scratch
+                            if rg[c, i] > 0.5:
+                                n1 += 1
+                                s1 += x
+                            else:
+                                n0 += 1
+                                s0 += x
+                        mall = (s1 + s0) / G
+                        vall = 0.0
+                        for i in range(G):
+                            vall += (A[i] - mall) ** 2
+                        sdmax = max(sdmax, math.sqrt(vall / (G - 1)))
+                        if n1 == 0 or n0 == 0:
+                            continue
+                        m1, m0 = s1 / n1, s0 / n0
+                        v1, v0 = 0.0, 0.0
+                        for i in range(G):
+                            if rg[c, i] > 0.5:
+                                v1 += (A[i] - m1) ** 2
+                            else:
+                                v0 += (A[i] - m0) ** 2
+                        v1 = v1 / (n1 - 1) if n1 >= 2 else 0.0
+                        v0 = v0 / (n0 - 1) if n0 >= 2 else 0.0
+                        dsum += m1 - m0
+                        ksum += v0 - v1
+                        cnt += 1
+                e = e0
+                if sdmax > 0.0:
+                    e = min(e, tr_delta / sdmax)
+                if cnt > 0:
+                    dh, kh = dsum / cnt, ksum / cnt
+                    if dh <= 1e-12 * sdmax:  # no ascent (up to round-off: ties at 0 give 0 in any route)
+                        e = 0.0
+                    elif kh > 0.0:
+                        e = min(e, ac * dh / kh)
+                eta[pb] = e
+        # 5) records, cumulative alignment, update
+        for c in range(C):
+            pb = pmap[c]
+            dm, nn = 0.0, 0.0
+            for j in range(d):
+                dm += u[pb, j] * gap[c, j]
+                nn += u[pb, j] * u[pb, j]
+            if rec:
+                o_dmu[r, ri, c] = dm
+                o_wn[r, ri, c] = math.sqrt(nn)
+            if dm > 0:
+                M[r, c] += eta[pb] * dm
+        for pb in range(P):
+            if rec:
+                o_eta[r, ri, pb] = eta[pb]
+            for j in range(d):
+                theta[r, pb, j] += eta[pb] * u[pb, j]
 
 
 # small wrappers so that tests can compare the numba rules with gapdyn's
@@ -655,7 +751,92 @@ def _runs(bandit: ContextualBandit, eta, seed, theta0):
     return e, s, th
 
 
-def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=None, chunk: int = 256) -> Trajectory:
+_LOGIT_LIMIT = 1e300  # |logit| bound below which differences of logits and their exps stay finite
+
+
+def _check_eta_bound(eta0, theta, dyn: Dynamics, fnorm_max: float) -> None:
+    """ValueError naming eta when the logits could overflow within the run.
+
+    |z| <= (|theta0| + sum_k eta_k ||u_k||) max||phi|| <= (|theta0| + eta0 T U) max||phi||, with U a bound
+    on ||u_k|| (eta_k <= eta0 for every schedule): SGD ||w|| <= 2 max||phi|| a, a = max(1, 1 + lam, sqrt G)
+    bounds |A_i| and E[w] / Gap; unit steps ||w|| = 1; Adam |u_j| <= sqrt(sum_{i<T} (b1^2 / b2)^i / (1 - b2))
+    (Cauchy-Schwarz on m_t, v_t). A sufficient condition: that bound stays below 1e300 (log scale).
+    """
+    T, d = dyn.steps, theta.shape[-1]
+    if dyn.optimizer == "adam":
+        b1, b2 = dyn.adam_betas
+        q = b1 * b1 / b2 if b2 > 0 else math.inf
+        if q < 1.0:
+            log_geo = -math.log1p(-q) if q > 0 else 0.0
+        else:
+            log_geo = math.log(T) + (T - 1) * math.log(q) if math.isfinite(q) else math.inf
+        log_u = 0.5 * (math.log(d) + log_geo - math.log1p(-b2))
+    elif dyn.normalize:
+        log_u = 0.0
+    else:
+        a = max(1.0, 1.0 + dyn.lam, math.sqrt(dyn.group_size))
+        log_u = math.log(2.0 * a * max(fnorm_max, 1e-300))
+    e = float(np.max(eta0))
+    th = float(np.max(np.abs(theta))) if theta.size else 0.0
+    log_z = math.log(max(fnorm_max, 1e-300)) + np.logaddexp(math.log(max(th, 1e-300)), math.log(e) + math.log(T) + log_u)
+    if not log_z < math.log(_LOGIT_LIMIT):
+        raise ValueError(
+            f"eta = {e:.3g} is too large: eta0 * steps * max|u| * max|phi| ~ 1e{log_z / math.log(10):.0f} would "
+            f"overflow the logits (limit {_LOGIT_LIMIT:.0e})"
+        )
+
+
+_announced = False
+
+
+def kernels_cached() -> bool:
+    """Whether numba's on-disk cache already holds the compiled simulation kernel (no compile on first use)."""
+    if _kernel.signatures:
+        return True
+    try:
+        return bool(_kernel._cache._cache_file._load_index())  # numba's cache index (empty if stale or absent)
+    except Exception:  # noqa: BLE001 - private numba API: treat any change as "unknown, not cached"
+        return False
+
+
+def _announce_compile() -> None:
+    """Say on stderr, once per process, that the first run compiles the kernels (numba cache missing)."""
+    global _announced
+    if not _announced:
+        _announced = True
+        if not kernels_cached():
+            print("gapdyn: compiling kernels, first run only (about 20-40 s; cached on disk afterwards) ...",
+                  file=sys.stderr, flush=True)
+
+
+def ensure_compiled(progress: bool = True) -> bool:
+    """Compile (or load from numba's disk cache) the simulation kernels now; returns whether they were cached.
+
+    With progress, a missing cache is announced on stderr ("compiling kernels, first run only ...").
+    """
+    global _announced
+    cached = kernels_cached()
+    if not progress:
+        _announced = True
+    from .envs import make_bandit
+
+    b = make_bandit(n_contexts=2, n_arms=4, dim=2, n_correct=1, seed=0)
+    for mode in MODES:
+        simulate(b, Dynamics(mode=mode, steps=2, group_size=2), eta=0.1, seed=0, threads=1)
+    return cached
+
+
+def _thread_count(threads) -> int | None:
+    if threads is None:
+        return None
+    top = numba.config.NUMBA_NUM_THREADS
+    if isinstance(threads, bool) or not isinstance(threads, numbers.Integral) or not 1 <= threads <= top:
+        raise ValueError(f"threads must be an integer in [1, {top}] (NUMBA_NUM_THREADS), got {threads!r}")
+    return int(threads)
+
+
+def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=None, chunk: int = 256,
+             threads: int | None = None) -> Trajectory:
     """Run R = len(eta) (or len(seed)) runs of ``dyn`` on ``bandit`` (see the module docstring).
 
     Args:
@@ -666,18 +847,28 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
             Runs with equal seeds share their random stream (common random numbers across etas).
         theta0: start [P, d] or [R, P, d] (default 0).
         chunk: steps per kernel call (bounds the memory of the pre-drawn uniforms).
+        threads: numba threads over runs for this call (default: numba's current setting); results are
+            bitwise identical for every thread count (each run is done by one thread).
     """
     if not isinstance(bandit, ContextualBandit):
         raise ValueError(f"bandit must be a ContextualBandit, got {type(bandit).__name__}")
     if not isinstance(dyn, Dynamics):
         raise ValueError(f"dyn must be a Dynamics, got {type(dyn).__name__}")
+    nthreads = _thread_count(threads)
     eta0, seeds, theta = _runs(bandit, eta, seed, theta0)
     R, P, d = theta.shape
     C, G, T, every = bandit.n_contexts, dyn.group_size, dyn.steps, dyn.record_every
     n_rec = (T - 1) // every + 1
     pmap = bandit.param_map
     fnorm = np.linalg.norm(bandit.features, axis=-1)  # ||phi(x, a)||, the scale of round-off in w
+    _check_eta_bound(eta0, theta, dyn, float(fnorm.max()))
     featT = np.ascontiguousarray(np.swapaxes(bandit.features, 1, 2))  # [C, d, K]: logits vectorise over arms
+    perm = np.ascontiguousarray(np.argsort(-bandit.rewards, axis=1, kind="stable"))  # correct arms first
+    featS = np.ascontiguousarray(np.take_along_axis(bandit.features, perm[..., None], axis=1))
+    featST = np.ascontiguousarray(np.swapaxes(featS, 1, 2))
+    fnormS = np.ascontiguousarray(np.take_along_axis(fnorm, perm, axis=1))
+    npos = bandit.rewards.sum(axis=1).astype(np.int64)
+    maskS = np.ascontiguousarray(np.take_along_axis(bandit.rewards, perm, axis=1))  # 1 on the correct arms
     order = np.argsort(pmap, kind="stable")
     blk_ptr = np.searchsorted(pmap[order], np.arange(P + 1)).astype(np.int64)
     am, av = np.zeros((R, P, d)), np.zeros((R, P, d))
@@ -690,25 +881,32 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
     b1, b2 = dyn.adam_betas
     rngs = [np.random.default_rng(int(s)) for s in seeds] if dyn.mode == "sampled" else None
     chunk = max(1, int(chunk))
-    for start in range(0, T, chunk):
-        n = min(chunk, T - start)
-        last = start + n == T
-        if rngs is not None:
-            unif = np.empty((R, n, C, G))
-            for r in range(R):
-                unif[r] = rngs[r].random((n, C, G))
-        else:
-            unif = np.empty((R, 0, C, G))
-        _kernel(
-            bandit.features, featT, bandit.rewards, fnorm, pmap, blk_ptr, order,
-            theta, am, av, M, phi_prev, J_min, ndec,
-            eta0, unif, start, n, int(last), T,
-            _CODE[dyn.method], dyn.mode == "sampled", G, dyn.std == "bessel", float(dyn.adv_eps), float(dyn.lam),
-            bool(dyn.normalize), _SCHED[sched.kind], float(sched.c), float(sched.delta), int(sched.max_halvings),
-            dyn.optimizer == "adam", float(b1), float(b2), float(dyn.adam_eps), every,
-            rec["J"], rec["Phi"], rec["dmu"], rec["M"], rec["wnorm"], rec["dPhi"], rec["entropy"], rec_eta,
-            f_J, f_Phi,
-        )  # fmt: skip
+    before = numba.get_num_threads()
+    if nthreads is not None:
+        numba.set_num_threads(nthreads)
+    try:
+        for start in range(0, T, chunk):
+            n = min(chunk, T - start)
+            last = start + n == T
+            if rngs is not None:
+                unif = np.empty((R, n, C, G))
+                for r in range(R):
+                    unif[r] = rngs[r].random((n, C, G))
+            else:
+                unif = np.empty((R, 0, C, G))
+            _announce_compile()
+            _kernel(
+                bandit.features, featT, bandit.rewards, fnorm, pmap, blk_ptr, order, featS, featST, fnormS, maskS, npos, perm,
+                theta, am, av, M, phi_prev, J_min, ndec,
+                eta0, unif, start, n, int(last), T,
+                _CODE[dyn.method], dyn.mode == "sampled", G, dyn.std == "bessel", float(dyn.adv_eps), float(dyn.lam),
+                bool(dyn.normalize), _SCHED[sched.kind], float(sched.c), float(sched.delta), int(sched.max_halvings),
+                dyn.optimizer == "adam", float(b1), float(b2), float(dyn.adam_eps), every,
+                rec["J"], rec["Phi"], rec["dmu"], rec["M"], rec["wnorm"], rec["dPhi"], rec["entropy"], rec_eta,
+                f_J, f_Phi,
+            )  # fmt: skip
+    finally:
+        numba.set_num_threads(before)
     return Trajectory(
         steps=np.arange(0, T, every),
         **rec,
@@ -725,7 +923,8 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
     )
 
 
-def run_grid(bandit: ContextualBandit, dyn: Dynamics, *, etas, seeds, theta0=None, chunk: int = 256):
+def run_grid(bandit: ContextualBandit, dyn: Dynamics, *, etas, seeds, theta0=None, chunk: int = 256,
+             threads: int | None = None):
     """simulate() over the product etas x seeds; returns (Trajectory, eta per run, seed per run)."""
     try:
         e = np.asarray(etas, dtype=np.float64).ravel()
@@ -733,5 +932,5 @@ def run_grid(bandit: ContextualBandit, dyn: Dynamics, *, etas, seeds, theta0=Non
     except (TypeError, ValueError) as exc:
         raise ValueError(f"etas must be real numbers and seeds non-negative integers, got {etas!r}, {seeds!r}") from exc
     E, S = np.meshgrid(e, s, indexing="ij")
-    traj = simulate(bandit, dyn, eta=E.ravel(), seed=S.ravel(), theta0=theta0, chunk=chunk)
+    traj = simulate(bandit, dyn, eta=E.ravel(), seed=S.ravel(), theta0=theta0, chunk=chunk, threads=threads)
     return traj, E.ravel(), S.ravel()

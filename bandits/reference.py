@@ -169,7 +169,8 @@ def simulate_reference(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, 
                         cov = np.einsum("nk,nki,nkj->nij", probs[b], scores[b], scores[b])  # Cov_pi(s)
                         dmu_hat = float(np.mean(gap[b] @ upd[p]))
                         kappa = float(np.mean(-np.einsum("i,nij,j->n", upd[p], hess, upd[p])))
-                        spread = float(np.max(np.sqrt(np.einsum("i,nij,j->n", upd[p], cov, upd[p]))))
+                        # a variance: clip its round-off below 0 (u ~ 0) before the square root
+                        spread = float(np.max(np.sqrt(np.maximum(np.einsum("i,nij,j->n", upd[p], cov, upd[p]), 0.0))))
                         mixed = True
                     else:
                         ests = [group_alignment_curvature(s_g[c] @ upd[p], r_g[c]) for c in b]

@@ -52,9 +52,24 @@ def example_cell(seed: int, n: int = 3, sleep: float = 0.0) -> pd.DataFrame:
     return pd.DataFrame({"i": np.arange(n), "x": rng.standard_normal(n)})
 
 
+def numba_threads_cell(seed: int) -> list[dict]:
+    """A toy cell reporting the numba threads it runs with (checks that sweep workers use one)."""
+    import numba
+
+    return [{"threads": numba.get_num_threads()}]
+
+
 def _indexed_call(cell_fn: Callable, i: int, cell: dict):
-    """Worker side: run one cell; module-level so that it pickles by reference."""
+    """Run one cell; module-level so that it pickles by reference."""
     return i, cell_fn(**cell)
+
+
+def _worker_call(cell_fn: Callable, i: int, cell: dict):
+    """Worker side (joblib / Ray): one numba thread per worker, the workers already fill the cores."""
+    import numba
+
+    numba.set_num_threads(1)
+    return _indexed_call(cell_fn, i, cell)
 
 
 def sweep_keys(cell_fn: Callable, cells: list[dict], *, name: str) -> list[str]:
@@ -91,7 +106,7 @@ def _iter_joblib(cell_fn, todo, n_jobs) -> Iterator[tuple[int, object]]:
 
     par = Parallel(n_jobs=n_jobs, backend="loky", return_as="generator_unordered")
     # each task returns (i, rows) so that unordered completion can be matched to its cell
-    yield from par(delayed(_indexed_call)(cell_fn, i, cell) for i, cell in todo)
+    yield from par(delayed(_worker_call)(cell_fn, i, cell) for i, cell in todo)
 
 
 def _iter_ray(cell_fn, todo, n_jobs, address) -> Iterator[tuple[int, object]]:
@@ -107,7 +122,7 @@ def _iter_ray(cell_fn, todo, n_jobs, address) -> Iterator[tuple[int, object]]:
         ray.init(log_to_driver=False, **kwargs)
         started = True
     try:
-        remote = ray.remote(_indexed_call)
+        remote = ray.remote(_worker_call)
         fn_ref = ray.put(cell_fn)
         pending = [remote.remote(fn_ref, i, cell) for i, cell in todo]
         while pending:

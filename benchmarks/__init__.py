@@ -3,10 +3,12 @@ in the same run (``python -m benchmarks [--quick]``; see BENCHMARKS.md). Not par
 (tests/test_benchmarks_smoke.py runs the harness at a tiny size and checks fast == reference).
 
 Modules: :mod:`benchmarks.timing` (interleaved repeats, medians, spread, machine info),
-:mod:`benchmarks.roofline` (memory bandwidth, exp rate, fused exact-update ceiling),
+:mod:`benchmarks.roofline` (memory bandwidth, exp rate, minimal fused exact-update kernels),
+:mod:`benchmarks.references` (the fused fast-math exact kernel and the numpy rng.choice sampled loop),
+:mod:`benchmarks.speed` (bandits.engine vs those references and over threads),
 :mod:`benchmarks.bandit` (bandits.engine vs bandits.reference), :mod:`benchmarks.sequence`
 (bandits.sequence vs T), :mod:`benchmarks.llm` (llm_probe step time and probe routes; imports torch),
-:mod:`benchmarks.run` (the table).
+:mod:`benchmarks.whatif` (a kept prototype route), :mod:`benchmarks.run` (the report).
 """
 
-__all__ = ["timing", "roofline", "bandit", "sequence", "llm", "run"]
+__all__ = ["timing", "roofline", "references", "speed", "bandit", "sequence", "llm", "whatif", "run"]

@@ -76,7 +76,7 @@ class LLMSetup:
     group_size: int = 8
     max_new_tokens: int = 6
     probe_prompts: int = 8
-    warmup_steps: int = 400  # supervised warm-up (SIMULATIONS.md: 400 steps give ~27% sampled accuracy)
+    warmup_steps: int = 400  # supervised warm-up (400 steps give ~27% sampled accuracy on this task)
     spec: TinyQwenSpec = TinyQwenSpec()
     seed: int = 0
 

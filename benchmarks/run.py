@@ -1,9 +1,10 @@
 """The benchmark table: ``python -m benchmarks [--quick] [--skip-llm] [--out FILE]``.
 
-Sections (BENCHMARKS.md explains each): 0 machine ceilings, 1 bandit engine vs reference (+ roofline),
-2 sequence bandit vs T, 3 llm_probe probe costs and memory, 4 scaling. Targets of issue 6 are checked on
-the medians and printed as MET / MISSED; correctness of every fast path against its reference is printed
-next to its speed (max |difference|).
+Sections (BENCHMARKS.md explains each): 0 machine ceilings, 1 bandit engine vs its references (the plain
+loop bandits.reference, the fused fast-math exact kernel and the numpy rng.choice loop of
+benchmarks/references.py) and over threads, 2 sequence bandit vs T, 3 llm_probe probe costs and memory,
+4 scaling. The targets are checked on the medians and printed as MET / MISSED; correctness of every fast
+path against its reference is printed next to its speed (max |difference|).
 """
 
 from __future__ import annotations
@@ -16,17 +17,12 @@ from dataclasses import dataclass, replace
 from . import bandit as bb
 from . import roofline as rl
 from . import sequence as sq
-from . import whatif as wi
+from . import speed as sp
 from .timing import Stat, load_average, machine_info, ratio
 
 __all__ = ["Sizes", "FULL", "QUICK", "TINY", "run_all", "format_report", "main", "TARGETS"]
 
-VARIANTS = {  # what-if copies of bandits.engine (benchmarks.whatif.engine_variant keyword arguments)
-    "fastmath": {"flags": wi.FASTMATH_FLAGS},
-}
-VARIANT_LABELS = {"fastmath": "bandits.engine with fastmath={'reassoc','contract','arcp'}"}
-TARGETS = {"exact_vs_ref": 5.0, "exact_vs_roofline": 0.5, "sampled_vs_ref": 30.0, "probe_overhead": 1.5,
-           "probe_overhead_default": 1.5}
+TARGETS = {"exact_vs_fused": 1.0, "sampled_vs_numpy": 30.0, "probe_overhead": 1.5, "probe_overhead_default": 1.5}
 
 
 @dataclass(frozen=True)
@@ -35,6 +31,8 @@ class Sizes:
 
     repeats: int = 5
     workload: bb.Workload = bb.WORKLOAD
+    speed_workload: bb.Workload = replace(bb.WORKLOAD, steps=200, ref_runs=2, ref_steps=20)  # section 1 ratios
+    threads: tuple = (1, 2)
     stream_n: int = 1 << 23
     ceiling_steps: int = 200
     scale_steps: int = 50
@@ -60,6 +58,7 @@ class Sizes:
 FULL = Sizes()
 QUICK = Sizes(
     repeats=3, workload=replace(bb.WORKLOAD, steps=50, ref_runs=2, ref_steps=20), stream_n=1 << 22,
+    speed_workload=replace(bb.WORKLOAD, steps=200, ref_runs=2, ref_steps=10),
     ceiling_steps=50, scale_steps=10, scale_K=(10, 100, 1000), scale_C=(8, 32, 128), scale_R=(8, 64, 256),
     scale_G=(2, 8, 32), seq_T=(1, 8, 32), seq_runs=8, seq_steps=5, llm_warmup=200, llm_repeats=3,
     llm_scale_G=(4, 8), llm_scale_B=(4, 16), profile_steps=1,
@@ -67,6 +66,8 @@ QUICK = Sizes(
 TINY = Sizes(
     repeats=1, workload=bb.Workload(n_contexts=3, n_arms=12, dim=4, n_correct=3, n_seeds=2, n_etas=2, group_size=4,
                                     steps=6, ref_runs=2, ref_steps=6),
+    speed_workload=bb.Workload(n_contexts=3, n_arms=12, dim=4, n_correct=3, n_seeds=2, n_etas=2, group_size=4,
+                               steps=6, ref_runs=2, ref_steps=3),
     stream_n=1 << 12, ceiling_steps=2, scale_steps=2, scale_K=(5, 10), scale_C=(2,), scale_R=(2,), scale_G=(2,),
     scale_methods=("grpo", "rloo"),
     seq_T=(1, 3), seq_runs=3, seq_steps=2, llm_warmup=0, llm_B=3, llm_G=4, llm_repeats=1, llm_scale_G=(2,),
@@ -91,17 +92,15 @@ def _log(msg: str, verbose: bool):
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def run_all(sizes: Sizes = FULL, *, llm: bool = True, whatif: bool = True, verbose: bool = False,
-            bandits: bool = True) -> dict:
+def run_all(sizes: Sizes = FULL, *, llm: bool = True, verbose: bool = False, bandits: bool = True) -> dict:
     """Every measurement of the table, as a dict of result objects (see format_report).
 
-    llm: include section 3 (imports torch); whatif: include the fast-math engine copy of section 5;
-    bandits: include sections 0, 1, 2, 4 (False with llm: section 3 and its what-if rows only).
+    llm: include section 3 (imports torch); bandits: include sections 0, 1, 2, 4.
     """
-    res: dict = {"sizes": sizes, "load_before": load_average(), "variant_diff": {}}
+    res: dict = {"sizes": sizes, "load_before": load_average()}
     t0 = time.perf_counter()
     if bandits:
-        res.update(_run_bandits(sizes, whatif, verbose))
+        res.update(_run_bandits(sizes, verbose))
     if llm:
         res.update(_run_llm(sizes, verbose))
     res["load_after"] = load_average()
@@ -109,7 +108,7 @@ def run_all(sizes: Sizes = FULL, *, llm: bool = True, whatif: bool = True, verbo
     return res
 
 
-def _run_bandits(sizes: Sizes, whatif: bool, verbose: bool) -> dict:
+def _run_bandits(sizes: Sizes, verbose: bool) -> dict:
     res: dict = {}
     w = sizes.workload
     _log("machine ceilings", verbose)
@@ -118,31 +117,15 @@ def _run_bandits(sizes: Sizes, whatif: bool, verbose: bool) -> dict:
     ck = dict(K=w.n_arms, d=w.dim, C=w.n_contexts, R=8, steps=sizes.ceiling_steps)
     res["ceiling"] = {"strict": rl.fused_exact_ceiling(repeats=sizes.repeats, **ck),
                       "fastmath": rl.fused_exact_ceiling(fastmath=True, repeats=sizes.repeats, **ck)}
-    variants = {}
-    res["variant_notes"] = {}
-    if whatif:
-        _log("compiling the what-if copies of bandits.engine", verbose)
-        for vname, kw in VARIANTS.items():
-            try:
-                variants[vname] = wi.engine_variant(**kw)
-            except RuntimeError as exc:  # the engine changed under the prototype: say so in the report
-                res["variant_notes"][vname] = str(exc)
-    bandit = w.bandit()
-    eta, seed = bb.grid(w)
-    res["variant_diff"] = {}
     for mode in ("exact", "sampled"):
-        _log(f"bandit {mode}: engine vs reference (+ roofline kernels, what-if engines)", verbose)
+        _log(f"bandit {mode}: engine vs bandits.reference (+ roofline kernels)", verbose)
         extra = {
             "ceiling_strict": rl.ceiling_callable(**ck),
             "ceiling_fastmath": rl.ceiling_callable(fastmath=True, **ck),
         }
-        for vname, variant in variants.items():
-            vd = variant.Dynamics(method=w.method, mode=mode, group_size=w.group_size, steps=w.steps)
-            variant.simulate(bandit, vd, eta=eta[:1], seed=seed[:1])  # compile
-            extra[f"engine_{vname}"] = ((lambda v=variant, vd=vd: v.simulate(bandit, vd, eta=eta, seed=seed)),
-                                        w.runs * w.steps * w.n_contexts * w.n_arms)
-            res["variant_diff"][(vname, mode)] = wi.variant_maxdiff(variant, w, mode)
         res[f"bandit_{mode}"] = bb.engine_vs_reference(w, mode, repeats=sizes.repeats, extra=extra)
+    _log(f"bandit engine vs the fused kernel and the numpy loop, threads {sizes.threads}", verbose)
+    res["speed"] = sp.speed_vs_references(sizes.speed_workload, repeats=sizes.repeats, threads=sizes.threads)
     _log("sequence bandit vs T", verbose)
     res["sequence"] = [sq.sequence_point(m, dr, T, runs=sizes.seq_runs, steps=sizes.seq_steps,
                                          repeats=sizes.repeats, group_size=w.group_size)
@@ -242,16 +225,12 @@ def roof_fraction(res: dict, r: bb.BanditResult, key: str = "engine") -> Stat:
 
 
 def targets(res: dict) -> dict[str, tuple[float, bool]]:
-    """(measured median, met) per issue-6 target present in res."""
+    """(measured median, met) per target present in res."""
     out = {}
-    if "bandit_exact" in res:
-        e = res["bandit_exact"]
-        out["exact_vs_ref"] = (e.speedup.median, e.speedup.median >= TARGETS["exact_vs_ref"])
-        frac = roof_fraction(res, e).median
-        out["exact_vs_roofline"] = (frac, frac >= TARGETS["exact_vs_roofline"])
-    if "bandit_sampled" in res:
-        s = res["bandit_sampled"].speedup.median
-        out["sampled_vs_ref"] = (s, s >= TARGETS["sampled_vs_ref"])
+    if "speed" in res:
+        e, s = res["speed"].exact_vs_fused.median, res["speed"].sampled_vs_numpy.median
+        out["exact_vs_fused"] = (e, e >= TARGETS["exact_vs_fused"])
+        out["sampled_vs_numpy"] = (s, s >= TARGETS["sampled_vs_numpy"])
     if "llm_steps" in res:
         ov = res["llm_steps"].overhead
         o = max(v.median for k, v in ov.items() if k != "off" and "/" not in k)
@@ -299,18 +278,16 @@ def format_report(res: dict) -> str:
         rows = []
         for mode in ("exact", "sampled"):
             r = res[f"bandit_{mode}"]
-            tgt = TARGETS["exact_vs_ref"] if mode == "exact" else TARGETS["sampled_vs_ref"]
             rows.append([mode, _ms(r.engine_rate, 1e-6), _ms(r.ref_rate, 1e-6, "{:.3f}"), _ms(r.speedup, 1, "{:.1f}x"),
-                         f">= {tgt:g}x: {_verdict(r.speedup.median >= tgt)}",
                          f"{_m(r.extra_rates['ceiling_strict'], 1e-6, '{:.1f}')} / "
                          f"{_m(r.extra_rates['ceiling_fastmath'], 1e-6, '{:.1f}')}",
                          _ms(roof_fraction(res, r)), f"{r.maxdiff:.1e}"])
-        L += _table(["mode", "engine M upd/s", "reference M upd/s", "speedup", "target",
+        L += _table(["mode", "engine M upd/s", "reference M upd/s", "engine / reference",
                      "ceiling IEEE / fastmath M upd/s", "engine / roofline", "max|engine-ref|"], rows)
-        L.append("(ceilings re-timed in the same interleaved rounds as engine and reference; roofline = min(memory "
-                 "ceiling, faster kernel) per round. Target for exact: engine/roofline >= "
-                 f"{TARGETS['exact_vs_roofline']:g}.)")
+        L.append("(ceilings: benchmarks/roofline.py, one L1-resident context, re-timed in the same interleaved rounds; "
+                 "roofline = min(memory ceiling, faster kernel) per round)")
         L.append("")
+        L += _format_speed(res)
         L.append("## 2. Sequence bandit (bandits.sequence.simulate): time per run-step vs T")
         L.append(f"batched: {sz.seq_runs} runs in one call; looped: one call per run (reference). V=10, d=4, MAJ, GRPO, "
                  f"G={w.group_size}. max|diff|: J_final batched vs looped (exact direction only).")
@@ -347,11 +324,11 @@ def format_report(res: dict) -> str:
                  "(the other at its section-3 value):")
         L += _table(["axis", "value", "probes off ms", "probes on (dot) ms", "on/off", "mixed groups/step"], rows)
         L.append("")
-    L += _format_whatif(res)
-    L.append("## Targets (issue 6)")
-    names = {"exact_vs_ref": f"exact engine >= {TARGETS['exact_vs_ref']:g}x reference",
-             "exact_vs_roofline": f"exact engine >= {TARGETS['exact_vs_roofline']:g} of roofline",
-             "sampled_vs_ref": f"sampled engine >= {TARGETS['sampled_vs_ref']:g}x reference",
+    L += _format_derived(res)
+    L.append("## Targets")
+    names = {"exact_vs_fused": f"exact engine (1 thread) >= {TARGETS['exact_vs_fused']:g}x the fused fast-math kernel",
+             "sampled_vs_numpy": f"sampled engine (1 thread) >= {TARGETS['sampled_vs_numpy']:g}x the numpy "
+                                 "rng.choice loop",
              "probe_overhead": f"all probes on <= {TARGETS['probe_overhead']:g}x plain step (worst config, "
                                "probe_every=1)",
              "probe_overhead_default": f"all probes on <= {TARGETS['probe_overhead_default']:g}x plain step, amortised "
@@ -361,27 +338,42 @@ def format_report(res: dict) -> str:
     return "\n".join(L) + "\n"
 
 
-def _format_whatif(res: dict) -> list[str]:
-    L = ["## 5. What-if: prototypes of the proposed fixes (benchmarks/whatif.py; not used by the library)"]
+def _format_speed(res: dict) -> list[str]:
+    r = res["speed"]
+    w = r.workload
+    L = [f"### 1b. Engine vs its speed references ({w.runs} runs x {w.steps} steps, C={w.n_contexts}, K={w.n_arms}, "
+         f"d={w.dim}, G={w.group_size}, {w.method}; benchmarks/references.py, benchmarks/speed.py)"]
+    L += _table(["comparison (1 thread)", "ratio median [min, max]", "target", "check"], [
+        ["exact: fused fast-math kernel time / engine time", _ms(r.exact_vs_fused, 1, "{:.2f}x"),
+         f">= {TARGETS['exact_vs_fused']:g}x: {_verdict(r.exact_vs_fused.median >= TARGETS['exact_vs_fused'])}",
+         f"max|theta engine - fused| / max|theta| = {r.fused_maxdiff:.1e}"],
+        [f"sampled: numpy rng.choice loop / engine, per run-step (loop: {r.numpy_runs} runs x {r.numpy_steps} "
+         "steps)", _ms(r.sampled_vs_numpy, 1, "{:.1f}x"),
+         f">= {TARGETS['sampled_vs_numpy']:g}x: {_verdict(r.sampled_vs_numpy.median >= TARGETS['sampled_vs_numpy'])}",
+         "different random stream (speed only)"],
+        [f"exact: recording every {r.sparse_every} steps / every step (time)", _ms(r.sparse_vs_dense, 1, "{:.2f}x"),
+         "", ""],
+    ])  # fmt: skip
+    L.append("")
+    L.append("Threads over runs (numba prange; bitwise-identical results for any count):")
+    rows = [[m, t, _ms(r.times[f"{m}_{t}"], 1e3, "{:.0f}"), _ms(r.scaling[(m, t)], 1, "{:.2f}x")]
+            for m in ("exact", "sampled") for t in r.threads]
+    L += _table(["mode", "threads", "ms per call", "speedup vs 1 thread"], rows)
+    L.append("")
+    return L
+
+
+def _format_derived(res: dict) -> list[str]:
+    if "llm_steps" not in res:
+        return []
+    L = ["## 5. Derived: probe cost amortised over a cadence (from section 3's every-step overhead)"]
+    st = res["llm_steps"]
     rows = []
-    for vname, mode in res["variant_diff"]:
-        r = res[f"bandit_{mode}"]
-        v = r.extra_rates[f"engine_{vname}"]
-        rows.append([f"{VARIANT_LABELS.get(vname, vname)}: {mode}", _ms(v, 1e-6) + " M upd/s",
-                     _ms(ratio(v, r.engine_rate), 1, "{:.2f}x") + " engine",
-                     _ms(ratio(v, r.ref_rate), 1, "{:.1f}x") + " reference",
-                     _ms(roof_fraction(res, r, f"engine_{vname}")) + " roofline",
-                     f"{res['variant_diff'][(vname, mode)]:.1e} vs reference"])
-    for vname, note in res.get("variant_notes", {}).items():
-        rows.append([f"{VARIANT_LABELS.get(vname, vname)}: not measured", note, "", "", "", ""])
-    if "llm_steps" in res:
-        st = res["llm_steps"]
-        for k in (5, 10):
-            worst = max((c for c in st.overhead if c != "off" and "/" not in c), key=lambda c: st.overhead[c].median)
-            o = 1.0 + (st.overhead[worst].median - 1.0) / k
-            rows.append([f"probes every {k} steps (derived: 1 + (on/off - 1)/{k}), worst config {worst!r}",
-                         f"{o:.2f}x plain step", "", "", "", ""])
-    L += _table(["variant", "rate / time", "vs current", "vs reference", "vs roofline", "max|diff|"], rows)
+    for k in (5, 10):
+        worst = max((c for c in st.overhead if c != "off" and "/" not in c), key=lambda c: st.overhead[c].median)
+        o = 1.0 + (st.overhead[worst].median - 1.0) / k
+        rows.append([f"probes every {k} steps (1 + (on/off - 1)/{k}), worst config {worst!r}", f"{o:.2f}x plain step"])
+    L += _table(["estimate", "value"], rows)
     L.append("")
     return L
 
@@ -438,8 +430,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (about a minute)")
     ap.add_argument("--tiny", action="store_true", help="smoke-test sizes (seconds; numbers meaningless)")
     ap.add_argument("--skip-llm", action="store_true", help="leave out section 3 (no torch import)")
-    ap.add_argument("--skip-whatif", action="store_true", help="leave out the fast-math engine copy (section 5)")
-    ap.add_argument("--llm-only", action="store_true", help="only section 3 (llm_probe) and its rows of 5 and Targets")
+    ap.add_argument("--llm-only", action="store_true", help="only section 3 (llm_probe), 5 and its Targets")
     ap.add_argument("--llm-every", type=int, default=None, metavar="N",
                     help="probe_every timed (amortised) besides 1; default 10 (TrainConfig.probe_every's doc)")
     ap.add_argument("--out", default=None, help="also write the report to this file")
@@ -452,7 +443,7 @@ def main(argv=None) -> int:
         sizes = replace(sizes, llm_every=a.llm_every)
     if a.llm_only and a.skip_llm:
         ap.error("--llm-only and --skip-llm exclude each other")
-    res = run_all(sizes, llm=not a.skip_llm, whatif=not a.skip_whatif, verbose=not a.quiet, bandits=not a.llm_only)
+    res = run_all(sizes, llm=not a.skip_llm, verbose=not a.quiet, bandits=not a.llm_only)
     cmd = "python -m benchmarks " + " ".join(argv if argv is not None else sys.argv[1:])
     text = f"# gapdyn benchmarks ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})\ncommand: `{cmd.strip()}`\n\n"
     text += format_report(res)

@@ -20,7 +20,7 @@ Registered losses (name: advantage rule, clip, aggregation):
 - dr_grpo: r - mean (no std), eps 0.2/0.2, dr_grpo.                                          [Liu et al. 2025]
 - dapo: grpo advantages, clip-higher 0.2/0.28, dapo aggregation.                            [Yu et al. 2025]
 - gspo: grpo advantages, sequence-level ratio, eps 3e-4/4e-4, grpo aggregation.             [Zheng et al. 2025]
-- wapo: mean-centred, winners only (A > 0), upper clip only at 1 + 9, wapo aggregation.     [WAPO code, THEORY.md §4]
+- wapo: mean-centred, winners only (A > 0), upper clip only at 1 + 9, wapo aggregation.     [WAPO code, docs/theory.md §9.2]
 - psr / nsr / w_reinforce: A = r / r - 1 / (lam if r else -1), eps 0.2/0.2, token-mean.     [Zhu et al. 2025; the
   aggregation there is verl's default token-mean]
 """
@@ -128,7 +128,7 @@ LOSSES: dict[str, LossSpec] = {
         LossSpec("gspo", "grpo", _TRL_STD, eps_low=3e-4, eps_high=4e-4, ratio_level="sequence", agg="grpo",
                  source="Zheng et al. 2025; TRL importance_sampling_level='sequence'"),
         LossSpec("wapo", "wapo", token_loss=upper_clip_token_loss, eps_low=0.0, eps_high=9.0, agg="wapo",
-                 source="WAPO authors' code (THEORY.md §4)"),
+                 source="WAPO authors' code (docs/theory.md §9.2)"),
         LossSpec("psr", "psr", agg="bnpo", source="Zhu et al. 2025"),
         LossSpec("nsr", "nsr", agg="bnpo", source="Zhu et al. 2025"),
         LossSpec("w_reinforce", "w_reinforce", {"lam": 0.1}, agg="bnpo", source="Zhu et al. 2025"),

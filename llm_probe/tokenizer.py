@@ -3,7 +3,7 @@
 Every character of ``alphabet`` is one token; ``<pad>``, ``<eos>`` and ``<unk>`` are added. No hub
 access: the vocabulary is built in memory and saved with ``save_pretrained``. Load a saved one with
 :func:`load_tokenizer` (``PreTrainedTokenizerFast.from_pretrained``, never ``AutoTokenizer``, which can
-come back as a Qwen2 tokenizer that drops spaces; ANCHORS.md "Facts about TRL").
+come back as a Qwen2 tokenizer that drops spaces; measured with transformers 5.24).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The dependency direction of STYLE.md: the theory core and the simulators never import torch."""
+"""The dependency direction of the house (CONTRIBUTING.md): the theory core and the simulators never import torch."""
 
 import subprocess
 import sys

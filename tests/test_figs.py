@@ -58,7 +58,7 @@ def test_taxonomy_table_matches_an_independent_numpy_route():
     # first-order effects are linear in A: A = -1 rows are exactly minus the A = +1 rows
     np.testing.assert_allclose(neg["dH"], -pos["dH"], rtol=0, atol=1e-15)
     np.testing.assert_allclose(neg["dp_s"], -pos["dp_s"], rtol=0, atol=1e-15)
-    # closed forms written out here (docs/equations.md, taxonomy rows) instead of gapdyn's vectorised code
+    # closed forms written out here (docs/theory.md §9.1) instead of gapdyn's vectorised code
     p_s, C = pos["p_s"].to_numpy(), pos["C"].to_numpy()
     np.testing.assert_allclose(pos["dp_s"], p_s * (1 - 2 * p_s + C), rtol=1e-12, atol=1e-15)
     assert ((C >= p_s**2 - 1e-15) & (C <= 1 + 1e-12)).all()

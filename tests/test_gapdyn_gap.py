@@ -1,4 +1,4 @@
-"""The Gradient Gap identities (THEORY.md §1), each checked against an independent route."""
+"""The Gradient Gap identities (docs/theory.md §2), each checked against an independent route."""
 
 import numpy as np
 from hypothesis import given, strategies as st

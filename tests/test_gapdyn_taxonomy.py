@@ -1,4 +1,4 @@
-"""WAPO token taxonomy (THEORY.md §4): first order vs finite differences; valley sign rule."""
+"""WAPO token taxonomy (docs/theory.md §9.1): first order vs finite differences; valley sign rule."""
 
 import numpy as np
 from hypothesis import given, strategies as st

@@ -1,4 +1,4 @@
-"""Step-size thresholds and the first-order step model (THEORY.md §2-3)."""
+"""Step-size thresholds and the first-order step model (docs/theory.md §4-6)."""
 
 import numpy as np
 import pytest
@@ -36,7 +36,7 @@ def test_realised_change_is_eta_dmu_plus_O_eta2(policy):
 
 
 def _instance_with_threshold():
-    """A 100-arm log-linear bandit where unit gap steps of a large eta collapse (THEORY.md §3)."""
+    """A 100-arm log-linear bandit where unit gap steps of a large eta collapse (docs/theory.md §5)."""
     rng = np.random.default_rng(3)
     phi = rng.normal(size=(100, 16))
     r = np.zeros(100)

@@ -1,5 +1,5 @@
 """Our registered losses vs TRL's own ``GRPOTrainer._compute_loss`` (called on a minimal stand-in object)
-and vs loop re-implementations of the WAPO/aggregation formulas (THEORY.md §4, ANCHORS.md)."""
+and vs loop re-implementations of the WAPO/aggregation formulas (docs/theory.md §9.2, TRL 1.16 conventions)."""
 
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ def test_off_policy_clip_equals_trl():
 
 
 def test_wapo_loss_matches_loop_formula():
-    """WAPO: sum over winners' tokens of -A min(r, 10) / (K * L) / G+ (THEORY.md §4), loop reference."""
+    """WAPO: sum over winners' tokens of -A min(r, 10) / (K * L) / G+ (docs/theory.md §9.2), loop reference."""
     g = torch.Generator().manual_seed(0)
     B, G, T = 4, 4, 6
     rewards = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 1], [0, 0, 0, 0], [1, 1, 1, 1]], dtype=torch.float32)

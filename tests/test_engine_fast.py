@@ -1,0 +1,124 @@
+"""The fast paths of bandits.engine against independent routes: fast-math kernels vs the plain gapdyn loop
+(bandits.reference) on fresh seeds, 1 vs 2 numba threads bit for bit, the compile notice, one thread in
+sweep workers, and the engine boundary (eta overflow, Dynamics options) as a table."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import bandits.engine as engine
+from bandits.engine import Dynamics, simulate
+from bandits.envs import make_bandit
+from bandits.reference import simulate_reference
+from bandits.schedules import Schedule
+
+# (method, mode, schedule) on fresh bandit seeds; moderate steps so that round-off is not amplified by a collapse
+CASES = [
+    ("grpo", "exact", "constant"), ("rloo", "exact", "decay"), ("gap", "exact", "constant"),
+    ("wapo", "exact", "adaptive"), ("dr_grpo", "exact", "linesearch"), ("grpo", "sampled", "constant"),
+    ("w_reinforce", "sampled", "adaptive"), ("psr", "sampled", "decay"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("method,mode,schedule", CASES)
+def test_engine_equals_reference_to_1e12_on_J(method, mode, schedule):
+    seed = int(np.random.SeedSequence().generate_state(1)[0] % 100_000)  # fresh every session
+    b = make_bandit(n_contexts=3, n_arms=25, dim=6, n_correct=4, seed=seed)
+    dyn = Dynamics(method=method, mode=mode, steps=15, schedule=schedule, group_size=4)
+    eta, seeds = [0.05, 0.5, 2.0], [seed, seed + 1, seed + 2]
+    fast = simulate(b, dyn, eta=eta, seed=seeds)
+    slow = simulate_reference(b, dyn, eta=eta, seed=seeds)
+    np.testing.assert_allclose(fast.J, slow.J, rtol=1e-12, atol=0, err_msg=str(seed))
+    np.testing.assert_allclose(fast.Phi, slow.Phi, rtol=1e-11, atol=1e-11, err_msg=str(seed))
+    np.testing.assert_array_equal(fast.n_decrease, slow.n_decrease)
+
+
+_THREADS_SCRIPT = textwrap.dedent("""
+    import numba, numpy as np
+    from bandits.engine import Dynamics, simulate
+    from bandits.envs import make_bandit
+    assert numba.config.NUMBA_NUM_THREADS == 2
+    b = make_bandit(n_contexts=4, n_arms=30, dim=5, n_correct=5, shared=True, seed=3)
+    for mode, sched in (("exact", "constant"), ("sampled", "adaptive"), ("exact", "linesearch")):
+        dyn = Dynamics(method="grpo", mode=mode, steps=25, schedule=sched)
+        eta, seed = np.geomspace(0.01, 20, 7), np.arange(7)
+        one = simulate(b, dyn, eta=eta, seed=seed, threads=1)
+        two = simulate(b, dyn, eta=eta, seed=seed, threads=2)
+        for f in ("J", "Phi", "dmu", "M", "wnorm", "dPhi", "entropy", "eta", "theta_final", "J_min", "n_decrease"):
+            x, y = np.asarray(getattr(one, f)), np.asarray(getattr(two, f))
+            assert x.tobytes() == y.tobytes(), (mode, f)
+    assert numba.get_num_threads() == 2  # simulate restores the caller's setting
+    print("BITWISE-OK")
+""")
+
+
+def test_one_and_two_threads_bitwise_identical():
+    env = dict(os.environ, NUMBA_NUM_THREADS="2", OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, "-c", _THREADS_SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and "BITWISE-OK" in out.stdout, out.stderr[-2000:]
+
+
+def test_sweep_workers_use_one_numba_thread():
+    from bandits.sweep import numba_threads_cell, run_sweep
+
+    df = run_sweep(numba_threads_cell, [{"seed": 0}, {"seed": 1}], name="thr", backend="joblib", n_jobs=2,
+                   progress=False)
+    assert list(df["threads"]) == [1, 1]
+
+
+def test_compile_notice_only_without_cache(monkeypatch, capsys):
+    b = make_bandit(n_contexts=2, n_arms=4, dim=2, n_correct=1, seed=0)
+    engine.ensure_compiled(progress=False)
+    assert engine.kernels_cached()
+    monkeypatch.setattr(engine, "_announced", False)
+    simulate(b, Dynamics(steps=2), eta=0.1)
+    assert "compiling kernels" not in capsys.readouterr().err  # compiled: silent
+    monkeypatch.setattr(engine, "_announced", False)
+    monkeypatch.setattr(engine, "kernels_cached", lambda: False)
+    simulate(b, Dynamics(steps=2), eta=0.1)
+    simulate(b, Dynamics(steps=2), eta=0.1)
+    assert capsys.readouterr().err.count("compiling kernels, first run only") == 1
+
+
+# --- the engine boundary -----------------------------------------------------------------------------
+
+BAD_DYNAMICS = [
+    ("adam_betas", 0.9), ("adam_betas", (0.9,)), ("adam_betas", ("a", 0.9)), ("adam_betas", (0.9, float("nan"))),
+    ("adam_betas", (1.0, 0.9)), ("adam_betas", (True, 0.9)), ("adam_eps", float("nan")), ("adam_eps", "1e-8"),
+    ("adam_eps", True), ("adam_eps", 0.0), ("lam", float("nan")), ("lam", -0.1), ("lam", "0.1"), ("lam", True),
+    ("adv_eps", float("inf")), ("adv_eps", -1.0), ("adv_eps", None), ("normalize", "yes"), ("normalize", 1),
+    ("std", "sample"), ("optimizer", "rmsprop"), ("schedule", 3), ("schedule", "cosine"), ("group_size", 1),
+    ("group_size", 2.5), ("steps", 0), ("steps", 1.0), ("record_every", 0), ("method", "ppo"), ("mode", "approx"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("field,value", BAD_DYNAMICS)
+def test_dynamics_rejects_bad_options_naming_the_field(field, value):
+    name = "schedule" if field == "schedule" else field
+    with pytest.raises(ValueError, match=name if field != "group_size" else "group"):
+        Dynamics(**{field: value})
+
+
+@pytest.mark.parametrize(
+    "dyn,eta",
+    [(Dynamics(steps=1), 1e307), (Dynamics(steps=1000), 1e297), (Dynamics(normalize=True, steps=10), 1e300),
+     (Dynamics(optimizer="adam", steps=10), 1e299), (Dynamics(optimizer="adam", steps=5000, adam_betas=(0.99, 0.5)), 1.0),
+     (Dynamics(mode="sampled", schedule=Schedule("linesearch"), steps=5), [1.0, 1e305])],
+)  # fmt: skip
+def test_overflowing_eta_is_rejected_naming_eta(dyn, eta):
+    b = make_bandit(n_contexts=2, n_arms=5, dim=3, n_correct=2, seed=0)
+    with pytest.raises(ValueError, match="eta"):
+        simulate(b, dyn, eta=eta)
+
+
+def test_large_but_safe_eta_runs_finite():
+    b = make_bandit(n_contexts=2, n_arms=5, dim=3, n_correct=2, seed=0)
+    t = simulate(b, Dynamics(steps=20), eta=1e6)
+    assert np.all(np.isfinite(t.Phi_final)) and np.all(np.isfinite(t.theta_final))
