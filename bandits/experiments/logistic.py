@@ -240,7 +240,7 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
         est = gapdyn.cluster_bootstrap(_mean, per_inst, rng=rng, n_resamples=config.bootstrap)
         cid = "logistic.exact_slope_identity"
         claims.append(gapdyn.Claim.from_estimate(
-            est, id=cid, source="derived (first order in eta; docs/theory.md)",
+            est, id=cid, source="derived (first order in eta; docs/theory.md §8)",
             statement="exact aligned steps: logit J_k - logit J_0 = M_k to first order (slope 1)",
             setting=f"{base}, exact {', '.join(METHODS)}, eta = {config.identity_eta:g}, "
                     f"{config.identity_steps} steps", block=block,

@@ -5,10 +5,10 @@ open) and that learning is driven by the cumulative alignment M = sum eta [Delta
 convergence must be judged by M rather than by gradient norms. Parts (one cell each per instance):
 
 - ``single``: one context (100-arm log-linear, d = 16), exact REINFORCE at fixed eta, every step recorded.
-  Derived example (docs/theory.md): near J = 1, dPhi/dk ~ eta ||gap||^2 e^-Phi, so 1 - J ~ 1/(eta c k) (no
-  plateau), M grows by log 2 per doubling of k, and S_k = sum eta ||grad J||^2 converges. Measured over the
-  second half [K/2, K]: the tail exponent b of 1 - J ~ k^-b, the share of S_K added there, M_K - M_{K/2} and
-  (1 - J_K) / (1 - J_{K/2}).
+  Derived example (docs/theory.md §7, the same argument in this bandit): near J = 1,
+  dPhi/dk ~ eta ||gap||^2 e^-Phi, so 1 - J ~ 1/(eta c k) (no plateau), M grows by log 2 per doubling of k,
+  and S_k = sum eta ||grad J||^2 converges. Measured over the second half [K/2, K]: the tail exponent b of
+  1 - J ~ k^-b, the share of S_K added there, M_K - M_{K/2} and (1 - J_K) / (1 - J_{K/2}).
 - ``shared``: settings where one theta serves several contexts or the optimum is unreachable, exact GRPO at
   fixed etas: ``interference`` (C log-linear contexts sharing theta), ``tabular_shared`` (one tabular softmax,
   disjoint correct arms), ``unreachable`` (d = 2, correct arms strictly inside the feature hull). The best
@@ -46,8 +46,8 @@ PARTS = ("single", "shared", "misalign", "controllers")
 SETTINGS = ("interference", "tabular_shared", "unreachable")
 
 _THM3 = "Suk & Duan (arXiv 2510.08539), Thm 3 discussion (fixed eta stalls below J = 1; open)"
-_THM1 = "Suk & Duan (arXiv 2510.08539), Thm 1 (learning driven by M)"
-_DERIVED = "derived example (docs/theory.md): exact REINFORCE, 1 - J ~ 1/(eta c k)"
+_THM1 = "Suk & Duan (arXiv 2510.08539), Thm 1 (learning driven by M; docs/theory.md §4-5)"
+_DERIVED = "derived example (docs/theory.md §7): exact REINFORCE, 1 - J ~ 1/(eta c k)"
 _BEYOND = "beyond the papers"
 
 CRITERIA: dict[str, gapdyn.Criterion] = {

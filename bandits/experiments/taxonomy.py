@@ -8,12 +8,9 @@ eta A (e_s - p) and the bin (peak: p_s >= C = sum_k p_k^2; valley: p_s < C; cros
 Claims:
 - ``taxonomy.bin_predicts_sign``: the share of sampled tokens whose bin predicts the exact sign of Delta H
   (Wilson interval over tokens; A = -1 flips every sign alike, so the A = +1 rows decide).
-- ``taxonomy.valley_never_disagrees``: identity. With f(x) = x (log x + H), Delta H = -A (f(p_s) - E_p f(p))
-  (docs/equations.md, the taxonomy rows), and
-  E_p f(p) = sum p_k^2 log p_k + C H = C (E_q log p - E_p log p) >= 0 with q = p^2 / C (q favours the larger
-  p_k and log is increasing). If p_s <= e^-H then f(p_s) <= 0 <= E_p f; if e^-H < p_s < C, f is increasing
-  on [p_s, C] (f' = log x + H + 1 > 0 there) so f(p_s) < f(C) <= E_p f by Jensen (f convex). Hence a valley
-  token always has sign(Delta H) = sign(A): the count of disagreeing valley tokens is 0 by construction.
+- ``taxonomy.valley_never_disagrees``: identity. A valley token always has sign(Delta H) = sign(A) (derived;
+  proof in the ``gapdyn/taxonomy.py`` docstring, docs/theory.md §9.1): the count of disagreeing valley
+  tokens is 0 by construction; a nonzero count would reveal a defect.
 - ``taxonomy.misses_near_boundary``: the share of mispredicted tokens with 0 <= p_s - C < ``miss_margin``
   (Wilson interval over misses).
 """
@@ -153,7 +150,7 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
         criterion_text=CRITERION_TEXT["taxonomy.bin_predicts_sign"],
         criterion=CRITERIA["taxonomy.bin_predicts_sign"], previously_measured="~0.97", **common)]
     claims.append(gapdyn.Claim(
-        id="taxonomy.valley_never_disagrees", source=_SOURCE + "; derived (Jensen, module docstring)",
+        id="taxonomy.valley_never_disagrees", source=_SOURCE + "; derived (docs/theory.md §9.1)",
         statement="valley tokens (p_s < C) never disagree with the exact sign of dH",
         statistic="count of valley tokens whose bin mispredicts sign(dH)",
         estimate=float(s["valley_mispredicted"]), interval=(float(s["valley_mispredicted"]),) * 2, n=n,
