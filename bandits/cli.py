@@ -7,9 +7,11 @@
 ``run`` builds the experiment's config for the mode (``Config.test()`` when the module has one,
 else its smallest, ``Config.quick()``), runs its sweep through :func:`bandits.sweep.run_sweep`
 (resumable: rerunning the same command after an interruption computes only the missing cells),
-prints the verdict table and writes into ``<out>/<experiment>-<mode>/`` (default out:
-``./gapdyn_out/bandit``): ``results.parquet`` (all rows), ``cells/`` (one parquet per cell),
-``verdict.csv`` and ``verdict.md``. Exit code 0; with ``--strict``, 1 if a claim does not hold.
+prints its claims (estimate, 95 % interval, n, criterion, verdict; docs/evidence.md) and writes into
+``<out>/<experiment>-<mode>/`` (default out: ``./gapdyn_out/bandit``): ``results.parquet`` (all rows),
+``claims.json`` / ``claims.csv`` / ``claims.md``; the sweep's cells live in ``<out>/<experiment>-<mode>-<block>/``.
+Full mode adds the confirmation block and a replication table. Exit code 0; with ``--strict``, 1 if a claim
+does not hold.
 The experiment may be given by an unambiguous prefix (``succ`` for ``success_rate``).
 """
 
@@ -25,22 +27,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
-import pandas as pd
 import tyro
+
+import gapdyn
 
 from gapdyn.cmdline import Mode, UsageError, check_jobs, command, output_dir, parse, resolve_name, say
 
-__all__ = ["main", "verdict_markdown", "RunConfig", "experiment_config"]
+__all__ = ["main", "claims_report", "RunConfig", "experiment_config"]
 
 _USAGE = """usage: gapdyn bandit {list,run} ...
 
   list   the registered experiments with their descriptions
-  run    run one experiment and print its verdict table (gapdyn bandit run --help)"""
+  run    run one experiment and print its claims (gapdyn bandit run --help)"""
 
 
 @dataclass
 class RunConfig:
-    """Run one bandit experiment (resumable sweep) and print its verdict table."""
+    """Run one bandit experiment (resumable sweep) and print its claims with intervals and verdicts."""
 
     experiment: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="EXPERIMENT")]
     """Experiment name or an unambiguous prefix of it (see `gapdyn bandit list`)."""
@@ -60,26 +63,6 @@ class RunConfig:
     """Ray cluster address (default: $RAY_ADDRESS or a local cluster)."""
     strict: bool = False
     """Exit 1 if any claim does not hold."""
-
-
-def verdict_markdown(verdict: pd.DataFrame) -> str:
-    """A GitHub-markdown table of a verdict DataFrame (no tabulate dependency)."""
-    cols = [str(c) for c in verdict.columns]
-
-    def cell(v) -> str:
-        if isinstance(v, float):
-            return f"{v:.4g}"
-        return str(v).replace("|", "\\|").replace("\n", " ")
-
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in verdict.itertuples(index=False)]
-    return "\n".join(lines) + "\n"
-
-
-def _holds(value) -> bool:
-    if isinstance(value, str):
-        return value.startswith("holds")
-    return bool(value)
 
 
 def experiment_config(module, mode: str, seed: int | None = None):
@@ -135,22 +118,41 @@ def _run(args: RunConfig) -> int:
         say("bandit", f"{name} {note}")
     if args.ray_address:  # read by run_sweep (the experiment contract has no ray_address argument)
         os.environ["RAY_ADDRESS"] = args.ray_address
-    results, verdict = mod.run(config, store=store, backend=args.backend, n_jobs=args.jobs, progress=args.progress)
+    res = mod.run(config, store=store, backend=args.backend, n_jobs=args.jobs, progress=args.progress)
     out = store / f"{name}-{args.mode}"
     out.mkdir(parents=True, exist_ok=True)
-    if not (out / "results.parquet").exists():  # the experiment stored under another name
-        results.to_parquet(out / "results.parquet", index=False)
-    verdict.to_csv(out / "verdict.csv", index=False)
-    md = verdict_markdown(verdict)
-    (out / "verdict.md").write_text(f"# {name} ({args.mode})\n\n{md}")
+    res.results.to_parquet(out / "results.parquet", index=False)
+    (out / "claims.json").write_text(gapdyn.claims_to_json(res.claims))
+    gapdyn.claims_table(res.claims).to_csv(out / "claims.csv", index=False)
+    md = claims_report(res)
+    (out / "claims.md").write_text(f"# {name} ({args.mode})\n\n{md}")
     print(md, end="")
-    held = sum(_holds(v) for v in verdict["holds"]) if "holds" in verdict.columns else None
-    claims = f"{held}/{len(verdict)} claims hold; " if held is not None else ""
-    say("bandit", f"{name} ({args.mode}): {claims}{len(results)} result rows")
-    say("bandit", f"wrote {out}/ (results.parquet, verdict.csv, verdict.md)")
-    if args.strict and held is not None and held < len(verdict):
+    shown = res.block("confirmation") or res.block("discovery")
+    n = gapdyn.count_verdicts(shown)
+    counted = len(shown) - n["identity"]
+    say("bandit", f"{name} ({args.mode}): {n['holds']}/{counted} claims hold, {n['does not hold']} do not, "
+                  f"{n['inconclusive']} inconclusive, {n['identity']} identities (not counted); "
+                  f"{len(res.results)} result rows; criteria hash {res.criteria_hash}")
+    say("bandit", f"wrote {out}/ (results.parquet, claims.json, claims.csv, claims.md)")
+    if args.strict and n["does not hold"]:
         return 1
     return 0
+
+
+def claims_report(res) -> str:
+    """Markdown of an ExperimentResult: the deciding block's claims (with estimate, interval, n, criterion,
+    verdict), and the replication table when a confirmation block ran; quick/test verdicts are indicative."""
+    conf = res.block("confirmation")
+    parts = []
+    if not conf:
+        parts.append("Discovery block only: these verdicts are indicative (the confirmation block runs in "
+                     "--mode full; docs/evidence.md).\n")
+    parts.append(gapdyn.claims_markdown(conf or res.block("discovery")) + "\n")
+    if conf:
+        rep = res.replication
+        parts.append("\nReplication (discovery vs confirmation; a disagreement is flagged, not hidden):\n\n")
+        parts.append(gapdyn.markdown_table(rep, ["id", "discovery", "confirmation", "flag"]) + "\n")
+    return "".join(parts)
 
 
 @command("gapdyn bandit")

@@ -1,16 +1,18 @@
-"""Helpers shared by the contextual-bandit experiments (threshold, success_rate, stagnation, logistic,
-methods): outcome definitions, threshold search, verdict rows, and the ``run`` wrapper around
-:func:`bandits.sweep.run_sweep`.
+"""Helpers shared by the contextual-bandit experiments: the run wrapper around
+:func:`bandits.sweep.run_sweep` (two blocks, frozen CRITERIA), claim builders with intervals
+(docs/evidence.md), and a few outcome helpers.
 
-Outcome definitions (the toolkit's own, documented in docs/bandits_contextual.md):
-- collapsed: final J < COLLAPSE_J = 1e-3;   converged: final J > CONVERGE_J = 0.99.
-- critical step eta*: the smallest eta of an increasing grid whose run collapses, refined by geometric
-  bisection between it and the grid point below (which did not collapse).
+Collapse is gapdyn's (``gapdyn.COLLAPSE_J``: J < 1e-3 at any step within the horizon, re-exported here as
+``COLLAPSE_J``); ``CONVERGE_J`` = 0.99 marks a run that ends converged.
+
+Legacy (kept importable while the success_rate, stagnation and logistic experiments move to claims):
+``verdict``, ``verdict_table``, ``fmt_range``, ``first_collapse``, ``refine_threshold``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,15 +20,16 @@ import numpy as np
 import pandas as pd
 
 import gapdyn
+from gapdyn import COLLAPSE_J
 from bandits.engine import Dynamics, simulate
 from bandits.envs import ContextualBandit
 
-COLLAPSE_J = 1e-3
 CONVERGE_J = 0.99
+"""A run whose final J exceeds this ends converged."""
 
 
 def verdict(claim: str, setting: str, measured: Any, expected: Any, holds) -> dict:
-    """One row of a verdict table."""
+    """One row of a legacy verdict table."""
     if isinstance(holds, (bool, np.bool_)):
         holds = "holds" if holds else "does not hold"
     return {"claim": claim, "setting": setting, "measured": str(measured), "expected": str(expected), "holds": holds}
@@ -45,7 +48,7 @@ def fmt_range(x, digits: int = 3) -> str:
 
 
 def first_collapse(J_final: np.ndarray) -> int:
-    """Index of the first collapsed run in a grid (J_final [E]); -1 if none."""
+    """Index of the first collapsed run in a grid (J_final [E]); -1 if none (legacy)."""
     col = np.asarray(J_final) < COLLAPSE_J
     return int(np.argmax(col)) if col.any() else -1
 
@@ -53,17 +56,13 @@ def first_collapse(J_final: np.ndarray) -> int:
 def refine_threshold(
     bandit: ContextualBandit, dyn: Dynamics, lo: float, hi: float, *, theta0=None, rounds: int = 2, n: int = 16
 ) -> tuple[float, float, float, float]:
-    """Geometric bisection of the collapse transition in (lo, hi] for a 1-context bandit.
-
-    Each round simulates n etas in [lo, hi] and keeps the first adjacent pair (converging side,
-    collapsing side). Returns (lo, hi, J_final(lo), J_final(hi)).
-    """
+    """Legacy geometric bisection in (lo, hi]; new code uses gapdyn.find_eta_star."""
     J_lo = J_hi = np.nan
     for _ in range(rounds):
         etas = np.geomspace(lo, hi, n)
         Jf = simulate(bandit, dyn, eta=etas, theta0=theta0).J_final[:, 0]
         i = first_collapse(Jf)
-        if i <= 0:  # transition not reproduced inside the bracket (non-monotone); keep the bracket
+        if i <= 0:
             break
         lo, hi, J_lo, J_hi = etas[i - 1], etas[i], Jf[i - 1], Jf[i]
     return float(lo), float(hi), float(J_lo), float(J_hi)
@@ -82,30 +81,53 @@ def first_below(J: np.ndarray, steps: np.ndarray, level: float) -> np.ndarray:
     return np.where(hit.any(axis=-1), steps[np.argmax(hit, axis=-1)], np.inf)
 
 
-def predictors_at(bandit: ContextualBandit, method: str, G: int, theta0=None) -> dict:
-    """eta*-predictors at theta0 for context 0 of a 1-context bandit and the method's exact direction w0.
+# --- claims with intervals ---------------------------------------------------------------------
 
-    sharp: gapdyn.sharp_step_threshold (the one-step line-search threshold); local: 2 dmu / (w^T -H w)_+;
-    thm1: Theorem 1's step condition for the unit direction (loglinear_bound_constants), divided by ||w0||
-    so that it is a bound on eta for w0 itself.
+
+def no_data(lo: float, hi: float) -> gapdyn.Estimate:
+    """The estimate of a statistic that could not be computed: its whole natural range, n = 1.
+
+    The interval spans the statistic's range, so the verdict is "inconclusive" (or, for a range that
+    already violates the criterion, "does not hold"); the claim's statistic text says why.
     """
-    th = bandit.zeros()[0] if theta0 is None else np.asarray(theta0, dtype=float).reshape(-1)
-    phi, r = bandit.features[0], bandit.rewards[0]
-    probs = gapdyn.loglinear_probs(phi, th)
-    scores = gapdyn.loglinear_scores(phi, th)
-    gap = gapdyn.gradient_gap(probs, r, scores)
-    J = float(gapdyn.success_rate(probs, r))
-    w = gap if method == "gap" else gapdyn.expected_scalar(method, J, G) * gap
-    dmu = float(gapdyn.gap_alignment(w, gap))
-    hess = gapdyn.logodds_hessian(probs, r, scores)
-    G_o, L_o = gapdyn.loglinear_bound_constants(phi)
-    wn = float(np.linalg.norm(w))
-    return {
-        "J0": J,
-        "pred_sharp": gapdyn.sharp_step_threshold(gapdyn.loglinear_logodds_fn(phi, r), th, w),
-        "pred_local": float(gapdyn.local_step_threshold(dmu, w, hess)),
-        "pred_thm1": float(gapdyn.theorem1_step_bound(dmu / wn, L_o=L_o, G_o=G_o)) / wn,
-    }
+    return gapdyn.Estimate((lo + hi) / 2, lo, hi, 1, 0.95, "no data")
+
+
+def proportion(k, n, *, exact: bool = True) -> gapdyn.Estimate:
+    """k/n with a Clopper-Pearson (exact) or Wilson interval; n = 0 gives :func:`no_data` on [0, 1]."""
+    if int(n) == 0:
+        return no_data(0.0, 1.0)
+    f = gapdyn.clopper_pearson_interval if exact else gapdyn.wilson_interval
+    return f(int(k), int(n))
+
+
+def bootstrap(statistic, *arrays, clusters=None, seed: int, natural: tuple[float, float]) -> gapdyn.Estimate:
+    """gapdyn.cluster_bootstrap over instances (2000 resamples, default_rng(seed)); :func:`no_data` on
+    ``natural`` when fewer than two clusters or the statistic is undefined."""
+    data = [np.asarray(a) for a in arrays]
+    labels = np.arange(len(data[0])) if clusters is None else np.asarray(clusters)
+    if len(data[0]) < 2 or np.unique(labels).size < 2:
+        return no_data(*natural)
+    try:
+        est = gapdyn.cluster_bootstrap(statistic, *data, clusters=labels, rng=np.random.default_rng(seed))
+    except ValueError:
+        return no_data(*natural)
+    if not all(math.isfinite(v) for v in (est.estimate, est.lo, est.hi)):
+        return no_data(*natural)
+    return est
+
+
+def make_claim(module, claim_id: str, est: gapdyn.Estimate, *, block: str, setting: str, statistic: str,
+               p_value: float | None = None) -> gapdyn.Claim:
+    """A claim of ``module`` judged by ``module.CRITERIA[claim_id]``; source and statement from
+    ``module.STATEMENTS[claim_id]`` (written with the criteria, before any run). A test's p_adjusted starts
+    as its p-value; :func:`stamp_claims` replaces it by the Holm-adjusted one over the block."""
+    source, statement = module.STATEMENTS[claim_id]
+    crit = module.CRITERIA[claim_id]
+    return gapdyn.Claim.from_estimate(
+        est, id=claim_id, source=source, statement=statement, setting=setting, statistic=statistic,
+        criterion_text=crit.describe(), criterion=crit, block=block, p_value=p_value, p_adjusted=p_value,
+    )
 
 
 @dataclass(frozen=True)
@@ -184,10 +206,12 @@ def run_experiment(module, config, *, store=None, backend="joblib", n_jobs=-1, p
     )
 
 
-def run_cells_serial(module, config) -> pd.DataFrame:
-    """All cells in-process, without the sweep machinery (tests, debugging)."""
+def run_cells_serial(module, config, instances=None) -> pd.DataFrame:
+    """All cells of one block (default: discovery) in-process, without the sweep machinery (tests, debugging)."""
     frames = []
-    for cell in module.cells(config):
+    cells = module.cells(config) if instances is None and not hasattr(config, "instances") else \
+        module.cells(config, tuple(config.instances if instances is None else instances))
+    for cell in cells:
         df = module.run_cell(**cell)
         for k, v in cell.items():
             if k not in df.columns:

@@ -1,146 +1,232 @@
-"""Experiment 1: the critical step size eta* per instance, its sharpness, method ratios, predictors,
-and exact vs sampled dynamics (Suk & Duan Thm 2; THEORY.md §3; SIMULATIONS.md "Sharp threshold").
+"""Experiment 1: the critical step size eta* per instance and the mechanisms of collapse.
 
-Setting: single-context log-linear bandits (K = 100 arms, d = 16 Gaussian features, 10 correct arms),
-each generated from its own seed ("instance"), theta0 = 0, G = 8.
+Setting: single-context log-linear bandits (K = 100 arms, d = 16 Gaussian features, 10 correct arms), one per
+instance seed, G = 8 (Suk & Duan, arXiv 2510.08539, §5). Collapse: gapdyn.COLLAPSE_J (J < 1e-3 at any step
+within the horizon ``steps``); eta* at gapdyn.SENSITIVITY_J beside it.
 
-- exact cells (instance, method): final J on a geometric eta grid (constant steps); eta* = the first
-  collapsing grid eta, refined by bisection; the predictors at theta0 (gapdyn.sharp_step_threshold,
-  gapdyn.local_step_threshold, gapdyn.theorem1_step_bound); the Phi-monotone edge (largest eta below which
-  every grid run has no realised decrease of Phi). For GRPO also the linesearch / adaptive schedules.
-- sampled cells (instance): GRPO with one group per step, n_seeds seeds per eta, schedules constant /
-  adaptive / linesearch: P(collapse) vs eta, collapse step, steps to J >= 0.9.
+- exact cells (instance, start, method): eta* by gapdyn.find_eta_star on ONE grid per instance (every method
+  and start scanned on eta_grid(eta_lo, eta_hi, max_ratio), refined to rtol on the first island), the islands,
+  the collapse measure per decade, the final J of every simulated eta; at theta0: J0, ||Gap||, the trap margin
+  and the eta* predictors (bandits.experiments.mechanisms). Start 0 is theta0 = 0 (all methods); starts
+  1..n_starts-1 are small random theta0 (GRPO only), for the trap test.
+- sampled cells (instance): GRPO with one group per step, common seeds across etas and schedules (constant,
+  adaptive, linesearch): collapse, steps to J >= 0.9.
+
+The claims (CRITERIA, STATEMENTS) were written before any run; docs/bandits_contextual.md shows the tables.
 """
 
 from __future__ import annotations
 
+import json
+import math
+import sys
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
+from scipy.stats import spearmanr
 
 import gapdyn
+from gapdyn import COLLAPSE_J, Criterion
 from bandits.engine import Dynamics, simulate
-from bandits.envs import ContextualBandit, make_bandit
 
-from ._common import (
-    COLLAPSE_J,
-    CONVERGE_J,
-    first_below,
-    first_collapse,
-    fmt_range,
-    predictors_at,
-    refine_threshold,
-    run_experiment,
-    steps_to,
-    verdict,
-    verdict_table,
-)
+from . import mechanisms as mech
+from ._common import CONVERGE_J, bootstrap, first_below, make_claim, no_data, proportion, run_experiment, steps_to
 
 NAME = "threshold"
+MODES = ("test", "quick", "full")
 
 
 @dataclass(frozen=True)
 class Config:
-    """Experiment 1 settings."""
+    """Experiment 1 settings (see the module docstring)."""
 
     mode: str = "full"
-    n_instances: int = 20
-    """instances = make_bandit seeds 0..n_instances-1 (one context each)."""
+    instances: tuple[int, ...] = gapdyn.DISCOVERY_SEEDS
+    confirmation: tuple[int, ...] = ()
     n_arms: int = 100
     dim: int = 16
     n_correct: int = 10
-    steps: int = 2000
-    """exact updates per run."""
-    eta_min: float = 0.1
-    eta_max: float = 1e5
-    n_grid: int = 61
-    """exact eta grid: geomspace(eta_min, eta_max, n_grid)."""
-    methods: tuple[str, ...] = ("grpo", "reinforce", "dr_grpo")
     group_size: int = 8
-    refine_rounds: int = 3
+    steps: int = 1000
+    """exact updates per run (the horizon of collapse)."""
+    eta_lo: float = 0.1
+    eta_hi: float = 1e5
+    max_ratio: float = 1.01
+    rtol: float = 1e-3
+    methods: tuple[str, ...] = ("grpo", "reinforce", "dr_grpo")
+    n_starts: int = 4
+    start_scale: float = 0.2
     n_seeds: int = 32
-    """sampled runs per (eta, schedule)."""
     sampled_steps: int = 500
-    sampled_eta_min: float = 1.0
-    sampled_eta_max: float = 1e4
-    n_sampled_grid: int = 13
+    sampled_etas: tuple[float, ...] = tuple(float(e) for e in np.geomspace(1.0, 1e4, 13))
     schedules: tuple[str, ...] = ("constant", "adaptive", "linesearch")
+    record_every: int = 1
+    """sampled runs record J every this many steps (1: steps to J >= 0.9 resolve single steps)."""
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if not self.instances or set(self.instances) & set(self.confirmation):
+            raise ValueError("instances must be non-empty and disjoint from confirmation")
+        if self.methods[:1] != ("grpo",) or not {"reinforce", "dr_grpo"} <= set(self.methods):
+            raise ValueError(f"methods must start with 'grpo' and include 'reinforce' and 'dr_grpo', got {self.methods}")
+        if self.n_starts < 1 or self.n_seeds < 1:
+            raise ValueError("n_starts and n_seeds must be >= 1")
 
     @classmethod
-    def quick(cls) -> "Config":
-        return cls(
-            mode="quick", n_instances=8, steps=300, eta_min=1.0, eta_max=1e4, n_grid=17, refine_rounds=1,
-            n_seeds=8, sampled_steps=150, n_sampled_grid=5,
-        )  # fmt: skip
+    def test(cls) -> Config:
+        return cls(mode="test", instances=(0, 2, 5), steps=60, eta_lo=1.0, eta_hi=300.0, n_starts=2, n_seeds=4,
+                   sampled_steps=40, sampled_etas=(3.0, 30.0, 300.0))
 
     @classmethod
-    def full(cls) -> "Config":
-        return cls()
+    def quick(cls) -> Config:
+        return cls(mode="quick", instances=gapdyn.DISCOVERY_SEEDS[:8], steps=200, eta_lo=1.0, eta_hi=1e4,
+                   n_starts=3, n_seeds=8, sampled_steps=150, sampled_etas=(1.0, 10.0, 100.0, 1e3, 1e4))
+
+    @classmethod
+    def full(cls) -> Config:
+        return cls(mode="full", confirmation=gapdyn.CONFIRMATION_SEEDS)
 
 
-def cells(config: Config) -> list[dict]:
-    common = {k: v for k, v in asdict(config).items() if k not in ("mode", "n_instances", "methods")}
-    common["schedules"] = list(config.schedules)
+# ------------------------------------------------------------------------------------------------
+# claims: written before any run (from the papers where they say something; else "beyond the papers")
+# ------------------------------------------------------------------------------------------------
+
+_SD = "Suk & Duan (arXiv 2510.08539)"
+_BEYOND = "beyond the papers"
+STATEMENTS: dict[str, tuple[str, str]] = {
+    "finite_share": (f"{_SD}, Thm 2", "a step above a finite threshold eta* collapses J: exact GRPO from theta0 = 0 "
+                     "has a finite eta* in the scanned range on (nearly) every instance"),
+    "sharpness": (f"{_SD}, Thm 2", "the transition is sharp: from a run that ends converged (J > 0.99) to collapse "
+                  "within 5 % of eta (median over instances of eta* / largest converging eta below it)"),
+    "reconverge": (f"{_SD}, Thm 2", "above eta* steps keep collapsing: the share of larger grid etas whose run ends "
+                   "converged (J > 0.99) is below 5 % (mean over instances with a finite eta*)"),
+    "ratio_reinforce_grpo": (f"{_SD}, eq. of E[w] = scalar x Gap", "expected directions differ only by a scalar, so "
+                             "eta* scales inversely with it: (eta*_REINFORCE / eta*_GRPO) / (c_G(J0) / (J0 (1-J0))) "
+                             "has geometric mean in [0.8, 1.25]"),
+    "identity_dr_reinforce": ("derived (docs/equations.md): exact Dr. GRPO at eta = REINFORCE at (1-1/G) eta",
+                              "eta*_DrGRPO / eta*_REINFORCE = (1 - 1/G)^-1 on every instance (worst instance shown)"),
+    "thm1_conservative": (f"{_SD}, Thm 1", "Theorem 1's step condition is sufficient, so it lies below eta*: "
+                          "mean log10(eta* / bound) > 0"),
+    "gap_spearman": (f"{_SD}, Thm 2", "the threshold is set by the Gap's magnitude: Spearman rank correlation of "
+                     "||Gap(theta0)|| with eta* is negative"),
+    "sampled_collapse": (_BEYOND, "sampled GRPO (one group of G per step) collapses with positive probability at "
+                         "the largest sampled eta"),
+    "adaptive_collapse": (f"{_SD}, Thm 3 (safe step ~ (1-J)/T)", "the adaptive controller keeps P(collapse) of "
+                          "sampled GRPO below 1 %"),
+    "linesearch_collapse": (f"{_SD}, Thm 2 (Phi-monotone steps)", "the line-search controller keeps P(collapse) "
+                            "of sampled GRPO below 1 %"),
+    "adaptive_speed": (_BEYOND, "the adaptive controller is not slower: paired steps-to-0.9 ratio (controller / "
+                       "constant) has geometric mean below 1.25"),
+    "linesearch_speed": (_BEYOND, "the line-search controller is not slower: paired steps-to-0.9 ratio "
+                         "(controller / constant) has geometric mean below 1.25"),
+    "trap_accuracy": (_BEYOND, "trap (argmax_a phi_a . Gap(theta0) is a wrong arm) decides whether exact GRPO has "
+                      "a finite eta*: accuracy above 90 % over (instance, start) cases"),
+    "trap_auc": (_BEYOND, "the trap margin (max wrong minus max correct phi_a . Gap(theta0)) ranks cases with a "
+                 "finite eta* above those without: ROC AUC above 0.5"),
+    "predictor_lookahead": (_BEYOND, "the two-step lookahead (smallest eta whose two exact steps from theta0 "
+                            "collapse) is within 2x of eta* on at least 90 % of cases with a finite eta*"),
+    "predictor_sharp": (_BEYOND, "the one-step line-search threshold at theta0 (gapdyn.sharp_step_threshold) is "
+                        "within 2x of eta* on at least 90 % of cases with a finite eta*"),
+}
+CRITERIA: dict[str, Criterion] = {
+    "finite_share": Criterion.above(0.9),
+    "sharpness": Criterion.below(1.05),
+    "reconverge": Criterion.below(0.05),
+    "ratio_reinforce_grpo": Criterion.inside(0.8, 1.25),
+    "identity_dr_reinforce": Criterion.identity((1 - 1 / 8) ** -1, tol=(1 - 1 / 8) ** -1 * 1e-3),
+    "thm1_conservative": Criterion.above(0.0),
+    "gap_spearman": Criterion.below(0.0),
+    "sampled_collapse": Criterion.above(0.0),
+    "adaptive_collapse": Criterion.below(0.01),
+    "linesearch_collapse": Criterion.below(0.01),
+    "adaptive_speed": Criterion.below(1.25),
+    "linesearch_speed": Criterion.below(1.25),
+    "trap_accuracy": Criterion.above(0.9),
+    "trap_auc": Criterion.above(0.5),
+    "predictor_lookahead": Criterion.above(0.9),
+    "predictor_sharp": Criterion.above(0.9),
+}
+"""Criteria on each claim's 95 % interval. The identity's tolerance is the bisection tolerance: each eta* is
+the geometric mid of a bracket of relative width rtol = 1e-3, so the ratio is exact to a factor 1 + rtol."""
+
+
+# ------------------------------------------------------------------------------------------------
+# sweep
+# ------------------------------------------------------------------------------------------------
+
+_EXACT_KEYS = ("n_arms", "dim", "n_correct", "group_size", "steps", "eta_lo", "eta_hi", "max_ratio", "rtol",
+               "start_scale")
+_SAMPLED_KEYS = ("n_arms", "dim", "n_correct", "group_size", "n_seeds", "sampled_steps", "sampled_etas",
+                 "schedules", "record_every")
+
+
+def cells(config: Config, instances=None) -> list[dict]:
+    """Exact cells (instance, start, method) and one sampled cell per instance, as plain dicts."""
+    instances = config.instances if instances is None else instances
+    d = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(config).items()}
+    ex = {k: d[k] for k in _EXACT_KEYS}
+    sa = {k: d[k] for k in _SAMPLED_KEYS}
     out = []
-    for i in range(config.n_instances):
-        for m in config.methods:
-            out.append({"kind": "exact", "instance": i, "method": m, **common})
-        out.append({"kind": "sampled", "instance": i, "method": "grpo", **common})
+    for i in instances:
+        for s in range(config.n_starts):
+            for m in config.methods if s == 0 else ("grpo",):
+                out.append({"kind": "exact", "instance": int(i), "start": s, "method": m, **ex})
+        out.append({"kind": "sampled", "instance": int(i), **sa})
     return out
 
 
-def _instance(instance, n_arms, dim, n_correct) -> ContextualBandit:
-    return make_bandit(n_contexts=1, n_arms=n_arms, dim=dim, n_correct=n_correct, seed=instance)
-
-
-def run_cell(
-    *, kind, instance, method, n_arms, dim, n_correct, steps, eta_min, eta_max, n_grid, group_size, refine_rounds,
-    n_seeds, sampled_steps, sampled_eta_min, sampled_eta_max, n_sampled_grid, schedules,
-) -> pd.DataFrame:  # fmt: skip
-    bandit = _instance(instance, n_arms, dim, n_correct)
-    G = group_size
+def run_cell(*, kind: str, **cell) -> pd.DataFrame:
+    """One cell's rows: exact (grid rows + one summary row) or sampled (one row per run)."""
     if kind == "exact":
-        etas = np.geomspace(eta_min, eta_max, n_grid)
-        pred = predictors_at(bandit, method, G)
-        rows = []
-        for sched in schedules if method == "grpo" else ("constant",):
-            dyn = Dynamics(method=method, mode="exact", group_size=G, steps=steps, schedule=sched, record_every=5)
-            tr = simulate(bandit, dyn, eta=etas)
-            t09 = steps_to(tr.J[:, :, 0], tr.steps, 0.9)
-            for e, jf, jm, nd, s in zip(etas, tr.J_final[:, 0], tr.J_min[:, 0], tr.n_decrease[:, 0], t09):
-                rows.append({"phase": "grid", "schedule": sched, "eta": e, "J_final": jf, "J_min": jm,
-                             "n_decrease": int(nd), "steps_to_09": s})  # fmt: skip
-            if sched == "constant":
-                i = first_collapse(tr.J_final[:, 0])
-                if i > 0:
-                    lo, hi, jlo, jhi = refine_threshold(
-                        bandit, dyn, etas[i - 1], etas[i], rounds=refine_rounds
-                    )
-                    rows.append({"phase": "refine_lo", "schedule": sched, "eta": lo, "J_final": jlo})
-                    rows.append({"phase": "refine_hi", "schedule": sched, "eta": hi, "J_final": jhi})
-                    # a 0.5%-spaced scan around eta*: how wide is the transition from J > 0.99 to J < 1e-3?
-                    scan = np.sqrt(lo * hi) * np.geomspace(0.9, 1.1, 41)
-                    Js = simulate(bandit, dyn, eta=scan).J_final[:, 0]
-                    rows += [{"phase": "scan", "schedule": sched, "eta": e, "J_final": j} for e, j in zip(scan, Js)]
-        df = pd.DataFrame(rows)
-        for k, v in pred.items():
-            df[k] = v
-        return df
-    # sampled GRPO
-    etas = np.geomspace(sampled_eta_min, sampled_eta_max, n_sampled_grid)
-    E, S = np.meshgrid(etas, np.arange(n_seeds), indexing="ij")
-    rows = []
+        return _exact_cell(**cell)
+    if kind == "sampled":
+        return _sampled_cell(**cell)
+    raise ValueError(f"kind must be 'exact' or 'sampled', got {kind!r}")
+
+
+def _exact_cell(*, instance, start, method, n_arms, dim, n_correct, group_size, steps, eta_lo, eta_hi, max_ratio,
+                rtol, start_scale) -> pd.DataFrame:
+    bandit = mech.instance_bandit(instance, n_arms=n_arms, dim=dim, n_correct=n_correct)
+    th0 = mech.start_theta(bandit, start, scale=start_scale)
+    dyn = Dynamics(method=method, mode="exact", group_size=group_size, steps=steps, record_every=steps)
+    res, etas, J_final = mech.search_eta_star(bandit, dyn, th0, eta_lo=eta_lo, eta_hi=eta_hi, max_ratio=max_ratio,
+                                              rtol=rtol)
+    J_grid = J_final[np.searchsorted(etas, res.grid)]
+    summary = {
+        "phase": "summary", "status": res.status, "eta_star": res.eta_star, "bracket_lo": res.bracket[0],
+        "bracket_hi": res.bracket[1], "eta_star_loose": res.eta_star_loose, "n_islands": res.n_islands,
+        "islands": json.dumps([list(i) for i in res.islands]),
+        "per_decade": json.dumps([list(r) for r in res.collapse_per_decade]),
+        "width": mech.transition_width(res, etas, J_final),
+        "reconverge": mech.reconverge_share(res, J_final_grid=J_grid, converged=CONVERGE_J),
+        "gap_norm": mech.gap_norm(bandit, th0), "trap_margin": mech.trap_margin(bandit, th0),
+        "n_evaluations": res.n_evaluations, "horizon": steps,
+        **mech.one_step_predictors(bandit, method, group_size, th0),
+        **mech.lookahead_eta(bandit, method, group_size, th0, res.grid),
+    }
+    grid = pd.DataFrame({"phase": "grid", "eta": res.grid, "J_min": res.min_J, "J_final": J_grid})
+    return pd.concat([grid, pd.DataFrame([summary])], ignore_index=True)
+
+
+def _sampled_cell(*, instance, n_arms, dim, n_correct, group_size, n_seeds, sampled_steps, sampled_etas, schedules,
+                  record_every) -> pd.DataFrame:
+    bandit = mech.instance_bandit(instance, n_arms=n_arms, dim=dim, n_correct=n_correct)
+    E, S = np.meshgrid(np.asarray(sampled_etas, float), np.arange(n_seeds), indexing="ij")
+    frames = []
     for sched in schedules:
-        dyn = Dynamics(method=method, mode="sampled", group_size=G, steps=sampled_steps, schedule=sched)
+        dyn = Dynamics(method="grpo", mode="sampled", group_size=group_size, steps=sampled_steps, schedule=sched,
+                       record_every=record_every)
         tr = simulate(bandit, dyn, eta=E.ravel(), seed=S.ravel())
-        t09 = steps_to(tr.J[:, :, 0], tr.steps, 0.9)
-        tcol = first_below(tr.J[:, :, 0], tr.steps, COLLAPSE_J)
-        rows.append(pd.DataFrame({
+        frames.append(pd.DataFrame({
             "phase": "sampled", "schedule": sched, "eta": E.ravel(), "seed": S.ravel(),
-            "J_final": tr.J_final[:, 0], "J_min": tr.J_min[:, 0], "steps_to_09": t09, "collapse_step": tcol,
-        }))  # fmt: skip
-    return pd.concat(rows, ignore_index=True)
+            "J_final": tr.J_final[:, 0], "J_min": tr.J_min[:, 0],
+            "collapsed": gapdyn.is_collapsed(tr.J_min[:, 0]),
+            "steps_to_09": steps_to(tr.J[:, :, 0], tr.steps, 0.9),
+            "collapse_step": first_below(tr.J[:, :, 0], tr.steps, COLLAPSE_J),
+        }))
+    return pd.concat(frames, ignore_index=True)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -148,168 +234,181 @@ def run_cell(
 # ------------------------------------------------------------------------------------------------
 
 
-def critical_steps(results: pd.DataFrame) -> pd.DataFrame:
-    """One row per (instance, method): eta* (refined), bracket, re-convergence, predictors, monotone edge."""
-    ex = results[(results["kind"] == "exact")]
-    out = []
-    for (inst, m), g in ex.groupby(["instance", "method"]):
-        grid = g[(g["phase"] == "grid") & (g["schedule"] == "constant")].sort_values("eta")
-        etas, Jf, nd = grid["eta"].to_numpy(), grid["J_final"].to_numpy(), grid["n_decrease"].to_numpy()
-        i = first_collapse(Jf)
-        row = {"instance": inst, "method": m, "J0": g["J0"].iloc[0]}
-        for k in ("pred_sharp", "pred_local", "pred_thm1"):
-            row[k] = g[k].iloc[0]
-        mono = nd == 0
-        j = int(np.argmin(mono))
-        row["monotone_edge"] = etas[-1] if mono.all() else (etas[j - 1] if j > 0 else 0.0)
-        if i < 0:
-            row.update(eta_star=np.inf, bracket_ratio=np.nan, J_below=np.nan, J_above=np.nan, reconverge=np.nan)
-        else:
-            lo = g[g["phase"] == "refine_lo"]
-            hi = g[g["phase"] == "refine_hi"]
-            if len(lo) and np.isfinite(lo["J_final"].iloc[0]):
-                e_lo, e_hi, j_lo, j_hi = lo["eta"].iloc[0], hi["eta"].iloc[0], lo["J_final"].iloc[0], hi["J_final"].iloc[0]
-            else:
-                e_lo, e_hi, j_lo, j_hi = etas[i - 1], etas[i], Jf[i - 1], Jf[i]
-            scan = g[g["phase"] == "scan"]
-            width = np.nan
-            if len(scan):
-                col_e = scan.loc[scan["J_final"] < COLLAPSE_J, "eta"]
-                if len(col_e):
-                    conv_e = scan.loc[(scan["J_final"] > CONVERGE_J) & (scan["eta"] < col_e.min()), "eta"]
-                    width = col_e.min() / conv_e.max() if len(conv_e) else np.inf
-            row["transition_width"] = width
-            above = Jf[i + 1 :]
-            row.update(
-                eta_star=float(np.sqrt(e_lo * e_hi)), bracket_ratio=e_hi / e_lo, J_below=j_lo, J_above=j_hi,
-                reconverge=float(np.mean(above > CONVERGE_J)) if above.size else np.nan,
-            )  # fmt: skip
-        out.append(row)
-    return pd.DataFrame(out)
+def critical_steps(results: pd.DataFrame, start: int | None = 0) -> pd.DataFrame:
+    """One row per exact (instance, method) at ``start`` (None: every start): the summary row, eta* = inf
+    when none is in range; ``finite`` marks a finite eta*."""
+    s = results[results["phase"] == "summary"].copy()
+    if start is not None:
+        s = s[s["start"] == start]
+    s["finite"] = s["status"] != "none_in_range"
+    s.loc[~s["finite"], "eta_star"] = np.inf
+    cols = [c for c in s.columns if not c.startswith(("J_min", "J_final", "seed", "schedule", "collapsed"))]
+    return s[cols].sort_values(["instance", "start", "method"]).reset_index(drop=True)
 
 
-def analyse(results: pd.DataFrame, config: Config) -> pd.DataFrame:
-    cs = critical_steps(results)
+def collapse_curve(results: pd.DataFrame, schedule: str = "constant") -> pd.DataFrame:
+    """Sampled GRPO: P(collapse) per eta over all instances and seeds, with Wilson 95 % intervals."""
+    sp = results[(results["phase"] == "sampled") & (results["schedule"] == schedule)]
+    rows = []
+    for eta, g in sp.groupby("eta"):
+        est = gapdyn.wilson_interval(int(g["collapsed"].astype(bool).sum()), len(g))
+        rows.append({"eta": eta, "p_collapse": est.estimate, "lo": est.lo, "hi": est.hi, "n": est.n})
+    return pd.DataFrame(rows, columns=["eta", "p_collapse", "lo", "hi", "n"])
+
+
+def eta_star_of(results: pd.DataFrame, instance: int, method: str, start: int = 0):
+    """Rebuild the gapdyn.EtaStar of one exact cell from its stored rows (for gapdyn.check_eta_star_ratio)."""
+    r = results[(results["instance"] == instance) & (results["method"] == method) & (results["start"] == start)]
+    s, g = r[r["phase"] == "summary"].iloc[0], r[r["phase"] == "grid"].sort_values("eta")
+    grid, mj = g["eta"].to_numpy(float), g["J_min"].to_numpy(float)
+    return gapdyn.EtaStar(
+        status=s["status"], eta_star=float(s["eta_star"]), bracket=(float(s["bracket_lo"]), float(s["bracket_hi"])),
+        islands=tuple(tuple(i) for i in json.loads(s["islands"])),
+        collapse_per_decade=tuple(tuple(i) for i in json.loads(s["per_decade"])),
+        eta_star_loose=float(s["eta_star_loose"]), bracket_loose=(math.nan, math.nan), threshold=COLLAPSE_J,
+        loose_threshold=gapdyn.SENSITIVITY_J, max_ratio=float(s["max_ratio"]), rtol=float(s["rtol"]), grid=grid,
+        min_J=mj, n_evaluations=int(s["n_evaluations"]),
+    )
+
+
+def _geo_mean(x) -> float:
+    return float(np.exp(np.mean(np.log(x))))
+
+
+def _spearman(x, y) -> float:
+    if np.unique(x).size < 2 or np.unique(y).size < 2:
+        return math.nan
+    return float(spearmanr(x, y).statistic)
+
+
+def _within_2x(pred, eta) -> np.ndarray:
+    r = np.asarray(pred, float) / np.asarray(eta, float)
+    return np.isfinite(r) & (r >= 0.5) & (r <= 2.0)
+
+
+def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") -> list:
+    """The claims of one block (its rows only)."""
+    mod = sys.modules[__name__]
     G = config.group_size
-    rows = []
-    g = cs[cs["method"] == "grpo"]
-    finite = np.isfinite(g["eta_star"])
-    setting = f"K={config.n_arms}, d={config.dim}, theta0=0, exact GRPO, {config.steps} steps"
-    rows.append(verdict(
-        "a finite critical eta exists only in some instances", setting,
-        f"{int(finite.sum())}/{len(g)} instances (eta* {fmt_range(g.loc[finite, 'eta_star'])})",
-        "6/20 (SIMULATIONS.md)", "holds" if 0 < finite.sum() < len(g) else "does not hold",
-    ))  # fmt: skip
-    gf = g[finite]
-    if len(gf):
-        width = gf["transition_width"] if "transition_width" in gf else pd.Series(np.nan, index=gf.index)
-        rows.append(verdict(
-            "where it exists it is sharp: (smallest collapsing eta) / (largest eta below it with J > 0.99)",
-            setting + "; 0.5%-spaced scan of eta* x [0.9, 1.1]",
-            f"width {fmt_range(width, 4)}; J at the bisection bracket (lo) {fmt_range(gf['J_below'])}",
-            "final J > 0.99 to < 1e-5 between etas 1.2% apart", bool(np.all(width <= 1.05)),
-        ))  # fmt: skip
-        rows.append(verdict(
-            "not monotone above eta*: some larger etas converge again", setting,
-            f"share of larger grid etas converging {fmt_range(gf['reconverge'])}", "0-36%",
-            "holds" if gf["reconverge"].max() > 0 else "does not hold",
-        ))  # fmt: skip
-        for name, col, exp in (
-            ("one-step line-search threshold at theta0 (sharp_step_threshold)", "pred_sharp", "off by 5-40x either way"),
-            ("local curvature threshold at theta0 (local_step_threshold)", "pred_local", "(not in SIMULATIONS.md)"),
-        ):
-            ratio = gf[col] / gf["eta_star"]
-            rows.append(verdict(f"the {name} predicts eta* within 2x", setting, f"pred/eta* {fmt_range(ratio)}", exp,
-                                bool(np.all((ratio > 0.5) & (ratio < 2)))))  # fmt: skip
-        orders = np.log10(gf["eta_star"] / gf["pred_thm1"])
-        rows.append(verdict(
-            "Theorem 1 step condition is far too conservative", setting,
-            f"log10(eta*/bound) {fmt_range(orders)}", "3-5 orders of magnitude", "holds" if orders.min() > 2 else "does not hold",
-        ))  # fmt: skip
-        edge = gf["monotone_edge"] / gf["eta_star"]
-        rows.append(verdict(
-            "the Phi-monotone edge (largest eta with no decrease of Phi along the run) is a lower bound", setting,
-            f"edge/eta* {fmt_range(edge)}", "0.13-0.79 eta*", bool(np.all(edge <= 1.0)),
-        ))  # fmt: skip
-    # method ratios vs expected scalars
-    piv = cs.pivot(index="instance", columns="method", values="eta_star")
-    J0 = cs.groupby("instance")["J0"].first()
-    for num, den in (("reinforce", "grpo"), ("dr_grpo", "reinforce")):
-        if num in piv and den in piv:
-            both = np.isfinite(piv[num]) & np.isfinite(piv[den])
-            ratio = (piv[num] / piv[den])[both]
-            j = np.clip(J0[both].to_numpy(), 1e-12, 1 - 1e-12)
-            expect = gapdyn.expected_scalar(den, j, G) / gapdyn.expected_scalar(num, j, G) if len(j) else np.array([])
-            rel = ratio.to_numpy() / expect if len(j) else np.array([])
-            ref = "[2.0, 2.5]" if num == "reinforce" else "[1.12, 1.26]"
-            rows.append(verdict(
-                f"eta*_{num} / eta*_{den} follows the expected-direction scalars", setting,
-                f"ratio {fmt_range(ratio)}; expected scalar ratio at J0 {fmt_range(expect)}",
-                f"{ref} (SIMULATIONS.md)",
-                "holds" if len(rel) and np.all(np.abs(np.log(rel)) < np.log(1.3)) else ("n/a" if not len(rel) else "does not hold"),
-            ))  # fmt: skip
-    # sampled
-    sp = results[(results["kind"] == "sampled")]
-    if len(sp):
-        sp = sp.assign(collapsed=sp["J_final"] < COLLAPSE_J)
-        const = sp[sp["schedule"] == "constant"]
-        pc = const.groupby(["instance", "eta"])["collapsed"].mean().unstack("eta")
-        has = set(cs.loc[(cs["method"] == "grpo") & np.isfinite(cs["eta_star"]), "instance"])
-        top = pc.iloc[:, -max(1, pc.shape[1] // 3):].mean(axis=1)  # plateau: mean over the top third of etas
-        rows.append(verdict(
-            "sampled GRPO: P(collapse) rises to a plateau", f"G={G}, {config.n_seeds} seeds, eta in "
-            f"[{config.sampled_eta_min:g}, {config.sampled_eta_max:g}]",
-            f"plateau per instance {fmt_range(top)}; mean over instances {top.mean():.3f}",
-            "plateau 10-30% (SIMULATIONS.md)", "holds" if 0.05 <= top.mean() <= 0.4 else "does not hold",
-        ))  # fmt: skip
-        no_thr = [i for i in pc.index if i not in has]
-        n_col = int((pc.loc[no_thr].max(axis=1) > 0).sum()) if no_thr else 0
-        rows.append(verdict(
-            "some instances with no exact threshold still collapse under sampling", f"G={G}",
-            f"{n_col}/{len(no_thr)} instances without exact eta* collapse in some sampled run", "some", n_col > 0,
-        ))  # fmt: skip
-        cstep = const.loc[const["collapsed"], "collapse_step"]
-        rows.append(verdict(
-            "sampled collapses happen in the first few steps", f"G={G}",
-            f"collapse step (J<1e-3 first) {fmt_range(cstep)}", "first 1-3 steps",
-            "holds" if len(cstep) and np.quantile(cstep, 0.9) <= 5 else "does not hold",
-        ))  # fmt: skip
-        rows.extend(controller_verdicts(sp, results, config))
-    return verdict_table(rows)
+    cs = critical_steps(results, start=None)
+    n_inst = cs["instance"].nunique()
+    where = (f"K={config.n_arms}, d={config.dim}, {config.n_correct} correct, G={G}, exact, horizon {config.steps}, "
+             f"eta in [{config.eta_lo:g}, {config.eta_hi:g}] ({(config.max_ratio - 1):.0%} grid, rtol {config.rtol:g}), "
+             f"{n_inst} instances ({block})")
+    seed = 12345 if block == "discovery" else 54321
+    claims = []
+
+    def add(cid, est, setting, statistic, p_value=None):
+        claims.append(make_claim(mod, cid, est, block=block, setting=setting, statistic=statistic, p_value=p_value))
+
+    g0 = cs[(cs["method"] == "grpo") & (cs["start"] == 0)].set_index("instance")
+    fin0 = g0[g0["finite"]]
+    add("finite_share", proportion(int(g0["finite"].sum()), len(g0)), where + ", theta0 = 0",
+        "share of instances with a finite eta* (Clopper-Pearson)")
+    add("sharpness", bootstrap(np.median, fin0["width"].to_numpy(), seed=seed, natural=(1.0, 10.0)),
+        where + ", theta0 = 0", f"median width eta* / largest converging eta (bootstrap; n = {len(fin0)})")
+    rec = fin0["reconverge"].dropna().to_numpy()
+    add("reconverge", bootstrap(np.mean, rec, seed=seed, natural=(0.0, 1.0)), where + ", theta0 = 0",
+        f"mean share of grid etas above eta* ending with J > 0.99 (bootstrap; n = {rec.size})")
+
+    # method ratios (theta0 = 0)
+    piv = cs[cs["start"] == 0].pivot(index="instance", columns="method", values="eta_star")
+    J0 = g0["J0"].reindex(piv.index).to_numpy()
+    both = np.isfinite(piv["reinforce"]) & np.isfinite(piv["grpo"])
+    Jb = np.clip(J0[both.to_numpy()], 1e-12, 1 - 1e-12)
+    pred = gapdyn.expected_scalar("grpo", Jb, G) / gapdyn.expected_scalar("reinforce", Jb, G) if Jb.size else Jb
+    rel = (piv["reinforce"] / piv["grpo"])[both].to_numpy() / pred
+    add("ratio_reinforce_grpo", bootstrap(_geo_mean, rel, seed=seed, natural=(1e-3, 1e3)), where + ", theta0 = 0",
+        f"geometric mean of measured / scalar-predicted ratio (bootstrap; n = {rel.size} instances with both finite)")
+    est, text = _identity(results, piv, config)
+    add("identity_dr_reinforce", est, where + ", theta0 = 0", text)
+
+    bound = np.log10(fin0["eta_star"] / fin0["pred_thm1"]).to_numpy()
+    add("thm1_conservative", bootstrap(np.mean, bound, seed=seed, natural=(-10.0, 10.0)), where + ", theta0 = 0",
+        f"mean log10(eta* / Theorem 1 bound) (bootstrap; n = {bound.size})")
+
+    gall = cs[cs["method"] == "grpo"]
+    fin = gall[gall["finite"]]
+    add("gap_spearman", bootstrap(_spearman, fin["gap_norm"].to_numpy(), fin["eta_star"].to_numpy(),
+                                  clusters=fin["instance"].to_numpy(), seed=seed, natural=(-1.0, 1.0)),
+        where + f", {config.n_starts} starts per instance",
+        f"Spearman(||Gap(theta0)||, eta*) over {len(fin)} (instance, start) cases (cluster bootstrap by instance)")
+
+    trap = gall["trap_margin"].to_numpy() > 0
+    finite = gall["finite"].to_numpy()
+    add("trap_accuracy", proportion(int(np.sum(trap == finite)), len(gall)),
+        where + f", {config.n_starts} starts per instance",
+        f"accuracy of 'trap => finite eta*' over {len(gall)} (instance, start) cases (Clopper-Pearson)")
+    if finite.any() and (~finite).any():
+        auc = gapdyn.roc_auc(gall["trap_margin"][finite], gall["trap_margin"][~finite])
+        txt = f"ROC AUC of the trap margin ({int(finite.sum())} finite vs {int((~finite).sum())} none; Hanley-McNeil)"
+    else:
+        auc, txt = no_data(0.0, 1.0), "ROC AUC undefined: every case in one class"
+    add("trap_auc", auc, where + f", {config.n_starts} starts per instance", txt)
+    for cid, col in (("predictor_lookahead", "pred_2col"), ("predictor_sharp", "pred_sharp")):
+        ok = _within_2x(fin[col], fin["eta_star"])
+        add(cid, proportion(int(ok.sum()), len(fin)), where + f", {config.n_starts} starts per instance",
+            f"share of cases with {col} / eta* in [0.5, 2] (Clopper-Pearson; n = {len(fin)})")
+    _sampled_claims(results, config, block, seed, add)
+    return claims
 
 
-def controller_verdicts(sp: pd.DataFrame, results: pd.DataFrame, config: Config) -> list[dict]:
-    rows = []
-    rate = sp.groupby("schedule")["collapsed"].mean()
-    if "constant" not in rate:
-        return rows
-    for s in [s for s in config.schedules if s != "constant"]:
-        if s not in rate:
+def _identity(results, piv, config):
+    """(estimate, statistic) of eta*_Dr / eta*_REINF: the worst instance, gapdyn.check_eta_star_ratio's message."""
+    expected = (1 - 1 / config.group_size) ** -1
+    ratios, notes = [], []
+    for inst in piv.index:
+        r_fin, d_fin = np.isfinite(piv.loc[inst, "reinforce"]), np.isfinite(piv.loc[inst, "dr_grpo"])
+        if not (r_fin or d_fin):
             continue
-        piv = sp.pivot_table(index=["instance", "eta", "seed"], columns="schedule", values="steps_to_09")
-        ok = np.isfinite(piv["constant"]) & np.isfinite(piv[s])
-        slow = (piv.loc[ok, s] / piv.loc[ok, "constant"]).median() if ok.any() else np.nan
-        rows.append(verdict(
-            f"the {s} controller removes sampled collapses without slowing convergence",
-            f"sampled GRPO, G={config.group_size}, all etas and instances",
-            f"P(collapse) {rate[s]:.4f} vs constant {rate['constant']:.4f}; median steps-to-0.9 ratio {slow:.2f}",
-            "0 collapses (SIMULATIONS.md: line search 0/168), ratio <= ~1",
-            "holds" if rate[s] == 0 and slow <= 1.5 else ("holds only for collapses" if rate[s] == 0 else "does not hold"),
-        ))  # fmt: skip
-    ex = results[(results["kind"] == "exact") & (results["phase"] == "grid") & (results["method"] == "grpo")]
-    if len(ex):
-        ex = ex.assign(collapsed=ex["J_final"] < COLLAPSE_J)
-        r = ex.groupby("schedule")["collapsed"].mean()
-        rows.append(verdict(
-            "exact GRPO: adaptive and line-search controllers remove collapses", "exact GRPO, eta grid",
-            "; ".join(f"{k}: {v:.3f}" for k, v in r.items()), "0 for adaptive and linesearch",
-            bool(all(r.get(s, 0) == 0 for s in ("adaptive", "linesearch"))),
-        ))  # fmt: skip
-    return rows
+        if r_fin and not d_fin and piv.loc[inst, "reinforce"] * expected * (1 + config.rtol) > config.eta_hi:
+            continue  # Dr. GRPO's threshold lies beyond the range
+        if r_fin != d_fin:
+            ratios.append(0.0)
+            notes.append(f"instance {inst}: eta* found for {'reinforce' if r_fin else 'dr_grpo'} only")
+            continue
+        chk = gapdyn.check_eta_star_ratio(eta_star_of(results, inst, "dr_grpo"),
+                                          eta_star_of(results, inst, "reinforce"), expected)
+        ratios.append(chk.ratio)
+        if not chk.holds:
+            notes.append(f"instance {inst}: {chk.message}")
+    if not ratios:
+        return no_data(0.0, 2 * expected), "no instance with a finite eta*"
+    ratios = np.asarray(ratios)
+    worst = float(ratios[np.argmax(np.abs(ratios - expected))])
+    est = gapdyn.Estimate(worst, float(ratios.min()), float(ratios.max()), int(ratios.size), 0.95, "range over instances")
+    text = f"ratio on the worst of {ratios.size} instances (interval: min-max over instances)"
+    return est, text + ("; " + "; ".join(notes) if notes else "")
+
+
+def _sampled_claims(results, config, block, seed, add) -> None:
+    """Sampled GRPO and the controllers: claims passed to ``add``."""
+    sp = results[results["phase"] == "sampled"].copy()
+    sp["collapsed"] = sp["collapsed"].astype(bool)
+    setting = (f"sampled GRPO, G={config.group_size}, horizon {config.sampled_steps}, {config.n_seeds} seeds x "
+               f"{len(config.sampled_etas)} etas in [{min(config.sampled_etas):g}, {max(config.sampled_etas):g}], "
+               f"{sp['instance'].nunique()} instances ({block})")
+    const = sp[sp["schedule"] == "constant"]
+    top = const[const["eta"] == const["eta"].max()]
+    add("sampled_collapse", proportion(int(top["collapsed"].sum()), len(top), exact=False), setting,
+        f"P(collapse) at eta = {const['eta'].max():g} (Wilson; runs of all instances)")
+    key = ["instance", "eta", "seed"]
+    base = const.set_index(key)["steps_to_09"]
+    for s in ("adaptive", "linesearch"):
+        g = sp[sp["schedule"] == s]
+        add(f"{s}_collapse", proportion(int(g["collapsed"].sum()), len(g)), setting + f", {s} schedule",
+            "P(collapse) over all runs (Clopper-Pearson)")
+        ctl = g.set_index(key)["steps_to_09"].reindex(base.index)
+        ok = np.isfinite(ctl.to_numpy()) & np.isfinite(base.to_numpy()) & (base.to_numpy() > 0)
+        ratio = ctl.to_numpy()[ok] / base.to_numpy()[ok]
+        clusters = base.index.get_level_values("instance").to_numpy()[ok]
+        add(f"{s}_speed", bootstrap(_geo_mean, np.maximum(ratio, 1e-9), clusters=clusters, seed=seed,
+                                    natural=(1e-3, 1e3)),
+            setting + f", {s} vs constant, paired on (instance, eta, seed)",
+            f"geometric mean of steps-to-0.9 ratios over {int(ok.sum())} pairs reaching 0.9 (cluster bootstrap)")
 
 
 def run(config: Config, *, store=None, backend="joblib", n_jobs=-1, progress=True):
-    """(results, verdict) through bandits.sweep.run_sweep."""
-    import sys
-
-    return run_experiment(sys.modules[__name__], config, store=store, backend=backend, n_jobs=n_jobs, progress=progress)
+    """ExperimentResult of both blocks through bandits.sweep.run_sweep (resumable with ``store``)."""
+    return run_experiment(sys.modules[__name__], config, store=store, backend=backend, n_jobs=n_jobs,
+                          progress=progress)

@@ -1,0 +1,126 @@
+"""Machinery of the threshold experiment and of bandits.experiments.mechanisms, each against an independent route:
+the eta* identity of exact Dr. GRPO vs REINFORCE reproduced by the estimator, stored rows rebuilding the
+EtaStar of a direct search, the trap limit against the engine's huge step, the two-step lookahead against a
+loop over gapdyn's closed forms, matched step lengths against the engine's first step."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import gapdyn
+from bandits.engine import Dynamics, simulate
+from bandits.experiments import mechanisms as mech
+from bandits.experiments import threshold as thr
+
+CFG = thr.Config.test()
+
+
+@pytest.fixture(scope="module")
+def exact_rows():
+    """Exact cells at theta0 = 0 of REINFORCE and Dr. GRPO for the test-mode instances."""
+    frames = []
+    for cell in thr.cells(CFG, CFG.instances):
+        if cell["kind"] == "exact" and cell["start"] == 0 and cell["method"] in ("reinforce", "dr_grpo"):
+            df = thr.run_cell(**cell)
+            frames.append(df.assign(**{k: v for k, v in cell.items() if k != "kind"}, kind="exact"))
+    return pd.concat(frames, ignore_index=True)
+
+
+@pytest.mark.parametrize("instance", CFG.instances)
+def test_eta_star_estimator_reproduces_the_dr_grpo_identity(exact_rows, instance):
+    """Exact Dr. GRPO at eta is REINFORCE at (1 - 1/G) eta: the ratio of the two eta* is (1 - 1/G)^-1."""
+    dr, rf = (thr.eta_star_of(exact_rows, instance, m) for m in ("dr_grpo", "reinforce"))
+    assert dr.status == rf.status
+    if rf.status == "found":
+        chk = gapdyn.check_eta_star_ratio(dr, rf, (1 - 1 / CFG.group_size) ** -1)
+        assert chk.holds, chk.message
+        assert abs(chk.ratio - chk.expected) <= thr.CRITERIA["identity_dr_reinforce"].tol
+
+
+def test_stored_rows_rebuild_the_direct_search(exact_rows):
+    b = mech.instance_bandit(CFG.instances[0])
+    dyn = Dynamics(method="reinforce", mode="exact", group_size=CFG.group_size, steps=CFG.steps,
+                   record_every=CFG.steps)
+    direct, _, _ = mech.search_eta_star(b, dyn, b.zeros(), eta_lo=CFG.eta_lo, eta_hi=CFG.eta_hi,
+                                        max_ratio=CFG.max_ratio, rtol=CFG.rtol)
+    rebuilt = thr.eta_star_of(exact_rows, CFG.instances[0], "reinforce")
+    for key in ("status", "bracket", "islands", "collapse_per_decade", "n_evaluations"):
+        assert getattr(rebuilt, key) == getattr(direct, key), key  # floats round-trip JSON exactly
+    assert rebuilt.eta_star_loose == pytest.approx(direct.eta_star_loose, nan_ok=True)
+    np.testing.assert_array_equal(rebuilt.grid, direct.grid)
+    np.testing.assert_array_equal(rebuilt.min_J, direct.min_J)
+
+
+@pytest.mark.parametrize("instance, start", [(i, s) for i in range(6) for s in (0, 1)])
+def test_trap_margin_is_the_huge_step_limit(instance, start):
+    """One exact step of a huge eta puts the mass on argmax_a phi_a . Gap(theta0): J -> 0 in a trap, else -> 1."""
+    b = mech.instance_bandit(instance)
+    th = mech.start_theta(b, start, scale=0.2)
+    margin = mech.trap_margin(b, th)
+    tr = simulate(b, Dynamics(method="reinforce", mode="exact", steps=1), eta=[1e7], theta0=th)
+    assert tr.J_final[0, 0] == pytest.approx(0.0 if margin > 0 else 1.0, abs=1e-6)
+
+
+def _two_steps_by_hand(b, method, G, theta0, eta):
+    """min J over theta0, theta1, theta2 from gapdyn's closed-form E[w] (python loop)."""
+    phi, r = b.features[0], b.rewards[0]
+    th, Js = theta0.reshape(-1).copy(), []
+    for _ in range(2):
+        p = gapdyn.loglinear_probs(phi, th)
+        Js.append(float(gapdyn.success_rate(p, r)))
+        th = th + eta * gapdyn.expected_direction(method, p, r, gapdyn.loglinear_scores(phi, th), group_size=G)
+    Js.append(float(gapdyn.success_rate(gapdyn.loglinear_probs(phi, th), r)))
+    return min(Js)
+
+
+@pytest.mark.parametrize("instance, method", [(0, "grpo"), (2, "grpo"), (5, "reinforce")])
+def test_lookahead_matches_a_loop_over_gapdyn(instance, method):
+    b = mech.instance_bandit(instance)
+    grid = gapdyn.eta_grid(1.0, 300.0, max_ratio=1.05)
+    got = mech.lookahead_eta(b, method, 8, b.zeros(), grid)["pred_2col"]
+    col = np.array([_two_steps_by_hand(b, method, 8, b.zeros(), e) < gapdyn.COLLAPSE_J for e in grid])
+    want = float(grid[np.argmax(col)]) if col.any() else math.nan
+    assert got == pytest.approx(want, nan_ok=True)
+
+
+def test_transition_width_and_reconvergence_on_a_known_collapse_set():
+    """min_J = 0 on [10, 20] and on [50, 60], 1 elsewhere: eta* = 10, two islands, known shares above eta*."""
+    def min_J(etas):
+        return np.where(((etas >= 10) & (etas <= 20)) | ((etas >= 50) & (etas <= 60)), 0.0, 1.0)
+
+    res = gapdyn.find_eta_star(min_J, 1.0, 100.0)
+    assert res.n_islands == 2 and res.eta_star == pytest.approx(10.0, rel=2e-3)
+    etas = res.grid
+    width = mech.transition_width(res, etas, min_J(etas))  # J_final = 1 where no collapse
+    assert width == pytest.approx(res.eta_star / etas[etas <= res.bracket[0]].max())
+    above = etas > res.bracket[1]
+    want = float(np.mean(min_J(etas[above]) >= gapdyn.COLLAPSE_J))
+    assert mech.reconverge_share(res, J_final_grid=min_J(etas)) == pytest.approx(want)
+
+
+def test_start_theta_is_seeded_and_validated():
+    b = mech.instance_bandit(3)
+    np.testing.assert_array_equal(mech.start_theta(b, 0, scale=0.2), b.zeros())
+    np.testing.assert_array_equal(mech.start_theta(b, 2, scale=0.2), mech.start_theta(b, 2, scale=0.2))
+    assert not np.array_equal(mech.start_theta(b, 1, scale=0.2), mech.start_theta(b, 2, scale=0.2))
+    with pytest.raises(ValueError, match="start"):
+        mech.start_theta(b, -1, scale=0.2)
+
+
+def test_collapse_curve_counts_runs():
+    rows = pd.DataFrame({"phase": "sampled", "schedule": "constant", "eta": [1.0, 1.0, 2.0, 2.0, 2.0],
+                         "collapsed": [True, False, True, True, False]})
+    cur = thr.collapse_curve(rows)
+    ref = gapdyn.wilson_interval(2, 3)
+    assert list(cur["n"]) == [2, 3] and cur["hi"].iloc[1] == pytest.approx(ref.hi)
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="mode"):
+        thr.Config(mode="fast")
+    with pytest.raises(ValueError, match="disjoint"):
+        thr.Config(instances=(0, 1000), confirmation=(1000,))
