@@ -16,6 +16,7 @@ and the figure is skipped with that message: data is never faked.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from pathlib import Path
 from typing import Any
@@ -153,12 +154,15 @@ class Sources:
         return self._cache[key]
 
     def claims(self, name: str) -> list:
-        """The claims of one source: a bandit experiment's name, or "llm" for the tiny-Qwen runs."""
+        """The claims of one source: a bandit experiment's name, or "llm" for the tiny-Qwen runs. Claim ids
+        are qualified by the source ("<name>.<id>", unless they already start so), so that ids stay unique
+        across experiments and :data:`paper_figs.report.PAPER_CLAIMS` can map them by prefix."""
         if name == "llm":
             if "claims:llm" not in self._cache:
                 self._cache["claims:llm"] = llm_claims(self.llm())
             return self._cache["claims:llm"]
-        return list(self.experiment(name).claims)
+        return [c if c.id.startswith(f"{name}.") else dataclasses.replace(c, id=f"{name}.{c.id}")
+                for c in self.experiment(name).claims]
 
     def config(self, name: str):
         """The config an experiment ran with (after :meth:`experiment`)."""

@@ -100,10 +100,12 @@ def threshold_views(results: pd.DataFrame) -> ThresholdViews:
     order += [i for i in sorted(crit["instance"].unique()) if i not in order]
     row = {inst: k for k, inst in enumerate(order)}
     crit = crit.assign(row=crit["instance"].map(row))
-    ex = results[(results["kind"] == "exact") & (results["phase"] == "grid") & (results["schedule"] == "constant")]
+    const = results["schedule"].isna() | (results["schedule"] == "constant")  # grid rows carry no schedule
+    ex = results[(results["kind"] == "exact") & (results["phase"] == "grid") & const]
     exact = ex.loc[:, ["instance", "method", "eta", "J_final"]].assign(row=lambda d: d["instance"].map(row))
     sp = results[(results["kind"] == "sampled") & (results["schedule"] == "constant")]
-    sampled = (sp.assign(collapsed=(sp["J_final"] < gapdyn.COLLAPSE_J).astype(float))
+    collapsed = sp["collapsed"].astype(float) if "collapsed" in sp else (sp["J_final"] < gapdyn.COLLAPSE_J)
+    sampled = (sp.assign(collapsed=collapsed.astype(float))
                .groupby(["instance", "eta"], as_index=False)["collapsed"].mean()
                .rename(columns={"collapsed": "p_collapse"}).assign(row=lambda d: d["instance"].map(row)))
     long = crit.melt(id_vars=["method", "instance", "row"], value_vars=[c for c in PREDICTORS if c in crit],
@@ -173,9 +175,18 @@ def success_rate_phase(results: pd.DataFrame, verdict: pd.DataFrame | None = Non
     return grid, pd.DataFrame(rows, columns=["curve", "J0", "eta_star"])
 
 
+def _methods_sampling(results: pd.DataFrame) -> pd.DataFrame:
+    """The ``methods`` rows at equal eta with a ``sampling`` column (exact / sampled; the experiment calls
+    it ``kind`` and adds matched-step rows, which the equal-eta panels leave out)."""
+    if "sampling" in results or "kind" not in results:
+        return results
+    return results[results["kind"].isin(["exact", "sampled"])].rename(columns={"kind": "sampling"})
+
+
 def methods_view(results: pd.DataFrame) -> pd.DataFrame:
     """Per (sampling, method, eta) of the ``methods`` experiment: P_collapse, mean final J, share of runs
     reaching J >= 0.9 and the median steps to it (over the runs that reach it)."""
+    results = _methods_sampling(results)
     _require_cols(results, ["sampling", "method", "eta", "collapsed", "J_final", "steps_to_09"], "methods results")
     R = results.assign(collapsed=results["collapsed"].astype(float))
 
@@ -195,7 +206,8 @@ def methods_view(results: pd.DataFrame) -> pd.DataFrame:
 def methods_summary(results: pd.DataFrame) -> pd.DataFrame:
     """The ``methods`` experiment's own per-method summary (P_collapse, scalar_at_J0, entropies)."""
     mod = _import("bandits.experiments.methods", "figure 6")
-    return mod.summary(results)
+    out = mod.summary(results)
+    return out.rename(columns={"kind": "sampling"}) if "sampling" not in out else out
 
 
 def stagnation_parts(results: pd.DataFrame) -> dict[str, pd.DataFrame]:

@@ -281,7 +281,7 @@ def test_tiny_report_covers_every_experiment(tiny_run):
 
     known = set(LLM_CRITERIA)
     for name in _experiment_names():
-        ids = set(load(name).CRITERIA)
+        ids = {i if i.startswith(f"{name}.") else f"{name}.{i}" for i in load(name).CRITERIA}
         known |= ids
         assert ids & {c.id for c in claims}, f"no claims from experiment {name!r}"
         stored = [p for p in (out.parent / "store").glob(f"{name}*/results.parquet") if p.stat().st_size > 0]
