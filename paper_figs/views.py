@@ -114,20 +114,18 @@ def threshold_views(results: pd.DataFrame) -> ThresholdViews:
     return ThresholdViews(crit, exact, sampled, long)
 
 
-def critical_vs_length(results: pd.DataFrame, config) -> pd.DataFrame:
-    """eta* per (setting, instance, T) from the ``length`` experiment (its own ``critical_table``), plus
-    ``eta_star_rel`` = eta* / eta*(smallest T with a finite eta*) of the same (setting, instance), so
-    that instances with different scales can share one log-log plot."""
-    mod = _import("bandits.experiments.length", "figure 2")
-    crit = mod.critical_table(results, getattr(config, "level", 0.5))
-    crit = crit.sort_values(["setting", "instance", "T"]).reset_index(drop=True)
-
-    def rel(g):
-        fin = g[np.isfinite(g["eta_star"])]
-        ref = float(fin["eta_star"].iloc[0]) if len(fin) else np.nan
-        return g["eta_star"] / ref
-
-    crit["eta_star_rel"] = crit.groupby(["setting", "instance"], group_keys=False)[["eta_star", "T"]].apply(rel)
+def critical_vs_length(results: pd.DataFrame, config=None) -> pd.DataFrame:
+    """The ``length`` experiment's found eta* per (instance, seed, rho, J0, normalized, T) with ``label``
+    (rho, raw or 1/|o|) and ``eta_star_rel`` = eta* / eta*(smallest T with a found eta*) of the same series,
+    so that series with different scales share one log-log plot."""
+    _require_cols(results, ["status", "eta_star", "instance", "seed", "rho", "J0", "normalized", "T"],
+                  "length results")
+    crit = results[results["status"] == "found"].copy()
+    crit["normalized"] = crit["normalized"].astype(bool)
+    crit["label"] = [f"rho = {r:g}, {'1/|o|' if n else 'raw'}" for r, n in zip(crit["rho"], crit["normalized"])]
+    by = ["instance", "seed", "rho", "J0", "normalized"]
+    crit = crit.sort_values(by + ["T"]).reset_index(drop=True)
+    crit["eta_star_rel"] = _relative_to_first(crit, by, "T", "eta_star")
     return crit
 
 
