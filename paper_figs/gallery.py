@@ -46,8 +46,8 @@ Modes: `test` (smallest sizes), `quick` (each experiment's `Config.quick()`, 2 s
 tiny Qwen), `full` (each `Config.full()` with the confirmation block, 5 seeds x 300 steps and lr 5e-4 added).
 Every verdict is a `gapdyn.Claim` made by an experiment's `analyse` (the taxonomy is an experiment too) or
 by `paper_figs.llm.llm_claims` for the tiny-Qwen runs, decided by its interval and a criterion frozen
-before the run (docs/evidence.md); the report only renders them. `python -m paper_figs.report --claims
-gapdyn_out/reproduce` prints the README's "What holds" table (marked indicative when only the discovery block
+before the run (docs/evidence.md); the report only renders them. `gapdyn claims` (or `--out DIR` for another
+reproduction) prints the README's "What holds" table (marked indicative when only the discovery block
 ran). A figure whose data source
 is missing is written with a "not available yet: <why>" panel or skipped with that message; nothing is
 faked. Exit codes: 0 all produced, 3 something not available, 1 an error.
@@ -56,8 +56,9 @@ Plotting code lives in `paper_figs/plots.py` (one idea per Axes; the figure scri
 `paper_figs/data.py`, cut tables in `paper_figs/views.py` and call it; fits, seeds and sizes belong to the
 experiments). Shared style: `paper_figs/style.py` (Okabe-Ito colour-blind-safe palette,
 glossary symbols with units on every axis). Tutorials: `notebooks/01..04` (gradient-gap basics; thresholds
-and collapse; the token taxonomy; probing a tiny Qwen run), generated without outputs by
-`python notebooks/make_notebooks.py`; `tests/test_notebooks.py` runs them with `GAPDYN_NB_MODE=test`.
+and collapse; the token taxonomy; probing a tiny Qwen run), plain-text jupytext sources rendered with their
+figures to `docs/notebooks/` by `python notebooks/render.py`; `tests/test_notebooks.py` runs them with
+`GAPDYN_NB_MODE=test`.
 The images below are snapshots of a quick run kept in `docs/img/` (`gapdyn_out/` is not committed);
 refresh them after `gapdyn reproduce` (run in the repository root) with `python -m paper_figs.gallery --write --snapshot`.
 """

@@ -10,15 +10,18 @@ test can check that the report quotes the run and nothing else.
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Literal
 
 import numpy as np
 import pandas as pd
+import tyro
 
 import gapdyn
+from gapdyn.cmdline import command, output_dir, parse, say
 
 __all__ = ["fmt", "PAPER_CLAIMS", "CLAIM_COLUMNS", "covers", "decided_claims", "coverage_table",
            "write_results", "read_claims", "render_report", "readme_table", "main"]
@@ -209,31 +212,45 @@ def readme_table(claims: Iterable[gapdyn.Claim]) -> str:
                                       "verdict", "block"])
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m paper_figs.report --claims DIR`` (a reproduce output folder or claims.json), or
-    ``--store DIR --mode MODE`` (re-judge every experiment from the sweep store): print the README table."""
-    p = argparse.ArgumentParser(prog="python -m paper_figs.report", description="Print the README's 'What holds' "
-                                "table from a run's claims.")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--claims", type=Path, help="claims.json or a reproduce output folder")
-    src.add_argument("--store", type=Path, help="sweep store: run (cached) every experiment of --mode")
-    p.add_argument("--mode", choices=("test", "quick", "full"), default="quick")
-    args = p.parse_args(argv)
-    if args.claims is not None:
-        claims = read_claims(args.claims)
+@dataclass
+class ClaimsArgs:
+    """Print the README's "What holds" table from a reproduction's claims (confirmation verdicts where the
+    confirmation block ran, else indicative discovery verdicts) and write it to <out>/README_table.md."""
+
+    out_dir: Annotated[str | None, tyro.conf.arg(name="out")] = None
+    """A `gapdyn reproduce` output folder (or a claims.json) to read (default ./gapdyn_out/reproduce)."""
+    from_store: bool = False
+    """Instead of reading claims.json: re-judge every experiment of --mode from the sweep store (cached runs)."""
+    mode: Literal["test", "quick", "full"] = "quick"
+    """The experiments' sizes, with --from-store."""
+    store: str | None = None
+    """Sweep store for --from-store (default: the reproduction's, <out>/store)."""
+
+
+@command("gapdyn claims")
+def main(argv: list[str]) -> int:
+    """``gapdyn claims [--out DIR]``: the README table of a reproduction's claims."""
+    args = parse(ClaimsArgs, argv, prog="gapdyn claims")
+    out = output_dir("reproduce", args.out_dir, announce=False)
+    if not args.from_store:
+        claims = read_claims(out)
     else:
         from bandits.experiments import EXPERIMENTS
 
         from .data import NotAvailable, Sources
 
-        sources = Sources(args.mode, store=args.store)
+        sources = Sources(args.mode, store=Path(args.store) if args.store else out / "store")
         claims = []
         for name in EXPERIMENTS:
             try:
                 claims += sources.claims(name)
             except NotAvailable as exc:
-                print(f"# {name}: not available ({exc})")
-    print(readme_table(claims))
+                say("claims", f"{name}: not available ({exc})")
+    table = readme_table(claims)
+    print(table)
+    if out.is_dir():
+        (out / "README_table.md").write_text(table + "\n")
+        say("claims", f"wrote {out / 'README_table.md'}")
     return 0
 
 

@@ -78,6 +78,7 @@ SHARED = {  # subcommand argv -> the shared flags it must offer
     ("train",): ("--out", "--progress", "--no-progress", "--seed"),
     ("train", "warmup"): ("--out", "--progress", "--no-progress", "--seed"),
     ("train", "demo"): ("--out", "--jobs", "--progress", "--no-progress"),
+    ("claims",): ("--out", "--mode"),
     ("train", "ablation"): ("--mode", "--jobs", "--out", "--progress", "--no-progress", "--seed"),
 }
 RETIRED = ("--n-jobs", "--out-dir")
