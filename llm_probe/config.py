@@ -137,9 +137,12 @@ class TrainConfig:
     plain step of the tiny Qwen on CPU; the default cadence of 10 keeps the amortised cost near 1.2x
     (docs/llm_probe.md, BENCHMARKS.md)."""
     probe_params: str = "all"
-    """Parameters the probes differentiate: 'all', 'lm_head', or a regex on parameter names."""
-    probe_alignment: Literal["dot", "jvp", "both"] = "dot"
-    """Route for dmu: dot products with gap vectors, a forward-mode JVP, or both (logs their max difference)."""
+    """Parameters the probes differentiate: 'all' (= 'trainable': every parameter with requires_grad, the
+    adapters under PEFT/LoRA), 'lm_head', or a regex on parameter names."""
+    probe_alignment: Literal["dot", "jvp", "both", "stream"] = "dot"
+    """Route for dmu: dot products with gap vectors, a forward-mode JVP, both (logs their max difference), or
+    stream (one group at a time: memory does not grow with prompts x parameters; 'dot'/'both' switch to it
+    on their own above 1 GiB of gap vectors)."""
     probe_prompts: int = 8
     """Size of the fixed probe-prompt set whose cumulative M_q is tracked (0: none)."""
     probe_group_size: int = 8

@@ -39,6 +39,7 @@ from .rollout import NonFinitePolicyError, check_prompts_fit, context_size, make
 from .tasks import AdditionTask, JsonlTask
 from .tokenizer import build_char_tokenizer
 from .warmup import warmup
+from .warning import step_warning_metrics
 
 __all__ = ["Trainer", "FaultError", "build_policy", "make_task", "train"]
 
@@ -302,6 +303,8 @@ class Trainer:
             result = self.probe.after()
             m.update(result.metrics)
             self._log_probe_prompts(k, result.prompts)
+        m.update(step_warning_metrics(self.model, ro, logp.detach(), logp_all, res.advantages,  # warn/* (llm_probe.warning)
+                                      logp.grad if probing else None, after=probing))
         m["step_time"] = time.perf_counter() - t0
         self.step += 1
         return m

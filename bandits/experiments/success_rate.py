@@ -301,7 +301,7 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn
             claims.append(gapdyn.Claim.from_estimate(est, statistic="mean log(eta_grpo c_G(J) / eta_gap)", **common))
         else:
             claims.append(gapdyn.Claim(**common, estimate=1.0, interval=(1.0, 1.0), n=1,
-                                       statistic="not measured: fewer than 2 instances (shown as broken)"))
+                                       statistic="not measured: fewer than 2 instances", measured=False))
     return claims
 
 
