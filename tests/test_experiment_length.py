@@ -31,7 +31,9 @@ def test_claims_per_block_are_the_criteria(test_run):
         for c in claims:
             assert c.criteria_hash == h and c.criterion == length.CRITERIA[c.id]
             assert all(math.isfinite(v) for v in (c.estimate, *c.interval)) and c.n >= 1
-            if c.criterion.kind == "identity":  # shown, never counted: identity or a visible failure
+            if not c.measured:  # nothing to judge: inconclusive whatever the criterion
+                assert c.verdict == "inconclusive"
+            elif c.criterion.kind == "identity":  # shown, never counted: identity or a visible failure
                 assert c.verdict in ("identity", "does not hold")
             else:
                 assert c.verdict != "identity"
