@@ -2,7 +2,8 @@
 
 - contextual bandit (``envs``), its simulation engine (``engine``, ``reference``) and step-size
   schedules (``schedules``);
-- token-level sequence bandits (``sequence``: shared log-linear token policy vs position-wise tabular);
+- token-level sequence bandits (``sequence``: shared log-linear token policy vs position-wise tabular;
+  ``partial``: features partially shared across positions) and their simulator (``simulate_sequence``);
 - resumable parquet sweeps over local cores or Ray (``sweep``, ``store``), the experiment registry
   (``experiments``) and the ``gapdyn bandit`` command (``cli``).
 
@@ -25,8 +26,10 @@ _MODULES: dict[str, tuple[str, ...]] = {
     ),
     "bandits.sequence": (
         "RULES", "SharedSequenceBandit", "TabularSequenceBandit", "SequenceSample", "rule_reward",
-        "critical_eta", "place_for_success_rate",
+        "place_for_success_rate", "SequenceDynamics", "SequenceTrajectory",
+        "sequence_sampled_direction",
     ),
+    "bandits.partial": ("PartialSharingBandit", "position_features"),
     "bandits.sweep": ("run_sweep", "sweep_keys", "example_cell", "BACKENDS"),
     "bandits.store": ("CellStore", "cell_key"),
     "bandits.experiments": ("EXPERIMENTS",),

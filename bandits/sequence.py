@@ -46,10 +46,9 @@ from functools import lru_cache
 from typing import Literal
 
 import numpy as np
-from scipy.special import gammaln, log_softmax, logsumexp
+from scipy.special import expit, gammaln, log_softmax, logsumexp
 
-from gapdyn import group_advantages
-from gapdyn.methods import get_method
+from gapdyn import COLLAPSE_J, METHOD_NAMES, expected_scalar, group_advantages
 
 __all__ = [
     "RULES",
@@ -57,9 +56,10 @@ __all__ = [
     "TabularSequenceBandit",
     "SequenceSample",
     "rule_reward",
-    "sampled_direction",
+    "SequenceDynamics",
+    "SequenceTrajectory",
+    "sequence_sampled_direction",
     "simulate",
-    "critical_eta",
     "place_for_success_rate",
 ]
 
@@ -300,40 +300,45 @@ class SharedSequenceBandit:
         return self.exact(theta)["gap"]
 
     # -- sampling ------------------------------------------------------------------------------
-    def sample(self, theta, group_size: int, rng: np.random.Generator) -> SequenceSample:
-        """G i.i.d. responses per leading index of theta, summarised by token counts."""
-        if not isinstance(rng, np.random.Generator):
-            raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
-        G = _check_int(group_size, "group_size", 1)
+    def draw(self, theta, u) -> SequenceSample:
+        """Responses from uniforms u [..., G, T]: token t is the inverse CDF of p at u[..., t]; with an
+        end token the response stops at its first occurrence (|o| = position + 1), else after T tokens."""
         logp = self.token_logprobs(theta)
+        batch = logp.shape[:-1]
+        u = np.asarray(u, dtype=np.float64)
+        if u.ndim != len(batch) + 2 or u.shape[:-2] != batch or u.shape[-1] != self.T:
+            raise ValueError(f"u must have shape {batch} + (G, {self.T}), got {u.shape}")
         p = np.exp(logp)
-        batch = p.shape[:-1]
+        cdf = np.cumsum(p, axis=-1)
+        last = self.V - 1 - np.argmax(p[..., ::-1] > 0, axis=-1)  # never emit a p = 0 token at u ~ 1
+        tok = np.minimum((u[..., None] > cdf[..., None, None, :]).sum(-1), last[..., None, None])  # [..., G, T]
         corr, wrong, end = self._masks()
         if self.end_token is None:
-            m = np.full(batch + (G,), self.T, dtype=np.int64)
+            m = np.full(tok.shape[:-1], self.T, dtype=np.int64)
             ended = np.zeros_like(m)
-            content = p
         else:
-            pe = np.clip(p[..., self.end_token], 1e-300, 1.0)
-            before = rng.geometric(np.broadcast_to(pe[..., None], batch + (G,))) - 1  # non-end tokens before END
-            ended = (before < self.T).astype(np.int64)
-            m = np.minimum(before, self.T).astype(np.int64)
-            content = np.where(end, 0.0, p)
-        tot = content.sum(-1, keepdims=True)
-        if np.any(tot <= 1e-200):  # the end token has (almost) all the mass: renormalise in log space
-            safe = np.exp(log_softmax(np.where(end, -np.inf, logp), axis=-1))
-            content = np.where(tot > 1e-200, content / np.maximum(tot, 1e-300), safe)
-        else:
-            content = content / tot
-        pv = np.broadcast_to(content[..., None, :], batch + (G, self.V))
-        counts = rng.multinomial(m, pv).astype(np.int64)
-        if self.end_token is not None:
-            counts[..., self.end_token] += ended
-        n = counts[..., corr].sum(-1)
+            is_end = tok == self.end_token
+            ended = is_end.any(-1).astype(np.int64)
+            m = np.where(ended == 1, np.argmax(is_end, axis=-1), self.T).astype(np.int64)
         L = m + ended
+        keep = np.arange(self.T) < L[..., None]  # the emitted tokens (end token included)
+        counts = ((tok[..., None] == np.arange(self.V)) & keep[..., None]).sum(-2, dtype=np.int64)
+        n = counts[..., corr].sum(-1)
         mu = p @ self.features
         score = counts @ self.features - L[..., None] * mu[..., None, :]
         return SequenceSample(counts, n, m, L, ended, rule_reward(n, m, self.rule), score)
+
+    def sample(self, theta, group_size: int, rng: np.random.Generator) -> SequenceSample:
+        """G i.i.d. responses per leading index of theta (:meth:`draw` on ``rng.random``)."""
+        if not isinstance(rng, np.random.Generator):
+            raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+        G = _check_int(group_size, "group_size", 1)
+        th = self.check_params(theta)
+        return self.draw(th, rng.random(th.shape[:-1] + (G, self.T)))
+
+    @property
+    def param_shape(self) -> tuple[int, ...]:
+        return (self.d,)
 
 
 def _exact_from_states(logP, cond, r, L) -> dict[str, np.ndarray]:
@@ -453,25 +458,37 @@ class TabularSequenceBandit:
     def gap(self, z) -> np.ndarray:
         return self.exact(z)["gap"]
 
-    def sample(self, z, group_size: int, rng: np.random.Generator) -> SequenceSample:
-        """G responses; the score is e_{o_t} - p_t per position (logit space), flattened to [..., G, T*V]."""
-        if not isinstance(rng, np.random.Generator):
-            raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
-        G = _check_int(group_size, "group_size", 1)
+    @property
+    def param_shape(self) -> tuple[int, ...]:
+        return (self.T, self.V)
+
+    def draw(self, z, u) -> SequenceSample:
+        """Responses from uniforms u [..., G, T]; the score is e_{o_t} - p_t per position (logit space),
+        flattened to [..., G, T*V]."""
         z = self.check_params(z)
         p = np.exp(log_softmax(z, axis=-1))  # [..., T, V]
         batch = p.shape[:-2]
+        u = np.asarray(u, dtype=np.float64)
+        if u.ndim != len(batch) + 2 or u.shape[:-2] != batch or u.shape[-1] != self.T:
+            raise ValueError(f"u must have shape {batch} + (G, {self.T}), got {u.shape}")
         cdf = np.cumsum(p, axis=-1)
-        u = rng.random(batch + (G, self.T, 1))
-        # a u above the rounded cdf total goes to the last token with p > 0, never to a p = 0 one
-        last = self.V - 1 - np.argmax(p[..., ::-1] > 0, axis=-1)  # [..., T]
-        tok = np.minimum((u > cdf[..., None, :, :]).sum(-1), last[..., None, :])  # [..., G, T]
+        last = self.V - 1 - np.argmax(p[..., ::-1] > 0, axis=-1)  # [..., T]: never a p = 0 token at u ~ 1
+        tok = np.minimum((u[..., None] > cdf[..., None, :, :]).sum(-1), last[..., None, :])  # [..., G, T]
         onehot = tok[..., None] == np.arange(self.V)  # [..., G, T, V] bool
+        G = u.shape[-2]
         n = (tok == self.correct).sum(-1)
         m = np.full(n.shape, self.T)
         score = np.subtract(onehot, p[..., None, :, :], dtype=np.float64).reshape(batch + (G, self.T * self.V))
         counts = onehot.sum(-2, dtype=np.int64)
         return SequenceSample(counts, n, m, m.copy(), np.zeros_like(m), rule_reward(n, m, self.rule), score)
+
+    def sample(self, z, group_size: int, rng: np.random.Generator) -> SequenceSample:
+        """G responses per leading index of z (:meth:`draw` on ``rng.random``)."""
+        if not isinstance(rng, np.random.Generator):
+            raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+        G = _check_int(group_size, "group_size", 1)
+        z = self.check_params(z)
+        return self.draw(z, rng.random(z.shape[:-2] + (G, self.T)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -479,101 +496,213 @@ class TabularSequenceBandit:
 
 
 Env = SharedSequenceBandit | TabularSequenceBandit
+"""The built-in environments; :class:`bandits.partial.PartialSharingBandit` has the same interface
+(check_params, exact, success_rate, log_odds, draw, sample, param_shape, T)."""
 
 
-def sampled_direction(env: Env, params, method: str, group_size: int, rng: np.random.Generator,
-                      *, length_normalized: bool = False) -> np.ndarray:
-    """w = (1/G) sum_i A_i s(o_i) [/ |o_i|], A from gapdyn.group_advantages (docs/equations.md §2)."""
-    smp = env.sample(params, group_size, rng)
-    A = group_advantages(method, smp.reward)
+def _direction_from_sample(smp: SequenceSample, method: str, group_size: int, length_normalized: bool,
+                           shape: tuple[int, ...], opts: dict) -> np.ndarray:
+    A = group_advantages(method, smp.reward, **opts)
     s = smp.score / smp.length[..., None] if length_normalized else smp.score
-    w = np.einsum("...g,...gp->...p", A, s) / group_size
-    return w.reshape(np.shape(params))
+    return (np.einsum("...g,...gp->...p", A, s) / group_size).reshape(shape)
 
 
-def simulate(
-    env: Env,
-    params0,
-    etas,
-    *,
-    direction: Literal["sampled", "logodds", "expected"] = "sampled",
-    method: str = "grpo",
-    group_size: int = 8,
-    steps: int = 100,
-    rng: np.random.Generator | None = None,
-    length_normalized: bool = False,
-    collapse_J: float = 0.01,
-) -> dict[str, np.ndarray]:
-    """theta_{k+1} = theta_k + eta w_k for a batch of runs (params0 [..., P-shape], etas [...]).
+def sequence_sampled_direction(method: str, env, params, *, group_size: int, rng: np.random.Generator,
+                               length_normalized: bool = False, **opts) -> np.ndarray:
+    """One sampled group's direction w = (1/G) sum_i A_i s(o_i) [/ |o_i|] per leading index of params.
 
-    direction: "sampled" (one group per step, ``method``'s advantages, optional 1/|o|),
-    "logodds" (w = Gap = grad Phi, exact log-odds ascent) or "expected" (w = E[w] = scalar(J, G) Gap,
-    gapdyn.expected_scalar). A run collapses when J < collapse_J; it is then frozen (absorbing by
-    definition). Sampled runs stop early once every run has collapsed or has J > 1 - 1e-9.
-    Returns J_final, J_min, collapsed (bool), collapse_step (-1 if none), all [...].
+    A from gapdyn.group_advantages(method, rewards, **opts); the sequence-bandit counterpart of
+    gapdyn.sampled_direction (method first, then the distribution: here the environment and its
+    parameters). E[w] = scalar(J, G) Gap without 1/|o| (docs/equations.md §2).
     """
-    from gapdyn import expected_scalar
-
-    if not isinstance(method, str):
-        raise ValueError(f"method must be a method name (str), got {method!r}")
-    get_method(method)
+    if not isinstance(method, str) or method not in METHOD_NAMES:
+        raise ValueError(f"method must be one of {METHOD_NAMES}, got {method!r}")
     if not isinstance(length_normalized, (bool, np.bool_)):
         raise ValueError(f"length_normalized must be a bool, got {length_normalized!r}")
-    if direction not in ("sampled", "logodds", "expected"):
-        raise ValueError(f"direction must be 'sampled', 'logodds' or 'expected', got {direction!r}")
-    steps = _check_int(steps, "steps", 1)
-    if direction == "sampled":
-        if not isinstance(rng, np.random.Generator):
-            raise ValueError("rng must be a numpy.random.Generator for sampled directions")
-        _check_int(group_size, "group_size", 2)
-    if isinstance(collapse_J, bool) or not isinstance(collapse_J, (int, float, np.integer, np.floating)) or not (0 < collapse_J < 1):
-        raise ValueError(f"collapse_J must be in (0, 1), got {collapse_J!r}")
-    params = env.check_params(params0).copy()
-    pshape = params.shape[params.ndim - (2 if isinstance(env, TabularSequenceBandit) else 1):]
-    etas = np.asarray(etas, dtype=np.float64)
-    if etas.shape != params.shape[: params.ndim - len(pshape)] or np.any(~np.isfinite(etas)) or np.any(etas <= 0):
-        raise ValueError(f"etas must be finite, > 0 and of the batch shape {params.shape[:params.ndim - len(pshape)]}")
-    eta_b = etas.reshape(etas.shape + (1,) * len(pshape))
-    J = env.success_rate(params)
+    G = _check_int(group_size, "group_size", 2)
+    params = env.check_params(params)
+    smp = env.sample(params, G, rng)
+    return _direction_from_sample(smp, method, G, bool(length_normalized), params.shape, opts)
+
+
+@dataclass(frozen=True)
+class SequenceDynamics:
+    """What one sequence-bandit simulation does (everything but eta, seed and theta0).
+
+    method: a gapdyn method name or "gap" (w = Gap = grad Phi: log-odds ascent, exact mode only), as
+    in :class:`bandits.engine.Dynamics`; mode: "exact" (w = E[w] = scalar(J, G) Gap, gapdyn.expected_scalar)
+    or "sampled" (one group of G responses per run and step); group_size: G >= 2; steps: updates;
+    length_normalized: divide each response's score by |o| (exact mode: fixed length only, w / T);
+    record_every: record J, Phi at steps 0, s, 2s, ...; freeze_below: a run whose J falls below this
+    stops (its collapse is decided; None: never); std, adv_eps, lam: the method options of gapdyn.
+    """
+
+    method: str = "grpo"
+    mode: str = "exact"
+    group_size: int = 8
+    steps: int = 100
+    length_normalized: bool = False
+    record_every: int = 1
+    freeze_below: float | None = None
+    std: str = "population"
+    adv_eps: float = 0.0
+    lam: float = 0.1
+
+    def __post_init__(self):
+        from .engine import Dynamics
+
+        # the contextual engine's config validates the shared fields (method, mode, G, steps, options)
+        Dynamics(method=self.method, mode=self.mode, group_size=self.group_size, steps=self.steps,
+                 record_every=self.record_every, std=self.std, adv_eps=self.adv_eps, lam=self.lam)
+        if not isinstance(self.length_normalized, (bool, np.bool_)):
+            raise ValueError(f"length_normalized must be a bool, got {self.length_normalized!r}")
+        fb = self.freeze_below
+        if fb is not None and (isinstance(fb, bool) or not isinstance(fb, (int, float, np.integer, np.floating))
+                               or not 0 < fb < 1):
+            raise ValueError(f"freeze_below must be None or in (0, 1), got {fb!r}")
+
+    @property
+    def method_opts(self) -> dict:
+        """Options for gapdyn.group_advantages / expected_scalar."""
+        if self.method == "grpo":
+            return {"std": self.std, "eps": self.adv_eps}
+        if self.method == "w_reinforce":
+            return {"lam": self.lam}
+        return {}
+
+
+@dataclass(frozen=True)
+class SequenceTrajectory:
+    """Output of :func:`simulate` (R runs, n_rec recorded steps; P = the environment's param_shape).
+
+    steps [n_rec]; J, Phi [R, n_rec] at theta_k before update k; J_final, Phi_final [R] after the last
+    step (or at freezing); J_min [R]: min of J over every step incl. the final one; collapse_step [R]:
+    first k with J_k < gapdyn.COLLAPSE_J (-1 if none); steps_run [R]: updates applied (< steps when
+    frozen); theta_final [R, *P]; eta0 [R]; seed [R].
+    """
+
+    steps: np.ndarray
+    J: np.ndarray
+    Phi: np.ndarray
+    J_final: np.ndarray
+    Phi_final: np.ndarray
+    J_min: np.ndarray
+    collapse_step: np.ndarray
+    steps_run: np.ndarray
+    theta_final: np.ndarray
+    eta0: np.ndarray
+    seed: np.ndarray
+    dynamics: SequenceDynamics = field(repr=False, default=None)
+
+    @property
+    def collapsed(self) -> np.ndarray:
+        """J < gapdyn.COLLAPSE_J at some step (gapdyn.is_collapsed of J_min)."""
+        from gapdyn import is_collapsed
+
+        return is_collapsed(self.J_min)
+
+
+def _param_shape(env) -> tuple[int, ...]:
+    try:
+        return tuple(env.param_shape)
+    except AttributeError as exc:
+        raise ValueError(f"env must be a sequence bandit (with param_shape), got {type(env).__name__}") from exc
+
+
+def _runs(env, eta, seed, theta0):
+    pshape = _param_shape(env)
+    eta_arr = np.asarray(eta, dtype=np.float64) if not isinstance(eta, str) else None
+    if (eta_arr is None or eta_arr.ndim > 1 or eta_arr.size == 0 or not np.all(np.isfinite(eta_arr))
+            or np.any(eta_arr <= 0)):
+        raise ValueError(f"eta must be a finite scalar or 1-D array, every entry > 0, got {eta!r}")
+    seed_arr = np.atleast_1d(np.asarray(seed))
+    if seed_arr.ndim != 1 or not np.issubdtype(seed_arr.dtype, np.integer) or np.any(seed_arr < 0):
+        raise ValueError(f"seed must be a non-negative integer or a 1-D array of them, got {seed!r}")
+    th0 = None
+    if theta0 is not None:
+        th0 = env.check_params(theta0)
+        if th0.shape not in (pshape,) and (th0.ndim != len(pshape) + 1 or th0.shape[1:] != pshape):
+            raise ValueError(f"theta0 must have shape {pshape} or [R, *{pshape}], got {th0.shape}")
+    batched_theta = th0 is not None and th0.ndim > len(pshape)
+    sizes = [eta_arr.size if eta_arr.ndim else 1, seed_arr.size, th0.shape[0] if batched_theta else 1]
+    R = max(sizes)
+    if any(s not in (1, R) for s in sizes):
+        raise ValueError(f"eta, seed and theta0 must broadcast to R runs, got sizes {sizes}")
+    e = np.broadcast_to(eta_arr.reshape(-1), (R,)).copy()
+    s = np.broadcast_to(seed_arr.astype(np.int64), (R,)).copy()
+    th = np.zeros((R,) + pshape) if th0 is None else np.broadcast_to(th0, (R,) + pshape).copy()
+    return e, s, th
+
+
+def simulate(env, dyn: SequenceDynamics, *, eta, seed=0, theta0=None) -> SequenceTrajectory:
+    """theta_{k+1} = theta_k + eta w_k for R runs (the sequence-bandit twin of bandits.engine.simulate).
+
+    env: a sequence bandit (:class:`SharedSequenceBandit`, :class:`TabularSequenceBandit`,
+    :class:`bandits.partial.PartialSharingBandit`); dyn: the dynamics; eta: scalar or [R]; seed: int or
+    [R]: run r's groups come from uniforms of numpy.random.default_rng(seed[r]) (G x T a step), and
+    runs with equal seeds share them (common random numbers across etas); theta0: [*P] or [R, *P]
+    (default 0). Exact mode: w = scalar(J, G) Gap ("gap": w = Gap); sampled: w = (1/G) sum A_i s(o_i).
+    """
+    if not isinstance(dyn, SequenceDynamics):
+        raise ValueError(f"dyn must be a SequenceDynamics, got {type(dyn).__name__}")
+    eta0, seeds, params = _runs(env, eta, seed, theta0)
+    R, pshape, G = params.shape[0], params.shape[1:], dyn.group_size
+    exact_mode = dyn.mode == "exact"
+    T = int(env.T)
+    if dyn.length_normalized and exact_mode and getattr(env, "end_token", None) is not None:
+        raise ValueError("length_normalized exact dynamics need fixed-length responses (E[A s/|o|] is not a "
+                         "scalar times the Gap when |o| varies); use mode='sampled'")
+    opts = dyn.method_opts
+    eta_b = eta0.reshape((R,) + (1,) * len(pshape))
+    uniq, inverse = np.unique(seeds, return_inverse=True)
+    rngs = [np.random.default_rng(int(s)) for s in uniq] if not exact_mode else None
+    every = dyn.record_every
+    n_rec = (dyn.steps - 1) // every + 1
+    rec_J, rec_Phi = np.full((R, n_rec), np.nan), np.full((R, n_rec), np.nan)
+    ex = env.exact(params)
+    J, Phi = np.array(ex["J"], dtype=np.float64), np.array(ex["Phi"], dtype=np.float64)
     J_min = J.copy()
-    alive = J >= collapse_J
-    collapse_step = np.where(alive, -1, 0)
-    for k in range(steps):
-        if direction == "sampled":
-            w = sampled_direction(env, params, method, group_size, rng, length_normalized=length_normalized)
-        else:
-            ex = env.exact(params)
-            w = ex["gap"]
-            if direction == "expected":
-                Jc = np.clip(ex["J"], 1e-12, 1 - 1e-12)
-                w = expected_scalar(method, Jc, group_size).reshape(Jc.shape + (1,) * len(pshape)) * w
-        alive_b = alive.reshape(alive.shape + (1,) * len(pshape))
-        params = np.where(alive_b, params + eta_b * w, params)
-        J = env.success_rate(params)
-        J_min = np.minimum(J_min, J)
-        newly = alive & (J < collapse_J)
-        collapse_step = np.where(newly, k + 1, collapse_step)
-        alive &= ~newly
-        # every run collapsed, or (sampled) settled: J > 1 - 1e-9 makes a failing sample in the
-        # remaining steps improbable (< G * steps * 1e-9), so the outcome is decided
-        settled = ~alive | ((J > 1.0 - 1e-9) if direction == "sampled" else False)
-        if np.all(settled):
+    collapse_step = np.where(J < COLLAPSE_J, 0, -1)
+    steps_run = np.zeros(R, dtype=np.int64)
+    alive = np.ones(R, bool) if dyn.freeze_below is None else J >= dyn.freeze_below
+    ex = {key: v[alive] for key, v in ex.items()}  # ex always holds the rows of the live runs
+    for k in range(dyn.steps):
+        if not alive.any():  # every run frozen: they keep their state
+            rec_J[:, -(-k // every):], rec_Phi[:, -(-k // every):] = J[:, None], Phi[:, None]
             break
-    return {"J_final": J, "J_min": J_min, "collapsed": collapse_step >= 0, "collapse_step": collapse_step}
-
-
-def critical_eta(etas, collapse_prob, *, level: float = 0.5) -> float:
-    """Smallest eta of the (increasing) grid with P(collapse) >= level; inf if none."""
-    etas = np.asarray(etas, dtype=np.float64)
-    pc = np.asarray(collapse_prob, dtype=np.float64)
-    if etas.ndim != 1 or etas.shape != pc.shape or np.any(np.diff(etas) <= 0):
-        raise ValueError("etas must be 1-D increasing with one collapse probability each")
-    if not np.all(np.isfinite(etas)) or not np.all((pc >= 0) & (pc <= 1)):
-        raise ValueError("etas must be finite and collapse_prob must lie in [0, 1]")
-    if isinstance(level, bool) or not isinstance(level, (int, float, np.integer, np.floating)) or not np.isfinite(level):
-        raise ValueError(f"level must be a finite real number, got {level!r}")
-    hit = np.nonzero(pc >= level)[0]
-    return float(etas[hit[0]]) if hit.size else float("inf")
+        if k % every == 0:
+            rec_J[:, k // every], rec_Phi[:, k // every] = J, Phi
+        idx = np.flatnonzero(alive)
+        if exact_mode:
+            w = ex["gap"]
+            if dyn.method != "gap":
+                Jc = np.clip(J[idx], 1e-300, 1.0 - 1e-16)
+                w = expected_scalar(dyn.method, Jc, G, **opts).reshape((-1,) + (1,) * len(pshape)) * w
+            if dyn.length_normalized:
+                w = w / T
+        else:
+            u = np.stack([g.random((G, T)) for g in rngs])[inverse[idx]]
+            smp = env.draw(params[idx], u)
+            w = _direction_from_sample(smp, dyn.method, G, dyn.length_normalized, (idx.size,) + pshape, opts)
+        params[idx] = params[idx] + eta_b[idx] * w
+        steps_run[idx] += 1
+        if exact_mode:
+            ex = env.exact(params[idx])
+            J[idx], Phi[idx] = ex["J"], ex["Phi"]
+        else:  # the Gap is not needed: the log-odds alone (log-space sums), J = sigmoid(Phi)
+            Phi[idx] = env.log_odds(params[idx])
+            J[idx] = expit(Phi[idx])
+        J_min[idx] = np.minimum(J_min[idx], J[idx])
+        collapse_step[idx] = np.where((collapse_step[idx] < 0) & (J[idx] < COLLAPSE_J), k + 1, collapse_step[idx])
+        if dyn.freeze_below is not None:
+            alive[idx] = J[idx] >= dyn.freeze_below
+            if exact_mode:
+                keep = alive[idx]
+                ex = {key: v[keep] for key, v in ex.items()}
+    return SequenceTrajectory(
+        steps=np.arange(0, dyn.steps, every), J=rec_J, Phi=rec_Phi, J_final=J, Phi_final=Phi, J_min=J_min,
+        collapse_step=collapse_step, steps_run=steps_run, theta_final=params, eta0=eta0, seed=seeds, dynamics=dyn,
+    )
 
 
 def place_for_success_rate(env: Env, direction, J0: float, *, base=None, lo: float = -50.0, hi: float = 50.0) -> np.ndarray:

@@ -6,8 +6,8 @@ Models: the shared log-linear token policy with fixed length T ("shared") and wi
 w = Gap from the closed forms). All R runs (etas) go through one batched call of
 ``bandits.sequence.simulate``; the reference is the same function called once per run (a plain loop over
 runs), timed alternately. For the exact direction the batched and the per-run results must agree
-(reported as max |J_final difference|); sampled runs consume the random stream in a different order when
-batched, so only their time is compared.
+(reported as max |J_final difference|); sampled runs draw from the same per-run seeds in both routes
+(agreement is a test, tests/test_bandits_sequence.py), so only their time is compared.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bandits.sequence import SharedSequenceBandit, TabularSequenceBandit, place_for_success_rate, simulate
+from bandits.sequence import SequenceDynamics, SharedSequenceBandit, TabularSequenceBandit, place_for_success_rate, simulate
 
 from .timing import Stat, interleaved, ratio
 
@@ -65,19 +65,20 @@ def sequence_point(model: str, direction: str, T: int, *, runs: int = 16, steps:
     etas = np.geomspace(0.01, 0.3, runs)
     params = np.broadcast_to(start, (runs,) + start.shape).copy()
     nloop = min(loop_runs, runs)
-    kw = dict(direction=direction, method="grpo", group_size=group_size, steps=steps, collapse_J=1e-300)
+    exact = direction != "sampled"  # "logodds": exact log-odds ascent, method "gap"
+    dyn = SequenceDynamics(method="gap" if exact else "grpo", mode="exact" if exact else "sampled",
+                           group_size=group_size, steps=steps)
 
     def batched():
-        return simulate(env, params, etas, rng=np.random.default_rng(0), **kw)
+        return simulate(env, dyn, eta=etas, seed=np.arange(runs), theta0=params)
 
     def looped():
-        return [simulate(env, params[i : i + 1], etas[i : i + 1], rng=np.random.default_rng(i), **kw)
-                for i in range(nloop)]
+        return [simulate(env, dyn, eta=etas[i : i + 1], seed=i, theta0=params[i : i + 1]) for i in range(nloop)]
 
     maxdiff = float("nan")
-    if direction != "sampled":
-        b = batched()["J_final"][:nloop]
-        lo = np.concatenate([o["J_final"] for o in looped()])
+    if exact:
+        b = batched().J_final[:nloop]
+        lo = np.concatenate([o.J_final for o in looped()])
         maxdiff = float(np.max(np.abs(b - lo)))
     t = interleaved({"batched": batched, "looped": looped}, repeats=repeats, warmup=0)
     tb = t["batched"].scaled(1.0 / (runs * steps))

@@ -172,7 +172,9 @@ class Claim:
     criterion_text: written from the paper before the run, printed literally; criterion: its
     machine-checkable form; p_value / p_adjusted: for claims that are tests; block: "discovery" or
     "confirmation"; previously_measured: an earlier value, for the table only; criteria_hash: hash of
-    the frozen criteria the claim was judged against. verdict: computed, not an argument.
+    the frozen criteria the claim was judged against; measured: False when the statistic could not be
+    computed (too few qualifying instances): the verdict is then "inconclusive" whatever the criterion,
+    identities included. verdict: computed, not an argument.
     """
 
     id: str
@@ -191,6 +193,7 @@ class Claim:
     confidence: float = 0.95
     previously_measured: str | None = None
     criteria_hash: str | None = None
+    measured: bool = True
     verdict: str = field(init=False)
 
     def __post_init__(self):
@@ -213,8 +216,11 @@ class Claim:
                 raise ValueError(f"{name} must lie in [0, 1], got {v!r}")
         if self.p_adjusted is not None and self.p_value is not None and self.p_adjusted < self.p_value:
             raise ValueError("p_adjusted must be >= p_value")
-        object.__setattr__(self, "verdict",
-                           decide_verdict(self.estimate, lo, hi, self.criterion, p_adjusted=self.p_adjusted))
+        if not isinstance(self.measured, bool):
+            raise ValueError(f"measured must be a bool, got {self.measured!r}")
+        verdict = (decide_verdict(self.estimate, lo, hi, self.criterion, p_adjusted=self.p_adjusted)
+                   if self.measured else "inconclusive")
+        object.__setattr__(self, "verdict", verdict)
 
     @classmethod
     def from_estimate(cls, estimate, **fields) -> Claim:
@@ -222,6 +228,7 @@ class Claim:
         try:
             measured = dict(estimate=estimate.estimate, interval=(estimate.lo, estimate.hi), n=estimate.n,
                             confidence=estimate.confidence)
+            fields.setdefault("measured", estimate.method != "no data")
         except AttributeError as exc:
             raise ValueError("estimate must be a gapdyn.Estimate (estimate, lo, hi, n, confidence)") from exc
         clash = sorted(set(measured) & set(fields))

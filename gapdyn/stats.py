@@ -208,19 +208,22 @@ def bootstrap_ratio(num, den, *, clusters=None, rng: np.random.Generator, n_resa
 # --- exact tests -------------------------------------------------------------------------------
 
 
-def fisher_exact_test(table) -> TestResult:
-    """Two-sided Fisher exact test of a 2x2 count table [[a, b], [c, d]] (statistic: odds ratio).
+def fisher_exact_test(table, *, alternative: str = "two-sided") -> TestResult:
+    """Fisher exact test of a 2x2 count table [[a, b], [c, d]] (statistic: odds ratio).
 
-    p = Σ of hypergeometric probabilities of tables with the same margins that are no more likely
-    than the observed one (scipy.stats.fisher_exact).
+    two-sided: p = Σ of hypergeometric probabilities of tables with the same margins that are no more
+    likely than the observed one; "greater" / "less": P(a' >= a) / P(a' <= a) under the hypergeometric
+    law (odds ratio > 1 / < 1 as the alternative). scipy.stats.fisher_exact.
     """
+    if alternative not in ("two-sided", "greater", "less"):
+        raise ValueError(f"alternative must be 'two-sided', 'greater' or 'less', got {alternative!r}")
     from scipy.stats import fisher_exact
 
     t = np.asarray(table)
     if t.shape != (2, 2) or not np.issubdtype(t.dtype, np.number) or np.any(t < 0) or np.any(t != np.round(t)):
         raise ValueError(f"table must be a 2x2 array of non-negative integer counts, got {table!r}")
-    res = fisher_exact(t.astype(np.int64))
-    return TestResult(float(res.statistic), float(res.pvalue), int(t.sum()), "fisher exact")
+    res = fisher_exact(t.astype(np.int64), alternative=alternative)
+    return TestResult(float(res.statistic), float(res.pvalue), int(t.sum()), f"fisher exact ({alternative})")
 
 
 def _paired(x, y, name_x: str, name_y: str) -> tuple[np.ndarray, np.ndarray]:

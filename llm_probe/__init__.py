@@ -16,16 +16,20 @@ from .model import (
     sequence_logprob,
 )
 from .gap_probe import GapProbe, ProbeResult
+from .measure import encode_rollout, measure, parameter_change
 from .probes import (
     GapEstimate,
+    GapStats,
     alignment_metrics,
     dot_alignment,
     flat,
+    gap_matrix_bytes,
     jvp_alignment,
     mixed_groups,
     per_prompt_gaps,
     prompt_objectives,
     select_params,
+    streamed_gap_stats,
     token_stats,
 )
 from .rollout import Rollout, make_rollout, sample_completions
@@ -49,12 +53,13 @@ def __getattr__(name):  # the TRL callback imports transformers.TrainerCallback:
 
 __all__ = [
     "AGG_ALIASES", "AGG_MODES", "AdditionTask", "Alert", "CollapseConfig", "CollapseDetector", "FaultError",
-    "GapEstimate", "GapProbe", "GapProbeCallback", "JsonlTask", "LOSSES", "LOSS_NAMES", "LossSpec", "Problem", "RULES", "Rollout", "TinyQwenSpec",
+    "GapEstimate", "GapProbe", "GapStats", "GapProbeCallback", "JsonlTask", "LOSSES", "LOSS_NAMES", "LossSpec", "Problem", "RULES", "Rollout", "TinyQwenSpec",
     "TrainConfig", "Trainer", "aggregate", "alignment_metrics", "build_char_tokenizer", "build_policy",
     "build_tiny_qwen", "check_answer", "completion_logprobs", "compute_advantages", "default_device",
-    "detection_stats", "dot_alignment", "extract_answer", "flat", "jvp_alignment", "load_jsonl_problems", "load_policy",
-    "load_tokenizer", "make_rollout", "make_task", "mixed_groups", "normalize_answer", "per_prompt_gaps",
-    "policy_loss", "ProbeResult", "prompt_objectives", "sample_completions", "sampled_accuracy", "save_policy", "select_params",
-    "sequence_logprob", "synthetic_stream", "token_stats", "train", "warmup",
+    "detection_stats", "dot_alignment", "encode_rollout", "extract_answer", "flat", "gap_matrix_bytes",
+    "jvp_alignment", "load_jsonl_problems", "load_policy",
+    "load_tokenizer", "make_rollout", "make_task", "measure", "mixed_groups", "normalize_answer", "per_prompt_gaps",
+    "parameter_change", "policy_loss", "ProbeResult", "prompt_objectives", "sample_completions", "sampled_accuracy", "save_policy", "select_params",
+    "sequence_logprob", "streamed_gap_stats", "synthetic_stream", "token_stats", "train", "warmup",
     "SafeStepCallback", "SafeStepController", "SafeStepResult", "completion_logprob_jvp",
 ]

@@ -1,5 +1,5 @@
 """The Gradient-Gap probe (llm_probe.gap_probe) attached to a real ``trl.GRPOTrainer`` run through a
-``transformers.TrainerCallback``.
+``transformers.TrainerCallback``; single process or data-parallel (DDP) across processes.
 
 Callbacks see the model and optimizer but not the batch, so the callback wraps the reward function: each call
 records the prompts, the completion token ids and the rewards of that generation batch (grouped
@@ -18,6 +18,13 @@ bookkeeping needs ``num_iterations=1`` and ``steps_per_generation`` equal to the
 (the default); other settings raise a ValueError at ``on_train_begin``. A reward > 0 counts as a success (O+).
 TRL's sampler may emit the pad token inside a completion (ours never does, llm_probe.rollout); pass
 ``generation_kwargs={"suppress_tokens": [pad_id]}`` to GRPOConfig to rule it out.
+
+Distributed (``accelerate launch --num_processes N`` / ``torchrun``, DDP): each process's reward function sees
+only its own share of the generation batch, so at ``on_pre_optimizer_step`` the records of every rank are
+gathered (``torch.distributed.all_gather_object``, rank order, which is the order TRL groups rewards in) and
+every rank probes the whole batch; DDP has already averaged ``p.grad``, so every rank holds the same theta and
+the same numbers; rank 0 alone writes ``log_path`` / ``rollout_path``. FSDP and DeepSpeed shard the parameters
+(the probe needs each full parameter and its full gradient): ``on_train_begin`` refuses them.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 from pathlib import Path
 
 import torch
@@ -43,7 +51,9 @@ class GapProbeCallback(TrainerCallback):
     :meth:`attach` it so the metrics land in TRL's logs."""
 
     def __init__(self, tokenizer, num_generations: int, *, params: str = "all", alignment: str = "dot",
-                 log_path: str | Path | None = None):
+                 log_path: str | Path | None = None, rollout_path: str | Path | None = None):
+        """``log_path``: one JSON row of metrics per step; ``rollout_path``: the step's gathered rollout, one line
+        per completion {step, prompt, completion, completion_ids, reward} (the input of ``llm_probe.offline``)."""
         if num_generations < 2:
             raise ValueError(f"num_generations must be >= 2, got {num_generations}")
         if alignment not in ALIGNMENT_ROUTES:
@@ -53,11 +63,13 @@ class GapProbeCallback(TrainerCallback):
         self.params_spec = params
         self.alignment = alignment
         self.log_path = Path(log_path) if log_path else None
+        self.rollout_path = Path(rollout_path) if rollout_path else None
         self.history: list[dict] = []
         self.probe: GapProbe | None = None
         self._calls: list[tuple] = []
         self._batch: dict | None = None
         self._unlogged: list[dict] = []
+        self._gathered: tuple | None = None
 
     @property
     def M_batch(self) -> float:
@@ -86,6 +98,7 @@ class GapProbeCallback(TrainerCallback):
         return wrapped
 
     def on_train_begin(self, args, state, control, **kw):
+        _refuse_sharded(args)
         if getattr(args, "num_iterations", 1) != 1:
             raise ValueError("GapProbeCallback needs num_iterations=1 (batches reused across steps otherwise)")
         spg = getattr(args, "steps_per_generation", None)
@@ -93,7 +106,7 @@ class GapProbeCallback(TrainerCallback):
             raise ValueError("GapProbeCallback needs steps_per_generation == gradient_accumulation_steps")
 
     def _rollout(self, device) -> Rollout | None:
-        if not self._calls:
+        if not self._calls and _world_size() == 1:
             return None
         prompts, cids, rewards = [], [], []
         for p, c, r in self._calls:
@@ -101,7 +114,16 @@ class GapProbeCallback(TrainerCallback):
             cids += c
             rewards += r
         self._calls = []
+        if _world_size() > 1:  # every rank's share, in rank order
+            shares = [None] * _world_size()
+            torch.distributed.all_gather_object(shares, (prompts, cids, rewards))
+            prompts = [x for sh in shares for x in sh[0]]
+            cids = [x for sh in shares for x in sh[1]]
+            rewards = [x for sh in shares for x in sh[2]]
+        self._gathered = (prompts, cids, rewards)
         N = len(cids)
+        if N == 0:
+            return None
         if N % self.G:
             raise ValueError(f"recorded {N} completions, not a multiple of num_generations={self.G}")
         enc = self.tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
@@ -124,6 +146,12 @@ class GapProbeCallback(TrainerCallback):
         self._batch = {"reward": float(ro.rewards.mean()),
                        "frac_reward_zero_std": float((ro.rewards.std(-1) == 0).float().mean())}
         self.probe.before(ro)
+        if self.rollout_path is not None and _rank() == 0:
+            p, c, r = self._gathered
+            with open(self.rollout_path, "a") as f:
+                for pi, ci, ri in zip(p, c, r):
+                    f.write(json.dumps({"step": int(state.global_step), "prompt": pi,
+                                        "completion": self.tok.decode(ci), "completion_ids": ci, "reward": ri}) + "\n")
 
     def on_optimizer_step(self, args, state, control, model=None, **kw):
         if self.probe is None or not self.probe.pending:
@@ -132,10 +160,11 @@ class GapProbeCallback(TrainerCallback):
         row = {"step": int(state.global_step), **self._batch, "update_norm": res.update_norm,
                "grad_norm_probe": res.grad_norm, **res.metrics,
                "gap/dmu_update": [] if res.dmu_update is None else res.dmu_update.tolist(),
-               "gap/dmu_grad": [] if res.dmu_grad is None else res.dmu_grad.tolist()}
+               "gap/dmu_grad": [] if res.dmu_grad is None else res.dmu_grad.tolist(),
+               "gap/norm": [] if res.gap_norms is None else res.gap_norms.tolist()}
         self.history.append(row)
         self._unlogged.append(row)
-        if self.log_path is not None:
+        if self.log_path is not None and _rank() == 0:
             with open(self.log_path, "a") as f:
                 f.write(json.dumps(row) + "\n")
 
@@ -149,6 +178,33 @@ class GapProbeCallback(TrainerCallback):
         if state.log_history:
             for k, v in new.items():
                 state.log_history[-1].setdefault(k, v)
+
+
+def _world_size() -> int:
+    d = torch.distributed
+    return d.get_world_size() if d.is_available() and d.is_initialized() else 1
+
+
+def _rank() -> int:
+    d = torch.distributed
+    return d.get_rank() if d.is_available() and d.is_initialized() else 0
+
+
+def _refuse_sharded(args) -> None:
+    """ValueError for FSDP or DeepSpeed: they shard parameters and gradients; the probe supports DDP only."""
+    kind = None
+    if getattr(args, "deepspeed", None) or os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() in ("1", "true"):
+        kind = "DeepSpeed"
+    elif getattr(args, "fsdp", None) or os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true"):
+        kind = "FSDP"
+    else:
+        dist_type = str(getattr(getattr(args, "distributed_state", None), "distributed_type", ""))
+        kind = "FSDP" if "FSDP" in dist_type else "DeepSpeed" if "DEEPSPEED" in dist_type else None
+    if kind is not None:
+        raise ValueError(f"GapProbeCallback supports single-process and DDP training only, not {kind}: {kind} shards "
+                         "parameters and gradients, and the gap probe needs each full parameter and gradient. "
+                         "Run with plain data parallelism (accelerate launch --num_processes N, no FSDP/DeepSpeed "
+                         "config), or probe offline from saved checkpoints (python -m llm_probe.offline).")
 
 
 def _summarise(rows: list[dict]) -> dict:

@@ -3,8 +3,10 @@
     gapdyn train [--method grpo --lr 3e-4 --steps 100 ...]   one RLVR run (TrainConfig)
     gapdyn train warmup [--out DIR ...]                      build + warm up a tiny Qwen, save it (--init-from)
     gapdyn train demo [--out DIR --seeds 0 1 2 ...]          GRPO vs WAPO at a normal and a large lr (DemoConfig)
+    gapdyn train ablation [--mode test|quick|full] [--study ablation|warning] [--jobs N] [--out DIR]
+                                                             the method ablation / early-warning study, with claims
 
-Outputs go to ``./gapdyn_out/train`` (``train-warmup``, ``train-demo``) unless ``--out DIR``.
+Outputs go to ``./gapdyn_out/train`` (``train-warmup``, ``train-demo``, ``train-ablation``) unless ``--out DIR``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from gapdyn.cmdline import command, output_dir, parse, say
 
 from .config import check_settings
 
-__all__ = ["main", "WarmupConfig"]
+__all__ = ["main", "WarmupConfig", "AblationArgs"]
 
 
 @dataclass
@@ -62,6 +64,57 @@ def _warmup_main(argv: list[str]) -> int:
     d, acc = prepare_warm_model(out, arch=cfg.arch, seed=cfg.seed, steps=cfg.steps, batch=cfg.batch, lr=cfg.lr,
                                 num_threads=cfg.num_threads, force=True, progress=cfg.progress)
     say("train", f"warm model saved in {d} (sampled accuracy {acc:.3f}); use it with --init-from {d}")
+    return 0
+
+
+@dataclass
+class AblationArgs:
+    """The llm_probe ablation (GRPO, Dr.GRPO, WAPO, PSR, NSR x learning rates x seeds) or the early-warning
+    study, resumable (finished runs are skipped); prints its claims with intervals (docs/llm_probe.md)."""
+
+    mode: Literal["test", "quick", "full"] = "quick"
+    """Sizes: test (seconds, machinery), quick (indicative, ~20 min on 2 cores), full (>= 10 seeds per arm)."""
+    study: Literal["ablation", "warning"] = "ablation"
+    """ablation: methods x lrs with survival, reward, entropy at matched accuracy, pass@k; warning: GRPO and
+    WAPO x 3 lrs with every-step probes (then `python -m llm_probe.early_warning --study DIR`)."""
+    out_dir: Annotated[str | None, tyro.conf.arg(name="out")] = None
+    """Study folder (default ./gapdyn_out/train-ablation/<study>-<mode>)."""
+    jobs: int = 1
+    """Parallel runs (processes)."""
+    seed: int | None = None
+    """Run only this seed (None: the mode's seeds)."""
+    progress: bool = True
+    """Show progress."""
+
+
+def _ablation_main(argv: list[str]) -> int:
+    from dataclasses import replace
+
+    from gapdyn.cmdline import check_jobs
+
+    from . import ablation
+
+    args = parse(AblationArgs, argv, prog="gapdyn train ablation")
+    check_jobs(args.jobs)
+    key = args.mode if args.study == "ablation" else ("warning" if args.mode == "full" else "warning-quick")
+    if args.study == "warning" and args.mode == "test":
+        key = "test"
+    cfg = ablation.CONFIGS[key]
+    if args.seed is not None:
+        cfg = replace(cfg, seeds=(int(args.seed),))
+    default = Path.cwd() / "gapdyn_out" / "train-ablation" / f"{args.study}-{args.mode}"
+    out = output_dir("train-ablation", args.out_dir or default)
+    t0 = time.perf_counter()
+    ablation.run_study(cfg, out, n_jobs=max(1, args.jobs), progress=args.progress)
+    claims = ablation.summarize(out)
+    import gapdyn
+
+    print(gapdyn.claims_markdown(claims))
+    n = gapdyn.count_verdicts(claims)
+    say("train", f"{args.study} ({args.mode}): {n['holds']} hold, {n['does not hold']} do not, "
+                 f"{n['inconclusive']} inconclusive of {len(claims) - n['identity']} claims; "
+                 f"wall {time.perf_counter() - t0:.0f} s")
+    say("train", f"wrote {out}/ (runs.csv, survival.csv, claims.json, claims.md)")
     return 0
 
 
@@ -116,4 +169,6 @@ def main(argv: list[str]) -> int:
         return demo_main(argv[1:])
     if argv and argv[0] == "warmup":
         return _warmup_main(argv[1:])
+    if argv and argv[0] == "ablation":
+        return _ablation_main(argv[1:])
     return _train_main(argv)

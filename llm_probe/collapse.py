@@ -1,19 +1,21 @@
 """A documented collapse rule for RLVR runs, applied online to the per-step metrics.
 
-The WAPO paper's collapse criterion is not public (THEORY.md §4), so this toolkit defines its own.
+The WAPO paper's collapse criterion is not public, so this toolkit defines its own.
 Baselines H0, R0 are given explicitly, or set from a pre-RL measurement (:meth:`CollapseDetector.set_baseline`;
 the trainer measures the initial policy), or else are the medians of the first ``baseline_steps`` steps; every signal is a
 rolling mean over ``window`` steps; a rule fires when its condition holds for ``patience`` consecutive
 steps after the baseline period:
 
-| rule                | condition on the rolling mean                                     | the failure mode (SIMULATIONS.md) |
+| rule                | condition on the rolling mean                                     | the failure mode                  |
 |---------------------|-------------------------------------------------------------------|-----------------------------------|
 | entropy_blowup      | entropy > max(blowup_factor * H0, H0 + blowup_margin)             | high-entropy off-task output, length at the cap |
 | entropy_collapse    | entropy < collapse_factor * H0                                    | repetitive / malformed output, length 1 |
-| reward_collapse     | reward < reward_floor * R0 (needs R0 > 0)                          | success falls to ~0 (absorbing with binary r) |
+| reward_collapse     | reward < reward_floor * R0 (needs R0 >= min_baseline_reward)       | success falls to ~0 (absorbing with binary r) |
 | identical_rollouts  | completions/distinct_frac < distinct_floor                        | every group repeats one completion |
 
-H0, R0: baseline entropy and reward. distinct_frac = mean over groups of (#distinct completions) / G.
+H0, R0: baseline entropy and reward. reward_collapse is off when R0 < min_baseline_reward (default 0.05): a
+ratio to a near-zero baseline is noise (R0 = 0.002 put the threshold at 5e-4, so three zero-reward steps, the
+common case for a weak policy, raised an alarm at step 2); such a run has no reward to lose. distinct_frac = mean over groups of (#distinct completions) / G.
 An alert records the step at which the rule fired; the first one marks the run as collapsed (and a
 trainer can stop early). Defaults were set on synthetic streams and checked on healthy tiny-Qwen runs
 (docs/llm_probe.md reports delays and false alarms).
@@ -46,13 +48,15 @@ class CollapseConfig:
     distinct_floor: float = 0.2  # identical_rollouts: rolling distinct_frac < distinct_floor
     baseline_entropy: float | None = None  # H0 if known (e.g. measured before RL)
     baseline_reward: float | None = None  # R0 if known
+    min_baseline_reward: float = 0.05  # reward_collapse needs R0 >= this (a ratio to a near-zero R0 is noise)
 
     def __post_init__(self):
         for n in ("baseline_steps", "window", "patience"):
             if getattr(self, n) < 1:
                 raise ValueError(f"{n} must be >= 1, got {getattr(self, n)}")
         for n, lo, hi in (("blowup_factor", 1.0, math.inf), ("blowup_margin", 0.0, math.inf),
-                          ("collapse_factor", 0.0, 1.0), ("reward_floor", 0.0, 1.0), ("distinct_floor", 0.0, 1.0)):
+                          ("collapse_factor", 0.0, 1.0), ("reward_floor", 0.0, 1.0), ("distinct_floor", 0.0, 1.0),
+                          ("min_baseline_reward", 0.0, 1.0)):
             v = getattr(self, n)
             if not (math.isfinite(v) and lo <= v <= hi):
                 raise ValueError(f"{n} must be finite and in [{lo}, {hi}], got {v}")
@@ -116,7 +120,7 @@ class CollapseDetector:
             checks.append(("entropy_blowup", rH > hi, rH, hi))
             lo = c.collapse_factor * H0
             checks.append(("entropy_collapse", rH < lo, rH, lo))
-        if R0 is not None and R0 > 0 and rR is not None:
+        if R0 is not None and R0 > 0 and R0 >= c.min_baseline_reward and rR is not None:
             checks.append(("reward_collapse", rR < c.reward_floor * R0, rR, c.reward_floor * R0))
         if rD is not None:
             checks.append(("identical_rollouts", rD < c.distinct_floor, rD, c.distinct_floor))

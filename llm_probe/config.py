@@ -94,7 +94,8 @@ class TrainConfig:
     """An online RLVR run of a (tiny) Qwen policy with gradient-gap probes."""
 
     out_dir: Annotated[str, tyro.conf.arg(name="out")] = "gapdyn_out/train"
-    """Folder for metrics.jsonl, metrics.parquet, probe_prompts.jsonl, alerts.json, summary.json, checkpoint.pt."""
+    """Folder for metrics.jsonl, metrics.parquet, probe_prompts.jsonl, alerts.json, summary.json,
+    checkpoint.safetensors."""
     method: str = "grpo"
     """Loss: grpo, bnpo, dr_grpo, dapo, gspo, wapo, psr, nsr, w_reinforce (llm_probe.losses.LOSSES)."""
     seed: int = 0
@@ -138,17 +139,21 @@ class TrainConfig:
     plain step of the tiny Qwen on CPU; the default cadence of 10 keeps the amortised cost near 1.2x
     (docs/llm_probe.md, BENCHMARKS.md)."""
     probe_params: str = "all"
-    """Parameters the probes differentiate: 'all', 'lm_head', or a regex on parameter names."""
-    probe_alignment: Literal["dot", "jvp", "both"] = "dot"
-    """Route for dmu: dot products with gap vectors, a forward-mode JVP, or both (logs their max difference)."""
+    """Parameters the probes differentiate: 'all' (= 'trainable': every parameter with requires_grad, the
+    adapters under PEFT/LoRA), 'lm_head', or a regex on parameter names."""
+    probe_alignment: Literal["dot", "jvp", "both", "stream"] = "dot"
+    """Route for dmu: dot products with gap vectors, a forward-mode JVP, both (logs their max difference), or
+    stream (one group at a time: memory does not grow with prompts x parameters; 'dot'/'both' switch to it
+    on their own above 1 GiB of gap vectors)."""
     probe_prompts: int = 8
     """Size of the fixed probe-prompt set whose cumulative M_q is tracked (0: none)."""
     probe_group_size: int = 8
     """Completions sampled per probe prompt at each probe step (own generator: training is unaffected)."""
     checkpoint_every: int = 0
-    """Write checkpoint.pt every n steps (0: only at the end)."""
+    """Write checkpoint.safetensors every n steps (0: only at the end)."""
     resume: bool = False
-    """Resume from <out>/checkpoint.pt if it exists."""
+    """Resume from <out>/checkpoint.safetensors if it exists (the settings that define the run must match it;
+    see --resume-force)."""
     stop_on_collapse: bool = False
     """Stop the run at the first collapse alert."""
     collapse: CollapseConfig = field(default_factory=CollapseConfig)
@@ -163,6 +168,12 @@ class TrainConfig:
     """Model dtype: float32, float64, bfloat16, float16."""
     progress: bool = True
     """Show tqdm progress bars (warm-up and RL steps)."""
+    resume_force: bool = False
+    """Resume even when settings that define the run (method, lr, seed, ...; llm_probe.checkpoint.RESUME_POLICY)
+    differ from the checkpoint's; the metrics files then mix two configurations."""
+    truncate_prompts: bool = False
+    """Cut prompts longer than the model context minus max_new_tokens to their last tokens; off: such a prompt is
+    an error naming its length and the context."""
     safe_step: bool = False
     """Scale every optimizer step by the safe step multiplier a in [0, 1]: theta = theta_k + a (theta' - theta_k),
     a = min(1, delta / sd_hat, c dmu_hat / kappa_hat) from one JVP over the step's completions
@@ -181,3 +192,6 @@ class TrainConfig:
         if not str(self.method).strip():
             raise ValueError("--method must name a loss, got an empty string")
         check_device(self.device)
+        for name in ("resume_force", "truncate_prompts"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{_flag(name)} must be True or False, got {getattr(self, name)!r}")

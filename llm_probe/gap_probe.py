@@ -11,7 +11,9 @@ with eta = 1, so any optimizer (Adam included) is covered. A step k is probed in
   prompts, -grad L, Phi_hat_q(theta_k);
 - :meth:`GapProbe.after` at theta_{k+1}: delta = theta_{k+1} - theta_k, dmu_q = <delta, g_q>,
   dmu_grad_q = <-grad L, g_q> (dot products, or forward-mode JVPs evaluated at theta_k: ``jvp``; ``both``
-  logs their largest difference), M_batch += mean_q [dmu_q]_+, M_q += [dmu_q]_+ per probe prompt, and the
+  logs their largest difference; ``stream``: the same numbers as ``dot`` with one gap in memory at a time,
+  evaluated at a snapshot of theta_k, chosen by itself when the gap matrix would exceed ``max_gap_bytes``),
+  M_batch += mean_q [dmu_q]_+, M_q += [dmu_q]_+ per probe prompt, and the
   realised change of Phi_hat_q on the same completions (first order: dmu_q).
 
 The metric names are those of docs/llm_probe.md ("Metrics").
@@ -33,12 +35,15 @@ from .probes import (
     objectives_from_logprobs,
     per_prompt_gaps,
     prompt_objectives,
+    gap_matrix_bytes,
     select_params,
+    streamed_gap_stats,
 )
 
 __all__ = ["GapProbe", "ProbeResult", "ALIGNMENT_ROUTES"]
 
-ALIGNMENT_ROUTES = ("dot", "jvp", "both")
+ALIGNMENT_ROUTES = ("dot", "jvp", "both", "stream")
+DEFAULT_MAX_GAP_BYTES = 2**30  # above this the dot route streams (gap matrix of batch + probe prompts)
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,7 @@ class ProbeResult:
     update_norm: float  # ||theta_{k+1} - theta_k|| over the probed parameters
     grad_norm: float  # ||grad L|| over the probed parameters (after clipping)
     prompts: list  # [n_probe_prompts] dicts: J_hat, mixed, dmu_update, M (empty without probe prompts)
+    gap_norms: torch.Tensor | None = None  # [Q] ||g_q|| (dot and stream routes)
 
 
 @dataclass
@@ -66,23 +72,32 @@ class _Pending:
     phi_old: torch.Tensor  # [Q] Phi_hat_q(theta_k)
     probe_ro: object  # Rollout of the fixed probe prompts or None
     probe_gap: object  # GapEstimate or None
+    stream: bool = False  # gaps recomputed one at a time in after(), at theta_k
 
 
 class GapProbe:
     """Per-step Gradient-Gap alignment of a policy ``model`` over the parameters ``params`` selects.
 
     alignment: "dot" (gap vectors, then dot products: also norms and cosines), "jvp" (forward mode, no gap
-    vectors: least memory) or "both" (dot values, plus ``gap/jvp_dot_maxdiff``). n_probe_prompts: size of the
+    vectors: least memory), "both" (dot values, plus ``gap/jvp_dot_maxdiff``) or "stream" (dot's numbers without the
+    [prompts x parameters] matrix; "dot" and "both" switch to it by themselves for a step whose matrix would
+    exceed ``max_gap_bytes``; None: never). Parameters: ``params`` is a :func:`select_params` subset ("all" =
+    every ``requires_grad`` parameter, so a PEFT model probes its adapter only). n_probe_prompts: size of the
     fixed probe-prompt set whose M_q is tracked (0: none). ``M_batch`` and ``M_probe`` are the running sums
     (a checkpoint saves and restores them).
     """
 
-    def __init__(self, model, params: str = "all", *, alignment: str = "dot", n_probe_prompts: int = 0):
+    def __init__(self, model, params: str = "all", *, alignment: str = "dot", n_probe_prompts: int = 0,
+                 max_gap_bytes: int | None = DEFAULT_MAX_GAP_BYTES):
         if alignment not in ALIGNMENT_ROUTES:
             raise ValueError(f"alignment must be one of {ALIGNMENT_ROUTES}, got {alignment!r}")
         if isinstance(n_probe_prompts, bool) or not isinstance(n_probe_prompts, int) or n_probe_prompts < 0:
             raise ValueError(f"n_probe_prompts must be an integer >= 0, got {n_probe_prompts!r}")
+        if max_gap_bytes is not None and (isinstance(max_gap_bytes, bool) or not isinstance(max_gap_bytes, int)
+                                          or max_gap_bytes < 0):
+            raise ValueError(f"max_gap_bytes must be an integer >= 0 or None, got {max_gap_bytes!r}")
         self.model = model
+        self.max_gap_bytes = max_gap_bytes
         self.params = select_params(model, params)
         self.alignment = alignment
         self.M_batch = 0.0
@@ -104,8 +119,15 @@ class GapProbe:
         """
         if probe_ro is not None and probe_ro.B != len(self.M_probe):
             raise ValueError(f"probe_ro holds {probe_ro.B} prompts, the probe tracks {len(self.M_probe)}")
-        dot = self.alignment != "jvp"
+        stream = self.alignment == "stream" or (
+            self.alignment != "jvp" and self.max_gap_bytes is not None and gap_matrix_bytes(
+                len(mixed_groups(ro.rewards)) + (0 if probe_ro is None else len(mixed_groups(probe_ro.rewards))),
+                self.params) > self.max_gap_bytes)
+        dot = self.alignment != "jvp" and not stream
         names = list(self.params)
+        keep = self.alignment != "dot" or stream  # forward-mode and streamed routes evaluate at theta_k later
+        if keep and theta_k is None:
+            theta_k = {n: p.detach().clone() for n, p in self.model.named_parameters()}
         old = {n: (theta_k[n] if theta_k is not None else self.params[n].detach().clone()) for n in names}
         ascent = {n: -(p.grad.detach() if p.grad is not None else torch.zeros_like(p)) for n, p in self.params.items()}
         with _eval_mode(self.model):  # no dropout in the probe's forwards
@@ -113,16 +135,16 @@ class GapProbe:
             groups = batch_gap.groups if dot else mixed_groups(ro.rewards)
             if dot:
                 phi_old = batch_gap.phi
+            elif stream:
+                phi_old = None  # streamed_gap_stats returns it in after()
             elif seq_logp is not None:
                 phi_old = objectives_from_logprobs(ro.rewards, groups, seq_logp.detach()).cpu()
             else:
                 with torch.no_grad():
                     phi_old = prompt_objectives(self.model, ro, groups).cpu()
             probe_gap = per_prompt_gaps(self.model, probe_ro, self.params) if dot and probe_ro is not None else None
-        if self.alignment != "dot" and theta_k is None:
-            theta_k = {n: p.detach().clone() for n, p in self.model.named_parameters()}
-        self._pending = _Pending(ro, groups, old, theta_k if self.alignment != "dot" else None, ascent, batch_gap,
-                                 phi_old, probe_ro, probe_gap)
+        self._pending = _Pending(ro, groups, old, theta_k if keep else None, ascent, batch_gap, phi_old, probe_ro,
+                                 probe_gap, stream)
 
     def cancel(self) -> None:
         """Drop the step recorded by :meth:`before` (the step was skipped)."""
@@ -134,18 +156,31 @@ class GapProbe:
             raise RuntimeError("GapProbe.after() called without a matching before()")
         s, self._pending = self._pending, None
         delta_d = {n: self.params[n].detach() - s.old[n] for n in s.old}
-        delta, ascent = flat(delta_d), flat(s.ascent)
+        # flat copies only for the gap-matrix products; the streamed route works per parameter
+        delta = flat(delta_d) if s.batch_gap is not None or s.probe_gap is not None else None
+        ascent = flat(s.ascent) if s.batch_gap is not None else None
+        delta_norm, ascent_norm = _norm(delta_d), _norm(s.ascent)
         out = {}
-        dmu_u = dmu_g = None
+        dmu_u = dmu_g = norms = None
+        if s.stream:
+            with _eval_mode(self.model):
+                st = streamed_gap_stats(self.model, s.ro, self.params, {"u": delta_d, "g": s.ascent}, at=s.theta_k)
+            dt = _dtype(delta_d)
+            dmu_u, dmu_g, norms = st.dots["u"].to(dt), st.dots["g"].to(dt), st.norms
+            s.phi_old = st.phi
         if s.batch_gap is not None:
             dmu_u, dmu_g = dot_alignment(s.batch_gap.gaps, delta), dot_alignment(s.batch_gap.gaps, ascent)
-        batch_jvp = self.alignment != "dot" and len(s.groups) > 0
-        probe_jvp = s.probe_ro is not None and s.probe_gap is None
+        batch_jvp = self.alignment in ("jvp", "both") and len(s.groups) > 0
+        probe_jvp = s.probe_ro is not None and s.probe_gap is None and not s.stream
         probe_groups = s.probe_gap.groups if s.probe_gap is not None else (
             mixed_groups(s.probe_ro.rewards) if s.probe_ro is not None else None)
         dmu_probe = None
         if s.probe_gap is not None and len(probe_groups):
             dmu_probe = dot_alignment(s.probe_gap.gaps, delta)
+        if s.stream and s.probe_ro is not None and len(probe_groups):
+            with _eval_mode(self.model):
+                st_p = streamed_gap_stats(self.model, s.probe_ro, self.params, {"u": delta_d}, at=s.theta_k)
+            dmu_probe = st_p.dots["u"].to(_dtype(delta_d))
         with _eval_mode(self.model):
             if batch_jvp:  # both directions (update, -grad) in one vmap'd forward-mode pass at theta_k
                 jv_u, jv_g = jvp_alignment(self.model, s.ro, s.groups, s.old, [delta_d, s.ascent], base=s.theta_k)
@@ -156,7 +191,9 @@ class GapProbe:
             if probe_jvp:
                 dmu_probe = jvp_alignment(self.model, s.probe_ro, probe_groups, s.old, delta_d, base=s.theta_k)
             gaps = s.batch_gap.gaps if s.batch_gap is not None else None
-            out.update(alignment_metrics("gap", dmu_u, dmu_g, gaps, delta, ascent))
+            if gaps is not None:
+                norms = s.batch_gap.norms
+            out.update(alignment_metrics("gap", dmu_u, dmu_g, gaps, delta_norm, ascent_norm, norms=norms))
             if dmu_u is not None and len(dmu_u):
                 self.M_batch += float(dmu_u.clamp(min=0).mean())
                 with torch.no_grad():  # realised change of Phi_hat on the same completions (first order: dmu)
@@ -167,7 +204,7 @@ class GapProbe:
         if s.probe_ro is not None:
             out_p, prompts = self._probe_prompts(s.probe_ro, probe_groups, dmu_probe)
             out.update(out_p)
-        return ProbeResult(out, dmu_u, dmu_g, float(delta.norm()), float(ascent.norm()), prompts)
+        return ProbeResult(out, dmu_u, dmu_g, delta_norm, ascent_norm, prompts, norms)
 
     def _probe_prompts(self, probe_ro, groups, dmu_probe):
         """M_q += [dmu_q]_+ over the fixed probe prompts (0 for a prompt without a mixed group)."""
@@ -188,6 +225,15 @@ class GapProbe:
         rows = [{"prompt_id": i, "J_hat": float(J_hat[i]), "mixed": bool(mixed[i]), "dmu_update": float(dmu[i]),
                  "M": float(self.M_probe[i])} for i in range(n)]
         return metrics, rows
+
+
+def _norm(tensors: dict) -> float:
+    """The Euclidean norm of the concatenation of ``tensors``' values, without concatenating them."""
+    return sum(float(torch.linalg.vector_norm(t)) ** 2 for t in tensors.values()) ** 0.5
+
+
+def _dtype(tensors: dict) -> torch.dtype:
+    return torch.float64 if any(t.dtype == torch.float64 for t in tensors.values()) else torch.float32
 
 
 class _eval_mode:

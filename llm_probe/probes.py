@@ -33,6 +33,9 @@ __all__ = [
     "GapEstimate",
     "per_prompt_gaps",
     "per_prompt_gaps_batched",
+    "GapStats",
+    "streamed_gap_stats",
+    "gap_matrix_bytes",
     "flat",
     "dot_alignment",
     "jvp_alignment",
@@ -47,9 +50,12 @@ GRADMASS_NAMES = tuple(
 
 
 def select_params(model, subset: str = "all") -> dict[str, torch.nn.Parameter]:
-    """Named trainable parameters: "all", "lm_head", or a regex on the parameter names."""
+    """Named trainable parameters (``requires_grad``): "all" (alias "trainable": with a frozen base, e.g. a PEFT
+    LoRA model, only the adapter weights), "lm_head", or a regex on the parameter names."""
+    if not isinstance(subset, str):
+        raise ValueError(f"subset must be a string ('all', 'trainable', 'lm_head' or a regex), got {subset!r}")
     named = {n: p for n, p in model.named_parameters() if p.requires_grad}
-    if subset == "all":
+    if subset in ("all", "trainable"):
         out = named
     elif subset == "lm_head":
         out = {n: p for n, p in named.items() if n.startswith("lm_head")}
@@ -243,6 +249,82 @@ def per_prompt_gaps_batched(model, ro, params: dict[str, torch.nn.Parameter]) ->
     return GapEstimate(groups, torch.stack(gaps).cpu(), phi.detach().cpu(), (r > 0).sum(-1), (r <= 0).sum(-1))
 
 
+def gap_matrix_bytes(n_prompts: int, params: dict[str, torch.Tensor]) -> int:
+    """Bytes of the [n_prompts, P] gap matrix :func:`per_prompt_gaps` would hold over ``params``."""
+    plist = list(params.values())
+    return int(n_prompts) * sum(p.numel() for p in plist) * _gap_dtype(plist).itemsize
+
+
+@dataclass
+class GapStats:
+    """What :func:`streamed_gap_stats` keeps of the gaps g_q: no [Q, P] matrix, only per-prompt scalars."""
+
+    groups: torch.Tensor  # [Q] mixed group indices
+    phi: torch.Tensor  # [Q] Phi_hat_q
+    n_pos: torch.Tensor  # [Q]
+    n_neg: torch.Tensor  # [Q]
+    norms: torch.Tensor  # [Q] ||g_q||
+    dots: dict  # direction name -> [Q] <v, g_q>
+    mean_gap: dict | None  # name -> mean_q g_q (parameter-shaped), when asked for
+
+
+def streamed_gap_stats(model, ro, params: dict[str, torch.Tensor], directions: dict | None = None, *,
+                       at: dict[str, torch.Tensor] | None = None, mean_gap: bool = False) -> GapStats:
+    """The per-prompt scalars of :func:`per_prompt_gaps` + :func:`dot_alignment` without the [Q, P] matrix:
+    one group at a time, g_q = grad Phi_hat_q (one forward + backward over its G rows), reduced at once to
+    ||g_q|| and <v, g_q> for each direction v (``directions``: name -> {parameter name -> tensor}, e.g. the
+    update delta and -grad L), then dropped. Peak memory: one gradient and one group's activations, whatever Q.
+
+    ``at``: parameter values (name -> tensor, every parameter or a subset) at which to evaluate the gaps (e.g. a
+    snapshot theta_k after the optimizer already moved the module); default: the module's. ``params`` names the
+    differentiated parameters. Each parameter's dot is taken in the gap dtype, the sum over parameters
+    in float64.
+    """
+    directions = directions or {}
+    for d, v in directions.items():
+        missing = [n for n in params if n not in v]
+        if missing:
+            raise ValueError(f"directions[{d!r}] lacks parameters {missing[:3]}")
+    groups = mixed_groups(ro.rewards)
+    Q = len(groups)
+    norms = torch.zeros(Q, dtype=torch.float64)
+    dots = {d: torch.zeros(Q, dtype=torch.float64) for d in directions}
+    dt = _gap_dtype(list(params.values()))
+    acc = {n: torch.zeros_like(p, dtype=dt) for n, p in params.items()} if mean_gap else None
+    r = ro.rewards[groups]
+    if Q == 0:
+        z = torch.zeros(0)
+        return GapStats(groups, z, z, z, norms, dots, acc)
+    W = _contrast_weights(ro.rewards, groups).to(ro.completion_ids.device)
+    names = list(params)
+    own = dict(model.named_parameters())  # one name per tensor (tied weights: functional_call ties the others)
+    base = {} if at is None else {k: v.detach() for k, v in at.items() if k in own}
+    G = ro.G
+    phis = []
+    for q, b in enumerate(groups.tolist()):
+        leaves = {n: (base[n] if n in base else params[n]).detach().requires_grad_(True) for n in names}
+        fmodel = _Functional(model, {**base, **leaves})
+        rows = slice(b * G, (b + 1) * G)
+        lp = completion_logprobs(fmodel, ro.prompt_ids[rows], ro.prompt_mask[rows], ro.completion_ids[rows],
+                                 ro.completion_mask[rows]).sum(-1)
+        phi = W[q, rows].to(lp.dtype) @ lp
+        grads = torch.autograd.grad(phi, [leaves[n] for n in names], allow_unused=True)
+        sq = 0.0
+        for n, g in zip(names, grads):
+            if g is None:
+                continue
+            g = g.detach().reshape(-1)
+            sq += float(torch.dot(g, g))
+            for d, v in directions.items():
+                dots[d][q] += float(torch.dot(g, v[n].detach().reshape(-1).to(g.device, g.dtype)))
+            if acc is not None:
+                acc[n] += g.view(acc[n].shape).to(acc[n].dtype) / Q
+        norms[q] = sq ** 0.5
+        phis.append(phi.detach())
+        del grads, leaves, fmodel
+    return GapStats(groups, torch.stack(phis).cpu(), (r > 0).sum(-1), (r <= 0).sum(-1), norms, dots, acc)
+
+
 def dot_alignment(gaps: torch.Tensor, direction: torch.Tensor) -> torch.Tensor:
     """dmu_q = <direction, g_q> (reference route), [Q]."""
     return gaps @ direction.to(gaps.dtype).cpu()
@@ -342,8 +424,11 @@ def token_stats(logp_all, completion_ids, mask, advantages, dloss_dlogp=None) ->
         return out
 
 
-def alignment_metrics(prefix: str, dmu_update, dmu_grad=None, gaps=None, update=None, grad_dir=None) -> dict:
-    """Summary scalars of per-prompt alignments (mean, positive fraction) and, with gap vectors, norms/cosines."""
+def alignment_metrics(prefix: str, dmu_update, dmu_grad=None, gaps=None, update=None, grad_dir=None, *,
+                      norms=None) -> dict:
+    """Summary scalars of per-prompt alignments (mean, positive fraction) and, with gap vectors (or their
+    ``norms`` [Q], e.g. from :func:`streamed_gap_stats`), norms and cosines; ``update`` / ``grad_dir``: the
+    directions (flat vectors) or just their norms (floats)."""
     out = {}
     if dmu_update is None or len(dmu_update) == 0:
         return {f"{prefix}/n_prompts": 0}
@@ -354,12 +439,12 @@ def alignment_metrics(prefix: str, dmu_update, dmu_grad=None, gaps=None, update=
     out[f"{prefix}/dmu_update_neg_sum"] = float(dmu_update.clamp(max=0).sum())
     if dmu_grad is not None:
         out[f"{prefix}/dmu_grad_mean"] = float(dmu_grad.mean())
-    if gaps is not None:
-        n = gaps.norm(dim=-1)
+    if gaps is not None or norms is not None:
+        n = gaps.norm(dim=-1) if gaps is not None else norms.to(dmu_update.dtype)
         out[f"{prefix}/norm_mean"] = float(n.mean())
         for nm, v, d in (("update", update, dmu_update), ("grad", grad_dir, dmu_grad)):
             if v is not None and d is not None:
-                den = n * v.norm()
+                den = n * (v.norm() if torch.is_tensor(v) else float(v))
                 cos = torch.where(den > 0, d / den.clamp(min=1e-30), torch.zeros_like(d))
                 out[f"{prefix}/cos_{nm}_mean"] = float(cos.mean())
     return out

@@ -18,7 +18,7 @@ import torch
 
 from .model import forward_inputs
 
-__all__ = ["Rollout", "encode_prompts", "sample_completions", "make_rollout"]
+__all__ = ["Rollout", "encode_prompts", "sample_completions", "make_rollout", "context_size", "check_prompts_fit"]
 
 
 @dataclass
@@ -47,6 +47,38 @@ class NonFinitePolicyError(ValueError):
     """The policy produced NaN/inf probabilities while sampling (e.g. after an update that blew up its logits)."""
 
 
+def context_size(model) -> int | None:
+    """The model's context length (``config.max_position_embeddings``); None when the model does not say."""
+    n = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    return int(n) if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+
+def _room(context: int, max_new_tokens: int) -> int:
+    """Prompt tokens that fit in ``context`` next to ``max_new_tokens``; a ValueError when none do."""
+    if max_new_tokens >= context:
+        raise ValueError(f"max_new_tokens={max_new_tokens} leaves no room for a prompt in the model context of "
+                         f"{context} positions (config.max_position_embeddings)")
+    return context - max_new_tokens
+
+
+def _too_long(lengths, room: int, context: int, max_new_tokens: int) -> ValueError:
+    i = max(range(len(lengths)), key=lambda j: lengths[j])
+    return ValueError(f"prompt {i} is {lengths[i]} tokens: with max_new_tokens={max_new_tokens} it needs "
+                      f"{lengths[i] + max_new_tokens} positions, the model context is {context} "
+                      f"(config.max_position_embeddings); shorten it, lower max_new_tokens, or pass "
+                      f"truncate_prompts (--truncate-prompts) to keep its last {room} tokens")
+
+
+def check_prompts_fit(tokenizer, prompts: list[str], context: int | None, max_new_tokens: int) -> None:
+    """A ValueError naming the longest prompt when a prompt plus ``max_new_tokens`` exceeds ``context``."""
+    if context is None or not prompts:
+        return
+    room = _room(context, max_new_tokens)
+    lengths = [len(x) for x in tokenizer(list(prompts), add_special_tokens=False)["input_ids"]]
+    if max(lengths) > room:
+        raise _too_long(lengths, room, context, max_new_tokens)
+
+
 def encode_prompts(tokenizer, prompts: list[str], device=None):
     """(ids [B, P], mask [B, P]) left-padded, no special tokens."""
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
@@ -61,6 +93,10 @@ def sample_completions(model, prompt_ids, prompt_mask, *, max_new_tokens: int, e
         raise ValueError(f"temperature must be finite and > 0, got {temperature}")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    context = context_size(model)
+    if context is not None and prompt_ids.shape[1] + max_new_tokens > context:  # before anything is allocated
+        raise ValueError(f"prompts of {prompt_ids.shape[1]} tokens plus max_new_tokens={max_new_tokens} exceed the "
+                         f"model context of {context} positions (config.max_position_embeddings)")
     N = prompt_ids.shape[0]
     dev = prompt_ids.device
     ids, attn = prompt_ids, prompt_mask
@@ -88,14 +124,24 @@ def sample_completions(model, prompt_ids, prompt_mask, *, max_new_tokens: int, e
 
 
 def make_rollout(model, tokenizer, task, problems, *, G: int, max_new_tokens: int, generator: torch.Generator,
-                 temperature: float = 1.0) -> Rollout:
-    """Sample G completions for each problem and score them with ``task.reward``."""
+                 temperature: float = 1.0, truncate_prompts: bool = False) -> Rollout:
+    """Sample G completions for each problem and score them with ``task.reward``. A prompt that does not fit
+    in the model context next to ``max_new_tokens`` is a ValueError, or is cut to its last tokens when
+    ``truncate_prompts``."""
     if G < 2:
         raise ValueError(f"G must be >= 2, got {G}")
     if len(problems) == 0:
         raise ValueError("problems must not be empty (nothing to roll out)")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     dev = next(model.parameters()).device
+    context = context_size(model)
+    room = None if context is None else _room(context, max_new_tokens)
     p_ids, p_mask = encode_prompts(tokenizer, [p.prompt for p in problems], dev)
+    if room is not None and p_ids.shape[1] > room:  # checked before the model sees the batch
+        if not truncate_prompts:
+            raise _too_long(p_mask.sum(-1).tolist(), room, context, max_new_tokens)
+        p_ids, p_mask = p_ids[:, -room:], p_mask[:, -room:]  # left-padded: the last columns end each prompt
     p_ids, p_mask = p_ids.repeat_interleave(G, 0), p_mask.repeat_interleave(G, 0)
     was_training = model.training
     model.eval()

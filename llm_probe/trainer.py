@@ -12,32 +12,35 @@ One step k (theta_k the parameters before it), as :meth:`Trainer.train_step` rea
 6. probe.after: dmu_q = <theta_{k+1} - theta_k, g_q> (eta = 1, valid for Adam), M, realised dPhi_hat.
 A non-finite policy, loss, gradient or update skips the step with the weights of theta_k (logged);
 ``max_faults`` in a row stop the run. Files in out_dir: metrics.jsonl (one row per step), metrics.parquet
-(at the end), probe_prompts.jsonl (one row per probe prompt and probe step), alerts.json, checkpoint.pt
-(atomic write-then-rename).
+(at the end), probe_prompts.jsonl (one row per probe prompt and probe step), alerts.json, checkpoint.safetensors
+(llm_probe.checkpoint: atomic, no pickle; a resume cuts the logs back to what the checkpoint committed).
 """
 
 from __future__ import annotations
 
 import json
-import os
+import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from .checkpoint import (CHECKPOINT_NAME, LEGACY_NAME, AppendLog, atomic_write_text, commit_file, config_differences,
+                         join_optimizer_state, read_checkpoint, split_optimizer_state, write_checkpoint)
 from .collapse import CollapseDetector
 from .config import TrainConfig
 from .losses import LOSSES, policy_loss
 from .model import TinyQwenSpec, build_tiny_qwen, completion_logprobs, load_policy
 from .gap_probe import GapProbe
 from .probes import token_stats
-from .rollout import NonFinitePolicyError, make_rollout
+from .rollout import NonFinitePolicyError, check_prompts_fit, context_size, make_rollout
 from .safe_step import SafeStepController
 from .tasks import AdditionTask, JsonlTask
 from .tokenizer import build_char_tokenizer
 from .warmup import warmup
+from .warning import step_warning_metrics
 
 __all__ = ["Trainer", "FaultError", "build_policy", "make_task", "train"]
 
@@ -99,12 +102,6 @@ def _parse(line: str):
         return None
 
 
-def _atomic_torch_save(obj, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
 class Trainer:
     """Holds the model, optimizer, generators and probe state of one run (see module doc)."""
 
@@ -128,12 +125,17 @@ class Trainer:
         self.cfg = cfg
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
+        self.logs = {name: AppendLog(self.out / name) for name in ("metrics.jsonl", "probe_prompts.jsonl")}
+        self._resume_from = self._find_resume()  # a bad checkpoint fails here, before the model is built
         self.task = task if task is not None else make_task(cfg.task)
-        if model is None:
-            model, tokenizer = build_policy(cfg, self.task)
+        if model is None:  # a resume overwrites the weights: its warm-up would be thrown away
+            model, tokenizer = build_policy(replace(cfg, warmup_steps=0) if self._resume_from else cfg, self.task)
         elif tokenizer is None:
             raise ValueError("tokenizer must be given with model")
         self.model, self.tok = model, tokenizer
+        if not cfg.truncate_prompts:  # a file task's too-long prompt fails now, not at the step that draws it
+            check_prompts_fit(tokenizer, [p.prompt for p in getattr(self.task, "problems", [])], context_size(model),
+                              cfg.max_new_tokens)
         self.device = next(model.parameters()).device
         self.opt = _make_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
         self.np_rng = np.random.default_rng(cfg.seed)
@@ -151,47 +153,90 @@ class Trainer:
         self.stopped_reason = None
         self.safe = SafeStepController(model, c=cfg.safe_step_c, delta=cfg.safe_step_delta) if cfg.safe_step else None
 
-    # ---- checkpointing -------------------------------------------------------------------------
+    # ---- checkpointing (file format, atomic writes and log rollback: llm_probe.checkpoint) --------------
     @property
     def ckpt_path(self) -> Path:
-        return self.out / "checkpoint.pt"
+        return self.out / CHECKPOINT_NAME
 
-    def state_dict(self) -> dict:
-        return {
-            "step": self.step,
-            "model": self.model.state_dict(),
-            "optimizer": self.opt.state_dict(),
-            "np_rng": self.np_rng.bit_generator.state,
-            "gen": self.gen.get_state(),
-            "probe_gen": self.probe_gen.get_state(),
-            "M_probe": self.probe.M_probe.copy(),
-            "M_batch": self.probe.M_batch,
-            "faults": (self.faults, self.consecutive_faults),
-            "detector": self.detector.state_dict(),
-            "config": asdict(self.cfg),
-        }
+    def state_dict(self) -> tuple[dict, dict]:
+        """(tensors, JSON state): everything a resume restores, in the checkpoint's two parts."""
+        opt_tensors, opt_plain = split_optimizer_state(self.opt.state_dict())
+        tensors = {f"model/{k}": v for k, v in self.model.state_dict().items()}
+        tensors.update(opt_tensors)
+        tensors.update({"rng/gen": self.gen.get_state(), "rng/probe_gen": self.probe_gen.get_state(),
+                        "probe/M_probe": torch.from_numpy(np.asarray(self.probe.M_probe, dtype=np.float64).copy())})
+        state = {"step": self.step, "optimizer": opt_plain, "np_rng": self.np_rng.bit_generator.state,
+                 "M_batch": float(self.probe.M_batch), "faults": [self.faults, self.consecutive_faults],
+                 "detector": self.detector.state_dict(), "config": asdict(self.cfg)}
+        return tensors, state
 
     def save_checkpoint(self) -> Path:
-        _atomic_torch_save(self.state_dict(), self.ckpt_path)
-        return self.ckpt_path
+        """Commit the logs (fsync), then write the checkpoint with their committed sizes, atomically."""
+        tensors, state = self.state_dict()
+        state["logs"] = {name: log.commit() for name, log in self.logs.items()}
+        return write_checkpoint(self.ckpt_path, tensors, state)
 
     def load_checkpoint(self, path: Path | None = None) -> None:
-        s = torch.load(path or self.ckpt_path, map_location=self.device, weights_only=False)
-        self.model.load_state_dict(s["model"])
-        self.opt.load_state_dict(s["optimizer"])
-        self.np_rng.bit_generator.state = s["np_rng"]
-        self.gen.set_state(s["gen"])
-        self.probe_gen.set_state(s["probe_gen"])
-        self.probe.M_probe = np.asarray(s["M_probe"], dtype=float)
-        self.probe.M_batch = float(s["M_batch"])
-        self.faults, self.consecutive_faults = s["faults"]
-        self.detector.load_state_dict(s["detector"])
-        self.step = int(s["step"])
-        for name in ("metrics.jsonl", "probe_prompts.jsonl"):  # drop rows written after the checkpoint
-            f = self.out / name
-            if f.exists():
-                keep = [ln for ln in f.read_text().splitlines() if (r := _parse(ln)) is not None and r.get("step", -1) < self.step]
-                f.write_text("".join(k + "\n" for k in keep))
+        """Restore the run from a checkpoint (its configuration must match, see :meth:`_read_checkpoint`), then
+        cut the logs back to what it committed. A file that is not a whole checkpoint is a ValueError."""
+        self._restore(*self._read_checkpoint(Path(path or self.ckpt_path)))
+
+    def _read_checkpoint(self, path: Path) -> tuple[Path, dict, dict]:
+        """Read and check a checkpoint before anything is built or changed: the trajectory fields of
+        RESUME_POLICY must equal this run's unless cfg.resume_force."""
+        tensors, state = read_checkpoint(path)
+        if not isinstance(state.get("config"), dict):
+            raise ValueError(f"checkpoint {path} lacks the configuration of its run")
+        diffs = config_differences(state["config"], self.cfg)
+        if diffs and not self.cfg.resume_force:
+            raise ValueError(f"checkpoint {path} was written by another configuration ({'; '.join(diffs)}); resume "
+                             f"with its settings, or pass --resume-force to continue with these (the metrics "
+                             f"files then mix both)")
+        if diffs:
+            print(f"[resume] {path}: continuing with changed settings ({'; '.join(diffs)})", file=sys.stderr)
+        return path, tensors, state
+
+    def _restore(self, path: Path, tensors: dict, state: dict) -> None:
+        try:
+            self._apply_state(tensors, state)
+            committed = {name: {k: int(state["logs"][name][k]) for k in ("bytes", "rows")} for name in self.logs}
+            if any(v < 0 for c in committed.values() for v in c.values()):
+                raise ValueError(f"negative log sizes {committed}")
+        except KeyError as exc:
+            raise ValueError(f"checkpoint {path} lacks the entry {exc}") from None
+        except (TypeError, ValueError, RuntimeError, IndexError, AttributeError) as exc:
+            msg = " ".join(str(exc).split())
+            raise ValueError(f"checkpoint {path} does not fit this run: {msg[:400]}") from None
+        for name, log in self.logs.items():  # drop rows written after the checkpoint (atomic, idempotent)
+            log.rollback(committed[name], path)
+
+    def _apply_state(self, tensors: dict, state: dict) -> None:
+        model_sd = {k[len("model/"):]: v for k, v in tensors.items() if k.startswith("model/")}
+        self.model.load_state_dict(model_sd)  # strict: missing, unexpected or wrongly shaped weights raise
+        opt_sd = join_optimizer_state(tensors, state["optimizer"])
+        params = [p for g in self.opt.param_groups for p in g["params"]]
+        for pid, st in opt_sd["state"].items():
+            if not 0 <= pid < len(params):
+                raise ValueError(f"optimizer state for parameter {pid}, the model has {len(params)}")
+            for name, v in st.items():
+                if torch.is_tensor(v) and v.dim() and v.shape != params[pid].shape:
+                    raise ValueError(f"optimizer {name} of parameter {pid} has shape {tuple(v.shape)}, "
+                                     f"the parameter {tuple(params[pid].shape)}")
+        self.opt.load_state_dict(opt_sd)
+        self.np_rng.bit_generator.state = state["np_rng"]
+        self.gen.set_state(tensors["rng/gen"])
+        self.probe_gen.set_state(tensors["rng/probe_gen"])
+        M_probe = tensors["probe/M_probe"].numpy().astype(float)
+        if M_probe.shape != self.probe.M_probe.shape:
+            raise ValueError(f"probe/M_probe has shape {M_probe.shape}, this run tracks {self.probe.M_probe.shape}")
+        self.probe.M_probe = M_probe
+        self.probe.M_batch = float(state["M_batch"])
+        self.faults, self.consecutive_faults = (int(x) for x in state["faults"])
+        self.detector.load_state_dict(state["detector"])
+        step = state["step"]
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"step must be an integer >= 0, got {step!r}")
+        self.step = step
 
     # ---- one step ------------------------------------------------------------------------------
     def compute_loss(self, ro):
@@ -219,7 +264,8 @@ class Trainer:
 
     def _rollout(self, problems, G: int, generator: torch.Generator):
         return make_rollout(self.model, self.tok, self.task, problems, G=G, max_new_tokens=self.cfg.max_new_tokens,
-                            generator=generator, temperature=self.cfg.temperature)
+                            generator=generator, temperature=self.cfg.temperature,
+                            truncate_prompts=self.cfg.truncate_prompts)
 
     def train_step(self) -> dict:
         """One RL step k (module doc): rollout -> loss -> backward -> clip -> probe.before -> optimizer step ->
@@ -261,6 +307,8 @@ class Trainer:
             result = self.probe.after()
             m.update(result.metrics)
             self._log_probe_prompts(k, result.prompts)
+        m.update(step_warning_metrics(self.model, ro, logp.detach(), logp_all, res.advantages,  # warn/* (llm_probe.warning)
+                                      logp.grad if probing else None, after=probing))
         m["step_time"] = time.perf_counter() - t0
         self.step += 1
         return m
@@ -313,10 +361,9 @@ class Trainer:
     def _log_probe_prompts(self, k: int, rows: list) -> None:
         if not rows:
             return
-        with open(self.out / "probe_prompts.jsonl", "a") as f:
-            for r, p in zip(rows, self.probe_problems):
-                f.write(json.dumps({"step": k, "prompt_id": r["prompt_id"], "prompt": p.prompt, "J_hat": r["J_hat"],
-                                    "mixed": r["mixed"], "dmu_update": r["dmu_update"], "M": r["M"]}) + "\n")
+        self.logs["probe_prompts.jsonl"].append(
+            [{"step": k, "prompt_id": r["prompt_id"], "prompt": p.prompt, "J_hat": r["J_hat"], "mixed": r["mixed"],
+              "dmu_update": r["dmu_update"], "M": r["M"]} for r, p in zip(rows, self.probe_problems)])
 
     def _rollout_metrics(self, ro) -> dict:
         r = ro.rewards
@@ -335,22 +382,35 @@ class Trainer:
     # ---- the loop ------------------------------------------------------------------------------
     def _log(self, k: int, m: dict) -> None:
         row = {"step": k, "method": self.cfg.method, "lr": self.cfg.lr, "seed": self.cfg.seed, **m}
-        with open(self.out / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(row) + "\n")
+        self.logs["metrics.jsonl"].append([row])
+
+    def _find_resume(self):
+        """(path, tensors, state) of the checkpoint to resume from, or None for a fresh start."""
+        if not self.cfg.resume:
+            return None
+        if self.ckpt_path.exists():
+            return self._read_checkpoint(self.ckpt_path)
+        legacy = self.out / LEGACY_NAME
+        if legacy.exists():
+            raise ValueError(f"{legacy} is a checkpoint of the old pickle format, which is never loaded (unpickling "
+                             f"can run code); move it away to start afresh")
+        return None
 
     def run(self) -> dict:
         """Train until cfg.steps (or an early stop); returns a summary dict."""
         cfg = self.cfg
-        if cfg.resume and self.ckpt_path.exists():
-            self.load_checkpoint()
-        else:  # a fresh start (also resume=True before any checkpoint existed): no stale rows
-            for name in ("metrics.jsonl", "probe_prompts.jsonl", "alerts.json"):
-                (self.out / name).unlink(missing_ok=True)
+        if self._resume_from is not None:
+            self._restore(*self._resume_from)
+            self._resume_from = None
+        else:  # a fresh start (also resume=True before any checkpoint existed): no stale checkpoint or rows
+            (self.out / CHECKPOINT_NAME).unlink(missing_ok=True)  # first: a kill below must not leave it behind
+            for log in self.logs.values():
+                log.reset()
+            (self.out / "alerts.json").unlink(missing_ok=True)
         if self.step == 0 and None in (cfg.collapse.baseline_entropy, cfg.collapse.baseline_reward):
             H0, R0 = self.measure_baseline()
             self.detector.set_baseline(H0, R0)
-            with open(self.out / "baseline.json", "w") as f:
-                json.dump({"entropy": H0, "reward": R0}, f)
+            atomic_write_text(self.out / "baseline.json", json.dumps({"entropy": H0, "reward": R0}))
         bar = None
         if cfg.progress:
             from tqdm.auto import tqdm
@@ -374,7 +434,7 @@ class Trainer:
         if bar is not None:
             bar.close()
         self.save_checkpoint()
-        (self.out / "alerts.json").write_text(json.dumps([asdict(a) for a in self.detector.alerts], indent=1))
+        atomic_write_text(self.out / "alerts.json", json.dumps([asdict(a) for a in self.detector.alerts], indent=1))
         return self.finish()
 
     def finish(self) -> dict:
@@ -384,7 +444,9 @@ class Trainer:
         df = pd.DataFrame([{k: v for k, v in r.items() if k != "alerts"} for r in rows])
         if "fault" in df:
             df["fault"] = df["fault"].astype("string")
-        df.to_parquet(self.out / "metrics.parquet", index=False)
+        tmp = self.out / "metrics.parquet.tmp"
+        df.to_parquet(tmp, index=False)
+        commit_file(tmp, self.out / "metrics.parquet")
         return {"steps": self.step, "collapsed": self.detector.collapsed,
                 "alerts": [asdict(a) for a in self.detector.alerts], "stopped": self.stopped_reason,
                 "faults": self.faults}

@@ -4,7 +4,7 @@
 - ``plots``: reusable plotting functions (one idea per Axes; notebooks call them too), implemented in
   ``plots_theory``, ``plots_bandit`` and ``plots_llm``;
 - ``data``: where each figure's data comes from (sweep store, experiment runs, the tiny-Qwen demo); the
-  tables themselves are cut in ``views`` (bandit experiments), ``llm`` (tiny-Qwen runs) and ``taxonomy``;
+  tables themselves are cut in ``views`` (the experiments' results) and ``llm`` (tiny-Qwen runs and their claims);
 - ``fig1_phase_diagram`` ... ``fig7_llm_probe``: one script per figure (``python -m paper_figs.<name>``);
 - ``cli`` (``gapdyn figs``), ``reproduce`` (``gapdyn reproduce``), ``report`` (REPORT.md), ``gallery``
   (docs/figures.md). Documentation: docs/figures.md.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 
-_SUBMODULES = ("style", "plots", "data", "views", "llm", "taxonomy", "report", "cli", "reproduce", "gallery")
+_SUBMODULES = ("style", "plots", "data", "views", "llm", "report", "cli", "reproduce", "gallery")
 _NAMES = {
     "FIGURES": "cli",
     "make_figures": "cli",

@@ -1,12 +1,12 @@
-"""Where each figure's data comes from: cached sweep results, a fresh run, or gapdyn directly.
+"""Where each figure's data comes from: the experiments' ExperimentResult (results + claims) or the tiny-Qwen runs.
 
-No science lives here: the bandit experiments (``bandits.experiments.<name>.run``) and the
-tiny-Qwen trainer (``llm_probe``) produce the numbers; gapdyn's formulas are called, not re-written.
-This module only chooses the configuration for a mode, reuses cached results (the sweep store
-makes reruns free: completed cells are loaded, not recomputed) and tabulates gapdyn outputs.
+No science lives here: the experiments (``bandits.experiments.<name>.run``: rows, claims with intervals
+and verdicts) and the tiny-Qwen trainer (``llm_probe``) produce the numbers. This module only asks an
+experiment for the configuration of a mode and caches what ran (the sweep store makes reruns free:
+completed cells are loaded, not recomputed).
 
-Modes:
-- ``"test"``: the smallest sizes (the test suite, seconds per experiment);
+Modes (the experiments' own classmethods):
+- ``"test"``: ``Config.test()`` (the test suite, seconds per experiment);
 - ``"quick"``: the experiments' ``Config.quick()`` (CPU, minutes for everything);
 - ``"full"``: ``Config.full()`` (the paper-scale sweeps; use a cluster).
 
@@ -24,14 +24,14 @@ from typing import Any
 import pandas as pd
 
 from ._common import MODES, NotAvailable, SourceFailed, _import, check_mode, default_store
-from .llm import LLMResults, llm_demo_config, llm_headline, llm_verdict, load_llm, read_llm_results
-from .taxonomy import BIN_DH_SIGN, taxonomy_summary, taxonomy_table, taxonomy_verdict
+from .llm import LLMResults, llm_claims, llm_demo_config, llm_headline, load_llm, read_llm_results
 from .views import (
     PREDICTORS,
     ThresholdViews,
     critical_vs_length,
     final_frame,
     logistic_fit_rows,
+    logistic_slopes,
     logistic_thm1_rows,
     methods_summary,
     methods_view,
@@ -39,6 +39,8 @@ from .views import (
     stagnation_trajectories,
     success_rate_phase,
     success_rate_view,
+    taxonomy_summary,
+    taxonomy_table,
     threshold_views,
     trajectory_frame,
 )
@@ -48,18 +50,15 @@ __all__ = [
     "NotAvailable",
     "SourceFailed",
     "Sources",
-    "TEST_OVERRIDES",
     "default_store",
     "experiment_config",
     # re-exported (figure scripts and notebooks import them from here)
-    "BIN_DH_SIGN",
     "taxonomy_table",
     "taxonomy_summary",
-    "taxonomy_verdict",
     "LLMResults",
     "llm_demo_config",
     "llm_headline",
-    "llm_verdict",
+    "llm_claims",
     "read_llm_results",
     "PREDICTORS",
     "ThresholdViews",
@@ -72,43 +71,20 @@ __all__ = [
     "stagnation_parts",
     "stagnation_trajectories",
     "logistic_fit_rows",
+    "logistic_slopes",
     "logistic_thm1_rows",
     "trajectory_frame",
     "final_frame",
 ]
 
 
-TEST_OVERRIDES: dict[str, dict[str, Any]] = {
-    "threshold": {"n_instances": 4, "n_seeds": 4},
-    "length": {"Ts": (1, 2, 4, 8), "n_instances": 1, "runs": 8, "per_decade": 4, "ac_split_T": 2},
-}
-"""Mode "test" shrinks an experiment's ``Config.quick()`` further with these fields (the tiny
-reproduction must finish in about a minute on two shared cores); unknown fields are ignored."""
-
-
-def experiment_config(module, mode: str, *, seed: int | None = None):
-    """``Config.quick()`` / ``Config.full()`` of an experiment module; mode "test" asks for
-    ``Config.test()`` when the module has one, else ``Config.quick()`` shrunk by :data:`TEST_OVERRIDES`.
-    ``seed`` overrides a ``seed`` / ``seed0`` / ``base_seed`` field when the config has one."""
+def experiment_config(module, mode: str):
+    """The experiment's own ``Config.test()`` / ``Config.quick()`` / ``Config.full()`` (nothing overridden:
+    sizes and seeds belong to the experiment)."""
     cfg_cls = getattr(module, "Config", None)
-    if cfg_cls is None:
-        raise NotAvailable(f"{module.__name__} has no Config (experiment contract not implemented yet)")
-    ctor = {"test": "test", "quick": "quick", "full": "full"}[mode]
-    if not hasattr(cfg_cls, ctor):
-        ctor = "quick"
-    config = getattr(cfg_cls, ctor)()
-    fields = {f.name for f in dataclasses.fields(config)} if dataclasses.is_dataclass(config) else set()
-    if mode == "test" and ctor == "quick":
-        name = module.__name__.rsplit(".", 1)[-1]
-        over = {k: v for k, v in TEST_OVERRIDES.get(name, {}).items() if k in fields}
-        if over:
-            config = dataclasses.replace(config, **over)
-    if seed is not None and fields:
-        for name in ("seed", "seed0", "base_seed"):
-            if name in fields:
-                config = dataclasses.replace(config, **{name: seed})
-                break
-    return config
+    if cfg_cls is None or not hasattr(cfg_cls, check_mode(mode)):
+        raise NotAvailable(f"{module.__name__} has no Config.{mode}() (experiment contract not implemented yet)")
+    return getattr(cfg_cls, mode)()
 
 
 class Sources:
@@ -120,7 +96,7 @@ class Sources:
       store: the sweep store (cached cells are reused); default :func:`default_store`.
       llm_dir: where the tiny-Qwen runs write/read their outputs; default ``<store>/llm_probe/<mode>``.
       n_jobs: local processes for sweeps (1 = serial, the default: the machine is shared).
-      seed: overrides the experiments' base seed when set.
+      seed: the tiny-Qwen runs' base seed (the experiments use their own instance seeds).
       progress: show the sweeps' progress bars.
     """
 
@@ -138,16 +114,13 @@ class Sources:
         self._cache: dict[str, Any] = {}
         self.errors: dict[str, str] = {}
 
-    # ---- gapdyn-only data
     def taxonomy(self) -> pd.DataFrame:
-        if "taxonomy" not in self._cache:
-            n = {"test": 4000, "quick": 40000, "full": 200000}[self.mode]
-            self._cache["taxonomy"] = taxonomy_table(n, seed=0 if self.seed is None else self.seed)
-        return self._cache["taxonomy"]
+        """The rows of the ``taxonomy`` experiment (one row per sampled token and sign of A)."""
+        return self.experiment("taxonomy").results
 
     # ---- bandit experiments
-    def experiment(self, name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-        """(results, verdict) of ``bandits.experiments.<name>``, run once (store-cached)."""
+    def experiment(self, name: str):
+        """The ExperimentResult (results, claims) of ``bandits.experiments.<name>``, run once (store-cached)."""
         key = f"exp:{name}"
         if key in self._cache:
             return self._cache[key]
@@ -160,23 +133,36 @@ class Sources:
             module = _import(registry.EXPERIMENTS[name], f"the '{name}' experiment")
             if not hasattr(module, "run"):
                 raise NotAvailable(f"{module.__name__} has no run() yet")
-            config = experiment_config(module, self.mode, seed=self.seed)
+            config = experiment_config(module, self.mode)
             kw: dict[str, Any] = {"store": str(self.store), "progress": self.progress}
             params = inspect.signature(module.run).parameters
             if "backend" in params:
                 kw["backend"] = "serial" if self.n_jobs == 1 else "joblib"
             if "n_jobs" in params:
                 kw["n_jobs"] = self.n_jobs
-            results, verdict = module.run(config, **{k: v for k, v in kw.items() if k in params or _has_varkw(params)})
+            result = module.run(config, **{k: v for k, v in kw.items() if k in params or _has_varkw(params)})
+            if not hasattr(result, "claims") or not hasattr(result, "results"):
+                raise NotAvailable(f"{module.__name__}.run does not return an ExperimentResult yet")
         except NotAvailable as exc:
             self.errors[key] = str(exc)
             raise
         except Exception as exc:  # noqa: BLE001 - recorded once, reported by every figure that needs it
             self.errors[key] = f"bandits.experiments.{name}.run failed: {type(exc).__name__}: {exc}"
             raise SourceFailed(self.errors[key]) from exc
-        self._cache[key] = (results, verdict)
+        self._cache[key] = result
         self._cache[f"config:{name}"] = config
         return self._cache[key]
+
+    def claims(self, name: str) -> list:
+        """The claims of one source: a bandit experiment's name, or "llm" for the tiny-Qwen runs. Claim ids
+        are qualified by the source ("<name>.<id>", unless they already start so), so that ids stay unique
+        across experiments and :data:`paper_figs.report.PAPER_CLAIMS` can map them by prefix."""
+        if name == "llm":
+            if "claims:llm" not in self._cache:
+                self._cache["claims:llm"] = llm_claims(self.llm())
+            return self._cache["claims:llm"]
+        return [c if c.id.startswith(f"{name}.") else dataclasses.replace(c, id=f"{name}.{c.id}")
+                for c in self.experiment(name).claims]
 
     def config(self, name: str):
         """The config an experiment ran with (after :meth:`experiment`)."""

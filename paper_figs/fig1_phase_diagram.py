@@ -6,7 +6,6 @@ Data: ``bandits.experiments.threshold`` (per-instance exact and sampled GRPO on 
 
 from __future__ import annotations
 
-import numpy as np
 
 from . import plots
 from .data import NotAvailable, Sources, success_rate_phase, threshold_views
@@ -27,7 +26,7 @@ CAPTION = (
 
 
 def make(sources: Sources, out_dir=None):
-    results, _ = sources.experiment("threshold")
+    results = sources.experiment("threshold").results
     cfg = sources.config("threshold")
     v = threshold_views(results)
     K = getattr(cfg, "steps", None)
@@ -54,7 +53,7 @@ def make(sources: Sources, out_dir=None):
         a.set_yticklabels([str(i) for i in rows["instance"]], fontsize=7)
     a = ax[0, 2]
     try:
-        grid, crit = success_rate_phase(*sources.experiment("success_rate"))
+        grid, crit = success_rate_phase(sources.experiment("success_rate").results)
         im = plots.plot_phase_diagram(grid, a, x="eta", y="J0", value="J_final", curves=crit, curve_x="eta_star",
                                       curve_y="J0", curve_hue="curve", legend_below=True)
         k = getattr(sources.config("success_rate"), "steps", None)
@@ -68,20 +67,6 @@ def make(sources: Sources, out_dir=None):
         panel_label(a, letter)
     fig.tight_layout()
     return save_figure(fig, NAME, caption=CAPTION, title=TITLE, out_dir=out_dir)
-
-
-def headline(sources: Sources) -> dict:
-    """Measured eta* vs the predictors per instance with a finite threshold (exact GRPO)."""
-    results, _ = sources.experiment("threshold")
-    crit = threshold_views(results).critical
-    g = crit[crit["method"] == "grpo"]
-    out: dict[str, object] = {"instances with a finite eta* (exact GRPO)": f"{int(np.isfinite(g['eta_star']).sum())}"
-                                                                          f"/{len(g)}"}
-    for r in g[np.isfinite(g["eta_star"])].sort_values("instance").itertuples():
-        out[f"instance {r.instance}: eta* measured"] = float(r.eta_star)
-        out[f"instance {r.instance}: one-step sharp / local / Thm 1"] = (
-            f"{r.pred_sharp:.4g} / {r.pred_local:.4g} / {r.pred_thm1:.3g}")
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,19 +1,20 @@
 """Figure 5: WAPO's token taxonomy — Delta H and Delta p_s over (p_s, C), and where the bin errs.
 
-Data: :func:`paper_figs.data.taxonomy_table` (gapdyn.token_step_effects on random positions).
+Data: the ``taxonomy`` experiment (bandits.experiments.taxonomy: gapdyn.token_step_effects on random positions).
 Run alone: ``python -m paper_figs.fig5_taxonomy [--mode quick]``.
 """
 
 from __future__ import annotations
 
 from . import plots
-from .data import Sources, taxonomy_summary
+from .data import Sources
 from .style import new_figure, panel_label, save_figure
 
 NAME = "fig5_taxonomy"
 TITLE = "WAPO token taxonomy: entropy and probability changes over (p_s, C)"
 CAPTION = (
-    "Tests WAPO's token taxonomy (THEORY.md §4; exact first-order formulas from gapdyn.token_step_effects). "
+    "Tests WAPO's token taxonomy (arXiv 2606.16154; taxonomy experiment, exact first-order formulas from "
+    "gapdyn.token_step_effects). "
     "Random positions (V = 32, logit scale log-uniform in [0.05, 8], token sampled from p), one update of size "
     "eta*A on the sampled token. (a, b) mean Delta H per unit step over (p_s, C) for A > 0 and A < 0: the dashed "
     "line p_s = C separates peak tokens (entropy falls for A > 0, rises for A < 0) from valley tokens (the "
@@ -41,11 +42,6 @@ def make(sources: Sources, out_dir=None):
         panel_label(a, letter)
     fig.tight_layout()
     return save_figure(fig, NAME, caption=CAPTION, title=TITLE, out_dir=out_dir)
-
-
-def headline(sources: Sources) -> dict:
-    """The numbers this figure reports (for REPORT.md)."""
-    return taxonomy_summary(sources.taxonomy())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,7 @@ from .style import label, new_figure, panel_label, save_figure
 NAME = "fig6_methods"
 TITLE = "Bandit stability of GRPO, Dr. GRPO, WAPO and REINFORCE at equal eta"
 CAPTION = (
-    "Tests the method comparisons implied by the expected directions E[w] = c(J, G) Gap (THEORY.md §2: "
+    "Tests the method comparisons implied by the expected directions E[w] = c(J, G) Gap (docs/theory.md: "
     "c = J(1-J) for REINFORCE, (1-1/G) J(1-J) for Dr. GRPO, c_G(J) for GRPO, (1-1/G) J(1-J)^2 for WAPO) on "
     "single-context 100-arm log-linear bandits, theta0 = 0, at equal eta (methods experiment). (a) sampled groups "
     "(G = 8): share of collapsed runs (J < 1e-3) against eta. (b) exact expected updates: mean final J against "
@@ -24,7 +24,7 @@ FOCUS = ("grpo", "dr_grpo", "wapo", "reinforce")
 
 
 def make(sources: Sources, out_dir=None):
-    results, _ = sources.experiment("methods")
+    results = sources.experiment("methods").results
     view = methods_view(results)
     focus = view[view["method"].isin(FOCUS)]
     fig, ax = new_figure(2, 2, width=4.8, height=3.6)
@@ -41,18 +41,6 @@ def make(sources: Sources, out_dir=None):
         panel_label(a, letter)
     fig.tight_layout()
     return save_figure(fig, NAME, caption=CAPTION, title=TITLE, out_dir=out_dir)
-
-
-def headline(sources: Sources) -> dict:
-    """P(collapse) and median steps to J >= 0.9 per method (sampled) and the expected scalar at J0."""
-    results, _ = sources.experiment("methods")
-    tab = methods_summary(results)
-    out = {}
-    for r in tab[tab["sampling"] == "sampled"].sort_values("scalar_at_J0", ascending=False).itertuples():
-        out[f"{r.method}: P(collapse), sampled"] = float(r.P_collapse)
-        out[f"{r.method}: median steps to 0.9, sampled"] = float(r.median_steps_to_09)
-        out[f"{r.method}: expected scalar at J0"] = float(r.scalar_at_J0)
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

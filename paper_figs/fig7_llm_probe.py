@@ -7,7 +7,7 @@ Run alone: ``python -m paper_figs.fig7_llm_probe [--mode quick]``.
 from __future__ import annotations
 
 from . import plots
-from .data import Sources, llm_headline
+from .data import Sources
 from .style import label, new_figure, panel_label, save_figure
 
 NAME = "fig7_llm_probe"
@@ -41,11 +41,6 @@ def make(sources: Sources, out_dir=None):
         panel_label(a, letter)
     fig.tight_layout()
     return save_figure(fig, NAME, caption=CAPTION, title=TITLE, out_dir=out_dir)
-
-
-def headline(sources: Sources) -> dict:
-    """Per (method, lr): runs, collapsed runs, mean rewards; which runs collapsed."""
-    return llm_headline(sources.llm())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,23 +37,28 @@ prints where it writes, a progress bar, then what it wrote. Outputs go under the
 | output | what |
 |---|---|
 | `gapdyn_out/reproduce/fig*.png`, `.pdf` | the figures; caption in the file metadata (PNG `Description`, PDF `Subject`) |
-| `gapdyn_out/reproduce/REPORT.md` | headline numbers of this run + the verdict of every tested claim of both papers |
-| `gapdyn_out/reproduce/results/headline.json`, `verdicts.csv` | the same numbers, machine-readable |
+| `gapdyn_out/reproduce/REPORT.md` | every claim of this run (estimate, 95 % interval, n, criterion, verdict, block), identity rows apart, the replication table, the coverage of both papers |
+| `gapdyn_out/reproduce/results/claims.json`, `claims.csv` | the same claims, machine-readable (`gapdyn.claims_from_json`) |
 | `gapdyn_out/store/` | the sweep store shared with `gapdyn figs` (`<out>/store` with `--out`; `$GAPDYN_STORE` or `--store` to move it): completed cells are reloaded, not recomputed |
 | `gapdyn_out/store/llm_probe/<mode>/` | the tiny-Qwen runs, reused when their configuration matches; `gapdyn figs --llm-dir DIR` uses an existing `gapdyn train demo --out DIR` output instead |
 
 Modes: `test` (smallest sizes), `quick` (each experiment's `Config.quick()`, 2 seeds x 60 steps of the
-tiny Qwen), `full` (each `Config.full()`, 5 seeds x 300 steps and lr 5e-4 added). The verdicts (holds /
-holds only in a named setting / does not hold / n/a) are assembled from each experiment's `analyse`, plus
-the WAPO taxonomy checks (gapdyn only) and the tiny-Qwen stability comparison. A figure whose data source
+tiny Qwen), `full` (each `Config.full()` with the confirmation block, 5 seeds x 300 steps and lr 5e-4 added).
+Every verdict is a `gapdyn.Claim` made by an experiment's `analyse` (the taxonomy is an experiment too) or
+by `paper_figs.llm.llm_claims` for the tiny-Qwen runs, decided by its interval and a criterion frozen
+before the run (docs/evidence.md); the report only renders them. `gapdyn claims` (or `--out DIR` for another
+reproduction) prints the README's "What holds" table (marked indicative when only the discovery block
+ran). A figure whose data source
 is missing is written with a "not available yet: <why>" panel or skipped with that message; nothing is
 faked. Exit codes: 0 all produced, 3 something not available, 1 an error.
 
 Plotting code lives in `paper_figs/plots.py` (one idea per Axes; the figure scripts only load data through
-`paper_figs/data.py` and call it). Shared style: `paper_figs/style.py` (Okabe-Ito colour-blind-safe palette,
+`paper_figs/data.py`, cut tables in `paper_figs/views.py` and call it; fits, seeds and sizes belong to the
+experiments). Shared style: `paper_figs/style.py` (Okabe-Ito colour-blind-safe palette,
 glossary symbols with units on every axis). Tutorials: `notebooks/01..04` (gradient-gap basics; thresholds
-and collapse; the token taxonomy; probing a tiny Qwen run), generated without outputs by
-`python notebooks/make_notebooks.py`; `tests/test_notebooks.py` runs them with `GAPDYN_NB_MODE=test`.
+and collapse; the token taxonomy; probing a tiny Qwen run), plain-text jupytext sources rendered with their
+figures to `docs/notebooks/` by `python notebooks/render.py`; `tests/test_notebooks.py` runs them with
+`GAPDYN_NB_MODE=test`.
 The images below are snapshots of a quick run kept in `docs/img/` (`gapdyn_out/` is not committed);
 refresh them after `gapdyn reproduce` (run in the repository root) with `python -m paper_figs.gallery --write --snapshot`.
 """

@@ -1,7 +1,7 @@
 """The tiny-Qwen runs behind figure 7 and notebook 04: llm_probe.demo's grid, cached in its output folder.
 
 A finished folder is reused when its configuration matches (``paper_figs_config.json``); otherwise the
-demo runs. :func:`llm_verdict` states WAPO's stability claim against the runs.
+demo runs. :func:`llm_claims` states WAPO's stability claim against the runs as :class:`gapdyn.Claim` records.
 """
 
 from __future__ import annotations
@@ -14,11 +14,15 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
 import pandas as pd
+
+import gapdyn
 
 from ._common import NotAvailable, _import
 
-__all__ = ["LLMResults", "llm_demo_config", "load_llm", "read_llm_results", "llm_headline", "llm_verdict"]
+__all__ = ["LLMResults", "llm_demo_config", "load_llm", "read_llm_results", "llm_headline", "llm_claims",
+           "LLM_CRITERIA"]
 
 
 class LLMResults(NamedTuple):
@@ -42,7 +46,7 @@ class LLMResults(NamedTuple):
 def llm_demo_config(mode: str, out_dir: Path, *, seed: int | None = None, n_jobs: int = 1):
     """The llm_probe.demo.DemoConfig of a mode: "test" = 2 methods x 2 lrs x 1 seed x 8 steps on a
     30-step warm-up (seconds); "quick" = 2 seeds x 60 steps (8 runs, about 3 CPU minutes); "full" = 5
-    seeds x 300 steps and lr 5e-4 added (SIMULATIONS.md: the GRPO/WAPO contrast lives near 5e-4; use
+    seeds x 300 steps and lr 5e-4 added (the GRPO/WAPO contrast lives near 5e-4; use
     >= 5 seeds). Everything else is llm_probe's default; ``n_jobs`` parallel runs (joblib)."""
     demo = _import("llm_probe.demo", "the tiny-Qwen figure")
     base = 0 if seed is None else int(seed)
@@ -128,30 +132,53 @@ def llm_headline(res: LLMResults) -> dict:
     return out
 
 
-def llm_verdict(res: LLMResults) -> pd.DataFrame:
-    """WAPO's stability claim on the tiny Qwen, per lr: WAPO collapses in fewer runs than GRPO, and ends
-    with a higher mean reward (last 25 steps). Ties are reported as such ("n/a" when no run collapsed at
-    that lr, "does not hold" when both collapse alike); with few seeds this is a smoke test."""
-    rows = []
-    for lr, g in res.runs.groupby("lr", sort=True):
-        by = g.groupby("method")
-        if not {"grpo", "wapo"} <= set(by.groups):
-            continue
-        col = by["collapsed"].sum()
-        rew = by["reward_last25"].mean()
-        n = int(by.size().min())
-        setting = f"tiny Qwen, 2-digit addition, Adam lr={lr:g}, {n} seed(s), {int(g['steps_run'].max())} steps"
-        signal = bool(g["reward_first25"].max() > 0)  # no reward at all: no gradient, nothing to compare
-        cw, cg = int(col["wapo"]), int(col["grpo"])
-        if not signal:
-            h_col = h_rew = "not measured (no reward signal)"
-        else:
-            h_col = ("n/a (no run collapsed)" if cw == cg == 0 else "holds" if cw < cg
-                     else f"does not hold ({'tie' if cw == cg else 'WAPO collapses more'})")
-            h_rew = ("does not hold (both collapsed)" if cw == cg == n else
-                     "holds" if rew["wapo"] > rew["grpo"] else "does not hold")
-        rows.append(("WAPO collapses in fewer runs than GRPO", setting, f"wapo {cw}/{n}, grpo {cg}/{n}",
-                     "wapo < grpo", h_col))
-        rows.append(("WAPO ends higher than GRPO (mean reward, last 25 steps)", setting,
-                     f"wapo {rew['wapo']:.3f}, grpo {rew['grpo']:.3f}", "wapo > grpo", h_rew))
-    return pd.DataFrame(rows, columns=["claim", "setting", "measured", "expected", "holds"])
+_WAPO = "WAPO (arXiv 2606.16154): more stable than GRPO at equal step"
+LLM_CRITERIA: dict[str, gapdyn.Criterion] = {
+    "llm.wapo_fewer_collapses": gapdyn.Criterion.above(0.0, alpha=0.05),
+    "llm.wapo_higher_reward": gapdyn.Criterion.above(0.0, alpha=0.05),
+}
+"""The tiny-Qwen claims' criteria, frozen before the runs (their hash is stamped on the claims)."""
+LLM_CRITERION_TEXT = {
+    "llm.wapo_fewer_collapses": "WAPO collapses in fewer runs than GRPO: P(collapse | GRPO) - P(collapse | WAPO) "
+                                "above 0, Fisher exact p < 0.05 (Holm)",
+    "llm.wapo_higher_reward": "WAPO ends higher: mean reward over the last 25 steps, WAPO - GRPO, above 0, "
+                              "Wilcoxon signed-rank p < 0.05 (Holm)",
+}
+
+
+def llm_claims(res: LLMResults, *, n_resamples: int = 2000) -> list:
+    """WAPO's stability claim on the tiny Qwen as two claims (a smoke test at CPU scale).
+
+    Runs are paired by (lr, seed): both methods start from the same warm-up and seed. Collapse: difference
+    of collapse rates GRPO - WAPO, paired bootstrap interval, Fisher's exact test on the 2x2 counts. Reward:
+    paired difference of the last-25-step mean reward, WAPO - GRPO, paired bootstrap interval, Wilcoxon
+    signed-rank test. Both Holm-adjusted together. Fewer than 2 pairs: no claim (nothing to compare)."""
+    runs = res.runs
+    if not {"grpo", "wapo"} <= set(runs["method"]):
+        return []
+    piv = runs.pivot_table(index=["lr", "seed"], columns="method", values=["collapsed", "reward_last25"],
+                           aggfunc="first").dropna()
+    if len(piv) < 2:
+        return []
+    cg, cw = piv["collapsed"]["grpo"].to_numpy(float), piv["collapsed"]["wapo"].to_numpy(float)
+    rg, rw = piv["reward_last25"]["grpo"].to_numpy(float), piv["reward_last25"]["wapo"].to_numpy(float)
+    rng = np.random.default_rng(0)
+    n = len(piv)
+    lrs = sorted(piv.index.get_level_values(0).unique())
+    setting = (f"tiny Qwen, 2-digit addition, Adam lr in {[float(x) for x in lrs]}, {n} (lr, seed) pairs, "
+               f"{int(runs['steps_run'].max())} steps")
+    fisher = gapdyn.fisher_exact_test([[int(cg.sum()), int(n - cg.sum())], [int(cw.sum()), int(n - cw.sum())]])
+    wil_p = gapdyn.wilcoxon_signed_rank(rw, rg).p_value if np.any(rw != rg) else 1.0
+    claims = []
+    for cid, x, y, p, stmt, stat in (
+        ("llm.wapo_fewer_collapses", cg, cw, fisher.p_value, "WAPO collapses in fewer runs than GRPO",
+         "P(collapse | GRPO) - P(collapse | WAPO), paired by (lr, seed)"),
+        ("llm.wapo_higher_reward", rw, rg, wil_p, "WAPO ends with a higher reward than GRPO",
+         "mean over pairs of reward(last 25 steps) WAPO - GRPO"),
+    ):
+        est = gapdyn.paired_bootstrap_difference(x, y, rng=rng, n_resamples=n_resamples)
+        claims.append(gapdyn.Claim.from_estimate(
+            est, id=cid, source=_WAPO, statement=stmt, setting=setting, statistic=stat,
+            criterion_text=LLM_CRITERION_TEXT[cid], criterion=LLM_CRITERIA[cid], p_value=p, p_adjusted=p))
+    h = gapdyn.criteria_hash(LLM_CRITERIA)
+    return [dataclasses.replace(c, criteria_hash=h) for c in gapdyn.holm_adjust_claims(claims)]

@@ -2,7 +2,7 @@
 
 One namespace, implemented in plots_theory, plots_bandit and plots_llm.
 
-Figure scripts and notebooks call these (STYLE.md rule 10): they only draw and, where a fit is
+Figure scripts and notebooks call these: they only draw and, where a fit is
 drawn, call gapdyn's fitting functions (``gapdyn.loglog_slope``, ``gapdyn.fit_logistic_accuracy``,
 ``gapdyn.logodds_lower_bound``). Column names follow the README glossary.
 """

@@ -9,6 +9,7 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
+from scipy.special import expit
 
 import gapdyn
 
@@ -144,10 +145,12 @@ def plot_trajectories(df: pd.DataFrame, ax, *, x: str = "step", y: str = "J", hu
 
 
 def plot_logistic_fit(df: pd.DataFrame, ax, *, M: str = "M", acc: str = "J", J0: float | None = None,
-                      hue: str | None = None, max_points: int = 4000, seed: int = 0):
-    """Accuracy against cumulative alignment M: points, the fitted logistic sigmoid(a M + b)
-    (gapdyn.fit_logistic_accuracy) and Theorem 1's lower bound sigmoid(logit J0 + M/2)
-    (gapdyn.logodds_lower_bound). Returns the LogisticFit."""
+                      hue: str | None = None, max_points: int = 4000, seed: int = 0, curve=None,
+                      curve_label: str | None = None):
+    """Accuracy against cumulative alignment M: points, the logistic sigmoid(a M + b) and Theorem 1's lower
+    bound sigmoid(logit J0 + M/2) (gapdyn.logodds_lower_bound). The curve is ``curve`` = (a, b) when given
+    (e.g. an experiment's estimate, labelled ``curve_label``), else gapdyn.fit_logistic_accuracy on the
+    points. Returns the LogisticFit, or None when ``curve`` was given."""
     _require(df, [M, acc] + ([hue] if hue else []), "plot_logistic_fit")
     d = df[np.isfinite(df[M]) & np.isfinite(df[acc])]
     show = d.sample(min(len(d), max_points), random_state=seed) if len(d) > max_points else d
@@ -157,10 +160,16 @@ def plot_logistic_fit(df: pd.DataFrame, ax, *, M: str = "M", acc: str = "J", J0:
                        label=f"{hue} = {name}", rasterized=True)
     else:
         ax.scatter(show[M], show[acc], s=5, alpha=0.35, color="#0072B2", label="runs (M, J)", rasterized=True)
-    fit = gapdyn.fit_logistic_accuracy(d[M].to_numpy(float), d[acc].to_numpy(float))
     mm = np.linspace(0, float(d[M].max()), 200)
-    ax.plot(mm, fit.predict(mm), color="#D55E00", lw=2,
-            label=f"fit $\\sigma({fit.slope:.2f}M {fit.intercept:+.2f})$, $R^2$ = {fit.r2:.2f}")
+    if curve is None:
+        fit = gapdyn.fit_logistic_accuracy(d[M].to_numpy(float), d[acc].to_numpy(float))
+        ax.plot(mm, fit.predict(mm), color="#D55E00", lw=2,
+                label=f"fit $\\sigma({fit.slope:.2f}M {fit.intercept:+.2f})$, $R^2$ = {fit.r2:.2f}")
+    else:
+        fit = None
+        a, b = curve
+        ax.plot(mm, expit(a * mm + b), color="#D55E00", lw=2,
+                label=curve_label or f"$\\sigma({a:.2f}M {b:+.2f})$")
     if J0 is not None:
         ax.plot(mm, gapdyn.logodds_lower_bound(J0, mm), color="black", ls="--", lw=1.5,
                 label=f"Thm 1 bound $\\sigma(\\mathrm{{logit}}\\,J_0 + M/2)$, $J_0$ = {J0:.2f}")
@@ -264,18 +273,20 @@ def plot_failure_decay(curve: pd.DataFrame, ax, *, groups=("method", "eta"), ref
     return ax
 
 
-def plot_plateau_vs_optimum(df: pd.DataFrame, ax, *, part: str = "part"):
-    """Final J against the best reachable J* (computed by the experiment) per run, one marker per setting;
-    points on the diagonal plateau at the optimum, points below it stagnate."""
-    _require(df, ["J_final", "J_star", part], "plot_plateau_vs_optimum")
-    d = df[np.isfinite(df["J_star"].astype(float))]
-    for (name, g), mk, col in zip(d.groupby(part), "oDs^", ["#0072B2", "#D55E00", "#009E73", "#CC79A7"]):
-        ax.scatter(g["J_star"], g["J_final"], marker=mk, s=40, color=col, edgecolors="black", linewidths=0.5,
+def plot_plateau_vs_optimum(df: pd.DataFrame, ax, *, group: str = "setting"):
+    """Final J against the best reachable J* per run, one marker per setting: the marker sits at the lower
+    bound J*_lo, a horizontal bar reaches the upper bound J*_hi (both computed by the experiment); points on
+    the diagonal plateau at the optimum, points below it stall."""
+    _require(df, ["J_final", "J_star_lo", "J_star_hi", group], "plot_plateau_vs_optimum")
+    for (name, g), mk, col in zip(df.groupby(group), "oDs^", ["#0072B2", "#D55E00", "#009E73", "#CC79A7"]):
+        ax.errorbar(g["J_star_lo"], g["J_final"], xerr=[0 * g["J_star_lo"], g["J_star_hi"] - g["J_star_lo"]],
+                    fmt="none", ecolor=col, elinewidth=0.8, alpha=0.6)
+        ax.scatter(g["J_star_lo"], g["J_final"], marker=mk, s=40, color=col, edgecolors="black", linewidths=0.5,
                    label=str(name).replace("_", " "))
     ax.plot([0, 1], [0, 1], color="black", ls="--", lw=1, label="$J = J^*$")
     ax.set_xlim(0, 1.02)
     ax.set_ylim(0, 1.02)
-    ax.set_xlabel(r"best reachable $J^*$ (fraction)")
+    ax.set_xlabel(r"best reachable $J^*$ ($J^*_{lo}$, bar to $J^*_{hi}$)")
     ax.set_ylabel("final " + label("J"))
     ax.legend(frameon=False, fontsize=8, loc="upper left")
     return ax

@@ -1,6 +1,6 @@
 """Plots of the theory: WAPO's token taxonomy over (p_s, C), expected step scalars, one-step log-odds, Delta mu.
 
-Drawn from gapdyn's outputs (``paper_figs.taxonomy.taxonomy_table`` or direct gapdyn calls).
+Drawn from gapdyn's outputs (``bandits.experiments.taxonomy.taxonomy_table`` or direct gapdyn calls).
 """
 
 from __future__ import annotations

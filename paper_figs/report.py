@@ -1,26 +1,34 @@
-"""REPORT.md: the headline numbers of one reproduction run and the verdict table of every claim.
+"""REPORT.md and the README's "What holds" table: renderings of the run's claims, nothing decided here.
 
-Everything in the report is read from the run's own outputs (the experiments' ``analyse`` verdict
-tables and the figures' ``headline`` numbers); the same numbers are written to
-``results/headline.json`` and ``results/verdicts.csv`` next to it, so a test can check that the
-report quotes the run and nothing else.
+Every verdict is a :class:`gapdyn.Claim` made by an experiment's ``analyse`` (or :func:`paper_figs.llm.llm_claims`)
+through :func:`gapdyn.decide_verdict`. This module only lays claims out: the decided block of each claim id
+(confirmation when it ran, else discovery), identity rows apart (shown, never counted), the replication
+table with disagreement flags, and :data:`PAPER_CLAIMS` (which claim ids test which statement of the papers).
+``results/claims.json`` (:func:`gapdyn.claims_to_json`) and ``results/claims.csv`` hold the same claims, so a
+test can check that the report quotes the run and nothing else.
 """
 
 from __future__ import annotations
 
-import json
 import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Annotated, Literal
 
 import numpy as np
 import pandas as pd
+import tyro
 
-__all__ = ["fmt", "VERDICT_COLUMNS", "PAPER_CLAIMS", "coverage_table", "holds_category", "normalise_verdict",
-           "write_results", "render_report"]
+import gapdyn
+from gapdyn.cmdline import command, output_dir, parse, say
 
-VERDICT_COLUMNS = ("source", "claim", "setting", "measured", "expected", "holds")
+__all__ = ["fmt", "PAPER_CLAIMS", "CLAIM_COLUMNS", "covers", "decided_claims", "coverage_table",
+           "write_results", "read_claims", "render_report", "readme_table", "main"]
 
+CLAIM_COLUMNS = ("id", "block", "source", "statistic", "estimate", "lo", "hi", "n", "criterion", "verdict",
+                 "p_adjusted")
+"""Columns of the claim tables in REPORT.md."""
 
 _UNIT_TESTS = "checked by the unit tests (closed form vs finite differences / Monte Carlo), not in this run"
 _NO_CPU = "not reproducible on a CPU (model scale); the tiny-Qwen runs are the stand-in"
@@ -29,172 +37,142 @@ PAPER_CLAIMS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("Suk & Duan", "grad Phi = g+ - g- (the Gradient Gap is the gradient of the log-odds); every method's "
      "expected direction is a scalar times the Gap", (), _UNIT_TESTS),
     ("Suk & Duan", "Theorem 1: J(K) >= sigmoid(logit J0 + M(K)/2) under the step condition; accuracy is "
-     "logistic in M", ("bandit:logistic",), ""),
+     "logistic in M", ("logistic.",), ""),
     ("Suk & Duan", "Theorem 2: above a step-size threshold even aligned steps collapse J to 0",
-     ("bandit:threshold",), ""),
+     ("threshold.",), ""),
     ("Suk & Duan", "Theorem 3: eta* ~ (1 - J)/T; 1/|o| normalisation cancels one T",
-     ("bandit:length", "bandit:success_rate"), ""),
-    ("Suk & Duan", "a fixed eta stagnates below J = 1; convergence must be judged by M",
-     ("bandit:stagnation",), ""),
+     ("length.", "success_rate."), ""),
+    ("Suk & Duan", "a fixed eta stagnates below J = 1; convergence must be judged by M (not gradient norms)",
+     ("stagnation.",), ""),
     ("Suk & Duan", "GRPO on Qwen2.5-Math-7B (the paper's LLM runs)", (), _NO_CPU),
     ("WAPO", "token taxonomy: peak/valley x sign of A predicts the sign of the entropy change",
-     ("gapdyn:taxonomy",), ""),
+     ("taxonomy.",), ""),
     ("WAPO", "WAPO keeps the Gap direction and down-weights solved prompts ((1 - J) factor): more stable "
-     "than GRPO / Dr. GRPO at equal step", ("bandit:methods", "llm_probe"), ""),
+     "than GRPO / Dr. GRPO at equal step", ("methods.", "llm."), ""),
     ("WAPO", "collapse modes of RLVR runs (high-entropy off-task; repetitive malformed)", (),
-     "shown in figure 7 (alerts by rule of llm_probe's documented collapse criterion); no verdict row: the "
-     "paper's criterion is not public"),
+     "shown in figure 7 (alerts by llm_probe's documented collapse rule); no claim: the paper's criterion is "
+     "not public"),
     ("WAPO", "WAPO vs GRPO/DAPO/GSPO on 1.5B-4B models, MATH-500 etc. (the paper's LLM runs)", (), _NO_CPU),
 )
-"""Each claim of the two papers, the verdict sources that test it in a reproduction run, and for claims
-without a source where they are covered instead (or why not)."""
+"""Each statement of the two papers and the claim ids that test it: an exact id, or a prefix ending in "."
+(every claim of that experiment). Statements without ids say where they are covered instead, or why not."""
 
 
-def coverage_table(verdicts: pd.DataFrame) -> list[list[str]]:
-    """Rows (paper, claim, sources, verdicts in this run) for :data:`PAPER_CLAIMS`."""
-    rows = []
-    for paper, claim, sources, note in PAPER_CLAIMS:
-        if not sources:
-            rows.append([paper, claim, "-", note or "not tested"])
-            continue
-        got = verdicts[verdicts["source"].isin(sources)] if len(verdicts) else verdicts
-        if not len(got):
-            rows.append([paper, claim, ", ".join(sources), "not run (source not available)"])
-            continue
-        counts = got["holds"].map(holds_category).value_counts()
-        rows.append([paper, claim, ", ".join(sources), "; ".join(f"{k}: {v}" for k, v in counts.items())])
-    return rows
+def covers(spec: str, claim_id: str) -> bool:
+    """Whether a :data:`PAPER_CLAIMS` entry (exact id or "prefix.") covers a claim id."""
+    return claim_id.startswith(spec) if spec.endswith(".") else claim_id == spec
 
 
 def fmt(x) -> str:
-    """How a number appears in the report: 4 significant digits, ints as ints, booleans as yes/no."""
+    """How a number appears in the report (the same rule as gapdyn's claim tables: 4 significant digits)."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return ""
     if isinstance(x, (bool, np.bool_)):
         return "yes" if x else "no"
     if isinstance(x, (int, np.integer)):
         return str(int(x))
     if isinstance(x, (float, np.floating)):
-        x = float(x)
-        if math.isnan(x):
-            return "nan"
-        if math.isinf(x):
-            return "inf" if x > 0 else "-inf"
-        if abs(x) < 1e-12:  # round-off around an exact zero
-            return "0"
-        return f"{x:.4g}"
+        return f"{float(x):.4g}"
     return str(x)
 
 
-def _holds_text(v) -> str:
-    if isinstance(v, (bool, np.bool_)):
-        return "holds" if v else "does not hold"
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "not measured"
-    return str(v)
+def decided_claims(claims: Iterable[gapdyn.Claim]) -> list[gapdyn.Claim]:
+    """One claim per id: the confirmation block's when it ran, else the discovery block's (first-seen order)."""
+    out: dict[str, gapdyn.Claim] = {}
+    for c in claims:
+        if c.id not in out or (c.block == "confirmation" and out[c.id].block != "confirmation"):
+            out[c.id] = c
+    return list(out.values())
 
 
-def normalise_verdict(verdict: pd.DataFrame, source: str) -> pd.DataFrame:
-    """An ``analyse`` verdict table with a ``source`` column and ``holds`` as text."""
-    missing = [c for c in VERDICT_COLUMNS[1:] if c not in verdict.columns]
-    if missing:
-        raise ValueError(f"verdict table of {source!r} lacks columns {missing}")
-    df = verdict.loc[:, list(VERDICT_COLUMNS[1:])].copy()
-    df.insert(0, "source", source)
-    df["holds"] = [_holds_text(v) for v in df["holds"]]
-    df["measured"] = [fmt(v) for v in df["measured"]]
-    df["expected"] = [fmt(v) for v in df["expected"]]
-    return df.reset_index(drop=True)
+def coverage_table(claims: Iterable[gapdyn.Claim]) -> list[list[str]]:
+    """Rows (paper, statement, claim ids, verdict counts of the decided claims, identities apart)."""
+    shown = decided_claims(claims)
+    rows = []
+    for paper, statement, specs, note in PAPER_CLAIMS:
+        if not specs:
+            rows.append([paper, statement, "-", note or "not tested"])
+            continue
+        got = [c for c in shown if any(covers(s, c.id) for s in specs)]
+        if not got:
+            rows.append([paper, statement, ", ".join(specs), "not run (source not available)"])
+            continue
+        counts = gapdyn.count_verdicts(got)
+        text = "; ".join(f"{k}: {v}" for k, v in counts.items() if v and k != "identity")
+        if counts["identity"]:
+            text += f" (+{counts['identity']} identity, not counted)"
+        rows.append([paper, statement, ", ".join(c.id for c in got), text])
+    return rows
 
 
-def holds_category(h) -> str:
-    """holds / holds only in a named setting / does not hold / other (n/a, inconclusive, a finding)."""
-    h = str(h)
-    if h.startswith("holds only"):
-        return "holds only in a named setting"
-    if h.startswith("holds"):
-        return "holds"
-    if h.startswith("does not hold"):
-        return "does not hold"
-    return "other (n/a, not measured, inconclusive or a finding)"
-
-
-def _jsonable(x):
-    if isinstance(x, Mapping):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, (np.bool_,)):
-        return bool(x)
-    if isinstance(x, np.integer):
-        return int(x)
-    if isinstance(x, np.floating):
-        return float(x)
-    return x
-
-
-def write_results(results_dir: Path, headline: Mapping[str, Mapping], verdicts: pd.DataFrame) -> list[Path]:
-    """``headline.json`` (section -> name -> number) and ``verdicts.csv`` under ``results_dir``."""
+def write_results(results_dir: Path, claims: Iterable[gapdyn.Claim]) -> list[Path]:
+    """``claims.json`` (every claim of every block, reloadable) and ``claims.csv`` under ``results_dir``."""
+    claims = list(claims)
     results_dir = Path(results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
-    hj = results_dir / "headline.json"
-    hj.write_text(json.dumps(_jsonable(headline), indent=2, sort_keys=True, allow_nan=True))
-    vc = results_dir / "verdicts.csv"
-    verdicts.to_csv(vc, index=False)
-    return [hj, vc]
+    cj = results_dir / "claims.json"
+    cj.write_text(gapdyn.claims_to_json(claims))
+    cc = results_dir / "claims.csv"
+    gapdyn.claims_table(claims).to_csv(cc, index=False)
+    return [cj, cc]
 
 
-def _md_table(rows: list[list[str]], header: list[str]) -> str:
-    def clean(s):
-        return str(s).replace("|", "\\|").replace("\n", " ")
+def read_claims(path: Path) -> list[gapdyn.Claim]:
+    """Claims from a ``claims.json`` (or the ``results`` folder / output folder holding one)."""
+    path = Path(path)
+    for cand in (path, path / "claims.json", path / "results" / "claims.json"):
+        if cand.is_file():
+            return gapdyn.claims_from_json(cand.read_text())
+    raise ValueError(f"path must be a claims.json or a folder holding results/claims.json, got {path}")
 
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(clean(c) for c in r) + " |" for r in rows]
-    return "\n".join(lines)
+
+def _md(rows: list[list[str]], header: list[str]) -> str:
+    return gapdyn.markdown_table(pd.DataFrame(rows, columns=header))
+
+
+def _claims_md(claims: list[gapdyn.Claim]) -> str:
+    return gapdyn.markdown_table(gapdyn.claims_table(claims), CLAIM_COLUMNS)
 
 
 _MODE_NOTE = {
     "test": "Mode `test` uses the smallest sizes (a plumbing check for the test suite): the verdicts below are "
             "not evidence either way.",
-    "quick": "Quick mode uses small sweeps (CPU minutes): treat each verdict as a smoke test of the claim, not as "
-             "the paper-scale measurement (`gapdyn reproduce --mode full`).",
-    "full": "Full mode: the paper-scale sweeps.",
+    "quick": "Quick mode runs the discovery block only (seeds 0-19, small sweeps): the verdicts are indicative; "
+             "`gapdyn reproduce --mode full` adds the confirmation block (seeds 1000-1019) that decides.",
+    "full": "Full mode: discovery and confirmation blocks; each claim's verdict is the confirmation block's.",
 }
 
 
-def render_report(
-    *,
-    mode: str,
-    seconds: float,
-    seed,
-    headline: Mapping[str, Mapping],
-    verdicts: pd.DataFrame,
-    figures: Mapping[str, object],
-    captions: Mapping[str, str],
-    unavailable: Mapping[str, str],
-) -> str:
-    """The markdown text of REPORT.md."""
+def render_report(*, mode: str, seconds: float, seed, claims: Iterable[gapdyn.Claim], figures: Mapping[str, object],
+                  captions: Mapping[str, str], unavailable: Mapping[str, str]) -> str:
+    """The markdown text of REPORT.md: coverage, counted claims, identity rows, replication, figures."""
+    claims = list(claims)
+    shown = decided_claims(claims)
+    counted = [c for c in shown if c.counts_as_evidence]
+    identities = [c for c in shown if not c.counts_as_evidence]
     out = [
-        "# gapdyn quick reproduction: report",
-        "",
-        f"Mode `{mode}`, seed {'default' if seed is None else seed}, wall time {seconds:.0f} s. "
-        "Every number below was computed in this run (also in `results/headline.json`; verdicts in "
-        "`results/verdicts.csv`). " + _MODE_NOTE.get(mode, ""),
-        "",
-        "## Headline numbers",
-        "",
+        "# gapdyn reproduction: report", "",
+        f"Mode `{mode}`, seed {'default' if seed is None else seed}, wall time {seconds:.0f} s. Every row below is a "
+        "claim computed in this run (all blocks in `results/claims.json` and `results/claims.csv`); verdicts are "
+        "decided by `gapdyn.decide_verdict` from the interval and the criterion frozen before the run "
+        "(docs/evidence.md). " + _MODE_NOTE.get(mode, ""), "",
+        "## Coverage: the statements of both papers", "",
+        _md(coverage_table(claims), ["paper", "statement", "claims", "verdicts in this run"]), "",
+        "## Claims", "",
     ]
-    for section, numbers in headline.items():
-        out += [f"### {section}", "", _md_table([[k, fmt(v)] for k, v in numbers.items()], ["quantity", "value"]), ""]
-    if not headline:
-        out += ["(no headline numbers: no data source was available)", ""]
-    out += ["## Coverage: the claims of both papers", "",
-            _md_table(coverage_table(verdicts), ["paper", "claim", "tested by", "verdicts in this run"]), ""]
-    out += ["## Verdicts: every claim tested in this run", ""]
-    if len(verdicts):
-        counts = verdicts["holds"].map(holds_category).value_counts()
-        out += ["Summary: " + ", ".join(f"{k}: {v}" for k, v in counts.items()) + ".", ""]
-        out += [_md_table(verdicts.loc[:, list(VERDICT_COLUMNS)].astype(str).values.tolist(), list(VERDICT_COLUMNS)), ""]
+    if counted:
+        counts = gapdyn.count_verdicts(counted)
+        out += ["Summary: " + ", ".join(f"{k}: {v}" for k, v in counts.items() if k != "identity") + ".", "",
+                _claims_md(counted), ""]
     else:
-        out += ["(no verdict tables: no experiment was available)", ""]
+        out += ["(no claims: no experiment was available)", ""]
+    out += ["## Identity rows (true by construction; shown, never counted)", ""]
+    out += [_claims_md(identities) if identities else "(none in this run)", ""]
+    conf = [c for c in claims if c.block == "confirmation"]
+    if conf:
+        rep = gapdyn.replication_table([c for c in claims if c.block == "discovery"], conf)
+        out += ["## Replication: discovery vs confirmation", "",
+                gapdyn.markdown_table(rep, ["id", "discovery", "confirmation", "verdict", "flag"]), ""]
     out += ["## Figures", ""]
     for name, made in figures.items():
         if isinstance(made, str):
@@ -208,3 +186,73 @@ def render_report(
         out += [f"- {k}: {v}" for k, v in unavailable.items()]
         out.append("")
     return "\n".join(out)
+
+
+def readme_table(claims: Iterable[gapdyn.Claim]) -> str:
+    """The README's "What holds" table: one row per counted claim, the confirmation verdict where it ran.
+
+    When no confirmation block ran, a note says the verdicts are indicative (quick mode)."""
+    claims = list(claims)
+    shown = [c for c in decided_claims(claims) if c.counts_as_evidence]
+    has_conf = any(c.block == "confirmation" for c in claims)
+    rows = []
+    for paper, statement, specs, _ in PAPER_CLAIMS:
+        for c in shown:
+            if any(covers(s, c.id) for s in specs):
+                rows.append([f"{paper}: {statement}", c.id, f"{fmt(c.estimate)} [{fmt(c.interval[0])}, "
+                             f"{fmt(c.interval[1])}], n={c.n}", c.criterion_text, c.verdict, c.block])
+    mapped = {r[1] for r in rows}
+    rows += [["(not mapped to a paper statement)", c.id, f"{fmt(c.estimate)} [{fmt(c.interval[0])}, "
+              f"{fmt(c.interval[1])}], n={c.n}", c.criterion_text, c.verdict, c.block]
+             for c in shown if c.id not in mapped]
+    note = ("Verdicts from the confirmation block (seeds 1000-1019)." if has_conf else
+            "**Indicative verdicts (quick mode):** only the discovery block ran; `gapdyn reproduce --mode full` "
+            "adds the confirmation block that decides.")
+    return note + "\n\n" + _md(rows, ["paper statement", "claim", "estimate [95 % interval]", "criterion",
+                                      "verdict", "block"])
+
+
+@dataclass
+class ClaimsArgs:
+    """Print the README's "What holds" table from a reproduction's claims (confirmation verdicts where the
+    confirmation block ran, else indicative discovery verdicts) and write it to <out>/README_table.md."""
+
+    out_dir: Annotated[str | None, tyro.conf.arg(name="out")] = None
+    """A `gapdyn reproduce` output folder (or a claims.json) to read (default ./gapdyn_out/reproduce)."""
+    from_store: bool = False
+    """Instead of reading claims.json: re-judge every experiment of --mode from the sweep store (cached runs)."""
+    mode: Literal["test", "quick", "full"] = "quick"
+    """The experiments' sizes, with --from-store."""
+    store: str | None = None
+    """Sweep store for --from-store (default: the reproduction's, <out>/store)."""
+
+
+@command("gapdyn claims")
+def main(argv: list[str]) -> int:
+    """``gapdyn claims [--out DIR]``: the README table of a reproduction's claims."""
+    args = parse(ClaimsArgs, argv, prog="gapdyn claims")
+    out = output_dir("reproduce", args.out_dir, announce=False)
+    if not args.from_store:
+        claims = read_claims(out)
+    else:
+        from bandits.experiments import EXPERIMENTS
+
+        from .data import NotAvailable, Sources
+
+        sources = Sources(args.mode, store=Path(args.store) if args.store else out / "store")
+        claims = []
+        for name in EXPERIMENTS:
+            try:
+                claims += sources.claims(name)
+            except NotAvailable as exc:
+                say("claims", f"{name}: not available ({exc})")
+    table = readme_table(claims)
+    print(table)
+    if out.is_dir():
+        (out / "README_table.md").write_text(table + "\n")
+        say("claims", f"wrote {out / 'README_table.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

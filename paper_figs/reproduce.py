@@ -7,9 +7,9 @@
 
 Steps: (1) run each bandit experiment (``bandits.experiments.<name>.run``; cells already in the
 sweep store are loaded, not recomputed), (2) the tiny-Qwen GRPO-vs-WAPO runs (``llm_probe``),
-(3) all figures (PNG + PDF), (4) ``REPORT.md`` with the headline numbers of this run and the
-verdict table assembled from every experiment's ``analyse``, plus ``results/headline.json`` and
-``results/verdicts.csv``. A missing data source is reported as "not available yet", never faked.
+(3) all figures (PNG + PDF), (4) ``REPORT.md`` rendering the claims of this run (every experiment's
+``analyse`` and the tiny-Qwen claims; :mod:`paper_figs.report`), plus ``results/claims.json`` and
+``results/claims.csv``. A missing data source is reported as "not available yet", never faked.
 Exit codes: 0 everything produced, 3 some part not available, 1 an error.
 """
 
@@ -18,20 +18,18 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-import pandas as pd
 from tqdm.auto import tqdm
 
 from . import report
 from gapdyn.cmdline import Mode, check_jobs, command, output_dir, parse, say
 
 from .cli import FIGURES, figure_module, make_figures, resolve_store
-from .data import NotAvailable, SourceFailed, Sources, llm_verdict, taxonomy_verdict
+from .data import NotAvailable, SourceFailed, Sources
 
 __all__ = ["EXPERIMENT_ORDER", "reproduce", "main"]
 
-EXPERIMENT_ORDER = ("threshold", "length", "success_rate", "stagnation", "logistic", "methods")
+EXPERIMENT_ORDER = ("threshold", "length", "success_rate", "stagnation", "logistic", "methods", "taxonomy")
 
 
 def _experiment_names() -> tuple[str, ...]:
@@ -47,8 +45,8 @@ def reproduce(*, mode: str = "quick", out_dir=None, store=None, seed=None, n_job
     """Run everything and write the figures, ``REPORT.md`` and ``results/`` into ``out_dir`` (default
     ``./gapdyn_out/reproduce``); the sweep store is ``store`` or :func:`paper_figs.cli.resolve_store`'s default.
 
-    Returns a dict with keys report (path), figures (name -> paths or reason), headline, verdicts
-    (DataFrame), unavailable (name -> reason), seconds.
+    Returns a dict with keys report (path), figures (name -> paths or reason), claims (every gapdyn.Claim
+    of the run), unavailable (name -> reason), seconds.
     """
     t0 = time.perf_counter()
     out = output_dir("reproduce", out_dir, announce=False)
@@ -59,22 +57,21 @@ def reproduce(*, mode: str = "quick", out_dir=None, store=None, seed=None, n_job
     experiments = _experiment_names()
     stages = [("experiment", n) for n in experiments] + [("llm", "llm_probe")] + [("figure", f) for f in FIGURES]
     unavailable: dict[str, str] = {}
-    verdict_tables: list[pd.DataFrame] = []
+    claims: list = []
     figures: dict[str, object] = {}
     bar = tqdm(stages, desc="gapdyn reproduce", unit="step", disable=not progress, file=sys.stderr)
     for kind, name in bar:
         bar.set_postfix_str(f"{kind} {name}")
         if kind == "experiment":
             try:
-                _, verdict = sources.experiment(name)
-                verdict_tables.append(report.normalise_verdict(verdict, f"bandit:{name}"))
+                claims += sources.claims(name)
             except SourceFailed as exc:
                 unavailable[f"experiment {name}"] = f"error: {exc}"
             except NotAvailable as exc:
                 unavailable[f"experiment {name}"] = f"not available yet: {exc}"
         elif kind == "llm":
             try:
-                verdict_tables.append(report.normalise_verdict(llm_verdict(sources.llm()), "llm_probe"))
+                claims += sources.claims("llm")
             except SourceFailed as exc:
                 unavailable["llm_probe demo"] = f"error: {exc}"
             except NotAvailable as exc:
@@ -86,36 +83,24 @@ def reproduce(*, mode: str = "quick", out_dir=None, store=None, seed=None, n_job
                 unavailable[f"figure {name}"] = made[name]
     bar.close()
 
-    headline: dict[str, dict] = {}
-    for name in FIGURES:
-        fn = getattr(figure_module(name), "headline", None)
-        if fn is None or isinstance(figures.get(name), str):
-            continue
-        try:
-            headline[f"{name}"] = fn(sources)
-        except NotAvailable as exc:
-            unavailable.setdefault(f"headline {name}", f"not available yet: {exc}")
-    if "fig5_taxonomy" in headline:
-        verdict_tables.append(report.normalise_verdict(taxonomy_verdict(headline["fig5_taxonomy"]), "gapdyn:taxonomy"))
-    verdicts = (pd.concat(verdict_tables, ignore_index=True) if verdict_tables
-                else pd.DataFrame(columns=list(report.VERDICT_COLUMNS)))
-    report.write_results(out / "results", headline, verdicts)
+    report.write_results(out / "results", claims)
     seconds = time.perf_counter() - t0
     text = report.render_report(
-        mode=mode, seconds=seconds, seed=seed, headline=headline, verdicts=verdicts, figures=figures,
+        mode=mode, seconds=seconds, seed=seed, claims=claims, figures=figures,
         captions={n: figure_module(n).CAPTION for n in FIGURES}, unavailable=unavailable,
     )
     path = out / "REPORT.md"
     path.write_text(text)
-    held = sum(str(v).startswith("holds") for v in verdicts.get("holds", []))
+    shown = [c for c in report.decided_claims(claims) if c.counts_as_evidence]
+    held = sum(c.verdict == "holds" for c in shown)
     log(f"{len([f for f in figures.values() if not isinstance(f, str)])}/{len(FIGURES)} figures, "
-        f"{held}/{len(verdicts)} verdicts hold, {seconds:.0f} s")
+        f"{held}/{len(shown)} claims hold, {seconds:.0f} s")
     for k, v in unavailable.items():
         log(f"{k}: {v.splitlines()[0]}")
     log(f"figures: {out}/fig*.png|pdf")
     log(f"report:  {path}")
-    log(f"numbers: {out / 'results'}")
-    return {"report": path, "figures": figures, "headline": headline, "verdicts": verdicts,
+    log(f"claims:  {out / 'results' / 'claims.json'}")
+    return {"report": path, "figures": figures, "claims": claims,
             "unavailable": unavailable, "seconds": seconds}
 
 

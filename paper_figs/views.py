@@ -1,7 +1,8 @@
-"""Tables that the figures draw, cut from the bandit experiments' tidy results (or from a Trajectory).
+"""Tables that the figures draw, cut from the experiments' ExperimentResult rows (or from a Trajectory).
 
-Each function selects and reshapes one experiment's ``run`` output (or calls that experiment's own
-analysis helpers, e.g. ``threshold.critical_steps``); the science stays in ``bandits``.
+Each function selects and reshapes one experiment's ``results`` (or calls that experiment's own
+functions, e.g. ``threshold.critical_steps``, ``stagnation.trajectories``); fits, seeds and sizes stay in
+the experiments.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ __all__ = [
     "stagnation_trajectories",
     "logistic_fit_rows",
     "logistic_thm1_rows",
+    "logistic_slopes",
+    "taxonomy_table",
+    "taxonomy_summary",
 ]
 
 
@@ -96,10 +100,12 @@ def threshold_views(results: pd.DataFrame) -> ThresholdViews:
     order += [i for i in sorted(crit["instance"].unique()) if i not in order]
     row = {inst: k for k, inst in enumerate(order)}
     crit = crit.assign(row=crit["instance"].map(row))
-    ex = results[(results["kind"] == "exact") & (results["phase"] == "grid") & (results["schedule"] == "constant")]
+    const = results["schedule"].isna() | (results["schedule"] == "constant")  # grid rows carry no schedule
+    ex = results[(results["kind"] == "exact") & (results["phase"] == "grid") & const]
     exact = ex.loc[:, ["instance", "method", "eta", "J_final"]].assign(row=lambda d: d["instance"].map(row))
     sp = results[(results["kind"] == "sampled") & (results["schedule"] == "constant")]
-    sampled = (sp.assign(collapsed=(sp["J_final"] < mod.COLLAPSE_J).astype(float))
+    collapsed = sp["collapsed"].astype(float) if "collapsed" in sp else (sp["J_final"] < gapdyn.COLLAPSE_J)
+    sampled = (sp.assign(collapsed=collapsed.astype(float))
                .groupby(["instance", "eta"], as_index=False)["collapsed"].mean()
                .rename(columns={"collapsed": "p_collapse"}).assign(row=lambda d: d["instance"].map(row)))
     long = crit.melt(id_vars=["method", "instance", "row"], value_vars=[c for c in PREDICTORS if c in crit],
@@ -108,20 +114,18 @@ def threshold_views(results: pd.DataFrame) -> ThresholdViews:
     return ThresholdViews(crit, exact, sampled, long)
 
 
-def critical_vs_length(results: pd.DataFrame, config) -> pd.DataFrame:
-    """eta* per (setting, instance, T) from the ``length`` experiment (its own ``critical_table``), plus
-    ``eta_star_rel`` = eta* / eta*(smallest T with a finite eta*) of the same (setting, instance), so
-    that instances with different scales can share one log-log plot."""
-    mod = _import("bandits.experiments.length", "figure 2")
-    crit = mod.critical_table(results, getattr(config, "level", 0.5))
-    crit = crit.sort_values(["setting", "instance", "T"]).reset_index(drop=True)
-
-    def rel(g):
-        fin = g[np.isfinite(g["eta_star"])]
-        ref = float(fin["eta_star"].iloc[0]) if len(fin) else np.nan
-        return g["eta_star"] / ref
-
-    crit["eta_star_rel"] = crit.groupby(["setting", "instance"], group_keys=False)[["eta_star", "T"]].apply(rel)
+def critical_vs_length(results: pd.DataFrame, config=None) -> pd.DataFrame:
+    """The ``length`` experiment's found eta* per (instance, seed, rho, J0, normalized, T) with ``label``
+    (rho, raw or 1/|o|) and ``eta_star_rel`` = eta* / eta*(smallest T with a found eta*) of the same series,
+    so that series with different scales share one log-log plot."""
+    _require_cols(results, ["status", "eta_star", "instance", "seed", "rho", "J0", "normalized", "T"],
+                  "length results")
+    crit = results[results["status"] == "found"].copy()
+    crit["normalized"] = crit["normalized"].astype(bool)
+    crit["label"] = [f"rho = {r:g}, {'1/|o|' if n else 'raw'}" for r, n in zip(crit["rho"], crit["normalized"])]
+    by = ["instance", "seed", "rho", "J0", "normalized"]
+    crit = crit.sort_values(by + ["T"]).reset_index(drop=True)
+    crit["eta_star_rel"] = _relative_to_first(crit, by, "T", "eta_star")
     return crit
 
 
@@ -169,9 +173,18 @@ def success_rate_phase(results: pd.DataFrame, verdict: pd.DataFrame | None = Non
     return grid, pd.DataFrame(rows, columns=["curve", "J0", "eta_star"])
 
 
+def _methods_sampling(results: pd.DataFrame) -> pd.DataFrame:
+    """The ``methods`` rows at equal eta with a ``sampling`` column (exact / sampled; the experiment calls
+    it ``kind`` and adds matched-step rows, which the equal-eta panels leave out)."""
+    if "sampling" in results or "kind" not in results:
+        return results
+    return results[results["kind"].isin(["exact", "sampled"])].rename(columns={"kind": "sampling"})
+
+
 def methods_view(results: pd.DataFrame) -> pd.DataFrame:
     """Per (sampling, method, eta) of the ``methods`` experiment: P_collapse, mean final J, share of runs
     reaching J >= 0.9 and the median steps to it (over the runs that reach it)."""
+    results = _methods_sampling(results)
     _require_cols(results, ["sampling", "method", "eta", "collapsed", "J_final", "steps_to_09"], "methods results")
     R = results.assign(collapsed=results["collapsed"].astype(float))
 
@@ -191,57 +204,57 @@ def methods_view(results: pd.DataFrame) -> pd.DataFrame:
 def methods_summary(results: pd.DataFrame) -> pd.DataFrame:
     """The ``methods`` experiment's own per-method summary (P_collapse, scalar_at_J0, entropies)."""
     mod = _import("bandits.experiments.methods", "figure 6")
-    return mod.summary(results)
+    out = mod.summary(results)
+    return out.rename(columns={"kind": "sampling"}) if "sampling" not in out else out
 
 
 def stagnation_parts(results: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """The ``stagnation`` experiment's rows split by part (single, interference, tabular_shared,
-    unreachable, adam, controllers); the failure rate of the long runs in long form as ``fail_curve``
-    (part, method, mode, optimizer, eta, seed, instance, step, fail) at the three recorded points
-    k = K/10, K/2, K."""
+    """The ``stagnation`` experiment's rows split by part (single, shared, misalign, controllers), the shared
+    settings with their J* bracket as ``plateau`` (stagnation.plateau_table), and the failure rate of the
+    single-context runs in long form as ``fail_curve`` (method, eta, instance, exponent, coef, step, fail) at
+    the recorded points k = K/10, K/2, K."""
     _require_cols(results, ["part"], "stagnation results")
+    mod = _import("bandits.experiments.stagnation", "figure 3")
     out = {p: g.reset_index(drop=True) for p, g in results.groupby("part")}
-    long = results[results["part"] != "controllers"]
-    if len(long) and {"fail_10pct", "fail_half", "fail_final", "steps"} <= set(long.columns):
-        K = long["steps"].astype(float)
-        pts = []
-        for col, frac in (("fail_10pct", 0.1), ("fail_half", 0.5), ("fail_final", 1.0)):
-            pts.append(long.assign(step=np.floor(K * frac), fail=long[col]))
+    if "shared" in out:
+        out["plateau"] = mod.plateau_table(results)
+    single = out.get("single")
+    if single is not None and {"fail_10pct", "fail_half", "fail_final", "steps"} <= set(single.columns):
+        K = single["steps"].astype(float)
+        pts = [single.assign(step=np.floor(K * frac), fail=single[col])
+               for col, frac in (("fail_10pct", 0.1), ("fail_half", 0.5), ("fail_final", 1.0))]
         out["fail_curve"] = pd.concat(pts, ignore_index=True)
     return out
 
 
-def stagnation_trajectories(config, *, instance: int = 0, etas=None, steps: int | None = None,
-                            n_seeds: int | None = None, delta: float = 2.0) -> pd.DataFrame:
-    """J over steps of sampled GRPO on the ``stagnation`` experiment's controller instance
-    (``make_bandit(n_contexts=1, seed=1000 + instance)``, as its ``controllers`` part) at fixed eta and
-    under the adaptive controller (trust region ``delta``) started from the same eta0, via
-    ``bandits.run_grid``. The stagnation results keep only summaries; these curves show the dynamics
-    behind them. Columns: schedule, eta, seed, step, J, M."""
-    bandits = _import("bandits", "figure 3's trajectories")
-    if etas is None:  # the long runs' fixed etas and the controllers' eta0 grid
-        etas = sorted(set(getattr(config, "etas", ())) | set(getattr(config, "controller_etas", (10.0, 1000.0))))
-    etas = tuple(float(e) for e in etas)
-    steps = int(steps or getattr(config, "controller_steps", 100))
-    n_seeds = int(n_seeds or getattr(config, "n_seeds", 4))
-    b = bandits.make_bandit(n_contexts=1, seed=1000 + instance)
-    frames = []
-    for name, sched in (("constant", bandits.Schedule("constant")),
-                        (f"adaptive (delta = {delta:g})", bandits.Schedule("adaptive", delta=delta))):
-        dyn = bandits.Dynamics(method="grpo", mode="sampled", steps=steps, schedule=sched)
-        tr, E, S = bandits.run_grid(b, dyn, etas=etas, seeds=np.arange(n_seeds))
-        frames.append(trajectory_frame(tr, E, S).assign(schedule=name))
-    return pd.concat(frames, ignore_index=True)
+def stagnation_trajectories(config, *, instance: int = 0) -> pd.DataFrame:
+    """J over steps of sampled GRPO at constant eta and under the adaptive controller, from the
+    ``stagnation`` experiment's own :func:`trajectories` (its controller instance, eta0 grid and seeds)."""
+    return _import("bandits.experiments.stagnation", "figure 3").trajectories(config, instance=instance)
 
 
 def logistic_fit_rows(results: pd.DataFrame) -> pd.DataFrame:
     """The (M, J) pairs of the ``logistic`` experiment's fit part from non-collapsed runs."""
     _require_cols(results, ["part", "method", "sampling", "M", "J", "J0", "collapsed"], "logistic results")
-    fit = results[(results["part"] == "fit")]
-    return fit[~fit["collapsed"].astype(bool)].reset_index(drop=True)
+    return _import("bandits.experiments.logistic", "figure 4").fit_rows(results)
+
+
+def logistic_slopes(results: pd.DataFrame) -> pd.DataFrame:
+    """The ``logistic`` experiment's per-instance fits of the sampled runs (its ``instance_slopes``)."""
+    return _import("bandits.experiments.logistic", "figure 4").instance_slopes(results)
 
 
 def logistic_thm1_rows(results: pd.DataFrame) -> pd.DataFrame:
     """The ``logistic`` experiment's Theorem-1 part: per run factor, meets, above_bound, worst_violation."""
     _require_cols(results, ["part"], "logistic results")
     return results[results["part"] == "thm1"].reset_index(drop=True)
+
+
+def taxonomy_table(n_tokens: int = 20000, **kwargs) -> pd.DataFrame:
+    """``bandits.experiments.taxonomy.taxonomy_table`` (one row per sampled token and sign of A)."""
+    return _import("bandits.experiments.taxonomy", "the taxonomy table").taxonomy_table(n_tokens, **kwargs)
+
+
+def taxonomy_summary(table: pd.DataFrame) -> dict:
+    """``bandits.experiments.taxonomy.summary``: descriptive counts of a taxonomy table."""
+    return _import("bandits.experiments.taxonomy", "the taxonomy table").summary(table)

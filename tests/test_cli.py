@@ -78,6 +78,8 @@ SHARED = {  # subcommand argv -> the shared flags it must offer
     ("train",): ("--out", "--progress", "--no-progress", "--seed"),
     ("train", "warmup"): ("--out", "--progress", "--no-progress", "--seed"),
     ("train", "demo"): ("--out", "--jobs", "--progress", "--no-progress"),
+    ("claims",): ("--out", "--mode"),
+    ("train", "ablation"): ("--mode", "--jobs", "--out", "--progress", "--no-progress", "--seed"),
 }
 RETIRED = ("--n-jobs", "--out-dir")
 
@@ -163,6 +165,9 @@ TRAIN_BAD = [
     (["demo", "--jobs", "0"], "--jobs"),
     (["demo", "--lrs", "inf"], "--lrs"),
     (["demo", "--group-size", "1"], "--group-size"),
+    (["ablation", "--jobs", "0"], "--jobs"),
+    (["ablation", "--mode", "huge"], "--mode"),
+    (["ablation", "--out", "{file}"], "--out"),
 ]
 
 

@@ -1,10 +1,10 @@
 """paper_figs: the shared style's file metadata, the figure-module contract, the taxonomy table against
-an independent numpy route, a figure script run on its own, the gallery doc, and the tiny reproduction
-(every figure written, REPORT.md quoting exactly the numbers of this run)."""
+an independent numpy route, a figure script run on its own, the gallery doc, the report as a rendering of
+claims (identity rows apart, replication flags, the README table), the tiny-Qwen claims against scipy, and
+the tiny reproduction (every figure written, REPORT.md quoting exactly the claims of this run)."""
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -122,12 +122,78 @@ def test_gapdyn_figs_command_lists_the_figures(capsys):
     assert all(name in out for name in FIGURES)
 
 
-def _report_rows(text: str) -> set[tuple[str, ...]]:
-    rows = set()
+def _report_rows(text: str) -> list[tuple[str, ...]]:
+    rows = []
     for line in text.splitlines():
         if line.startswith("| ") and not line.startswith("|---"):
-            rows.add(tuple(c.strip().replace("\\|", "|") for c in line.strip().strip("|").split(" | ")))
+            rows.append(tuple(c.strip().replace("\\|", "|") for c in line.strip().strip("|").split(" | ")))
     return rows
+
+
+def _claim(cid, estimate, lo, hi, criterion, block="discovery", **kw):
+    import gapdyn
+
+    return gapdyn.Claim(id=cid, source="test", statement="s", setting="t", statistic="x", estimate=estimate,
+                        interval=(lo, hi), n=5, criterion_text=criterion.describe(), criterion=criterion,
+                        block=block, **kw)
+
+
+def _close(cell: str, value: float) -> bool:
+    return float(cell) == pytest.approx(value, rel=5e-4, abs=1e-12)
+
+
+def test_report_renders_claims_identity_apart_and_replication():
+    import gapdyn
+
+    above, ident = gapdyn.Criterion.above(0.5), gapdyn.Criterion.identity(1.0, tol=0.01)
+    claims = [_claim("taxonomy.a", 0.9, 0.8, 0.95, above), _claim("taxonomy.b", 1.0, 1.0, 1.0, ident),
+              _claim("taxonomy.a", 0.4, 0.3, 0.45, above, block="confirmation"),
+              _claim("stagnation.c", 0.6, 0.4, 0.7, above)]
+    text = report.render_report(mode="full", seconds=1.0, seed=None, claims=claims, figures={}, captions={},
+                                unavailable={})
+    counted, identities = text.split("## Identity rows")
+    assert "Summary: holds: 0, does not hold: 1, inconclusive: 1." in counted
+    rows = _report_rows(counted)
+    decided = [r for r in rows if r[0] == "taxonomy.a"]
+    assert len(decided) == 1 and decided[0][1] == "confirmation" and decided[0][9] == "does not hold"
+    assert _close(decided[0][4], 0.4) and _close(decided[0][5], 0.3) and _close(decided[0][6], 0.45)
+    assert not any(r[0] == "taxonomy.b" for r in rows)
+    assert any(r[0] == "taxonomy.b" and r[9] == "identity" for r in _report_rows(identities))
+    rep = [r for r in _report_rows(text.split("## Replication")[1]) if r[0] == "taxonomy.a"]
+    assert rep == [("taxonomy.a", "holds", "does not hold", "does not hold", "disagree")]
+    assert "(+1 identity, not counted)" in text
+    table = report.readme_table(claims)
+    assert table.startswith("Verdicts from the confirmation block") and "taxonomy.b" not in table
+    quick = report.readme_table([c for c in claims if c.block == "discovery"])
+    assert quick.startswith("**Indicative verdicts (quick mode):**")
+
+
+def test_llm_claims_against_scipy():
+    from scipy.stats import fisher_exact, wilcoxon
+
+    from paper_figs.llm import LLM_CRITERIA, LLMResults, llm_claims
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for lr in (3e-4, 1e-3):
+        for seed in range(4):
+            for m in ("grpo", "wapo"):
+                rows.append({"method": m, "lr": lr, "seed": seed, "reward_first25": 0.3, "steps_run": 20,
+                             "collapsed": bool(rng.random() < (0.7 if m == "grpo" else 0.3)),
+                             "reward_last25": float(rng.random())})
+    runs = pd.DataFrame(rows)
+    res = LLMResults(runs, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), {}, Path("."))
+    got = {c.id: c for c in llm_claims(res, n_resamples=500)}
+    assert set(got) == set(LLM_CRITERIA)
+    g, w = runs[runs["method"] == "grpo"], runs[runs["method"] == "wapo"]
+    cg, cw = int(g["collapsed"].sum()), int(w["collapsed"].sum())
+    assert got["llm.wapo_fewer_collapses"].estimate == pytest.approx((cg - cw) / 8)
+    fisher = fisher_exact([[cg, 8 - cg], [cw, 8 - cw]]).pvalue
+    assert got["llm.wapo_fewer_collapses"].p_value == pytest.approx(fisher)
+    diff = w["reward_last25"].to_numpy() - g["reward_last25"].to_numpy()
+    assert got["llm.wapo_higher_reward"].estimate == pytest.approx(diff.mean())
+    assert got["llm.wapo_higher_reward"].p_value == pytest.approx(wilcoxon(diff).pvalue)
+    assert all(c.p_adjusted >= c.p_value for c in got.values())
 
 
 def _package_files() -> set:
@@ -182,52 +248,50 @@ def test_tiny_reproduction_writes_every_figure(tiny_run):
         assert Image.open(out / f"{name}.png").text["Description"] == figure_module(name).CAPTION
 
 
-def test_tiny_report_quotes_the_numbers_of_this_run(tiny_run):
+def test_tiny_report_quotes_the_claims_of_this_run(tiny_run):
     out, _, _, _ = tiny_run
     text = (out / "REPORT.md").read_text()
-    rows = _report_rows(text)
-    headline = json.loads((out / "results" / "headline.json").read_text())
-    assert headline, "no headline numbers"
-    for section, numbers in headline.items():
-        assert f"### {section}" in text
-        for key, value in numbers.items():
-            assert (key, report.fmt(value)) in rows, f"{section}.{key} = {value} not quoted in REPORT.md"
-    verdicts = pd.read_csv(out / "results" / "verdicts.csv", dtype=str, keep_default_na=False)
-    assert len(verdicts) >= 3
-    for r in verdicts.itertuples(index=False):
-        assert tuple(str(v) for v in r) in rows, f"verdict row missing from REPORT.md: {r}"
-    assert (verdicts["holds"].str.len() > 0).all()
-    # the numbers depend on this run's seed: recompute the taxonomy headline independently for seeds 3 and 0
-    tax = headline["fig5_taxonomy"]
-    s3 = data.taxonomy_summary(data.taxonomy_table(tax["n_tokens"], seed=3))
-    s0 = data.taxonomy_summary(data.taxonomy_table(tax["n_tokens"], seed=0))
-    assert tax["share_bin_correct"] == pytest.approx(s3["share_bin_correct"], abs=0)
-    assert s0["share_bin_correct"] != s3["share_bin_correct"]
-    # the bandit numbers are those of the sweep results stored by this run (read back from disk)
-    from bandits.experiments.threshold import critical_steps
+    claims = report.read_claims(out)
+    assert claims, "no claims"
+    rows = {r[0]: r for r in _report_rows(text) if len(r) == len(report.CLAIM_COLUMNS)}
+    for c in report.decided_claims(claims):
+        r = rows.get(c.id)
+        assert r is not None, f"claim {c.id} not in REPORT.md"
+        assert r[1] == c.block and r[9] == c.verdict and int(r[7]) == c.n
+        assert _close(r[4], c.estimate) and _close(r[5], c.interval[0]) and _close(r[6], c.interval[1])
+    counted = text.split("## Identity rows")[0]
+    assert not any(r[0] == c.id for c in claims if not c.counts_as_evidence for r in _report_rows(counted))
+    # the claims are those of the sweep results stored by this run: re-judged from the store, they agree
+    from bandits.experiments import load
 
-    stored = next((out.parent / "store").glob("threshold*/results.parquet"))
-    crit = critical_steps(pd.read_parquet(stored))
-    finite = crit[(crit["method"] == "grpo") & np.isfinite(crit["eta_star"])]
-    assert len(finite), "no finite threshold in the tiny run: nothing to compare"
-    for r in finite.itertuples():
-        assert (f"instance {r.instance}: eta* measured", report.fmt(float(r.eta_star))) in rows
+    for name in ("taxonomy", "logistic", "stagnation"):
+        mod = load(name)
+        again = mod.run(mod.Config.test(), store=out.parent / "store", backend="serial", progress=False)
+        stored = {c.id: c for c in claims if c.id in mod.CRITERIA}
+        assert {c.id: c for c in again.claims} == stored
 
 
 def test_tiny_report_covers_every_experiment(tiny_run):
     out, _, _, _ = tiny_run
-    verdicts = pd.read_csv(out / "results" / "verdicts.csv", dtype=str, keep_default_na=False)
+    claims = report.read_claims(out)
+    from bandits.experiments import load
+
+    from paper_figs.llm import LLM_CRITERIA
     from paper_figs.reproduce import _experiment_names
 
+    known = set(LLM_CRITERIA)
     for name in _experiment_names():
-        assert (verdicts["source"] == f"bandit:{name}").any(), f"no verdict rows from experiment {name!r}"
+        ids = {i if i.startswith(f"{name}.") else f"{name}.{i}" for i in load(name).CRITERIA}
+        known |= ids
+        assert ids & {c.id for c in claims}, f"no claims from experiment {name!r}"
         stored = [p for p in (out.parent / "store").glob(f"{name}*/results.parquet") if p.stat().st_size > 0]
         assert stored, f"{name}: no stored sweep results under {out.parent / 'store'}"
-    assert (verdicts["source"] == "llm_probe").any(), "no verdict rows from the tiny-Qwen runs"
-    mapped = {src for _, _, sources, _ in report.PAPER_CLAIMS for src in sources}
-    unmapped = set(verdicts["source"]) - mapped
-    assert not unmapped, f"verdict sources not mapped to a paper claim: {unmapped}"
-    assert "## Coverage: the claims of both papers" in (out / "REPORT.md").read_text()
+    assert {c.id for c in claims} <= known
+    assert set(LLM_CRITERIA) <= {c.id for c in claims}, "no claims from the tiny-Qwen runs"
+    unmapped = [c.id for c in claims if not any(report.covers(s, c.id) for _, _, specs, _ in report.PAPER_CLAIMS
+                                                for s in specs)]
+    assert not unmapped, f"claims not mapped to a paper statement: {unmapped}"
+    assert "## Coverage: the statements of both papers" in (out / "REPORT.md").read_text()
 
 
 def test_a_missing_source_is_reported_not_faked(tmp_path, monkeypatch):

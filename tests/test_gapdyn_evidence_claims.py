@@ -182,3 +182,23 @@ def test_claim_from_an_estimate_takes_interval_and_n():
     assert c.interval == (est.lo, est.hi) and c.n == 20 and c.estimate == 0.6 and c.verdict == "inconclusive"
     with pytest.raises(ValueError, match="estimate"):
         g.Claim.from_estimate(est, n=3, **fields)
+
+
+def test_an_unmeasured_claim_is_inconclusive_whatever_its_criterion():
+    """measured=False (or an Estimate with method "no data") gives "inconclusive", identities included;
+    the same numbers measured give the criterion's verdict."""
+    from gapdyn import Claim, Criterion, Estimate
+
+    base = dict(id="x", source="beyond the papers", statement="s", setting="t", statistic="u",
+                criterion_text="c")
+    for crit, est, iv, measured_verdict in (
+        (Criterion.identity(0.0, tol=1e-9), 0.5, (0.0, 1.0), "does not hold"),
+        (Criterion.above(0.0), -1.0, (-2.0, -0.5), "does not hold"),
+        (Criterion.above(0.0), 1.0, (0.5, 2.0), "holds"),
+    ):
+        assert Claim(**base, estimate=est, interval=iv, n=1, criterion=crit).verdict == measured_verdict
+        assert Claim(**base, estimate=est, interval=iv, n=1, criterion=crit, measured=False).verdict == "inconclusive"
+        nodata = Estimate(est, iv[0], iv[1], 1, 0.95, "no data")
+        c = Claim.from_estimate(nodata, criterion=crit, **base)
+        assert c.verdict == "inconclusive" and not c.measured
+        assert Claim.from_dict(c.to_dict()) == c

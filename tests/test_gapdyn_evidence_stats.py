@@ -209,3 +209,18 @@ def test_hanley_mcneil_width_matches_the_simulated_spread():
 def test_bad_input_names_the_argument(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+def test_one_sided_fisher_equals_the_hypergeometric_tail():
+    """'greater': P(a' >= a) and 'less': P(a' <= a) for a' hypergeometric with the table's margins."""
+    from math import comb
+
+    from gapdyn import fisher_exact_test
+
+    for a, b, c, d in ((5, 2, 2, 5), (0, 7, 3, 4), (6, 1, 6, 1), (3, 3, 1, 5)):
+        n1, k, n = a + b, a + c, a + b + c + d
+        pmf = {x: comb(k, x) * comb(n - k, n1 - x) / comb(n, n1) for x in range(max(0, n1 + k - n), min(n1, k) + 1)}
+        greater = sum(v for x, v in pmf.items() if x >= a)
+        less = sum(v for x, v in pmf.items() if x <= a)
+        assert abs(fisher_exact_test([[a, b], [c, d]], alternative="greater").p_value - greater) < 1e-12
+        assert abs(fisher_exact_test([[a, b], [c, d]], alternative="less").p_value - less) < 1e-12

@@ -73,3 +73,53 @@ def test_bad_config_and_kind():
 def test_bad_thresholds_raise(field, value):
     with pytest.raises(ValueError, match=field):
         CollapseConfig(**{field: value})
+
+
+# ---- recorded runs of the real trainer (tests/data, written by llm_probe.Trainer; columns the rule reads) -------
+DATA = __import__("pathlib").Path(__file__).parent / "data"
+
+
+def _replay(name: str, **cfg):
+    import json
+
+    lines = (DATA / f"llm_{name}_metrics.jsonl").read_text().splitlines()
+    head, rows = json.loads(lines[0]), [json.loads(ln) for ln in lines[1:]]
+    det = CollapseDetector(CollapseConfig(**cfg))
+    det.set_baseline(head["baseline"]["entropy"], head["baseline"]["reward"])
+    fired_online = [a.rule for r in rows for a in det.update(r["step"], r)]
+    return head, rows, det, fired_online
+
+
+def test_recorded_healthy_run_replays_without_alarm():
+    """A real trainer run at Adam 3e-4 (60 steps, warm model): the recorded alerts and the replayed detector
+    agree, and the stream is what the trainer logged (steps 0..59, rewards in [0, 1])."""
+    head, rows, det, fired = _replay("healthy_lr3e-4_s0")
+    assert [r["step"] for r in rows] == list(range(60))
+    assert all(0.0 <= r["reward"] <= 1.0 for r in rows)
+    assert fired == [a["rule"] for a in head["alerts"]]
+    assert det.alerts == [] and not det.collapsed
+
+
+def test_weak_baseline_disables_the_ratio_rule():
+    """R0 below min_baseline_reward: reward_collapse never fires, however low the reward; above it, it does."""
+    zeros = [{"entropy": 2.0, "reward": 0.0, "completions/distinct_frac": 0.9}] * 10
+    for R0, mb, expect in ((0.002, 0.05, []), (0.002, 0.0, ["reward_collapse"]), (0.3, 0.05, ["reward_collapse"])):
+        det = CollapseDetector(CollapseConfig(min_baseline_reward=mb))
+        det.set_baseline(2.0, R0)
+        for k, m in enumerate(zeros):
+            det.update(k, m)
+        assert [a.rule for a in det.alerts] == expect, (R0, mb)
+        if expect:
+            assert det.alerts[0].step == 2  # window 1..3 and patience 3 from the first step
+    with pytest.raises(ValueError, match="min_baseline_reward"):
+        CollapseConfig(min_baseline_reward=1.5)
+
+
+def test_recorded_weak_baseline_run():
+    """A real run from a barely warmed model (R0 = 0.004, three zero-reward steps first): without the floor the
+    ratio rule fires at step 2 (the false alarm); with the default floor nothing fires, as the trainer recorded."""
+    head, rows, det, fired = _replay("weak_lr3e-4_s2")
+    assert head["baseline"]["reward"] < CollapseConfig().min_baseline_reward
+    assert fired == [a["rule"] for a in head["alerts"]] == []
+    _, _, old, _ = _replay("weak_lr3e-4_s2", min_baseline_reward=0.0)
+    assert [(a.rule, a.step) for a in old.alerts] == [("reward_collapse", 2)]

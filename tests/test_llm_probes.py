@@ -317,3 +317,56 @@ def test_gap_probe_around_an_adam_step(tied):
     assert res.metrics["gap/jvp_dot_maxdiff"] <= 1e-4 * float(expect.abs().max())
     assert res.metrics["gap/M_batch"] == pytest.approx(float(expect.clamp(min=0).mean()), rel=1e-4, abs=1e-9)
     assert not probe.pending
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_streamed_route_equals_gap_matrix_route(tied):
+    """streamed_gap_stats (one gap at a time, reduced at once) = per_prompt_gaps + dot products: Phi_hat, norms,
+    dots along two directions and the mean gap; then GapProbe around one Adam step with batch and probe prompts:
+    "stream", and "dot" switched to streaming by max_gap_bytes=0, log the dot route's numbers."""
+    from llm_probe.gap_probe import GapProbe
+    from llm_probe.model import TinyQwenSpec
+    from llm_probe.probes import gap_matrix_bytes, streamed_gap_stats
+    from tests.llm_helpers import SMALL
+
+    model, tok = tiny("qwen2", seed=6, spec=TinyQwenSpec(**{**SMALL.__dict__, "tie_word_embeddings": tied}))
+    ro = sampled_rollout(model, tok, B=3, G=4, T=5, seed=3)
+    ro.rewards[1] = 1.0  # not mixed
+    params = select_params(model, "all")
+    est = per_prompt_gaps(model, ro, params)
+    g = torch.Generator().manual_seed(1)
+    vs = {d: {k: torch.randn(p.shape, generator=g) for k, p in params.items()} for d in ("a", "b")}
+    st = streamed_gap_stats(model, ro, params, vs, mean_gap=True)
+    assert st.groups.tolist() == est.groups.tolist() == [0, 2]
+    assert gap_matrix_bytes(2, params) == est.gaps.numel() * est.gaps.element_size()
+    torch.testing.assert_close(st.phi, est.phi)
+    torch.testing.assert_close(st.norms.float(), est.norms, rtol=1e-5, atol=0)
+    for d, v in vs.items():
+        ref = dot_alignment(est.gaps, flat(v))
+        torch.testing.assert_close(st.dots[d].float(), ref, rtol=1e-5, atol=1e-5 * float(ref.abs().max()))
+    torch.testing.assert_close(flat(st.mean_gap), est.gaps.mean(0), rtol=1e-5, atol=1e-7)
+
+    probe_ro = sampled_rollout(model, tok, B=2, G=4, T=5, seed=9)
+    probes = {"dot": GapProbe(model, alignment="dot", n_probe_prompts=2, max_gap_bytes=None),
+              "stream": GapProbe(model, alignment="stream", n_probe_prompts=2),
+              "auto": GapProbe(model, alignment="dot", n_probe_prompts=2, max_gap_bytes=0)}
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    logp = completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
+    policy_loss("grpo", logp, logp.detach(), ro.completion_mask, ro.rewards, max_completion_length=5).loss.backward()
+    for p in probes.values():
+        p.before(ro, probe_ro=probe_ro)
+    assert probes["auto"]._pending.stream and not probes["dot"]._pending.stream
+    opt.step()
+    res = {k: p.after() for k, p in probes.items()}
+    ref = res["dot"]
+    for k in ("stream", "auto"):
+        scale = float(ref.dmu_update.abs().max())
+        torch.testing.assert_close(res[k].dmu_update, ref.dmu_update, rtol=1e-5, atol=1e-5 * scale)
+        gscale = float(ref.dmu_grad.abs().max())
+        torch.testing.assert_close(res[k].dmu_grad, ref.dmu_grad, rtol=1e-5, atol=1e-5 * gscale)
+        torch.testing.assert_close(res[k].gap_norms.float(), ref.gap_norms, rtol=1e-5, atol=0)
+        assert res[k].metrics.keys() == ref.metrics.keys()
+        for m, v in ref.metrics.items():
+            assert res[k].metrics[m] == pytest.approx(v, rel=1e-4, abs=1e-6 * scale), m
+        for a, b in zip(res[k].prompts, ref.prompts):
+            assert a["dmu_update"] == pytest.approx(b["dmu_update"], rel=1e-4, abs=1e-6 * scale)

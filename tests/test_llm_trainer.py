@@ -51,7 +51,7 @@ def test_run_writes_metrics_and_probes(tmp_path):
         mine = [r for r in rows if r["prompt_id"] == q]
         ref = cumulative_alignment(np.ones(len(mine)), np.array([r["dmu_update"] for r in mine]))
         np.testing.assert_allclose([r["M"] for r in mine], ref, rtol=1e-6, atol=1e-9)
-    assert (tmp_path / "checkpoint.pt").exists() and (tmp_path / "baseline.json").exists()
+    assert (tmp_path / "checkpoint.safetensors").exists() and (tmp_path / "baseline.json").exists()
     assert not list(tmp_path.glob("*.tmp"))
 
 

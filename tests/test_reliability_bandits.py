@@ -22,6 +22,7 @@ from scipy.special import expit, logsumexp
 
 import gapdyn
 from bandits import schedules as S
+from bandits import partial as PS
 from bandits import sequence as Q
 from bandits.engine import Dynamics, Trajectory, run_grid, simulate
 from bandits.envs import ContextualBandit, make_bandit, place_theta
@@ -75,9 +76,15 @@ ENTRY_POINTS = {
     "TabularSequenceBandit.exact": (TAB.exact, (np.zeros((3, 4)),), {}),
     "TabularSequenceBandit.sample": (TAB.sample, (np.zeros((3, 4)), 4, _rng()), {}),
     "rule_reward": (Q.rule_reward, (np.array([1, 2]), np.array([2, 2]), "MAJ"), {}),
-    "simulate_sequence": (Q.simulate, (SEQ, np.zeros(3), 1.0), dict(group_size=4, steps=3, rng=_rng(), collapse_J=0.01)),
-    "simulate_sequence_logodds": (Q.simulate, (SEQ, np.zeros(3), 1.0), dict(direction="logodds", steps=3)),
-    "critical_eta": (Q.critical_eta, (np.array([0.1, 1.0, 10.0]), np.array([0.0, 0.4, 0.9])), dict(level=0.5)),
+    "simulate_sequence": (Q.simulate, (SEQ, Q.SequenceDynamics(mode="sampled", group_size=4, steps=3)),
+                          dict(eta=np.array([0.5, 2.0]), seed=np.array([0, 1]), theta0=np.zeros((2, 3)))),
+    "simulate_sequence_logodds": (Q.simulate, (SEQ, Q.SequenceDynamics(method="gap", steps=3)),
+                                  dict(eta=1.0, theta0=np.zeros(3))),
+    "SequenceDynamics": (Q.SequenceDynamics, (), dict(group_size=4, steps=3, record_every=1, freeze_below=1e-3)),
+    "sequence_sampled_direction": (Q.sequence_sampled_direction, ("grpo", SEQ, np.zeros(3)),
+                                   dict(group_size=4, rng=_rng())),
+    "PartialSharingBandit": (PS.PartialSharingBandit, (np.random.default_rng(0).normal(size=(3, 4, 2)),), {}),
+    "position_features": (PS.position_features, (0,), dict(V=4, d=2, T=3, rho=0.5)),
     "place_for_success_rate": (Q.place_for_success_rate, (SEQ, SEQ.gap(np.zeros(3)), 0.3), dict(lo=-50.0, hi=50.0)),
     "run_sweep": (run_sweep, (example_cell, [{"seed": 0, "n": 2}]), dict(name="fuzz", backend="serial", n_jobs=1, progress=False)),
     "cell_key": (cell_key, ("fuzz", "m.f", {"seed": 1, "eta": 0.5}), {}),
@@ -122,10 +129,13 @@ GRACEFUL = {
     ("SharedSequenceBandit.sample", 0, "zero"), ("SharedSequenceBandit.sample", 0, "negative"),
     ("TabularSequenceBandit.exact", 0, "zero"), ("TabularSequenceBandit.exact", 0, "negative"),
     ("TabularSequenceBandit.sample", 0, "zero"), ("TabularSequenceBandit.sample", 0, "negative"),
-    ("simulate_sequence", 1, "zero"), ("simulate_sequence", 1, "negative"), ("simulate_sequence_logodds", 1, "zero"),
-    ("simulate_sequence_logodds", 1, "negative"), ("SharedSequenceBandit", 0, "zero"), ("SharedSequenceBandit", 0, "negative"),
-    ("ContextualBandit", 0, "zero"), ("ContextualBandit", 0, "negative"), ("critical_eta", 1, "zero"), ("critical_eta", 1, "negative"),
-    ("critical_eta", "level", "zero"), ("critical_eta", "level", "negative"), ("sample_arms", 1, "zero"), ("sample_arms", 1, "negative"),
+    ("simulate_sequence", "theta0", "zero"), ("simulate_sequence", "theta0", "negative"),
+    ("simulate_sequence", "theta0", "none"), ("simulate_sequence_logodds", "theta0", "zero"),
+    ("simulate_sequence_logodds", "theta0", "negative"), ("simulate_sequence_logodds", "theta0", "none"),
+    ("SequenceDynamics", "freeze_below", "none"), ("sequence_sampled_direction", 2, "zero"),
+    ("sequence_sampled_direction", 2, "negative"), ("PartialSharingBandit", 0, "zero"),
+    ("PartialSharingBandit", 0, "negative"), ("SharedSequenceBandit", 0, "zero"), ("SharedSequenceBandit", 0, "negative"),
+    ("ContextualBandit", 0, "zero"), ("ContextualBandit", 0, "negative"), ("sample_arms", 1, "zero"), ("sample_arms", 1, "negative"),
     ("rule_reward", 0, "zero"), ("rule_reward", 0, "negative"), ("rule_reward", 1, "zero"), ("rule_reward", 1, "negative"),
     ("rule_reward", 0, "wrong_shape"), ("rule_reward", 1, "wrong_shape"), ("rule_reward", 0, "empty"), ("rule_reward", 1, "empty"),
     ("line_search_step", 1, "zero"), ("line_search_step", 1, "negative"), ("line_search_step", 2, "negative"),
@@ -135,14 +145,13 @@ GRACEFUL = {
     ("adaptive_step", 2, "zero"),
 }
 
-# ... where the documented result is inf: no grid eta collapses (critical_eta of all-zero probabilities)
-GRACEFUL_INF = {("critical_eta", 1, "zero")}
-GRACEFUL.add(("critical_eta", 1, "zero"))
+# ... where the documented result is not finite (none at present)
+GRACEFUL_INF: set = set()
 
 # Step sizes and other strictly positive parameters: zero or negative must be refused, not used.
 POSITIVE = {
     ("simulate", "eta"), ("simulate_sampled", "eta"), ("simulate_reference", "eta"), ("run_grid", "etas"),
-    ("simulate_sequence", 2), ("simulate_sequence_logodds", 2), ("line_search_step", 3), ("adaptive_step", 3),
+    ("simulate_sequence", "eta"), ("simulate_sequence_logodds", "eta"), ("line_search_step", 3), ("adaptive_step", 3),
     ("schedule_step", 1), ("decaying_step", 0), ("Schedule", "c"), ("Schedule", "delta"), ("make_bandit", "feature_scale"),
     ("Dynamics", "adam_eps"), ("Dynamics", "group_size"), ("Dynamics", "steps"), ("adaptive_step", "c"),
     ("adaptive_step", "delta"), ("adam_direction", "eps"), ("place_theta", "t_max"),
@@ -155,6 +164,8 @@ OPEN: dict[tuple, str] = {(n, w, k): reason for n, (reason, cases) in OPEN_BY_FU
 
 
 def _finite(out) -> bool:
+    if isinstance(out, Q.SequenceTrajectory):
+        return all(np.all(np.isfinite(getattr(out, f))) for f in ("J", "Phi", "J_final", "J_min", "theta_final", "eta0"))
     if isinstance(out, Trajectory):
         return all(np.all(np.isfinite(getattr(out, f))) for f in ("J_final", "Phi_final", "M_final", "theta_final", "eta0"))
     if isinstance(out, pd.DataFrame):
@@ -183,7 +194,8 @@ def _call(name, where, bad):
 def test_every_public_function_is_covered():
     import bandits
 
-    names = {n for n in bandits.__all__ if callable(getattr(bandits, n)) and n not in ("Trajectory", "AdamState", "SequenceSample")}
+    names = {n for n in bandits.__all__ if callable(getattr(bandits, n)) and n not in ("Trajectory", "AdamState", "SequenceSample",
+                                                                           "SequenceTrajectory")}
     covered = {fn.__name__ for fn, _, _ in ENTRY_POINTS.values()} | {"simulate_sequence", "load_experiment"}
     covered |= {"CellStore", "sweep_keys", "example_cell"}  # fuzzed below / in tests/test_bandits_sweep.py
     missing = names - covered - {"simulate"}
@@ -272,12 +284,13 @@ STRUCTURAL = [
         lambda: Q.SharedSequenceBandit(np.ones((4, 2)), (0, 0), "MAJ", 2),
         lambda: Q.SharedSequenceBandit(np.ones((4, 2)), (0,), "ALL", 2),
         lambda: Q.SharedSequenceBandit(np.ones((4, 2)), (0,), "MAJ", 2, end_token=0),
-        lambda: Q.simulate(SEQ, np.zeros(3), 1.0, method="ppo", rng=_rng()),
-        lambda: Q.simulate(SEQ, np.zeros(3), 1.0, direction="newton"),
-        lambda: Q.simulate(SEQ, np.zeros(3), 1.0, group_size=1, rng=_rng()),
-        lambda: Q.simulate(SEQ, np.zeros(3), 1.0),  # sampled without a Generator
-        lambda: Q.simulate(SEQ, np.zeros(3), [1.0, 2.0], rng=_rng()),  # etas not of the batch shape
-        lambda: Q.critical_eta([2.0, 1.0], [0.0, 1.0]),
+        lambda: Q.SequenceDynamics(method="ppo"),
+        lambda: Q.SequenceDynamics(method="gap", mode="sampled"),
+        lambda: Q.SequenceDynamics(mode="newton"),
+        lambda: Q.SequenceDynamics(group_size=1),
+        lambda: Q.simulate(SEQ, "grpo", eta=1.0),  # not a SequenceDynamics
+        lambda: Q.simulate(SEQ, Q.SequenceDynamics(), eta=[1.0, 2.0], theta0=np.zeros((3, 3))),  # R mismatch
+        lambda: Q.simulate(SEQV, Q.SequenceDynamics(length_normalized=True), eta=1.0),  # exact 1/|o|, variable |o|
         lambda: Q.place_for_success_rate(SEQ, np.zeros(3), 0.3),  # unreachable
         lambda: run_sweep(example_cell, [{"seed": 0}, {"seed": 0}], name="dup", backend="serial", progress=False),
         lambda: run_sweep(example_cell, [{"seed": 0}], name="x", backend="dask", progress=False),
@@ -293,7 +306,7 @@ def test_structural_bad_input_raises_value_error():
     import inspect
 
     check_table(((inspect.getsource(make).strip()[:100], (make,)) for make in STRUCTURAL), raises_value_error)
-    assert len(STRUCTURAL) == 45
+    assert len(STRUCTURAL) == 46
 
 
 @pytest.mark.timeout(3)
@@ -544,10 +557,10 @@ def test_engine_bitwise_identical_across_processes():
 def test_sequence_simulate_same_seed_is_bitwise_identical():
     env = Q.SharedSequenceBandit.random(V=6, d=3, T=8, seed=1, variable_length=True)
     th = np.zeros((3, 3))
-    runs = [Q.simulate(env, th, np.array([0.5, 5.0, 50.0]), group_size=4, steps=20, rng=np.random.default_rng(9),
-                       length_normalized=True) for _ in range(2)]
-    for k in runs[0]:
-        np.testing.assert_array_equal(runs[0][k], runs[1][k], err_msg=k)
+    dyn = Q.SequenceDynamics(mode="sampled", group_size=4, steps=20, length_normalized=True)
+    runs = [Q.simulate(env, dyn, eta=np.array([0.5, 5.0, 50.0]), seed=9, theta0=th) for _ in range(2)]
+    for k in ("J", "Phi", "J_final", "J_min", "collapse_step", "theta_final"):
+        np.testing.assert_array_equal(getattr(runs[0], k), getattr(runs[1], k), err_msg=k)
 
 
 def bandit_cell(seed: int, eta: float, mode: str, steps: int = 30) -> pd.DataFrame:
@@ -605,7 +618,7 @@ def test_engine_any_configuration_at_extreme_scales_is_finite(method, sampled, s
 @settings(max_examples=30, deadline=None)
 @given(
     tabular=st.booleans(), variable=st.booleans(), V=st.integers(3, 40), T=st.integers(1, 40), d=st.integers(1, 4),
-    rule=st.sampled_from(["AC", "MAJ"]), direction=st.sampled_from(["sampled", "logodds", "expected"]),
+    rule=st.sampled_from(["AC", "MAJ"]), direction=st.sampled_from(["sampled", "gap", "exact"]),
     method=st.sampled_from(gapdyn.METHOD_NAMES), G=st.integers(2, 8), log_scale=st.floats(-1, 3),
     log_eta=st.floats(-3, 6), norm=st.booleans(), seed=st.integers(0, 10_000),
 )
@@ -618,11 +631,15 @@ def test_sequence_simulate_any_configuration_is_finite(tabular, variable, V, T, 
     else:
         env = Q.SharedSequenceBandit.random(V=V, d=d, T=T, rule=rule, seed=seed, variable_length=variable)
         p0 = np.random.default_rng(seed).normal(size=(2, d)) * 10**log_scale
-    out = Q.simulate(env, p0, np.array([10**log_eta, 1.0]), direction=direction, method=method, group_size=G, steps=10,
-                     rng=np.random.default_rng(seed), length_normalized=norm)
-    for k, v in out.items():
-        assert np.all(np.isfinite(v)), k
-    assert np.all((out["J_final"] >= 0) & (out["J_final"] <= 1))
+    if direction != "sampled" and norm and variable and not tabular:
+        norm = False  # exact 1/|o| needs fixed length (refused with a ValueError, tested above)
+    dyn = Q.SequenceDynamics(method="gap" if direction == "gap" else method,
+                             mode="sampled" if direction == "sampled" else "exact", group_size=G, steps=10,
+                             length_normalized=norm)
+    out = Q.simulate(env, dyn, eta=np.array([10**log_eta, 1.0]), seed=seed, theta0=p0)
+    for k in ("J", "Phi", "J_final", "J_min", "theta_final"):
+        assert np.all(np.isfinite(getattr(out, k))), k
+    assert np.all((out.J_final >= 0) & (out.J_final <= 1))
 
 
 # --- sampling edges and option arguments ------------------------------------------------------------
@@ -667,14 +684,15 @@ def test_option_arguments_are_validated():
         rows.append((f"adaptive_step mixed={bad!r}", ("mixed", lambda b=bad: S.adaptive_step(0.5, 1.0, 2.0, 1.0, mixed=b))))
         rows.append((f"SharedSequenceBandit.random variable_length={bad!r}",
                      ("variable_length", lambda b=bad: Q.SharedSequenceBandit.random(V=5, d=2, T=3, variable_length=b))))
-        rows.append((f"simulate length_normalized={bad!r}", ("length_normalized", lambda b=bad: Q.simulate(
-            SEQ, np.zeros(3), 1.0, steps=2, rng=_rng(), length_normalized=b))))
+        rows.append((f"SequenceDynamics length_normalized={bad!r}", ("length_normalized",
+                     lambda b=bad: Q.SequenceDynamics(steps=2, length_normalized=b))))
         rows.append((f"line_search_step gap={bad!r}", ("gap", lambda b=bad: S.line_search_step(
             lambda th: -float(th @ th), np.ones(2), -np.ones(2), 1.0, gap=b if b is not None else np.ones(3)))))
     for bad in ([1.0], None, 3):
-        rows.append((f"simulate method={bad!r}", ("method", lambda b=bad: Q.simulate(SEQ, np.zeros(3), 1.0, method=b, rng=_rng()))))
+        rows.append((f"SequenceDynamics method={bad!r}", ("method", lambda b=bad: Q.SequenceDynamics(method=b))))
     for bad in (None, "x", np.ones(4), np.full(3, np.nan)):
         rows.append((f"place_for_success_rate direction={bad!r}"[:70], ("direction", lambda b=bad: Q.place_for_success_rate(SEQ, b, 0.3))))
         rows.append((f"place_for_success_rate base={bad!r}"[:70], ("base", lambda b=bad: Q.place_for_success_rate(
             SEQ, SEQ.gap(np.zeros(3)), 0.3, base=b if b is not None else np.ones(2)))))
     check_table(rows, lambda name, f: raises_value_error(f, name))
+

@@ -25,7 +25,8 @@ EXPERIMENTS: dict[str, str] = {
     "threshold": "bandits.experiments.threshold",  # 1. critical eta per instance, predictors, methods
     "length": "bandits.experiments.length",  # 2. critical eta vs T (sequence bandit)
     "success_rate": "bandits.experiments.success_rate",  # 3. critical eta vs J
-    "stagnation": "bandits.experiments.stagnation",  # 4. fixed eta, plateaus, adaptive controller
+    "stagnation": "bandits.experiments.stagnation",  # 4. plateaus vs J* bracket, misalignment, grad-norm sums
+    "taxonomy": "bandits.experiments.taxonomy",  # 7. WAPO token taxonomy on random softmax positions
     "logistic": "bandits.experiments.logistic",  # 5. accuracy vs M, Theorem 1 bound
     "methods": "bandits.experiments.methods",  # 6. GRPO vs Dr. GRPO vs WAPO vs REINFORCE vs PSR/NSR
 }

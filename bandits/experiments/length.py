@@ -1,398 +1,258 @@
-"""Experiment 2 `length`: the critical step eta* versus response length T (Theorem 3's 1/T law).
+"""Experiment 2 `length`: the critical step eta* against the response length T (Suk & Duan, arXiv
+2510.08539, Thm 3: the safe step shrinks ~ (1 - J)/T; dividing the update by |o| cancels one T).
 
-Claim [paper, Suk & Duan Theorem 3, exact form open]: the critical step shrinks ~ (1 - J)/T with the
-response length; dividing the update by |o| cancels one T. Tested in the token-level sequence
-bandits of :mod:`bandits.sequence` (SIMULATIONS.md "Length T"):
+Setting (docs/bandits_sequence.md): the token model with partial sharing of
+:class:`bandits.partial.PartialSharingBandit`, phi_t(v) = sqrt(rho) phi(v) + sqrt(1 - rho) psi_t(v)
+(V = 10 tokens, d = 4, token 0 correct, rule MAJ), one theta for all T positions, rho in
+{0, 0.25, 0.5, 0.75, 1}. For every (instance, rho, T) theta0 = alpha u, u the unit Gap of that
+problem at 0, alpha placed so that J(theta0) = J0 (two placements, J0 = 0.1 and 0.5). Dynamics:
+sampled GRPO (G = 8) through :func:`bandits.sequence.simulate`; each (instance, seed) is one random
+stream shared by every eta (common random numbers), so J_min(eta) is deterministic and
+eta* = gapdyn.find_eta_star (collapse: J < gapdyn.COLLAPSE_J within ``steps``) is that stream's
+first collapsing step size.
 
-- main: SHARED parameters (V tokens, feature dim d, one correct token), rule MAJ, sampled GRPO
-  (G = 8), theta placed per T so that J0 is the same for every T, instances restricted to those whose
-  T = 1 problem has a finite threshold (exact log-odds ascent collapses at some eta of the grid).
-- the same with 1/|o| normalisation (fixed T: exactly eta/T, so the slope must rise by 1: a check);
-- variable-length responses (an end token; T is the maximal length), with and without 1/|o|;
-- exact log-odds ascent (w = grad Phi) for MAJ;
-- negative controls: rule AC at fixed J0 (no 1/T law expected) and position-wise tabular logits
-  (exact ascent: no threshold at all).
-
-Critical eta (definition used here): on the geometric grid eta_k = eta_min 10^(k/per_decade), the
-smallest eta_k with P(collapse) >= 0.5 over ``runs`` independent runs, collapse = J < collapse_J
-(0.01) within ``steps`` steps (for the exact directions the "probability" is 0 or 1). Resolution:
-a factor 10^(1/per_decade). inf when no grid eta collapses. The slope is gapdyn.loglog_slope of eta*
-against T over the T with finite eta*.
+Estimator: the slope b of log eta* on log T within (instance, seed) series (each series centred,
+pooled least squares); 95 % interval by a cluster bootstrap over instances (gapdyn.cluster_bootstrap).
+A series enters with its found eta* when at least two T have one; every (instance, seed, T) that
+has none is counted by reason (J0 not reachable by the placement, no collapse in [eta_lo, eta_hi],
+collapse already at eta_lo). With fixed length, the 1/|o| update at eta is the raw update at eta/T
+(the same stream), so eta*_norm = T eta*_raw and the normalised slope is b + 1 by construction: an
+identity row (rho = 1), not a test of the theorem. The 1/|o| twin is scanned on the raw grid times T,
+so the identity compares the same trajectories (on a common grid, an island one scan steps over and
+the other hits would break it at the grid's resolution, not the code).
 """
 
 from __future__ import annotations
 
-import zlib
+import sys
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
 
-from gapdyn import loglog_slope
+import gapdyn
 
-from ..sequence import (
-    SharedSequenceBandit,
-    TabularSequenceBandit,
-    critical_eta,
-    place_for_success_rate,
-    simulate,
-)
-from ..sweep import run_sweep
+from ..partial import PartialSharingBandit
+from ..sequence import SequenceDynamics, place_for_success_rate, simulate
+from ._common import run_experiment
+from ._slopes import within_slope_estimate
 
-__all__ = ["Config", "SETTINGS", "cells", "run_cell", "eta_grid", "qualifying_instances", "critical_table", "analyse", "run"]
+__all__ = ["NAME", "CRITERIA", "RHOS", "J0S", "Config", "cells", "run_cell", "start", "analyse",
+           "run"]
 
-# setting -> (model, rule, direction, variable length, 1/|o| normalisation)
-SETTINGS: dict[str, tuple[str, str, str, bool, bool]] = {
-    "shared_MAJ_grpo": ("shared", "MAJ", "sampled", False, False),
-    "shared_MAJ_grpo_norm": ("shared", "MAJ", "sampled", False, True),
-    "var_MAJ_grpo": ("shared", "MAJ", "sampled", True, False),
-    "var_MAJ_grpo_norm": ("shared", "MAJ", "sampled", True, True),
-    "shared_MAJ_logodds": ("shared", "MAJ", "logodds", False, False),
-    "shared_AC_grpo": ("shared", "AC", "sampled", False, False),
-    "tabular_MAJ_logodds": ("tabular", "MAJ", "logodds", False, False),
-    "tabular_AC_logodds": ("tabular", "AC", "logodds", False, False),
-    "tabular_MAJ_grpo": ("tabular", "MAJ", "sampled", False, False),
+NAME = "length"
+RHOS = (0.0, 0.25, 0.5, 0.75, 1.0)
+"""Feature sharing across positions."""
+J0S = (0.1, 0.5)
+"""The two theta0 placements (initial success rate)."""
+IDENTITY_RHO = 1.0
+"""The sharing at which the 1/|o| identity row is measured."""
+_SOURCE = "Suk & Duan (arXiv 2510.08539), Thm 3"
+
+
+def _slope_id(rho: float, J0: float) -> str:
+    return f"eta_star_vs_T/rho={rho:g}/J0={J0:g}"
+
+
+def _norm_id(J0: float) -> str:
+    return f"normalised_slope_minus_raw/rho={IDENTITY_RHO:g}/J0={J0:g}"
+
+
+# written from the theorem before any run: eta* ~ 1/T, i.e. slope -1 (stated tolerance 0.25)
+CRITERIA: dict[str, gapdyn.Criterion] = {
+    **{_slope_id(r, j): gapdyn.Criterion.contains(-1.0, tol=0.25) for r in RHOS for j in J0S},
+    **{_norm_id(j): gapdyn.Criterion.identity(1.0, tol=0.02) for j in J0S},
 }
-
-QUICK_SETTINGS = tuple(s for s in SETTINGS if s != "tabular_MAJ_grpo")
+_SLOPE_TEXT = "95 % interval of the slope of log eta* on log T contains -1 and lies in [-1.25, -0.75]"
+_NORM_TEXT = "identity: eta*_norm(T) = T eta*_raw(T) (fixed length, same stream), slope difference 1 +- 0.02"
 
 
 @dataclass(frozen=True)
 class Config:
     """Experiment 2 configuration (plain data; every random draw is seeded from it)."""
 
-    mode: str = "quick"
-    """"quick" (seconds, for the tests) or "full" (the CLI run reported in docs/bandits_sequence.md)."""
+    mode: str = "full"
+    instances: tuple[int, ...] = gapdyn.DISCOVERY_SEEDS
+    """Feature seeds of the discovery block."""
+    confirmation: tuple[int, ...] = gapdyn.CONFIRMATION_SEEDS
+    """Feature seeds of the confirmation block (full mode)."""
     Ts: tuple[int, ...] = (1, 2, 4, 8, 16)
-    """Response lengths (maximal length for the variable-length settings)."""
-    settings: tuple[str, ...] = tuple(SETTINGS)
-    """Which settings of SETTINGS to run."""
-    candidate_instances: tuple[int, ...] = tuple(range(12))
-    """Instance seeds (token features) screened, in order, by :func:`qualifying_instances`."""
-    n_instances: int = 2
-    """How many qualifying instances to use."""
+    seeds: int = 2
+    """Random streams per instance (seeds 0..seeds-1)."""
     V: int = 10
-    """Vocabulary size (incl. the end token in the variable-length settings)."""
     d: int = 4
-    """Feature dimension of the shared log-linear token policy."""
-    J0: float = 0.2
-    """Initial success rate, held fixed for every T by placing theta."""
-    group_size: int = 8
-    """G, responses per group."""
+    rule: str = "MAJ"
     method: str = "grpo"
-    """gapdyn method for the sampled settings."""
-    steps: int = 60
-    """N: a run collapses if J < collapse_J within N steps."""
-    runs: int = 16
-    """Independent sampled runs per (setting, instance, T, eta)."""
-    eta_min: float = 0.1
-    eta_max: float = 300.0
-    per_decade: int = 6
-    """Grid points per decade (resolution 10^(1/per_decade))."""
-    collapse_J: float = 0.01
-    level: float = 0.5
-    """eta* = smallest grid eta with P(collapse) >= level."""
-    ac_split_T: int = 8
-    """The AC control's slope is fitted over all T and over T >= ac_split_T ("flat for large T")."""
-    tabular_sampled_max_T: int = 32
-    """tabular_MAJ_grpo (reported, no claim) runs only for T <= this (its sampler is O(G T V) a run)."""
-    filter_steps: int = 200
-    """Steps of the T = 1 exact log-odds run used to screen instances."""
-    seed: int = 0
-    """Base seed of the sampled runs."""
+    dynamics_mode: str = "sampled"
+    group_size: int = 8
+    steps: int = 100
+    """Horizon: collapse = J < gapdyn.COLLAPSE_J within this many steps."""
+    eta_lo: float = 1e-2
+    eta_hi: float = 1e3
+    max_ratio: float = 1.01
+    """Largest ratio of neighbouring etas of find_eta_star's scan."""
+    n_boot: int = 2000
+
+    @classmethod
+    def test(cls) -> "Config":
+        return cls(mode="test", instances=(0, 1), confirmation=(), Ts=(1, 2, 4), seeds=1, steps=20,
+                   eta_lo=0.1, eta_hi=100.0, max_ratio=1.3, n_boot=200)
 
     @classmethod
     def quick(cls) -> "Config":
-        """Seconds: 2 instances, T = 1..16, 16 runs per eta, a 1/6-decade grid on [0.1, 300]."""
-        return cls(mode="quick", settings=QUICK_SETTINGS, ac_split_T=4)
+        return cls(mode="quick", instances=gapdyn.DISCOVERY_SEEDS[:8], confirmation=(), Ts=(1, 2, 4, 8), seeds=1,
+                   steps=40, eta_lo=0.05, eta_hi=500.0, max_ratio=1.1, n_boot=1000)
 
     @classmethod
     def full(cls) -> "Config":
-        return cls(
-            mode="full", Ts=(1, 2, 4, 8, 16, 32, 64), candidate_instances=tuple(range(40)), n_instances=5,
-            steps=100, runs=32, eta_min=1e-2, eta_max=1e3, per_decade=8, filter_steps=300,
-        )
+        return cls()
 
     def __post_init__(self):
-        if self.mode not in ("quick", "full"):
-            raise ValueError(f"mode must be 'quick' or 'full', got {self.mode!r}")
-        unknown = set(self.settings) - set(SETTINGS)
-        if unknown:
-            raise ValueError(f"settings must be among {sorted(SETTINGS)}, got unknown {sorted(unknown)}")
-        if not self.Ts or any(int(T) < 1 for T in self.Ts) or len(set(self.Ts)) != len(self.Ts):
+        if self.mode not in ("test", "quick", "full"):
+            raise ValueError(f"mode must be 'test', 'quick' or 'full', got {self.mode!r}")
+        if not self.Ts or len(set(self.Ts)) != len(self.Ts) or any(int(T) != T or T < 1 for T in self.Ts):
             raise ValueError(f"Ts must be distinct integers >= 1, got {self.Ts!r}")
-        if not 0 < self.J0 < 1:
-            raise ValueError(f"J0 must be in (0, 1), got {self.J0!r}")
-        if not 0 < self.eta_min < self.eta_max:
-            raise ValueError("need 0 < eta_min < eta_max")
-        if self.n_instances < 1 or self.runs < 1 or self.steps < 1 or self.per_decade < 1:
-            raise ValueError("n_instances, runs, steps and per_decade must be >= 1")
+        if len(self.Ts) < 2:
+            raise ValueError("Ts must hold at least two lengths (a slope needs two)")
+        if self.seeds < 1:
+            raise ValueError(f"seeds must be >= 1, got {self.seeds!r}")
+        if not 0 < self.eta_lo < self.eta_hi:
+            raise ValueError(f"eta_lo and eta_hi must satisfy 0 < eta_lo < eta_hi, got {self.eta_lo}, {self.eta_hi}")
+        SequenceDynamics(method=self.method, mode=self.dynamics_mode, group_size=self.group_size, steps=self.steps)
 
 
-def eta_grid(eta_min: float, eta_max: float, per_decade: int) -> np.ndarray:
-    """eta_min 10^(k / per_decade), k = 0, 1, ... up to eta_max."""
-    n = int(np.floor(np.log10(eta_max / eta_min) * per_decade + 1e-9)) + 1
-    return eta_min * 10.0 ** (np.arange(n) / per_decade)
-
-
-# ---------------------------------------------------------------------------------------------
-# instances
-
-
-def _shared_start(instance: int, T: int, rule: str, J0: float, V: int, d: int, variable: bool):
-    """The environment and theta0 = alpha u with J(theta0) = J0; u = Gap of the T = 1 problem at 0."""
-    env1 = SharedSequenceBandit.random(V=V, d=d, T=1, rule=rule, seed=instance, variable_length=variable)
-    u = env1.gap(np.zeros(d))
-    u = u / np.linalg.norm(u)
-    env = env1.with_T(T)
-    return env, place_for_success_rate(env, u, J0)
-
-
-def _tabular_start(instance: int, T: int, rule: str, J0: float, V: int):
-    """z0 = N(0,1) logits [T, V] (seeded by the instance) + alpha on the correct token, J(z0) = J0."""
-    env = TabularSequenceBandit(V=V, T=T, rule=rule)
-    base = np.random.default_rng([instance, T]).standard_normal((T, V))
-    e_c = np.zeros((T, V))
-    e_c[:, env.correct] = 1.0
-    return env, place_for_success_rate(env, e_c, J0, base=base)
-
-
-def _reachable(config: Config, inst: int) -> bool:
-    """J0 can be placed at every T for every shared (rule, variable length) pair in config.settings."""
-    pairs = {(SETTINGS[s][1], SETTINGS[s][3]) for s in config.settings if SETTINGS[s][0] == "shared"}
-    try:
-        for rule, variable in sorted(pairs):
-            for T in config.Ts:
-                _shared_start(inst, int(T), rule, config.J0, config.V, config.d, variable)
-    except ValueError:
-        return False
-    return True
-
-
-def qualifying_instances(config: Config) -> tuple[list[int], dict[int, str]]:
-    """(qualifying, why_not): instances in order until n_instances qualify; the reason for each rejected one.
-
-    Filter: (1) exact log-odds ascent of the T = 1 problem (one correct token), started at J0,
-    collapses (J < collapse_J within filter_steps) at some eta of the grid ("finite T = 1 threshold");
-    (2) J0 is reachable along the placement line at every T for every shared setting (else eta* vs T
-    cannot be measured at fixed J0: the correct token cannot get the mass MAJ at large T needs).
-    """
-    etas = eta_grid(config.eta_min, config.eta_max, config.per_decade)
-    good, why_not = [], {}
-    for inst in map(int, config.candidate_instances):
-        try:
-            env, th0 = _shared_start(inst, 1, "MAJ", config.J0, config.V, config.d, False)
-        except ValueError:
-            why_not[inst] = "J0 unreachable at T=1"
-            continue
-        out = simulate(env, np.tile(th0, (etas.size, 1)), etas, direction="logodds",
-                       steps=config.filter_steps, collapse_J=config.collapse_J)
-        if not out["collapsed"].any():
-            why_not[inst] = "no T=1 threshold"
-        elif not _reachable(config, inst):
-            why_not[inst] = "J0 unreachable at some T"
-        else:
-            good.append(inst)
-            if len(good) == config.n_instances:
-                break
-    return good, why_not
-
-
-def cells(config: Config, instances: list[int] | None = None) -> list[dict]:
-    """One cell per (setting, qualifying instance, T), with every parameter it needs (plain data)."""
-    good = qualifying_instances(config)[0] if instances is None else instances
-    keep = ("V", "d", "J0", "group_size", "method", "steps", "runs", "eta_min", "eta_max", "per_decade",
-            "collapse_J", "seed")
+def cells(config: Config, instances) -> list[dict]:
+    """One cell per (instance, rho, J0, T, normalised); the 1/|o| twin only at rho = IDENTITY_RHO."""
+    keep = ("V", "d", "rule", "method", "dynamics_mode", "group_size", "steps", "eta_lo", "eta_hi", "max_ratio",
+            "seeds")
     common = {k: v for k, v in asdict(config).items() if k in keep}
-    return [
-        {"setting": s, "instance": inst, "T": int(T), **common}
-        for s in config.settings
-        for inst in good
-        for T in config.Ts
-        if not (s == "tabular_MAJ_grpo" and T > config.tabular_sampled_max_T)
-    ]
+    out = []
+    for inst in instances:
+        for rho in RHOS:
+            for J0 in J0S:
+                for T in config.Ts:
+                    for norm in (False, True) if rho == IDENTITY_RHO else (False,):
+                        out.append({"instance": int(inst), "rho": float(rho), "J0": float(J0), "T": int(T),
+                                    "normalized": norm, **common})
+    return out
+
+
+def start(instance: int, rho: float, T: int, J0: float, *, V: int = 10, d: int = 4, rule: str = "MAJ"):
+    """(env, theta0): theta0 = alpha u with u the unit Gap of the problem at 0 and J(theta0) = J0 (ValueError if
+    J0 is not reachable along u)."""
+    env = PartialSharingBandit.random(T=T, rho=rho, V=V, d=d, rule=rule, seed=instance)
+    u = env.gap(np.zeros(d))
+    norm = float(np.linalg.norm(u))
+    if not norm > 0:
+        raise ValueError("the Gap vanishes at theta = 0: no placement direction")
+    return env, place_for_success_rate(env, u / norm, J0)
 
 
 def run_cell(
-    *, setting: str, instance: int, T: int, V: int, d: int, J0: float, group_size: int, method: str,
-    steps: int, runs: int, eta_min: float, eta_max: float, per_decade: int, collapse_J: float, seed: int,
+    *, instance: int, rho: float, J0: float, T: int, normalized: bool, V: int, d: int, rule: str, method: str,
+    dynamics_mode: str, group_size: int, steps: int, eta_lo: float, eta_hi: float, max_ratio: float, seeds: int,
 ) -> pd.DataFrame:
-    """P(collapse) on the eta grid for one (setting, instance, T): one row per eta."""
-    if setting not in SETTINGS:
-        raise ValueError(f"setting must be one of {sorted(SETTINGS)}, got {setting!r}")
-    model, rule, direction, variable, norm = SETTINGS[setting]
-    etas = eta_grid(eta_min, eta_max, per_decade)
-    meta = {"model": model, "rule": rule, "direction": direction, "variable_length": variable, "normalized": norm}
+    """eta* (gapdyn.find_eta_star on [eta_lo, eta_hi], x T for the 1/|o| twin) of each stream 0..seeds-1: one
+    row per seed."""
+    dyn = SequenceDynamics(method=method, mode=dynamics_mode, group_size=group_size, steps=steps,
+                           length_normalized=bool(normalized), freeze_below=gapdyn.COLLAPSE_J)
     try:
-        if model == "shared":
-            env, p0 = _shared_start(instance, T, rule, J0, V, d, variable)
-        else:
-            env, p0 = _tabular_start(instance, T, rule, J0, V)
-    except ValueError:  # J0 not reachable along the placement line: recorded, excluded from the fits
-        nan = np.full(etas.size, np.nan)
-        return pd.DataFrame({"eta": etas, "collapse_prob": nan, "n_runs": 0, "J_final_mean": nan, "J0_exact": nan,
-                             "mean_length0": nan, "reachable": False, **meta})
-    ex0 = env.exact(p0)
-    n = runs if direction == "sampled" else 1
-    E = np.repeat(etas, n)
-    # the same stream for a setting and its normalised twin (common random numbers)
-    tag = zlib.crc32(setting.removesuffix("_norm").encode())
-    rng = np.random.default_rng([seed, instance, T, tag])
-    out = simulate(env, np.broadcast_to(p0, E.shape + p0.shape), E, direction=direction, method=method,
-                   group_size=group_size, steps=steps, rng=rng, length_normalized=norm, collapse_J=collapse_J)
-    col = out["collapsed"].reshape(etas.size, n)
-    return pd.DataFrame({
-        "eta": etas,
-        "collapse_prob": col.mean(1),
-        "n_runs": n,
-        "J_final_mean": out["J_final"].reshape(etas.size, n).mean(1),
-        "J0_exact": float(ex0["J"]),
-        "mean_length0": float(ex0["mean_length"]),
-        "reachable": True,
-        **meta,
-    })
+        env, theta0 = start(instance, rho, T, J0, V=V, d=d, rule=rule)
+        J0_exact = float(env.success_rate(theta0))
+    except ValueError:
+        return pd.DataFrame({"seed": np.arange(seeds), "status": "J0 unreachable", "eta_star": np.nan,
+                             "eta_star_loose": np.nan, "n_islands": 0, "J0_exact": np.nan})
+    # the 1/|o| twin scans the raw grid times T: its eta*/T is then read off the same points as the raw eta*
+    scale = float(T) if normalized else 1.0
+    rows = []
+    for s in range(seeds):
+        res = gapdyn.find_eta_star(lambda e, s=s: simulate(env, dyn, eta=e, seed=s, theta0=theta0).J_min,
+                                   scale * eta_lo, scale * eta_hi, max_ratio=max_ratio)
+        rows.append({"seed": s, "status": res.status, "eta_star": res.eta_star, "eta_star_loose": res.eta_star_loose,
+                     "n_islands": res.n_islands, "J0_exact": J0_exact})
+    return pd.DataFrame(rows)
 
 
 # ---------------------------------------------------------------------------------------------
 # analysis
 
 
-def critical_table(results: pd.DataFrame, level: float = 0.5) -> pd.DataFrame:
-    """eta* per (setting, instance, T), with mean |o| at theta0 and the largest collapse probability."""
-    rows = []
-    for (s, inst, T), g in results.groupby(["setting", "instance", "T"], sort=True):
-        if "reachable" in g and not bool(g["reachable"].iloc[0]):
-            continue  # J0 unreachable for this (instance, T): no eta*
-        g = g.sort_values("eta")
-        rows.append({
-            "setting": s, "instance": inst, "T": T,
-            "eta_star": critical_eta(g["eta"].to_numpy(), g["collapse_prob"].to_numpy(), level=level),
-            "max_collapse_prob": float(g["collapse_prob"].max()),
-            "mean_length0": float(g["mean_length0"].iloc[0]),
-        })
-    return pd.DataFrame(rows)
+def _fit_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Found eta* of the series (instance, seed) with found eta* at >= 2 distinct T."""
+    ok = df[df["status"] == "found"]
+    n_T = ok.groupby(["instance", "seed"])["T"].transform("nunique")
+    return ok[n_T >= 2]
 
 
-def _slopes(crit: pd.DataFrame, setting: str, x: str = "T", T_min: int = 1, T_max: int | None = None) -> list[float]:
-    out = []
-    for _, g in crit[crit["setting"] == setting].groupby("instance"):
-        g = g[(g["T"] >= T_min) & (g["T"] <= (T_max or np.inf)) & np.isfinite(g["eta_star"])]
-        if len(g) >= 3 and g[x].nunique() >= 3:
-            out.append(loglog_slope(g[x].to_numpy(float), g["eta_star"].to_numpy()).slope)
+def _counts(df: pd.DataFrame, used: pd.DataFrame) -> str:
+    c = df["status"].value_counts()
+    series = df.groupby(["instance", "seed"]).ngroups
+    n_used = used.groupby(["instance", "seed"]).ngroups
+    reasons = ", ".join(f"{k}: {v}" for k, v in c.items() if k != "found")
+    return (f"{used['instance'].nunique()}/{df['instance'].nunique()} instances, {n_used}/{series} series used; "
+            f"(instance, seed, T) points found {int(c.get('found', 0))}/{len(df)}" + (f"; not found: {reasons}"
+                                                                                     if reasons else ""))
+
+
+def _placeholder(statistic_reason: str) -> dict:
+    """Not enough instances for an interval: an uninformative one (always inconclusive for 'contains')."""
+    return {"estimate": 0.0, "interval": (-1e3, 1e3), "n": 1, "statistic": statistic_reason}
+
+
+def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn.Claim]:
+    """One slope claim per (rho, J0) and one identity row per J0 (see module doc)."""
+    rng = np.random.default_rng([17, 0 if block == "discovery" else 1])
+    res = results.assign(series=results.groupby(["instance", "seed"]).ngroup())
+    claims = []
+    horizon = (f"sampled {config.method}, G={config.group_size}" if config.dynamics_mode == "sampled"
+               else f"exact {config.method}") + f", horizon {config.steps} steps, collapse J < {gapdyn.COLLAPSE_J:g}"
+    for rho in RHOS:
+        for J0 in J0S:
+            sub = res[(res["rho"] == rho) & (res["J0"] == J0) & ~res["normalized"].astype(bool)]
+            used = _fit_rows(sub)
+            setting = (f"partial sharing rho={rho:g}, V={config.V}, d={config.d}, {config.rule}, J0={J0:g}, "
+                       f"T in {list(config.Ts)}, {horizon}; eta in [{config.eta_lo:g}, {config.eta_hi:g}], "
+                       f"grid ratio {config.max_ratio:g}; {_counts(sub, used)}")
+            common = dict(id=_slope_id(rho, J0), source=_SOURCE, statement="eta* ~ 1/T: slope -1 of log eta* on log T",
+                          setting=setting, criterion_text=_SLOPE_TEXT, criterion=CRITERIA[_slope_id(rho, J0)],
+                          block=block)
+            if used["instance"].nunique() >= 2:
+                est = within_slope_estimate(np.log(used["T"].to_numpy(float)), np.log(used["eta_star"].to_numpy()),
+                                            series=used["series"].to_numpy(), instance=used["instance"].to_numpy(),
+                                            rng=rng, n_resamples=config.n_boot)
+                claims.append(gapdyn.Claim.from_estimate(
+                    est, statistic="within-series OLS slope of log eta* on log T, cluster bootstrap over instances",
+                    **common))
+            else:
+                claims.append(gapdyn.Claim(**common, **_placeholder(
+                    f"fewer than 2 instances with eta* at >= 2 T ({used['instance'].nunique()}): no interval")))
+    for J0 in J0S:
+        sub = res[(res["rho"] == IDENTITY_RHO) & (res["J0"] == J0)]
+        raw, nrm = (sub[sub["normalized"].astype(bool) == f] for f in (False, True))
+        both = raw.merge(nrm, on=["instance", "seed", "T", "series"], suffixes=("_raw", "_norm"))
+        both = both[(both["status_raw"] == "found") & (both["status_norm"] == "found")]
+        n_T = both.groupby("series")["T"].transform("nunique")
+        both = both[n_T >= 2]
+        common = dict(id=_norm_id(J0), source=_SOURCE + " (1/|o| cancels one T; fixed length: by construction)",
+                      statement="fixed length: the 1/|o| slope exceeds the raw slope by exactly 1",
+                      setting=f"rho={IDENTITY_RHO:g}, J0={J0:g}, same streams as the raw claim; "
+                              f"{both['series'].nunique()} series with both eta* at >= 2 T",
+                      criterion_text=_NORM_TEXT, criterion=CRITERIA[_norm_id(J0)], block=block)
+        if both["instance"].nunique() >= 2:
+            x = np.log(both["T"].to_numpy(float))
+            d = np.log(both["eta_star_norm"].to_numpy()) - np.log(both["eta_star_raw"].to_numpy())
+            est = within_slope_estimate(x, d, series=both["series"].to_numpy(), instance=both["instance"].to_numpy(),
+                                        rng=rng, n_resamples=config.n_boot)
+            claims.append(gapdyn.Claim.from_estimate(
+                est, statistic="within-series slope of log(eta*_norm / eta*_raw) on log T", **common))
         else:
-            out.append(np.nan)
-    return out
-
-
-def _fmt(vals) -> str:
-    v = np.asarray(vals, float)
-    f = v[np.isfinite(v)]
-    if f.size == 0:
-        return "n/a"
-    return f"median {np.median(f):+.2f} (range {f.min():+.2f}..{f.max():+.2f}; {f.size}/{v.size} instances)"
-
-
-def _verdict(vals, lo, hi) -> str:
-    v = np.asarray(vals, float)
-    f = v[np.isfinite(v)]
-    if f.size == 0:
-        return "does not hold"
-    inside = (f >= lo) & (f <= hi)
-    if inside.all() and f.size == v.size:
-        return "holds"
-    if lo <= np.median(f) <= hi:
-        return f"holds only in {int(inside.sum())} of {v.size} instances"
-    return "does not hold"
-
-
-def analyse(results: pd.DataFrame, config: Config) -> pd.DataFrame:
-    """The verdict table: claim, setting, measured, expected, holds (see module doc)."""
-    crit = critical_table(results, config.level)
-    res = np.log10(10 ** (1 / config.per_decade))
-    have = set(crit["setting"])
-    rows = []
-
-    def add(claim, setting, measured, expected, holds):
-        rows.append({"claim": claim, "setting": setting, "measured": measured, "expected": expected, "holds": holds})
-
-    T_span = f"T={min(config.Ts)}..{max(config.Ts)}"
-    if "shared_MAJ_grpo" in have:
-        sl = _slopes(crit, "shared_MAJ_grpo")
-        add("eta* ~ 1/T (Thm 3)", f"shared, MAJ, sampled GRPO, J0={config.J0}, {T_span}", _fmt(sl),
-            "slope in [-1.25, -0.8] (SIMULATIONS: -0.91..-1.09)", _verdict(sl, -1.25, -0.8))
-        if max(config.Ts) > 16 and sum(T <= 16 for T in config.Ts) >= 3:
-            lo_T = _slopes(crit, "shared_MAJ_grpo", T_max=16)
-            hi_T = _slopes(crit, "shared_MAJ_grpo", T_min=8)
-            add("eta* ~ 1/T (Thm 3), short responses", "same, T <= 16", _fmt(lo_T),
-                "slope in [-1.25, -0.8]", _verdict(lo_T, -1.25, -0.8))
-            add("eta* ~ 1/T (Thm 3), long responses", "same, T >= 8", _fmt(hi_T),
-                "slope in [-1.25, -0.8]", _verdict(hi_T, -1.25, -0.8))
-    if {"shared_MAJ_grpo", "shared_MAJ_grpo_norm"} <= have:
-        d = np.array(_slopes(crit, "shared_MAJ_grpo_norm")) - np.array(_slopes(crit, "shared_MAJ_grpo"))
-        tol = 2 * res / np.log10(max(config.Ts) / min(config.Ts)) + 0.05
-        add("fixed T: 1/|o| = eta/T, slope + 1", "shared, MAJ, sampled GRPO, with vs without 1/|o|", _fmt(d),
-            f"difference 1 +- {tol:.2f} (grid resolution)", _verdict(d, 1 - tol, 1 + tol))
-    for s, label in (("var_MAJ_grpo", "without"), ("var_MAJ_grpo_norm", "with")):
-        if s in have:
-            slT = _slopes(crit, s)
-            slL = _slopes(crit, s, x="mean_length0")
-            lens = crit[(crit["setting"] == s)].groupby("T")["mean_length0"].median()
-            exp_lo, exp_hi = (-1.25, -0.8) if label == "without" else (-0.25, 0.25)
-            add(f"variable length, {label} 1/|o|: eta* vs E|o|", f"end token, MAJ, sampled GRPO, T_max {T_span}; "
-                f"E|o| at theta0 {lens.min():.1f}..{lens.max():.1f}; slope vs T_max {_fmt(slT)}",
-                _fmt(slL), f"slope vs E|o| in [{exp_lo}, {exp_hi}] (Thm 3{', one T cancelled' if label == 'with' else ''})",
-                _verdict(slL, exp_lo, exp_hi))
-    if "shared_MAJ_logodds" in have:
-        sl = _slopes(crit, "shared_MAJ_logodds")
-        add("exact log-odds ascent: eta* ~ 1/T", f"shared, MAJ, w = grad Phi, {T_span}", _fmt(sl),
-            "slope in [-0.95, -0.7] (SIMULATIONS: -0.79..-0.83)", _verdict(sl, -0.95, -0.7))
-    if "shared_AC_grpo" in have:
-        split = config.ac_split_T
-        sl = _slopes(crit, "shared_AC_grpo")
-        big = _slopes(crit, "shared_AC_grpo", T_min=split)
-        add("negative control: AC at fixed J0", f"shared, AC, sampled GRPO, {T_span}", _fmt(sl),
-            "slope about -0.5: in [-0.75, -0.25] (SIMULATIONS: -0.4..-0.6)", _verdict(sl, -0.75, -0.25))
-        add(f"negative control: AC at fixed J0, T >= {split}", "shared, AC, sampled GRPO", _fmt(big),
-            "flat: slope in [-0.3, 0.3] (SIMULATIONS: about -0.1 for T >= 8)", _verdict(big, -0.3, 0.3))
-    for s in ("tabular_MAJ_logodds", "tabular_AC_logodds"):
-        if s in have:
-            c = crit[crit["setting"] == s]
-            n_thr = int(np.isfinite(c["eta_star"]).sum())
-            add("negative control: position-wise tabular has no threshold", f"{s}: exact log-odds ascent, {T_span}, "
-                f"eta up to {config.eta_max:g}", f"max P(collapse) {c['max_collapse_prob'].max():.2f}; "
-                f"finite eta* in {n_thr}/{len(c)} (instance, T)", "no collapse at any eta", n_thr == 0)
-    if "tabular_MAJ_grpo" in have:
-        c = crit[crit["setting"] == "tabular_MAJ_grpo"]
-        n_thr = int(np.isfinite(c["eta_star"]).sum())
-        Tt = sorted(c["T"].unique())
-        add("position-wise tabular under sampling (reported, no claim)",
-            f"tabular, MAJ, sampled GRPO, T={Tt[0]}..{Tt[-1]}; eta* (instance, T): "
-            + (", ".join(f"{e:.3g} ({i}, {t})" for i, t, e in c.loc[np.isfinite(c['eta_star']),
-                         ['instance', 'T', 'eta_star']].itertuples(index=False)) or "none"),
-            f"finite eta* in {n_thr}/{len(c)} (instance, T); max P(collapse) {c['max_collapse_prob'].max():.2f}",
-            "no prior (the 'no threshold' argument is for exact ascent)", "n/a")
-    return pd.DataFrame(rows, columns=["claim", "setting", "measured", "expected", "holds"])
+            claims.append(gapdyn.Claim(**common, estimate=0.0, interval=(0.0, 0.0), n=1,
+                                       statistic="not measured: no series with both eta* at >= 2 T",
+                                       measured=False))
+    return claims
 
 
 def run(config: Config, *, store=None, backend: str = "joblib", n_jobs: int = -1, progress: bool = True):
-    """(results, verdict) via bandits.sweep.run_sweep (name ``length-<mode>``, resumable with a store)."""
-    good, why_not = qualifying_instances(config)
-    results = run_sweep(run_cell, cells(config, good), name=f"length-{config.mode}", store=store,
-                        backend=backend, n_jobs=n_jobs, progress=progress)
-    verdict = analyse(results, config)
-    bad = results.loc[~results["reachable"].astype(bool), ["setting", "instance", "T"]].drop_duplicates()
-    if len(bad):
-        verdict.loc[len(verdict)] = {
-            "claim": "cells where J0 is not reachable along the placement line (excluded from the fits)",
-            "setting": "theta0 = alpha u, u = T=1 Gap at 0", "holds": "n/a", "expected": "none",
-            "measured": "; ".join(f"{s} inst {i} T={t}" for s, i, t in bad.itertuples(index=False)),
-        }
-    filt = {"claim": "instances with a finite T=1 threshold (filter)", "setting": "exact log-odds ascent, T=1, J0",
-            "measured": f"used {good}; rejected: "
-            f"{sum(v.startswith('no') for v in why_not.values())} without a T=1 threshold, "
-            f"{sum(v.endswith('T=1') for v in why_not.values())} with J0 unreachable at T=1, "
-            f"{sum(v.endswith('some T') for v in why_not.values())} with a T=1 threshold but J0 unreachable at "
-            f"some T ({sorted(k for k, v in why_not.items() if v.endswith('some T'))})",
-            "expected": "a share (SIMULATIONS: 6/20 in the 100-arm bandit); not every instance has one", "holds": "n/a"}
-    verdict = pd.concat([pd.DataFrame([filt]), verdict], ignore_index=True)
-    return results, verdict
+    """ExperimentResult through :func:`bandits.experiments._common.run_experiment` (resumable with a store)."""
+    return run_experiment(sys.modules[__name__], config, store=store, backend=backend, n_jobs=n_jobs,
+                          progress=progress)

@@ -1,0 +1,475 @@
+"""Method ablation on the tiny Qwen: survival, reward, entropy at matched accuracy, held-out pass@k, as gapdyn Claims.
+
+    python -m llm_probe.ablation --mode quick --out runs/ablation        # or --mode test | full | warning
+
+One run folder per (method, lr, seed) under ``<out>/runs/``; a folder with ``done.json`` is skipped, so a killed
+study resumes where it stopped (an unfinished run restarts from its first step). Every run starts from one
+shared warm model (``<out>/warm``) trained on the split addition task, whose held-out problems
+(:class:`SplitAddition`: one pair (a, b) in ``heldout_mod``) RL training never samples.
+
+Per run: metrics.jsonl (trainer rows, with the ``warn/*`` statistics of llm_probe.warning), eval.jsonl (held-out
+sampled accuracy and token entropy every ``eval_every`` steps), passk.json (held-out pass@k, k <= n, the unbiased
+estimator of Chen et al. 2021, arXiv 2107.03374, Eq. 1, with n samples per prompt), done.json (the run's summary).
+A run counts as collapsed when the collapse rule (llm_probe.collapse) alerts or the run stops on faults.
+
+``summarize`` writes runs.csv, survival.csv (Clopper-Pearson intervals per arm) and claims.json / claims.md: the
+claims of :data:`CRITERIA`, written before any run, judged by gapdyn.decide_verdict with Holm over every test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from gapdyn.claims import Claim, Criterion, claims_markdown, claims_to_json, holm_adjust_claims
+from gapdyn.stats import (
+    Estimate,
+    clopper_pearson_interval,
+    fisher_exact_test,
+    paired_bootstrap_difference,
+    wilcoxon_signed_rank,
+)
+
+__all__ = ["StudyConfig", "CONFIGS", "SplitAddition", "pass_at_k", "run_study", "run_one", "summarize",
+           "CRITERIA", "main"]
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    """One ablation study: the grid (methods x lrs x seeds) and each run's settings."""
+
+    methods: tuple = ("grpo", "dr_grpo", "wapo", "psr", "nsr")
+    lrs: tuple = (3e-4, 4e-4, 5e-4)
+    seeds: tuple = tuple(range(10))
+    steps: int = 150
+    prompts_per_step: int = 16
+    group_size: int = 8
+    max_new_tokens: int = 6
+    probe_every: int = 5  # gap probes and the after-step warn/* statistics
+    warmup_steps: int = 400
+    eval_every: int = 10  # held-out accuracy / entropy cadence (steps)
+    eval_prompts: int = 64
+    eval_samples: int = 4
+    passk_prompts: int = 32
+    passk_n: int = 64  # samples per held-out prompt for pass@k (k <= passk_n)
+    heldout_mod: int = 20  # one (a, b) pair in heldout_mod is held out
+    small_model: bool = False  # the tests' 2-layer model (test mode only)
+    optimizer: str = "adam"
+
+    def __post_init__(self):
+        for n in ("steps", "prompts_per_step", "max_new_tokens", "eval_every", "eval_prompts", "eval_samples",
+                  "passk_prompts", "passk_n"):
+            if int(getattr(self, n)) < 1:
+                raise ValueError(f"{n} must be >= 1, got {getattr(self, n)}")
+        if self.group_size < 2 or self.heldout_mod < 2:
+            raise ValueError("group_size and heldout_mod must be >= 2")
+        if not self.methods or not self.lrs or not self.seeds:
+            raise ValueError("methods, lrs and seeds must each hold at least one value")
+
+
+CONFIGS = {
+    "test": StudyConfig(methods=("grpo", "wapo"), lrs=(5e-4,), seeds=(0, 1), steps=3, prompts_per_step=4,
+                        group_size=4, probe_every=1, warmup_steps=5, eval_every=2, eval_prompts=4, eval_samples=2,
+                        passk_prompts=3, passk_n=4, small_model=True),
+    "quick": StudyConfig(lrs=(3e-4, 5e-4), seeds=(0, 1, 2), steps=40, eval_every=10, eval_prompts=32,
+                         passk_prompts=16, passk_n=64),
+    "full": StudyConfig(lrs=(3e-4, 4e-4, 5e-4), seeds=tuple(range(10)), steps=100, probe_every=10),
+    "warning": StudyConfig(methods=("grpo", "wapo"), lrs=(3e-4, 4e-4, 5e-4), seeds=tuple(range(10)), steps=100,
+                           probe_every=1, eval_every=25, passk_prompts=8, passk_n=8),
+    "warning-quick": StudyConfig(methods=("grpo", "wapo"), lrs=(3e-4, 4e-4, 5e-4), seeds=(0, 1, 2), steps=40,
+                                 probe_every=1, eval_every=20, eval_prompts=16, passk_prompts=4, passk_n=8),
+}
+"""test: machinery (seconds); quick: indicative (one lr below, one inside the stability window); full: >= 10 seeds
+over the window; warning: the early-warning study (llm_probe.early_warning), every step probed."""
+
+
+# ---- the split task ------------------------------------------------------------------------------------------
+class SplitAddition:
+    """Two-digit addition with held-out pairs: (a, b) is held out iff (7a + 3b) % mod == 0.
+
+    :meth:`sample` draws only training pairs (rejection from AdditionTask's uniform draw); :meth:`heldout`
+    returns held-out problems (a fixed order set by ``rng``)."""
+
+    name = "addition-split"
+
+    def __init__(self, mod: int = 20):
+        from .tasks import AdditionTask
+
+        if int(mod) < 2:
+            raise ValueError(f"mod must be >= 2, got {mod}")
+        self.base, self.mod = AdditionTask(), int(mod)
+
+    def is_heldout(self, a: int, b: int) -> bool:
+        return (7 * a + 3 * b) % self.mod == 0
+
+    def _draw(self, rng, n, keep):
+        from .tasks import Problem
+
+        out = []
+        while len(out) < n:
+            ab = rng.integers(self.base.lo, self.base.hi + 1, size=(2 * (n - len(out)) + 8, 2))
+            out += [Problem(f"{a}+{b}=", str(a + b)) for a, b in ab.tolist() if self.is_heldout(a, b) == keep]
+        return out[:n]
+
+    def sample(self, rng: np.random.Generator, n: int):
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        return self._draw(rng, n, False)
+
+    def heldout(self, rng: np.random.Generator, n: int):
+        return self._draw(rng, n, True)
+
+    def reward(self, completion, problem, *, terminated):
+        return self.base.reward(completion, problem, terminated=terminated)
+
+    def max_answer_len(self):
+        return self.base.max_answer_len()
+
+
+# ---- pass@k --------------------------------------------------------------------------------------------------
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from c correct of n samples: 1 - C(n-c, k) / C(n, k) (Chen et al. 2021, Eq. 1)."""
+    for name, v in (("n", n), ("c", c), ("k", k)):
+        if isinstance(v, bool) or int(v) != v or v < 0:
+            raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+    if not (1 <= k <= n) or c > n:
+        raise ValueError(f"need 1 <= k <= n and c <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+# ---- one run -------------------------------------------------------------------------------------------------
+def run_name(method: str, lr: float, seed: int) -> str:
+    return f"{method}_lr{lr:g}_s{seed}"
+
+
+def prepare_warm(cfg: StudyConfig, out: Path):
+    """The shared warm model, warmed up on the split task's training pairs; reused when present."""
+    import torch
+
+    from .model import TinyQwenSpec, build_tiny_qwen, save_policy
+    from .tokenizer import build_char_tokenizer
+    from .warmup import warmup
+
+    d = out / "warm"
+    if (d / "warm.json").exists():
+        return d
+    tok = build_char_tokenizer()
+    spec = TinyQwenSpec(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, head_dim=8) if cfg.small_model else TinyQwenSpec()
+    torch.manual_seed(0)
+    model = build_tiny_qwen(tok, spec, seed=0)
+    warmup(model, tok, SplitAddition(cfg.heldout_mod), steps=cfg.warmup_steps, batch_size=128, lr=1e-3, seed=0,
+           progress=False)
+    save_policy(model, tok, d)
+    (d / "warm.json").write_text(json.dumps({"warmup_steps": cfg.warmup_steps, "heldout_mod": cfg.heldout_mod}))
+    return d
+
+
+def _heldout_eval(trainer, problems, samples: int, seed: int) -> tuple[float, float, np.ndarray]:
+    """(sampled accuracy, mean token entropy, correct count per prompt) of ``samples`` completions per problem."""
+    import torch
+
+    from .model import completion_logprobs
+
+    model = trainer.model
+    was = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            ro = trainer._rollout(problems, samples, torch.Generator().manual_seed(seed))
+            _, ent, _ = completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
+                                            ro.completion_mask, return_entropy=True)
+    finally:
+        model.train(was)
+    mk = ro.completion_mask > 0
+    return float(ro.rewards.mean()), float(ent[mk].mean()), ro.rewards.sum(-1).numpy().astype(int)
+
+
+def run_one(cfg: StudyConfig, warm_dir, out: Path, method: str, lr: float, seed: int) -> dict:
+    """Train one (method, lr, seed) run into ``out/runs/<name>`` (skipped when done.json exists); its summary.
+
+    The loop is Trainer.run's (train_step, collapse rule, log) plus held-out evaluations; no checkpoint."""
+    from .config import TrainConfig
+    from .trainer import FaultError, Trainer
+
+    d = out / "runs" / run_name(method, lr, seed)
+    if (d / "done.json").exists():
+        return json.loads((d / "done.json").read_text())
+    d.mkdir(parents=True, exist_ok=True)
+    for f in ("metrics.jsonl", "eval.jsonl", "probe_prompts.jsonl"):
+        (d / f).unlink(missing_ok=True)
+    task = SplitAddition(cfg.heldout_mod)
+    tc = TrainConfig(out_dir=str(d), method=method, lr=lr, seed=seed, steps=cfg.steps,
+                     prompts_per_step=cfg.prompts_per_step, group_size=cfg.group_size,
+                     max_new_tokens=cfg.max_new_tokens, optimizer=cfg.optimizer, init_from=str(warm_dir),
+                     probe_every=cfg.probe_every, probe_prompts=0, num_threads=1, progress=False, device="cpu")
+    t0 = time.perf_counter()
+    tr = Trainer(tc, task=task)
+    rng = np.random.default_rng(12345)  # the same held-out problems for every run
+    eval_probs = task.heldout(rng, cfg.eval_prompts)
+    passk_probs = task.heldout(rng, cfg.passk_prompts)
+    H0, R0 = tr.measure_baseline()
+    tr.detector.set_baseline(H0, R0)
+    evals, fault = [], None
+
+    def evaluate(step):
+        acc, ent, _ = _heldout_eval(tr, eval_probs, cfg.eval_samples, seed=777)
+        evals.append({"step": step, "acc": acc, "entropy": ent})
+        with open(d / "eval.jsonl", "a") as f:
+            f.write(json.dumps(evals[-1]) + "\n")
+
+    evaluate(0)
+    try:
+        while tr.step < cfg.steps:
+            k = tr.step
+            m = tr.train_step()
+            for a in tr.detector.update(k, m):
+                m.setdefault("alerts", []).append(a.rule)
+            tr._log(k, m)
+            if tr.step % cfg.eval_every == 0 or tr.step == cfg.steps:
+                evaluate(tr.step)
+    except FaultError as exc:
+        fault = str(exc)
+    _, _, correct = _heldout_eval(tr, passk_probs, cfg.passk_n, seed=778)
+    ks = [k for k in (1, 2, 4, 8, 16, 32, 64) if k <= cfg.passk_n]
+    passk = {str(k): float(np.mean([pass_at_k(cfg.passk_n, int(c), k) for c in correct])) for k in ks}
+    (d / "passk.json").write_text(json.dumps({"n": cfg.passk_n, "correct": correct.tolist(), "pass_at_k": passk}))
+    rows = [json.loads(ln) for ln in (d / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+    rewards = np.array([r.get("reward", np.nan) for r in rows], dtype=float)
+    alerts = [asdict(a) for a in tr.detector.alerts]
+    tail = rewards[-min(25, len(rewards)):] if len(rewards) else np.array([np.nan])
+    summary = {"method": method, "lr": lr, "seed": seed, "steps_run": len(rows), "H0": H0, "R0": R0,
+               "collapsed": bool(alerts) or fault is not None,
+               "collapse_step": int(alerts[0]["step"]) if alerts else (len(rows) if fault else -1),
+               "collapse_rule": alerts[0]["rule"] if alerts else ("faults" if fault else ""),
+               "reward_last25": float(np.nanmean(tail)), "heldout_acc_final": evals[-1]["acc"],
+               "heldout_entropy_final": evals[-1]["entropy"], "passk": passk,
+               "wall_s": time.perf_counter() - t0}
+    (d / "done.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def run_study(cfg: StudyConfig, out, *, n_jobs: int = 1, progress: bool = True) -> list[dict]:
+    """Every (method, lr, seed) of ``cfg`` (finished runs skipped), ``n_jobs`` processes; the run summaries."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "study.json").write_text(json.dumps(asdict(cfg), indent=1))
+    warm = prepare_warm(cfg, out)
+    jobs = [(m, lr, s) for lr in cfg.lrs for m in cfg.methods for s in cfg.seeds]
+    if n_jobs != 1:
+        from joblib import Parallel, delayed
+
+        return Parallel(n_jobs=n_jobs, verbose=10 if progress else 0)(
+            delayed(run_one)(cfg, warm, out, m, lr, s) for m, lr, s in jobs)
+    res = []
+    for i, (m, lr, s) in enumerate(jobs):
+        res.append(run_one(cfg, warm, out, m, lr, s))
+        if progress:
+            r = res[-1]
+            print(f"[{i + 1}/{len(jobs)}] {m} lr={lr:g} seed={s}: collapsed={r['collapsed']} "
+                  f"reward_last25={r['reward_last25']:.3f} wall={r['wall_s']:.0f}s", flush=True)
+    return res
+
+
+# ---- claims --------------------------------------------------------------------------------------------------
+WAPO_SRC = "WAPO (arXiv 2606.16154)"
+CRITERIA = {
+    "survival_wapo_gt_grpo": ("WAPO collapses less often than GRPO at equal lr", WAPO_SRC,
+                              "collapse rate GRPO - WAPO > 0: one-sided Fisher p (Holm) < 0.05 and the paired "
+                              "bootstrap interval above 0", Criterion.above(0.0, alpha=0.05)),
+    "reward_wapo_gt_grpo": ("WAPO's final reward exceeds GRPO's at equal lr (paired by seed)", WAPO_SRC,
+                            "mean paired difference of the last-25-step reward > 0: interval above 0 and "
+                            "Wilcoxon p (Holm) < 0.05", Criterion.above(0.0, alpha=0.05)),
+    "entropy_matched_wapo_gt_grpo": ("At matched held-out accuracy WAPO keeps more token entropy than GRPO",
+                                     "beyond the papers (WAPO's taxonomy, arXiv 2606.16154: winners-only updates "
+                                     "drop the negative-advantage cells)",
+                                     "mean paired entropy difference (WAPO - GRPO) at the first evaluation where "
+                                     "both reach the pair's common accuracy > 0 (interval, Wilcoxon/Holm)",
+                                     Criterion.above(0.0, alpha=0.05)),
+    "passk64_wapo_ge_grpo": ("WAPO's held-out pass@k at the largest k is not below GRPO's",
+                             "beyond the papers (WAPO, arXiv 2606.16154, keeps the Gap direction)",
+                             "mean paired pass@k_max difference (WAPO - GRPO) > -0.02 (interval lower end)",
+                             Criterion.above(-0.02)),
+    "passk64_nsr_gt_psr": ("NSR keeps a higher held-out pass@k at large k than PSR",
+                           "Zhu et al. 2025 (arXiv 2506.01347)",
+                           "mean paired pass@k_max difference (NSR - PSR) > 0 (interval, Wilcoxon/Holm)",
+                           Criterion.above(0.0, alpha=0.05)),
+    "entropy_mechanism_slope": ("Entropy change follows -eta Cov(log pi, A) in sign",
+                                "Cui et al. 2025 (arXiv 2505.22617), softmax entropy dynamics",
+                                "slope of dH (same completions) on -lr * Cov(log pi(y_t), A) over probe steps > 0 "
+                                "(run-cluster bootstrap interval above 0)", Criterion.above(0.0)),
+}
+"""claim id -> (statement, source, criterion text, Criterion), fixed before the runs."""
+
+
+def load_runs(out) -> "object":
+    """One row per finished run (done.json), passk columns expanded."""
+    import pandas as pd
+
+    rows = []
+    for f in sorted(Path(out, "runs").glob("*/done.json")):
+        r = json.loads(f.read_text())
+        for k, v in r.pop("passk").items():
+            r[f"pass@{k}"] = v
+        r["dir"] = str(f.parent)
+        rows.append(r)
+    return pd.DataFrame(rows)
+
+
+def _paired(runs, a: str, b: str, col: str, lr: float):
+    A = runs[(runs.method == a) & (runs.lr == lr)].set_index("seed")[col]
+    B = runs[(runs.method == b) & (runs.lr == lr)].set_index("seed")[col]
+    common = sorted(set(A.index) & set(B.index))
+    return A.loc[common].to_numpy(float), B.loc[common].to_numpy(float)
+
+
+def _evals(path) -> list:
+    f = Path(path) / "eval.jsonl"
+    return [json.loads(ln) for ln in f.read_text().splitlines() if ln.strip()] if f.exists() else []
+
+
+def entropy_at_matched_accuracy(ev_a: list, ev_b: list) -> tuple[float, float] | None:
+    """Entropy of each run at its first evaluation after step 0 that reaches the pair's common accuracy
+    min(max acc_a, max acc_b) (maxima over the evaluations after step 0: both runs share the step-0 policy)."""
+    ev_a, ev_b = [e for e in ev_a if e["step"] > 0], [e for e in ev_b if e["step"] > 0]
+    if not ev_a or not ev_b:
+        return None
+    level = min(max(e["acc"] for e in ev_a), max(e["acc"] for e in ev_b))
+    ha = next(e["entropy"] for e in ev_a if e["acc"] >= level)
+    hb = next(e["entropy"] for e in ev_b if e["acc"] >= level)
+    return ha, hb
+
+
+def _claim(cid, setting, statistic, est: Estimate, p=None, n=None, lr=None) -> Claim:
+    statement, source, text, crit = CRITERIA[cid]
+    return Claim(id=cid if lr is None else f"{cid}@lr{lr:g}", source=source, statement=statement, setting=setting, statistic=statistic,
+                 estimate=est.estimate, interval=(est.lo, est.hi), n=n or est.n, criterion_text=text,
+                 criterion=crit, p_value=p, p_adjusted=p)  # p_adjusted: Holm over the family, set later
+
+
+def _diff_claim(cid, setting, statistic, x, y, rng, n_boot, lr, test=True):
+    if len(x) < 2:
+        return None
+    est = paired_bootstrap_difference(x, y, rng=rng, n_resamples=n_boot)
+    p = wilcoxon_signed_rank(x, y).p_value if test else None
+    return _claim(cid, setting, statistic, est, p=p, lr=lr)
+
+
+def study_claims(out, runs=None, *, n_boot: int = 2000, seed: int = 0) -> list[Claim]:
+    """The CRITERIA claims on a finished (or partial) study; Holm over every claim carrying a p-value."""
+    runs = load_runs(out) if runs is None else runs
+    rng = np.random.default_rng(seed)
+    claims = []
+    methods = set(runs.method) if len(runs) else set()
+    kmax = max((int(c.split("@")[1]) for c in runs.columns if c.startswith("pass@")), default=None)
+    for lr in sorted(set(runs.lr)) if len(runs) else []:
+        tag = f"lr={lr:g}, seeds paired"
+        if {"grpo", "wapo"} <= methods:
+            g, w = _paired(runs, "grpo", "wapo", "collapsed", lr)
+            if len(g) >= 2:
+                est = paired_bootstrap_difference(g, w, rng=rng, n_resamples=n_boot)
+                p = fisher_exact_test([[int(g.sum()), len(g) - int(g.sum())], [int(w.sum()), len(w) - int(w.sum())]],
+                                      alternative="greater").p_value
+                claims.append(_claim("survival_wapo_gt_grpo", tag, "collapse rate GRPO - WAPO", est, p=p, lr=lr))
+            w_r, g_r = _paired(runs, "wapo", "grpo", "reward_last25", lr)
+            c = _diff_claim("reward_wapo_gt_grpo", tag, "reward_last25 WAPO - GRPO", w_r, g_r, rng, n_boot, lr)
+            claims += [c] if c else []
+            hw, hg = [], []
+            for s in sorted(set(runs[(runs.method == "wapo") & (runs.lr == lr)].seed)):
+                da = runs[(runs.method == "wapo") & (runs.lr == lr) & (runs.seed == s)].dir
+                db = runs[(runs.method == "grpo") & (runs.lr == lr) & (runs.seed == s)].dir
+                if len(da) and len(db):
+                    r = entropy_at_matched_accuracy(_evals(da.iloc[0]), _evals(db.iloc[0]))
+                    if r:
+                        hw.append(r[0])
+                        hg.append(r[1])
+            c = _diff_claim("entropy_matched_wapo_gt_grpo", tag, "entropy WAPO - GRPO at matched held-out accuracy",
+                            np.array(hw), np.array(hg), rng, n_boot, lr)
+            claims += [c] if c else []
+            if kmax:
+                w_p, g_p = _paired(runs, "wapo", "grpo", f"pass@{kmax}", lr)
+                c = _diff_claim("passk64_wapo_ge_grpo", tag, f"held-out pass@{kmax} WAPO - GRPO", w_p, g_p, rng,
+                                n_boot, lr, test=False)
+                claims += [c] if c else []
+        if {"psr", "nsr"} <= methods and kmax:
+            n_p, p_p = _paired(runs, "nsr", "psr", f"pass@{kmax}", lr)
+            c = _diff_claim("passk64_nsr_gt_psr", tag, f"held-out pass@{kmax} NSR - PSR", n_p, p_p, rng, n_boot, lr)
+            claims += [c] if c else []
+    if len(runs):
+        from .early_warning import load_study_steps
+        from .entropy import mechanism_fit
+
+        fit = mechanism_fit(load_study_steps(out), rng=rng, n_resamples=n_boot).get("all")
+        if fit is not None and all(map(math.isfinite, (fit.estimate, fit.lo, fit.hi))):
+            claims.append(_claim("entropy_mechanism_slope", f"all arms, {fit.n} runs, probe steps",
+                                 "OLS slope of dH_same on -lr*Cov(log pi, A)", fit))
+    return holm_adjust_claims(claims)
+
+
+def survival_table(runs):
+    """Per (method, lr): collapsed / n with a Clopper-Pearson 95 % interval on the collapse rate."""
+    import pandas as pd
+
+    rows = []
+    for (m, lr), g in runs.groupby(["method", "lr"], sort=True):
+        k, n = int(g.collapsed.sum()), len(g)
+        cp = clopper_pearson_interval(k, n)
+        rows.append({"method": m, "lr": lr, "collapsed": k, "n": n, "rate": k / n, "cp_lo": cp.lo, "cp_hi": cp.hi,
+                     "reward_last25": float(g.reward_last25.mean()),
+                     "heldout_acc_final": float(g.heldout_acc_final.mean())})
+    return pd.DataFrame(rows)
+
+
+CLAIM_COLUMNS = ("id", "source", "setting", "statistic", "estimate", "lo", "hi", "n", "p_adjusted", "criterion",
+                 "verdict")
+
+
+def summarize(out) -> list[Claim]:
+    """runs.csv, survival.csv, claims.json, claims.md in ``out``; returns the claims."""
+    out = Path(out)
+    runs = load_runs(out)
+    if not len(runs):
+        raise ValueError(f"no finished run under {out}/runs")
+    runs.drop(columns=["dir"]).to_csv(out / "runs.csv", index=False)
+    surv = survival_table(runs)
+    surv.to_csv(out / "survival.csv", index=False)
+    claims = study_claims(out, runs)
+    (out / "claims.json").write_text(claims_to_json(claims))
+    (out / "claims.md").write_text(claims_markdown(claims, columns=CLAIM_COLUMNS) + "\n")
+    return claims
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m llm_probe.ablation", description=__doc__.splitlines()[0])
+    ap.add_argument("--mode", choices=tuple(CONFIGS), default="quick")
+    ap.add_argument("--out", default="gapdyn_out/ablation")
+    ap.add_argument("--seeds", type=int, nargs="*", default=None, help="override the mode's seeds")
+    ap.add_argument("--jobs", type=int, default=1, help="parallel runs (processes)")
+    a = ap.parse_args(argv)
+    cfg = CONFIGS[a.mode] if a.seeds is None else replace(CONFIGS[a.mode], seeds=tuple(a.seeds))
+    t0 = time.perf_counter()
+    if a.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {a.jobs}")
+    run_study(cfg, a.out, n_jobs=a.jobs)
+    claims = summarize(a.out)
+    import pandas as pd
+
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(pd.read_csv(Path(a.out) / "survival.csv").to_string(index=False))
+    for c in claims:
+        print(f"{c.id} [{c.setting}]: {c.estimate:+.4g} ({c.interval[0]:+.4g}, {c.interval[1]:+.4g}) "
+              f"p_adj={c.p_adjusted} -> {c.verdict}")
+    print(f"wall {time.perf_counter() - t0:.0f} s; wrote {a.out}/ (runs.csv, survival.csv, claims.json, claims.md)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,88 @@
+"""Machinery of the method-ablation runner (llm_probe.ablation): pass@k against enumeration, the held-out split,
+resume (finished runs skipped), claims with finite intervals in test mode. No scientific outcome is asserted."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from gapdyn.claims import VERDICTS
+from llm_probe import ablation
+from llm_probe.ablation import CONFIGS, SplitAddition, entropy_at_matched_accuracy, pass_at_k, run_study, summarize
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 8])
+def test_pass_at_k_equals_enumeration_of_subsets(n):
+    """pass@k = share of the k-subsets of the n samples holding at least one correct sample."""
+    for c in range(n + 1):
+        samples = [1] * c + [0] * (n - c)
+        for k in range(1, n + 1):
+            subsets = list(itertools.combinations(range(n), k))
+            brute = sum(any(samples[i] for i in s) for s in subsets) / len(subsets)
+            assert pass_at_k(n, c, k) == pytest.approx(brute, abs=1e-12), (n, c, k)
+
+
+@pytest.mark.parametrize("args", [(4, 5, 1), (4, 2, 0), (4, 2, 5), (4, -1, 1), (4.5, 2, 1)])
+def test_pass_at_k_rejects_bad_arguments(args):
+    with pytest.raises(ValueError):
+        pass_at_k(*args)
+
+
+def test_split_task_never_trains_on_heldout_pairs():
+    task = SplitAddition(mod=7)
+    rng = np.random.default_rng(0)
+    train, held = task.sample(rng, 500), task.heldout(rng, 200)
+    pair = lambda p: tuple(int(v) for v in p.prompt[:-1].split("+"))  # noqa: E731
+    assert len(train) == 500 and len(held) == 200
+    assert not any(task.is_heldout(*pair(p)) for p in train)
+    assert all(task.is_heldout(*pair(p)) for p in held)
+    assert all(int(p.answer) == sum(pair(p)) for p in train + held)
+
+
+def test_entropy_at_matched_accuracy_uses_the_first_evaluation_at_the_common_level():
+    a = [{"step": 0, "acc": 0.4, "entropy": 2.0}, {"step": 5, "acc": 0.1, "entropy": 1.0},
+         {"step": 10, "acc": 0.3, "entropy": 0.8}, {"step": 15, "acc": 0.5, "entropy": 0.5}]
+    b = [{"step": 0, "acc": 0.4, "entropy": 2.0}, {"step": 5, "acc": 0.2, "entropy": 0.9},
+         {"step": 10, "acc": 0.35, "entropy": 0.7}, {"step": 15, "acc": 0.3, "entropy": 0.6}]
+    assert entropy_at_matched_accuracy(a, b) == (0.5, 0.7)  # level min(0.5, 0.35) = 0.35; step 0 is shared
+    assert entropy_at_matched_accuracy(a[:1], b) is None
+
+
+def test_study_resumes_and_claims_have_finite_intervals(tmp_path, monkeypatch):
+    cfg = CONFIGS["test"]
+    first = run_study(cfg, tmp_path, progress=False)
+    assert len(first) == len(cfg.methods) * len(cfg.lrs) * len(cfg.seeds)
+    stamps = {p: p.stat().st_mtime_ns for p in tmp_path.glob("runs/*/metrics.jsonl")}
+
+    import llm_probe.trainer
+
+    class Boom:  # a second pass must not build a single trainer
+        def __init__(self, *a, **k):
+            raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr(llm_probe.trainer, "Trainer", Boom)
+    again = run_study(cfg, tmp_path, progress=False)
+    assert again == first
+    assert stamps == {p: p.stat().st_mtime_ns for p in tmp_path.glob("runs/*/metrics.jsonl")}
+    monkeypatch.undo()
+    # an unfinished run (no done.json) is trained again, from its first step
+    victim = tmp_path / "runs" / ablation.run_name(cfg.methods[0], cfg.lrs[0], cfg.seeds[0]) / "done.json"
+    victim.unlink()
+    run_study(replace(cfg), tmp_path, progress=False)
+    assert victim.exists()
+    rows = [json.loads(ln) for ln in (victim.parent / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(cfg.steps))
+
+    claims = summarize(tmp_path)
+    assert claims, "test mode must yield claims"
+    for c in claims:
+        assert all(math.isfinite(v) for v in (c.estimate, *c.interval)) and c.interval[0] <= c.interval[1]
+        assert c.verdict in VERDICTS
+    assert (tmp_path / "claims.json").exists() and (tmp_path / "survival.csv").exists()
+    passk = json.loads(victim.parent.joinpath("passk.json").read_text())
+    assert set(passk["pass_at_k"]) == {str(k) for k in (1, 2, 4) if k <= cfg.passk_n}
