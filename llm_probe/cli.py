@@ -144,7 +144,9 @@ def _train_main(argv: list[str]) -> int:
             print(f"gapdyn train: {' '.join(str(exc).split())}", file=sys.stderr)
             return 1
     wall = time.perf_counter() - t0
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    from .checkpoint import atomic_write_text
+
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, default=str))
     import pandas as pd
 
     row = summarize_run(pd.read_parquet(out / "metrics.parquet"), summary["alerts"], wall)

@@ -38,7 +38,7 @@ import pandas as pd
 
 import bandits
 import gapdyn
-from bandits.experiments.threshold import COLLAPSE_J
+from bandits.experiments.mechanisms import search_eta_star
 from paper_figs import data, plots
 from paper_figs.style import label, new_figure, set_style
 
@@ -97,16 +97,18 @@ ax[0, 0].legend(frameon=False);
 
 # %% [markdown]
 # ## How far apart are the predictors?
-# The measured critical η* of exact GRPO on this grid (`bandits.critical_eta`: the first η whose run
-# collapses, i.e. ends below the experiments' collapse level), the one-step sharp threshold, and
+# The measured critical η* of exact GRPO (`gapdyn.find_eta_star`, the project's one estimator: a scan
+# with neighbouring η 1 % apart over the whole range, then bisection to 0.1 % on the first η whose run
+# collapses, J < `gapdyn.COLLAPSE_J` at any step; docs/evidence.md), the one-step sharp threshold, and
 # Theorem 1's worst-case step condition (`gapdyn.theorem1_step_bound` with the log-linear constants of
 # `gapdyn.loglinear_bound_constants`). Read the ratios: the worst-case bound is orders of magnitude
 # smaller than the measured step.
 
 # %%
-# eta* estimate: bandits.critical_eta on the exact runs' collapse indicator (no new logic here)
-fe = final[final["method"] == "exact GRPO"].sort_values("eta")
-eta_star = bandits.critical_eta(fe["eta"].to_numpy(), (fe["J_final"] < COLLAPSE_J).to_numpy(float))
+# eta* estimate: gapdyn.find_eta_star fed by the engine (bandits.experiments.mechanisms.search_eta_star)
+found, _, _ = search_eta_star(bandit, exact, theta0=None, eta_lo=0.1, eta_hi=1e4, max_ratio=1.01, rtol=1e-3)
+eta_star = found.eta_star
+found.status, found.n_islands, found.bracket
 
 # %%
 # Theorem 1's step bound for the unit direction, rescaled to a step on w0 (theta <- theta + eta * w0)
@@ -117,7 +119,7 @@ thm1 = float(gapdyn.theorem1_step_bound(gapdyn.gap_alignment(w_unit, gap0), L_o=
 
 # %%
 pd.DataFrame({"step size": [eta_star, eta_sharp, thm1]},
-             index=["measured eta* (grid)", "one-step sharp threshold", "Theorem 1 step bound"]).assign(
+             index=["measured eta* (find_eta_star)", "one-step sharp threshold", "Theorem 1 step bound"]).assign(
     ratio_to_eta_star=lambda t: t["step size"] / eta_star)
 
 # %% [markdown]

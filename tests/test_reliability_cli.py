@@ -3,7 +3,7 @@ choices, eta <= 0, group size < 2, steps 0, missing/malformed JSONL tasks, missi
 bad --jobs, an unusable output path) end with exit code 2 and a one-line message naming the problem --
 never a Python traceback. Most cases run ``gapdyn.cli.main`` in-process (what the console script calls;
 tyro exits are caught as their exit code); a few run the real console entry point in a
-subprocess to check stderr for tracebacks. Open defects are strict xfails (RELIABILITY.md)."""
+subprocess to check stderr for tracebacks."""
 
 from __future__ import annotations
 
@@ -28,19 +28,6 @@ def _run(argv, capsys):
         rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     out = capsys.readouterr()
     return rc, out.out, out.err
-
-
-# Formerly open (RELIABILITY.md): `gapdyn bandit run` and `gapdyn train` let the library's ValueError (and an
-# OSError for an unusable store) escape as a traceback with exit code 1. Fixed once, for every subcommand, in
-# the dispatcher gapdyn/cli.py (message + exit code 2). Set True again to mark the cases as open.
-CLI_VALUE_ERROR_OPEN = False
-_OPEN_REASON = ("open defect: bandits/cli.py and llm_probe/cli.py do not catch the library's ValueError/OSError: "
-                "traceback and exit code 1 instead of exit code 2 and a message")
-
-
-def _open(request):
-    if CLI_VALUE_ERROR_OPEN:
-        request.node.add_marker(pytest.mark.xfail(strict=True, reason=_OPEN_REASON))
 
 
 def _expect_usage_error(argv, capsys, *words):
@@ -90,14 +77,12 @@ OPEN_BANDIT = {
 
 
 @pytest.mark.parametrize("case", sorted(OPEN_BANDIT))
-def test_bandit_cli_bad_values_exit_2(case, capsys, tmp_path, request):
-    _open(request)
+def test_bandit_cli_bad_values_exit_2(case, capsys, tmp_path):
     argv, words = OPEN_BANDIT[case]
     _expect_usage_error(argv + ["--out", str(tmp_path)], capsys, *words)
 
 
-def test_bandit_cli_unusable_store_is_a_message_not_a_traceback(capsys, tmp_path, request):
-    _open(request)
+def test_bandit_cli_unusable_store_is_a_message_not_a_traceback(capsys, tmp_path):
     f = tmp_path / "a_file"
     f.write_text("x")
     rc, out, err = _run(["bandit", "run", "length", "--out", str(f), "--no-progress", "--backend", "serial"], capsys)
@@ -162,8 +147,7 @@ TRAIN_VALUES = {
 
 @pytest.mark.llm
 @pytest.mark.parametrize("case", sorted(TRAIN_VALUES))
-def test_train_cli_bad_values_exit_2_with_message(case, capsys, tmp_path, request):
-    _open(request)
+def test_train_cli_bad_values_exit_2_with_message(case, capsys, tmp_path):
     extra, words = TRAIN_VALUES[case]
     _expect_usage_error(_train(tmp_path, *extra(tmp_path)), capsys, *words)
 
@@ -220,15 +204,13 @@ def _console(*argv, timeout=100):
                           timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
-def test_console_bandit_errors_have_no_traceback(tmp_path, request):
-    _open(request)
+def test_console_bandit_errors_have_no_traceback(tmp_path):
     for argv in (["nope"], ["bandit", "run", "nope"], ["bandit", "run", "length", "--jobs", "0", "--out", str(tmp_path)]):
         p = _console(*argv)
         assert p.returncode == 2 and "Traceback" not in p.stderr and p.stderr.strip(), (argv, p.returncode, p.stderr[-600:])
 
 
 @pytest.mark.llm
-def test_console_train_errors_have_no_traceback(tmp_path, request):
-    _open(request)
+def test_console_train_errors_have_no_traceback(tmp_path):
     p = _console(*_train(tmp_path, "--task", str(tmp_path / "missing.jsonl")))
     assert p.returncode == 2 and "Traceback" not in p.stderr and "missing.jsonl" in p.stderr, (p.returncode, p.stderr[-600:])
