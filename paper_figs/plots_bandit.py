@@ -115,7 +115,7 @@ def plot_loglog_slopes(df: pd.DataFrame, ax, *, x: str, y: str, hue: str, slopes
             xx = np.geomspace(g[x].min(), g[x].max(), 50)
             ax.plot(xx, np.exp(ly.mean() + slope * (np.log(xx) - lx.mean())), color=col, ls=ls, label=text)
         else:
-            ax.plot([], [], color=col, marker=mk, ls="none", label=text)
+            ax.plot([], [], color=col, marker=mk, ls="none", label=text, mfc="white" if mk != "o" else col)
         shown[name] = text
     if reference is not None and len(df):
         x0 = float(df[x].min())

@@ -206,7 +206,7 @@ def success_rate_view(result) -> tuple[pd.DataFrame, dict]:
             used = sr.fit_points(d)
             if used.empty:
                 why = ", ".join(f"{k}: {v}" for k, v in d["status"].value_counts().items()) or "no checkpoint"
-                slopes[name] = (None, f"{name}: too few finite thresholds ({why})")
+                slopes[name] = (None, f"{name}: too few finite thresholds\n({why})")
                 continue
             parts.append(used.assign(series=name))
             slopes[name] = slope_text(name, claims.get(sr.slope_claim_id(setting, measure)))
