@@ -49,7 +49,7 @@ def _panels(result, crit):
 
 def draw(sources: Sources):
     """The figure (not saved): panels a-c from the ``length`` experiment, d from ``success_rate``."""
-    fig, ax = new_figure(2, 2, width=4.8, height=3.7)
+    fig, ax = new_figure(2, 2, width=4.8, height=4.3)
     try:
         result = sources.experiment("length")
         crit = critical_vs_length(result)
@@ -79,6 +79,7 @@ def draw(sources: Sources):
         styles = {k: "-" if "one step" in k else "--" for k in slopes}
         plots.plot_loglog_slopes(pts, a, x="one_minus_J", y="eta_rel", hue="series", slopes=slopes, colors=colours,
                                  markers=markers, linestyles=styles, bars=False, reference=1.0)
+        a.legend(frameon=False, fontsize=7, loc="upper left", bbox_to_anchor=(-0.15, -0.17), ncol=1)
         a.set_xlabel(r"failure rate $1 - J$ at the checkpoint")
         a.set_ylabel(r"$\eta_{\mathrm{local}} / \eta_{\mathrm{local}}(\mathrm{first\ checkpoint})$")
     except NotAvailable as exc:
