@@ -42,7 +42,8 @@ def _panels(result, crit):
     return [
         (f"full sharing, raw vs 1/|o| (J0 = {J0S[0]:g})", full,
          length_slopes(result, J0S[0], [max(RHOS)], normalized=True)),
-        (f"raw updates across sharing rho (J0 = {J0S[0]:g})", raw[raw["J0"] == J0S[0]], length_slopes(result, J0S[0], RHOS)),
+        (f"raw updates across sharing rho (J0 = {J0S[0]:g})", raw[raw["J0"] == J0S[0]],
+         length_slopes(result, J0S[0], RHOS)),
         (f"raw updates across rho (J0 = {J0S[-1]:g})", raw[raw["J0"] == J0S[-1]], length_slopes(result, J0S[-1], RHOS)),
     ]
 
