@@ -8,62 +8,91 @@ from __future__ import annotations
 
 
 from . import plots
-from .data import NotAvailable, Sources, critical_vs_length, success_rate_view
+from .data import NotAvailable, Sources
 from .style import label, new_figure, panel_label, save_figure
+from .views import critical_vs_length, length_slopes, success_rate_view
 
 NAME = "fig2_critical_eta"
 TITLE = "Critical step eta* against response length T and success rate J"
 CAPTION = (
     "Tests Theorem 3 (Suk & Duan; exact form open): the critical step shrinks like (1 - J)/T, and dividing the "
-    "update by |o| cancels one T. Token model with partial sharing rho (length experiment: rule MAJ, sampled "
-    "GRPO, J0 placed for every T; eta* = gapdyn.find_eta_star per random stream). Points: eta* relative to its "
-    "value at the smallest T, per (instance, stream) (bars: range); lines: log-log fits with slope +- s.e. for "
-    "display (the claims carry the experiment's slope intervals). (a) full sharing, raw vs 1/|o|-normalised. "
-    "(b) raw updates across rho. (c) raw updates at the second J0 placement. (d) eta* against 1 - J0 "
-    "(contextual 100-arm bandit, theta0 placed at J0; exact GRPO eta* and the sampled-GRPO collapse onset, "
-    "relative to the smallest J0; success_rate experiment): the (1 - J) law predicts slope +1."
+    "update by |o| cancels one T. (a-c) Token model with partial sharing rho (length experiment: rule MAJ, "
+    "sampled GRPO, J0 placed for every T; eta* = gapdyn.find_eta_star per random stream). Points: the eta* its "
+    "slope claims fit, relative to the value at the smallest T of the same (instance, stream) (bars: range); "
+    "lines: the claims' within-series slopes with 95 % cluster-bootstrap intervals, drawn through the points' "
+    "geometric mean; the 1/|o| line is the raw slope plus the identity row. (a) full sharing, raw vs 1/|o|. "
+    "(b) raw updates across rho. (c) raw updates at the second J0 placement. (d) local thresholds at "
+    "checkpoints of J along exact-GRPO trajectories (success_rate experiment; T = 1: contextual 100-arm "
+    "bandit, T = 8: token model rho = 0.5): the one-step threshold along E[w_GRPO] (filled) and eta* of GRPO "
+    "restarted at the checkpoint (open), relative to the first checkpoint of the trajectory, against 1 - J; "
+    "lines: the claims' slopes; the (1 - J) law predicts slope +1."
 )
 
+_RHO_COLOURS = ("#0072B2", "#56B4E9", "#009E73", "#E69F00", "#D55E00")
+_SETTING_COLOURS = {"T=1": "#0072B2", "T=8": "#D55E00"}
 
-def _panels(crit):
-    """(title, rows) of panels a-c: full sharing raw vs 1/|o|, raw updates across the sharing rho, and the
-    second J0 placement (the experiment's own grid; empty panels say what was not run)."""
-    J0s = sorted(crit["J0"].unique())
-    first = crit[crit["J0"] == J0s[0]] if J0s else crit
-    full = first[first["rho"] == first["rho"].max()] if len(first) else first
+
+def _panels(result, crit):
+    """(title, rows, slopes) of panels a-c: full sharing raw vs 1/|o|, raw updates across the sharing rho,
+    and the second J0 placement (the experiment's grid; slopes from its claims)."""
+    from bandits.experiments.length import J0S, RHOS
+
+    raw = crit[~crit["normalized"]]
+    full = crit[(crit["J0"] == J0S[0]) & (crit["rho"] == max(RHOS))]
     return [
-        (f"full sharing, raw vs 1/|o| (J0 = {J0s[0]:g})" if J0s else "full sharing", full),
-        ("raw updates across sharing rho", first[~first["normalized"]]),
-        (f"raw updates, J0 = {J0s[-1]:g}" if J0s else "second J0",
-         crit[(crit["J0"] == J0s[-1]) & ~crit["normalized"]] if len(J0s) > 1 else crit.iloc[0:0]),
+        (f"full sharing, raw vs 1/|o| (J0 = {J0S[0]:g})", full,
+         length_slopes(result, J0S[0], [max(RHOS)], normalized=True)),
+        (f"raw updates across sharing rho (J0 = {J0S[0]:g})", raw[raw["J0"] == J0S[0]],
+         length_slopes(result, J0S[0], RHOS)),
+        (f"raw updates across rho (J0 = {J0S[-1]:g})", raw[raw["J0"] == J0S[-1]], length_slopes(result, J0S[-1], RHOS)),
     ]
 
 
-def make(sources: Sources, out_dir=None):
-    results = sources.experiment("length").results
-    crit = critical_vs_length(results)
-    fig, ax = new_figure(2, 2, width=4.8, height=3.7)
-    for a, letter, (title, d) in zip(ax.ravel()[:3], "abc", _panels(crit)):
-        if d.empty:
-            plots.panel_unavailable(a, f"no found eta* for this panel in mode {sources.mode!r}")
+def draw(sources: Sources):
+    """The figure (not saved): panels a-c from the ``length`` experiment, d from ``success_rate``."""
+    fig, ax = new_figure(2, 2, width=4.8, height=4.3)
+    try:
+        result = sources.experiment("length")
+        crit = critical_vs_length(result)
+        panels = _panels(result, crit)
+        Ts = sorted(crit["T"].unique())
+    except NotAvailable as exc:
+        panels = [(t, None, str(exc)) for t in ("full sharing", "raw updates across rho", "second J0")]
+    for a, letter, (title, d, slopes) in zip(ax.ravel()[:3], "abc", panels):
+        if d is None:
+            plots.panel_unavailable(a, slopes)
         else:
-            plots.plot_loglog_fit(d, a, x="T", y="eta_star_rel", hue="label", reference=-1.0)
+            colours = {k: "#CC79A7" if "1/|o|" in k else _RHO_COLOURS[i % len(_RHO_COLOURS)]
+                       for i, k in enumerate(slopes)}
+            plots.plot_loglog_slopes(d, a, x="T", y="eta_star_rel", hue="label", slopes=slopes, colors=colours,
+                                     reference=-1.0)
+            a.set_xticks(Ts, [f"{T:g}" for T in Ts], minor=False)
+            a.set_xticks([], minor=True)
             a.set_xlabel(label("T"))
             a.set_ylabel(r"$\eta^* / \eta^*(T_{\min})$")
         a.set_title(title)
         panel_label(a, letter)
     a = ax[1, 1]
     try:
-        sr = success_rate_view(sources.experiment("success_rate").results)
-        plots.plot_loglog_fit(sr, a, x="one_minus_J", y="eta_star_rel", hue="series", reference=1.0)
-        a.set_xlabel(r"initial failure rate $1 - J_0$ (fraction)")
-        a.set_ylabel(r"$\eta^* / \eta^*(\mathrm{smallest}\ J_0)$")
+        pts, slopes = success_rate_view(sources.experiment("success_rate"))
+        colours = {k: _SETTING_COLOURS[k.split(",")[0].replace(" ", "")] for k in slopes}
+        markers = {k: "o" if "one step" in k else "s" for k in slopes}
+        styles = {k: "-" if "one step" in k else "--" for k in slopes}
+        plots.plot_loglog_slopes(pts, a, x="one_minus_J", y="eta_rel", hue="series", slopes=slopes, colors=colours,
+                                 markers=markers, linestyles=styles, bars=False, reference=1.0)
+        a.legend(frameon=False, fontsize=7, loc="upper left", bbox_to_anchor=(-0.15, -0.17), ncol=1)
+        a.set_xlabel(r"failure rate $1 - J$ at the checkpoint")
+        a.set_ylabel(r"$\eta_{\mathrm{local}} / \eta_{\mathrm{local}}(\mathrm{first\ checkpoint})$")
     except NotAvailable as exc:
         plots.panel_unavailable(a, str(exc))
-    a.set_title(r"$\eta^*$ against $J$")
+    a.set_title(r"local threshold against $1 - J$")
     panel_label(a, "d")
     fig.tight_layout()
-    return save_figure(fig, NAME, caption=CAPTION, title=TITLE, out_dir=out_dir)
+    return fig
+
+
+def make(sources: Sources, out_dir=None):
+    return save_figure(draw(sources), NAME, caption=CAPTION, title=TITLE, out_dir=out_dir)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,9 +2,8 @@
 
 One namespace, implemented in plots_theory, plots_bandit and plots_llm.
 
-Figure scripts and notebooks call these: they only draw and, where a fit is
-drawn, call gapdyn's fitting functions (``gapdyn.loglog_slope``, ``gapdyn.fit_logistic_accuracy``,
-``gapdyn.logodds_lower_bound``). Column names follow the README glossary.
+Figure scripts and notebooks call these: they only draw; a drawn slope comes from the experiment's
+claim, other fits from gapdyn (``gapdyn.fit_logistic_accuracy``, ``gapdyn.logodds_lower_bound``). Column names follow the README glossary.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Plots of the bandit experiments: phase diagrams, log-log slopes, trajectories, logistic fits, method
-and controller comparisons, Theorem-1 checks. Fits call gapdyn (loglog_slope, fit_logistic_accuracy,
-logodds_lower_bound).
+and controller comparisons, Theorem-1 checks. Slopes are given (the experiments' claims); other fits call
+gapdyn (fit_logistic_accuracy, logodds_lower_bound).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from .style import label, method_color, method_label
 
 __all__ = [
     "plot_phase_diagram",
-    "plot_loglog_fit",
+    "plot_loglog_slopes",
     "plot_trajectories",
     "plot_logistic_fit",
     "plot_method_curves",
@@ -82,45 +82,51 @@ def plot_phase_diagram(df: pd.DataFrame, ax, *, x: str = "eta", y: str = "K", va
     return im
 
 
-def plot_loglog_fit(df: pd.DataFrame, ax, *, x: str, y: str, hue: str | None = None, hue_labels: dict | None = None,
-                    colors: Sequence[str] = ("#0072B2", "#D55E00", "#009E73", "#CC79A7"), reference: float | None = None):
-    """Points y(x) on log-log axes (mean over seeds, bars = min-max), with the fitted slope per group.
+def plot_loglog_slopes(df: pd.DataFrame, ax, *, x: str, y: str, hue: str, slopes: dict,
+                       colors: dict | Sequence[str] = ("#0072B2", "#D55E00", "#009E73", "#CC79A7"),
+                       markers: dict | None = None, linestyles: dict | None = None, bars: bool = True,
+                       reference: float | None = None):
+    """Points y(x) on log-log axes per ``hue`` group, each with a GIVEN slope (no fitting here).
 
-    The fit is gapdyn.loglog_slope on all finite positive points of the group; the legend gives the
-    slope +- its standard error. ``reference`` draws a guide line of that slope. Returns
-    {group: LogLogFit}.
+    ``slopes``: {group: (slope or None, legend text)}, e.g. an experiment's claim. A slope is drawn
+    through the group's geometric-mean point; None draws no line and puts the text in the legend (so do
+    groups of ``slopes`` without points). ``bars``: mean over rows sharing an x with min-max bars, else
+    every row as a point. ``reference`` draws a guide of that slope. Returns {group: legend text}.
     """
-    _require(df, [x, y] + ([hue] if hue else []), "plot_loglog_fit")
-    fits = {}
-    groups = df.groupby(hue, sort=True) if hue else [(None, df)]
-    for i, (name, g) in enumerate(groups):
-        g = g[np.isfinite(g[y].to_numpy(float)) & (g[y] > 0) & (g[x] > 0)]
-        if g.empty:
-            continue
-        col = colors[i % len(colors)]
-        st = g.groupby(x)[y].agg(["mean", "min", "max"])
-        ax.errorbar(st.index, st["mean"], yerr=[st["mean"] - st["min"], st["max"] - st["mean"]], fmt="o", color=col,
-                    ms=5, capsize=2)
-        lab = (hue_labels or {}).get(name, str(name)) if hue else "measured"
-        if g[x].nunique() >= 3:
-            fit = gapdyn.loglog_slope(g[x].to_numpy(float), g[y].to_numpy(float))
-            fits[name] = fit
+    _require(df, [x, y, hue], "plot_loglog_slopes")
+    df = df[np.isfinite(df[y].to_numpy(float)) & (df[y] > 0) & (df[x] > 0)]
+    names = list(slopes) + [k for k in sorted(df[hue].unique(), key=str) if k not in slopes]
+    shown = {}
+    for i, name in enumerate(names):
+        g = df[df[hue] == name]
+        col = colors.get(name, "#000000") if isinstance(colors, dict) else colors[i % len(colors)]
+        mk = (markers or {}).get(name, "o")
+        ls = (linestyles or {}).get(name, "-")
+        slope, text = slopes.get(name, (None, str(name)))
+        if len(g):
+            if bars:
+                st = g.groupby(x)[y].agg(["mean", "min", "max"])
+                ax.errorbar(st.index, st["mean"], yerr=[st["mean"] - st["min"], st["max"] - st["mean"]], fmt=mk,
+                            color=col, ms=5, capsize=2, mfc="white" if mk != "o" else col)
+            else:
+                ax.plot(g[x], g[y], mk, color=col, ms=3.5, alpha=0.6, mfc="white" if mk != "o" else col)
+        if slope is not None and g[x].nunique() >= 2:
+            lx, ly = np.log(g[x].to_numpy(float)), np.log(g[y].to_numpy(float))
             xx = np.geomspace(g[x].min(), g[x].max(), 50)
-            ax.plot(xx, np.exp(fit.intercept) * xx**fit.slope, color=col,
-                    label=f"{lab}: slope {fit.slope:.2f} ± {fit.slope_stderr:.2f}")
+            ax.plot(xx, np.exp(ly.mean() + slope * (np.log(xx) - lx.mean())), color=col, ls=ls, label=text)
         else:
-            ax.plot([], [], color=col, marker="o", label=f"{lab} (too few points to fit)")
+            ax.plot([], [], color=col, marker=mk, ls="none", label=text, mfc="white" if mk != "o" else col)
+        shown[name] = text
     if reference is not None and len(df):
         x0 = float(df[x].min())
-        y0 = float(df.loc[df[x] == x0, y].replace([np.inf, -np.inf], np.nan).dropna().median())
-        if np.isfinite(y0) and y0 > 0:
-            xx = np.geomspace(df[x].min(), df[x].max(), 20)
-            ax.plot(xx, y0 * (xx / x0) ** reference, color="#999999", ls=":", label=f"slope {reference:g} guide")
+        y0 = float(df.loc[df[x] == x0, y].median())
+        xx = np.geomspace(x0, df[x].max(), 20)
+        ax.plot(xx, y0 * (xx / x0) ** reference, color="#999999", ls=":", label=f"slope {reference:+g} guide")
     ax.set_xscale("log")
     ax.set_yscale("log")
     _plain_log_ticks(ax)
-    ax.legend(frameon=False, fontsize=8)
-    return fits
+    ax.legend(frameon=False, fontsize=7)
+    return shown
 
 
 def plot_trajectories(df: pd.DataFrame, ax, *, x: str = "step", y: str = "J", hue: str = "eta", colors=None,

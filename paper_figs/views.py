@@ -22,7 +22,11 @@ __all__ = [
     "PREDICTORS",
     "ThresholdViews",
     "threshold_views",
+    "deciding_claims",
+    "slope_text",
     "critical_vs_length",
+    "length_slopes",
+    "SUCCESS_RATE_SHOWN",
     "success_rate_view",
     "success_rate_phase",
     "methods_view",
@@ -114,19 +118,103 @@ def threshold_views(results: pd.DataFrame) -> ThresholdViews:
     return ThresholdViews(crit, exact, sampled, long)
 
 
-def critical_vs_length(results: pd.DataFrame, config=None) -> pd.DataFrame:
-    """The ``length`` experiment's found eta* per (instance, seed, rho, J0, normalized, T) with ``label``
-    (rho, raw or 1/|o|) and ``eta_star_rel`` = eta* / eta*(smallest T with a found eta*) of the same series,
-    so that series with different scales share one log-log plot."""
+def deciding_claims(result) -> tuple[str, dict]:
+    """(block, {claim id: Claim}) of an ExperimentResult's deciding block: confirmation when it ran, else
+    discovery (its rows are the ones to draw next to these claims)."""
+    block = "confirmation" if result.block("confirmation") else "discovery"
+    return block, {c.id: c for c in result.block(block)}
+
+
+def slope_text(name: str, claim) -> tuple[float | None, str]:
+    """(slope to draw or None, legend text) from a slope claim: 'name: slope b [lo, hi]' (the claim's
+    estimate and interval), or why there is none."""
+    if claim is None:
+        return None, f"{name}: no claim"
+    if claim.n < 2 or not claim.measured:
+        return None, f"{name}: < 2 instances, no slope"
+    lo, hi = claim.interval
+    return float(claim.estimate), f"{name}: slope {claim.estimate:.2f} [{lo:.2f}, {hi:.2f}]"
+
+
+def critical_vs_length(result) -> pd.DataFrame:
+    """The ``length`` experiment's eta* that its slope claims fit (``length.fit_points``, deciding block),
+    one row per (instance, seed, rho, J0, normalized, T), with ``label`` (rho, raw or 1/|o|) and
+    ``eta_star_rel`` = eta* / eta*(smallest T) of the same series, so that series share one log-log plot."""
+    length = _import("bandits.experiments.length", "the 'length' experiment")
+    block, _ = deciding_claims(result)
+    results = result.results
     _require_cols(results, ["status", "eta_star", "instance", "seed", "rho", "J0", "normalized", "T"],
                   "length results")
-    crit = results[results["status"] == "found"].copy()
-    crit["normalized"] = crit["normalized"].astype(bool)
-    crit["label"] = [f"rho = {r:g}, {'1/|o|' if n else 'raw'}" for r, n in zip(crit["rho"], crit["normalized"])]
+    res = results[results["block"] == block] if "block" in results else results
+    res = res.assign(normalized=res["normalized"].astype(bool))
     by = ["instance", "seed", "rho", "J0", "normalized"]
+    parts = [length.fit_points(g) for _, g in res.groupby(["rho", "J0", "normalized"])]
+    crit = pd.concat(parts) if parts else res.iloc[0:0]
+    crit = crit.assign(label=[_length_label(r, n) for r, n in zip(crit["rho"], crit["normalized"])])
     crit = crit.sort_values(by + ["T"]).reset_index(drop=True)
     crit["eta_star_rel"] = _relative_to_first(crit, by, "T", "eta_star")
     return crit
+
+
+def _length_label(rho: float, normalized: bool) -> str:
+    return f"rho = {rho:g}, {'1/|o|' if normalized else 'raw'}"
+
+
+def length_slopes(result, J0: float, rhos, *, normalized: bool = False) -> dict:
+    """{label: (slope or None, legend text)} of the ``length`` claims at J0 for each rho (raw updates); with
+    ``normalized`` the 1/|o| line of each rho, its slope the raw claim plus the identity row's difference."""
+    length = _import("bandits.experiments.length", "the 'length' experiment")
+    _, claims = deciding_claims(result)
+    out = {}
+    for rho in rhos:
+        out[_length_label(rho, False)] = slope_text(_length_label(rho, False),
+                                                    claims.get(length.slope_claim_id(rho, J0)))
+    if normalized:
+        for rho in rhos:
+            name = _length_label(rho, True)
+            raw, ident = claims.get(length.slope_claim_id(rho, J0)), claims.get(length.identity_claim_id(J0))
+            b, _ = slope_text(name, raw)
+            if b is None or ident is None or not ident.measured or ident.n < 2:
+                out[name] = (None, f"{name}: no identity row")
+            else:
+                out[name] = (b + ident.estimate, f"{name}: slope {b:.2f} + {ident.estimate:.2f} (identity row)")
+    return out
+
+
+SUCCESS_RATE_SHOWN = {"sharp_grpo": "one step along E[w]", "restart_grpo": "restarted eta*"}
+"""The success_rate measures drawn in figure 2 (d), with their legend names."""
+
+
+def success_rate_view(result) -> tuple[pd.DataFrame, dict]:
+    """(points, slopes) of the ``success_rate`` experiment's local thresholds against 1 - J.
+
+    points: the checkpoints its slope claims fit (``success_rate.fit_points``, deciding block), one row
+    per (setting, measure, instance, level) with ``series`` = "setting, measure name" and ``eta_rel`` =
+    eta_local / eta_local(first checkpoint) of the same instance; slopes: {series: (slope or None, text)}
+    from the claims, or the status counts when a series has no finite threshold."""
+    sr = _import("bandits.experiments.success_rate", "the 'success_rate' experiment")
+    results = result.results
+    _require_cols(results, ["setting", "measure", "instance", "level", "one_minus_J", "eta_local", "status"],
+                  "success_rate results")
+    block, claims = deciding_claims(result)
+    res = results[results["block"] == block] if "block" in results else results
+    parts, slopes = [], {}
+    for setting in sr.SETTINGS:
+        for measure, mname in SUCCESS_RATE_SHOWN.items():
+            name = f"{setting.replace('=', ' = ')}, {mname}"
+            d = res[(res["setting"] == setting) & (res["measure"] == measure)]
+            used = sr.fit_points(d)
+            if used.empty:
+                why = ", ".join(f"{k}: {v}" for k, v in d["status"].value_counts().items()) or "no checkpoint"
+                slopes[name] = (None, f"{name}: too few finite thresholds\n({why})")
+                continue
+            parts.append(used.assign(series=name))
+            slopes[name] = slope_text(name, claims.get(sr.slope_claim_id(setting, measure)))
+    cols = ["series", "setting", "measure", "instance", "level", "one_minus_J", "eta_local"]
+    pts = pd.concat(parts)[cols] if parts else pd.DataFrame(columns=cols)
+    pts = pts.sort_values(["series", "instance", "level"]).reset_index(drop=True)
+    pts["eta_rel"] = _relative_to_first(pts, ["series", "instance"], "level", "eta_local") if len(pts) else []
+    return pts, slopes
 
 
 def _relative_to_first(df: pd.DataFrame, by: list[str], x: str, y: str) -> pd.Series:
@@ -138,21 +226,6 @@ def _relative_to_first(df: pd.DataFrame, by: list[str], x: str, y: str) -> pd.Se
         return g[y] / (float(fin[y].iloc[0]) if len(fin) else np.nan)
 
     return df.groupby(by, group_keys=False)[[x, y]].apply(rel).reindex(df.index)
-
-
-def success_rate_view(results: pd.DataFrame, verdict: pd.DataFrame | None = None) -> pd.DataFrame:
-    """eta* against 1 - J0 from the ``success_rate`` experiment, one row per (series, instance, J0).
-
-    series: "exact GRPO eta*" (kind exact_star) and "sampled GRPO onset" (kind sampled_onset);
-    eta_star_rel = eta* / eta*(smallest J0 with a finite eta*) of the same instance and series."""
-    _require_cols(results, ["kind", "instance", "J0", "eta"], "success_rate results")
-    names = {"exact_star": "exact GRPO eta*", "sampled_onset": "sampled GRPO onset"}
-    d = results[results["kind"].isin(list(names))].loc[:, ["kind", "instance", "J0", "eta"]].copy()
-    d["series"] = d["kind"].map(names)
-    d = d.rename(columns={"eta": "eta_star"}).reset_index(drop=True)
-    d["one_minus_J"] = 1.0 - d["J0"]
-    d["eta_star_rel"] = _relative_to_first(d, ["series", "instance"], "J0", "eta_star")
-    return d
 
 
 def success_rate_phase(results: pd.DataFrame, verdict: pd.DataFrame | None = None):

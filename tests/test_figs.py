@@ -310,3 +310,71 @@ def test_a_missing_source_is_reported_not_faked(tmp_path, monkeypatch):
     assert (tmp_path / "fig5_taxonomy.png").stat().st_size > 5_000
     assert main(["--only", "fig6_methods", "--mode", "test", "--store", str(tmp_path / "s"),
                  "--out", str(tmp_path)]) == 3
+
+
+_SLOPE_LABEL = re.compile(r"^(?P<name>[^:]+): slope (?P<b>-?\d+\.\d\d) \[(?P<lo>-?\d+\.\d\d), (?P<hi>-?\d+\.\d\d)\]$")
+
+
+def _claim_label(c) -> tuple[str, str, str]:
+    return f"{c.estimate:.2f}", f"{c.interval[0]:.2f}", f"{c.interval[1]:.2f}"
+
+
+def _drawn_slope(ax, text: str) -> float:
+    """The log-log slope of the line labelled ``text``, read back from its vertices."""
+    (line,) = [ln for ln in ax.get_lines() if ln.get_label() == text]
+    x, y = (np.log(np.asarray(v, float)) for v in line.get_data())
+    return float((y[-1] - y[0]) / (x[-1] - x[0]))
+
+
+def test_fig2_draws_four_panels_with_the_claims_slopes(tiny_run):
+    """Figure 2 from the tiny run's store: no panel marked unavailable, and every slope it prints and draws is
+    the length / success_rate claim's (read back from the legend and the line), matched by id."""
+    from bandits.experiments import length, success_rate
+
+    from paper_figs import fig2_critical_eta
+    from paper_figs.data import Sources
+    from paper_figs.views import SUCCESS_RATE_SHOWN
+
+    out, _, _, _ = tiny_run
+    sources = Sources("test", store=out.parent / "store")
+    res_len, res_sr = sources.experiment("length"), sources.experiment("success_rate")
+    assert not res_len.block("confirmation") and not res_sr.block("confirmation")
+    claims = {c.id: c for c in res_len.claims + res_sr.claims}
+    fig = fig2_critical_eta.draw(sources)
+    assert len(fig.axes) == 4
+    labels = []
+    for ax in fig.axes:
+        assert not any(t.get_text().startswith(("not available", "error:")) for t in ax.texts), ax.get_title()
+        assert ax.get_legend() is not None, ax.get_title()
+        labels.append([t.get_text() for t in ax.get_legend().get_texts()])
+    drawn = 0
+    for ax, texts in zip(fig.axes[:3], labels[:3]):
+        J0 = float(re.search(r"J0 = ([\d.]+)", ax.get_title()).group(1))
+        shown = set()
+        for text in texts:
+            m = _SLOPE_LABEL.match(text)
+            if m:
+                rho = float(re.fullmatch(r"rho = ([\d.]+), raw", m["name"]).group(1))
+                c = claims[length.slope_claim_id(rho, J0)]
+                assert (m["b"], m["lo"], m["hi"]) == _claim_label(c)
+                assert _drawn_slope(ax, text) == pytest.approx(c.estimate, rel=1e-9)
+                shown.add(rho)
+                drawn += 1
+            if ", 1/|o|: slope" in text:
+                b, d = re.search(r"slope (-?\d+\.\d\d) \+ (-?\d+\.\d\d)", text).groups()
+                raw, ident = claims[length.slope_claim_id(1.0, J0)], claims[length.identity_claim_id(J0)]
+                assert (b, d) == (f"{raw.estimate:.2f}", f"{ident.estimate:.2f}")
+                assert _drawn_slope(ax, text) == pytest.approx(raw.estimate + ident.estimate, rel=1e-9)
+        if "across" in ax.get_title():  # every rho with a measured claim has its line
+            assert shown == {r for r in length.RHOS if claims[length.slope_claim_id(r, J0)].n >= 2}
+    assert drawn > 0, "no length slope drawn from the tiny run"
+    names = {v: k for k, v in SUCCESS_RATE_SHOWN.items()}
+    for setting in success_rate.SETTINGS:  # every setting is named, with its slope or why there is none
+        assert any(t.startswith(setting.replace("=", " = ")) for t in labels[3]), setting
+    for text in labels[3]:
+        m = _SLOPE_LABEL.match(text)
+        if m:
+            setting, measure = m["name"].split(", ")
+            c = claims[success_rate.slope_claim_id(setting.replace(" ", ""), names[measure])]
+            assert (m["b"], m["lo"], m["hi"]) == _claim_label(c)
+            assert _drawn_slope(fig.axes[3], text) == pytest.approx(c.estimate, rel=1e-9)

@@ -38,7 +38,7 @@ from ._common import run_experiment
 from ._slopes import within_slope_estimate
 
 __all__ = ["NAME", "CRITERIA", "RHOS", "J0S", "Config", "cells", "run_cell", "start", "analyse",
-           "run"]
+           "slope_claim_id", "identity_claim_id", "fit_points", "run"]
 
 NAME = "length"
 RHOS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -56,6 +56,16 @@ def _slope_id(rho: float, J0: float) -> str:
 
 def _norm_id(J0: float) -> str:
     return f"normalised_slope_minus_raw/rho={IDENTITY_RHO:g}/J0={J0:g}"
+
+
+def slope_claim_id(rho: float, J0: float) -> str:
+    """Id of the claim on the raw slope of log eta* on log T at (rho, J0)."""
+    return _slope_id(rho, J0)
+
+
+def identity_claim_id(J0: float) -> str:
+    """Id of the identity row (1/|o| slope minus raw slope) at J0."""
+    return _norm_id(J0)
 
 
 # written from the theorem before any run: eta* ~ 1/T, i.e. slope -1 (stated tolerance 0.25)
@@ -182,6 +192,11 @@ def _fit_rows(df: pd.DataFrame) -> pd.DataFrame:
     ok = df[df["status"] == "found"]
     n_T = ok.groupby(["instance", "seed"])["T"].transform("nunique")
     return ok[n_T >= 2]
+
+
+def fit_points(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows a slope claim fits, for the rows of one (rho, J0, normalized) group."""
+    return _fit_rows(df)
 
 
 def _counts(df: pd.DataFrame, used: pd.DataFrame) -> str:

@@ -39,7 +39,7 @@ from ._common import run_experiment
 from ._slopes import within_slope_estimate
 
 __all__ = ["NAME", "CRITERIA", "SETTINGS", "MEASURES", "Config", "cells", "run_cell", "checkpoints", "analyse",
-           "run"]
+           "slope_claim_id", "fit_points", "run"]
 
 NAME = "success_rate"
 SETTINGS = ("T=1", "T=8")
@@ -53,6 +53,11 @@ _SOURCE = "Suk & Duan (arXiv 2510.08539), Thm 3"
 
 def _slope_id(setting: str, measure: str) -> str:
     return f"local_eta_vs_1-J/{setting}/{measure}"
+
+
+def slope_claim_id(setting: str, measure: str) -> str:
+    """Id of the claim on the slope of log eta_local on log(1 - J) for one (setting, measure)."""
+    return _slope_id(setting, measure)
 
 
 def _identity_id(setting: str) -> str:
@@ -249,6 +254,11 @@ def _usable(df: pd.DataFrame) -> pd.DataFrame:
     ok = df[(df["status"] == "ok")]
     n = ok.groupby("instance")["level"].transform("nunique")
     return ok[n >= 3]
+
+
+def fit_points(results: pd.DataFrame) -> pd.DataFrame:
+    """The checkpoints a slope claim fits, for the rows of one (setting, measure)."""
+    return _usable(results)
 
 
 def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn.Claim]:
