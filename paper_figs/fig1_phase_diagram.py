@@ -1,14 +1,14 @@
 """Figure 1: phase diagram of final J over the step size, with the computable thresholds overlaid.
 
-Data: ``bandits.experiments.threshold`` (per-instance exact and sampled GRPO on eta grids) and
-``bandits.experiments.success_rate`` (eta x J0). Run alone: ``python -m paper_figs.fig1_phase_diagram``.
+Data: ``bandits.experiments.threshold`` (per-instance exact and sampled GRPO on eta grids); the threshold
+against J is figure 2 (d), from the success_rate experiment's local thresholds. Run alone: ``python -m paper_figs.fig1_phase_diagram``.
 """
 
 from __future__ import annotations
 
 
 from . import plots
-from .data import NotAvailable, Sources, success_rate_phase, threshold_views
+from .data import Sources, threshold_views
 from .style import label, new_figure, panel_label, save_figure
 
 NAME = "fig1_phase_diagram"
@@ -19,9 +19,8 @@ CAPTION = (
     "ordered by measured eta*). (a) exact GRPO: J after K steps over (eta, instance), with the measured critical "
     "eta* and the computable predictors at theta0 overlaid (one-step sharp line-search threshold, local curvature "
     "threshold, Theorem 1's step condition, the Phi-monotone edge; gapdyn.thresholds). (b) sampled GRPO (G = 8): "
-    "share of collapsed runs (J < 1e-3) over (eta, instance). (c) exact GRPO from theta0 placed at J0 "
-    "(success_rate experiment): mean J after K steps over (eta, J0), the median measured eta* per J0 and the "
-    "(1 - J) law of Theorem 3 anchored at the smallest J0 (gapdyn.predicted_critical_step)."
+    "share of collapsed runs (J < 1e-3 at any step) over (eta, instance). The threshold against J "
+    "(Theorem 3's (1 - J) law) is figure 2 (d)."
 )
 
 
@@ -30,7 +29,7 @@ def make(sources: Sources, out_dir=None):
     cfg = sources.config("threshold")
     v = threshold_views(results)
     K = getattr(cfg, "steps", None)
-    fig, ax = new_figure(1, 3, width=5.2, height=4.6)
+    fig, ax = new_figure(1, 2, width=5.2, height=4.6)
     ex = v.exact[v.exact["method"] == "grpo"]
     im = plots.plot_phase_diagram(ex, ax[0, 0], x="eta", y="row", value="J_final",
                                   curves=v.predictors[v.predictors["method"] == "grpo"], curve_x="eta_pred",
@@ -46,24 +45,12 @@ def make(sources: Sources, out_dir=None):
     fig.colorbar(im, ax=ax[0, 1], label="P(collapse)")
     ax[0, 1].set_title(f"sampled GRPO, {getattr(cfg, 'n_seeds', '?')} seeds per eta")
     rows = v.critical.drop_duplicates("instance").sort_values("row")
-    for a in ax[0, :2]:
+    for a in ax[0]:
         a.set_xlabel(label("eta"))
         a.set_ylabel("instance (ordered by measured $\\eta^*$)")
         a.set_yticks(rows["row"].to_numpy())
         a.set_yticklabels([str(i) for i in rows["instance"]], fontsize=7)
-    a = ax[0, 2]
-    try:
-        grid, crit = success_rate_phase(sources.experiment("success_rate").results)
-        im = plots.plot_phase_diagram(grid, a, x="eta", y="J0", value="J_final", curves=crit, curve_x="eta_star",
-                                      curve_y="J0", curve_hue="curve", legend_below=True)
-        k = getattr(sources.config("success_rate"), "steps", None)
-        fig.colorbar(im, ax=a, label=f"mean J after K = {k} steps" if k else "mean final J")
-        a.set_xlabel(label("eta"))
-        a.set_ylabel(label("J0"))
-    except NotAvailable as exc:
-        plots.panel_unavailable(a, str(exc))
-    a.set_title(r"over $(\eta, J_0)$")
-    for a, letter in zip(ax[0], "abc"):
+    for a, letter in zip(ax[0], "ab"):
         panel_label(a, letter)
     fig.tight_layout()
     return save_figure(fig, NAME, caption=CAPTION, title=TITLE, out_dir=out_dir)

@@ -28,7 +28,6 @@ __all__ = [
     "length_slopes",
     "SUCCESS_RATE_SHOWN",
     "success_rate_view",
-    "success_rate_phase",
     "methods_view",
     "methods_summary",
     "stagnation_parts",
@@ -226,24 +225,6 @@ def _relative_to_first(df: pd.DataFrame, by: list[str], x: str, y: str) -> pd.Se
         return g[y] / (float(fin[y].iloc[0]) if len(fin) else np.nan)
 
     return df.groupby(by, group_keys=False)[[x, y]].apply(rel).reindex(df.index)
-
-
-def success_rate_phase(results: pd.DataFrame, verdict: pd.DataFrame | None = None):
-    """(grid, curves) from the ``success_rate`` experiment for a phase diagram over (eta, J0).
-
-    grid: final J of exact GRPO per (instance, J0, eta) (plot the mean over instances);
-    curves: per J0, the median over instances of the finite measured eta* ("measured eta* (median)")
-    and gapdyn.predicted_critical_step's (1 - J) law anchored at the smallest J0's median ("(1 - J) law")."""
-    _require_cols(results, ["kind", "instance", "J0", "eta", "J_final"], "success_rate results")
-    grid = results[results["kind"] == "exact_grid"].loc[:, ["instance", "J0", "eta", "J_final"]]
-    star = results[(results["kind"] == "exact_star") & np.isfinite(results["eta"])]
-    med = star.groupby("J0")["eta"].median().sort_index()
-    rows = [{"curve": "measured eta* (median)", "J0": j, "eta_star": e} for j, e in med.items()]
-    if len(med):
-        pred = gapdyn.predicted_critical_step(float(med.iloc[0]), 1.0, med.index.to_numpy(float),
-                                              J_ref=float(med.index[0]))
-        rows += [{"curve": "(1 - J) law (Thm 3)", "J0": j, "eta_star": float(e)} for j, e in zip(med.index, pred)]
-    return grid, pd.DataFrame(rows, columns=["curve", "J0", "eta_star"])
 
 
 def _methods_sampling(results: pd.DataFrame) -> pd.DataFrame:
