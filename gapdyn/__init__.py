@@ -74,6 +74,7 @@ from .stats import (
     wilson_interval,
 )
 from .thresholds import (
+    BoundConstants,
     LogLogFit,
     local_step_threshold,
     loglinear_bound_constants,
@@ -147,6 +148,7 @@ __all__ = [
     "log_odds",
     "log_odds_from_logits",
     "log_softmax",
+    "BoundConstants",
     "loglinear_bound_constants",
     "loglinear_logits",
     "loglinear_logodds_fn",

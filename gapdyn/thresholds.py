@@ -150,13 +150,22 @@ def theorem1_step_bound(dmu, *, L_o: float, G_o: float) -> np.ndarray:
     return np.maximum(d, 0.0) / (2.0 * (L_o + 8.0 * G_o**2))
 
 
-def loglinear_bound_constants(features) -> tuple[float, float]:
-    """(G_o, L_o) for a log-linear policy: ||s|| <= 2 max||phi||, ||Cov_pi(phi)|| <= max||phi||^2."""
+class BoundConstants(NamedTuple):
+    """Theorem 1's trajectory constants: G_o bounds ||s(o)||, L_o bounds ||Hess log pi(o)||."""
+
+    G_o: float
+    L_o: float
+
+
+def loglinear_bound_constants(features) -> BoundConstants:
+    """BoundConstants(G_o, L_o) for a log-linear policy: ||s|| <= 2 max||phi||, ||Cov_pi(phi)|| <= max||phi||^2.
+
+    Pass them by name: ``theorem1_step_bound(dmu, **loglinear_bound_constants(phi)._asdict())``."""
     phi = as_float_array(features, "features", min_ndim=2)
     rmax = float(np.max(np.linalg.norm(phi, axis=-1)))
     if rmax == 0:
         raise ValueError("features must not all be zero")
-    return 2.0 * rmax, rmax**2
+    return BoundConstants(G_o=2.0 * rmax, L_o=rmax**2)
 
 
 def predicted_critical_step(eta_ref, T, J, *, T_ref=1.0, J_ref=None, length_normalized=False) -> np.ndarray:
