@@ -21,6 +21,7 @@ import torch
 
 from .measure import MEASURE_ROUTES, measure
 from .model import load_policy
+from .tasks import iter_jsonl_objects
 
 __all__ = ["main", "load_rollouts", "select_step", "analyse"]
 
@@ -28,18 +29,8 @@ __all__ = ["main", "load_rollouts", "select_step", "analyse"]
 def load_rollouts(path: str | Path) -> list[dict]:
     """The records of a rollout JSONL; ValueError with the line number for a malformed line."""
     p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"rollouts must be an existing JSONL file, got {str(path)!r}")
     out = []
-    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{p.name}: line {n} is not valid JSON ({exc.msg})") from exc
-        if not isinstance(obj, dict):
-            raise ValueError(f"{p.name}: line {n} must be a JSON object")
+    for n, obj in iter_jsonl_objects(p, name="rollouts"):
         if not isinstance(obj.get("prompt"), str) or not obj["prompt"]:
             raise ValueError(f"{p.name}: line {n} lacks a non-empty 'prompt' string")
         ids = obj.get("completion_ids")

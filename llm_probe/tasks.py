@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Problem", "AdditionTask", "JsonlTask", "load_jsonl_problems", "extract_answer", "normalize_answer", "check_answer"]
+__all__ = ["Problem", "AdditionTask", "JsonlTask", "load_jsonl_problems", "iter_jsonl_objects", "extract_answer", "normalize_answer", "check_answer"]
 
 
 @dataclass(frozen=True)
@@ -178,15 +178,13 @@ def check_answer(completion: str, reference: str) -> bool:
     return normalize_answer(got[:MAX_ANSWER_TEXT]) == normalize_answer(ref[:MAX_ANSWER_TEXT])
 
 
-def load_jsonl_problems(path: str | Path, *, question_key: str = "question", answer_key: str = "answer") -> list[Problem]:
-    """Problems from a JSONL file; ValueError (with the line number) for a missing/empty file,
-    malformed JSON, a non-object line, or a missing/empty question or answer."""
+def iter_jsonl_objects(path: str | Path, *, name: str = "path"):
+    """(line number, object) of every non-blank line of a JSONL file; ValueError (naming ``name`` or the
+    line) for a missing file, malformed JSON or a non-object line. Records end at "\n" only: str.splitlines
+    would also split inside strings holding U+2028, U+2029, U+0085, \x1c.. or \v / \f (valid raw in JSON)."""
     p = Path(path)
     if not p.is_file():
-        raise ValueError(f"path must be an existing JSONL file, got {str(path)!r}")
-    out = []
-    # records end at "\n" only (JSONL): str.splitlines would also split inside strings holding
-    # U+2028, U+2029, U+0085, \x1c.. or \v / \f, all valid raw in JSON strings
+        raise ValueError(f"{name} must be an existing JSONL file, got {str(path)!r}")
     for n, line in enumerate(p.read_text(encoding="utf-8").split("\n"), 1):
         line = line.removesuffix("\r")
         if not line.strip():
@@ -197,6 +195,15 @@ def load_jsonl_problems(path: str | Path, *, question_key: str = "question", ans
             raise ValueError(f"{p.name}: line {n} is not valid JSON ({exc.msg})") from exc
         if not isinstance(obj, dict):
             raise ValueError(f"{p.name}: line {n} must be a JSON object, got {type(obj).__name__}")
+        yield n, obj
+
+
+def load_jsonl_problems(path: str | Path, *, question_key: str = "question", answer_key: str = "answer") -> list[Problem]:
+    """Problems from a JSONL file; ValueError (with the line number) for a missing/empty file,
+    malformed JSON, a non-object line, or a missing/empty question or answer."""
+    p = Path(path)
+    out = []
+    for n, obj in iter_jsonl_objects(p):
         for key in (question_key, answer_key):
             v = obj.get(key)
             if isinstance(v, bool) or not isinstance(v, (str, int, float)) or not str(v).strip():
