@@ -1,6 +1,6 @@
 # Set-up and the two main jobs. Every target creates the virtual environment first (idempotent):
 # torch is installed from the CPU wheel (torch==2.13.0) *before* the package, so the package's
-# unpinned `torch>=2.4` requirement is already satisfied and no multi-GB CUDA build is pulled.
+# `torch>=2.13` requirement is already satisfied and no multi-GB CUDA build is pulled.
 # GPU users: `make venv TORCH_SPEC="torch --index-url https://download.pytorch.org/whl/cu126"`.
 PYTHON ?= python3
 VENV ?= .venv
