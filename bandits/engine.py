@@ -59,6 +59,16 @@ _SCHED = {name: i for i, name in enumerate(SCHEDULES)}  # constant 0, decay 1, l
 _FASTMATH = {"reassoc", "contract", "arcp"}
 
 
+def method_opts(method: str, *, std: str, adv_eps: float, lam: float) -> dict:
+    """The options gapdyn.group_advantages / expected_scalar take for ``method`` (GRPO: std and eps;
+    W-REINFORCE: lam; none otherwise). Shared by :class:`Dynamics` and the sequence bandit's dynamics."""
+    if method == "grpo":
+        return {"std": std, "eps": adv_eps}
+    if method == "w_reinforce":
+        return {"lam": lam}
+    return {}
+
+
 @dataclass(frozen=True)
 class Dynamics:
     """What one simulation does (everything but eta, seed and theta0).
@@ -129,11 +139,7 @@ class Dynamics:
     @property
     def method_opts(self) -> dict:
         """Options for gapdyn.group_advantages / expected_scalar."""
-        if self.method == "grpo":
-            return {"std": self.std, "eps": self.adv_eps}
-        if self.method == "w_reinforce":
-            return {"lam": self.lam}
-        return {}
+        return method_opts(self.method, std=self.std, adv_eps=self.adv_eps, lam=self.lam)
 
 
 @dataclass(frozen=True)

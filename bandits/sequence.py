@@ -274,8 +274,8 @@ class SharedSequenceBandit:
         logP, cond, r, L = self.state_distribution(theta)
         return _exact_from_states(logP, cond, r, L)
 
-    def success_rate(self, theta) -> np.ndarray:
-        """J = sum over rewarded states of P(n, m, ended) (no score sums: cheap)."""
+    def _reward_logmass(self, theta) -> tuple[np.ndarray, np.ndarray]:
+        """(log P(r = 1), log P(r = 0)) from the state log-probabilities (no score sums: cheap)."""
         logp = self.token_logprobs(theta)
         corr, wrong, end = self._masks()
         lse = lambda mask: logsumexp(np.where(mask, logp, -np.inf), axis=-1)  # noqa: E731
@@ -283,18 +283,17 @@ class SharedSequenceBandit:
         logP = self._state_logP(lse(corr), lse(wrong), le)
         n, m, _ = self.states()
         r = rule_reward(n, m, self.rule)
-        return np.exp(logsumexp(np.where(r == 1, logP, -np.inf), axis=-1) - logsumexp(logP, axis=-1))
+        return logsumexp(np.where(r == 1, logP, -np.inf), axis=-1), logsumexp(np.where(r == 0, logP, -np.inf), axis=-1)
+
+    def success_rate(self, theta) -> np.ndarray:
+        """J = P(r = 1) / (P(r = 1) + P(r = 0)) over the states (no score sums: cheap)."""
+        l1, l0 = self._reward_logmass(theta)
+        return np.exp(l1 - np.logaddexp(l1, l0))
 
     def log_odds(self, theta) -> np.ndarray:
         """Phi = log J - log(1 - J) from the state log-probabilities (no score sums: cheap)."""
-        logp = self.token_logprobs(theta)
-        corr, wrong, end = self._masks()
-        lse = lambda mask: logsumexp(np.where(mask, logp, -np.inf), axis=-1)  # noqa: E731
-        le = lse(end) if self.end_token is not None else np.full(logp.shape[:-1], -np.inf)
-        logP = self._state_logP(lse(corr), lse(wrong), le)
-        n, m, _ = self.states()
-        r = rule_reward(n, m, self.rule)
-        return logsumexp(np.where(r == 1, logP, -np.inf), axis=-1) - logsumexp(np.where(r == 0, logP, -np.inf), axis=-1)
+        l1, l0 = self._reward_logmass(theta)
+        return l1 - l0
 
     def gap(self, theta) -> np.ndarray:
         return self.exact(theta)["gap"]
@@ -563,12 +562,10 @@ class SequenceDynamics:
 
     @property
     def method_opts(self) -> dict:
-        """Options for gapdyn.group_advantages / expected_scalar."""
-        if self.method == "grpo":
-            return {"std": self.std, "eps": self.adv_eps}
-        if self.method == "w_reinforce":
-            return {"lam": self.lam}
-        return {}
+        """Options for gapdyn.group_advantages / expected_scalar (the engine's rule)."""
+        from .engine import method_opts
+
+        return method_opts(self.method, std=self.std, adv_eps=self.adv_eps, lam=self.lam)
 
 
 @dataclass(frozen=True)
