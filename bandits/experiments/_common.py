@@ -2,11 +2,8 @@
 :func:`bandits.sweep.run_sweep` (two blocks, frozen CRITERIA), claim builders with intervals
 (docs/evidence.md), and a few outcome helpers.
 
-Collapse is gapdyn's (``gapdyn.COLLAPSE_J``: J < 1e-3 at any step within the horizon, re-exported here as
-``COLLAPSE_J``); ``CONVERGE_J`` = 0.99 marks a run that ends converged.
-
-Legacy (kept importable while the success_rate, stagnation and logistic experiments move to claims):
-``verdict``, ``verdict_table``, ``fmt_range``, ``first_collapse``, ``refine_threshold``.
+Collapse is gapdyn's (``gapdyn.COLLAPSE_J``: J < 1e-3 at any step within the horizon);
+``CONVERGE_J`` = 0.99 marks a run that ends converged.
 """
 
 from __future__ import annotations
@@ -14,58 +11,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 import gapdyn
-from gapdyn import COLLAPSE_J
-from bandits.engine import Dynamics, simulate
-from bandits.envs import ContextualBandit
 
 CONVERGE_J = 0.99
 """A run whose final J exceeds this ends converged."""
-
-
-def verdict(claim: str, setting: str, measured: Any, expected: Any, holds) -> dict:
-    """One row of a legacy verdict table."""
-    if isinstance(holds, (bool, np.bool_)):
-        holds = "holds" if holds else "does not hold"
-    return {"claim": claim, "setting": setting, "measured": str(measured), "expected": str(expected), "holds": holds}
-
-
-def verdict_table(rows: list[dict]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=["claim", "setting", "measured", "expected", "holds"])
-
-
-def fmt_range(x, digits: int = 3) -> str:
-    x = np.asarray(x, dtype=float)
-    x = x[np.isfinite(x)]
-    if x.size == 0:
-        return "n/a"
-    return f"[{x.min():.{digits}g}, {x.max():.{digits}g}] (median {np.median(x):.{digits}g}, n={x.size})"
-
-
-def first_collapse(J_final: np.ndarray) -> int:
-    """Index of the first collapsed run in a grid (J_final [E]); -1 if none (legacy)."""
-    col = np.asarray(J_final) < COLLAPSE_J
-    return int(np.argmax(col)) if col.any() else -1
-
-
-def refine_threshold(
-    bandit: ContextualBandit, dyn: Dynamics, lo: float, hi: float, *, theta0=None, rounds: int = 2, n: int = 16
-) -> tuple[float, float, float, float]:
-    """Legacy geometric bisection in (lo, hi]; new code uses gapdyn.find_eta_star."""
-    J_lo = J_hi = np.nan
-    for _ in range(rounds):
-        etas = np.geomspace(lo, hi, n)
-        Jf = simulate(bandit, dyn, eta=etas, theta0=theta0).J_final[:, 0]
-        i = first_collapse(Jf)
-        if i <= 0:
-            break
-        lo, hi, J_lo, J_hi = etas[i - 1], etas[i], Jf[i - 1], Jf[i]
-    return float(lo), float(hi), float(J_lo), float(J_hi)
 
 
 def steps_to(J: np.ndarray, steps: np.ndarray, level: float) -> np.ndarray:
