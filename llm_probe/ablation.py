@@ -44,7 +44,8 @@ __all__ = ["StudyConfig", "CONFIGS", "SplitAddition", "pass_at_k", "run_study", 
 class StudyConfig:
     """One ablation study: the grid (methods x lrs x seeds) and each run's settings."""
 
-    methods: tuple = ("grpo", "dr_grpo", "wapo", "psr", "nsr")
+    methods: tuple = ("grpo", "dr_grpo", "wapo", "psr", "nsr", "dapo")
+    num_iterations: tuple = (("dapo", 4),)  # (method, mu): optimizer steps per sampled batch; others take 1
     lrs: tuple = (3e-4, 4e-4, 5e-4)
     seeds: tuple = tuple(range(10))
     steps: int = 150
@@ -69,12 +70,15 @@ class StudyConfig:
                 raise ValueError(f"{n} must be >= 1, got {getattr(self, n)}")
         if self.group_size < 2 or self.heldout_mod < 2:
             raise ValueError("group_size and heldout_mod must be >= 2")
+        for m, mu in self.num_iterations:
+            if isinstance(mu, bool) or int(mu) != mu or mu < 1:
+                raise ValueError(f"num_iterations of {m!r} must be an integer >= 1, got {mu!r}")
         if not self.methods or not self.lrs or not self.seeds:
             raise ValueError("methods, lrs and seeds must each hold at least one value")
 
 
 CONFIGS = {
-    "test": StudyConfig(methods=("grpo", "wapo"), lrs=(5e-4,), seeds=(0, 1), steps=3, prompts_per_step=4,
+    "test": StudyConfig(methods=("grpo", "wapo", "dapo"), lrs=(5e-4,), seeds=(0, 1), steps=3, prompts_per_step=4,
                         group_size=4, probe_every=1, warmup_steps=5, eval_every=2, eval_prompts=4, eval_samples=2,
                         passk_prompts=3, passk_n=4, small_model=True),
     "quick": StudyConfig(lrs=(3e-4, 5e-4), seeds=(0, 1, 2), steps=40, eval_every=10, eval_prompts=32,
@@ -86,7 +90,10 @@ CONFIGS = {
                                  probe_every=1, eval_every=20, eval_prompts=16, passk_prompts=4, passk_n=8),
 }
 """test: machinery (seconds); quick: indicative (one lr below, one inside the stability window); full: >= 10 seeds
-over the window; warning: the early-warning study (llm_probe.early_warning), every step probed."""
+over the window; warning: the early-warning study (llm_probe.early_warning), every step probed. DAPO takes mu = 4
+optimizer steps per sampled batch (its recipe reuses each rollout batch for several updates, Yu et al. 2025,
+arXiv 2503.14476), so its importance ratios leave 1 and clip-higher (0.2 / 0.28) binds; every other arm is on-policy
+(mu = 1, ratio 1, clips inactive)."""
 
 
 # ---- the split task ------------------------------------------------------------------------------------------
@@ -203,13 +210,15 @@ def run_one(cfg: StudyConfig, warm_dir, out: Path, method: str, lr: float, seed:
     d = out / "runs" / run_name(method, lr, seed)
     if (d / "done.json").exists():
         return json.loads((d / "done.json").read_text())
+    mu = dict(cfg.num_iterations).get(method, 1)
     d.mkdir(parents=True, exist_ok=True)
     for f in ("metrics.jsonl", "eval.jsonl", "probe_prompts.jsonl"):
         (d / f).unlink(missing_ok=True)
     task = SplitAddition(cfg.heldout_mod)
     tc = TrainConfig(out_dir=str(d), method=method, lr=lr, seed=seed, steps=cfg.steps,
                      prompts_per_step=cfg.prompts_per_step, group_size=cfg.group_size,
-                     max_new_tokens=cfg.max_new_tokens, optimizer=cfg.optimizer, init_from=str(warm_dir),
+                     max_new_tokens=cfg.max_new_tokens, num_iterations=mu, optimizer=cfg.optimizer,
+                     init_from=str(warm_dir),
                      probe_every=cfg.probe_every, probe_prompts=0, num_threads=1, progress=False, device="cpu")
     t0 = time.perf_counter()
     tr = Trainer(tc, task=task)
@@ -246,7 +255,9 @@ def run_one(cfg: StudyConfig, warm_dir, out: Path, method: str, lr: float, seed:
     rewards = np.array([r.get("reward", np.nan) for r in rows], dtype=float)
     alerts = [asdict(a) for a in tr.detector.alerts]
     tail = rewards[-min(25, len(rewards)):] if len(rewards) else np.array([np.nan])
-    summary = {"method": method, "lr": lr, "seed": seed, "steps_run": len(rows), "H0": H0, "R0": R0,
+    clip = np.array([r.get("clip_ratio/region_mean", np.nan) for r in rows], dtype=float)
+    summary = {"method": method, "lr": lr, "seed": seed, "num_iterations": mu, "steps_run": len(rows), "H0": H0,
+               "R0": R0, "clip_region_mean": float(np.nanmean(clip)) if np.isfinite(clip).any() else float("nan"),
                "collapsed": bool(alerts) or fault is not None,
                "collapse_step": int(alerts[0]["step"]) if alerts else (len(rows) if fault else -1),
                "collapse_rule": alerts[0]["rule"] if alerts else ("faults" if fault else ""),
@@ -292,6 +303,12 @@ CRITERIA = {
                                      "beyond the papers (WAPO's taxonomy, arXiv 2606.16154: winners-only updates "
                                      "drop the negative-advantage cells)",
                                      "mean paired entropy difference (WAPO - GRPO) at the first evaluation where "
+                                     "both reach the pair's common accuracy > 0 (interval, Wilcoxon/Holm)",
+                                     Criterion.above(0.0, alpha=0.05)),
+    "entropy_matched_dapo_gt_grpo": ("At matched held-out accuracy DAPO (clip-higher, several updates per batch) "
+                                     "keeps more token entropy than GRPO",
+                                     "Yu et al. 2025 (arXiv 2503.14476), clip-higher against entropy collapse",
+                                     "mean paired entropy difference (DAPO - GRPO) at the first evaluation where "
                                      "both reach the pair's common accuracy > 0 (interval, Wilcoxon/Holm)",
                                      Criterion.above(0.0, alpha=0.05)),
     "passk64_wapo_ge_grpo": ("WAPO's held-out pass@k at the largest k is not below GRPO's",
@@ -348,6 +365,20 @@ def entropy_at_matched_accuracy(ev_a: list, ev_b: list) -> tuple[float, float] |
     return ha, hb
 
 
+def _matched_entropies(runs, a: str, b: str, lr: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per seed with both runs: (entropy of a, entropy of b) at the pair's matched held-out accuracy."""
+    ha, hb = [], []
+    for s in sorted(set(runs[(runs.method == a) & (runs.lr == lr)].seed)):
+        da = runs[(runs.method == a) & (runs.lr == lr) & (runs.seed == s)].dir
+        db = runs[(runs.method == b) & (runs.lr == lr) & (runs.seed == s)].dir
+        if len(da) and len(db):
+            r = entropy_at_matched_accuracy(_evals(da.iloc[0]), _evals(db.iloc[0]))
+            if r:
+                ha.append(r[0])
+                hb.append(r[1])
+    return np.array(ha), np.array(hb)
+
+
 def _claim(cid, setting, statistic, est: Estimate, p=None, n=None, lr=None) -> Claim:
     statement, source, text, crit = CRITERIA[cid]
     return Claim(id=cid if lr is None else f"{cid}@lr{lr:g}", source=source, statement=statement, setting=setting, statistic=statistic,
@@ -382,23 +413,20 @@ def study_claims(out, runs=None, *, n_boot: int = 2000, seed: int = 0) -> list[C
             w_r, g_r = _paired(runs, "wapo", "grpo", "reward_last25", lr)
             c = _diff_claim("reward_wapo_gt_grpo", tag, "reward_last25 WAPO - GRPO", w_r, g_r, rng, n_boot, lr)
             claims += [c] if c else []
-            hw, hg = [], []
-            for s in sorted(set(runs[(runs.method == "wapo") & (runs.lr == lr)].seed)):
-                da = runs[(runs.method == "wapo") & (runs.lr == lr) & (runs.seed == s)].dir
-                db = runs[(runs.method == "grpo") & (runs.lr == lr) & (runs.seed == s)].dir
-                if len(da) and len(db):
-                    r = entropy_at_matched_accuracy(_evals(da.iloc[0]), _evals(db.iloc[0]))
-                    if r:
-                        hw.append(r[0])
-                        hg.append(r[1])
+            hw, hg = _matched_entropies(runs, "wapo", "grpo", lr)
             c = _diff_claim("entropy_matched_wapo_gt_grpo", tag, "entropy WAPO - GRPO at matched held-out accuracy",
-                            np.array(hw), np.array(hg), rng, n_boot, lr)
+                            hw, hg, rng, n_boot, lr)
             claims += [c] if c else []
             if kmax:
                 w_p, g_p = _paired(runs, "wapo", "grpo", f"pass@{kmax}", lr)
                 c = _diff_claim("passk64_wapo_ge_grpo", tag, f"held-out pass@{kmax} WAPO - GRPO", w_p, g_p, rng,
                                 n_boot, lr, test=False)
                 claims += [c] if c else []
+        if {"grpo", "dapo"} <= methods:
+            hd, hg = _matched_entropies(runs, "dapo", "grpo", lr)
+            c = _diff_claim("entropy_matched_dapo_gt_grpo", tag, "entropy DAPO - GRPO at matched held-out accuracy",
+                            hd, hg, rng, n_boot, lr)
+            claims += [c] if c else []
         if {"psr", "nsr"} <= methods and kmax:
             n_p, p_p = _paired(runs, "nsr", "psr", f"pass@{kmax}", lr)
             c = _diff_claim("passk64_nsr_gt_psr", tag, f"held-out pass@{kmax} NSR - PSR", n_p, p_p, rng, n_boot, lr)
@@ -424,6 +452,7 @@ def survival_table(runs):
         cp = clopper_pearson_interval(k, n)
         rows.append({"method": m, "lr": lr, "collapsed": k, "n": n, "rate": k / n, "cp_lo": cp.lo, "cp_hi": cp.hi,
                      "reward_last25": float(g.reward_last25.mean()),
+                     "clip_region_mean": float(g.clip_region_mean.mean()) if "clip_region_mean" in g else float("nan"),
                      "heldout_acc_final": float(g.heldout_acc_final.mean())})
     return pd.DataFrame(rows)
 

@@ -40,6 +40,7 @@ RESUME_POLICY: dict[str, str] = {
     "seed": "trajectory",
     "prompts_per_step": "trajectory",
     "group_size": "trajectory",
+    "num_iterations": "trajectory",
     "max_new_tokens": "trajectory",
     "temperature": "trajectory",
     "optimizer": "trajectory",

@@ -28,6 +28,7 @@ _RANGES: dict[str, tuple[str, float, float, bool, bool]] = {
     "steps": ("int", 1, _INF, True, False),
     "prompts_per_step": ("int", 1, _INF, True, False),
     "group_size": ("int", 2, _INF, True, False),
+    "num_iterations": ("int", 1, _INF, True, False),
     "max_new_tokens": ("int", 1, _INF, True, False),
     "temperature": ("float", 0, _INF, False, False),
     "lr": ("float", 0, _INF, False, False),
@@ -106,6 +107,10 @@ class TrainConfig:
     """B: prompts per step."""
     group_size: int = 8
     """G: completions sampled per prompt."""
+    num_iterations: int = 1
+    """mu (TRL's name): optimizer steps on each sampled batch. With mu > 1 the importance ratio
+    pi_theta / pi_theta_k leaves 1 after the first step, so the loss's clips act (DAPO, PPO); the probes measure
+    the net update theta_{k+1} - theta_k of the mu steps against the gaps at theta_k."""
     max_new_tokens: int = 6
     """Completion cap (the max_completion_length of dr_grpo / wapo aggregation)."""
     temperature: float = 1.0
@@ -192,6 +197,9 @@ class TrainConfig:
         if not str(self.method).strip():
             raise ValueError("--method must name a loss, got an empty string")
         check_device(self.device)
+        if self.safe_step and self.num_iterations != 1:
+            raise ValueError(f"--safe-step needs --num-iterations 1 (it scales one optimizer step), got "
+                             f"{self.num_iterations}")
         for name in ("resume_force", "truncate_prompts"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{_flag(name)} must be True or False, got {getattr(self, name)!r}")

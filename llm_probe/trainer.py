@@ -8,7 +8,8 @@ One step k (theta_k the parameters before it), as :meth:`Trainer.train_step` rea
 3. clip the gradient;
 4. probe.before at theta_k: per-prompt gaps of the batch's mixed groups and of the fixed probe prompts
    (sampled with their own generator, so probing never changes the training trajectory);
-5. optimizer step (with ``safe_step``: theta_{k+1} = theta_k + a (theta' - theta_k), llm_probe.safe_step);
+5. optimizer step, mu = ``num_iterations`` of them on the same batch (importance ratio and clips act from the
+   second on; with ``safe_step``: theta_{k+1} = theta_k + a (theta' - theta_k), llm_probe.safe_step);
 6. probe.after: dmu_q = <theta_{k+1} - theta_k, g_q> (eta = 1, valid for Adam), M, realised dPhi_hat.
 A non-finite policy, loss, gradient or update skips the step with the weights of theta_k (logged);
 ``max_faults`` in a row stop the run. Files in out_dir: metrics.jsonl (one row per step), metrics.parquet
@@ -239,11 +240,13 @@ class Trainer:
         self.step = step
 
     # ---- one step ------------------------------------------------------------------------------
-    def compute_loss(self, ro):
-        """(loss result, logp [N,T], logp_all [N,T,V]) on a rollout at the current parameters."""
+    def compute_loss(self, ro, old_logp=None):
+        """(loss result, logp [N,T], logp_all [N,T,V]) on a rollout at the current parameters; ``old_logp``: the
+        sampling policy's log-probabilities (None: these, so the importance ratio is 1)."""
         logp, _, logp_all = completion_logprobs(self.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
                                                 ro.completion_mask, return_entropy=True)
-        res = policy_loss(self.cfg.method, logp, logp.detach(), ro.completion_mask, ro.rewards.to(self.device),
+        old = logp.detach() if old_logp is None else old_logp
+        res = policy_loss(self.cfg.method, logp, old, ro.completion_mask, ro.rewards.to(self.device),
                           max_completion_length=self.cfg.max_new_tokens, eps_low=self.cfg.eps_low,
                           eps_high=self.cfg.eps_high)
         return res, logp, logp_all
@@ -295,7 +298,12 @@ class Trainer:
         if probing:  # 4. probes at theta_k (the probe prompts are sampled with their own generator)
             probe_ro = self._rollout(self.probe_problems, cfg.probe_group_size, self.probe_gen) if self.probe_problems else None
             self.probe.before(ro, probe_ro=probe_ro, seq_logp=logp.detach().sum(-1), theta_k=theta_k)
-        self.opt.step()  # 5. the update
+        self.opt.step()  # 5. the update: mu = cfg.num_iterations optimizer steps on this batch
+        fault = self._reuse_batch(ro, logp.detach(), m) if cfg.num_iterations > 1 else None
+        if fault is not None:
+            self._restore_weights(theta_k)
+            self.probe.cancel()
+            return self._fault(k, m, fault)
         if not self._update_is_finite(theta_k):
             self.probe.cancel()
             return self._fault(k, m, "non-finite weights after the update")
@@ -335,14 +343,36 @@ class Trainer:
             return float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm))
         return float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in self.model.parameters()])))
 
+    def _reuse_batch(self, ro, old_logp, m: dict) -> str | None:
+        """Optimizer steps 2..mu on the batch sampled at theta_k (``old_logp``: its log-probabilities), so the
+        ratio pi_theta / pi_theta_k leaves 1 and the clips act. ``loss`` and ``clip_ratio/*`` in ``m`` become
+        means over the mu steps (as TRL logs them); the fault's reason when a step is not finite."""
+        mu = self.cfg.num_iterations
+        sums = {key: v for key, v in m.items() if key.startswith("clip_ratio/") or key == "loss"}
+        for i in range(1, mu):
+            res, _, _ = self.compute_loss(ro, old_logp=old_logp)
+            sums["loss"] += float(res.loss.detach())
+            for key in sums.keys() & res.metrics.keys():
+                sums[key] += res.metrics[key]
+            fault = self._backward(res.loss)
+            if fault is not None:
+                return f"{fault} at optimizer step {i + 1} of {mu} on the batch"
+            self._clip_gradient()
+            self.opt.step()
+        m.update({key: v / mu for key, v in sums.items()})
+        return None
+
+    def _restore_weights(self, theta_k: dict) -> None:
+        with torch.no_grad():
+            for n, p in self.model.named_parameters():
+                p.copy_(theta_k[n])
+
     def _update_is_finite(self, theta_k: dict) -> bool:
         """A finite gradient times a huge step can still overflow the weights: then restore theta_k and say so
         (the optimizer's moments keep this step's finite gradient)."""
         if all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
             return True
-        with torch.no_grad():
-            for n, p in self.model.named_parameters():
-                p.copy_(theta_k[n])
+        self._restore_weights(theta_k)
         return False
 
     def _fault(self, k: int, m: dict, fault: str) -> dict:

@@ -57,6 +57,9 @@ def test_study_resumes_and_claims_have_finite_intervals(tmp_path, monkeypatch):
     cfg = CONFIGS["test"]
     first = run_study(cfg, tmp_path, progress=False)
     assert len(first) == len(cfg.methods) * len(cfg.lrs) * len(cfg.seeds)
+    mu = dict(cfg.num_iterations)
+    assert mu.get("dapo", 1) > 1 and all(r["num_iterations"] == mu.get(r["method"], 1) for r in first)
+    assert all(r["clip_region_mean"] == 0 for r in first if r["num_iterations"] == 1)  # on-policy: ratio 1
     stamps = {p: p.stat().st_mtime_ns for p in tmp_path.glob("runs/*/metrics.jsonl")}
 
     import llm_probe.trainer

@@ -245,3 +245,54 @@ def test_resume_drops_stale_and_torn_rows(tmp_path):
     model2, tok2 = warm_model()
     Trainer(_cfg(tmp_path, steps=3, resume=True, probe_every=0), model=model2, tokenizer=tok2).run()
     assert list(pd.read_parquet(tmp_path / "metrics.parquet")["step"]) == [0, 1, 2]
+
+
+def test_num_iterations_equals_a_hand_written_ppo_loop(tmp_path):
+    """mu = 3 SGD steps on one batch (DAPO: grpo advantages, clip 0.2 / 0.28, token-mean over the batch) equal a
+    loop written here: ratio exp(logp - logp_k), -min(r A, clip(r) A), p -= lr grad. The clips bind at this lr,
+    and clip_ratio/* and loss are the means over the mu steps."""
+    import copy
+
+    from llm_probe.model import completion_logprobs
+
+    model, tok = warm_model()
+    twin = copy.deepcopy(model)
+    lr, mu = 2.0, 3
+    tr = Trainer(_cfg(tmp_path, method="dapo", optimizer="sgd", lr=lr, num_iterations=mu, steps=1, probe_prompts=0),
+                 model=model, tokenizer=tok)
+    seen = []
+    rollout = tr._rollout
+    tr._rollout = lambda *a, **kw: seen.append(rollout(*a, **kw)) or seen[-1]
+    m = tr.train_step()
+    ro = seen[0]
+    r = ro.rewards.double()
+    A = ((r - r.mean(-1, keepdim=True)) / (r.std(-1, keepdim=True) + 1e-4)).reshape(-1, 1)
+    mask = ro.completion_mask
+    old, losses, region = None, [], []
+    for _ in range(mu):
+        logp = completion_logprobs(twin, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, mask)
+        old = logp.detach() if old is None else old
+        ratio = torch.exp(logp - old)
+        per_token = -torch.minimum(ratio * A, ratio.clamp(1 - 0.2, 1 + 0.28) * A)
+        loss = (per_token * mask).sum() / mask.sum()
+        clipped = ((ratio < 1 - 0.2) & (A < 0)) | ((ratio > 1 + 0.28) & (A > 0))
+        region.append(float((clipped.float() * mask).sum() / mask.sum()))
+        losses.append(float(loss.detach()))
+        twin.zero_grad()
+        loss.backward()
+        with torch.no_grad():
+            for p in twin.parameters():
+                if p.grad is not None:
+                    p -= lr * p.grad
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+    assert max(region) > 0, "the clips should bind at this step size"
+    assert m["clip_ratio/region_mean"] == pytest.approx(np.mean(region), abs=1e-6)
+    assert m["loss"] == pytest.approx(np.mean(losses), rel=1e-5, abs=1e-7)
+
+
+def test_num_iterations_checks():
+    with pytest.raises(ValueError, match="num-iterations"):
+        TrainConfig(num_iterations=0)
+    with pytest.raises(ValueError, match="safe-step needs --num-iterations 1"):
+        TrainConfig(num_iterations=2, safe_step=True)
