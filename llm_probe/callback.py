@@ -13,9 +13,12 @@ records the prompts, the completion token ids and the rewards of that generation
   integration that runs after this callback: :meth:`GapProbeCallback.attach` puts it first. Keys TRL already
   logs (``reward``, ``frac_reward_zero_std``) keep TRL's values.
 
-Our own forward pass scores the completions (TRL's fused LM head never builds logits). Exact per-prompt
-bookkeeping needs ``num_iterations=1`` and ``steps_per_generation`` equal to the gradient-accumulation steps
-(the default); other settings raise a ValueError at ``on_train_begin``. A reward > 0 counts as a success (O+).
+Our own forward pass scores the completions (TRL's fused LM head never builds logits). Per-prompt bookkeeping
+needs ``steps_per_generation`` equal to the gradient-accumulation steps (the default: one generation batch per
+optimizer step); another value raises a ValueError at ``on_train_begin``. With ``num_iterations = mu > 1`` TRL
+reuses each generation batch for mu optimizer steps: the gaps are taken at theta_k, before the first of them
+(``dmu_grad`` with that step's gradient), and ``dmu_update`` and ``update_norm`` measure the net change
+theta_{k+mu} - theta_k; the row is written after the mu-th step and carries ``step`` = k. A reward > 0 counts as a success (O+).
 TRL's sampler may emit the pad token inside a completion (ours never does, llm_probe.rollout); pass
 ``generation_kwargs={"suppress_tokens": [pad_id]}`` to GRPOConfig to rule it out.
 
@@ -70,6 +73,9 @@ class GapProbeCallback(TrainerCallback):
         self._batch: dict | None = None
         self._unlogged: list[dict] = []
         self._gathered: tuple | None = None
+        self._mu = 1  # TRL's num_iterations: optimizer steps per generation batch
+        self._steps_left = 0  # optimizer steps still to come on the probed batch
+        self._step_k: int | None = None
 
     @property
     def M_batch(self) -> float:
@@ -99,8 +105,10 @@ class GapProbeCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kw):
         _refuse_sharded(args)
-        if getattr(args, "num_iterations", 1) != 1:
-            raise ValueError("GapProbeCallback needs num_iterations=1 (batches reused across steps otherwise)")
+        mu = getattr(args, "num_iterations", 1)
+        if isinstance(mu, bool) or not isinstance(mu, int) or mu < 1:
+            raise ValueError(f"num_iterations must be an integer >= 1, got {mu!r}")
+        self._mu = mu
         spg = getattr(args, "steps_per_generation", None)
         if spg is not None and spg != args.gradient_accumulation_steps:
             raise ValueError("GapProbeCallback needs steps_per_generation == gradient_accumulation_steps")
@@ -139,10 +147,11 @@ class GapProbeCallback(TrainerCallback):
     def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
         if self.probe is None:
             self.probe = GapProbe(model, self.params_spec, alignment=self.alignment)
-        self.probe.cancel()
-        ro = self._rollout(next(model.parameters()).device)
-        if ro is None:
+        ro = self._rollout(next(model.parameters()).device)  # every rank gathers at every step (lockstep)
+        if ro is None:  # no new generation: the probed batch is being reused (num_iterations > 1)
             return
+        self.probe.cancel()
+        self._steps_left, self._step_k = self._mu, int(state.global_step)
         self._batch = {"reward": float(ro.rewards.mean()),
                        "frac_reward_zero_std": float((ro.rewards.std(-1) == 0).float().mean())}
         self.probe.before(ro)
@@ -156,8 +165,11 @@ class GapProbeCallback(TrainerCallback):
     def on_optimizer_step(self, args, state, control, model=None, **kw):
         if self.probe is None or not self.probe.pending:
             return
+        self._steps_left -= 1
+        if self._steps_left > 0:  # the net update of the mu steps on this batch is measured after the last
+            return
         res = self.probe.after()
-        row = {"step": int(state.global_step), **self._batch, "update_norm": res.update_norm,
+        row = {"step": self._step_k, **self._batch, "update_norm": res.update_norm,
                "grad_norm_probe": res.grad_norm, **res.metrics,
                "gap/dmu_update": [] if res.dmu_update is None else res.dmu_update.tolist(),
                "gap/dmu_grad": [] if res.dmu_grad is None else res.dmu_grad.tolist(),
