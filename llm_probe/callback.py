@@ -216,7 +216,7 @@ def _refuse_sharded(args) -> None:
         raise ValueError(f"GapProbeCallback supports single-process and DDP training only, not {kind}: {kind} shards "
                          "parameters and gradients, and the gap probe needs each full parameter and gradient. "
                          "Run with plain data parallelism (accelerate launch --num_processes N, no FSDP/DeepSpeed "
-                         "config), or probe offline from saved checkpoints (python -m llm_probe.offline).")
+                         "config), or probe offline from saved checkpoints (gapdyn train offline).")
 
 
 def _summarise(rows: list[dict]) -> dict:

@@ -5,6 +5,12 @@
     gapdyn train demo [--out DIR --seeds 0 1 2 ...]          GRPO vs WAPO at a normal and a large lr (DemoConfig)
     gapdyn train ablation [--mode test|quick|full] [--study ablation|warning] [--jobs N] [--out DIR]
                                                              the method ablation / early-warning study, with claims
+    gapdyn train early-warning --study DIR                   lead time and ROC AUC of the warn/* statistics
+    gapdyn train entropy --study DIR                         dH against -lr Cov(log pi, A) and the taxonomy cells
+    gapdyn train offline --before DIR --after DIR --rollouts F --out DIR
+                                                             gaps and alignment from two checkpoints + a rollout JSONL
+    gapdyn train safe-step [--mode test|quick|full] [--jobs N] [--out DIR]
+                                                             the safe-step experiment (constant vs safe step)
 
 Outputs go to ``./gapdyn_out/train`` (``train-warmup``, ``train-demo``, ``train-ablation``) unless ``--out DIR``.
 """
@@ -76,7 +82,7 @@ class AblationArgs:
     """Sizes: test (seconds, machinery), quick (indicative, ~20 min on 2 cores), full (>= 10 seeds per arm)."""
     study: Literal["ablation", "warning"] = "ablation"
     """ablation: methods x lrs with survival, reward, entropy at matched accuracy, pass@k; warning: GRPO and
-    WAPO x 3 lrs with every-step probes (then `python -m llm_probe.early_warning --study DIR`)."""
+    WAPO x 3 lrs with every-step probes (then `gapdyn train early-warning --study DIR`)."""
     out_dir: Annotated[str | None, tyro.conf.arg(name="out")] = None
     """Study folder (default ./gapdyn_out/train-ablation/<study>-<mode>)."""
     jobs: int = 1
@@ -173,4 +179,14 @@ def main(argv: list[str]) -> int:
         return _warmup_main(argv[1:])
     if argv and argv[0] == "ablation":
         return _ablation_main(argv[1:])
+    if argv and argv[0] in _ANALYSES:
+        import importlib
+
+        return importlib.import_module(f".{_ANALYSES[argv[0]]}", __package__).main(argv[1:],
+                                                                                  prog=f"gapdyn train {argv[0]}")
     return _train_main(argv)
+
+
+_ANALYSES = {"early-warning": "early_warning", "entropy": "entropy", "offline": "offline",
+             "safe-step": "safe_step_experiment"}
+"""gapdyn train subcommand -> llm_probe module whose main(argv, prog) it runs."""

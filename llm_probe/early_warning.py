@@ -1,6 +1,6 @@
 """Do per-step statistics warn of collapse? Lead time and ROC AUC across seeds and learning rates.
 
-    python -m llm_probe.early_warning --study DIR      # DIR: an llm_probe.ablation study (mode warning)
+    gapdyn train early-warning --study DIR      # DIR: an llm_probe.ablation study (mode warning)
 
 Each run (``DIR/runs/*``: metrics.jsonl + done.json) is labelled collapsed at step c (the collapse rule's first
 alert, llm_probe.collapse) or healthy. For a statistic s (:data:`STATISTICS`: its column, a rolling window and
@@ -155,8 +155,8 @@ def warning_table(steps, leads=(0, 5, 10)):
     return pd.DataFrame(rows)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llm_probe.early_warning", description=__doc__.splitlines()[0])
+def main(argv=None, prog: str = "python -m llm_probe.early_warning") -> int:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     ap.add_argument("--study", required=True, help="an llm_probe.ablation output folder")
     a = ap.parse_args(argv)
     steps = load_study_steps(a.study)

@@ -1,6 +1,6 @@
 """Entropy mechanics of recorded runs: does dH follow -eta Cov(log pi, A), and which taxonomy cell drives it?
 
-    python -m llm_probe.entropy --study DIR      # an llm_probe.ablation output folder
+    gapdyn train entropy --study DIR      # an llm_probe.ablation output folder
 
 Cui et al. (arXiv 2505.22617): for softmax logits under vanilla policy gradient, the entropy change of one step is
 dH ~ -eta Cov_{a~pi}(log pi(a), pi(a) A(a)) (per state, averaged over states). Per probe step the trainer logs the
@@ -76,10 +76,10 @@ def cell_mass_table(steps, *, rng: np.random.Generator, n_resamples: int = 1000,
     return pd.DataFrame(rows)
 
 
-def main(argv=None) -> int:
+def main(argv=None, prog: str = "python -m llm_probe.entropy") -> int:
     from .early_warning import load_study_steps
 
-    ap = argparse.ArgumentParser(prog="python -m llm_probe.entropy", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     ap.add_argument("--study", required=True)
     a = ap.parse_args(argv)
     steps = load_study_steps(a.study)

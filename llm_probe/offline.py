@@ -1,6 +1,6 @@
 """Offline Gradient-Gap analysis of one recorded step: two checkpoints and the rollout that produced it.
 
-    python -m llm_probe.offline --before DIR --after DIR --rollouts FILE.jsonl --out DIR
+    gapdyn train offline --before DIR --after DIR --rollouts FILE.jsonl --out DIR
 
 ``--before`` / ``--after``: local ``save_pretrained`` directories (model + tokenizer; theta_k and theta_{k+1};
 loaded with ``from_pretrained(local_dir, local_files_only=True)``). ``--rollouts``: JSONL, one completion a line,
@@ -83,8 +83,8 @@ def analyse(before: str | Path, after: str | Path, rollouts: str | Path, *, para
     return res
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llm_probe.offline", description=__doc__.split("\n\n")[0])
+def main(argv=None, prog: str = "python -m llm_probe.offline") -> int:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     ap.add_argument("--before", required=True, help="checkpoint directory at theta_k")
     ap.add_argument("--after", required=True, help="checkpoint directory at theta_{k+1}")
     ap.add_argument("--rollouts", required=True, help="JSONL of {prompt, completion, reward} of step k")

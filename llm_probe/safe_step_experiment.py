@@ -1,6 +1,6 @@
 """Experiment: the safe step controller (docs/theory.md, section 11) on the tiny Qwen, as claim records.
 
-    python -m llm_probe.safe_step_experiment --mode quick|full --out DIR
+    gapdyn train safe-step --mode quick|full --out DIR
 
 Arms: ``constant`` (the optimizer's own step) and ``safe`` (the same run with ``--safe-step``: each Adam step
 scaled by the multiplier a of gapdyn.safe_step_multiplier). Every (method, lr, arm, seed) is one run of
@@ -299,8 +299,8 @@ def _time_stats(const, safe, exp, level=None) -> dict:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llm_probe.safe_step_experiment", description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None, prog: str = "python -m llm_probe.safe_step_experiment") -> int:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     ap.add_argument("--mode", choices=tuple(MODES), default="quick")
     ap.add_argument("--out", default="gapdyn_out/safe-step")
     ap.add_argument("--seeds", type=int, default=None, help="override the number of seeds (0..n-1)")
@@ -309,14 +309,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="no new runs: the claims from the finished runs in --out (e.g. while a run is in progress)")
     ap.add_argument("--cost-steps", type=int, default=0,
                     help="only time N interleaved steps without/with the safe step (step_cost); no runs")
-    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="progress bars")
     a = ap.parse_args(argv)
     exp = MODES[a.mode]
     if a.jobs == 0 or a.jobs < -1:
-        raise SystemExit("--jobs must be >= 1 or -1 (all cores)")
+        raise ValueError(f"--jobs must be >= 1 or -1 (all cores), got {a.jobs}")
     if a.seeds is not None:
         if a.seeds < 1:
-            raise SystemExit("--seeds must be >= 1")
+            raise ValueError(f"--seeds must be >= 1, got {a.seeds}")
         exp = replace(exp, seeds=tuple(range(a.seeds)))
     out = Path(a.out)
     if a.cost_steps:
@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.analyse_only:
         rows = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*/run.json"))]
     else:
-        rows = run_experiment(exp, out, progress=not a.no_progress, n_jobs=a.jobs)
+        rows = run_experiment(exp, out, progress=a.progress, n_jobs=a.jobs)
     claims, summary = analyse(exp, rows)
     summary["wall_s_this_call"] = time.perf_counter() - t0
     summary["criteria_hash"] = gapdyn.criteria_hash({c.id: c.criterion for c in claims}) if claims else None

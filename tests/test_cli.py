@@ -80,6 +80,10 @@ SHARED = {  # subcommand argv -> the shared flags it must offer
     ("train", "demo"): ("--out", "--jobs", "--progress", "--no-progress"),
     ("claims",): ("--out", "--mode"),
     ("train", "ablation"): ("--mode", "--jobs", "--out", "--progress", "--no-progress", "--seed"),
+    ("train", "safe-step"): ("--mode", "--jobs", "--out", "--progress", "--no-progress"),
+    ("train", "early-warning"): ("--study",),
+    ("train", "entropy"): ("--study",),
+    ("train", "offline"): ("--before", "--after", "--rollouts", "--out"),
 }
 RETIRED = ("--n-jobs", "--out-dir")
 
@@ -107,6 +111,8 @@ def test_every_registered_command_is_in_the_table():
 
 BAD = [  # (argv, a word the message must contain)
     (["nope"], "unknown command"),
+    (["train", "safe-step", "--jobs", "0"], "jobs"),
+    (["train", "entropy", "--study", "no/such/study"], "no finished run"),
     (["demo", "--arms", "1"], "arms"),
     (["demo", "--seeds", "0"], "seeds"),
     (["demo", "--correct", "100"], "correct"),
