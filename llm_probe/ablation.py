@@ -27,7 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gapdyn.claims import Claim, Criterion, claims_markdown, claims_to_json, holm_adjust_claims
+from gapdyn.claims import (CONFIRMATION_SEEDS, Claim, Criterion, claims_markdown, claims_to_json,
+                           holm_adjust_claims)
 from gapdyn.stats import (
     Estimate,
     clopper_pearson_interval,
@@ -83,14 +84,16 @@ CONFIGS = {
                         passk_prompts=3, passk_n=4, small_model=True),
     "quick": StudyConfig(lrs=(3e-4, 5e-4), seeds=(0, 1, 2), steps=40, eval_every=10, eval_prompts=32,
                          passk_prompts=16, passk_n=64),
-    "full": StudyConfig(lrs=(3e-4, 4e-4, 5e-4), seeds=tuple(range(10)), steps=100, probe_every=10),
-    "warning": StudyConfig(methods=("grpo", "wapo"), lrs=(3e-4, 4e-4, 5e-4), seeds=tuple(range(10)), steps=100,
+    "full": StudyConfig(lrs=(3e-4, 4e-4, 5e-4), seeds=CONFIRMATION_SEEDS[:10], steps=100, probe_every=10),
+    "warning": StudyConfig(methods=("grpo", "wapo"), lrs=(3e-4, 4e-4, 5e-4), seeds=CONFIRMATION_SEEDS[:10], steps=100,
                            probe_every=1, eval_every=25, passk_prompts=8, passk_n=8),
     "warning-quick": StudyConfig(methods=("grpo", "wapo"), lrs=(3e-4, 4e-4, 5e-4), seeds=(0, 1, 2), steps=40,
                                  probe_every=1, eval_every=20, eval_prompts=16, passk_prompts=4, passk_n=8),
 }
 """test: machinery (seconds); quick: indicative (one lr below, one inside the stability window); full: >= 10 seeds
-over the window; warning: the early-warning study (llm_probe.early_warning), every step probed. DAPO takes mu = 4
+over the window; warning: the early-warning study (llm_probe.early_warning), every step probed. full and warning
+run the confirmation seeds (gapdyn.CONFIRMATION_SEEDS, 1000-1009: instances the quick studies never saw) and their
+claims carry block "confirmation"; the other modes run discovery seeds. DAPO takes mu = 4
 optimizer steps per sampled batch (its recipe reuses each rollout batch for several updates, Yu et al. 2025,
 arXiv 2503.14476), so its importance ratios leave 1 and clip-higher (0.2 / 0.28) binds; every other arm is on-policy
 (mu = 1, ratio 1, clips inactive)."""
@@ -379,11 +382,17 @@ def _matched_entropies(runs, a: str, b: str, lr: float) -> tuple[np.ndarray, np.
     return np.array(ha), np.array(hb)
 
 
+def block_of(seeds) -> str:
+    """"confirmation" when every seed is a confirmation seed (gapdyn.CONFIRMATION_SEEDS), else "discovery"."""
+    seeds = set(int(s) for s in seeds)
+    return "confirmation" if seeds and seeds <= set(CONFIRMATION_SEEDS) else "discovery"
+
+
 def _claim(cid, setting, statistic, est: Estimate, p=None, n=None, lr=None) -> Claim:
     statement, source, text, crit = CRITERIA[cid]
-    return Claim(id=cid if lr is None else f"{cid}@lr{lr:g}", source=source, statement=statement, setting=setting, statistic=statistic,
-                 estimate=est.estimate, interval=(est.lo, est.hi), n=n or est.n, criterion_text=text,
-                 criterion=crit, p_value=p, p_adjusted=p)  # p_adjusted: Holm over the family, set later
+    return Claim(id=cid if lr is None else f"{cid}@lr{lr:g}", source=source, statement=statement, setting=setting,
+                 statistic=statistic, estimate=est.estimate, interval=(est.lo, est.hi), n=n or est.n,
+                 criterion_text=text, criterion=crit, p_value=p, p_adjusted=p)  # p_adjusted: Holm, set later
 
 
 def _diff_claim(cid, setting, statistic, x, y, rng, n_boot, lr, test=True):
@@ -439,7 +448,8 @@ def study_claims(out, runs=None, *, n_boot: int = 2000, seed: int = 0) -> list[C
         if fit is not None and all(map(math.isfinite, (fit.estimate, fit.lo, fit.hi))):
             claims.append(_claim("entropy_mechanism_slope", f"all arms, {fit.n} runs, probe steps",
                                  "OLS slope of dH_same on -lr*Cov(log pi, A)", fit))
-    return holm_adjust_claims(claims)
+    block = block_of(runs.seed) if len(runs) else "discovery"
+    return holm_adjust_claims([replace(c, block=block) for c in claims])
 
 
 def survival_table(runs):

@@ -89,3 +89,11 @@ def test_study_resumes_and_claims_have_finite_intervals(tmp_path, monkeypatch):
     assert (tmp_path / "claims.json").exists() and (tmp_path / "survival.csv").exists()
     passk = json.loads(victim.parent.joinpath("passk.json").read_text())
     assert set(passk["pass_at_k"]) == {str(k) for k in (1, 2, 4) if k <= cfg.passk_n}
+
+
+@pytest.mark.parametrize("seeds, block", [((1000, 1009), "confirmation"), ((0, 1), "discovery"),
+                                          ((0, 1000), "discovery"), ((), "discovery")])
+def test_block_of_seeds(seeds, block):
+    assert ablation.block_of(seeds) == block
+    assert ablation.block_of(CONFIGS["full"].seeds) == ablation.block_of(CONFIGS["warning"].seeds) == "confirmation"
+    assert ablation.block_of(CONFIGS["quick"].seeds) == "discovery"
