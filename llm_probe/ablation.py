@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gapdyn.claims import (CONFIRMATION_SEEDS, Claim, Criterion, claims_markdown, claims_to_json,
+from gapdyn.claims import (CONFIRMATION_SEEDS, Claim, Criterion, claims_markdown, claims_to_json, criteria_hash,
                            holm_adjust_claims)
 from gapdyn.stats import (
     Estimate,
@@ -38,7 +38,7 @@ from gapdyn.stats import (
 )
 
 __all__ = ["StudyConfig", "CONFIGS", "SplitAddition", "pass_at_k", "run_study", "run_one", "summarize",
-           "CRITERIA", "main"]
+           "CRITERIA", "CRITERIA_HASH", "wapo_grpo_claims", "block_of", "main"]
 
 
 @dataclass(frozen=True)
@@ -296,38 +296,40 @@ def run_study(cfg: StudyConfig, out, *, n_jobs: int = 1, progress: bool = True) 
 # ---- claims --------------------------------------------------------------------------------------------------
 WAPO_SRC = "WAPO (arXiv 2606.16154)"
 CRITERIA = {
-    "survival_wapo_gt_grpo": ("WAPO collapses less often than GRPO at equal lr", WAPO_SRC,
+    "llm.wapo_fewer_collapses": ("WAPO collapses less often than GRPO at equal lr", WAPO_SRC,
                               "collapse rate GRPO - WAPO > 0: one-sided Fisher p (Holm) < 0.05 and the paired "
                               "bootstrap interval above 0", Criterion.above(0.0, alpha=0.05)),
-    "reward_wapo_gt_grpo": ("WAPO's final reward exceeds GRPO's at equal lr (paired by seed)", WAPO_SRC,
+    "llm.wapo_higher_reward": ("WAPO's final reward exceeds GRPO's at equal lr (paired by seed)", WAPO_SRC,
                             "mean paired difference of the last-25-step reward > 0: interval above 0 and "
                             "Wilcoxon p (Holm) < 0.05", Criterion.above(0.0, alpha=0.05)),
-    "entropy_matched_wapo_gt_grpo": ("At matched held-out accuracy WAPO keeps more token entropy than GRPO",
+    "llm.wapo_entropy_at_matched_accuracy": ("At matched held-out accuracy WAPO keeps more token entropy than GRPO",
                                      "beyond the papers (WAPO's taxonomy, arXiv 2606.16154: winners-only updates "
                                      "drop the negative-advantage cells)",
                                      "mean paired entropy difference (WAPO - GRPO) at the first evaluation where "
                                      "both reach the pair's common accuracy > 0 (interval, Wilcoxon/Holm)",
                                      Criterion.above(0.0, alpha=0.05)),
-    "entropy_matched_dapo_gt_grpo": ("At matched held-out accuracy DAPO (clip-higher, several updates per batch) "
+    "llm.dapo_entropy_at_matched_accuracy": ("At matched held-out accuracy DAPO (clip-higher, several updates per batch) "
                                      "keeps more token entropy than GRPO",
                                      "Yu et al. 2025 (arXiv 2503.14476), clip-higher against entropy collapse",
                                      "mean paired entropy difference (DAPO - GRPO) at the first evaluation where "
                                      "both reach the pair's common accuracy > 0 (interval, Wilcoxon/Holm)",
                                      Criterion.above(0.0, alpha=0.05)),
-    "passk64_wapo_ge_grpo": ("WAPO's held-out pass@k at the largest k is not below GRPO's",
+    "llm.wapo_passk_not_lower": ("WAPO's held-out pass@k at the largest k is not below GRPO's",
                              "beyond the papers (WAPO, arXiv 2606.16154, keeps the Gap direction)",
                              "mean paired pass@k_max difference (WAPO - GRPO) > -0.02 (interval lower end)",
                              Criterion.above(-0.02)),
-    "passk64_nsr_gt_psr": ("NSR keeps a higher held-out pass@k at large k than PSR",
+    "llm.nsr_passk_above_psr": ("NSR keeps a higher held-out pass@k at large k than PSR",
                            "Zhu et al. 2025 (arXiv 2506.01347)",
                            "mean paired pass@k_max difference (NSR - PSR) > 0 (interval, Wilcoxon/Holm)",
                            Criterion.above(0.0, alpha=0.05)),
-    "entropy_mechanism_slope": ("Entropy change follows -eta Cov(log pi, A) in sign",
+    "llm.entropy_follows_cov": ("Entropy change follows -eta Cov(log pi, A) in sign",
                                 "Cui et al. 2025 (arXiv 2505.22617), softmax entropy dynamics",
                                 "slope of dH (same completions) on -lr * Cov(log pi(y_t), A) over probe steps > 0 "
                                 "(run-cluster bootstrap interval above 0)", Criterion.above(0.0)),
 }
 """claim id -> (statement, source, criterion text, Criterion), fixed before the runs."""
+CRITERIA_HASH = criteria_hash({cid: crit for cid, (_, _, _, crit) in CRITERIA.items()})
+"""Stamped on every claim of a study (gapdyn.criteria_hash)."""
 
 
 def load_runs(out) -> "object":
@@ -403,6 +405,24 @@ def _diff_claim(cid, setting, statistic, x, y, rng, n_boot, lr, test=True):
     return _claim(cid, setting, statistic, est, p=p, lr=lr)
 
 
+def wapo_grpo_claims(runs, lr: float, *, rng, n_boot: int = 2000) -> list[Claim]:
+    """llm.wapo_fewer_collapses and llm.wapo_higher_reward at one lr, runs paired by seed (columns method, lr,
+    seed, collapsed, reward_last25): the collapse-rate difference GRPO - WAPO (paired bootstrap interval,
+    one-sided Fisher exact test) and the last-25-step reward difference WAPO - GRPO (interval, Wilcoxon).
+    Holm is left to the caller (over its whole family); fewer than 2 pairs: no claim."""
+    tag = f"lr={lr:g}, seeds paired"
+    claims = []
+    g, w = _paired(runs, "grpo", "wapo", "collapsed", lr)
+    if len(g) >= 2:
+        est = paired_bootstrap_difference(g, w, rng=rng, n_resamples=n_boot)
+        p = fisher_exact_test([[int(g.sum()), len(g) - int(g.sum())], [int(w.sum()), len(w) - int(w.sum())]],
+                              alternative="greater").p_value
+        claims.append(_claim("llm.wapo_fewer_collapses", tag, "collapse rate GRPO - WAPO", est, p=p, lr=lr))
+    w_r, g_r = _paired(runs, "wapo", "grpo", "reward_last25", lr)
+    c = _diff_claim("llm.wapo_higher_reward", tag, "reward_last25 WAPO - GRPO", w_r, g_r, rng, n_boot, lr)
+    return claims + ([c] if c else [])
+
+
 def study_claims(out, runs=None, *, n_boot: int = 2000, seed: int = 0) -> list[Claim]:
     """The CRITERIA claims on a finished (or partial) study; Holm over every claim carrying a p-value."""
     runs = load_runs(out) if runs is None else runs
@@ -413,32 +433,24 @@ def study_claims(out, runs=None, *, n_boot: int = 2000, seed: int = 0) -> list[C
     for lr in sorted(set(runs.lr)) if len(runs) else []:
         tag = f"lr={lr:g}, seeds paired"
         if {"grpo", "wapo"} <= methods:
-            g, w = _paired(runs, "grpo", "wapo", "collapsed", lr)
-            if len(g) >= 2:
-                est = paired_bootstrap_difference(g, w, rng=rng, n_resamples=n_boot)
-                p = fisher_exact_test([[int(g.sum()), len(g) - int(g.sum())], [int(w.sum()), len(w) - int(w.sum())]],
-                                      alternative="greater").p_value
-                claims.append(_claim("survival_wapo_gt_grpo", tag, "collapse rate GRPO - WAPO", est, p=p, lr=lr))
-            w_r, g_r = _paired(runs, "wapo", "grpo", "reward_last25", lr)
-            c = _diff_claim("reward_wapo_gt_grpo", tag, "reward_last25 WAPO - GRPO", w_r, g_r, rng, n_boot, lr)
-            claims += [c] if c else []
+            claims += wapo_grpo_claims(runs, lr, rng=rng, n_boot=n_boot)
             hw, hg = _matched_entropies(runs, "wapo", "grpo", lr)
-            c = _diff_claim("entropy_matched_wapo_gt_grpo", tag, "entropy WAPO - GRPO at matched held-out accuracy",
+            c = _diff_claim("llm.wapo_entropy_at_matched_accuracy", tag, "entropy WAPO - GRPO at matched held-out accuracy",
                             hw, hg, rng, n_boot, lr)
             claims += [c] if c else []
             if kmax:
                 w_p, g_p = _paired(runs, "wapo", "grpo", f"pass@{kmax}", lr)
-                c = _diff_claim("passk64_wapo_ge_grpo", tag, f"held-out pass@{kmax} WAPO - GRPO", w_p, g_p, rng,
+                c = _diff_claim("llm.wapo_passk_not_lower", tag, f"held-out pass@{kmax} WAPO - GRPO", w_p, g_p, rng,
                                 n_boot, lr, test=False)
                 claims += [c] if c else []
         if {"grpo", "dapo"} <= methods:
             hd, hg = _matched_entropies(runs, "dapo", "grpo", lr)
-            c = _diff_claim("entropy_matched_dapo_gt_grpo", tag, "entropy DAPO - GRPO at matched held-out accuracy",
+            c = _diff_claim("llm.dapo_entropy_at_matched_accuracy", tag, "entropy DAPO - GRPO at matched held-out accuracy",
                             hd, hg, rng, n_boot, lr)
             claims += [c] if c else []
         if {"psr", "nsr"} <= methods and kmax:
             n_p, p_p = _paired(runs, "nsr", "psr", f"pass@{kmax}", lr)
-            c = _diff_claim("passk64_nsr_gt_psr", tag, f"held-out pass@{kmax} NSR - PSR", n_p, p_p, rng, n_boot, lr)
+            c = _diff_claim("llm.nsr_passk_above_psr", tag, f"held-out pass@{kmax} NSR - PSR", n_p, p_p, rng, n_boot, lr)
             claims += [c] if c else []
     if len(runs):
         from .early_warning import load_study_steps
@@ -446,10 +458,10 @@ def study_claims(out, runs=None, *, n_boot: int = 2000, seed: int = 0) -> list[C
 
         fit = mechanism_fit(load_study_steps(out), rng=rng, n_resamples=n_boot).get("all")
         if fit is not None and all(map(math.isfinite, (fit.estimate, fit.lo, fit.hi))):
-            claims.append(_claim("entropy_mechanism_slope", f"all arms, {fit.n} runs, probe steps",
+            claims.append(_claim("llm.entropy_follows_cov", f"all arms, {fit.n} runs, probe steps",
                                  "OLS slope of dH_same on -lr*Cov(log pi, A)", fit))
     block = block_of(runs.seed) if len(runs) else "discovery"
-    return holm_adjust_claims([replace(c, block=block) for c in claims])
+    return holm_adjust_claims([replace(c, block=block, criteria_hash=CRITERIA_HASH) for c in claims])
 
 
 def survival_table(runs):

@@ -21,8 +21,7 @@ import gapdyn
 
 from ._common import NotAvailable, _import
 
-__all__ = ["LLMResults", "llm_demo_config", "load_llm", "read_llm_results", "llm_headline", "llm_claims",
-           "LLM_CRITERIA"]
+__all__ = ["LLMResults", "llm_demo_config", "load_llm", "read_llm_results", "llm_headline", "llm_claims"]
 
 
 class LLMResults(NamedTuple):
@@ -44,14 +43,14 @@ class LLMResults(NamedTuple):
 
 
 def llm_demo_config(mode: str, out_dir: Path, *, seed: int | None = None, n_jobs: int = 1):
-    """The llm_probe.demo.DemoConfig of a mode: "test" = 2 methods x 2 lrs x 1 seed x 8 steps on a
+    """The llm_probe.demo.DemoConfig of a mode: "test" = 2 methods x 2 lrs x 2 seeds x 8 steps on a
     30-step warm-up (seconds); "quick" = 2 seeds x 60 steps (8 runs, about 3 CPU minutes); "full" = 5
     seeds x 300 steps and lr 5e-4 added (the GRPO/WAPO contrast lives near 5e-4; use
     >= 5 seeds). Everything else is llm_probe's default; ``n_jobs`` parallel runs (joblib)."""
     demo = _import("llm_probe.demo", "the tiny-Qwen figure")
     base = 0 if seed is None else int(seed)
     sizes = {
-        "test": dict(seeds=(base,), steps=8, prompts_per_step=4, group_size=4, probe_every=2, probe_prompts=4,
+        "test": dict(seeds=(base, base + 1), steps=8, prompts_per_step=4, group_size=4, probe_every=2, probe_prompts=4,
                      warmup_steps=30),
         "quick": dict(seeds=tuple(base + i for i in range(2)), steps=60),
         "full": dict(seeds=tuple(base + i for i in range(5)), steps=300, lrs=(3e-4, 5e-4, 1e-3)),
@@ -132,53 +131,16 @@ def llm_headline(res: LLMResults) -> dict:
     return out
 
 
-_WAPO = "WAPO (arXiv 2606.16154): more stable than GRPO at equal step"
-LLM_CRITERIA: dict[str, gapdyn.Criterion] = {
-    "llm.wapo_fewer_collapses": gapdyn.Criterion.above(0.0, alpha=0.05),
-    "llm.wapo_higher_reward": gapdyn.Criterion.above(0.0, alpha=0.05),
-}
-"""The tiny-Qwen claims' criteria, frozen before the runs (their hash is stamped on the claims)."""
-LLM_CRITERION_TEXT = {
-    "llm.wapo_fewer_collapses": "WAPO collapses in fewer runs than GRPO: P(collapse | GRPO) - P(collapse | WAPO) "
-                                "above 0, Fisher exact p < 0.05 (Holm)",
-    "llm.wapo_higher_reward": "WAPO ends higher: mean reward over the last 25 steps, WAPO - GRPO, above 0, "
-                              "Wilcoxon signed-rank p < 0.05 (Holm)",
-}
-
-
 def llm_claims(res: LLMResults, *, n_resamples: int = 2000) -> list:
-    """WAPO's stability claim on the tiny Qwen as two claims (a smoke test at CPU scale).
+    """WAPO's stability claims on the demo's tiny-Qwen runs (a smoke test at CPU scale): per lr, runs paired
+    by seed, the claims of :func:`llm_probe.ablation.wapo_grpo_claims` (criteria and hash from
+    ``llm_probe.ablation.CRITERIA``), Holm over all of them; discovery block (seeds 0, 1, ...)."""
+    from llm_probe.ablation import CRITERIA_HASH, block_of, wapo_grpo_claims
 
-    Runs are paired by (lr, seed): both methods start from the same warm-up and seed. Collapse: difference
-    of collapse rates GRPO - WAPO, paired bootstrap interval, Fisher's exact test on the 2x2 counts. Reward:
-    paired difference of the last-25-step mean reward, WAPO - GRPO, paired bootstrap interval, Wilcoxon
-    signed-rank test. Both Holm-adjusted together. Fewer than 2 pairs: no claim (nothing to compare)."""
     runs = res.runs
     if not {"grpo", "wapo"} <= set(runs["method"]):
         return []
-    piv = runs.pivot_table(index=["lr", "seed"], columns="method", values=["collapsed", "reward_last25"],
-                           aggfunc="first").dropna()
-    if len(piv) < 2:
-        return []
-    cg, cw = piv["collapsed"]["grpo"].to_numpy(float), piv["collapsed"]["wapo"].to_numpy(float)
-    rg, rw = piv["reward_last25"]["grpo"].to_numpy(float), piv["reward_last25"]["wapo"].to_numpy(float)
     rng = np.random.default_rng(0)
-    n = len(piv)
-    lrs = sorted(piv.index.get_level_values(0).unique())
-    setting = (f"tiny Qwen, 2-digit addition, Adam lr in {[float(x) for x in lrs]}, {n} (lr, seed) pairs, "
-               f"{int(runs['steps_run'].max())} steps")
-    fisher = gapdyn.fisher_exact_test([[int(cg.sum()), int(n - cg.sum())], [int(cw.sum()), int(n - cw.sum())]])
-    wil_p = gapdyn.wilcoxon_signed_rank(rw, rg).p_value if np.any(rw != rg) else 1.0
-    claims = []
-    for cid, x, y, p, stmt, stat in (
-        ("llm.wapo_fewer_collapses", cg, cw, fisher.p_value, "WAPO collapses in fewer runs than GRPO",
-         "P(collapse | GRPO) - P(collapse | WAPO), paired by (lr, seed)"),
-        ("llm.wapo_higher_reward", rw, rg, wil_p, "WAPO ends with a higher reward than GRPO",
-         "mean over pairs of reward(last 25 steps) WAPO - GRPO"),
-    ):
-        est = gapdyn.paired_bootstrap_difference(x, y, rng=rng, n_resamples=n_resamples)
-        claims.append(gapdyn.Claim.from_estimate(
-            est, id=cid, source=_WAPO, statement=stmt, setting=setting, statistic=stat,
-            criterion_text=LLM_CRITERION_TEXT[cid], criterion=LLM_CRITERIA[cid], p_value=p, p_adjusted=p))
-    h = gapdyn.criteria_hash(LLM_CRITERIA)
-    return [dataclasses.replace(c, criteria_hash=h) for c in gapdyn.holm_adjust_claims(claims)]
+    claims = [c for lr in sorted(runs["lr"].unique()) for c in wapo_grpo_claims(runs, lr, rng=rng, n_boot=n_resamples)]
+    block = block_of(runs["seed"])
+    return gapdyn.holm_adjust_claims([dataclasses.replace(c, block=block, criteria_hash=CRITERIA_HASH) for c in claims])

@@ -48,19 +48,28 @@ PAPER_CLAIMS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("WAPO", "token taxonomy: peak/valley x sign of A predicts the sign of the entropy change",
      ("taxonomy.",), ""),
     ("WAPO", "WAPO keeps the Gap direction and down-weights solved prompts ((1 - J) factor): more stable "
-     "than GRPO / Dr. GRPO at equal step", ("methods.", "llm."), ""),
+     "than GRPO / Dr. GRPO at equal step", ("methods.", "llm.wapo_fewer_collapses", "llm.wapo_higher_reward",
+                                            "llm.wapo_entropy_at_matched_accuracy", "llm.wapo_passk_not_lower"), ""),
     ("WAPO", "collapse modes of RLVR runs (high-entropy off-task; repetitive malformed)", (),
      "shown in figure 7 (alerts by llm_probe's documented collapse rule); no claim: the paper's criterion is "
      "not public"),
     ("WAPO", "WAPO vs GRPO/DAPO/GSPO on 1.5B-4B models, MATH-500 etc. (the paper's LLM runs)", (), _NO_CPU),
+    ("Yu et al. (DAPO, arXiv 2503.14476)", "clip-higher counters entropy collapse",
+     ("llm.dapo_entropy_at_matched_accuracy",), ""),
+    ("Zhu et al. (arXiv 2506.01347)", "negative samples (NSR) keep pass@k at large k better than positive ones (PSR)",
+     ("llm.nsr_passk_above_psr",), ""),
+    ("Cui et al. (arXiv 2505.22617)", "the entropy change follows -eta Cov(log pi, A)", ("llm.entropy_follows_cov",),
+     ""),
 )
 """Each statement of the two papers and the claim ids that test it: an exact id, or a prefix ending in "."
-(every claim of that experiment). Statements without ids say where they are covered instead, or why not."""
+(every claim of that experiment); an exact id also covers its settings "id@..." (the tiny-Qwen claims per lr).
+Statements without ids say where they are covered instead, or why not. The last rows are statements of other
+papers that the tiny-Qwen ablation (llm_probe.ablation) tests."""
 
 
 def covers(spec: str, claim_id: str) -> bool:
-    """Whether a :data:`PAPER_CLAIMS` entry (exact id or "prefix.") covers a claim id."""
-    return claim_id.startswith(spec) if spec.endswith(".") else claim_id == spec
+    """Whether a :data:`PAPER_CLAIMS` entry ("prefix.", or an exact id with any "@setting") covers a claim id."""
+    return claim_id.startswith(spec) if spec.endswith(".") else claim_id.split("@")[0] == spec
 
 
 def fmt(x) -> str:
@@ -205,7 +214,7 @@ def readme_table(claims: Iterable[gapdyn.Claim]) -> str:
     rows += [["(not mapped to a paper statement)", c.id, f"{fmt(c.estimate)} [{fmt(c.interval[0])}, "
               f"{fmt(c.interval[1])}], n={c.n}", c.criterion_text, c.verdict, c.block]
              for c in shown if c.id not in mapped]
-    note = ("Verdicts from the confirmation block (seeds 1000-1019)." if has_conf else
+    note = ("Verdicts from the confirmation block (held-out seeds from 1000 on)." if has_conf else
             "**Indicative verdicts (quick mode):** only the discovery block ran; `gapdyn reproduce --mode full` "
             "adds the confirmation block that decides.")
     return note + "\n\n" + _md(rows, ["paper statement", "claim", "estimate [95 % interval]", "criterion",
@@ -225,6 +234,9 @@ class ClaimsArgs:
     """The experiments' sizes, with --from-store."""
     store: str | None = None
     """Sweep store for --from-store (default: the reproduction's, <out>/store)."""
+    llm_study: str | None = None
+    """A `gapdyn train ablation` folder (or its claims.json): its claims replace the reproduction's tiny-Qwen
+    claims (ids llm.*)."""
 
 
 @command("gapdyn claims")
@@ -246,6 +258,10 @@ def main(argv: list[str]) -> int:
                 claims += sources.claims(name)
             except NotAvailable as exc:
                 say("claims", f"{name}: not available ({exc})")
+    if args.llm_study:
+        study = read_claims(Path(args.llm_study))
+        claims = [c for c in claims if not c.id.startswith("llm.")] + study
+        say("claims", f"tiny-Qwen claims from {args.llm_study} ({len(study)})")
     table = readme_table(claims)
     print(table)
     if out.is_dir():

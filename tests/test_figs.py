@@ -169,14 +169,16 @@ def test_report_renders_claims_identity_apart_and_replication():
 
 
 def test_llm_claims_against_scipy():
+    """Per lr, paired by seed: the collapse-rate difference and a one-sided Fisher test, the reward difference and
+    Wilcoxon, against scipy on the same table."""
     from scipy.stats import fisher_exact, wilcoxon
 
-    from paper_figs.llm import LLM_CRITERIA, LLMResults, llm_claims
+    from paper_figs.llm import LLMResults, llm_claims
 
     rng = np.random.default_rng(0)
     rows = []
     for lr in (3e-4, 1e-3):
-        for seed in range(4):
+        for seed in range(6):
             for m in ("grpo", "wapo"):
                 rows.append({"method": m, "lr": lr, "seed": seed, "reward_first25": 0.3, "steps_run": 20,
                              "collapsed": bool(rng.random() < (0.7 if m == "grpo" else 0.3)),
@@ -184,15 +186,19 @@ def test_llm_claims_against_scipy():
     runs = pd.DataFrame(rows)
     res = LLMResults(runs, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), {}, Path("."))
     got = {c.id: c for c in llm_claims(res, n_resamples=500)}
-    assert set(got) == set(LLM_CRITERIA)
-    g, w = runs[runs["method"] == "grpo"], runs[runs["method"] == "wapo"]
-    cg, cw = int(g["collapsed"].sum()), int(w["collapsed"].sum())
-    assert got["llm.wapo_fewer_collapses"].estimate == pytest.approx((cg - cw) / 8)
-    fisher = fisher_exact([[cg, 8 - cg], [cw, 8 - cw]]).pvalue
-    assert got["llm.wapo_fewer_collapses"].p_value == pytest.approx(fisher)
-    diff = w["reward_last25"].to_numpy() - g["reward_last25"].to_numpy()
-    assert got["llm.wapo_higher_reward"].estimate == pytest.approx(diff.mean())
-    assert got["llm.wapo_higher_reward"].p_value == pytest.approx(wilcoxon(diff).pvalue)
+    assert set(got) == {f"llm.{k}@lr{lr:g}" for k in ("wapo_fewer_collapses", "wapo_higher_reward")
+                        for lr in (3e-4, 1e-3)}
+    for lr in (3e-4, 1e-3):
+        g = runs[(runs.method == "grpo") & (runs.lr == lr)].sort_values("seed")
+        w = runs[(runs.method == "wapo") & (runs.lr == lr)].sort_values("seed")
+        cg, cw = int(g["collapsed"].sum()), int(w["collapsed"].sum())
+        c = got[f"llm.wapo_fewer_collapses@lr{lr:g}"]
+        assert c.estimate == pytest.approx((cg - cw) / 6) and c.block == "discovery"
+        assert c.p_value == pytest.approx(fisher_exact([[cg, 6 - cg], [cw, 6 - cw]], alternative="greater").pvalue)
+        diff = w["reward_last25"].to_numpy() - g["reward_last25"].to_numpy()
+        c = got[f"llm.wapo_higher_reward@lr{lr:g}"]
+        assert c.estimate == pytest.approx(diff.mean())
+        assert c.p_value == pytest.approx(wilcoxon(diff).pvalue)
     assert all(c.p_adjusted >= c.p_value for c in got.values())
 
 
@@ -276,7 +282,7 @@ def test_tiny_report_covers_every_experiment(tiny_run):
     claims = report.read_claims(out)
     from bandits.experiments import load
 
-    from paper_figs.llm import LLM_CRITERIA
+    from llm_probe.ablation import CRITERIA as LLM_CRITERIA
     from paper_figs.reproduce import _experiment_names
 
     known = set(LLM_CRITERIA)
@@ -286,8 +292,8 @@ def test_tiny_report_covers_every_experiment(tiny_run):
         assert ids & {c.id for c in claims}, f"no claims from experiment {name!r}"
         stored = [p for p in (out.parent / "store").glob(f"{name}*/results.parquet") if p.stat().st_size > 0]
         assert stored, f"{name}: no stored sweep results under {out.parent / 'store'}"
-    assert {c.id for c in claims} <= known
-    assert set(LLM_CRITERIA) <= {c.id for c in claims}, "no claims from the tiny-Qwen runs"
+    assert {c.id.split("@")[0] for c in claims} <= known
+    assert any(c.id.startswith("llm.wapo_") for c in claims), "no claims from the tiny-Qwen runs"
     unmapped = [c.id for c in claims if not any(report.covers(s, c.id) for _, _, specs, _ in report.PAPER_CLAIMS
                                                 for s in specs)]
     assert not unmapped, f"claims not mapped to a paper statement: {unmapped}"
@@ -378,3 +384,25 @@ def test_fig2_draws_four_panels_with_the_claims_slopes(tiny_run):
             c = claims[success_rate.slope_claim_id(setting.replace(" ", ""), names[measure])]
             assert (m["b"], m["lo"], m["hi"]) == _claim_label(c)
             assert _drawn_slope(fig.axes[3], text) == pytest.approx(c.estimate, rel=1e-9)
+
+
+def test_claims_command_takes_the_tiny_qwen_rows_from_an_ablation_study(tmp_path, capsys):
+    """`gapdyn claims --llm-study DIR`: the study's llm.* claims replace the reproduction's; the rest stays."""
+    import gapdyn
+    from paper_figs.report import main as claims_main
+
+    above = gapdyn.Criterion.above(0.0)
+    repro, study = tmp_path / "repro", tmp_path / "study"
+    (repro / "results").mkdir(parents=True)
+    study.mkdir()
+    (repro / "results" / "claims.json").write_text(gapdyn.claims_to_json(
+        [_claim("threshold.sharpness", 1.0, 0.9, 1.1, above), _claim("llm.wapo_higher_reward@lr0.0003", 0.1, -0.1, 0.3,
+                                                                      above)]))
+    (study / "claims.json").write_text(gapdyn.claims_to_json(
+        [_claim("llm.wapo_higher_reward@lr0.0004", 0.2, 0.1, 0.3, above, block="confirmation"),
+         _claim("llm.nsr_passk_above_psr@lr0.0004", -0.2, -0.3, -0.1, above, block="confirmation")]))
+    assert claims_main(["--out", str(repro), "--llm-study", str(study)]) == 0
+    table = (repro / "README_table.md").read_text()
+    assert "threshold.sharpness" in table and "llm.wapo_higher_reward@lr0.0004" in table
+    assert "@lr0.0003" not in table and "(not mapped" not in table
+    assert "Zhu et al." in table  # the NSR/PSR claim sits under its own paper's statement
