@@ -194,7 +194,7 @@ def _heldout_eval(trainer, problems, samples: int, seed: int) -> tuple[float, fl
     model.eval()
     try:
         with torch.no_grad():
-            ro = trainer._rollout(problems, samples, torch.Generator().manual_seed(seed))
+            ro = trainer.rollout(problems, samples, torch.Generator().manual_seed(seed))
             _, ent, _ = completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
                                             ro.completion_mask, return_entropy=True)
     finally:
@@ -245,7 +245,7 @@ def run_one(cfg: StudyConfig, warm_dir, out: Path, method: str, lr: float, seed:
             m = tr.train_step()
             for a in tr.detector.update(k, m):
                 m.setdefault("alerts", []).append(a.rule)
-            tr._log(k, m)
+            tr.log_step(k, m)
             if tr.step % cfg.eval_every == 0 or tr.step == cfg.steps:
                 evaluate(tr.step)
     except FaultError as exc:

@@ -113,7 +113,9 @@ class GapProbeCallback(TrainerCallback):
         if spg is not None and spg != args.gradient_accumulation_steps:
             raise ValueError("GapProbeCallback needs steps_per_generation == gradient_accumulation_steps")
 
-    def _rollout(self, device) -> Rollout | None:
+    def take_rollout(self, device) -> Rollout | None:
+        """The completions recorded since the last call (gathered from every rank under DDP) as a Rollout;
+        None when nothing new was generated."""
         if not self._calls and _world_size() == 1:
             return None
         prompts, cids, rewards = [], [], []
@@ -147,7 +149,7 @@ class GapProbeCallback(TrainerCallback):
     def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
         if self.probe is None:
             self.probe = GapProbe(model, self.params_spec, alignment=self.alignment)
-        ro = self._rollout(next(model.parameters()).device)  # every rank gathers at every step (lockstep)
+        ro = self.take_rollout(next(model.parameters()).device)  # every rank gathers at every step (lockstep)
         if ro is None:  # no new generation: the probed batch is being reused (num_iterations > 1)
             return
         self.probe.cancel()

@@ -189,7 +189,7 @@ def _make_callback_class():
         def on_optimizer_step(self, args, state, control, model=None, **kw):
             if self.controller is None or not self.controller.pending:
                 return
-            ro = self._recorder._rollout(next(model.parameters()).device)
+            ro = self._recorder.take_rollout(next(model.parameters()).device)
             if ro is None:  # no recorded batch: leave the optimizer's step as it is
                 self.controller.cancel()
                 return

@@ -256,7 +256,7 @@ class Trainer:
         """(token entropy, sampled reward) of the current policy on fresh prompts, with generators of its own."""
         cfg = self.cfg
         probs = self.task.sample(np.random.default_rng(cfg.seed + 29), n_prompts)
-        ro = self._rollout(probs, cfg.group_size, torch.Generator().manual_seed(cfg.seed + 31))
+        ro = self.rollout(probs, cfg.group_size, torch.Generator().manual_seed(cfg.seed + 31))
         _, ent, _ = completion_logprobs(self.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
                                         ro.completion_mask, return_entropy=True)
         mk = ro.completion_mask > 0
@@ -265,7 +265,8 @@ class Trainer:
     def _probe_step(self, k: int) -> bool:
         return self.cfg.probe_every > 0 and k % self.cfg.probe_every == 0
 
-    def _rollout(self, problems, G: int, generator: torch.Generator):
+    def rollout(self, problems, G: int, generator: torch.Generator):
+        """G completions per problem at the current parameters (training settings), sampled with ``generator``."""
         return make_rollout(self.model, self.tok, self.task, problems, G=G, max_new_tokens=self.cfg.max_new_tokens,
                             generator=generator, temperature=self.cfg.temperature,
                             truncate_prompts=self.cfg.truncate_prompts)
@@ -278,7 +279,7 @@ class Trainer:
         probing = self._probe_step(k)
         self.model.train()
         try:  # 1. sample the batch at theta_k and score it
-            ro = self._rollout(self.task.sample(self.np_rng, cfg.prompts_per_step), cfg.group_size, self.gen)
+            ro = self.rollout(self.task.sample(self.np_rng, cfg.prompts_per_step), cfg.group_size, self.gen)
         except NonFinitePolicyError as exc:  # finite but exploded weights: nothing to sample from
             return self._fault(k, {}, f"non-finite policy output ({exc})")
         m = self._rollout_metrics(ro)
@@ -296,7 +297,7 @@ class Trainer:
         m["grad_norm"] = self._clip_gradient()  # 3. clip
         theta_k = {n: p.detach().clone() for n, p in self.model.named_parameters()}
         if probing:  # 4. probes at theta_k (the probe prompts are sampled with their own generator)
-            probe_ro = self._rollout(self.probe_problems, cfg.probe_group_size, self.probe_gen) if self.probe_problems else None
+            probe_ro = self.rollout(self.probe_problems, cfg.probe_group_size, self.probe_gen) if self.probe_problems else None
             self.probe.before(ro, probe_ro=probe_ro, seq_logp=logp.detach().sum(-1), theta_k=theta_k)
         self.opt.step()  # 5. the update: mu = cfg.num_iterations optimizer steps on this batch
         fault = self._reuse_batch(ro, logp.detach(), m) if cfg.num_iterations > 1 else None
@@ -383,7 +384,7 @@ class Trainer:
         m.update({"fault": fault, "faults": self.faults, "skipped": 1})
         self.step += 1
         if self.consecutive_faults >= self.cfg.max_faults:
-            self._log(k, m)
+            self.log_step(k, m)
             raise FaultError(f"stopped at step {k}: {self.consecutive_faults} consecutive steps with a "
                              f"non-finite loss, gradient or update (last: {fault}); weights are those before the faults")
         return m
@@ -410,7 +411,8 @@ class Trainer:
         }
 
     # ---- the loop ------------------------------------------------------------------------------
-    def _log(self, k: int, m: dict) -> None:
+    def log_step(self, k: int, m: dict) -> None:
+        """Append step k's metrics row to metrics.jsonl."""
         row = {"step": k, "method": self.cfg.method, "lr": self.cfg.lr, "seed": self.cfg.seed, **m}
         self.logs["metrics.jsonl"].append([row])
 
@@ -452,7 +454,7 @@ class Trainer:
             for a in self.detector.update(k, m):
                 m.setdefault("alerts", []).append(a.rule)
                 print(f"[{cfg.method} lr={cfg.lr:g} seed={cfg.seed}] {a}")
-            self._log(k, m)
+            self.log_step(k, m)
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix({n: f"{m[key]:.3f}" for n, key in (("reward", "reward"), ("H", "entropy")) if key in m})

@@ -261,8 +261,8 @@ def test_num_iterations_equals_a_hand_written_ppo_loop(tmp_path):
     tr = Trainer(_cfg(tmp_path, method="dapo", optimizer="sgd", lr=lr, num_iterations=mu, steps=1, probe_prompts=0),
                  model=model, tokenizer=tok)
     seen = []
-    rollout = tr._rollout
-    tr._rollout = lambda *a, **kw: seen.append(rollout(*a, **kw)) or seen[-1]
+    rollout = tr.rollout
+    tr.rollout = lambda *a, **kw: seen.append(rollout(*a, **kw)) or seen[-1]
     m = tr.train_step()
     ro = seen[0]
     r = ro.rewards.double()
