@@ -79,19 +79,15 @@ def resolve_store(store, out) -> Path:
 
 
 @dataclass
-class FigsConfig:
-    """Regenerate the paper figures (PNG + PDF)."""
+class RunArgs:
+    """The flags `gapdyn figs` and `gapdyn reproduce` share."""
 
     mode: Mode = "quick"
     """Sizes: test (seconds), quick (CPU minutes), full (paper scale; hours)."""
-    only: tuple[str, ...] = ()
-    """Figures to make (default all); a name or an unambiguous prefix: fig1, fig5, fig7_llm."""
     out: str | None = None
-    """Output folder (default ./gapdyn_out/figs)."""
+    """Output folder (default ./gapdyn_out/<command>)."""
     store: str | None = None
     """Sweep store of cached results (default $GAPDYN_STORE, <out>/store with --out, else ./gapdyn_out/store)."""
-    llm_dir: str | None = None
-    """Tiny-Qwen run outputs (default <store>/llm_probe/<mode>)."""
     jobs: int = 1
     """Local processes for the sweeps; -1 = all cores."""
     seed: int | None = None
@@ -99,6 +95,16 @@ class FigsConfig:
     contextual experiments use fixed instance seeds."""
     progress: bool = True
     """Show the sweeps' progress bars."""
+
+
+@dataclass
+class FigsConfig(RunArgs):
+    """Regenerate the paper figures (PNG + PDF)."""
+
+    only: tuple[str, ...] = ()
+    """Figures to make (default all); a name or an unambiguous prefix: fig1, fig5, fig7_llm."""
+    llm_dir: str | None = None
+    """Tiny-Qwen run outputs (default <store>/llm_probe/<mode>)."""
     list: bool = False
     """List the figures and their captions, then exit."""
 

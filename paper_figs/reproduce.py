@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from tqdm.auto import tqdm
 
 from . import report
-from gapdyn.cmdline import Mode, check_jobs, command, output_dir, parse, say
+from gapdyn.cmdline import check_jobs, command, output_dir, parse, say
 
-from .cli import FIGURES, figure_module, make_figures, resolve_store
+from .cli import FIGURES, RunArgs, figure_module, make_figures, resolve_store
 from .data import NotAvailable, SourceFailed, Sources
 
 __all__ = ["EXPERIMENT_ORDER", "reproduce", "main"]
@@ -105,24 +105,11 @@ def reproduce(*, mode: str = "quick", out_dir=None, store=None, seed=None, n_job
 
 
 @dataclass
-class ReproduceConfig:
+class ReproduceConfig(RunArgs):
     """Quick CPU reproduction: every bandit experiment, the tiny-Qwen runs, all figures and REPORT.md."""
 
-    mode: Mode = "quick"
-    """Sizes: test (seconds; what the test suite runs), quick (about ten CPU minutes), full (paper scale)."""
     tiny: bool = False
     """Same as --mode test."""
-    out: str | None = None
-    """Output folder (default ./gapdyn_out/reproduce)."""
-    store: str | None = None
-    """Sweep store (default $GAPDYN_STORE, <out>/store with --out, else ./gapdyn_out/store)."""
-    jobs: int = 1
-    """Local processes for the sweeps; -1 = all cores."""
-    seed: int | None = None
-    """Base seed of the runs that take one (length experiment, taxonomy table, tiny-Qwen seeds); the
-    contextual experiments use fixed instance seeds."""
-    progress: bool = True
-    """Show the progress bar."""
 
 
 @command("gapdyn reproduce")
