@@ -190,14 +190,15 @@ def plot_method_curves(df: pd.DataFrame, ax, *, x: str = "eta", y: str = "collap
                        logx: bool = True, band: bool = False, colors: dict | None = None):
     """Per method (or any grouping column): mean ``y`` (e.g. share of collapsed runs, final J) against ``x``.
 
-    Colours: ``colors[group]`` if given, else the method's fixed colour (style.METHOD_COLORS)."""
+    Colours: ``colors[group]`` if given, else the method's fixed colour (style.METHOD_COLORS); each group has
+    its own marker size and line style, so curves that coincide (Dr. GRPO and REINFORCE) stay visible."""
     _require(df, [x, y, method], "plot_method_curves")
-    markers = "osD^vP*X"
+    markers, styles = "osD^vP*X", ("-", "--", "-.", ":")
     for i, (m, g) in enumerate(df.groupby(method, sort=False)):
         st = g.groupby(x)[y].agg(["mean", "count", "std"])
         col = (colors or {}).get(m) or method_color(m)
         ax.plot(st.index, st["mean"], marker=markers[i % len(markers)], ms=6 - 0.6 * (i % 4), alpha=0.9,
-                color=col, label=method_label(m), mec="white", mew=0.5)
+                ls=styles[i % len(styles)], color=col, label=method_label(m), mec="white", mew=0.5)
         if band:
             se = st["std"].fillna(0) / np.sqrt(st["count"].clip(lower=1))
             ax.fill_between(st.index, st["mean"] - se, st["mean"] + se, color=col, alpha=0.15, lw=0)
