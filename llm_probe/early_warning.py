@@ -12,7 +12,9 @@ the direction, higher or lower, that is supposed to warn, fixed before looking a
 - lead time: the threshold is the most alarming value any healthy run reaches (zero false alarms on these runs);
   a collapsed run is warned at the first step its score passes it; lead = c - that step.
 The reward itself (rolling mean) is a reference row: a statistic that does no better than the falling reward
-adds nothing.
+adds nothing. Pooled over learning rates, a statistic that merely tracks the lr (collapses happen at the large
+ones) separates runs without warning of anything; :func:`warning_table_by_lr` repeats the table within each lr
+that has at least 2 collapsed and 2 healthy runs (a stratification added after the quick study).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from gapdyn.taxonomy import BIN_NAMES
 
 from .warning import signed_cumulative_alignment
 
-__all__ = ["STATISTICS", "load_study_steps", "statistic_series", "lead_auc", "lead_times", "warning_table", "main"]
+__all__ = ["STATISTICS", "load_study_steps", "statistic_series", "lead_auc", "lead_times", "warning_table",
+           "warning_table_by_lr", "main"]
 
 # name -> (column, rolling window, direction that warns: +1 high values, -1 low values, rationale)
 STATISTICS = {
@@ -155,6 +158,21 @@ def warning_table(steps, leads=(0, 5, 10)):
     return pd.DataFrame(rows)
 
 
+def warning_table_by_lr(steps, leads=(0, 5, 10), min_runs: int = 2):
+    """:func:`warning_table` within each lr that has >= ``min_runs`` collapsed and healthy runs (an ``lr``
+    column first); an empty frame when no lr has both."""
+    import pandas as pd
+
+    parts = []
+    for lr, g in steps.groupby("lr", sort=True):
+        runs = g.groupby("run").collapsed.first()
+        if int(runs.sum()) >= min_runs and int((~runs).sum()) >= min_runs:
+            t = warning_table(g, leads)
+            t.insert(0, "lr", lr)
+            parts.append(t)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
 def main(argv=None, prog: str = "python -m llm_probe.early_warning") -> int:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     ap.add_argument("--study", required=True, help="an llm_probe.ablation output folder")
@@ -168,6 +186,17 @@ def main(argv=None, prog: str = "python -m llm_probe.early_warning") -> int:
         print(tab.to_string(index=False))
     useful = tab[tab.useful & (tab.statistic != "reward (reference)")].statistic.tolist()
     print("AUC >= 0.8 at lead 5 with a zero-false-alarm warning >= 5 steps ahead:", useful or "none")
+    by_lr = warning_table_by_lr(steps)
+    by_lr.to_csv(Path(a.study) / "early_warning_by_lr.csv", index=False)
+    if len(by_lr):
+        cols = ["lr", "statistic", "auc_L0", "auc_L5", "lo_L5", "hi_L5", "auc_L10", "warned_ge5", "n_collapsed",
+                "n_healthy", "useful"]
+        with pd.option_context("display.width", 250, "display.max_columns", 30, "display.precision", 3):
+            print("\nwithin each lr with >= 2 collapsed and >= 2 healthy runs:")
+            print(by_lr[cols].to_string(index=False))
+    else:
+        print("\nno lr has >= 2 collapsed and >= 2 healthy runs: no within-lr table")
+    print(f"wrote {Path(a.study) / 'early_warning.csv'}, {Path(a.study) / 'early_warning_by_lr.csv'}")
     return 0
 
 

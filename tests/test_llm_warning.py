@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llm_probe.early_warning import STATISTICS, lead_auc, lead_times, warning_table
+from llm_probe.early_warning import STATISTICS, lead_auc, lead_times, warning_table, warning_table_by_lr
 from llm_probe.entropy import mechanism_fit
 from llm_probe.model import completion_logprobs
 from llm_probe.warning import (
@@ -149,6 +149,25 @@ def test_lead_time_and_auc_on_a_constructed_stream():
     tab = warning_table(steps).set_index("statistic")
     assert tab.loc["curv_gap", "useful"] and tab.loc["curv_gap", "warned_ge5"] == 6
     assert np.isnan(tab.loc["cov_logp_adv", "auc_L5"])  # column absent: no score
+
+
+def test_a_statistic_that_tracks_the_lr_separates_pooled_runs_but_not_within_an_lr():
+    """curv_gap = 1 in every run at lr 1e-3 (4 collapsed, 4 healthy) and 0 at lr 3e-4 (6 healthy): pooled, each
+    positive beats the 6 runs at 3e-4 and ties the 4 others, AUC = (6 + 4/2) / 10 = 0.8; within lr 1e-3 all
+    scores tie, AUC = 0.5; lr 3e-4 has no collapsed run and gets no row."""
+    rows = []
+    for run in range(14):
+        lr, collapsed = (1e-3, run < 4) if run < 8 else (3e-4, False)
+        for k in range(30):
+            rows.append({"run": run, "step": k, "collapsed": collapsed, "collapse_step": 20 if collapsed else -1,
+                         "lr": lr, "warn/curv_gap": 1.0 if lr == 1e-3 else 0.0, "reward": 0.5})
+    steps = pd.DataFrame(rows)
+    assert lead_auc(steps, "curv_gap", 5).estimate == pytest.approx(0.8)
+    by_lr = warning_table_by_lr(steps)
+    assert set(by_lr.lr) == {1e-3}
+    row = by_lr.set_index("statistic").loc["curv_gap"]
+    assert row["auc_L5"] == pytest.approx(0.5) and row["n_collapsed"] == 4 and row["n_healthy"] == 4
+    assert warning_table_by_lr(steps[steps.lr == 3e-4]).empty
 
 
 def test_mechanism_fit_recovers_a_constructed_slope():
