@@ -338,11 +338,10 @@ def _forward(featST, fnormS, maskS, npos_c, c, th, z, e, ib, fb, gap, p, cw, wan
     npos = npos_c[c]
     _logits(featST, c, th, z)
     zmp, zmn = -np.inf, -np.inf
-    for a in range(K):
-        if a < npos:
-            zmp = max(zmp, z[a])
-        else:
-            zmn = max(zmn, z[a])
+    for a in range(npos):  # class maxima: two loops over contiguous arms (no per-arm branch)
+        zmp = max(zmp, z[a])
+    for a in range(npos, K):
+        zmn = max(zmn, z[a])
     _exp_shifted(z, zmp, zmn, npos, e, ib, fb)
     Sp, Sn = 0.0, 0.0
     for a in range(K):
@@ -359,33 +358,54 @@ def _forward(featST, fnormS, maskS, npos_c, c, th, z, e, ib, fb, gap, p, cw, wan
     ip, im = 1.0 / Sp, -1.0 / Sn
     fp, fn = J * ip, -Jb * im  # pi_a = e_a exp(shift - lse) = e_a J / S+ on O+, e_a (1 - J) / S- on O-
     H, gs = 0.0, 0.0
-    for a in range(K):
-        m = maskS[c, a]
-        wa = e[a] * (m * ip + (1.0 - m) * im)
-        cw[a] = wa
-        gs += abs(wa) * fnormS[c, a]
-        H -= e[a] * (m * fp + (1.0 - m) * fn) * (z[a] - lse)
     if want_p:
         for a in range(K):
             m = maskS[c, a]
-            p[a] = e[a] * (m * fp + (1.0 - m) * fn)
-    for j in range(d):
-        sg = 0.0
+            wa = e[a] * (m * ip + (1.0 - m) * im)
+            cw[a] = wa
+            gs += abs(wa) * fnormS[c, a]
+            pa = e[a] * (m * fp + (1.0 - m) * fn)
+            p[a] = pa
+            H -= pa * (z[a] - lse)
+    else:
         for a in range(K):
-            sg += cw[a] * featST[c, j, a]
-        gap[j] = sg
+            m = maskS[c, a]
+            wa = e[a] * (m * ip + (1.0 - m) * im)
+            cw[a] = wa
+            gs += abs(wa) * fnormS[c, a]
+            H -= e[a] * (m * fp + (1.0 - m) * fn) * (z[a] - lse)
+    _matvec(featST, c, cw, gap)
     return J, Jb, Ph, H, gs
+
+
+@njit(cache=True, fastmath=_FASTMATH)
+def _matvec(featST, c, x, out):
+    """out[j] = sum_a x_a featST[c, j, a] for j < d; four features per pass over the arms (x loaded once)."""
+    d, K = featST.shape[1], featST.shape[2]
+    j = 0
+    while j + 4 <= d:
+        s0, s1, s2, s3 = 0.0, 0.0, 0.0, 0.0
+        for a in range(K):
+            xa = x[a]
+            s0 += xa * featST[c, j, a]
+            s1 += xa * featST[c, j + 1, a]
+            s2 += xa * featST[c, j + 2, a]
+            s3 += xa * featST[c, j + 3, a]
+        out[j], out[j + 1], out[j + 2], out[j + 3] = s0, s1, s2, s3
+        j += 4
+    while j < d:
+        s0 = 0.0
+        for a in range(K):
+            s0 += x[a] * featST[c, j, a]
+        out[j] = s0
+        j += 1
 
 
 @njit(cache=True, fastmath=_FASTMATH)
 def _mean_features(featST, fnormS, c, p, out):
     """out[:d] = E_pi[phi] = sum_a p_a phi_a and out[d] = E_pi ||phi|| for context c (sorted arms)."""
     d, K = featST.shape[1], featST.shape[2]
-    for j in range(d):
-        s = 0.0
-        for a in range(K):
-            s += p[a] * featST[c, j, a]
-        out[j] = s
+    _matvec(featST, c, p, out)
     s = 0.0
     for a in range(K):
         s += p[a] * fnormS[c, a]
