@@ -46,7 +46,7 @@ from gapdyn._validate import check_group_size, check_positive
 from .envs import ContextualBandit
 from .schedules import SCHEDULES, Schedule
 
-__all__ = ["DIRECTIONS", "MODES", "Dynamics", "Trajectory", "simulate", "run_grid", "advantages_nb", "exact_scalar_nb",
+__all__ = ["DIRECTIONS", "MODES", "Dynamics", "Trajectory", "simulate", "run_grid", "advantages_nb", "exact_scalar_nb", "draws_nb",
            "ensure_compiled", "kernels_cached"]
 
 DIRECTIONS: tuple[str, ...] = tuple(gapdyn.METHOD_NAMES) + ("gap",)
@@ -279,8 +279,9 @@ def _logits(featT, c, th, z):
         j += 1
 
 
-# |sum_i A_i| at or below this x G x sum_i |A_i| is round-off of a sum that is 0 (4 ulp per term: the
-# advantage's own rounding and the running sum's); its E_pi[phi] term is then below the direction's round-off
+# |sum_i A_i| <= this x G x sum_i |A_i| (two ulp of 1 per term: each advantage's rounding and the running
+# sum's) is round-off of a sum that is 0 (grpo, rloo, dr_grpo: at most 0.22 ulp x G sum |A| for G <= 12); the
+# E_pi[phi] term it multiplies is then below the direction's own round-off and is skipped
 _ADV_SUM_TOL = 2.0 * 2.220446049250313e-16
 _LOG2E = 1.4426950408889634
 _LN2_HI = 6.93147180369123816490e-01  # ln 2 split in two (Cody & Waite): n * _LN2_HI is exact for |n| < 2^11
@@ -328,11 +329,13 @@ def _forward(featST, fnormS, maskS, npos_c, c, th, z, e, ib, fb, gap, p, cw, wan
     """Logits, J, 1-J, Phi, entropy and Gap of context c at parameters th, on class-sorted arms.
 
     featST [C, d, K] holds the arms of each context with its npos_c[c] correct arms first (maskS = 1 on
-    them, else 0), so every pass is a branch-free loop over all arms that vectorises:
-    e_a = exp(z_a - max of its class), S+/- = class sums, Phi = log S+ - log S- + shifts (the log-odds),
-    Gap = sum_a cw_a phi_a with cw = e/S+ on O+ and -e/S- on O- (= g+ - g-), H = -sum_a pi_a (z_a - lse).
+    them, else 0), so every pass is a branch-free loop over all arms that vectorises (the class maxima are
+    two loops over the two contiguous classes): e_a = exp(z_a - max of its class), S+/- = class sums,
+    Phi = log S+ - log S- + shifts (the log-odds), J = sigmoid(Phi), pi_a = e_a J / S+ on O+ and
+    e_a (1 - J) / S- on O-, Gap = sum_a cw_a phi_a with cw = e/S+ on O+ and -e/S- on O- (= g+ - g-),
+    H = -sum_a pi_a (z_a - lse). Four scalar transcendentals per context (two logs, one exp, one log1p).
     Returns (J, Jbar, Phi, H, gs) with gs = sum_a |cw_a| ||phi_a||, the scale of the terms that cancel in
-    Gap; cw is filled, and with want_p also p = pi.
+    Gap; cw is filled, and with want_p also p = pi (sorted arm order).
     """
     K, d = featST.shape[2], featST.shape[1]
     npos = npos_c[c]
@@ -453,11 +456,16 @@ def _search_right(cdf, x):
 
 
 @njit(cache=True)
-def _last_positive(cdf):
-    """The last arm whose probability moves the cdf (the cap of a draw at u * total rounded up to total)."""
-    a = cdf.shape[0] - 1
-    while a > 0 and cdf[a] == cdf[a - 1]:
-        a -= 1
+def _draw(cdf, u):
+    """The arm drawn by uniform u from the cdf of pi in the original arm order: searchsorted(cdf, u * total,
+    'right'); a target rounded up to the total (u = 1, or u * total rounding up) gives the last arm whose
+    probability moves the cdf, so a zero-probability arm is never drawn (bandits.reference.sample_arms)."""
+    K = cdf.shape[0]
+    a = _search_right(cdf, u * cdf[K - 1])
+    if a > K - 1:
+        a = K - 1
+        while a > 0 and cdf[a] == cdf[a - 1]:
+            a -= 1
     return a
 
 
@@ -620,9 +628,7 @@ def _one_run(
             else:
                 cdfc = cdf_all[c]  # cumsum of pi, accumulated in _forward
                 for i in range(G):
-                    a = _search_right(cdfc, unif[r, k, c, i] * cdfc[K - 1])
-                    if a > K - 1:  # u * total rounded up to total: the last arm with positive mass
-                        a = _last_positive(cdfc)
+                    a = _draw(cdfc, unif[r, k, c, i])
                     idx[c, i] = a
                     rg[c, i] = rew[c, a]
                 _advantages(method, rg[c], A, bessel, aeps, lam)
@@ -638,7 +644,6 @@ def _one_run(
                         for j in range(d):
                             w[pb, j] += f * feat[c, a, j]
                 # E_pi[phi] and E_pi ||phi||, only when the advantages do not sum to 0 up to their round-off
-                # (centred rules: grpo, rloo, dr_grpo sum to 0 exactly, in floating point to ~G ulp of sum |A|)
                 if abs(sA) > _ADV_SUM_TOL * G * sabs:
                     _mean_features(featST, fnormS, c, p_all[c], mphi[c])
                     wabs[pb] += abs(sA) * mphi[c, d]
@@ -772,6 +777,27 @@ def _advantages_batch(method, r, bessel, eps, lam):
     for b in range(r.shape[0]):
         _advantages(method, r[b], out[b], bessel, eps, lam)
     return out
+
+
+@njit(cache=True)
+def _draw_batch(probs, u):
+    out = np.empty(u.shape, np.int64)
+    cdf = np.empty(probs.shape[1])
+    for c in range(probs.shape[0]):
+        acc = 0.0
+        for a in range(probs.shape[1]):
+            acc += probs[c, a]
+            cdf[a] = acc
+        for i in range(u.shape[1]):
+            out[c, i] = _draw(cdf, u[c, i])
+    return out
+
+
+def draws_nb(probs, u) -> np.ndarray:
+    """The engine's inverse-CDF draws [C, G] for probabilities [C, K] and uniforms [C, G] (for tests against
+    bandits.reference.sample_arms)."""
+    p = np.ascontiguousarray(probs, dtype=np.float64)
+    return _draw_batch(p, np.ascontiguousarray(u, dtype=np.float64))
 
 
 def advantages_nb(method: str, rewards, *, std: str = "population", eps: float = 0.0, lam: float = 0.1) -> np.ndarray:
