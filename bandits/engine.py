@@ -46,8 +46,8 @@ from gapdyn._validate import check_group_size, check_positive
 from .envs import ContextualBandit
 from .schedules import SCHEDULES, Schedule
 
-__all__ = ["DIRECTIONS", "MODES", "Dynamics", "Trajectory", "simulate", "run_grid", "advantages_nb", "exact_scalar_nb", "draws_nb",
-           "ensure_compiled", "kernels_cached"]
+__all__ = ["DIRECTIONS", "MODES", "Dynamics", "Trajectory", "simulate", "run_grid", "advantages_nb", "exact_scalar_nb",
+           "draws_nb", "ensure_compiled", "kernels_cached"]
 
 DIRECTIONS: tuple[str, ...] = tuple(gapdyn.METHOD_NAMES) + ("gap",)
 MODES = ("exact", "sampled")
