@@ -47,7 +47,7 @@ from .envs import ContextualBandit
 from .schedules import SCHEDULES, Schedule
 
 __all__ = ["DIRECTIONS", "MODES", "Dynamics", "Trajectory", "simulate", "run_grid", "advantages_nb", "exact_scalar_nb",
-           "ensure_compiled", "kernels_cached"]
+           "draws_nb", "ensure_compiled", "kernels_cached"]
 
 DIRECTIONS: tuple[str, ...] = tuple(gapdyn.METHOD_NAMES) + ("gap",)
 MODES = ("exact", "sampled")
@@ -260,16 +260,29 @@ def _advantages(method, r, A, bessel, eps, lam):
 @njit(cache=True)
 def _logits(featT, c, th, z):
     """z_a = sum_j phi_j(c, a) th_j, summed in j order per arm (bitwise the plain per-arm dot product);
-    featT [C, d, K] makes the loop over arms elementwise, so it vectorises without fast-math."""
+    featT [C, d, K] makes the loop over arms elementwise, so it vectorises without fast-math. Four features
+    per pass over the arms (same operations per logit, a quarter of the loads and stores of z)."""
     d, K = featT.shape[1], featT.shape[2]
     for a in range(K):
         z[a] = 0.0
-    for j in range(d):
+    j = 0
+    while j + 4 <= d:
+        t0, t1, t2, t3 = th[j], th[j + 1], th[j + 2], th[j + 3]
+        for a in range(K):
+            x = (z[a] + featT[c, j, a] * t0) + featT[c, j + 1, a] * t1
+            z[a] = (x + featT[c, j + 2, a] * t2) + featT[c, j + 3, a] * t3
+        j += 4
+    while j < d:
         tj = th[j]
         for a in range(K):
             z[a] += featT[c, j, a] * tj
+        j += 1
 
 
+# |sum_i A_i| <= this x G x sum_i |A_i| (two ulp of 1 per term: each advantage's rounding and the running
+# sum's) is round-off of a sum that is 0 (grpo, rloo, dr_grpo: at most 0.22 ulp x G sum |A| for G <= 12); the
+# E_pi[phi] term it multiplies is then below the direction's own round-off and is skipped
+_ADV_SUM_TOL = 2.0 * 2.220446049250313e-16
 _LOG2E = 1.4426950408889634
 _LN2_HI = 6.93147180369123816490e-01  # ln 2 split in two (Cody & Waite): n * _LN2_HI is exact for |n| < 2^11
 _LN2_LO = 1.90821492927058770002e-10
@@ -316,21 +329,22 @@ def _forward(featST, fnormS, maskS, npos_c, c, th, z, e, ib, fb, gap, p, cw, wan
     """Logits, J, 1-J, Phi, entropy and Gap of context c at parameters th, on class-sorted arms.
 
     featST [C, d, K] holds the arms of each context with its npos_c[c] correct arms first (maskS = 1 on
-    them, else 0), so every pass is a branch-free loop over all arms that vectorises:
-    e_a = exp(z_a - max of its class), S+/- = class sums, Phi = log S+ - log S- + shifts (the log-odds),
-    Gap = sum_a cw_a phi_a with cw = e/S+ on O+ and -e/S- on O- (= g+ - g-), H = -sum_a pi_a (z_a - lse).
+    them, else 0), so every pass is a branch-free loop over all arms that vectorises (the class maxima are
+    two loops over the two contiguous classes): e_a = exp(z_a - max of its class), S+/- = class sums,
+    Phi = log S+ - log S- + shifts (the log-odds), J = sigmoid(Phi), pi_a = e_a J / S+ on O+ and
+    e_a (1 - J) / S- on O-, Gap = sum_a cw_a phi_a with cw = e/S+ on O+ and -e/S- on O- (= g+ - g-),
+    H = -sum_a pi_a (z_a - lse). Four scalar transcendentals per context (two logs, one exp, one log1p).
     Returns (J, Jbar, Phi, H, gs) with gs = sum_a |cw_a| ||phi_a||, the scale of the terms that cancel in
-    Gap; cw is filled, and with want_p also p = pi.
+    Gap; cw is filled, and with want_p also p = pi (sorted arm order).
     """
     K, d = featST.shape[2], featST.shape[1]
     npos = npos_c[c]
     _logits(featST, c, th, z)
     zmp, zmn = -np.inf, -np.inf
-    for a in range(K):
-        if a < npos:
-            zmp = max(zmp, z[a])
-        else:
-            zmn = max(zmn, z[a])
+    for a in range(npos):  # class maxima: two loops over contiguous arms (no per-arm branch)
+        zmp = max(zmp, z[a])
+    for a in range(npos, K):
+        zmn = max(zmn, z[a])
     _exp_shifted(z, zmp, zmn, npos, e, ib, fb)
     Sp, Sn = 0.0, 0.0
     for a in range(K):
@@ -338,38 +352,63 @@ def _forward(featST, fnormS, maskS, npos_c, c, th, z, e, ib, fb, gap, p, cw, wan
         Sn += e[a] * (1.0 - maskS[c, a])
     lsep = zmp + math.log(Sp)
     lsen = zmn + math.log(Sn)
-    zmax = max(zmp, zmn)
-    lse = zmax + math.log(Sp * math.exp(zmp - zmax) + Sn * math.exp(zmn - zmax))
-    fp, fn = math.exp(zmp - lse), math.exp(zmn - lse)
+    Ph = lsep - lsen
+    # J = sigmoid(Phi), 1 - J = sigmoid(-Phi) from t = exp(-|Phi|) <= 1; lse = max(lse+, lse-) + log1p(t)
+    t = math.exp(-abs(Ph))
+    q = 1.0 / (1.0 + t)
+    J, Jb = (q, t * q) if Ph >= 0.0 else (t * q, q)
+    lse = max(lsep, lsen) + math.log1p(t)
     ip, im = 1.0 / Sp, -1.0 / Sn
+    fp, fn = J * ip, -Jb * im  # pi_a = e_a exp(shift - lse) = e_a J / S+ on O+, e_a (1 - J) / S- on O-
     H, gs = 0.0, 0.0
-    for a in range(K):
-        m = maskS[c, a]
-        wa = e[a] * (m * ip + (1.0 - m) * im)
-        cw[a] = wa
-        gs += abs(wa) * fnormS[c, a]
-        H -= e[a] * (m * fp + (1.0 - m) * fn) * (z[a] - lse)
     if want_p:
         for a in range(K):
             m = maskS[c, a]
-            p[a] = e[a] * (m * fp + (1.0 - m) * fn)
-    for j in range(d):
-        sg = 0.0
+            wa = e[a] * (m * ip + (1.0 - m) * im)
+            cw[a] = wa
+            gs += abs(wa) * fnormS[c, a]
+            pa = e[a] * (m * fp + (1.0 - m) * fn)
+            p[a] = pa
+            H -= pa * (z[a] - lse)
+    else:
         for a in range(K):
-            sg += cw[a] * featST[c, j, a]
-        gap[j] = sg
-    return math.exp(lsep - lse), math.exp(lsen - lse), lsep - lsen, H, gs
+            m = maskS[c, a]
+            wa = e[a] * (m * ip + (1.0 - m) * im)
+            cw[a] = wa
+            gs += abs(wa) * fnormS[c, a]
+            H -= e[a] * (m * fp + (1.0 - m) * fn) * (z[a] - lse)
+    _matvec(featST, c, cw, gap)
+    return J, Jb, Ph, H, gs
+
+
+@njit(cache=True, fastmath=_FASTMATH)
+def _matvec(featST, c, x, out):
+    """out[j] = sum_a x_a featST[c, j, a] for j < d; four features per pass over the arms (x loaded once)."""
+    d, K = featST.shape[1], featST.shape[2]
+    j = 0
+    while j + 4 <= d:
+        s0, s1, s2, s3 = 0.0, 0.0, 0.0, 0.0
+        for a in range(K):
+            xa = x[a]
+            s0 += xa * featST[c, j, a]
+            s1 += xa * featST[c, j + 1, a]
+            s2 += xa * featST[c, j + 2, a]
+            s3 += xa * featST[c, j + 3, a]
+        out[j], out[j + 1], out[j + 2], out[j + 3] = s0, s1, s2, s3
+        j += 4
+    while j < d:
+        s0 = 0.0
+        for a in range(K):
+            s0 += x[a] * featST[c, j, a]
+        out[j] = s0
+        j += 1
 
 
 @njit(cache=True, fastmath=_FASTMATH)
 def _mean_features(featST, fnormS, c, p, out):
     """out[:d] = E_pi[phi] = sum_a p_a phi_a and out[d] = E_pi ||phi|| for context c (sorted arms)."""
     d, K = featST.shape[1], featST.shape[2]
-    for j in range(d):
-        s = 0.0
-        for a in range(K):
-            s += p[a] * featST[c, j, a]
-        out[j] = s
+    _matvec(featST, c, p, out)
     s = 0.0
     for a in range(K):
         s += p[a] * fnormS[c, a]
@@ -407,15 +446,27 @@ def _logodds(featT, rew, c, th, z):
 
 @njit(cache=True)
 def _search_right(cdf, x):
-    """numpy.searchsorted(cdf, x, side='right') for increasing cdf."""
-    lo, hi = 0, cdf.shape[0]
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if x < cdf[mid]:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
+    """numpy.searchsorted(cdf, x, side='right') for non-decreasing cdf: the number of entries <= x, counted
+    in one branch-free pass that vectorises (G of them cost less than G binary searches, whose branches
+    mispredict)."""
+    n = 0
+    for a in range(cdf.shape[0]):
+        n += cdf[a] <= x
+    return n
+
+
+@njit(cache=True)
+def _draw(cdf, u):
+    """The arm drawn by uniform u from the cdf of pi in the original arm order: searchsorted(cdf, u * total,
+    'right'); a target rounded up to the total (u = 1, or u * total rounding up) gives the last arm whose
+    probability moves the cdf, so a zero-probability arm is never drawn (bandits.reference.sample_arms)."""
+    K = cdf.shape[0]
+    a = _search_right(cdf, u * cdf[K - 1])
+    if a > K - 1:
+        a = K - 1
+        while a > 0 and cdf[a] == cdf[a - 1]:
+            a -= 1
+    return a
 
 
 @njit(cache=True, fastmath=_FASTMATH)
@@ -471,7 +522,7 @@ def _safe_step_size(e0, dsum, ksum, cnt, sdmax, ac, tr_delta):
 @njit(cache=True, fastmath=_FASTMATH, parallel=True)
 def _kernel(
     feat, featT, rew, fnorm, pmap, blk_ptr, blk_ctx,  # bandit
-    featS, featST, fnormS, maskS, npos_c, perm,  # bandit, arms sorted correct-first per context
+    featS, featST, fnormS, maskS, npos_c, rank,  # bandit, arms sorted correct-first per context
     theta, am, av, M, phi_prev, J_min, ndec,  # state (in/out)
     eta0, unif, k0, n_steps, do_final, total_steps,  # run inputs
     method, sampled, G, bessel, aeps, lam, normalize, sched_kind, ac, tr_delta, max_halv, adam, b1, b2, adam_eps, rec_every,
@@ -482,7 +533,7 @@ def _kernel(
     tab = _grpo_table(G, bessel, aeps)
     for r in prange(R):  # runs are independent: each is done by one thread, in the same order for any count
         _one_run(
-            feat, featT, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, maskS, npos_c, perm,
+            feat, featT, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, maskS, npos_c, rank,
             theta, am, av, M, phi_prev, J_min, ndec, eta0, unif, k0, n_steps, do_final, tab, r,
             method, sampled, G, bessel, aeps, lam, normalize, sched_kind, ac, tr_delta, max_halv, adam, b1, b2, adam_eps,
             rec_every, o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta, f_J, f_Phi,
@@ -491,7 +542,7 @@ def _kernel(
 
 @njit(cache=True, fastmath=_FASTMATH)
 def _one_run(
-    feat, featT, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, maskS, npos_c, perm,
+    feat, featT, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, maskS, npos_c, rank,
     theta, am, av, M, phi_prev, J_min, ndec, eta0, unif, k0, n_steps, do_final, tab, r,
     method, sampled, G, bessel, aeps, lam, normalize, sched, ac, tr_delta, max_halv, adam, b1, b2, adam_eps,
     rec_every, o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta, f_J, f_Phi,
@@ -534,11 +585,9 @@ def _one_run(
             )
             Jc[c], Jbc[c], Phic[c], Hc[c], gs_all[c] = J, Jb, Ph, H, gsc
             if sampled and update:  # cumsum of pi in the original arm order (the order of the draws)
-                for q in range(K):
-                    cdf[perm[c, q]] = p_all[c, q]
                 acc = 0.0
                 for a in range(K):
-                    acc += cdf[a]
+                    acc += p_all[c, rank[c, a]]
                     cdf_all[c, a] = acc
             if kk > 0:
                 dph = Ph - phi_prev[r, c]
@@ -579,25 +628,23 @@ def _one_run(
             else:
                 cdfc = cdf_all[c]  # cumsum of pi, accumulated in _forward
                 for i in range(G):
-                    a = _search_right(cdfc, unif[r, k, c, i] * cdfc[K - 1])
-                    if a > K - 1:  # u * total rounded up to total: the last arm with positive mass
-                        a = K - 1
-                        while a > 0 and cdfc[a] == cdfc[a - 1]:
-                            a -= 1
+                    a = _draw(cdfc, unif[r, k, c, i])
                     idx[c, i] = a
                     rg[c, i] = rew[c, a]
                 _advantages(method, rg[c], A, bessel, aeps, lam)
                 # w_x = (1/G) sum_i A_i phi(a_i) - (1/G) (sum_i A_i) E_pi[phi]
-                sA = 0.0
+                sA, sabs = 0.0, 0.0
                 for i in range(G):
                     f = A[i] / G / nb
                     sA += f
+                    sabs += abs(f)
                     if f != 0.0:
                         a = idx[c, i]
                         wabs[pb] += abs(f) * fnorm[c, a]
                         for j in range(d):
                             w[pb, j] += f * feat[c, a, j]
-                if sA != 0.0:  # E_pi[phi] and E_pi ||phi||, only when the advantages do not sum to 0
+                # E_pi[phi] and E_pi ||phi||, only when the advantages do not sum to 0 up to their round-off
+                if abs(sA) > _ADV_SUM_TOL * G * sabs:
                     _mean_features(featST, fnormS, c, p_all[c], mphi[c])
                     wabs[pb] += abs(sA) * mphi[c, d]
                     for j in range(d):
@@ -730,6 +777,27 @@ def _advantages_batch(method, r, bessel, eps, lam):
     for b in range(r.shape[0]):
         _advantages(method, r[b], out[b], bessel, eps, lam)
     return out
+
+
+@njit(cache=True)
+def _draw_batch(probs, u):
+    out = np.empty(u.shape, np.int64)
+    cdf = np.empty(probs.shape[1])
+    for c in range(probs.shape[0]):
+        acc = 0.0
+        for a in range(probs.shape[1]):
+            acc += probs[c, a]
+            cdf[a] = acc
+        for i in range(u.shape[1]):
+            out[c, i] = _draw(cdf, u[c, i])
+    return out
+
+
+def draws_nb(probs, u) -> np.ndarray:
+    """The engine's inverse-CDF draws [C, G] for probabilities [C, K] and uniforms [C, G] (for tests against
+    bandits.reference.sample_arms)."""
+    p = np.ascontiguousarray(probs, dtype=np.float64)
+    return _draw_batch(p, np.ascontiguousarray(u, dtype=np.float64))
 
 
 def advantages_nb(method: str, rewards, *, std: str = "population", eps: float = 0.0, lam: float = 0.1) -> np.ndarray:
@@ -896,6 +964,7 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
     fnormS = np.ascontiguousarray(np.take_along_axis(fnorm, perm, axis=1))
     npos = bandit.rewards.sum(axis=1).astype(np.int64)
     maskS = np.ascontiguousarray(np.take_along_axis(bandit.rewards, perm, axis=1))  # 1 on the correct arms
+    rank = np.ascontiguousarray(np.argsort(perm, axis=1))  # position of each original arm among the sorted
     order = np.argsort(pmap, kind="stable")
     blk_ptr = np.searchsorted(pmap[order], np.arange(P + 1)).astype(np.int64)
     am, av = np.zeros((R, P, d)), np.zeros((R, P, d))
@@ -923,7 +992,7 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
                 unif = np.empty((R, 0, C, G))
             _announce_compile()
             _kernel(
-                bandit.features, featT, bandit.rewards, fnorm, pmap, blk_ptr, order, featS, featST, fnormS, maskS, npos, perm,
+                bandit.features, featT, bandit.rewards, fnorm, pmap, blk_ptr, order, featS, featST, fnormS, maskS, npos, rank,
                 theta, am, av, M, phi_prev, J_min, ndec,
                 eta0, unif, start, n, int(last), T,
                 _CODE[dyn.method], dyn.mode == "sampled", G, dyn.std == "bessel", float(dyn.adv_eps), float(dyn.lam),

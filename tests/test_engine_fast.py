@@ -67,6 +67,83 @@ _THREADS_SCRIPT = textwrap.dedent("""
 """)
 
 
+def _searchsorted_draw(probs, u):
+    """The draw by binary search (numpy.searchsorted, side='right') on the sequential cumsum, capped at the last
+    arm that moves the cdf when u * total reaches the total: the independent route for engine.draws_nb."""
+    cdf = np.cumsum(probs)
+    a = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
+    if a == len(cdf):
+        a = len(cdf) - 1
+        while a > 0 and cdf[a] == cdf[a - 1]:
+            a -= 1
+    return a
+
+
+def test_engine_draws_equal_searchsorted_on_adversarial_cdfs():
+    """Every draw of the engine (a branch-free count of cdf entries <= u * total) equals searchsorted-right on
+    the same cdf: ties from zero-probability arms (leading, inner, trailing), tiny masses, totals that round
+    below 1, one arm, and uniforms at 0, 1, just below 1 and on (and one ulp around) every cdf boundary; and
+    equals bandits.reference.sample_arms where every positive mass moves the cdf."""
+    from bandits.reference import sample_arms
+    from tests.tables import check_table
+
+    rng = np.random.default_rng(7)
+    dirichlet = rng.dirichlet(np.full(100, 0.2))
+    dirichlet[rng.random(100) < 0.4] = 0.0
+    probs = {
+        "inner zeros": [0.2, 0.0, 0.0, 0.3, 0.0, 0.5], "leading zeros": [0.0, 0.0, 1.0],
+        "trailing zeros": [0.5, 0.5, 0.0, 0.0], "one arm in the middle": [0.0, 1.0, 0.0],
+        "tiny masses": [1e-300, 1.0, 1e-300, 0.0], "total rounds below 1": [0.1] * 10, "one arm": [1.0],
+        "thirds": [1 / 3, 1 / 3, 1 / 3, 0.0], "K=100 sparse": list(dirichlet), "equal masses": [0.25] * 4,
+    }  # fmt: skip
+    rows = []
+    for name, p in probs.items():
+        p = np.asarray(p, dtype=float)
+        cdf = np.cumsum(p)
+        us = [0.0, 1.0, np.nextafter(1.0, 0.0), *rng.random(40)]
+        for x in cdf:  # targets on a boundary, and one ulp either side
+            v = x / cdf[-1]
+            us += [v, np.nextafter(v, 0.0), np.nextafter(v, 2.0)]
+        us = np.clip(np.asarray(us), 0.0, 1.0)
+        rows.append((name, (p, us)))
+
+    def row(p, us):
+        got = engine.draws_nb(p[None, :], us[None, :])[0]
+        want = np.array([_searchsorted_draw(p, u) for u in us])
+        bad = np.flatnonzero(got != want)
+        assert bad.size == 0, [(us[i], got[i], want[i]) for i in bad[:5]]
+        assert np.all(p[got] > 0)
+        cdf = np.cumsum(p)
+        if np.all(np.diff(np.concatenate([[0.0], cdf]))[p > 0] > 0):  # every positive mass moves the cdf
+            np.testing.assert_array_equal(got, sample_arms(p[None, :], us[None, :])[0])
+
+    check_table(rows, row)
+
+
+@pytest.mark.parametrize("method", ["grpo", "rloo", "dr_grpo", "reinforce", "wapo", "psr", "nsr"])
+def test_mean_feature_term_is_skipped_only_for_round_off_sums(method):
+    """The sampled engine skips (sum_i A_i) E_pi[phi] when |sum_i A_i / (G nb)| <= _ADV_SUM_TOL G sum_i |A_i / (G nb)|
+    (the running sums of the kernel, in draw order): every reward pattern of the centred rules (whose
+    advantages sum to 0 in exact arithmetic) falls under it, every nonzero group of the one-signed rules above."""
+    import itertools
+
+    centred = method in ("grpo", "rloo", "dr_grpo")
+    for G in range(2, 11):
+        R = np.array(list(itertools.product([0.0, 1.0], repeat=G)))
+        for std in ("population", "bessel"):
+            A = engine.advantages_nb(method, R, std=std)
+            for nb in (1, 3):
+                s, sabs = np.zeros(len(R)), np.zeros(len(R))
+                for i in range(G):  # the kernel's order: one group member at a time
+                    f = A[:, i] / G / nb
+                    s, sabs = s + f, sabs + np.abs(f)
+                skip = np.abs(s) <= engine._ADV_SUM_TOL * G * sabs
+                if centred:
+                    assert np.all(skip), (G, std, nb)
+                else:
+                    assert np.all(skip == (sabs == 0)), (G, std, nb)
+
+
 def test_one_and_two_threads_bitwise_identical():
     env = dict(os.environ, NUMBA_NUM_THREADS="2", OMP_NUM_THREADS="1")
     env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
