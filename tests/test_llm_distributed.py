@@ -2,7 +2,8 @@
 ``torchrun`` (what ``accelerate launch --num_processes 2`` starts on GPUs). Each process's reward function sees
 only its share of the generation batch (here one group straddles the two ranks); the callback gathers every rank's (prompt, completion, reward) before the probe.
 Checked against the gathered rollout replayed in this one process with llm_probe.measure at the saved theta_k
-and theta_{k+1}: per-prompt gaps (norms) and alignments equal to 1e-5 relative, on both ranks.
+and theta_{k+1}: per-prompt gaps (norms) and alignments equal to 1e-5 relative, on both ranks. A launch that
+fails (once seen under heavy load, not reproduced) is repeated once on a fresh port; two failures fail the test.
 
 This file is also the worker script: ``torchrun --nproc_per_node 2 tests/test_llm_distributed.py OUT_DIR``."""
 
@@ -82,10 +83,15 @@ def test_callback_under_ddp_equals_single_process_replay(tmp_path):
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1",
            "ACCELERATE_USE_CPU": "true", "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(_free_port()), str(Path(__file__).resolve()), str(tmp_path)]
-    run = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
+    failures = []
+    for _ in range(2):  # a second launch, on a fresh port, only when the first one fails to start or finish
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+               "--master_port", str(_free_port()), str(Path(__file__).resolve()), str(tmp_path)]
+        run = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+        if run.returncode == 0:
+            break
+        failures.append(run.stdout[-2000:] + run.stderr[-4000:])
+    assert run.returncode == 0, "\n--- next launch ---\n".join(failures)
     h0 = json.loads((tmp_path / "history0.json").read_text())
     h1 = json.loads((tmp_path / "history1.json").read_text())
     assert len(h0) == len(h1) == STEPS
