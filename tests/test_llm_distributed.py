@@ -84,24 +84,26 @@ def test_callback_under_ddp_equals_single_process_replay(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1",
            "ACCELERATE_USE_CPU": "true", "TOKENIZERS_PARALLELISM": "false"}
     failures = []
-    for _ in range(2):  # a second launch, on a fresh port, only when the first one fails to start or finish
+    for attempt in range(2):  # a second launch (fresh port and folder) only when the first fails to start or finish
+        out = tmp_path / f"launch{attempt}"
+        out.mkdir()
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-               "--master_port", str(_free_port()), str(Path(__file__).resolve()), str(tmp_path)]
+               "--master_port", str(_free_port()), str(Path(__file__).resolve()), str(out)]
         run = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
         if run.returncode == 0:
             break
         failures.append(run.stdout[-2000:] + run.stderr[-4000:])
     assert run.returncode == 0, "\n--- next launch ---\n".join(failures)
-    h0 = json.loads((tmp_path / "history0.json").read_text())
-    h1 = json.loads((tmp_path / "history1.json").read_text())
+    h0 = json.loads((out / "history0.json").read_text())
+    h1 = json.loads((out / "history1.json").read_text())
     assert len(h0) == len(h1) == STEPS
-    recs = [json.loads(line) for line in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
+    recs = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
     _, tok = tiny("qwen2", seed=0)
     for k in range(STEPS):
         step = [r for r in recs if r["step"] == k]
         assert len(step) == 2 * PER_DEVICE  # both ranks' completions
         model, _ = tiny("qwen2", seed=0)
-        sd0, sd1 = torch.load(tmp_path / f"k{k}.pt"), torch.load(tmp_path / f"k1_{k}.pt")
+        sd0, sd1 = torch.load(out / f"k{k}.pt"), torch.load(out / f"k1_{k}.pt")
         model.load_state_dict(sd0, strict=False)
         prompts = [tok(r["prompt"], add_special_tokens=False)["input_ids"] for r in step]
         ref = measure(model, None, prompts, [r["completion_ids"] for r in step], [r["reward"] for r in step],
