@@ -28,3 +28,27 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 def rng() -> np.random.Generator:
     """A seeded generator: tests never touch global random state."""
     return np.random.default_rng(12345)
+
+
+EXPERIMENT_CONFIRMATION = (1000, 1001)
+"""Confirmation seeds of the experiments' test-mode runs in the suite."""
+
+
+def experiment_test_config(mod):
+    """``mod.Config.test()`` with the confirmation block :data:`EXPERIMENT_CONFIRMATION`."""
+    import dataclasses
+
+    return dataclasses.replace(mod.Config.test(), confirmation=EXPERIMENT_CONFIRMATION)
+
+
+@pytest.fixture(scope="session")
+def experiment_runs():
+    """name -> (module, ExperimentResult) of every registered bandit experiment in test mode, run once per
+    session and shared by the contract tests and the experiments' own tests."""
+    from bandits.experiments import EXPERIMENTS, load
+
+    out = {}
+    for name in EXPERIMENTS:
+        mod = load(name)
+        out[name] = (mod, mod.run(experiment_test_config(mod), backend="serial", progress=False))
+    return out

@@ -5,7 +5,6 @@ deterministic; the sweep store gives back the same rows. Machinery only: no clai
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 
@@ -16,25 +15,17 @@ import pytest
 import gapdyn
 from bandits.experiments import EXPERIMENTS, load
 from bandits.experiments._common import ExperimentResult
+from tests.conftest import EXPERIMENT_CONFIRMATION, experiment_test_config
 
 NOT_YET_CONVERTED: tuple[str, ...] = ()
 """Experiments still on the legacy verdict table (being converted by other contributors); remove a name here
 as soon as its module has CRITERIA, Config.test() and the (config, instances) / block signatures."""
 CONVERTED = tuple(n for n in EXPERIMENTS if n not in NOT_YET_CONVERTED)
-CONFIRMATION = (1000, 1001)
-
-
-def _test_config(mod):
-    return dataclasses.replace(mod.Config.test(), confirmation=CONFIRMATION)
 
 
 @pytest.fixture(scope="module")
-def test_runs():
-    out = {}
-    for name in CONVERTED:
-        mod = load(name)
-        out[name] = (mod, mod.run(_test_config(mod), backend="serial", progress=False))
-    return out
+def test_runs(experiment_runs):
+    return {name: experiment_runs[name] for name in CONVERTED}
 
 
 @pytest.mark.parametrize("name", CONVERTED)
@@ -57,6 +48,7 @@ def test_contract(name, test_runs):
             assert c.verdict in gapdyn.VERDICTS and c.criteria_hash == h
             assert c.criterion == mod.CRITERIA[c.id]
             assert all(math.isfinite(v) for v in (c.estimate, *c.interval)) and c.interval[0] <= c.interval[1]
+            assert c.n >= 1
             if not c.measured:  # nothing to judge: inconclusive whatever the criterion
                 assert c.verdict == "inconclusive"
             elif c.criterion.kind == "identity":  # shown, never counted: identity or a visible failure
@@ -72,13 +64,13 @@ def test_blocks_use_only_their_seeds(name, test_runs):
     mod, res = test_runs[name]
     seeds = res.results.groupby("block")["instance"].unique()
     assert set(seeds["discovery"]) == set(mod.Config.test().instances)
-    assert set(seeds["confirmation"]) == set(CONFIRMATION)
+    assert set(seeds["confirmation"]) == set(EXPERIMENT_CONFIRMATION)
 
 
 @pytest.mark.parametrize("name", CONVERTED)
 def test_analysis_of_a_block_reads_only_that_block(name, test_runs):
     mod, res = test_runs[name]
-    cfg = _test_config(mod)
+    cfg = experiment_test_config(mod)
     rows = res.results[res.results["block"] == "confirmation"].drop(columns="block")
     again = mod.analyse(rows, cfg, block="confirmation")
     stored = {c.id: c for c in res.block("confirmation")}

@@ -1,11 +1,10 @@
 """Machinery of experiment 2 (bandits.experiments.length) and of the within-series slope estimator, each
 against an independent route: the 1/|o| identity from two separate eta* searches, the slope against a
-dummy-variable least-squares fit, claims per block against CRITERIA. No claim is required to hold."""
+dummy-variable least-squares fit. Its claims per block are checked by the experiment contract
+(tests/test_bandits_experiments.py). No claim is required to hold."""
 
 from __future__ import annotations
 
-import dataclasses
-import math
 
 import numpy as np
 import pandas as pd
@@ -14,36 +13,14 @@ import pytest
 import gapdyn
 from bandits.experiments import length
 from bandits.experiments._slopes import within_slope, within_slope_estimate
+from tests.conftest import experiment_test_config
 
-CFG = dataclasses.replace(length.Config.test(), confirmation=(1000, 1001))
-
-
-@pytest.fixture(scope="module")
-def test_run():
-    return length.run(CFG, backend="serial", progress=False)
+CFG = experiment_test_config(length)  # its claims and blocks: tests/test_bandits_experiments.py
 
 
-def test_claims_per_block_are_the_criteria(test_run):
-    h = gapdyn.criteria_hash(length.CRITERIA)
-    for block in gapdyn.BLOCKS:
-        claims = test_run.block(block)
-        assert sorted(c.id for c in claims) == sorted(length.CRITERIA)
-        for c in claims:
-            assert c.criteria_hash == h and c.criterion == length.CRITERIA[c.id]
-            assert all(math.isfinite(v) for v in (c.estimate, *c.interval)) and c.n >= 1
-            if not c.measured:  # nothing to judge: inconclusive whatever the criterion
-                assert c.verdict == "inconclusive"
-            elif c.criterion.kind == "identity":  # shown, never counted: identity or a visible failure
-                assert c.verdict in ("identity", "does not hold")
-            else:
-                assert c.verdict != "identity"
-
-
-def test_blocks_use_only_their_seeds(test_run):
-    seeds = test_run.results.groupby("block")["instance"].unique()
-    assert set(seeds["discovery"]) == set(CFG.instances) and set(seeds["confirmation"]) == {1000, 1001}
+def test_confirmation_cells_cover_their_instances():
     cells = length.cells(CFG, CFG.confirmation)
-    assert {c["instance"] for c in cells} == {1000, 1001}
+    assert {c["instance"] for c in cells} == set(CFG.confirmation)
     assert len(cells) == len(CFG.confirmation) * len(CFG.Ts) * (len(length.RHOS) * len(length.J0S) + len(length.J0S))
 
 

@@ -1,11 +1,10 @@
 """Machinery of experiment 3 (bandits.experiments.success_rate), each against an independent route: the
 checkpoints against a replay of the run, the sharp threshold against Phi itself, the c_G identity between the
-two directions' thresholds, claims per block against CRITERIA. No claim is required to hold."""
+two directions' thresholds. Its claims per block are checked by the experiment contract
+(tests/test_bandits_experiments.py). No claim is required to hold."""
 
 from __future__ import annotations
 
-import dataclasses
-import math
 
 import numpy as np
 import pandas as pd
@@ -13,27 +12,14 @@ import pytest
 
 import gapdyn
 from bandits.experiments import success_rate as sr
+from tests.conftest import experiment_test_config
 
-CFG = dataclasses.replace(sr.Config.test(), confirmation=(1000,))
+CFG = experiment_test_config(sr)  # its claims and blocks: tests/test_bandits_experiments.py
 
 
 @pytest.fixture(scope="module")
-def test_run():
-    return sr.run(CFG, backend="serial", progress=False)
-
-
-def test_claims_per_block_are_the_criteria(test_run):
-    h = gapdyn.criteria_hash(sr.CRITERIA)
-    for block in gapdyn.BLOCKS:
-        claims = test_run.block(block)
-        assert sorted(c.id for c in claims) == sorted(sr.CRITERIA)
-        for c in claims:
-            assert c.criteria_hash == h and c.criterion == sr.CRITERIA[c.id]
-            assert all(math.isfinite(v) for v in (c.estimate, *c.interval))
-            if c.criterion.kind != "identity":
-                assert c.verdict != "identity"
-    seeds = test_run.results.groupby("block")["instance"].unique()
-    assert set(seeds["discovery"]) == set(CFG.instances) and set(seeds["confirmation"]) == {1000}
+def test_run(experiment_runs):
+    return experiment_runs["success_rate"][1]
 
 
 def test_grpo_threshold_is_the_gaps_over_cG(test_run):
