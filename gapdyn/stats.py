@@ -183,13 +183,18 @@ def ratio_of_means(num, den) -> float:
     return float(np.mean(num)) / d if d != 0 else math.nan
 
 
+def _paired(x, y, name_x: str, name_y: str) -> tuple[np.ndarray, np.ndarray]:
+    x = as_float_array(x, name_x, min_ndim=1)
+    y = as_float_array(y, name_y, min_ndim=1)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(f"{name_x} and {name_y} must be 1-D and paired (same length), got {x.shape} and {y.shape}")
+    return x, y
+
+
 def bootstrap_slope(x, y, *, clusters=None, rng: np.random.Generator, n_resamples: int = 2000,
                     confidence: float = 0.95) -> Estimate:
     """Cluster-bootstrap interval for the least-squares slope of y on x (e.g. log eta* vs log T)."""
-    x = as_float_array(x, "x", min_ndim=1)
-    y = as_float_array(y, "y", min_ndim=1)
-    if x.shape != y.shape or x.ndim != 1:
-        raise ValueError(f"x and y must be 1-D of equal length, got {x.shape} and {y.shape}")
+    x, y = _paired(x, y, "x", "y")
     return cluster_bootstrap(ols_slope, x, y, clusters=clusters, rng=rng, n_resamples=n_resamples,
                              confidence=confidence)
 
@@ -197,10 +202,7 @@ def bootstrap_slope(x, y, *, clusters=None, rng: np.random.Generator, n_resample
 def bootstrap_ratio(num, den, *, clusters=None, rng: np.random.Generator, n_resamples: int = 2000,
                     confidence: float = 0.95) -> Estimate:
     """Cluster-bootstrap interval for mean(num) / mean(den)."""
-    num = as_float_array(num, "num", min_ndim=1)
-    den = as_float_array(den, "den", min_ndim=1)
-    if num.shape != den.shape or num.ndim != 1:
-        raise ValueError(f"num and den must be 1-D of equal length, got {num.shape} and {den.shape}")
+    num, den = _paired(num, den, "num", "den")
     return cluster_bootstrap(ratio_of_means, num, den, clusters=clusters, rng=rng,
                              n_resamples=n_resamples, confidence=confidence)
 
@@ -224,14 +226,6 @@ def fisher_exact_test(table, *, alternative: str = "two-sided") -> TestResult:
         raise ValueError(f"table must be a 2x2 array of non-negative integer counts, got {table!r}")
     res = fisher_exact(t.astype(np.int64), alternative=alternative)
     return TestResult(float(res.statistic), float(res.pvalue), int(t.sum()), f"fisher exact ({alternative})")
-
-
-def _paired(x, y, name_x: str, name_y: str) -> tuple[np.ndarray, np.ndarray]:
-    x = as_float_array(x, name_x, min_ndim=1)
-    y = as_float_array(y, name_y, min_ndim=1)
-    if x.shape != y.shape or x.ndim != 1:
-        raise ValueError(f"{name_x} and {name_y} must be 1-D and paired (same length), got {x.shape} and {y.shape}")
-    return x, y
 
 
 def mcnemar_exact(x, y) -> TestResult:
