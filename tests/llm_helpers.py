@@ -9,7 +9,8 @@ import functools
 import numpy as np
 import torch
 
-from llm_probe.model import TinyQwenSpec, build_tiny_qwen
+from llm_probe.model import TinyQwenSpec, build_tiny_qwen, completion_logprobs
+from llm_probe.probes import flat, mixed_groups
 from llm_probe.rollout import Rollout, make_rollout
 from llm_probe.tasks import AdditionTask
 from llm_probe.tokenizer import build_char_tokenizer
@@ -75,3 +76,32 @@ def sampled_rollout(model, tok, *, B=3, G=4, T=5, seed=0, rewards=None):
 
 
 __all__ = ["tiny", "warm_model", "sampled_rollout", "SMALL", "Rollout"]
+
+
+def sequence_score(model, ro, n: int, params: dict) -> torch.Tensor:
+    """s(o_n) = d log pi(o_n) / d params, flattened: one backward through completion n of ``ro`` alone."""
+    sl = slice(n, n + 1)
+    lp = completion_logprobs(model, ro.prompt_ids[sl], ro.prompt_mask[sl], ro.completion_ids[sl],
+                             ro.completion_mask[sl]).sum()
+    return flat(torch.autograd.grad(lp, list(params.values())))
+
+
+def reference_gaps(model, ro, params: dict) -> torch.Tensor:
+    """[Q, P]: g+ - g- per mixed group (llm_probe.probes.mixed_groups order), the mean score over O+ minus the mean
+    over O-, from one backward per sequence: the independent route every probe is tested against."""
+    out = []
+    for b in mixed_groups(ro.rewards).tolist():
+        r = ro.rewards[b]
+        g = torch.stack([sequence_score(model, ro, b * ro.G + i, params) for i in range(ro.G)])
+        out.append(g[r > 0].mean(0) - g[r <= 0].mean(0))
+    return torch.stack(out)
+
+
+def without_padding_idx(model):
+    """A copy of ``model`` whose embeddings have no padding_idx, so every row (<pad>'s included) gets the plain
+    gradient of the function."""
+    ref = copy.deepcopy(model)
+    for mod in ref.modules():
+        if isinstance(mod, torch.nn.Embedding):
+            mod.padding_idx = None
+    return ref

@@ -20,7 +20,7 @@ from llm_probe.probes import (  # noqa: E402
     select_params,
     streamed_gap_stats,
 )
-from tests.llm_helpers import sampled_rollout, tiny  # noqa: E402
+from tests.llm_helpers import reference_gaps, sampled_rollout, tiny  # noqa: E402
 
 pytestmark = pytest.mark.llm
 
@@ -32,24 +32,6 @@ def lora_model(arch="qwen2", seed=0):
     cfg = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0,
                      init_lora_weights=False)  # random A and B: the gap has a nonzero part on both
     return get_peft_model(base, cfg), tok
-
-
-def reference_gaps(model, ro, params):
-    """[Q, P]: mean gradient of log pi(o) over winners minus over losers, one backward per sequence."""
-    G, out = ro.G, []
-    for b in range(ro.B):
-        r = ro.rewards[b]
-        if not ((r > 0).any() and (r <= 0).any()):
-            continue
-        rows = []
-        for n in range(b * G, (b + 1) * G):
-            sl = slice(n, n + 1)
-            lp = completion_logprobs(model, ro.prompt_ids[sl], ro.prompt_mask[sl], ro.completion_ids[sl],
-                                     ro.completion_mask[sl]).sum()
-            rows.append(flat(torch.autograd.grad(lp, list(params.values()))))
-        g = torch.stack(rows)
-        out.append(g[r > 0].mean(0) - g[r <= 0].mean(0))
-    return torch.stack(out)
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "qwen3"])

@@ -8,7 +8,6 @@ taxonomy and a closed form."""
 
 from __future__ import annotations
 
-import copy
 from functools import partial
 
 import numpy as np
@@ -30,15 +29,9 @@ from llm_probe.probes import (
     select_params,
     token_stats,
 )
-from tests.llm_helpers import sampled_rollout, tiny
+from tests.llm_helpers import reference_gaps, sampled_rollout, tiny, without_padding_idx
 
 pytestmark = pytest.mark.llm
-
-
-def _seq_grad(model, ro, n, params):
-    lp = completion_logprobs(model, ro.prompt_ids[n:n + 1], ro.prompt_mask[n:n + 1], ro.completion_ids[n:n + 1],
-                             ro.completion_mask[n:n + 1]).sum()
-    return flat(torch.autograd.grad(lp, list(params.values()), allow_unused=True))
 
 
 ROUTES = {"vmap": partial(per_prompt_gaps, vectorize=True, chunk=1),  # one group per chunk: 2 chunks
@@ -54,12 +47,7 @@ def test_gap_equals_difference_of_per_sequence_gradients(arch, route):
     params = select_params(model, "all")
     est = ROUTES[route](model, ro, params)
     assert est.groups.tolist() == [0, 2]
-    G = ro.G
-    for q, b in enumerate(est.groups.tolist()):
-        r = ro.rewards[b]
-        grads = torch.stack([_seq_grad(model, ro, b * G + i, params) for i in range(G)])
-        ref = grads[r > 0].mean(0) - grads[r <= 0].mean(0)
-        torch.testing.assert_close(est.gaps[q], ref, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(est.gaps, reference_gaps(model, ro, params), rtol=1e-4, atol=1e-5)
     assert torch.all(est.norms > 0)
 
 
@@ -162,19 +150,9 @@ def _pad_pushed_rollout(model, tok, *, B=3, G=4, T=5, seed=0):
 
 
 def _reference_gaps(model, ro, names):
-    """One backward per sequence on a copy of ``model`` whose embeddings have no padding_idx (so every row,
-    <pad>'s included, gets the plain gradient of the function), then mean over O+ minus mean over O-."""
-    ref = copy.deepcopy(model)
-    for mod in ref.modules():
-        if isinstance(mod, torch.nn.Embedding):
-            mod.padding_idx = None
-    params = {n: p for n, p in ref.named_parameters() if n in names}
-    out = []
-    for b in mixed_groups(ro.rewards).tolist():
-        r = ro.rewards[b]
-        grads = torch.stack([_seq_grad(ref, ro, b * ro.G + i, params) for i in range(ro.G)])
-        out.append(grads[r > 0].mean(0) - grads[r <= 0].mean(0))
-    return torch.stack(out)
+    """:func:`reference_gaps` on a padding_idx-free copy of ``model`` (over the parameters ``names``)."""
+    ref = without_padding_idx(model)
+    return reference_gaps(ref, ro, {n: p for n, p in ref.named_parameters() if n in names})
 
 
 @pytest.mark.parametrize("arch, tied", [("qwen2", False), ("qwen2", True), ("qwen3", False), ("qwen3", True)])
