@@ -240,11 +240,16 @@ class Trainer:
         self.step = step
 
     # ---- one step ------------------------------------------------------------------------------
-    def compute_loss(self, ro, old_logp=None):
+    def compute_loss(self, ro, old_logp=None, *, keep_all: bool = True):
         """(loss result, logp [N,T], logp_all [N,T,V]) on a rollout at the current parameters; ``old_logp``: the
-        sampling policy's log-probabilities (None: these, so the importance ratio is 1)."""
-        logp, _, logp_all = completion_logprobs(self.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
-                                                ro.completion_mask, return_entropy=True)
+        sampling policy's log-probabilities (None: these, so the importance ratio is 1); ``keep_all=False``:
+        logp_all is None (only the loss is needed, as on the later steps on a reused batch)."""
+        if keep_all:
+            logp, _, logp_all = completion_logprobs(self.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
+                                                    ro.completion_mask, return_entropy=True)
+        else:
+            logp, logp_all = completion_logprobs(self.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
+                                                 ro.completion_mask), None
         old = logp.detach() if old_logp is None else old_logp
         res = policy_loss(self.cfg.method, logp, old, ro.completion_mask, ro.rewards.to(self.device),
                           max_completion_length=self.cfg.max_new_tokens, eps_low=self.cfg.eps_low,
@@ -351,7 +356,7 @@ class Trainer:
         mu = self.cfg.num_iterations
         sums = {key: v for key, v in m.items() if key.startswith("clip_ratio/") or key == "loss"}
         for i in range(1, mu):
-            res, _, _ = self.compute_loss(ro, old_logp=old_logp)
+            res, _, _ = self.compute_loss(ro, old_logp=old_logp, keep_all=False)
             sums["loss"] += float(res.loss.detach())
             for key in sums.keys() & res.metrics.keys():
                 sums[key] += res.metrics[key]
