@@ -163,6 +163,8 @@ def warning_table_by_lr(steps, leads=(0, 5, 10), min_runs: int = 2):
     column first); an empty frame when no lr has both."""
     import pandas as pd
 
+    if isinstance(min_runs, bool) or not isinstance(min_runs, int) or min_runs < 1:
+        raise ValueError(f"min_runs must be an integer >= 1, got {min_runs!r}")
     parts = []
     for lr, g in steps.groupby("lr", sort=True):
         runs = g.groupby("run").collapsed.first()
