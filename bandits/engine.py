@@ -47,7 +47,7 @@ from .envs import ContextualBandit
 from .schedules import SCHEDULES, Schedule
 
 __all__ = ["DIRECTIONS", "MODES", "Dynamics", "Trajectory", "simulate", "run_grid", "advantages_nb", "exact_scalar_nb",
-           "draws_nb", "ensure_compiled", "kernels_cached"]
+           "draws_nb", "cdf_rows_nb", "ensure_compiled", "kernels_cached"]
 
 DIRECTIONS: tuple[str, ...] = tuple(gapdyn.METHOD_NAMES) + ("gap",)
 MODES = ("exact", "sampled")
@@ -196,7 +196,7 @@ def _grpo_table(G, bessel, eps):
     return tab
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _exact_scalar(method, J, Jb, G, tab, lam):
     """E[w] / Gap for each method (gapdyn.methods table); J and Jb = 1 - J computed separately;
     tab = _grpo_table(G, bessel, eps) (read by GRPO only)."""
@@ -221,7 +221,7 @@ def _exact_scalar(method, J, Jb, G, tab, lam):
     return tot
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _advantages(method, r, A, bessel, eps, lam):
     """Group advantages A_i (gapdyn.methods rules) for binary rewards r [G], written into A."""
     G = r.shape[0]
@@ -257,7 +257,7 @@ def _advantages(method, r, A, bessel, eps, lam):
             A[i] = lam if r[i] > 0 else -1.0
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _logits(featT, c, th, z):
     """z_a = sum_j phi_j(c, a) th_j, summed in j order per arm (bitwise the plain per-arm dot product);
     featT [C, d, K] makes the loop over arms elementwise, so it vectorises without fast-math. Four features
@@ -289,18 +289,18 @@ _LN2_LO = 1.90821492927058770002e-10
 _EXP_FLOOR = -708.0  # exp(-708) is still a normal double; lower shifted logits add < 1e-307 to a class sum >= 1
 
 
-@njit(cache=True)  # strict on purpose: re-association would undo the two-part range reduction
-def _exp_shifted(z, zmp, zmn, npos, out, ib, fb):
-    """out[a] = exp(z[a] - shift_a), shift_a = zmp for a < npos else zmn (z[a] <= shift_a), as loops over
-    all K arms that vectorise (a loop over a sub-range of the arms does not).
+@njit(cache=True, _nrt=False)  # strict on purpose: re-association would undo the two-part range reduction
+def _exp_shifted(z_all, c, zmp, zmn, npos, out, ib, fb):
+    """out[a] = exp(z[a] - shift_a) for z = z_all[c], shift_a = zmp for a < npos else zmn (z[a] <= shift_a), as
+    loops over all K arms that vectorise (a loop over a sub-range of the arms does not).
 
     exp(x) = 2^n exp(r), n = round(x / ln 2), r = x - n ln 2 in [-ln2/2, ln2/2]; exp(r) by its Taylor
     polynomial of degree 13 (truncation < 4e-18), 2^n assembled from its exponent bits in ib (an int64
     buffer) read back through fb (its float64 view). Within a few ulp of math.exp; x < -708 gives exp(-708).
     """
-    K = z.shape[0]
+    K = z_all.shape[1]
     for a in range(K):
-        x = z[a] - (zmp if a < npos else zmn)
+        x = z_all[c, a] - (zmp if a < npos else zmn)
         if x < _EXP_FLOOR:
             x = _EXP_FLOOR
         n = math.floor(x * _LOG2E + 0.5)
@@ -324,28 +324,64 @@ def _exp_shifted(z, zmp, zmn, npos, out, ib, fb):
         out[a] *= fb[a]
 
 
-@njit(cache=True, fastmath=_FASTMATH)
-def _forward(featST, fnormS, maskS, npos_c, c, th, z, e, ib, fb, gap, p, cw, want_p):
-    """Logits, J, 1-J, Phi, entropy and Gap of context c at parameters th, on class-sorted arms.
+@njit(cache=True, _nrt=False)
+def _logits_at(featST, c, theta, r, pb, z_all):
+    """z_all[c] = logits of context c at theta[r, pb]: _logits on the engine's state arrays, indexed in place
+    (no array views in the hot loop: each view costs an atomic reference count)."""
+    d, K = featST.shape[1], featST.shape[2]
+    for a in range(K):
+        z_all[c, a] = 0.0
+    j = 0
+    while j + 4 <= d:
+        t0, t1, t2, t3 = theta[r, pb, j], theta[r, pb, j + 1], theta[r, pb, j + 2], theta[r, pb, j + 3]
+        for a in range(K):
+            x = (z_all[c, a] + featST[c, j, a] * t0) + featST[c, j + 1, a] * t1
+            z_all[c, a] = (x + featST[c, j + 2, a] * t2) + featST[c, j + 3, a] * t3
+        j += 4
+    while j < d:
+        tj = theta[r, pb, j]
+        for a in range(K):
+            z_all[c, a] += featST[c, j, a] * tj
+        j += 1
+
+
+@njit(cache=True, inline="always")
+def _range_max(z_all, c, lo, hi):
+    """max(z_all[c, lo:hi]) (-inf if empty) with four independent running maxima (a single chain of max waits
+    on each previous max; max is exact, so the result does not depend on the grouping)."""
+    m0, m1, m2, m3 = -np.inf, -np.inf, -np.inf, -np.inf
+    a = lo
+    while a + 4 <= hi:
+        m0 = max(m0, z_all[c, a])
+        m1 = max(m1, z_all[c, a + 1])
+        m2 = max(m2, z_all[c, a + 2])
+        m3 = max(m3, z_all[c, a + 3])
+        a += 4
+    while a < hi:
+        m0 = max(m0, z_all[c, a])
+        a += 1
+    return max(max(m0, m1), max(m2, m3))
+
+
+@njit(cache=True, fastmath=_FASTMATH, inline="always")
+def _forward(featST, fnormS, maskS, npos_c, c, theta, r, pb, z_all, e, ib, fb, gap, p_all, cw_all, want_p):
+    """Logits, J, 1-J, Phi, entropy and Gap of context c at parameters theta[r, pb], on class-sorted arms.
 
     featST [C, d, K] holds the arms of each context with its npos_c[c] correct arms first (maskS = 1 on
     them, else 0), so every pass is a branch-free loop over all arms that vectorises (the class maxima are
-    two loops over the two contiguous classes): e_a = exp(z_a - max of its class), S+/- = class sums,
+    taken over the two contiguous classes): e_a = exp(z_a - max of its class), S+/- = class sums,
     Phi = log S+ - log S- + shifts (the log-odds), J = sigmoid(Phi), pi_a = e_a J / S+ on O+ and
     e_a (1 - J) / S- on O-, Gap = sum_a cw_a phi_a with cw = e/S+ on O+ and -e/S- on O- (= g+ - g-),
     H = -sum_a pi_a (z_a - lse). Four scalar transcendentals per context (two logs, one exp, one log1p).
     Returns (J, Jbar, Phi, H, gs) with gs = sum_a |cw_a| ||phi_a||, the scale of the terms that cancel in
-    Gap; cw is filled, and with want_p also p = pi (sorted arm order).
+    Gap; z_all[c], cw_all[c] and gap[c] are filled, and with want_p also p_all[c] = pi (sorted arm order).
     """
-    K, d = featST.shape[2], featST.shape[1]
+    K = featST.shape[2]
     npos = npos_c[c]
-    _logits(featST, c, th, z)
-    zmp, zmn = -np.inf, -np.inf
-    for a in range(npos):  # class maxima: two loops over contiguous arms (no per-arm branch)
-        zmp = max(zmp, z[a])
-    for a in range(npos, K):
-        zmn = max(zmn, z[a])
-    _exp_shifted(z, zmp, zmn, npos, e, ib, fb)
+    _logits_at(featST, c, theta, r, pb, z_all)
+    zmp = _range_max(z_all, c, 0, npos)
+    zmn = _range_max(z_all, c, npos, K)
+    _exp_shifted(z_all, c, zmp, zmn, npos, e, ib, fb)
     Sp, Sn = 0.0, 0.0
     for a in range(K):
         Sp += e[a] * maskS[c, a]
@@ -365,57 +401,58 @@ def _forward(featST, fnormS, maskS, npos_c, c, th, z, e, ib, fb, gap, p, cw, wan
         for a in range(K):
             m = maskS[c, a]
             wa = e[a] * (m * ip + (1.0 - m) * im)
-            cw[a] = wa
+            cw_all[c, a] = wa
             gs += abs(wa) * fnormS[c, a]
             pa = e[a] * (m * fp + (1.0 - m) * fn)
-            p[a] = pa
-            H -= pa * (z[a] - lse)
+            p_all[c, a] = pa
+            H -= pa * (z_all[c, a] - lse)
     else:
         for a in range(K):
             m = maskS[c, a]
             wa = e[a] * (m * ip + (1.0 - m) * im)
-            cw[a] = wa
+            cw_all[c, a] = wa
             gs += abs(wa) * fnormS[c, a]
-            H -= e[a] * (m * fp + (1.0 - m) * fn) * (z[a] - lse)
-    _matvec(featST, c, cw, gap)
+            H -= e[a] * (m * fp + (1.0 - m) * fn) * (z_all[c, a] - lse)
+    _matvec(featST, c, cw_all, gap)
     return J, Jb, Ph, H, gs
 
 
-@njit(cache=True, fastmath=_FASTMATH)
-def _matvec(featST, c, x, out):
-    """out[j] = sum_a x_a featST[c, j, a] for j < d; four features per pass over the arms (x loaded once)."""
+@njit(cache=True, fastmath=_FASTMATH, inline="always")
+def _matvec(featST, c, x_all, out):
+    """out[c, j] = sum_a x_all[c, a] featST[c, j, a] for j < d; four features per pass over the arms (x loaded
+    once)."""
     d, K = featST.shape[1], featST.shape[2]
     j = 0
     while j + 4 <= d:
         s0, s1, s2, s3 = 0.0, 0.0, 0.0, 0.0
         for a in range(K):
-            xa = x[a]
+            xa = x_all[c, a]
             s0 += xa * featST[c, j, a]
             s1 += xa * featST[c, j + 1, a]
             s2 += xa * featST[c, j + 2, a]
             s3 += xa * featST[c, j + 3, a]
-        out[j], out[j + 1], out[j + 2], out[j + 3] = s0, s1, s2, s3
+        out[c, j], out[c, j + 1], out[c, j + 2], out[c, j + 3] = s0, s1, s2, s3
         j += 4
     while j < d:
         s0 = 0.0
         for a in range(K):
-            s0 += x[a] * featST[c, j, a]
-        out[j] = s0
+            s0 += x_all[c, a] * featST[c, j, a]
+        out[c, j] = s0
         j += 1
 
 
-@njit(cache=True, fastmath=_FASTMATH)
-def _mean_features(featST, fnormS, c, p, out):
-    """out[:d] = E_pi[phi] = sum_a p_a phi_a and out[d] = E_pi ||phi|| for context c (sorted arms)."""
+@njit(cache=True, fastmath=_FASTMATH, inline="always")
+def _mean_features(featST, fnormS, c, p_all, out):
+    """out[c, :d] = E_pi[phi] = sum_a p_a phi_a and out[c, d] = E_pi ||phi|| for context c (sorted arms)."""
     d, K = featST.shape[1], featST.shape[2]
-    _matvec(featST, c, p, out)
+    _matvec(featST, c, p_all, out)
     s = 0.0
     for a in range(K):
-        s += p[a] * fnormS[c, a]
-    out[d] = s
+        s += p_all[c, a] * fnormS[c, a]
+    out[c, d] = s
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _class_max(rew, c, z, K):
     """(max logit over correct arms, max over incorrect arms) of context c: the log-sum-exp shifts."""
     zmp, zmn = -np.inf, -np.inf
@@ -429,7 +466,7 @@ def _class_max(rew, c, z, K):
     return zmp, zmn
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _logodds(featT, rew, c, th, z):
     """Phi of context c at th (log-sum-exp over correct minus incorrect arms); z is scratch [K]."""
     K = featT.shape[2]
@@ -444,32 +481,81 @@ def _logodds(featT, rew, c, th, z):
     return (zmp + math.log(Sp)) - (zmn + math.log(Sn))
 
 
+_CDF_PAD = 32  # the cdf rows are padded with +inf to a multiple of this (the count loop has no scalar tail)
+
+
+@njit(cache=True, _nrt=False)  # strict on purpose: the running sums and the shifts are added in the stated order
+def _cdf_rows(p_all, rank, K, cdf_all):
+    """cdf_all[c, a] = pi(a_0) + ... + pi(a_a) for every context c, arms in the original order
+    (pi(a_b) = p_all[c, rank[c, b]]): the arms are cut into four contiguous quarters summed as four
+    independent running sums (a single running sum waits on each previous add), then every quarter is shifted
+    by the total of those before it, off_{q+1} = off_q + S_q, the same addition that gives the quarter's last
+    entry. Each row is therefore non-decreasing and a zero-probability arm repeats the entry before it, as in
+    a serial cumulative sum; the entries differ from numpy.cumsum's by a few ulp."""
+    C = p_all.shape[0]
+    L = (K + 3) // 4
+    n1, n2, n3 = min(max(K - L, 0), L), min(max(K - 2 * L, 0), L), min(max(K - 3 * L, 0), L)
+    for c in range(C):
+        s0, s1, s2, s3 = 0.0, 0.0, 0.0, 0.0
+        for j in range(n3):  # all four quarters
+            s0 += p_all[c, rank[c, j]]
+            cdf_all[c, j] = s0
+            s1 += p_all[c, rank[c, L + j]]
+            cdf_all[c, L + j] = s1
+            s2 += p_all[c, rank[c, 2 * L + j]]
+            cdf_all[c, 2 * L + j] = s2
+            s3 += p_all[c, rank[c, 3 * L + j]]
+            cdf_all[c, 3 * L + j] = s3
+        for j in range(n3, min(L, K)):  # the first three quarters (the last is shorter or empty)
+            s0 += p_all[c, rank[c, j]]
+            cdf_all[c, j] = s0
+            if j < n1:
+                s1 += p_all[c, rank[c, L + j]]
+                cdf_all[c, L + j] = s1
+            if j < n2:
+                s2 += p_all[c, rank[c, 2 * L + j]]
+                cdf_all[c, 2 * L + j] = s2
+        for q in range(1, 4):  # shift quarter q by the cdf's value at the end of quarter q - 1
+            lo, hi = q * L, min((q + 1) * L, K)
+            if lo >= hi:
+                break
+            off = cdf_all[c, lo - 1]
+            for a in range(lo, hi):
+                cdf_all[c, a] = off + cdf_all[c, a]
+
+
 @njit(cache=True)
-def _search_right(cdf, x):
-    """numpy.searchsorted(cdf, x, side='right') for non-decreasing cdf: the number of entries <= x, counted
-    in one branch-free pass that vectorises (G of them cost less than G binary searches, whose branches
-    mispredict)."""
+def _padded(K):
+    """K rounded up to a multiple of _CDF_PAD: the length of a cdf row."""
+    return -(-K // _CDF_PAD) * _CDF_PAD
+
+
+@njit(cache=True, inline="always")
+def _search_right(cdf_all, c, x):
+    """numpy.searchsorted(cdf, x, side='right') for the non-decreasing row cdf = cdf_all[c]: the number of
+    entries <= x, counted in one branch-free pass that vectorises (G of them cost less than G binary searches,
+    whose branches mispredict). The row's +inf padding is never counted (x is finite)."""
     n = 0
-    for a in range(cdf.shape[0]):
-        n += cdf[a] <= x
+    for a in range(cdf_all.shape[1]):
+        n += cdf_all[c, a] <= x
     return n
 
 
-@njit(cache=True)
-def _draw(cdf, u):
-    """The arm drawn by uniform u from the cdf of pi in the original arm order: searchsorted(cdf, u * total,
-    'right'); a target rounded up to the total (u = 1, or u * total rounding up) gives the last arm whose
-    probability moves the cdf, so a zero-probability arm is never drawn (bandits.reference.sample_arms)."""
-    K = cdf.shape[0]
-    a = _search_right(cdf, u * cdf[K - 1])
+@njit(cache=True, inline="always")
+def _draw(cdf_all, c, K, u):
+    """The arm drawn by uniform u from the cdf of pi in the original arm order (cdf_all[c, :K], padded with
+    +inf): searchsorted(cdf, u * total, 'right'); a target rounded up to the total (u = 1, or u * total
+    rounding up) gives the last arm whose probability moves the cdf, so a zero-probability arm is never drawn
+    (bandits.reference.sample_arms)."""
+    a = _search_right(cdf_all, c, u * cdf_all[c, K - 1])
     if a > K - 1:
         a = K - 1
-        while a > 0 and cdf[a] == cdf[a - 1]:
+        while a > 0 and cdf_all[c, a] == cdf_all[c, a - 1]:
             a -= 1
     return a
 
 
-@njit(cache=True, fastmath=_FASTMATH)
+@njit(cache=True, fastmath=_FASTMATH, _nrt=False)
 def _group_safe_moments(x, r, G):
     """(dmu_hat, kappa_hat, sd_hat, mixed) of one sampled group x[:G], rewards r[:G] (> 0.5: success): the numba
     copy of gapdyn.safe_step_estimates for one group (docs/theory.md, section 11; tests/test_gapdyn_safe_step.py
@@ -503,7 +589,7 @@ def _group_safe_moments(x, r, G):
     return m1 - m0, v0 - v1, sd, True
 
 
-@njit(cache=True, fastmath=_FASTMATH)
+@njit(cache=True, fastmath=_FASTMATH, _nrt=False)
 def _safe_step_size(e0, dsum, ksum, cnt, sdmax, ac, tr_delta):
     """eta = min(e0, tr_delta / sdmax, ac dmu_hat / kappa_hat) with dmu_hat = dsum / cnt, kappa_hat = ksum / cnt over
     the cnt mixed groups: the numba copy of gapdyn.safe_step_size (mixed iff cnt > 0; edge cases as there)."""
@@ -529,66 +615,59 @@ def _kernel(
     o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta,  # records
     f_J, f_Phi,  # final values
 ):
-    R = theta.shape[0]
+    R, P, d = theta.shape
+    C, K = feat.shape[0], feat.shape[1]
     tab = _grpo_table(G, bessel, aeps)
     for r in prange(R):  # runs are independent: each is done by one thread, in the same order for any count
+        ws = _workspace(C, K, d, P, G)
         _one_run(
             feat, featT, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, maskS, npos_c, rank,
             theta, am, av, M, phi_prev, J_min, ndec, eta0, unif, k0, n_steps, do_final, tab, r,
             method, sampled, G, bessel, aeps, lam, normalize, sched_kind, ac, tr_delta, max_halv, adam, b1, b2, adam_eps,
-            rec_every, o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta, f_J, f_Phi,
+            rec_every, o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta, f_J, f_Phi, ws,
         )
 
 
-@njit(cache=True, fastmath=_FASTMATH)
+@njit(cache=True)
+def _workspace(C, K, d, P, G):
+    """The scratch arrays of one run (_one_run's ws), allocated where reference counting is on."""
+    ib = np.empty(K, np.int64)  # exponent bits of 2^n in _exp_shifted
+    return (
+        np.empty((C, K)), np.empty((C, K)), np.empty((C, K)),  # z_all, p_all, cw_all: logits, pi, cw per context
+        np.full((C, _padded(K)), np.inf),  # cdf_all: sampled mode, cumsum of pi per context (+inf padding)
+        np.empty((C, d)), np.empty((C, d + 1)),  # gap; mphi: E_pi[phi] and E_pi ||phi|| (sampled mode)
+        np.empty((P, d)), np.empty((P, d)), np.empty((C, G)),  # w, u per block; rg: rewards of the groups
+        np.empty(C), np.empty(K), np.empty(C), np.empty(C), np.empty(C), np.empty(C),  # gs_all, ex, Jc, Jbc, Phic, Hc
+        np.empty(P), np.empty(P), np.empty(K), np.empty(G), np.empty(G), np.empty(d),  # wabs, eta, cdf, rv, A, trial
+        ib, ib.view(np.float64), np.empty((C, G), np.int64),  # ib and its float64 view fb; idx: drawn arms
+    )
+
+
+# _one_run and the functions it calls are compiled without reference counting (_nrt=False): the arrays they
+# index are owned by _kernel, and every array passed to a counted function costs two atomic operations per call
+@njit(cache=True, fastmath=_FASTMATH, _nrt=False)
 def _one_run(
     feat, featT, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, maskS, npos_c, rank,
     theta, am, av, M, phi_prev, J_min, ndec, eta0, unif, k0, n_steps, do_final, tab, r,
     method, sampled, G, bessel, aeps, lam, normalize, sched, ac, tr_delta, max_halv, adam, b1, b2, adam_eps,
-    rec_every, o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta, f_J, f_Phi,
+    rec_every, o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta, f_J, f_Phi, ws,
 ):
-    """Steps k0 .. k0 + n_steps (and the final state if do_final) of run r (the body of _kernel)."""
+    """Steps k0 .. k0 + n_steps (and the final state if do_final) of run r (the body of _kernel); ws is the
+    run's scratch (_workspace)."""
     P = theta.shape[1]
     C, K, d = feat.shape[0], feat.shape[1], feat.shape[2]
-    z_all = np.empty((C, K))
-    p_all = np.empty((C, K))
-    cw_all = np.empty((C, K))
-    cdf_all = np.empty((C, K))  # sampled mode: cumsum of pi per context
-    gs_all = np.empty(C)  # exact mode: sum_a |cw_a| ||phi_a|| per context
-    ex = np.empty(K)  # exp(z - class max) in _forward
-    ib = np.empty(K, np.int64)  # exponent bits of 2^n in _exp_shifted
-    fb = ib.view(np.float64)
+    z_all, p_all, cw_all, cdf_all, gap, mphi, w, u, rg, gs_all, ex, Jc, Jbc, Phic, Hc, wabs, eta, cdf, rv, A, trial, ib, fb, idx = ws
     want_p = sampled or sched == 3
-    gap = np.empty((C, d))
-    mphi = np.empty((C, d + 1))  # E_pi[phi] and E_pi ||phi|| per context (sampled mode)
-    Jc = np.empty(C)
-    Jbc = np.empty(C)
-    Phic = np.empty(C)
-    Hc = np.empty(C)
-    w = np.empty((P, d))
-    wabs = np.empty(P)
-    u = np.empty((P, d))
-    eta = np.empty(P)
-    cdf = np.empty(K)
-    idx = np.empty((C, G), np.int64)
-    rg = np.empty((C, G))
-    A = np.empty(G)
-    trial = np.empty(d)
     for k in range(n_steps + do_final):
         kk = k0 + k
         update = k < n_steps
         # 1) forward pass at theta_kk
         for c in range(C):
             J, Jb, Ph, H, gsc = _forward(
-                featST, fnormS, maskS, npos_c, c, theta[r, pmap[c]], z_all[c], ex, ib, fb, gap[c],
-                p_all[c], cw_all[c], want_p and update,
+                featST, fnormS, maskS, npos_c, c, theta, r, pmap[c], z_all, ex, ib, fb, gap, p_all, cw_all,
+                want_p and update,
             )
             Jc[c], Jbc[c], Phic[c], Hc[c], gs_all[c] = J, Jb, Ph, H, gsc
-            if sampled and update:  # cumsum of pi in the original arm order (the order of the draws)
-                acc = 0.0
-                for a in range(K):
-                    acc += p_all[c, rank[c, a]]
-                    cdf_all[c, a] = acc
             if kk > 0:
                 dph = Ph - phi_prev[r, c]
                 if dph < -1e-12 * (1.0 + abs(Ph)):
@@ -598,6 +677,8 @@ def _one_run(
             phi_prev[r, c] = Ph
             if J < J_min[r, c]:
                 J_min[r, c] = J
+        if sampled and update:  # cumsum of pi in the original arm order (the order of the draws)
+            _cdf_rows(p_all, rank, K, cdf_all)
         rec = kk % rec_every == 0 and update
         ri = kk // rec_every
         if rec:
@@ -626,12 +707,12 @@ def _one_run(
                 # gs_all[c]: scale of the terms that cancel in gap = sum_a cw_a phi_a (from _forward)
                 wabs[pb] += abs(sc) * gs_all[c]
             else:
-                cdfc = cdf_all[c]  # cumsum of pi, accumulated in _forward
-                for i in range(G):
-                    a = _draw(cdfc, unif[r, k, c, i])
+                for i in range(G):  # cdf_all[c]: cumsum of pi (_cdf_rows)
+                    a = _draw(cdf_all, c, K, unif[r, k, c, i])
                     idx[c, i] = a
-                    rg[c, i] = rew[c, a]
-                _advantages(method, rg[c], A, bessel, aeps, lam)
+                    rv[i] = rew[c, a]
+                    rg[c, i] = rv[i]
+                _advantages(method, rv, A, bessel, aeps, lam)
                 # w_x = (1/G) sum_i A_i phi(a_i) - (1/G) (sum_i A_i) E_pi[phi]
                 sA, sabs = 0.0, 0.0
                 for i in range(G):
@@ -645,7 +726,7 @@ def _one_run(
                             w[pb, j] += f * feat[c, a, j]
                 # E_pi[phi] and E_pi ||phi||, only when the advantages do not sum to 0 up to their round-off
                 if abs(sA) > _ADV_SUM_TOL * G * sabs:
-                    _mean_features(featST, fnormS, c, p_all[c], mphi[c])
+                    _mean_features(featST, fnormS, c, p_all, mphi)
                     wabs[pb] += abs(sA) * mphi[c, d]
                     for j in range(d):
                         w[pb, j] -= sA * mphi[c, j]
@@ -782,15 +863,32 @@ def _advantages_batch(method, r, bessel, eps, lam):
 @njit(cache=True)
 def _draw_batch(probs, u):
     out = np.empty(u.shape, np.int64)
-    cdf = np.empty(probs.shape[1])
+    K = probs.shape[1]
+    cdf = np.full((1, _padded(K)), np.inf)
     for c in range(probs.shape[0]):
         acc = 0.0
-        for a in range(probs.shape[1]):
+        for a in range(K):
             acc += probs[c, a]
-            cdf[a] = acc
+            cdf[0, a] = acc
         for i in range(u.shape[1]):
-            out[c, i] = _draw(cdf, u[c, i])
+            out[c, i] = _draw(cdf, 0, K, u[c, i])
     return out
+
+
+@njit(cache=True)
+def _cdf_batch(probs, rank):
+    K = probs.shape[1]
+    out = np.full((probs.shape[0], _padded(K)), np.inf)
+    _cdf_rows(probs, rank, K, out)
+    return out
+
+
+def cdf_rows_nb(probs, rank=None) -> np.ndarray:
+    """The sampled engine's cdf rows [C, K]: cdf[c, a] = sum_{b <= a} probs[c, rank[c, b]] by four blocked running
+    sums (rank: identity by default; for tests against numpy.cumsum)."""
+    p = np.ascontiguousarray(probs, dtype=np.float64)
+    rk = np.broadcast_to(np.arange(p.shape[1]), p.shape) if rank is None else np.asarray(rank)
+    return _cdf_batch(p, np.ascontiguousarray(rk, dtype=np.uint32))[:, : p.shape[1]]
 
 
 def draws_nb(probs, u) -> np.ndarray:
@@ -964,7 +1062,8 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
     fnormS = np.ascontiguousarray(np.take_along_axis(fnorm, perm, axis=1))
     npos = bandit.rewards.sum(axis=1).astype(np.int64)
     maskS = np.ascontiguousarray(np.take_along_axis(bandit.rewards, perm, axis=1))  # 1 on the correct arms
-    rank = np.ascontiguousarray(np.argsort(perm, axis=1))  # position of each original arm among the sorted
+    # position of each original arm among the sorted; unsigned, so indexing with it skips the negative-index fix
+    rank = np.ascontiguousarray(np.argsort(perm, axis=1).astype(np.uint32))
     order = np.argsort(pmap, kind="stable")
     blk_ptr = np.searchsorted(pmap[order], np.arange(P + 1)).astype(np.int64)
     am, av = np.zeros((R, P, d)), np.zeros((R, P, d))

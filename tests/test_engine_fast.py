@@ -67,10 +67,11 @@ _THREADS_SCRIPT = textwrap.dedent("""
 """)
 
 
-def _searchsorted_draw(probs, u):
-    """The draw by binary search (numpy.searchsorted, side='right') on the sequential cumsum, capped at the last
-    arm that moves the cdf when u * total reaches the total: the independent route for engine.draws_nb."""
-    cdf = np.cumsum(probs)
+def _searchsorted_draw(probs, u, cdf=None):
+    """The draw by binary search (numpy.searchsorted, side='right') on the cdf (default: the sequential cumsum),
+    capped at the last arm that moves the cdf when u * total reaches the total: the independent route for
+    engine.draws_nb."""
+    cdf = np.cumsum(probs) if cdf is None else cdf
     a = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
     if a == len(cdf):
         a = len(cdf) - 1
@@ -118,6 +119,41 @@ def test_engine_draws_equal_searchsorted_on_adversarial_cdfs():
             np.testing.assert_array_equal(got, sample_arms(p[None, :], us[None, :])[0])
 
     check_table(rows, row)
+
+
+@pytest.mark.parametrize("K", [1, 2, 3, 4, 5, 6, 7, 9, 13, 37, 100, 101, 130])
+def test_blocked_cdf_rows_are_a_monotone_cumsum(K):
+    """The engine's cdf (four blocked running sums, then shifts) is within 2 K ulp of numpy.cumsum, never decreases,
+    repeats the previous entry at a zero-probability arm, gathers through rank, and gives draws of positive-mass
+    arms only, also at uniforms on (and one ulp around) its own boundaries."""
+    rng = np.random.default_rng(K)
+    for trial in range(20):
+        p = rng.dirichlet(np.full(K, 0.3)) * rng.choice([1.0, 1e-3, 7.0])
+        p[rng.random(K) < 0.3] = 0.0
+        if trial % 5 == 0:
+            p[rng.integers(K)] = 1e-300  # a mass below every ulp of the running sum
+        if not p.sum() > 0:
+            p[0] = 1.0
+        got = engine.cdf_rows_nb(p[None, :])[0]
+        want = np.cumsum(p)
+        assert np.max(np.abs(got - want)) <= 2 * K * np.finfo(float).eps * want[-1]
+        assert np.all(np.diff(got) >= 0)
+        prev = np.concatenate([[0.0], got[:-1]])
+        np.testing.assert_array_equal(got[p == 0], prev[p == 0])
+        order = rng.permutation(K)  # original arm b sits at sorted position order[b]: rank = order
+        sorted_p = np.empty(K)
+        sorted_p[order] = p
+        np.testing.assert_array_equal(engine.cdf_rows_nb(sorted_p[None, :], order[None, :])[0], got)
+        us = [0.0, 1.0, *rng.random(20)]
+        for x in got:
+            v = x / got[-1]
+            us += [v, np.nextafter(v, 0.0), np.nextafter(v, 2.0)]
+        us = np.clip(np.asarray(us), 0.0, 1.0)
+        padded = np.full((1, engine._padded(K)), np.inf)
+        padded[0, :K] = got
+        draws = np.array([engine._draw(padded, 0, K, u) for u in us])
+        assert np.all(p[draws] > 0)
+        np.testing.assert_array_equal(draws, [_searchsorted_draw(p, u, got) for u in us])
 
 
 @pytest.mark.parametrize("method", ["grpo", "rloo", "dr_grpo", "reinforce", "wapo", "psr", "nsr"])
