@@ -491,37 +491,40 @@ def _cdf_rows(p_all, rank, K, cdf_all):
     independent running sums (a single running sum waits on each previous add), then every quarter is shifted
     by the total of those before it, off_{q+1} = off_q + S_q, the same addition that gives the quarter's last
     entry. Each row is therefore non-decreasing and a zero-probability arm repeats the entry before it, as in
-    a serial cumulative sum; the entries differ from numpy.cumsum's by a few ulp."""
+    a serial cumulative sum; the entries differ from numpy.cumsum's by a few ulp. (Row and quarter views keep
+    every index a loop counter from 0, so no negative-index fix-up is compiled into the loops.)"""
     C = p_all.shape[0]
     L = (K + 3) // 4
     n1, n2, n3 = min(max(K - L, 0), L), min(max(K - 2 * L, 0), L), min(max(K - 3 * L, 0), L)
     for c in range(C):
+        p, rk, out = p_all[c], rank[c, :K], cdf_all[c, :K]
+        rk1, rk2, rk3 = rk[min(L, K):], rk[min(2 * L, K):], rk[min(3 * L, K):]
+        o1, o2, o3 = out[min(L, K):], out[min(2 * L, K):], out[min(3 * L, K):]
         s0, s1, s2, s3 = 0.0, 0.0, 0.0, 0.0
         for j in range(n3):  # all four quarters
-            s0 += p_all[c, rank[c, j]]
-            cdf_all[c, j] = s0
-            s1 += p_all[c, rank[c, L + j]]
-            cdf_all[c, L + j] = s1
-            s2 += p_all[c, rank[c, 2 * L + j]]
-            cdf_all[c, 2 * L + j] = s2
-            s3 += p_all[c, rank[c, 3 * L + j]]
-            cdf_all[c, 3 * L + j] = s3
+            s0 += p[rk[j]]
+            out[j] = s0
+            s1 += p[rk1[j]]
+            o1[j] = s1
+            s2 += p[rk2[j]]
+            o2[j] = s2
+            s3 += p[rk3[j]]
+            o3[j] = s3
         for j in range(n3, min(L, K)):  # the first three quarters (the last is shorter or empty)
-            s0 += p_all[c, rank[c, j]]
-            cdf_all[c, j] = s0
+            s0 += p[rk[j]]
+            out[j] = s0
             if j < n1:
-                s1 += p_all[c, rank[c, L + j]]
-                cdf_all[c, L + j] = s1
+                s1 += p[rk1[j]]
+                o1[j] = s1
             if j < n2:
-                s2 += p_all[c, rank[c, 2 * L + j]]
-                cdf_all[c, 2 * L + j] = s2
-        for q in range(1, 4):  # shift quarter q by the cdf's value at the end of quarter q - 1
-            lo, hi = q * L, min((q + 1) * L, K)
-            if lo >= hi:
+                s2 += p[rk2[j]]
+                o2[j] = s2
+        for q, seg, n in ((1, o1, n1), (2, o2, n2), (3, o3, n3)):  # shift quarter q by the cdf at the end of q - 1
+            if n == 0:
                 break
-            off = cdf_all[c, lo - 1]
-            for a in range(lo, hi):
-                cdf_all[c, a] = off + cdf_all[c, a]
+            off = out[q * L - 1]
+            for a in range(n):
+                seg[a] = off + seg[a]
 
 
 @njit(cache=True)
@@ -532,13 +535,21 @@ def _padded(K):
 
 @njit(cache=True, inline="always")
 def _search_right(cdf_all, c, x):
-    """numpy.searchsorted(cdf, x, side='right') for the non-decreasing row cdf = cdf_all[c]: the number of
-    entries <= x, counted in one branch-free pass that vectorises (G of them cost less than G binary searches,
-    whose branches mispredict). The row's +inf padding is never counted (x is finite)."""
+    """numpy.searchsorted(cdf, x, side='right') for the non-decreasing row cdf = cdf_all[c] (length a multiple of
+    _CDF_PAD, +inf padding never counted as x is finite): the number of entries <= x, in two branch-free
+    counts that vectorise: the blocks of _CDF_PAD entries whose last entry is <= x (all their entries are),
+    then the entries <= x in the next block (every later entry is > x). A count costs less than a binary
+    search, whose branches mispredict."""
+    nblk = cdf_all.shape[1] // _CDF_PAD
+    w = cdf_all.shape[1] // nblk  # = _CDF_PAD, as a run-time trip count: a constant one is unrolled to scalar code
+    b = 0
+    for i in range(nblk - 1):
+        b += cdf_all[c, i * w + w - 1] <= x
+    row = cdf_all[c, b * w:]
     n = 0
-    for a in range(cdf_all.shape[1]):
-        n += cdf_all[c, a] <= x
-    return n
+    for a in range(w):
+        n += row[a] <= x
+    return b * w + n
 
 
 @njit(cache=True, inline="always")
