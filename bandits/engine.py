@@ -290,17 +290,18 @@ _EXP_FLOOR = -708.0  # exp(-708) is still a normal double; lower shifted logits 
 
 
 @njit(cache=True, _nrt=False)  # strict on purpose: re-association would undo the two-part range reduction
-def _exp_shifted(z_all, c, zmp, zmn, npos, out, ib, fb):
+def _exp_shifted(z_all, c, zmp, zmn, npos, K, out, ib, fb):
     """out[a] = exp(z[a] - shift_a) for z = z_all[c], shift_a = zmp for a < npos else zmn (z[a] <= shift_a), as
-    loops over all K arms that vectorise (a loop over a sub-range of the arms does not).
+    loops over all arms that vectorise (a loop over a sub-range of the arms does not); the padding arms
+    a >= K (out has a multiple of _ARM_PAD entries, so the loops have no scalar tail) get out[a] = 0.
 
     exp(x) = 2^n exp(r), n = round(x / ln 2), r = x - n ln 2 in [-ln2/2, ln2/2]; exp(r) by its Taylor
     polynomial of degree 13 (truncation < 4e-18), 2^n assembled from its exponent bits in ib (an int64
     buffer) read back through fb (its float64 view). Within a few ulp of math.exp; x < -708 gives exp(-708).
     """
-    K = z_all.shape[1]
-    for a in range(K):
-        x = z_all[c, a] - (zmp if a < npos else zmn)
+    Kp = out.shape[0]
+    for a in range(Kp):
+        x = z_all[c, a] - (zmp if a < npos else zmn) if a < K else 0.0
         if x < _EXP_FLOOR:
             x = _EXP_FLOOR
         n = math.floor(x * _LOG2E + 0.5)
@@ -319,8 +320,8 @@ def _exp_shifted(z_all, c, zmp, zmn, npos, out, ib, fb):
         q = q * r + 0.5
         q = q * r + 1.0
         out[a] = q * r + 1.0
-        ib[a] = (np.int64(n) + 1023) << 52
-    for a in range(K):
+        ib[a] = (np.int64(n) + 1023) << 52 if a < K else 0  # 2^n, or 0.0 on the padding
+    for a in range(Kp):
         out[a] *= fb[a]
 
 
@@ -364,26 +365,27 @@ def _range_max(z_all, c, lo, hi):
 
 
 @njit(cache=True, fastmath=_FASTMATH, inline="always")
-def _forward(featST, fnormS, maskS, npos_c, c, theta, r, pb, z_all, e, ib, fb, gap, p_all, cw_all, want_p):
+def _forward(featST, fnormS, maskS, npos_c, K, c, theta, r, pb, z_all, e, ib, fb, gap, p_all, cw_all, want_p):
     """Logits, J, 1-J, Phi, entropy and Gap of context c at parameters theta[r, pb], on class-sorted arms.
 
-    featST [C, d, K] holds the arms of each context with its npos_c[c] correct arms first (maskS = 1 on
-    them, else 0), so every pass is a branch-free loop over all arms that vectorises (the class maxima are
-    taken over the two contiguous classes): e_a = exp(z_a - max of its class), S+/- = class sums,
+    featST [C, d, Kp] holds the K arms of each context with its npos_c[c] correct arms first (maskS = 1 on
+    them, else 0), padded with zero arms to Kp, a multiple of _ARM_PAD, so every pass is a branch-free loop
+    over all Kp arms that vectorises without a scalar tail (the class maxima are taken over the two contiguous
+    classes; the padding has e = cw = pi = 0): e_a = exp(z_a - max of its class), S+/- = class sums,
     Phi = log S+ - log S- + shifts (the log-odds), J = sigmoid(Phi), pi_a = e_a J / S+ on O+ and
     e_a (1 - J) / S- on O-, Gap = sum_a cw_a phi_a with cw = e/S+ on O+ and -e/S- on O- (= g+ - g-),
     H = -sum_a pi_a (z_a - lse). Four scalar transcendentals per context (two logs, one exp, one log1p).
     Returns (J, Jbar, Phi, H, gs) with gs = sum_a |cw_a| ||phi_a||, the scale of the terms that cancel in
     Gap; z_all[c], cw_all[c] and gap[c] are filled, and with want_p also p_all[c] = pi (sorted arm order).
     """
-    K = featST.shape[2]
+    Kp = featST.shape[2]
     npos = npos_c[c]
     _logits_at(featST, c, theta, r, pb, z_all)
     zmp = _range_max(z_all, c, 0, npos)
     zmn = _range_max(z_all, c, npos, K)
-    _exp_shifted(z_all, c, zmp, zmn, npos, e, ib, fb)
+    _exp_shifted(z_all, c, zmp, zmn, npos, K, e, ib, fb)
     Sp, Sn = 0.0, 0.0
-    for a in range(K):
+    for a in range(Kp):
         Sp += e[a] * maskS[c, a]
         Sn += e[a] * (1.0 - maskS[c, a])
     lsep = zmp + math.log(Sp)
@@ -398,7 +400,7 @@ def _forward(featST, fnormS, maskS, npos_c, c, theta, r, pb, z_all, e, ib, fb, g
     fp, fn = J * ip, -Jb * im  # pi_a = e_a exp(shift - lse) = e_a J / S+ on O+, e_a (1 - J) / S- on O-
     H, gs = 0.0, 0.0
     if want_p:
-        for a in range(K):
+        for a in range(Kp):
             m = maskS[c, a]
             wa = e[a] * (m * ip + (1.0 - m) * im)
             cw_all[c, a] = wa
@@ -407,7 +409,7 @@ def _forward(featST, fnormS, maskS, npos_c, c, theta, r, pb, z_all, e, ib, fb, g
             p_all[c, a] = pa
             H -= pa * (z_all[c, a] - lse)
     else:
-        for a in range(K):
+        for a in range(Kp):
             m = maskS[c, a]
             wa = e[a] * (m * ip + (1.0 - m) * im)
             cw_all[c, a] = wa
@@ -481,6 +483,7 @@ def _logodds(featT, rew, c, th, z):
     return (zmp + math.log(Sp)) - (zmn + math.log(Sn))
 
 
+_ARM_PAD = 8  # the class-sorted per-arm rows are padded with zero arms to a multiple of this (one AVX-512 vector)
 _CDF_PAD = 32  # the cdf rows are padded with +inf to a multiple of this (the count loop has no scalar tail)
 
 
@@ -627,10 +630,10 @@ def _kernel(
     f_J, f_Phi,  # final values
 ):
     R, P, d = theta.shape
-    C, K = feat.shape[0], feat.shape[1]
+    C, K, Kp = feat.shape[0], feat.shape[1], featST.shape[2]
     tab = _grpo_table(G, bessel, aeps)
     for r in prange(R):  # runs are independent: each is done by one thread, in the same order for any count
-        ws = _workspace(C, K, d, P, G)
+        ws = _workspace(C, K, Kp, d, P, G)
         _one_run(
             feat, featT, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, maskS, npos_c, rank,
             theta, am, av, M, phi_prev, J_min, ndec, eta0, unif, k0, n_steps, do_final, tab, r,
@@ -640,15 +643,16 @@ def _kernel(
 
 
 @njit(cache=True)
-def _workspace(C, K, d, P, G):
-    """The scratch arrays of one run (_one_run's ws), allocated where reference counting is on."""
-    ib = np.empty(K, np.int64)  # exponent bits of 2^n in _exp_shifted
+def _workspace(C, K, Kp, d, P, G):
+    """The scratch arrays of one run (_one_run's ws), allocated where reference counting is on; the per-arm
+    rows of _forward have Kp >= K columns (zero padding)."""
+    ib = np.zeros(Kp, np.int64)  # exponent bits of 2^n in _exp_shifted
     return (
-        np.empty((C, K)), np.empty((C, K)), np.empty((C, K)),  # z_all, p_all, cw_all: logits, pi, cw per context
+        np.zeros((C, Kp)), np.zeros((C, Kp)), np.zeros((C, Kp)),  # z_all, p_all, cw_all: logits, pi, cw per context
         np.full((C, _padded(K)), np.inf),  # cdf_all: sampled mode, cumsum of pi per context (+inf padding)
         np.empty((C, d)), np.empty((C, d + 1)),  # gap; mphi: E_pi[phi] and E_pi ||phi|| (sampled mode)
         np.empty((P, d)), np.empty((P, d)), np.empty((C, G)),  # w, u per block; rg: rewards of the groups
-        np.empty(C), np.empty(K), np.empty(C), np.empty(C), np.empty(C), np.empty(C),  # gs_all, ex, Jc, Jbc, Phic, Hc
+        np.empty(C), np.zeros(Kp), np.empty(C), np.empty(C), np.empty(C), np.empty(C),  # gs_all, ex, Jc, Jbc, Phic, Hc
         np.empty(P), np.empty(P), np.empty(K), np.empty(G), np.empty(G), np.empty(d),  # wabs, eta, cdf, rv, A, trial
         ib, ib.view(np.float64), np.empty((C, G), np.int64),  # ib and its float64 view fb; idx: drawn arms
     )
@@ -675,7 +679,7 @@ def _one_run(
         # 1) forward pass at theta_kk
         for c in range(C):
             J, Jb, Ph, H, gsc = _forward(
-                featST, fnormS, maskS, npos_c, c, theta, r, pmap[c], z_all, ex, ib, fb, gap, p_all, cw_all,
+                featST, fnormS, maskS, npos_c, K, c, theta, r, pmap[c], z_all, ex, ib, fb, gap, p_all, cw_all,
                 want_p and update,
             )
             Jc[c], Jbc[c], Phic[c], Hc[c], gs_all[c] = J, Jb, Ph, H, gsc
@@ -1069,10 +1073,15 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
     featT = np.ascontiguousarray(np.swapaxes(bandit.features, 1, 2))  # [C, d, K]: logits vectorise over arms
     perm = np.ascontiguousarray(np.argsort(-bandit.rewards, axis=1, kind="stable"))  # correct arms first
     featS = np.ascontiguousarray(np.take_along_axis(bandit.features, perm[..., None], axis=1))
-    featST = np.ascontiguousarray(np.swapaxes(featS, 1, 2))
-    fnormS = np.ascontiguousarray(np.take_along_axis(fnorm, perm, axis=1))
+    K = bandit.n_arms
+    Kp = -(-K // _ARM_PAD) * _ARM_PAD  # sorted arms padded with zero arms: the per-arm loops have no scalar tail
+    featST = np.zeros((C, d, Kp))
+    featST[:, :, :K] = np.swapaxes(featS, 1, 2)
+    fnormS = np.zeros((C, Kp))
+    fnormS[:, :K] = np.take_along_axis(fnorm, perm, axis=1)
     npos = bandit.rewards.sum(axis=1).astype(np.int64)
-    maskS = np.ascontiguousarray(np.take_along_axis(bandit.rewards, perm, axis=1))  # 1 on the correct arms
+    maskS = np.zeros((C, Kp))
+    maskS[:, :K] = np.take_along_axis(bandit.rewards, perm, axis=1)  # 1 on the correct arms
     # position of each original arm among the sorted; unsigned, so indexing with it skips the negative-index fix
     rank = np.ascontiguousarray(np.argsort(perm, axis=1).astype(np.uint32))
     order = np.argsort(pmap, kind="stable")
