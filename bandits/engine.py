@@ -326,23 +326,32 @@ def _exp_shifted(z_all, c, zmp, zmn, npos, K, out, ib, fb):
 
 
 @njit(cache=True, _nrt=False)
-def _logits_at(featST, c, theta, r, pb, z_all):
-    """z_all[c] = logits of context c at theta[r, pb]: _logits on the engine's state arrays, indexed in place
-    (no array views in the hot loop: each view costs an atomic reference count)."""
+def _logits_pair(featST, c, theta, r0, r1, pb, z2):
+    """z2[s, c] = logits of context c at theta[r_s, pb] for the two runs r0, r1 of a pair, in one pass over the
+    features (each feature is loaded once for both runs). Each logit is summed in feature order, with the same
+    operations for both runs, so a run's logits do not depend on its partner or slot. Four features per pass
+    over the arms (a quarter of the loads and stores of z)."""
     d, K = featST.shape[1], featST.shape[2]
     for a in range(K):
-        z_all[c, a] = 0.0
+        z2[0, c, a] = 0.0
+        z2[1, c, a] = 0.0
     j = 0
     while j + 4 <= d:
-        t0, t1, t2, t3 = theta[r, pb, j], theta[r, pb, j + 1], theta[r, pb, j + 2], theta[r, pb, j + 3]
+        t0, t1, t2, t3 = theta[r0, pb, j], theta[r0, pb, j + 1], theta[r0, pb, j + 2], theta[r0, pb, j + 3]
+        u0, u1, u2, u3 = theta[r1, pb, j], theta[r1, pb, j + 1], theta[r1, pb, j + 2], theta[r1, pb, j + 3]
         for a in range(K):
-            x = (z_all[c, a] + featST[c, j, a] * t0) + featST[c, j + 1, a] * t1
-            z_all[c, a] = (x + featST[c, j + 2, a] * t2) + featST[c, j + 3, a] * t3
+            f0, f1, f2, f3 = featST[c, j, a], featST[c, j + 1, a], featST[c, j + 2, a], featST[c, j + 3, a]
+            x = (z2[0, c, a] + f0 * t0) + f1 * t1
+            z2[0, c, a] = (x + f2 * t2) + f3 * t3
+            y = (z2[1, c, a] + f0 * u0) + f1 * u1
+            z2[1, c, a] = (y + f2 * u2) + f3 * u3
         j += 4
     while j < d:
-        tj = theta[r, pb, j]
+        tj, uj = theta[r0, pb, j], theta[r1, pb, j]
         for a in range(K):
-            z_all[c, a] += featST[c, j, a] * tj
+            f0 = featST[c, j, a]
+            z2[0, c, a] += f0 * tj
+            z2[1, c, a] += f0 * uj
         j += 1
 
 
@@ -365,22 +374,21 @@ def _range_max(z_all, c, lo, hi):
 
 
 @njit(cache=True, fastmath=_FASTMATH, inline="always")
-def _forward(featST, fnormS, maskS, npos_c, K, c, theta, r, pb, z_all, e, ib, fb, gap, p_all, cw_all, want_p):
-    """Logits, J, 1-J, Phi, entropy and Gap of context c at parameters theta[r, pb], on class-sorted arms.
+def _class_split(fnormS, maskS, npos_c, K, c, z_all, e, ib, fb, p_all, cw_all, want_p):
+    """J, 1-J, Phi, entropy and the Gap weights of context c from its logits z_all[c], on class-sorted arms.
 
-    featST [C, d, Kp] holds the K arms of each context with its npos_c[c] correct arms first (maskS = 1 on
-    them, else 0), padded with zero arms to Kp, a multiple of _ARM_PAD, so every pass is a branch-free loop
-    over all Kp arms that vectorises without a scalar tail (the class maxima are taken over the two contiguous
-    classes; the padding has e = cw = pi = 0): e_a = exp(z_a - max of its class), S+/- = class sums,
+    The rows hold the K arms of each context with its npos_c[c] correct arms first (maskS = 1 on them, else 0),
+    padded with zero arms to Kp, a multiple of _ARM_PAD, so every pass is a branch-free loop over all Kp arms
+    that vectorises without a scalar tail (the class maxima are taken over the two contiguous classes; the
+    padding has e = cw = pi = 0): e_a = exp(z_a - max of its class), S+/- = class sums,
     Phi = log S+ - log S- + shifts (the log-odds), J = sigmoid(Phi), pi_a = e_a J / S+ on O+ and
-    e_a (1 - J) / S- on O-, Gap = sum_a cw_a phi_a with cw = e/S+ on O+ and -e/S- on O- (= g+ - g-),
+    e_a (1 - J) / S- on O-, cw = e/S+ on O+ and -e/S- on O- (Gap = sum_a cw_a phi_a = g+ - g-),
     H = -sum_a pi_a (z_a - lse). Four scalar transcendentals per context (two logs, one exp, one log1p).
     Returns (J, Jbar, Phi, H, gs) with gs = sum_a |cw_a| ||phi_a||, the scale of the terms that cancel in
-    Gap; z_all[c], cw_all[c] and gap[c] are filled, and with want_p also p_all[c] = pi (sorted arm order).
+    Gap; cw_all[c] is filled, and with want_p also p_all[c] = pi (sorted arm order).
     """
-    Kp = featST.shape[2]
+    Kp = z_all.shape[1]
     npos = npos_c[c]
-    _logits_at(featST, c, theta, r, pb, z_all)
     zmp = _range_max(z_all, c, 0, npos)
     zmn = _range_max(z_all, c, npos, K)
     _exp_shifted(z_all, c, zmp, zmn, npos, K, e, ib, fb)
@@ -415,8 +423,53 @@ def _forward(featST, fnormS, maskS, npos_c, K, c, theta, r, pb, z_all, e, ib, fb
             cw_all[c, a] = wa
             gs += abs(wa) * fnormS[c, a]
             H -= e[a] * (m * fp + (1.0 - m) * fn) * (z_all[c, a] - lse)
-    _matvec(featST, c, cw_all, gap)
     return J, Jb, Ph, H, gs
+
+
+@njit(cache=True, fastmath=_FASTMATH, inline="always")
+def _forward_pair(featST, fnormS, maskS, npos_c, K, c, theta, r0, r1, pb, z2, e, ib, fb, gap2, p2, cw2, fw, want_p):
+    """The forward pass of context c for the runs r0, r1 of a pair (featST [C, d, Kp], sorted and padded arms):
+    logits of both in one pass over the features, _class_split per run, and Gap = sum_a cw_a phi_a of both in
+    one pass. fw[s, :, c] = (J, Jbar, Phi, H, gs) of run slot s; z2, cw2, gap2 (and with want_p p2) are filled.
+    The two slots run the same operations, so a run's results do not depend on its partner or slot."""
+    _logits_pair(featST, c, theta, r0, r1, pb, z2)
+    for s in range(2):
+        J, Jb, Ph, H, gs = _class_split(fnormS, maskS, npos_c, K, c, z2[s], e, ib, fb, p2[s], cw2[s], want_p)
+        fw[s, 0, c], fw[s, 1, c], fw[s, 2, c], fw[s, 3, c], fw[s, 4, c] = J, Jb, Ph, H, gs
+    _matvec_pair(featST, c, cw2, gap2)
+
+
+@njit(cache=True, fastmath=_FASTMATH, inline="always")
+def _matvec_pair(featST, c, x2, out2):
+    """out2[s, c, j] = sum_a x2[s, c, a] featST[c, j, a] for both slots s and j < d, in one pass over the
+    features (four features per pass; each feature loaded once for both slots, same operations per slot)."""
+    d, K = featST.shape[1], featST.shape[2]
+    j = 0
+    while j + 4 <= d:
+        s0, s1, s2, s3 = 0.0, 0.0, 0.0, 0.0
+        v0, v1, v2, v3 = 0.0, 0.0, 0.0, 0.0
+        for a in range(K):
+            xa, ya = x2[0, c, a], x2[1, c, a]
+            f0, f1, f2, f3 = featST[c, j, a], featST[c, j + 1, a], featST[c, j + 2, a], featST[c, j + 3, a]
+            s0 += xa * f0
+            s1 += xa * f1
+            s2 += xa * f2
+            s3 += xa * f3
+            v0 += ya * f0
+            v1 += ya * f1
+            v2 += ya * f2
+            v3 += ya * f3
+        out2[0, c, j], out2[0, c, j + 1], out2[0, c, j + 2], out2[0, c, j + 3] = s0, s1, s2, s3
+        out2[1, c, j], out2[1, c, j + 1], out2[1, c, j + 2], out2[1, c, j + 3] = v0, v1, v2, v3
+        j += 4
+    while j < d:
+        s0, v0 = 0.0, 0.0
+        for a in range(K):
+            f0 = featST[c, j, a]
+            s0 += x2[0, c, a] * f0
+            v0 += x2[1, c, a] * f0
+        out2[0, c, j], out2[1, c, j] = s0, v0
+        j += 1
 
 
 @njit(cache=True, fastmath=_FASTMATH, inline="always")
@@ -632,11 +685,11 @@ def _kernel(
     R, P, d = theta.shape
     C, K, Kp = feat.shape[0], feat.shape[1], featST.shape[2]
     tab = _grpo_table(G, bessel, aeps)
-    for r in prange(R):  # runs are independent: each is done by one thread, in the same order for any count
+    for q in prange((R + 1) // 2):  # runs 2q and 2q + 1 are done by one thread, in the same order for any count
         ws = _workspace(C, K, Kp, d, P, G)
-        _one_run(
+        _one_pair(
             feat, featT, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, maskS, npos_c, rank,
-            theta, am, av, M, phi_prev, J_min, ndec, eta0, unif, k0, n_steps, do_final, tab, r,
+            theta, am, av, M, phi_prev, J_min, ndec, eta0, unif, k0, n_steps, do_final, tab, 2 * q, min(2 * q + 1, R - 1),
             method, sampled, G, bessel, aeps, lam, normalize, sched_kind, ac, tr_delta, max_halv, adam, b1, b2, adam_eps,
             rec_every, o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta, f_J, f_Phi, ws,
         )
@@ -644,226 +697,256 @@ def _kernel(
 
 @njit(cache=True)
 def _workspace(C, K, Kp, d, P, G):
-    """The scratch arrays of one run (_one_run's ws), allocated where reference counting is on; the per-arm
-    rows of _forward have Kp >= K columns (zero padding)."""
+    """The scratch arrays of one pair of runs (_one_pair's ws), allocated where reference counting is on; a
+    leading axis of 2 holds what the forward pass fills per run slot; the per-arm rows have Kp >= K columns
+    (zero padding)."""
     ib = np.zeros(Kp, np.int64)  # exponent bits of 2^n in _exp_shifted
     return (
-        np.zeros((C, Kp)), np.zeros((C, Kp)), np.zeros((C, Kp)),  # z_all, p_all, cw_all: logits, pi, cw per context
-        np.full((C, _padded(K)), np.inf),  # cdf_all: sampled mode, cumsum of pi per context (+inf padding)
-        np.empty((C, d)), np.empty((C, d + 1)),  # gap; mphi: E_pi[phi] and E_pi ||phi|| (sampled mode)
+        np.zeros((2, C, Kp)), np.zeros((2, C, Kp)), np.zeros((2, C, Kp)),  # z2, p2, cw2: logits, pi, cw per context
+        np.full((2, C, _padded(K)), np.inf),  # cdf2: sampled mode, cumsum of pi per context (+inf padding)
+        np.empty((2, C, d)), np.empty((2, 5, C)),  # gap2; fw: (J, Jbar, Phi, H, gs) per slot and context
+        np.empty((C, d + 1)),  # mphi: E_pi[phi] and E_pi ||phi|| (sampled mode)
         np.empty((P, d)), np.empty((P, d)), np.empty((C, G)),  # w, u per block; rg: rewards of the groups
-        np.empty(C), np.zeros(Kp), np.empty(C), np.empty(C), np.empty(C), np.empty(C),  # gs_all, ex, Jc, Jbc, Phic, Hc
-        np.empty(P), np.empty(P), np.empty(K), np.empty(G), np.empty(G), np.empty(d),  # wabs, eta, cdf, rv, A, trial
+        np.zeros(Kp), np.empty(P), np.empty(P), np.empty(K), np.empty(G), np.empty(G), np.empty(d),
+        # ex, wabs, eta, cdf, rv, A, trial
         ib, ib.view(np.float64), np.empty((C, G), np.int64),  # ib and its float64 view fb; idx: drawn arms
     )
 
 
-# _one_run and the functions it calls are compiled without reference counting (_nrt=False): the arrays they
+# _one_pair and the functions it calls are compiled without reference counting (_nrt=False): the arrays they
 # index are owned by _kernel, and every array passed to a counted function costs two atomic operations per call
 @njit(cache=True, fastmath=_FASTMATH, _nrt=False)
-def _one_run(
+def _one_pair(
     feat, featT, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, maskS, npos_c, rank,
-    theta, am, av, M, phi_prev, J_min, ndec, eta0, unif, k0, n_steps, do_final, tab, r,
+    theta, am, av, M, phi_prev, J_min, ndec, eta0, unif, k0, n_steps, do_final, tab, r0, r1,
     method, sampled, G, bessel, aeps, lam, normalize, sched, ac, tr_delta, max_halv, adam, b1, b2, adam_eps,
     rec_every, o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta, f_J, f_Phi, ws,
 ):
-    """Steps k0 .. k0 + n_steps (and the final state if do_final) of run r (the body of _kernel); ws is the
-    run's scratch (_workspace)."""
+    """Steps k0 .. k0 + n_steps (and the final state if do_final) of the runs r0 and r1 (the body of _kernel):
+    the forward pass of both in lockstep (features loaded once for two runs), then each run's own update. With
+    r1 == r0 (the last run of an odd count) the second slot repeats the first's forward pass and is not used.
+    ws is the pair's scratch (_workspace)."""
     P = theta.shape[1]
     C, K, d = feat.shape[0], feat.shape[1], feat.shape[2]
-    z_all, p_all, cw_all, cdf_all, gap, mphi, w, u, rg, gs_all, ex, Jc, Jbc, Phic, Hc, wabs, eta, cdf, rv, A, trial, ib, fb, idx = ws
+    z2, p2, cw2, cdf2, gap2, fw, mphi, w, u, rg, ex, wabs, eta, cdf, rv, A, trial, ib, fb, idx = ws
     want_p = sampled or sched == 3
+    ns = 1 if r1 == r0 else 2
     for k in range(n_steps + do_final):
         kk = k0 + k
         update = k < n_steps
-        # 1) forward pass at theta_kk
+        # 1) forward pass at theta_kk, both runs
         for c in range(C):
-            J, Jb, Ph, H, gsc = _forward(
-                featST, fnormS, maskS, npos_c, K, c, theta, r, pmap[c], z_all, ex, ib, fb, gap, p_all, cw_all,
-                want_p and update,
+            _forward_pair(featST, fnormS, maskS, npos_c, K, c, theta, r0, r1, pmap[c], z2, ex, ib, fb, gap2, p2, cw2,
+                          fw, want_p and update)
+        for s in range(ns):
+            r = r0 if s == 0 else r1
+            _run_step(
+                feat, featT, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, npos_c, rank,
+                theta, am, av, M, phi_prev, J_min, ndec, eta0, unif, k, kk, update, tab, r,
+                method, sampled, G, bessel, aeps, lam, normalize, sched, ac, tr_delta, max_halv, adam, b1, b2, adam_eps,
+                rec_every, o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta, f_J, f_Phi,
+                p2[s], cw2[s], cdf2[s], gap2[s], fw[s, 0], fw[s, 1], fw[s, 2], fw[s, 3], fw[s, 4],
+                mphi, w, u, rg, wabs, eta, cdf, rv, A, trial, idx,
             )
-            Jc[c], Jbc[c], Phic[c], Hc[c], gs_all[c] = J, Jb, Ph, H, gsc
-            if kk > 0:
-                dph = Ph - phi_prev[r, c]
-                if dph < -1e-12 * (1.0 + abs(Ph)):
-                    ndec[r, c] += 1
-                if (kk - 1) % rec_every == 0:
-                    o_dPhi[r, (kk - 1) // rec_every, c] = dph
-            phi_prev[r, c] = Ph
-            if J < J_min[r, c]:
-                J_min[r, c] = J
-        if sampled and update:  # cumsum of pi in the original arm order (the order of the draws)
-            _cdf_rows(p_all, rank, K, cdf_all)
-        rec = kk % rec_every == 0 and update
-        ri = kk // rec_every
-        if rec:
-            for c in range(C):
-                o_J[r, ri, c] = Jc[c]
-                o_Phi[r, ri, c] = Phic[c]
-                o_H[r, ri, c] = Hc[c]
-                o_M[r, ri, c] = M[r, c]
-        if not update:
-            for c in range(C):
-                f_J[r, c] = Jc[c]
-                f_Phi[r, c] = Phic[c]
-            continue
-        # 2) direction per context, averaged into its block
-        for pb in range(P):
-            wabs[pb] = 0.0
+
+
+@njit(cache=True, fastmath=_FASTMATH, _nrt=False)
+def _run_step(
+    feat, featT, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, npos_c, rank,
+    theta, am, av, M, phi_prev, J_min, ndec, eta0, unif, k, kk, update, tab, r,
+    method, sampled, G, bessel, aeps, lam, normalize, sched, ac, tr_delta, max_halv, adam, b1, b2, adam_eps,
+    rec_every, o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta, f_J, f_Phi,
+    p_all, cw_all, cdf_all, gap, Jc, Jbc, Phic, Hc, gs_all,
+    mphi, w, u, rg, wabs, eta, cdf, rv, A, trial, idx,
+):
+    """Step kk of run r after its forward pass (J, Phi, ... per context in Jc, Jbc, Phic, Hc, gs_all; pi, cw and
+    Gap in p_all, cw_all, gap): records, the direction, the step size and the update (the final state's records
+    when not update)."""
+    P = theta.shape[1]
+    C, K, d = feat.shape[0], feat.shape[1], feat.shape[2]
+    for c in range(C):
+        J, Ph = Jc[c], Phic[c]
+        if kk > 0:
+            dph = Ph - phi_prev[r, c]
+            if dph < -1e-12 * (1.0 + abs(Ph)):
+                ndec[r, c] += 1
+            if (kk - 1) % rec_every == 0:
+                o_dPhi[r, (kk - 1) // rec_every, c] = dph
+        phi_prev[r, c] = Ph
+        if J < J_min[r, c]:
+            J_min[r, c] = J
+    if sampled and update:  # cumsum of pi in the original arm order (the order of the draws)
+        _cdf_rows(p_all, rank, K, cdf_all)
+    rec = kk % rec_every == 0 and update
+    ri = kk // rec_every
+    if rec:
+        for c in range(C):
+            o_J[r, ri, c] = Jc[c]
+            o_Phi[r, ri, c] = Phic[c]
+            o_H[r, ri, c] = Hc[c]
+            o_M[r, ri, c] = M[r, c]
+    if not update:
+        for c in range(C):
+            f_J[r, c] = Jc[c]
+            f_Phi[r, c] = Phic[c]
+        return
+    # 2) direction per context, averaged into its block
+    for pb in range(P):
+        wabs[pb] = 0.0
+        for j in range(d):
+            w[pb, j] = 0.0
+    for c in range(C):
+        pb = pmap[c]
+        nb = blk_ptr[pb + 1] - blk_ptr[pb]
+        if not sampled:
+            sc = _exact_scalar(method, Jc[c], Jbc[c], G, tab, lam) / nb
+            for j in range(d):
+                w[pb, j] += sc * gap[c, j]
+            # gs_all[c]: scale of the terms that cancel in gap = sum_a cw_a phi_a (from _class_split)
+            wabs[pb] += abs(sc) * gs_all[c]
+        else:
+            for i in range(G):  # cdf_all[c]: cumsum of pi (_cdf_rows)
+                a = _draw(cdf_all, c, K, unif[r, k, c, i])
+                idx[c, i] = a
+                rv[i] = rew[c, a]
+                rg[c, i] = rv[i]
+            _advantages(method, rv, A, bessel, aeps, lam)
+            # w_x = (1/G) sum_i A_i phi(a_i) - (1/G) (sum_i A_i) E_pi[phi]
+            sA, sabs = 0.0, 0.0
+            for i in range(G):
+                f = A[i] / G / nb
+                sA += f
+                sabs += abs(f)
+                if f != 0.0:
+                    a = idx[c, i]
+                    wabs[pb] += abs(f) * fnorm[c, a]
+                    for j in range(d):
+                        w[pb, j] += f * feat[c, a, j]
+            # E_pi[phi] and E_pi ||phi||, only when the advantages do not sum to 0 up to their round-off
+            if abs(sA) > _ADV_SUM_TOL * G * sabs:
+                _mean_features(featST, fnormS, c, p_all, mphi)
+                wabs[pb] += abs(sA) * mphi[c, d]
+                for j in range(d):
+                    w[pb, j] -= sA * mphi[c, j]
+    # 3) round-off cleanup, normalise, optimiser
+    for pb in range(P):
+        # a direction below 1e-12 of the terms it cancels from is round-off: make it exactly 0
+        nrm = 0.0
+        for j in range(d):
+            nrm += w[pb, j] * w[pb, j]
+        if math.sqrt(nrm) <= 1e-12 * wabs[pb]:
             for j in range(d):
                 w[pb, j] = 0.0
-        for c in range(C):
-            pb = pmap[c]
-            nb = blk_ptr[pb + 1] - blk_ptr[pb]
-            if not sampled:
-                sc = _exact_scalar(method, Jc[c], Jbc[c], G, tab, lam) / nb
-                for j in range(d):
-                    w[pb, j] += sc * gap[c, j]
-                # gs_all[c]: scale of the terms that cancel in gap = sum_a cw_a phi_a (from _forward)
-                wabs[pb] += abs(sc) * gs_all[c]
-            else:
-                for i in range(G):  # cdf_all[c]: cumsum of pi (_cdf_rows)
-                    a = _draw(cdf_all, c, K, unif[r, k, c, i])
-                    idx[c, i] = a
-                    rv[i] = rew[c, a]
-                    rg[c, i] = rv[i]
-                _advantages(method, rv, A, bessel, aeps, lam)
-                # w_x = (1/G) sum_i A_i phi(a_i) - (1/G) (sum_i A_i) E_pi[phi]
-                sA, sabs = 0.0, 0.0
-                for i in range(G):
-                    f = A[i] / G / nb
-                    sA += f
-                    sabs += abs(f)
-                    if f != 0.0:
-                        a = idx[c, i]
-                        wabs[pb] += abs(f) * fnorm[c, a]
-                        for j in range(d):
-                            w[pb, j] += f * feat[c, a, j]
-                # E_pi[phi] and E_pi ||phi||, only when the advantages do not sum to 0 up to their round-off
-                if abs(sA) > _ADV_SUM_TOL * G * sabs:
-                    _mean_features(featST, fnormS, c, p_all, mphi)
-                    wabs[pb] += abs(sA) * mphi[c, d]
-                    for j in range(d):
-                        w[pb, j] -= sA * mphi[c, j]
-        # 3) round-off cleanup, normalise, optimiser
-        for pb in range(P):
-            # a direction below 1e-12 of the terms it cancels from is round-off: make it exactly 0
+        if normalize:
             nrm = 0.0
             for j in range(d):
                 nrm += w[pb, j] * w[pb, j]
-            if math.sqrt(nrm) <= 1e-12 * wabs[pb]:
+            nrm = math.sqrt(nrm)
+            if nrm > 0:
                 for j in range(d):
-                    w[pb, j] = 0.0
-            if normalize:
-                nrm = 0.0
+                    w[pb, j] /= nrm
+        if adam:
+            t = kk + 1.0
+            for j in range(d):
+                am[r, pb, j] = b1 * am[r, pb, j] + (1.0 - b1) * w[pb, j]
+                av[r, pb, j] = b2 * av[r, pb, j] + (1.0 - b2) * w[pb, j] * w[pb, j]
+                u[pb, j] = (am[r, pb, j] / (1.0 - b1**t)) / (math.sqrt(av[r, pb, j] / (1.0 - b2**t)) + adam_eps)
+        else:
+            for j in range(d):
+                u[pb, j] = w[pb, j]
+    # 4) step size per block
+    for pb in range(P):
+        e0 = eta0[r, pb]
+        if sched == 0:
+            eta[pb] = e0
+        elif sched == 1:
+            eta[pb] = e0 / math.sqrt(kk + 1.0)
+        elif sched == 2:
+            base = 0.0
+            for q in range(blk_ptr[pb], blk_ptr[pb + 1]):
+                base += Phic[blk_ctx[q]]
+            e = e0
+            ok = False
+            dmb = 0.0  # first-order change; below the resolution of Phi the test is meaningless
+            for q in range(blk_ptr[pb], blk_ptr[pb + 1]):
                 for j in range(d):
-                    nrm += w[pb, j] * w[pb, j]
-                nrm = math.sqrt(nrm)
-                if nrm > 0:
-                    for j in range(d):
-                        w[pb, j] /= nrm
-            if adam:
-                t = kk + 1.0
+                    dmb += u[pb, j] * gap[blk_ctx[q], j]
+            nh = max_halv + 1
+            if e0 * abs(dmb) <= 1e-12 * (1.0 + abs(base)):
+                ok = True
+                nh = 0  # skip the search: take eta0
+            for h in range(nh):
                 for j in range(d):
-                    am[r, pb, j] = b1 * am[r, pb, j] + (1.0 - b1) * w[pb, j]
-                    av[r, pb, j] = b2 * av[r, pb, j] + (1.0 - b2) * w[pb, j] * w[pb, j]
-                    u[pb, j] = (am[r, pb, j] / (1.0 - b1**t)) / (math.sqrt(av[r, pb, j] / (1.0 - b2**t)) + adam_eps)
-            else:
-                for j in range(d):
-                    u[pb, j] = w[pb, j]
-        # 4) step size per block
-        for pb in range(P):
-            e0 = eta0[r, pb]
-            if sched == 0:
-                eta[pb] = e0
-            elif sched == 1:
-                eta[pb] = e0 / math.sqrt(kk + 1.0)
-            elif sched == 2:
-                base = 0.0
+                    trial[j] = theta[r, pb, j] + e * u[pb, j]
+                tot = 0.0
                 for q in range(blk_ptr[pb], blk_ptr[pb + 1]):
-                    base += Phic[blk_ctx[q]]
-                e = e0
-                ok = False
-                dmb = 0.0  # first-order change; below the resolution of Phi the test is meaningless
-                for q in range(blk_ptr[pb], blk_ptr[pb + 1]):
-                    for j in range(d):
-                        dmb += u[pb, j] * gap[blk_ctx[q], j]
-                nh = max_halv + 1
-                if e0 * abs(dmb) <= 1e-12 * (1.0 + abs(base)):
+                    tot += _logodds(featT, rew, blk_ctx[q], trial, cdf)
+                if tot > base:
                     ok = True
-                    nh = 0  # skip the search: take eta0
-                for h in range(nh):
-                    for j in range(d):
-                        trial[j] = theta[r, pb, j] + e * u[pb, j]
-                    tot = 0.0
-                    for q in range(blk_ptr[pb], blk_ptr[pb + 1]):
-                        tot += _logodds(featT, rew, blk_ctx[q], trial, cdf)
-                    if tot > base:
-                        ok = True
-                        break
-                    e *= 0.5
-                    if e == 0.0:  # underflow: stop (a huge max_halvings must not hang)
-                        break
-                eta[pb] = e if ok else 0.0
-            else:
-                dsum, ksum, cnt, sdmax = 0.0, 0.0, 0, 0.0
-                for q in range(blk_ptr[pb], blk_ptr[pb + 1]):
-                    c = blk_ctx[q]
-                    if not sampled:
-                        # population moments of x_a = u . phi(a) under pi, pi+ and pi-
-                        mp_, mn_, m_ = 0.0, 0.0, 0.0
-                        for a in range(K):
-                            x = 0.0
-                            for j in range(d):
-                                x += u[pb, j] * featS[c, a, j]
-                            cdf[a] = x  # reuse as scratch
-                            m_ += p_all[c, a] * x
-                            if a < npos_c[c]:
-                                mp_ += cw_all[c, a] * x
-                            else:
-                                mn_ -= cw_all[c, a] * x
-                        vp, vn, v_ = 0.0, 0.0, 0.0
-                        for a in range(K):
-                            v_ += p_all[c, a] * (cdf[a] - m_) ** 2
-                            if a < npos_c[c]:
-                                vp += cw_all[c, a] * (cdf[a] - mp_) ** 2
-                            else:
-                                vn -= cw_all[c, a] * (cdf[a] - mn_) ** 2
-                        sdmax = max(sdmax, math.sqrt(v_))
-                        dsum += mp_ - mn_
-                        ksum += vn - vp
+                    break
+                e *= 0.5
+                if e == 0.0:  # underflow: stop (a huge max_halvings must not hang)
+                    break
+            eta[pb] = e if ok else 0.0
+        else:
+            dsum, ksum, cnt, sdmax = 0.0, 0.0, 0, 0.0
+            for q in range(blk_ptr[pb], blk_ptr[pb + 1]):
+                c = blk_ctx[q]
+                if not sampled:
+                    # population moments of x_a = u . phi(a) under pi, pi+ and pi-
+                    mp_, mn_, m_ = 0.0, 0.0, 0.0
+                    for a in range(K):
+                        x = 0.0
+                        for j in range(d):
+                            x += u[pb, j] * featS[c, a, j]
+                        cdf[a] = x  # reuse as scratch
+                        m_ += p_all[c, a] * x
+                        if a < npos_c[c]:
+                            mp_ += cw_all[c, a] * x
+                        else:
+                            mn_ -= cw_all[c, a] * x
+                    vp, vn, v_ = 0.0, 0.0, 0.0
+                    for a in range(K):
+                        v_ += p_all[c, a] * (cdf[a] - m_) ** 2
+                        if a < npos_c[c]:
+                            vp += cw_all[c, a] * (cdf[a] - mp_) ** 2
+                        else:
+                            vn -= cw_all[c, a] * (cdf[a] - mn_) ** 2
+                    sdmax = max(sdmax, math.sqrt(v_))
+                    dsum += mp_ - mn_
+                    ksum += vn - vp
+                    cnt += 1
+                else:
+                    for i in range(G):  # x_i = u . phi(o_i) of the sampled group, in scratch A
+                        x = 0.0
+                        a = idx[c, i]
+                        for j in range(d):
+                            x += u[pb, j] * feat[c, a, j]
+                        A[i] = x
+                    dg, kg, sg, mixed = _group_safe_moments(A, rg[c], G)
+                    sdmax = max(sdmax, sg)
+                    if mixed:
+                        dsum += dg
+                        ksum += kg
                         cnt += 1
-                    else:
-                        for i in range(G):  # x_i = u . phi(o_i) of the sampled group, in scratch A
-                            x = 0.0
-                            a = idx[c, i]
-                            for j in range(d):
-                                x += u[pb, j] * feat[c, a, j]
-                            A[i] = x
-                        dg, kg, sg, mixed = _group_safe_moments(A, rg[c], G)
-                        sdmax = max(sdmax, sg)
-                        if mixed:
-                            dsum += dg
-                            ksum += kg
-                            cnt += 1
-                eta[pb] = _safe_step_size(e0, dsum, ksum, cnt, sdmax, ac, tr_delta)
-        # 5) records, cumulative alignment, update
-        for c in range(C):
-            pb = pmap[c]
-            dm, nn = 0.0, 0.0
-            for j in range(d):
-                dm += u[pb, j] * gap[c, j]
-                nn += u[pb, j] * u[pb, j]
-            if rec:
-                o_dmu[r, ri, c] = dm
-                o_wn[r, ri, c] = math.sqrt(nn)
-            if dm > 0:
-                M[r, c] += eta[pb] * dm
-        for pb in range(P):
-            if rec:
-                o_eta[r, ri, pb] = eta[pb]
-            for j in range(d):
-                theta[r, pb, j] += eta[pb] * u[pb, j]
+            eta[pb] = _safe_step_size(e0, dsum, ksum, cnt, sdmax, ac, tr_delta)
+    # 5) records, cumulative alignment, update
+    for c in range(C):
+        pb = pmap[c]
+        dm, nn = 0.0, 0.0
+        for j in range(d):
+            dm += u[pb, j] * gap[c, j]
+            nn += u[pb, j] * u[pb, j]
+        if rec:
+            o_dmu[r, ri, c] = dm
+            o_wn[r, ri, c] = math.sqrt(nn)
+        if dm > 0:
+            M[r, c] += eta[pb] * dm
+    for pb in range(P):
+        if rec:
+            o_eta[r, ri, pb] = eta[pb]
+        for j in range(d):
+            theta[r, pb, j] += eta[pb] * u[pb, j]
 
 
 # small wrappers so that tests can compare the numba rules with gapdyn's

@@ -159,7 +159,7 @@ class PartialSharingBandit:
 
     def success_rate(self, theta) -> np.ndarray:
         """J = P(N >= k) (log-space Poisson-binomial DP)."""
-        return np.exp(self._log_terms(theta, suffix=False)[4])
+        return np.exp(np.minimum(self._log_terms(theta, suffix=False)[4], 0.0))
 
     def exact(self, theta) -> dict[str, np.ndarray]:
         """J, 1 - J, Phi, the Gap (= grad Phi) and E|o| = T (module doc)."""
@@ -176,7 +176,8 @@ class PartialSharingBandit:
         lw = logsumexp(logp[..., wrong], axis=-1)
         wts = np.exp(lq + lw + loo - logJ[..., None] - logJbar[..., None])
         gap = np.einsum("...t,...td->...d", wts, self.features[:, self.correct, :] - mu_w)
-        return {"J": np.exp(logJ), "Jbar": np.exp(logJbar), "Phi": logJ - logJbar, "gap": gap,
+        # log-space sums can round above 0: a probability stays <= 1
+        return {"J": np.exp(np.minimum(logJ, 0.0)), "Jbar": np.exp(np.minimum(logJbar, 0.0)), "Phi": logJ - logJbar, "gap": gap,
                 "mean_length": np.full(logJ.shape, float(T))}
 
     def gap(self, theta) -> np.ndarray:

@@ -351,8 +351,8 @@ def _exact_from_states(logP, cond, r, L) -> dict[str, np.ndarray]:
     g_plus = np.einsum("...s,...sd->...d", np.nan_to_num(wp), cond)
     g_minus = np.einsum("...s,...sd->...d", np.nan_to_num(wm), cond)
     return {
-        "J": np.exp(lJ),
-        "Jbar": np.exp(lJbar),
+        "J": np.exp(np.minimum(lJ, 0.0)),  # log-space sums can round above 0: a probability stays <= 1
+        "Jbar": np.exp(np.minimum(lJbar, 0.0)),
         "Phi": lJ - lJbar,
         "g_plus": g_plus,
         "g_minus": g_minus,
@@ -442,12 +442,12 @@ class TabularSequenceBandit:
         e_c = np.zeros(self.V)
         e_c[self.correct] = 1.0
         gap = (a1 - a0)[..., None] * (e_c - u)
-        return {"J": np.exp(logJ), "Jbar": np.exp(logJbar), "Phi": logJ - logJbar, "gap": gap,
+        return {"J": np.exp(np.minimum(logJ, 0.0)), "Jbar": np.exp(np.minimum(logJbar, 0.0)), "Phi": logJ - logJbar, "gap": gap,
                 "mean_length": np.full(logJ.shape, float(self.T))}
 
     def success_rate(self, z) -> np.ndarray:
         """J = P(N >= k), N = sum_t x_t (Poisson-binomial DP in log space, as :meth:`exact`)."""
-        return np.exp(self._log_terms(self.check_params(z))[2])
+        return np.exp(np.minimum(self._log_terms(self.check_params(z))[2], 0.0))
 
     def log_odds(self, z) -> np.ndarray:
         """Phi = log J - log(1 - J), both from log-space sums (as :meth:`exact`, without the Gap)."""
