@@ -20,12 +20,14 @@ Contexts sharing a parameter block average their directions: w_p = mean_{x: p(x)
 Recorded per step k (every ``record_every`` steps) and context: J, Phi, entropy H at theta_k; the update's
 Delta mu = <u_k, g+ - g->, ||u_k||, M(k) = sum_{j<k} eta_j [Delta mu_j]_+ (before step k, so that J(k) and
 M(k) pair as in Theorem 1), and the realised change Phi(theta_{k+1}) - Phi(theta_k); eta_k per block.
-Speed: arms are sorted correct-first per context so every pass over arms is a branch-free loop that
-vectorises (exp included: :func:`_exp_shifted`); sums are re-associated (LLVM fast-math flags reassoc,
-contract, arcp); runs are spread over numba threads (``prange``; ``threads=`` per call). Each run is done
-by one thread with fixed code, so the same inputs give bitwise-identical outputs for any thread count on a
-given binary; results agree with the plain loop of :mod:`bandits.reference` to round-off (~1e-12 relative
-on J; tests/test_engine_fast.py). The first call after an install compiles the kernels (numba's on-disk
+Speed: arms are sorted correct-first per context and padded with zero arms to a multiple of 8, so every pass
+over arms is a branch-free loop that vectorises without a scalar tail (exp included: :func:`_exp_shifted`);
+sums are re-associated (LLVM fast-math flags reassoc, contract, arcp); runs are done two at a time in lockstep
+(the logits and the Gap of both in one pass over the features); the run kernel is compiled without
+reference counting; pairs of runs are spread over numba threads (``prange``; ``threads=`` per call). Each
+pair is done by one thread with fixed code that does the same operations for both runs, so the same inputs
+give bitwise-identical outputs for any thread count and any partner run on a given binary; results agree
+with the plain loop of :mod:`bandits.reference` to round-off (~1e-12 relative on J; tests/test_engine_fast.py). The first call after an install compiles the kernels (numba's on-disk
 cache keeps them) and says so on stderr; :func:`ensure_compiled` does it up front.
 """
 
@@ -791,6 +793,10 @@ def _run_step(
             f_Phi[r, c] = Phic[c]
         return
     # 2) direction per context, averaged into its block
+    if sampled:  # all draws first: the searches are independent (no load waits on a previous draw)
+        for c in range(C):
+            for i in range(G):  # cdf_all[c]: cumsum of pi (_cdf_rows)
+                idx[c, i] = _draw(cdf_all, c, K, unif[r, k, c, i])
     for pb in range(P):
         wabs[pb] = 0.0
         for j in range(d):
@@ -805,10 +811,8 @@ def _run_step(
             # gs_all[c]: scale of the terms that cancel in gap = sum_a cw_a phi_a (from _class_split)
             wabs[pb] += abs(sc) * gs_all[c]
         else:
-            for i in range(G):  # cdf_all[c]: cumsum of pi (_cdf_rows)
-                a = _draw(cdf_all, c, K, unif[r, k, c, i])
-                idx[c, i] = a
-                rv[i] = rew[c, a]
+            for i in range(G):
+                rv[i] = rew[c, idx[c, i]]
                 rg[c, i] = rv[i]
             _advantages(method, rv, A, bessel, aeps, lam)
             # w_x = (1/G) sum_i A_i phi(a_i) - (1/G) (sum_i A_i) E_pi[phi]
