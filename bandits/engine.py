@@ -288,6 +288,7 @@ _ADV_SUM_TOL = 2.0 * 2.220446049250313e-16
 _LOG2E = 1.4426950408889634
 _LN2_HI = 6.93147180369123816490e-01  # ln 2 split in two (Cody & Waite): n * _LN2_HI is exact for |n| < 2^11
 _LN2_LO = 1.90821492927058770002e-10
+_ROUND_MAGIC = 6755399441055744.0  # 1.5 * 2^52: (y + M) - M is y rounded to the nearest integer for |y| < 2^51
 _EXP_FLOOR = -708.0  # exp(-708) is still a normal double; lower shifted logits add < 1e-307 to a class sum >= 1
 
 
@@ -297,16 +298,16 @@ def _exp_shifted(z_all, c, zmp, zmn, npos, K, out, ib, fb):
     loops over all arms that vectorise (a loop over a sub-range of the arms does not); the padding arms
     a >= K (out has a multiple of _ARM_PAD entries, so the loops have no scalar tail) get out[a] = 0.
 
-    exp(x) = 2^n exp(r), n = round(x / ln 2), r = x - n ln 2 in [-ln2/2, ln2/2]; exp(r) by its Taylor
+    exp(x) = 2^n exp(r), n = round(x / ln 2) (as (y + 1.5 2^52) - 1.5 2^52), r = x - n ln 2 in [-ln2/2, ln2/2]
+    (two-part ln 2, Cody & Waite); exp(r) by its Taylor
     polynomial of degree 13 (truncation < 4e-18), 2^n assembled from its exponent bits in ib (an int64
     buffer) read back through fb (its float64 view). Within a few ulp of math.exp; x < -708 gives exp(-708).
     """
     Kp = out.shape[0]
     for a in range(Kp):
         x = z_all[c, a] - (zmp if a < npos else zmn) if a < K else 0.0
-        if x < _EXP_FLOOR:
-            x = _EXP_FLOOR
-        n = math.floor(x * _LOG2E + 0.5)
+        x = max(x, _EXP_FLOOR)
+        n = (x * _LOG2E + _ROUND_MAGIC) - _ROUND_MAGIC  # round to nearest (ties to even) in two operations
         r = (x - n * _LN2_HI) - n * _LN2_LO
         q = 1.0 / 6227020800.0
         q = q * r + 1.0 / 479001600.0
@@ -357,26 +358,28 @@ def _logits_pair(featST, c, theta, r0, r1, pb, z2):
         j += 1
 
 
+_I64_MAX = np.int64(0x7FFFFFFFFFFFFFFF)
+
+
 @njit(cache=True, inline="always")
-def _range_max(z_all, c, lo, hi):
-    """max(z_all[c, lo:hi]) (-inf if empty) with four independent running maxima (a single chain of max waits
-    on each previous max; max is exact, so the result does not depend on the grouping)."""
-    m0, m1, m2, m3 = -np.inf, -np.inf, -np.inf, -np.inf
-    a = lo
-    while a + 4 <= hi:
-        m0 = max(m0, z_all[c, a])
-        m1 = max(m1, z_all[c, a + 1])
-        m2 = max(m2, z_all[c, a + 2])
-        m3 = max(m3, z_all[c, a + 3])
-        a += 4
-    while a < hi:
-        m0 = max(m0, z_all[c, a])
-        a += 1
-    return max(max(m0, m1), max(m2, m3))
+def _range_max(zi_all, c, lo, hi, ib, fb):
+    """max(z_all[c, lo:hi]) (-inf if empty) from zi_all, the int64 view of z_all: k = bits ^ ((bits >> 63) & (2^63 - 1))
+    orders finite doubles (and +-inf) as int64 orders k, so the maximum is an integer max that vectorises (a
+    floating-point max reduction does not without no-NaN flags); the key maps back by the same xor, read as
+    a double through ib[0] / fb[0] (scratch). Exact: the result is one of the entries."""
+    if hi <= lo:
+        return -np.inf
+    row = zi_all[c, lo:hi]
+    m = -_I64_MAX - 1
+    for a in range(row.shape[0]):
+        k = row[a]
+        m = max(m, k ^ ((k >> 63) & _I64_MAX))
+    ib[0] = m ^ ((m >> 63) & _I64_MAX)
+    return fb[0]
 
 
 @njit(cache=True, fastmath=_FASTMATH, inline="always")
-def _class_split(fnormS, maskS, npos_c, K, c, z_all, e, ib, fb, p_all, cw_all, want_p):
+def _class_split(fnormS, maskS, npos_c, K, c, z_all, zi_all, e, ib, fb, p_all, cw_all, want_p, want_gs):
     """J, 1-J, Phi, entropy and the Gap weights of context c from its logits z_all[c], on class-sorted arms.
 
     The rows hold the K arms of each context with its npos_c[c] correct arms first (maskS = 1 on them, else 0),
@@ -387,12 +390,12 @@ def _class_split(fnormS, maskS, npos_c, K, c, z_all, e, ib, fb, p_all, cw_all, w
     e_a (1 - J) / S- on O-, cw = e/S+ on O+ and -e/S- on O- (Gap = sum_a cw_a phi_a = g+ - g-),
     H = -sum_a pi_a (z_a - lse). Four scalar transcendentals per context (two logs, one exp, one log1p).
     Returns (J, Jbar, Phi, H, gs) with gs = sum_a |cw_a| ||phi_a||, the scale of the terms that cancel in
-    Gap; cw_all[c] is filled, and with want_p also p_all[c] = pi (sorted arm order).
+    Gap (0 unless want_gs); cw_all[c] is filled, and with want_p also p_all[c] = pi (sorted arm order).
     """
     Kp = z_all.shape[1]
     npos = npos_c[c]
-    zmp = _range_max(z_all, c, 0, npos)
-    zmn = _range_max(z_all, c, npos, K)
+    zmp = _range_max(zi_all, c, 0, npos, ib, fb)
+    zmn = _range_max(zi_all, c, npos, K, ib, fb)
     _exp_shifted(z_all, c, zmp, zmn, npos, K, e, ib, fb)
     Sp, Sn = 0.0, 0.0
     for a in range(Kp):
@@ -409,7 +412,14 @@ def _class_split(fnormS, maskS, npos_c, K, c, z_all, e, ib, fb, p_all, cw_all, w
     ip, im = 1.0 / Sp, -1.0 / Sn
     fp, fn = J * ip, -Jb * im  # pi_a = e_a exp(shift - lse) = e_a J / S+ on O+, e_a (1 - J) / S- on O-
     H, gs = 0.0, 0.0
-    if want_p:
+    if want_p and not want_gs:  # sampled mode: pi, no gs
+        for a in range(Kp):
+            m = maskS[c, a]
+            cw_all[c, a] = e[a] * (m * ip + (1.0 - m) * im)
+            pa = e[a] * (m * fp + (1.0 - m) * fn)
+            p_all[c, a] = pa
+            H -= pa * (z_all[c, a] - lse)
+    elif want_p:
         for a in range(Kp):
             m = maskS[c, a]
             wa = e[a] * (m * ip + (1.0 - m) * im)
@@ -429,14 +439,16 @@ def _class_split(fnormS, maskS, npos_c, K, c, z_all, e, ib, fb, p_all, cw_all, w
 
 
 @njit(cache=True, fastmath=_FASTMATH, inline="always")
-def _forward_pair(featST, fnormS, maskS, npos_c, K, c, theta, r0, r1, pb, z2, e, ib, fb, gap2, p2, cw2, fw, want_p):
+def _forward_pair(featST, fnormS, maskS, npos_c, K, c, theta, r0, r1, pb, z2, zi2, e, ib, fb, gap2, p2, cw2, fw, want_p,
+                  want_gs):
     """The forward pass of context c for the runs r0, r1 of a pair (featST [C, d, Kp], sorted and padded arms):
     logits of both in one pass over the features, _class_split per run, and Gap = sum_a cw_a phi_a of both in
     one pass. fw[s, :, c] = (J, Jbar, Phi, H, gs) of run slot s; z2, cw2, gap2 (and with want_p p2) are filled.
     The two slots run the same operations, so a run's results do not depend on its partner or slot."""
     _logits_pair(featST, c, theta, r0, r1, pb, z2)
     for s in range(2):
-        J, Jb, Ph, H, gs = _class_split(fnormS, maskS, npos_c, K, c, z2[s], e, ib, fb, p2[s], cw2[s], want_p)
+        J, Jb, Ph, H, gs = _class_split(fnormS, maskS, npos_c, K, c, z2[s], zi2[s], e, ib, fb, p2[s], cw2[s], want_p,
+                                        want_gs)
         fw[s, 0, c], fw[s, 1, c], fw[s, 2, c], fw[s, 3, c], fw[s, 4, c] = J, Jb, Ph, H, gs
     _matvec_pair(featST, c, cw2, gap2)
 
@@ -703,8 +715,9 @@ def _workspace(C, K, Kp, d, P, G):
     leading axis of 2 holds what the forward pass fills per run slot; the per-arm rows have Kp >= K columns
     (zero padding)."""
     ib = np.zeros(Kp, np.int64)  # exponent bits of 2^n in _exp_shifted
+    z2 = np.zeros((2, C, Kp))
     return (
-        np.zeros((2, C, Kp)), np.zeros((2, C, Kp)), np.zeros((2, C, Kp)),  # z2, p2, cw2: logits, pi, cw per context
+        z2, np.zeros((2, C, Kp)), np.zeros((2, C, Kp)),  # z2, p2, cw2: logits, pi, cw per context
         np.full((2, C, _padded(K)), np.inf),  # cdf2: sampled mode, cumsum of pi per context (+inf padding)
         np.empty((2, C, d)), np.empty((2, 5, C)),  # gap2; fw: (J, Jbar, Phi, H, gs) per slot and context
         np.empty((C, d + 1)),  # mphi: E_pi[phi] and E_pi ||phi|| (sampled mode)
@@ -712,6 +725,7 @@ def _workspace(C, K, Kp, d, P, G):
         np.zeros(Kp), np.empty(P), np.empty(P), np.empty(K), np.empty(G), np.empty(G), np.empty(d),
         # ex, wabs, eta, cdf, rv, A, trial
         ib, ib.view(np.float64), np.empty((C, G), np.int64),  # ib and its float64 view fb; idx: drawn arms
+        z2.view(np.int64),  # zi2: the logits' bits (class maxima as integer maxima)
     )
 
 
@@ -730,7 +744,7 @@ def _one_pair(
     ws is the pair's scratch (_workspace)."""
     P = theta.shape[1]
     C, K, d = feat.shape[0], feat.shape[1], feat.shape[2]
-    z2, p2, cw2, cdf2, gap2, fw, mphi, w, u, rg, ex, wabs, eta, cdf, rv, A, trial, ib, fb, idx = ws
+    z2, p2, cw2, cdf2, gap2, fw, mphi, w, u, rg, ex, wabs, eta, cdf, rv, A, trial, ib, fb, idx, zi2 = ws
     want_p = sampled or sched == 3
     ns = 1 if r1 == r0 else 2
     for k in range(n_steps + do_final):
@@ -738,8 +752,8 @@ def _one_pair(
         update = k < n_steps
         # 1) forward pass at theta_kk, both runs
         for c in range(C):
-            _forward_pair(featST, fnormS, maskS, npos_c, K, c, theta, r0, r1, pmap[c], z2, ex, ib, fb, gap2, p2, cw2,
-                          fw, want_p and update)
+            _forward_pair(featST, fnormS, maskS, npos_c, K, c, theta, r0, r1, pmap[c], z2, zi2, ex, ib, fb, gap2, p2,
+                          cw2, fw, want_p and update, not sampled)
         for s in range(ns):
             r = r0 if s == 0 else r1
             _run_step(
