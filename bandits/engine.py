@@ -398,9 +398,10 @@ def _class_split(fnormS, maskS, npos_c, K, c, z_all, zi_all, e, ib, fb, p_all, c
     zmn = _range_max(zi_all, c, npos, K, ib, fb)
     _exp_shifted(z_all, c, zmp, zmn, npos, K, e, ib, fb)
     Sp, Sn = 0.0, 0.0
-    for a in range(Kp):
-        Sp += e[a] * maskS[c, a]
-        Sn += e[a] * (1.0 - maskS[c, a])
+    for a in range(Kp):  # the class of arm a is a < npos (sorted arms): a select, no mask to load
+        ea = e[a]
+        Sp += ea if a < npos else 0.0
+        Sn += 0.0 if a < npos else ea
     lsep = zmp + math.log(Sp)
     lsen = zmn + math.log(Sn)
     Ph = lsep - lsen
@@ -414,27 +415,27 @@ def _class_split(fnormS, maskS, npos_c, K, c, z_all, zi_all, e, ib, fb, p_all, c
     H, gs = 0.0, 0.0
     if want_p and not want_gs:  # sampled mode: pi, no gs
         for a in range(Kp):
-            m = maskS[c, a]
-            cw_all[c, a] = e[a] * (m * ip + (1.0 - m) * im)
-            pa = e[a] * (m * fp + (1.0 - m) * fn)
+            pos = a < npos
+            cw_all[c, a] = e[a] * (ip if pos else im)
+            pa = e[a] * (fp if pos else fn)
             p_all[c, a] = pa
             H -= pa * (z_all[c, a] - lse)
     elif want_p:
         for a in range(Kp):
-            m = maskS[c, a]
-            wa = e[a] * (m * ip + (1.0 - m) * im)
+            pos = a < npos
+            wa = e[a] * (ip if pos else im)
             cw_all[c, a] = wa
             gs += abs(wa) * fnormS[c, a]
-            pa = e[a] * (m * fp + (1.0 - m) * fn)
+            pa = e[a] * (fp if pos else fn)
             p_all[c, a] = pa
             H -= pa * (z_all[c, a] - lse)
     else:
         for a in range(Kp):
-            m = maskS[c, a]
-            wa = e[a] * (m * ip + (1.0 - m) * im)
+            pos = a < npos
+            wa = e[a] * (ip if pos else im)
             cw_all[c, a] = wa
             gs += abs(wa) * fnormS[c, a]
-            H -= e[a] * (m * fp + (1.0 - m) * fn) * (z_all[c, a] - lse)
+            H -= e[a] * (fp if pos else fn) * (z_all[c, a] - lse)
     return J, Jb, Ph, H, gs
 
 
