@@ -292,7 +292,7 @@ _ROUND_MAGIC = 6755399441055744.0  # 1.5 * 2^52: (y + M) - M is y rounded to the
 _EXP_FLOOR = -708.0  # exp(-708) is still a normal double; lower shifted logits add < 1e-307 to a class sum >= 1
 
 
-@njit(cache=True, _nrt=False)  # strict on purpose: re-association would undo the two-part range reduction
+@njit(cache=True, _nrt=False, inline="always")  # strict: inline only into strict functions (_exp_pair)
 def _exp_shifted(z_all, c, zmp, zmn, npos, K, out, ib, fb):
     """out[a] = exp(z[a] - shift_a) for z = z_all[c], shift_a = zmp for a < npos else zmn (z[a] <= shift_a), as
     loops over all arms that vectorise (a loop over a sub-range of the arms does not); the padding arms
@@ -326,6 +326,14 @@ def _exp_shifted(z_all, c, zmp, zmn, npos, K, out, ib, fb):
         ib[a] = (np.int64(n) + 1023) << 52 if a < K else 0  # 2^n, or 0.0 on the padding
     for a in range(Kp):
         out[a] *= fb[a]
+
+
+@njit(cache=True, _nrt=False)  # strict on purpose: re-association would undo the rounding and the range reduction
+def _exp_pair(z2, c, zm, npos, K, e2, ib2, fb2):
+    """e2[s] = _exp_shifted of z2[s, c] with the class maxima zm[s] = (max over O+, max over O-), for both run
+    slots s of a pair in one call."""
+    for s in range(2):
+        _exp_shifted(z2[s], c, zm[s, 0], zm[s, 1], npos, K, e2[s], ib2[s], fb2[s])
 
 
 @njit(cache=True, _nrt=False)
@@ -379,13 +387,13 @@ def _range_max(zi_all, c, lo, hi, ib, fb):
 
 
 @njit(cache=True, fastmath=_FASTMATH, inline="always")
-def _class_split(fnormS, maskS, npos_c, K, c, z_all, zi_all, e, ib, fb, p_all, cw_all, want_p, want_gs):
+def _class_split(fnormS, npos_c, K, c, z_all, zmp, zmn, e, p_all, cw_all, want_p, want_gs):
     """J, 1-J, Phi, entropy and the Gap weights of context c from its logits z_all[c], on class-sorted arms.
 
-    The rows hold the K arms of each context with its npos_c[c] correct arms first (maskS = 1 on them, else 0),
-    padded with zero arms to Kp, a multiple of _ARM_PAD, so every pass is a branch-free loop over all Kp arms
-    that vectorises without a scalar tail (the class maxima are taken over the two contiguous classes; the
-    padding has e = cw = pi = 0): e_a = exp(z_a - max of its class), S+/- = class sums,
+    The rows hold the K arms of each context with its npos_c[c] correct arms first (arm a is correct iff
+    a < npos), padded with zero arms to Kp, a multiple of _ARM_PAD, so every pass is a branch-free loop over
+    all Kp arms that vectorises without a scalar tail (the padding has e = cw = pi = 0). Given the class maxima
+    zmp, zmn and e_a = exp(z_a - max of its class) (_exp_pair): S+/- = class sums,
     Phi = log S+ - log S- + shifts (the log-odds), J = sigmoid(Phi), pi_a = e_a J / S+ on O+ and
     e_a (1 - J) / S- on O-, cw = e/S+ on O+ and -e/S- on O- (Gap = sum_a cw_a phi_a = g+ - g-),
     H = -sum_a pi_a (z_a - lse). Four scalar transcendentals per context (two logs, one exp, one log1p).
@@ -394,9 +402,6 @@ def _class_split(fnormS, maskS, npos_c, K, c, z_all, zi_all, e, ib, fb, p_all, c
     """
     Kp = z_all.shape[1]
     npos = npos_c[c]
-    zmp = _range_max(zi_all, c, 0, npos, ib, fb)
-    zmn = _range_max(zi_all, c, npos, K, ib, fb)
-    _exp_shifted(z_all, c, zmp, zmn, npos, K, e, ib, fb)
     Sp, Sn = 0.0, 0.0
     for a in range(Kp):  # the class of arm a is a < npos (sorted arms): a select, no mask to load
         ea = e[a]
@@ -440,15 +445,20 @@ def _class_split(fnormS, maskS, npos_c, K, c, z_all, zi_all, e, ib, fb, p_all, c
 
 
 @njit(cache=True, fastmath=_FASTMATH, inline="always")
-def _forward_pair(featST, fnormS, maskS, npos_c, K, c, theta, r0, r1, pb, z2, zi2, e, ib, fb, gap2, p2, cw2, fw, want_p,
+def _forward_pair(featST, fnormS, npos_c, K, c, theta, r0, r1, pb, z2, zi2, zm, e2, ib2, fb2, gap2, p2, cw2, fw, want_p,
                   want_gs):
     """The forward pass of context c for the runs r0, r1 of a pair (featST [C, d, Kp], sorted and padded arms):
     logits of both in one pass over the features, _class_split per run, and Gap = sum_a cw_a phi_a of both in
     one pass. fw[s, :, c] = (J, Jbar, Phi, H, gs) of run slot s; z2, cw2, gap2 (and with want_p p2) are filled.
     The two slots run the same operations, so a run's results do not depend on its partner or slot."""
     _logits_pair(featST, c, theta, r0, r1, pb, z2)
+    npos = npos_c[c]
     for s in range(2):
-        J, Jb, Ph, H, gs = _class_split(fnormS, maskS, npos_c, K, c, z2[s], zi2[s], e, ib, fb, p2[s], cw2[s], want_p,
+        zm[s, 0] = _range_max(zi2[s], c, 0, npos, ib2[s], fb2[s])
+        zm[s, 1] = _range_max(zi2[s], c, npos, K, ib2[s], fb2[s])
+    _exp_pair(z2, c, zm, npos, K, e2, ib2, fb2)
+    for s in range(2):
+        J, Jb, Ph, H, gs = _class_split(fnormS, npos_c, K, c, z2[s], zm[s, 0], zm[s, 1], e2[s], p2[s], cw2[s], want_p,
                                         want_gs)
         fw[s, 0, c], fw[s, 1, c], fw[s, 2, c], fw[s, 3, c], fw[s, 4, c] = J, Jb, Ph, H, gs
     _matvec_pair(featST, c, cw2, gap2)
@@ -690,7 +700,7 @@ def _safe_step_size(e0, dsum, ksum, cnt, sdmax, ac, tr_delta):
 @njit(cache=True, fastmath=_FASTMATH, parallel=True)
 def _kernel(
     feat, featT, rew, fnorm, pmap, blk_ptr, blk_ctx,  # bandit
-    featS, featST, fnormS, maskS, npos_c, rank,  # bandit, arms sorted correct-first per context
+    featS, featST, fnormS, npos_c, rank,  # bandit, arms sorted correct-first per context
     theta, am, av, M, phi_prev, J_min, ndec,  # state (in/out)
     eta0, unif, k0, n_steps, do_final, total_steps,  # run inputs
     method, sampled, G, bessel, aeps, lam, normalize, sched_kind, ac, tr_delta, max_halv, adam, b1, b2, adam_eps, rec_every,
@@ -703,7 +713,7 @@ def _kernel(
     for q in prange((R + 1) // 2):  # runs 2q and 2q + 1 are done by one thread, in the same order for any count
         ws = _workspace(C, K, Kp, d, P, G)
         _one_pair(
-            feat, featT, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, maskS, npos_c, rank,
+            feat, featT, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, npos_c, rank,
             theta, am, av, M, phi_prev, J_min, ndec, eta0, unif, k0, n_steps, do_final, tab, 2 * q, min(2 * q + 1, R - 1),
             method, sampled, G, bessel, aeps, lam, normalize, sched_kind, ac, tr_delta, max_halv, adam, b1, b2, adam_eps,
             rec_every, o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta, f_J, f_Phi, ws,
@@ -715,7 +725,7 @@ def _workspace(C, K, Kp, d, P, G):
     """The scratch arrays of one pair of runs (_one_pair's ws), allocated where reference counting is on; a
     leading axis of 2 holds what the forward pass fills per run slot; the per-arm rows have Kp >= K columns
     (zero padding)."""
-    ib = np.zeros(Kp, np.int64)  # exponent bits of 2^n in _exp_shifted
+    ib2 = np.zeros((2, Kp), np.int64)  # exponent bits of 2^n in _exp_shifted, per run slot
     z2 = np.zeros((2, C, Kp))
     return (
         z2, np.zeros((2, C, Kp)), np.zeros((2, C, Kp)),  # z2, p2, cw2: logits, pi, cw per context
@@ -723,10 +733,10 @@ def _workspace(C, K, Kp, d, P, G):
         np.empty((2, C, d)), np.empty((2, 5, C)),  # gap2; fw: (J, Jbar, Phi, H, gs) per slot and context
         np.empty((C, d + 1)),  # mphi: E_pi[phi] and E_pi ||phi|| (sampled mode)
         np.empty((P, d)), np.empty((P, d)), np.empty((C, G)),  # w, u per block; rg: rewards of the groups
-        np.zeros(Kp), np.empty(P), np.empty(P), np.empty(K), np.empty(G), np.empty(G), np.empty(d),
-        # ex, wabs, eta, cdf, rv, A, trial
-        ib, ib.view(np.float64), np.empty((C, G), np.int64),  # ib and its float64 view fb; idx: drawn arms
-        z2.view(np.int64),  # zi2: the logits' bits (class maxima as integer maxima)
+        np.zeros((2, Kp)), np.empty(P), np.empty(P), np.empty(K), np.empty(G), np.empty(G), np.empty(d),
+        # ex2: exp(z - class max) per slot; wabs, eta, cdf, rv, A, trial
+        ib2, ib2.view(np.float64), np.empty((C, G), np.int64),  # ib2 and its float64 view fb2; idx: drawn arms
+        z2.view(np.int64), np.empty((2, 2)),  # zi2: the logits' bits (class maxima as integer maxima); zm: maxima
     )
 
 
@@ -734,7 +744,7 @@ def _workspace(C, K, Kp, d, P, G):
 # index are owned by _kernel, and every array passed to a counted function costs two atomic operations per call
 @njit(cache=True, fastmath=_FASTMATH, _nrt=False)
 def _one_pair(
-    feat, featT, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, maskS, npos_c, rank,
+    feat, featT, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, npos_c, rank,
     theta, am, av, M, phi_prev, J_min, ndec, eta0, unif, k0, n_steps, do_final, tab, r0, r1,
     method, sampled, G, bessel, aeps, lam, normalize, sched, ac, tr_delta, max_halv, adam, b1, b2, adam_eps,
     rec_every, o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta, f_J, f_Phi, ws,
@@ -745,7 +755,7 @@ def _one_pair(
     ws is the pair's scratch (_workspace)."""
     P = theta.shape[1]
     C, K, d = feat.shape[0], feat.shape[1], feat.shape[2]
-    z2, p2, cw2, cdf2, gap2, fw, mphi, w, u, rg, ex, wabs, eta, cdf, rv, A, trial, ib, fb, idx, zi2 = ws
+    z2, p2, cw2, cdf2, gap2, fw, mphi, w, u, rg, ex2, wabs, eta, cdf, rv, A, trial, ib2, fb2, idx, zi2, zm = ws
     want_p = sampled or sched == 3
     ns = 1 if r1 == r0 else 2
     for k in range(n_steps + do_final):
@@ -753,7 +763,7 @@ def _one_pair(
         update = k < n_steps
         # 1) forward pass at theta_kk, both runs
         for c in range(C):
-            _forward_pair(featST, fnormS, maskS, npos_c, K, c, theta, r0, r1, pmap[c], z2, zi2, ex, ib, fb, gap2, p2,
+            _forward_pair(featST, fnormS, npos_c, K, c, theta, r0, r1, pmap[c], z2, zi2, zm, ex2, ib2, fb2, gap2, p2,
                           cw2, fw, want_p and update, not sampled)
         for s in range(ns):
             r = r0 if s == 0 else r1
@@ -1182,8 +1192,6 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
     fnormS = np.zeros((C, Kp))
     fnormS[:, :K] = np.take_along_axis(fnorm, perm, axis=1)
     npos = bandit.rewards.sum(axis=1).astype(np.int64)
-    maskS = np.zeros((C, Kp))
-    maskS[:, :K] = np.take_along_axis(bandit.rewards, perm, axis=1)  # 1 on the correct arms
     # position of each original arm among the sorted; unsigned, so indexing with it skips the negative-index fix
     rank = np.ascontiguousarray(np.argsort(perm, axis=1).astype(np.uint32))
     order = np.argsort(pmap, kind="stable")
@@ -1213,7 +1221,7 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
                 unif = np.empty((R, 0, C, G))
             _announce_compile()
             _kernel(
-                bandit.features, featT, bandit.rewards, fnorm, pmap, blk_ptr, order, featS, featST, fnormS, maskS, npos, rank,
+                bandit.features, featT, bandit.rewards, fnorm, pmap, blk_ptr, order, featS, featST, fnormS, npos, rank,
                 theta, am, av, M, phi_prev, J_min, ndec,
                 eta0, unif, start, n, int(last), T,
                 _CODE[dyn.method], dyn.mode == "sampled", G, dyn.std == "bessel", float(dyn.adv_eps), float(dyn.lam),
