@@ -394,9 +394,9 @@ def _class_split(fnormS, npos_c, K, c, z_all, zmp, zmn, e, p_all, cw_all, want_p
     a < npos), padded with zero arms to Kp, a multiple of _ARM_PAD, so every pass is a branch-free loop over
     all Kp arms that vectorises without a scalar tail (the padding has e = cw = pi = 0). Given the class maxima
     zmp, zmn and e_a = exp(z_a - max of its class) (_exp_pair): S+/- = class sums,
-    Phi = log S+ - log S- + shifts (the log-odds), J = sigmoid(Phi), pi_a = e_a J / S+ on O+ and
+    Phi = log(S+ / S-) + zmp - zmn (the log-odds), J = sigmoid(Phi), pi_a = e_a J / S+ on O+ and
     e_a (1 - J) / S- on O-, cw = e/S+ on O+ and -e/S- on O- (Gap = sum_a cw_a phi_a = g+ - g-),
-    H = -sum_a pi_a (z_a - lse). Four scalar transcendentals per context (two logs, one exp, one log1p).
+    H = -sum_a pi_a (z_a - lse). Three scalar transcendentals per context (two logs, one exp).
     Returns (J, Jbar, Phi, H, gs) with gs = sum_a |cw_a| ||phi_a||, the scale of the terms that cancel in
     Gap (0 unless want_gs); cw_all[c] is filled, and with want_p also p_all[c] = pi (sorted arm order).
     """
@@ -407,14 +407,13 @@ def _class_split(fnormS, npos_c, K, c, z_all, zmp, zmn, e, p_all, cw_all, want_p
         ea = e[a]
         Sp += ea if a < npos else 0.0
         Sn += 0.0 if a < npos else ea
-    lsep = zmp + math.log(Sp)
-    lsen = zmn + math.log(Sn)
-    Ph = lsep - lsen
-    # J = sigmoid(Phi), 1 - J = sigmoid(-Phi) from t = exp(-|Phi|) <= 1; lse = max(lse+, lse-) + log1p(t)
+    Ph = (zmp - zmn) + math.log(Sp / Sn)
+    # J = sigmoid(Phi), 1 - J = sigmoid(-Phi) from t = exp(-|Phi|) <= 1; lse = log(S+ e^zmp + S- e^zmn), from
+    # the larger class: lse = zmax + log(Smax (1 + t)) (three scalar transcendentals: log, exp, log)
     t = math.exp(-abs(Ph))
     q = 1.0 / (1.0 + t)
     J, Jb = (q, t * q) if Ph >= 0.0 else (t * q, q)
-    lse = max(lsep, lsen) + math.log1p(t)
+    lse = zmp + math.log(Sp * (1.0 + t)) if Ph >= 0.0 else zmn + math.log(Sn * (1.0 + t))
     ip, im = 1.0 / Sp, -1.0 / Sn
     fp, fn = J * ip, -Jb * im  # pi_a = e_a exp(shift - lse) = e_a J / S+ on O+, e_a (1 - J) / S- on O-
     H, gs = 0.0, 0.0
