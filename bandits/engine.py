@@ -27,8 +27,9 @@ sums are re-associated (LLVM fast-math flags reassoc, contract, arcp); runs are 
 reference counting; pairs of runs are spread over numba threads (``prange``; ``threads=`` per call). Each
 pair is done by one thread with fixed code that does the same operations for both runs, so the same inputs
 give bitwise-identical outputs for any thread count and any partner run on a given binary; results agree
-with the plain loop of :mod:`bandits.reference` to round-off (~1e-12 relative on J; tests/test_engine_fast.py). The first call after an install compiles the kernels (numba's on-disk
-cache keeps them) and says so on stderr; :func:`ensure_compiled` does it up front.
+with the plain loop of :mod:`bandits.reference` to round-off (~1e-12 relative on J; tests/test_engine_fast.py).
+The first call after an install compiles the kernels (numba's on-disk cache keeps them) and says so on stderr;
+:func:`ensure_compiled` does it up front.
 """
 
 from __future__ import annotations
@@ -713,7 +714,8 @@ def _kernel(
         ws = _workspace(C, K, Kp, d, P, G)
         _one_pair(
             feat, featT, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, npos_c, rank,
-            theta, am, av, M, phi_prev, J_min, ndec, eta0, unif, k0, n_steps, do_final, tab, 2 * q, min(2 * q + 1, R - 1),
+            theta, am, av, M, phi_prev, J_min, ndec, eta0, unif, k0, n_steps, do_final, tab,
+            2 * q, min(2 * q + 1, R - 1),
             method, sampled, G, bessel, aeps, lam, normalize, sched_kind, ac, tr_delta, max_halv, adam, b1, b2, adam_eps,
             rec_every, o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta, f_J, f_Phi, ws,
         )

@@ -177,7 +177,8 @@ class PartialSharingBandit:
         wts = np.exp(lq + lw + loo - logJ[..., None] - logJbar[..., None])
         gap = np.einsum("...t,...td->...d", wts, self.features[:, self.correct, :] - mu_w)
         # log-space sums can round above 0: a probability stays <= 1
-        return {"J": np.exp(np.minimum(logJ, 0.0)), "Jbar": np.exp(np.minimum(logJbar, 0.0)), "Phi": logJ - logJbar, "gap": gap,
+        return {"J": np.exp(np.minimum(logJ, 0.0)), "Jbar": np.exp(np.minimum(logJbar, 0.0)),
+                "Phi": logJ - logJbar, "gap": gap,
                 "mean_length": np.full(logJ.shape, float(T))}
 
     def gap(self, theta) -> np.ndarray:

@@ -442,7 +442,8 @@ class TabularSequenceBandit:
         e_c = np.zeros(self.V)
         e_c[self.correct] = 1.0
         gap = (a1 - a0)[..., None] * (e_c - u)
-        return {"J": np.exp(np.minimum(logJ, 0.0)), "Jbar": np.exp(np.minimum(logJbar, 0.0)), "Phi": logJ - logJbar, "gap": gap,
+        return {"J": np.exp(np.minimum(logJ, 0.0)), "Jbar": np.exp(np.minimum(logJbar, 0.0)),
+                "Phi": logJ - logJbar, "gap": gap,
                 "mean_length": np.full(logJ.shape, float(self.T))}
 
     def success_rate(self, z) -> np.ndarray:

@@ -405,3 +405,15 @@ def test_bad_input():
         assert re.search(match, str(info.value)), f"ValueError without {match!r}: {info.value}"
 
     assert check_table(((f"{i}: {m}", (f, m)) for i, (f, m) in enumerate(BAD_INPUT)), row) == 31
+
+
+def test_success_rate_from_log_space_sums_never_exceeds_one():
+    """J = exp(log J) with log J from log-space sums can round to 1 + 2e-16; it is capped at 1 (found by the
+    finite-configuration property test: tabular, V = 5, T = 2, MAJ, log-odds ascent at eta = 10)."""
+    env = TabularSequenceBandit(V=5, T=2, rule="MAJ")
+    p0 = np.random.default_rng(0).normal(size=(2, 2, 5)) * 10.0
+    dyn = SequenceDynamics(method="gap", mode="exact", group_size=2, steps=10)
+    out = simulate(env, dyn, eta=np.array([10.0, 1.0]), seed=0, theta0=p0)
+    assert np.all(out.J <= 1.0) and np.all(out.J_final <= 1.0) and np.all(out.J_final >= 0.0)
+    ex = env.exact(out.theta_final)
+    assert np.all(ex["J"] <= 1.0) and np.all(ex["Jbar"] <= 1.0)
