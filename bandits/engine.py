@@ -1217,7 +1217,7 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
             if rngs is not None:
                 unif = np.empty((R, n, C, G))
                 for r in range(R):
-                    unif[r] = rngs[r].random((n, C, G))
+                    rngs[r].random(out=unif[r])  # in place: no temporary (the same stream as random((n, C, G)))
             else:
                 unif = np.empty((R, 0, C, G))
             _announce_compile()
