@@ -261,24 +261,24 @@ def _advantages(method, r, A, bessel, eps, lam):
 
 
 @njit(cache=True, _nrt=False)
-def _logits(featT, c, th, z):
-    """z_a = sum_j phi_j(c, a) th_j, summed in j order per arm (bitwise the plain per-arm dot product);
-    featT [C, d, K] makes the loop over arms elementwise, so it vectorises without fast-math. Four features
-    per pass over the arms (same operations per logit, a quarter of the loads and stores of z)."""
-    d, K = featT.shape[1], featT.shape[2]
+def _logits(featST, c, th, z):
+    """z_a = sum_j phi_j(c, a) th_j for one parameter vector th (the line search's trial point), summed in j
+    order per arm as _logits_pair does; featST [C, d, Kp] makes the loop over arms elementwise, so it
+    vectorises without fast-math. Four features per pass over the arms."""
+    d, K = featST.shape[1], featST.shape[2]
     for a in range(K):
         z[a] = 0.0
     j = 0
     while j + 4 <= d:
         t0, t1, t2, t3 = th[j], th[j + 1], th[j + 2], th[j + 3]
         for a in range(K):
-            x = (z[a] + featT[c, j, a] * t0) + featT[c, j + 1, a] * t1
-            z[a] = (x + featT[c, j + 2, a] * t2) + featT[c, j + 3, a] * t3
+            x = (z[a] + featST[c, j, a] * t0) + featST[c, j + 1, a] * t1
+            z[a] = (x + featST[c, j + 2, a] * t2) + featST[c, j + 3, a] * t3
         j += 4
     while j < d:
         tj = th[j]
         for a in range(K):
-            z[a] += featT[c, j, a] * tj
+            z[a] += featST[c, j, a] * tj
         j += 1
 
 
@@ -533,32 +533,22 @@ def _mean_features(featST, fnormS, c, p_all, out):
 
 
 @njit(cache=True, _nrt=False)
-def _class_max(rew, c, z, K):
-    """(max logit over correct arms, max over incorrect arms) of context c: the log-sum-exp shifts."""
-    zmp, zmn = -np.inf, -np.inf
-    for a in range(K):
-        s = z[a]
-        if rew[c, a] > 0.5:
-            if s > zmp:
-                zmp = s
-        elif s > zmn:
-            zmn = s
-    return zmp, zmn
-
-
-@njit(cache=True, _nrt=False)
-def _logodds(featT, rew, c, th, z):
-    """Phi of context c at th (log-sum-exp over correct minus incorrect arms); z is scratch [K]."""
-    K = featT.shape[2]
-    _logits(featT, c, th, z)
-    zmp, zmn = _class_max(rew, c, z, K)
+def _logodds(featST, npos_c, K, c, th, zl, zli, kb, kbf):
+    """Phi of context c at th on the class-sorted arms, as _class_split forms it: log(S+ / S-) + zmp - zmn with
+    S+/- = sum of exp(z_a - class max) over a < npos / npos <= a < K. Scratch: zl [1, Kp] (zli its int64 view)
+    and kb [1] (kbf its float64 view) for _range_max."""
+    z = zl[0]
+    _logits(featST, c, th, z)
+    npos = npos_c[c]
+    zmp = _range_max(zli, 0, 0, npos, kb, kbf)
+    zmn = _range_max(zli, 0, npos, K, kb, kbf)
     Sp, Sn = 0.0, 0.0
     for a in range(K):
-        if rew[c, a] > 0.5:
+        if a < npos:
             Sp += math.exp(z[a] - zmp)
         else:
             Sn += math.exp(z[a] - zmn)
-    return (zmp + math.log(Sp)) - (zmn + math.log(Sn))
+    return (zmp - zmn) + math.log(Sp / Sn)
 
 
 _ARM_PAD = 8  # the class-sorted per-arm rows are padded with zero arms to a multiple of this (one AVX-512 vector)
@@ -699,7 +689,7 @@ def _safe_step_size(e0, dsum, ksum, cnt, sdmax, ac, tr_delta):
 
 @njit(cache=True, fastmath=_FASTMATH, parallel=True)
 def _kernel(
-    feat, featT, rew, fnorm, pmap, blk_ptr, blk_ctx,  # bandit
+    feat, rew, fnorm, pmap, blk_ptr, blk_ctx,  # bandit
     featS, featST, fnormS, npos_c, rank,  # bandit, arms sorted correct-first per context
     theta, am, av, M, phi_prev, J_min, ndec,  # state (in/out)
     eta0, unif, k0, n_steps, do_final, total_steps,  # run inputs
@@ -713,7 +703,7 @@ def _kernel(
     for q in prange((R + 1) // 2):  # runs 2q and 2q + 1 are done by one thread, in the same order for any count
         ws = _workspace(C, K, Kp, d, P, G)
         _one_pair(
-            feat, featT, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, npos_c, rank,
+            feat, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, npos_c, rank,
             theta, am, av, M, phi_prev, J_min, ndec, eta0, unif, k0, n_steps, do_final, tab,
             2 * q, min(2 * q + 1, R - 1),
             method, sampled, G, bessel, aeps, lam, normalize, sched_kind, ac, tr_delta, max_halv, adam, b1, b2, adam_eps,
@@ -727,6 +717,7 @@ def _workspace(C, K, Kp, d, P, G):
     leading axis of 2 holds what the forward pass fills per run slot; the per-arm rows have Kp >= K columns
     (zero padding)."""
     ib2 = np.zeros((2, Kp), np.int64)  # exponent bits of 2^n in _exp_shifted, per run slot
+    zl, kb = np.zeros((1, Kp)), np.zeros(1, np.int64)
     z2 = np.zeros((2, C, Kp))
     return (
         z2, np.zeros((2, C, Kp)), np.zeros((2, C, Kp)),  # z2, p2, cw2: logits, pi, cw per context
@@ -738,6 +729,7 @@ def _workspace(C, K, Kp, d, P, G):
         # ex2: exp(z - class max) per slot; wabs, eta, cdf, rv, A, trial
         ib2, ib2.view(np.float64), np.empty((C, G), np.int64),  # ib2 and its float64 view fb2; idx: drawn arms
         z2.view(np.int64), np.empty((2, 2)),  # zi2: the logits' bits (class maxima as integer maxima); zm: maxima
+        zl, zl.view(np.int64), kb, kb.view(np.float64),  # line search: logits at the trial point; _range_max scratch
     )
 
 
@@ -745,7 +737,7 @@ def _workspace(C, K, Kp, d, P, G):
 # index are owned by _kernel, and every array passed to a counted function costs two atomic operations per call
 @njit(cache=True, fastmath=_FASTMATH, _nrt=False)
 def _one_pair(
-    feat, featT, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, npos_c, rank,
+    feat, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, npos_c, rank,
     theta, am, av, M, phi_prev, J_min, ndec, eta0, unif, k0, n_steps, do_final, tab, r0, r1,
     method, sampled, G, bessel, aeps, lam, normalize, sched, ac, tr_delta, max_halv, adam, b1, b2, adam_eps,
     rec_every, o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta, f_J, f_Phi, ws,
@@ -756,7 +748,8 @@ def _one_pair(
     ws is the pair's scratch (_workspace)."""
     P = theta.shape[1]
     C, K, d = feat.shape[0], feat.shape[1], feat.shape[2]
-    z2, p2, cw2, cdf2, gap2, fw, mphi, w, u, rg, ex2, wabs, eta, cdf, rv, A, trial, ib2, fb2, idx, zi2, zm = ws
+    (z2, p2, cw2, cdf2, gap2, fw, mphi, w, u, rg, ex2, wabs, eta, cdf, rv, A, trial, ib2, fb2, idx, zi2, zm,
+     zl, zli, kb, kbf) = ws
     want_p = sampled or sched == 3
     ns = 1 if r1 == r0 else 2
     for k in range(n_steps + do_final):
@@ -769,23 +762,23 @@ def _one_pair(
         for s in range(ns):
             r = r0 if s == 0 else r1
             _run_step(
-                feat, featT, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, npos_c, rank,
+                feat, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, npos_c, rank,
                 theta, am, av, M, phi_prev, J_min, ndec, eta0, unif, k, kk, update, tab, r,
                 method, sampled, G, bessel, aeps, lam, normalize, sched, ac, tr_delta, max_halv, adam, b1, b2, adam_eps,
                 rec_every, o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta, f_J, f_Phi,
                 p2[s], cw2[s], cdf2[s], gap2[s], fw[s, 0], fw[s, 1], fw[s, 2], fw[s, 3], fw[s, 4],
-                mphi, w, u, rg, wabs, eta, cdf, rv, A, trial, idx,
+                mphi, w, u, rg, wabs, eta, cdf, rv, A, trial, idx, zl, zli, kb, kbf,
             )
 
 
 @njit(cache=True, fastmath=_FASTMATH, _nrt=False)
 def _run_step(
-    feat, featT, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, npos_c, rank,
+    feat, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, npos_c, rank,
     theta, am, av, M, phi_prev, J_min, ndec, eta0, unif, k, kk, update, tab, r,
     method, sampled, G, bessel, aeps, lam, normalize, sched, ac, tr_delta, max_halv, adam, b1, b2, adam_eps,
     rec_every, o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta, f_J, f_Phi,
     p_all, cw_all, cdf_all, gap, Jc, Jbc, Phic, Hc, gs_all,
-    mphi, w, u, rg, wabs, eta, cdf, rv, A, trial, idx,
+    mphi, w, u, rg, wabs, eta, cdf, rv, A, trial, idx, zl, zli, kb, kbf,
 ):
     """Step kk of run r after its forward pass (J, Phi, ... per context in Jc, Jbc, Phic, Hc, gs_all; pi, cw and
     Gap in p_all, cw_all, gap): records, the direction, the step size and the update (the final state's records
@@ -910,7 +903,7 @@ def _run_step(
                     trial[j] = theta[r, pb, j] + e * u[pb, j]
                 tot = 0.0
                 for q in range(blk_ptr[pb], blk_ptr[pb + 1]):
-                    tot += _logodds(featT, rew, blk_ctx[q], trial, cdf)
+                    tot += _logodds(featST, npos_c, K, blk_ctx[q], trial, zl, zli, kb, kbf)
                 if tot > base:
                     ok = True
                     break
@@ -1183,7 +1176,6 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
     pmap = bandit.param_map
     fnorm = np.linalg.norm(bandit.features, axis=-1)  # ||phi(x, a)||, the scale of round-off in w
     _check_eta_bound(eta0, theta, dyn, float(fnorm.max()))
-    featT = np.ascontiguousarray(np.swapaxes(bandit.features, 1, 2))  # [C, d, K]: logits vectorise over arms
     perm = np.ascontiguousarray(np.argsort(-bandit.rewards, axis=1, kind="stable"))  # correct arms first
     featS = np.ascontiguousarray(np.take_along_axis(bandit.features, perm[..., None], axis=1))
     K = bandit.n_arms
@@ -1222,7 +1214,7 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
                 unif = np.empty((R, 0, C, G))
             _announce_compile()
             _kernel(
-                bandit.features, featT, bandit.rewards, fnorm, pmap, blk_ptr, order, featS, featST, fnormS, npos, rank,
+                bandit.features, bandit.rewards, fnorm, pmap, blk_ptr, order, featS, featST, fnormS, npos, rank,
                 theta, am, av, M, phi_prev, J_min, ndec,
                 eta0, unif, start, n, int(last), T,
                 _CODE[dyn.method], dyn.mode == "sampled", G, dyn.std == "bessel", float(dyn.adv_eps), float(dyn.lam),
