@@ -1008,7 +1008,11 @@ def cdf_rows_nb(probs, rank=None) -> np.ndarray:
     """The sampled engine's cdf rows [C, K]: cdf[c, a] = sum_{b <= a} probs[c, rank[c, b]] by four blocked running
     sums (rank: identity by default; for tests against numpy.cumsum)."""
     p = np.ascontiguousarray(probs, dtype=np.float64)
+    if p.ndim != 2 or p.shape[1] < 1 or not np.all(np.isfinite(p)) or np.any(p < 0):
+        raise ValueError(f"probs must be finite, non-negative, of shape [C, K] with K >= 1, got shape {p.shape}")
     rk = np.broadcast_to(np.arange(p.shape[1]), p.shape) if rank is None else np.asarray(rank)
+    if rk.shape != p.shape or not np.array_equal(np.sort(rk, axis=1), np.broadcast_to(np.arange(p.shape[1]), p.shape)):
+        raise ValueError(f"rank must hold a permutation of 0..K-1 per row, of shape {p.shape}")  # indexes unchecked
     return _cdf_batch(p, np.ascontiguousarray(rk, dtype=np.uint32))[:, : p.shape[1]]
 
 
@@ -1016,7 +1020,12 @@ def draws_nb(probs, u) -> np.ndarray:
     """The engine's inverse-CDF draws [C, G] for probabilities [C, K] and uniforms [C, G] (for tests against
     bandits.reference.sample_arms)."""
     p = np.ascontiguousarray(probs, dtype=np.float64)
-    return _draw_batch(p, np.ascontiguousarray(u, dtype=np.float64))
+    uu = np.ascontiguousarray(u, dtype=np.float64)
+    if p.ndim != 2 or p.shape[1] < 1 or not np.all(np.isfinite(p)) or np.any(p < 0) or np.any(p.sum(axis=1) <= 0):
+        raise ValueError(f"probs must be finite, non-negative, [C, K] with positive rows, got shape {p.shape}")
+    if uu.ndim != 2 or uu.shape[0] != p.shape[0] or np.any(~((uu >= 0) & (uu <= 1))):
+        raise ValueError(f"u must hold uniforms in [0, 1] of shape [C, G] with C = {p.shape[0]}, got {uu.shape}")
+    return _draw_batch(p, uu)
 
 
 def advantages_nb(method: str, rewards, *, std: str = "population", eps: float = 0.0, lam: float = 0.1) -> np.ndarray:

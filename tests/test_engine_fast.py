@@ -180,6 +180,18 @@ def test_mean_feature_term_is_skipped_only_for_round_off_sums(method):
                     assert np.all(skip == (sabs == 0)), (G, std, nb)
 
 
+@pytest.mark.parametrize("call", [
+    lambda: engine.cdf_rows_nb([[0.5, -0.1]]), lambda: engine.cdf_rows_nb([[np.nan, 1.0]]),
+    lambda: engine.cdf_rows_nb([0.5, 0.5]), lambda: engine.cdf_rows_nb([[0.5, 0.5]], [[0, 2]]),
+    lambda: engine.cdf_rows_nb([[0.5, 0.5]], [[1, 1]]), lambda: engine.draws_nb([[0.0, 0.0]], [[0.5]]),
+    lambda: engine.draws_nb([[0.5, 0.5]], [[1.5]]), lambda: engine.draws_nb([[0.5, 0.5]], [[0.1], [0.2]]),
+])
+def test_cdf_and_draw_wrappers_refuse_bad_input(call):
+    """The test wrappers index without bounds checks in numba: bad input is refused before the kernel."""
+    with pytest.raises(ValueError):
+        call()
+
+
 def test_vectorised_exp_is_within_a_few_ulp_of_math_exp():
     """The engine's exp (round to nearest by 1.5 2^52, two-part ln 2, degree-13 polynomial, 2^n from exponent
     bits) against math.exp on [-708, 0], at the rounding ties (k + 1/2) ln 2, with the floor exp(-708) below it
