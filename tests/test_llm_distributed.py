@@ -140,3 +140,5 @@ def test_callback_refuses_fsdp_and_deepspeed(monkeypatch):
 
 if __name__ == "__main__":
     worker(Path(sys.argv[1]))
+    if torch.distributed.is_initialized():  # the gloo group's threads, left to interpreter exit, can abort
+        torch.distributed.destroy_process_group()  # the process ("terminate called without an active exception")
