@@ -23,7 +23,9 @@ M(k) pair as in Theorem 1), and the realised change Phi(theta_{k+1}) - Phi(theta
 Speed: arms are sorted correct-first per context and padded with zero arms to a multiple of 8, so every pass
 over arms is a branch-free loop that vectorises without a scalar tail (exp included: :func:`_exp_shifted`);
 sums are re-associated (LLVM fast-math flags reassoc, contract, arcp); runs are done two at a time in lockstep
-(the logits and the Gap of both in one pass over the features); the run kernel is compiled without
+(the logits and the Gap of both in one pass over the features); sampled mode needs no Gap: it carries the
+logits from step to step as z + eta Phi u (Delta mu = <cw, Phi u>, one pass over the features per step) and
+recomputes them from theta every 8 steps, so round-off does not accumulate; the run kernel is compiled without
 reference counting; pairs of runs are spread over numba threads (``prange``; ``threads=`` per call). Each
 pair is done by one thread with fixed code that does the same operations for both runs, so the same inputs
 give bitwise-identical outputs for any thread count and any partner run on a given binary; results agree
@@ -446,12 +448,14 @@ def _class_split(fnormS, npos_c, K, c, z_all, zmp, zmn, e, p_all, cw_all, want_p
 
 @njit(cache=True, fastmath=_FASTMATH, inline="always")
 def _forward_pair(featST, fnormS, npos_c, K, c, theta, r0, r1, pb, z2, zi2, zm, e2, ib2, fb2, gap2, p2, cw2, fw, want_p,
-                  want_gs):
+                  want_gs, fresh):
     """The forward pass of context c for the runs r0, r1 of a pair (featST [C, d, Kp], sorted and padded arms):
-    logits of both in one pass over the features, _class_split per run, and Gap = sum_a cw_a phi_a of both in
-    one pass. fw[s, :, c] = (J, Jbar, Phi, H, gs) of run slot s; z2, cw2, gap2 (and with want_p p2) are filled.
-    The two slots run the same operations, so a run's results do not depend on its partner or slot."""
-    _logits_pair(featST, c, theta, r0, r1, pb, z2)
+    with fresh, the logits of both in one pass over the features (else z2 already holds them), _class_split per
+    run and, with want_gs (exact mode), Gap = sum_a cw_a phi_a of both in one pass. fw[s, :, c] = (J, Jbar, Phi,
+    H, gs) of run slot s; cw2 (and with want_p p2, with want_gs gap2) are filled. The two slots run the same
+    operations, so a run's results do not depend on its partner or slot."""
+    if fresh:
+        _logits_pair(featST, c, theta, r0, r1, pb, z2)
     npos = npos_c[c]
     for s in range(2):
         zm[s, 0] = _range_max(zi2[s], c, 0, npos, ib2[s], fb2[s])
@@ -461,7 +465,8 @@ def _forward_pair(featST, fnormS, npos_c, K, c, theta, r0, r1, pb, z2, zi2, zm, 
         J, Jb, Ph, H, gs = _class_split(fnormS, npos_c, K, c, z2[s], zm[s, 0], zm[s, 1], e2[s], p2[s], cw2[s], want_p,
                                         want_gs)
         fw[s, 0, c], fw[s, 1, c], fw[s, 2, c], fw[s, 3, c], fw[s, 4, c] = J, Jb, Ph, H, gs
-    _matvec_pair(featST, c, cw2, gap2)
+    if want_gs:
+        _matvec_pair(featST, c, cw2, gap2)
 
 
 @njit(cache=True, fastmath=_FASTMATH, inline="always")
@@ -552,6 +557,7 @@ def _logodds(featST, npos_c, K, c, th, zl, zli, kb, kbf):
 
 
 _ARM_PAD = 8  # the class-sorted per-arm rows are padded with zero arms to a multiple of this (one AVX-512 vector)
+_REFRESH = 8  # sampled mode: the logits carried as z + eta Phi u are recomputed from theta every this many steps
 _CDF_PAD = 32  # the cdf rows are padded with +inf to a multiple of this (the count loop has no scalar tail)
 
 
@@ -714,8 +720,8 @@ def _kernel(
 @njit(cache=True)
 def _workspace(C, K, Kp, d, P, G):
     """The scratch arrays of one pair of runs (_one_pair's ws), allocated where reference counting is on; a
-    leading axis of 2 holds what the forward pass fills per run slot; the per-arm rows have Kp >= K columns
-    (zero padding)."""
+    leading axis of 2 holds what is kept per run slot between the phases of a step; the per-arm rows have
+    Kp >= K columns (zero padding)."""
     ib2 = np.zeros((2, Kp), np.int64)  # exponent bits of 2^n in _exp_shifted, per run slot
     zl, kb = np.zeros((1, Kp)), np.zeros(1, np.int64)
     z2 = np.zeros((2, C, Kp))
@@ -724,12 +730,13 @@ def _workspace(C, K, Kp, d, P, G):
         np.full((2, C, _padded(K)), np.inf),  # cdf2: sampled mode, cumsum of pi per context (+inf padding)
         np.empty((2, C, d)), np.empty((2, 5, C)),  # gap2; fw: (J, Jbar, Phi, H, gs) per slot and context
         np.empty((C, d + 1)),  # mphi: E_pi[phi] and E_pi ||phi|| (sampled mode)
-        np.empty((P, d)), np.empty((P, d)), np.empty((C, G)),  # w, u per block; rg: rewards of the groups
+        np.empty((P, d)), np.zeros((2, P, d)), np.empty((2, C, G)),  # w; u2: direction per slot; rg2: group rewards
         np.zeros((2, Kp)), np.empty(P), np.empty(P), np.empty(K), np.empty(G), np.empty(G), np.empty(d),
         # ex2: exp(z - class max) per slot; wabs, eta, cdf, rv, A, trial
-        ib2, ib2.view(np.float64), np.empty((C, G), np.int64),  # ib2 and its float64 view fb2; idx: drawn arms
+        ib2, ib2.view(np.float64), np.zeros((2, C, G), np.int64),  # ib2 and its float64 view fb2; idx2: drawn arms
         z2.view(np.int64), np.empty((2, 2)),  # zi2: the logits' bits (class maxima as integer maxima); zm: maxima
         zl, zl.view(np.int64), kb, kb.view(np.float64),  # line search: logits at the trial point; _range_max scratch
+        np.zeros((2, C, Kp)), np.empty((2, C)),  # y2 = Phi u per slot (sampled mode); dm2: Delta mu per context
     )
 
 
@@ -743,48 +750,74 @@ def _one_pair(
     rec_every, o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta, f_J, f_Phi, ws,
 ):
     """Steps k0 .. k0 + n_steps (and the final state if do_final) of the runs r0 and r1 (the body of _kernel):
-    the forward pass of both in lockstep (features loaded once for two runs), then each run's own update. With
-    r1 == r0 (the last run of an odd count) the second slot repeats the first's forward pass and is not used.
-    ws is the pair's scratch (_workspace)."""
-    P = theta.shape[1]
-    C, K, d = feat.shape[0], feat.shape[1], feat.shape[2]
-    (z2, p2, cw2, cdf2, gap2, fw, mphi, w, u, rg, ex2, wabs, eta, cdf, rv, A, trial, ib2, fb2, idx, zi2, zm,
-     zl, zli, kb, kbf) = ws
+    the forward pass of both in lockstep (features loaded once for two runs), each run's direction, then
+    Delta mu per context, then each run's step size and update. With r1 == r0 (the last run of an odd count) the
+    second slot repeats the first's forward pass and is not used. ws is the pair's scratch (_workspace).
+
+    Exact mode: Delta mu = <u, Gap> with Gap from the forward pass. Sampled mode needs no Gap: y = Phi u (one
+    pass over the features, both runs), Delta mu = sum_a cw_a y_a and the next logits z + eta y, recomputed
+    from theta at every step kk with kk % _REFRESH == 0 (and at a call's first step, which simulate() keeps
+    on such a step), so round-off does not accumulate over more than _REFRESH steps."""
+    C, K = feat.shape[0], feat.shape[1]
+    (z2, p2, cw2, cdf2, gap2, fw, mphi, w, u2, rg2, ex2, wabs, eta, cdf, rv, A, trial, ib2, fb2, idx2, zi2, zm,
+     zl, zli, kb, kbf, y2, dm2) = ws
     want_p = sampled or sched == 3
     ns = 1 if r1 == r0 else 2
     for k in range(n_steps + do_final):
         kk = k0 + k
         update = k < n_steps
+        fresh = not sampled or k == 0 or kk % _REFRESH == 0
         # 1) forward pass at theta_kk, both runs
         for c in range(C):
             _forward_pair(featST, fnormS, npos_c, K, c, theta, r0, r1, pmap[c], z2, zi2, zm, ex2, ib2, fb2, gap2, p2,
-                          cw2, fw, want_p and update, not sampled)
+                          cw2, fw, want_p and update, not sampled, fresh)
         for s in range(ns):
             r = r0 if s == 0 else r1
-            _run_step(
-                feat, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, npos_c, rank,
-                theta, am, av, M, phi_prev, J_min, ndec, eta0, unif, k, kk, update, tab, r,
-                method, sampled, G, bessel, aeps, lam, normalize, sched, ac, tr_delta, max_halv, adam, b1, b2, adam_eps,
-                rec_every, o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta, f_J, f_Phi,
-                p2[s], cw2[s], cdf2[s], gap2[s], fw[s, 0], fw[s, 1], fw[s, 2], fw[s, 3], fw[s, 4],
-                mphi, w, u, rg, wabs, eta, cdf, rv, A, trial, idx, zl, zli, kb, kbf,
-            )
+            _track(r, kk, update, phi_prev, J_min, ndec, rec_every, o_J, o_Phi, o_M, o_dPhi, o_H,
+                   f_J, f_Phi, M, fw[s, 0], fw[s, 2], fw[s, 3])
+        if not update:
+            continue
+        # 2) direction of each run
+        for s in range(ns):
+            r = r0 if s == 0 else r1
+            _direction(
+                feat, rew, fnorm, pmap, blk_ptr, featST, fnormS, rank, am, av, unif, k, kk, tab, r,
+                method, sampled, G, bessel, aeps, lam, normalize, adam, b1, b2, adam_eps,
+                p2[s], cdf2[s], gap2[s], fw[s, 0], fw[s, 1], fw[s, 4], mphi, w, u2[s], rg2[s], wabs, rv, A, idx2[s],
+            )  # fmt: skip
+        # 3) Delta mu = <u, Gap> per context
+        if sampled:
+            for c in range(C):
+                _logits_pair(featST, c, u2, 0, 1, pmap[c], y2)  # y = Phi u of both runs
+            for s in range(ns):
+                for c in range(C):
+                    dm = 0.0
+                    for a in range(z2.shape[2]):
+                        dm += cw2[s, c, a] * y2[s, c, a]
+                    dm2[s, c] = dm
+        else:
+            for s in range(ns):
+                for c in range(C):
+                    dm = 0.0
+                    for j in range(u2.shape[2]):
+                        dm += u2[s, pmap[c], j] * gap2[s, c, j]
+                    dm2[s, c] = dm
+        # 4) step size and update of each run
+        for s in range(ns):
+            r = r0 if s == 0 else r1
+            _step(
+                feat, pmap, blk_ptr, blk_ctx, featS, featST, npos_c, theta, M, eta0, kk, r,
+                sampled, G, sched, ac, tr_delta, max_halv, rec_every, o_dmu, o_wn, o_eta,
+                p2[s], cw2[s], fw[s, 2], u2[s], dm2[s], rg2[s], idx2[s], z2[s], y2[s], eta, cdf, A, trial, zl, zli, kb,
+                kbf,
+            )  # fmt: skip
 
 
 @njit(cache=True, fastmath=_FASTMATH, _nrt=False)
-def _run_step(
-    feat, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, npos_c, rank,
-    theta, am, av, M, phi_prev, J_min, ndec, eta0, unif, k, kk, update, tab, r,
-    method, sampled, G, bessel, aeps, lam, normalize, sched, ac, tr_delta, max_halv, adam, b1, b2, adam_eps,
-    rec_every, o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta, f_J, f_Phi,
-    p_all, cw_all, cdf_all, gap, Jc, Jbc, Phic, Hc, gs_all,
-    mphi, w, u, rg, wabs, eta, cdf, rv, A, trial, idx, zl, zli, kb, kbf,
-):
-    """Step kk of run r after its forward pass (J, Phi, ... per context in Jc, Jbc, Phic, Hc, gs_all; pi, cw and
-    Gap in p_all, cw_all, gap): records, the direction, the step size and the update (the final state's records
-    when not update)."""
-    P = theta.shape[1]
-    C, K, d = feat.shape[0], feat.shape[1], feat.shape[2]
+def _track(r, kk, update, phi_prev, J_min, ndec, rec_every, o_J, o_Phi, o_M, o_dPhi, o_H, f_J, f_Phi, M, Jc, Phic, Hc):
+    """Step kk of run r after its forward pass (J, Phi, H per context in Jc, Phic, Hc): the realised change of
+    Phi since step kk - 1, decreases, J_min, the records of step kk (the final values when not update)."""
+    C = Jc.shape[0]
     for c in range(C):
         J, Ph = Jc[c], Phic[c]
         if kk > 0:
@@ -796,25 +829,35 @@ def _run_step(
         phi_prev[r, c] = Ph
         if J < J_min[r, c]:
             J_min[r, c] = J
-    if sampled and update:  # cumsum of pi in the original arm order (the order of the draws)
-        _cdf_rows(p_all, rank, K, cdf_all)
-    rec = kk % rec_every == 0 and update
-    ri = kk // rec_every
-    if rec:
+    if not update:
+        for c in range(C):
+            f_J[r, c] = Jc[c]
+            f_Phi[r, c] = Phic[c]
+    elif kk % rec_every == 0:
+        ri = kk // rec_every
         for c in range(C):
             o_J[r, ri, c] = Jc[c]
             o_Phi[r, ri, c] = Phic[c]
             o_H[r, ri, c] = Hc[c]
             o_M[r, ri, c] = M[r, c]
-    if not update:
-        for c in range(C):
-            f_J[r, c] = Jc[c]
-            f_Phi[r, c] = Phic[c]
-        return
-    # 2) direction per context, averaged into its block
+
+
+@njit(cache=True, fastmath=_FASTMATH, _nrt=False)
+def _direction(
+    feat, rew, fnorm, pmap, blk_ptr, featST, fnormS, rank, am, av, unif, k, kk, tab, r,
+    method, sampled, G, bessel, aeps, lam, normalize, adam, b1, b2, adam_eps,
+    p_all, cdf_all, gap, Jc, Jbc, gs_all, mphi, w, u, rg, wabs, rv, A, idx,
+):
+    """The direction u [P, d] of run r at step kk (k within the call) from its forward pass: per context the
+    method's update (exact: its expected scalar times Gap; sampled: a drawn group's advantages times its
+    features' deviations from E_pi[phi]), averaged over each block's contexts, round-off cleaned, optionally
+    normalised and passed through Adam. Sampled mode also fills idx and rg (the drawn arms and their rewards)."""
+    P = u.shape[0]
+    C, K, d = feat.shape[0], feat.shape[1], feat.shape[2]
     if sampled:  # all draws first: the searches are independent (no load waits on a previous draw)
+        _cdf_rows(p_all, rank, K, cdf_all)  # cumsum of pi in the original arm order (the order of the draws)
         for c in range(C):
-            for i in range(G):  # cdf_all[c]: cumsum of pi (_cdf_rows)
+            for i in range(G):
                 idx[c, i] = _draw(cdf_all, c, K, unif[r, k, c, i])
     for pb in range(P):
         wabs[pb] = 0.0
@@ -851,7 +894,6 @@ def _run_step(
                 wabs[pb] += abs(sA) * mphi[c, d]
                 for j in range(d):
                     w[pb, j] -= sA * mphi[c, j]
-    # 3) round-off cleanup, normalise, optimiser
     for pb in range(P):
         # a direction below 1e-12 of the terms it cancels from is round-off: make it exactly 0
         nrm = 0.0
@@ -877,7 +919,19 @@ def _run_step(
         else:
             for j in range(d):
                 u[pb, j] = w[pb, j]
-    # 4) step size per block
+
+
+@njit(cache=True, fastmath=_FASTMATH, _nrt=False)
+def _step(
+    feat, pmap, blk_ptr, blk_ctx, featS, featST, npos_c, theta, M, eta0, kk, r,
+    sampled, G, sched, ac, tr_delta, max_halv, rec_every, o_dmu, o_wn, o_eta,
+    p_all, cw_all, Phic, u, dm_c, rg, idx, z_all, y_all, eta, cdf, A, trial, zl, zli, kb, kbf,
+):
+    """Step size per block (the schedule), then the records of Delta mu = dm_c, ||u|| and eta, the cumulative
+    alignment M += eta [Delta mu]_+ and the update theta += eta u of run r at step kk; sampled mode also moves
+    the logits: z += eta y (y = Phi u)."""
+    P = theta.shape[1]
+    C, K, d = feat.shape[0], feat.shape[1], feat.shape[2]
     for pb in range(P):
         e0 = eta0[r, pb]
         if sched == 0:
@@ -886,14 +940,12 @@ def _run_step(
             eta[pb] = e0 / math.sqrt(kk + 1.0)
         elif sched == 2:
             base = 0.0
-            for q in range(blk_ptr[pb], blk_ptr[pb + 1]):
-                base += Phic[blk_ctx[q]]
-            e = e0
-            ok = False
             dmb = 0.0  # first-order change; below the resolution of Phi the test is meaningless
             for q in range(blk_ptr[pb], blk_ptr[pb + 1]):
-                for j in range(d):
-                    dmb += u[pb, j] * gap[blk_ctx[q], j]
+                base += Phic[blk_ctx[q]]
+                dmb += dm_c[blk_ctx[q]]
+            e = e0
+            ok = False
             nh = max_halv + 1
             if e0 * abs(dmb) <= 1e-12 * (1.0 + abs(base)):
                 ok = True
@@ -953,18 +1005,23 @@ def _run_step(
                         ksum += kg
                         cnt += 1
             eta[pb] = _safe_step_size(e0, dsum, ksum, cnt, sdmax, ac, tr_delta)
-    # 5) records, cumulative alignment, update
+    rec = kk % rec_every == 0
+    ri = kk // rec_every
     for c in range(C):
         pb = pmap[c]
-        dm, nn = 0.0, 0.0
-        for j in range(d):
-            dm += u[pb, j] * gap[c, j]
-            nn += u[pb, j] * u[pb, j]
+        dm = dm_c[c]
         if rec:
+            nn = 0.0
+            for j in range(d):
+                nn += u[pb, j] * u[pb, j]
             o_dmu[r, ri, c] = dm
             o_wn[r, ri, c] = math.sqrt(nn)
         if dm > 0:
             M[r, c] += eta[pb] * dm
+        if sampled:
+            e = eta[pb]
+            for a in range(z_all.shape[1]):
+                z_all[c, a] += e * y_all[c, a]
     for pb in range(P):
         if rec:
             o_eta[r, ri, pb] = eta[pb]
@@ -1169,7 +1226,9 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
         seed: per-run seed (int or [R]); run r's group draws come from numpy.random.default_rng(seed[r]).
             Runs with equal seeds share their random stream (common random numbers across etas).
         theta0: start [P, d] or [R, P, d] (default 0).
-        chunk: steps per kernel call (bounds the memory of the pre-drawn uniforms).
+        chunk: steps per kernel call (bounds the memory of the pre-drawn uniforms), rounded up to a multiple of
+            8 (sampled mode recomputes its carried logits every 8 steps and at a call's start: results do not
+            depend on the chunk).
         threads: numba threads over runs for this call (default: numba's current setting); results are
             bitwise identical for every thread count (each run is done by one thread).
     """
@@ -1207,7 +1266,7 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
     sched = dyn.schedule
     b1, b2 = dyn.adam_betas
     rngs = [np.random.default_rng(int(s)) for s in seeds] if dyn.mode == "sampled" else None
-    chunk = max(1, int(chunk))
+    chunk = -(-max(1, int(chunk)) // _REFRESH) * _REFRESH  # calls start on a step where the logits are recomputed
     before = numba.get_num_threads()
     if nthreads is not None:
         numba.set_num_threads(nthreads)
