@@ -43,7 +43,8 @@ from dataclasses import dataclass, field
 
 import numba
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
+from numba.extending import intrinsic
 
 import gapdyn
 from gapdyn._validate import check_group_size, check_positive
@@ -295,16 +296,32 @@ _ROUND_MAGIC = 6755399441055744.0  # 1.5 * 2^52: (y + M) - M is y rounded to the
 _EXP_FLOOR = -708.0  # exp(-708) is still a normal double; lower shifted logits add < 1e-307 to a class sum >= 1
 
 
+@intrinsic
+def _as_float(typingctx, k):
+    """The float64 whose bits are the int64 k (an LLVM bitcast: no memory round trip, vectorises)."""
+    if k != types.int64:
+        return None
+    return types.float64(types.int64), lambda ctx, builder, sig, args: builder.bitcast(args[0], ctx.get_value_type(sig.return_type))
+
+
+@intrinsic
+def _as_int(typingctx, x):
+    """The int64 whose bits are the float64 x (an LLVM bitcast)."""
+    if x != types.float64:
+        return None
+    return types.int64(types.float64), lambda ctx, builder, sig, args: builder.bitcast(args[0], ctx.get_value_type(sig.return_type))
+
+
 @njit(cache=True, _nrt=False, inline="always")  # strict: inline only into strict functions (_exp_pair)
-def _exp_shifted(z_all, c, zmp, zmn, npos, K, out, ib, fb):
+def _exp_shifted(z_all, c, zmp, zmn, npos, K, out):
     """out[a] = exp(z[a] - shift_a) for z = z_all[c], shift_a = zmp for a < npos else zmn (z[a] <= shift_a), as
     loops over all arms that vectorise (a loop over a sub-range of the arms does not); the padding arms
     a >= K (out has a multiple of _ARM_PAD entries, so the loops have no scalar tail) get out[a] = 0.
 
     exp(x) = 2^n exp(r), n = round(x / ln 2) (as (y + 1.5 2^52) - 1.5 2^52), r = x - n ln 2 in [-ln2/2, ln2/2]
     (two-part ln 2, Cody & Waite); exp(r) by its Taylor
-    polynomial of degree 13 (truncation < 4e-18), 2^n assembled from its exponent bits in ib (an int64
-    buffer) read back through fb (its float64 view). Within a few ulp of math.exp; x < -708 gives exp(-708).
+    polynomial of degree 13 (truncation < 4e-18), times 2^n assembled from its exponent bits (an exact scaling:
+    2^n is normal for x >= -708). Within a few ulp of math.exp; x < -708 gives exp(-708).
     """
     Kp = out.shape[0]
     for a in range(Kp):
@@ -325,18 +342,15 @@ def _exp_shifted(z_all, c, zmp, zmn, npos, K, out, ib, fb):
         q = q * r + 1.0 / 6.0
         q = q * r + 0.5
         q = q * r + 1.0
-        out[a] = q * r + 1.0
-        ib[a] = (np.int64(n) + 1023) << 52 if a < K else 0  # 2^n, or 0.0 on the padding
-    for a in range(Kp):
-        out[a] *= fb[a]
+        out[a] = (q * r + 1.0) * _as_float((np.int64(n) + 1023) << 52) if a < K else 0.0
 
 
 @njit(cache=True, _nrt=False)  # strict on purpose: re-association would undo the rounding and the range reduction
-def _exp_pair(z2, c, zm, npos, K, e2, ib2, fb2):
+def _exp_pair(z2, c, zm, npos, K, e2):
     """e2[s] = _exp_shifted of z2[s, c] with the class maxima zm[s] = (max over O+, max over O-), for both run
     slots s of a pair in one call."""
     for s in range(2):
-        _exp_shifted(z2[s], c, zm[s, 0], zm[s, 1], npos, K, e2[s], ib2[s], fb2[s])
+        _exp_shifted(z2[s], c, zm[s, 0], zm[s, 1], npos, K, e2[s])
 
 
 @njit(cache=True, _nrt=False)
@@ -373,20 +387,19 @@ _I64_MAX = np.int64(0x7FFFFFFFFFFFFFFF)
 
 
 @njit(cache=True, inline="always")
-def _range_max(zi_all, c, lo, hi, ib, fb):
-    """max(z_all[c, lo:hi]) (-inf if empty) from zi_all, the int64 view of z_all: k = bits ^ ((bits >> 63) & (2^63 - 1))
-    orders finite doubles (and +-inf) as int64 orders k, so the maximum is an integer max that vectorises (a
-    floating-point max reduction does not without no-NaN flags); the key maps back by the same xor, read as
-    a double through ib[0] / fb[0] (scratch). Exact: the result is one of the entries."""
+def _range_max(z_all, c, lo, hi):
+    """max(z_all[c, lo:hi]) (-inf if empty) as an integer max: with bits the int64 bits of a double,
+    k = bits ^ ((bits >> 63) & (2^63 - 1)) orders finite doubles (and +-inf) as int64 orders k, so the maximum
+    vectorises (a floating-point max reduction does not without no-NaN flags); the key maps back by the same
+    xor. Exact: the result is one of the entries."""
     if hi <= lo:
         return -np.inf
-    row = zi_all[c, lo:hi]
+    row = z_all[c, lo:hi]
     m = -_I64_MAX - 1
     for a in range(row.shape[0]):
-        k = row[a]
+        k = _as_int(row[a])
         m = max(m, k ^ ((k >> 63) & _I64_MAX))
-    ib[0] = m ^ ((m >> 63) & _I64_MAX)
-    return fb[0]
+    return _as_float(m ^ ((m >> 63) & _I64_MAX))
 
 
 @njit(cache=True, fastmath=_FASTMATH, inline="always")
@@ -447,8 +460,7 @@ def _class_split(fnormS, npos_c, K, c, z_all, zmp, zmn, e, p_all, cw_all, want_p
 
 
 @njit(cache=True, fastmath=_FASTMATH, inline="always")
-def _forward_pair(featST, fnormS, npos_c, K, c, theta, r0, r1, pb, z2, zi2, zm, e2, ib2, fb2, gap2, p2, cw2, fw, want_p,
-                  want_gs, fresh):
+def _forward_pair(featST, fnormS, npos_c, K, c, theta, r0, r1, pb, z2, zm, e2, gap2, p2, cw2, fw, want_p, want_gs, fresh):
     """The forward pass of context c for the runs r0, r1 of a pair (featST [C, d, Kp], sorted and padded arms):
     with fresh, the logits of both in one pass over the features (else z2 already holds them), _class_split per
     run and, with want_gs (exact mode), Gap = sum_a cw_a phi_a of both in one pass. fw[s, :, c] = (J, Jbar, Phi,
@@ -458,9 +470,9 @@ def _forward_pair(featST, fnormS, npos_c, K, c, theta, r0, r1, pb, z2, zi2, zm, 
         _logits_pair(featST, c, theta, r0, r1, pb, z2)
     npos = npos_c[c]
     for s in range(2):
-        zm[s, 0] = _range_max(zi2[s], c, 0, npos, ib2[s], fb2[s])
-        zm[s, 1] = _range_max(zi2[s], c, npos, K, ib2[s], fb2[s])
-    _exp_pair(z2, c, zm, npos, K, e2, ib2, fb2)
+        zm[s, 0] = _range_max(z2[s], c, 0, npos)
+        zm[s, 1] = _range_max(z2[s], c, npos, K)
+    _exp_pair(z2, c, zm, npos, K, e2)
     for s in range(2):
         J, Jb, Ph, H, gs = _class_split(fnormS, npos_c, K, c, z2[s], zm[s, 0], zm[s, 1], e2[s], p2[s], cw2[s], want_p,
                                         want_gs)
@@ -538,15 +550,14 @@ def _mean_features(featST, fnormS, c, p_all, out):
 
 
 @njit(cache=True, _nrt=False)
-def _logodds(featST, npos_c, K, c, th, zl, zli, kb, kbf):
+def _logodds(featST, npos_c, K, c, th, zl):
     """Phi of context c at th on the class-sorted arms, as _class_split forms it: log(S+ / S-) + zmp - zmn with
-    S+/- = sum of exp(z_a - class max) over a < npos / npos <= a < K. Scratch: zl [1, Kp] (zli its int64 view)
-    and kb [1] (kbf its float64 view) for _range_max."""
+    S+/- = sum of exp(z_a - class max) over a < npos / npos <= a < K. Scratch: zl [1, Kp] (the logits)."""
     z = zl[0]
     _logits(featST, c, th, z)
     npos = npos_c[c]
-    zmp = _range_max(zli, 0, 0, npos, kb, kbf)
-    zmn = _range_max(zli, 0, npos, K, kb, kbf)
+    zmp = _range_max(zl, 0, 0, npos)
+    zmn = _range_max(zl, 0, npos, K)
     Sp, Sn = 0.0, 0.0
     for a in range(K):
         if a < npos:
@@ -722,8 +733,6 @@ def _workspace(C, K, Kp, d, P, G):
     """The scratch arrays of one pair of runs (_one_pair's ws), allocated where reference counting is on; a
     leading axis of 2 holds what is kept per run slot between the phases of a step; the per-arm rows have
     Kp >= K columns (zero padding)."""
-    ib2 = np.zeros((2, Kp), np.int64)  # exponent bits of 2^n in _exp_shifted, per run slot
-    zl, kb = np.zeros((1, Kp)), np.zeros(1, np.int64)
     z2 = np.zeros((2, C, Kp))
     return (
         z2, np.zeros((2, C, Kp)), np.zeros((2, C, Kp)),  # z2, p2, cw2: logits, pi, cw per context
@@ -733,9 +742,8 @@ def _workspace(C, K, Kp, d, P, G):
         np.empty((P, d)), np.zeros((2, P, d)), np.empty((2, C, G)),  # w; u2: direction per slot; rg2: group rewards
         np.zeros((2, Kp)), np.empty(P), np.empty(P), np.empty(K), np.empty(G), np.empty(G), np.empty(d),
         # ex2: exp(z - class max) per slot; wabs, eta, cdf, rv, A, trial
-        ib2, ib2.view(np.float64), np.zeros((2, C, G), np.int64),  # ib2 and its float64 view fb2; idx2: drawn arms
-        z2.view(np.int64), np.empty((2, 2)),  # zi2: the logits' bits (class maxima as integer maxima); zm: maxima
-        zl, zl.view(np.int64), kb, kb.view(np.float64),  # line search: logits at the trial point; _range_max scratch
+        np.zeros((2, C, G), np.int64), np.empty((2, 2)),  # idx2: drawn arms; zm: class maxima per slot
+        np.zeros((1, Kp)),  # zl: the line search's logits at the trial point
         np.zeros((2, C, Kp)), np.empty((2, C)),  # y2 = Phi u per slot (sampled mode); dm2: Delta mu per context
     )
 
@@ -759,8 +767,7 @@ def _one_pair(
     from theta at every step kk with kk % _REFRESH == 0 (and at a call's first step, which simulate() keeps
     on such a step), so round-off does not accumulate over more than _REFRESH steps."""
     C, K = feat.shape[0], feat.shape[1]
-    (z2, p2, cw2, cdf2, gap2, fw, mphi, w, u2, rg2, ex2, wabs, eta, cdf, rv, A, trial, ib2, fb2, idx2, zi2, zm,
-     zl, zli, kb, kbf, y2, dm2) = ws
+    (z2, p2, cw2, cdf2, gap2, fw, mphi, w, u2, rg2, ex2, wabs, eta, cdf, rv, A, trial, idx2, zm, zl, y2, dm2) = ws
     want_p = sampled or sched == 3
     ns = 1 if r1 == r0 else 2
     for k in range(n_steps + do_final):
@@ -769,8 +776,8 @@ def _one_pair(
         fresh = not sampled or k == 0 or kk % _REFRESH == 0
         # 1) forward pass at theta_kk, both runs
         for c in range(C):
-            _forward_pair(featST, fnormS, npos_c, K, c, theta, r0, r1, pmap[c], z2, zi2, zm, ex2, ib2, fb2, gap2, p2,
-                          cw2, fw, want_p and update, not sampled, fresh)
+            _forward_pair(featST, fnormS, npos_c, K, c, theta, r0, r1, pmap[c], z2, zm, ex2, gap2, p2, cw2, fw,
+                          want_p and update, not sampled, fresh)
         for s in range(ns):
             r = r0 if s == 0 else r1
             _track(r, kk, update, phi_prev, J_min, ndec, rec_every, o_J, o_Phi, o_M, o_dPhi, o_H,
@@ -808,8 +815,7 @@ def _one_pair(
             _step(
                 feat, pmap, blk_ptr, blk_ctx, featS, featST, npos_c, theta, M, eta0, kk, r,
                 sampled, G, sched, ac, tr_delta, max_halv, rec_every, o_dmu, o_wn, o_eta,
-                p2[s], cw2[s], fw[s, 2], u2[s], dm2[s], rg2[s], idx2[s], z2[s], y2[s], eta, cdf, A, trial, zl, zli, kb,
-                kbf,
+                p2[s], cw2[s], fw[s, 2], u2[s], dm2[s], rg2[s], idx2[s], z2[s], y2[s], eta, cdf, A, trial, zl,
             )  # fmt: skip
 
 
@@ -925,7 +931,7 @@ def _direction(
 def _step(
     feat, pmap, blk_ptr, blk_ctx, featS, featST, npos_c, theta, M, eta0, kk, r,
     sampled, G, sched, ac, tr_delta, max_halv, rec_every, o_dmu, o_wn, o_eta,
-    p_all, cw_all, Phic, u, dm_c, rg, idx, z_all, y_all, eta, cdf, A, trial, zl, zli, kb, kbf,
+    p_all, cw_all, Phic, u, dm_c, rg, idx, z_all, y_all, eta, cdf, A, trial, zl,
 ):
     """Step size per block (the schedule), then the records of Delta mu = dm_c, ||u|| and eta, the cumulative
     alignment M += eta [Delta mu]_+ and the update theta += eta u of run r at step kk; sampled mode also moves
@@ -955,7 +961,7 @@ def _step(
                     trial[j] = theta[r, pb, j] + e * u[pb, j]
                 tot = 0.0
                 for q in range(blk_ptr[pb], blk_ptr[pb + 1]):
-                    tot += _logodds(featST, npos_c, K, blk_ctx[q], trial, zl, zli, kb, kbf)
+                    tot += _logodds(featST, npos_c, K, blk_ctx[q], trial, zl)
                 if tot > base:
                     ok = True
                     break
@@ -1260,7 +1266,10 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
     am, av = np.zeros((R, P, d)), np.zeros((R, P, d))
     M, phi_prev = np.zeros((R, C)), np.zeros((R, C))
     J_min, ndec = np.full((R, C), np.inf), np.zeros((R, C), np.int64)
-    rec = {k: np.full((R, n_rec, C), np.nan) for k in ("J", "Phi", "dmu", "M", "wnorm", "dPhi", "entropy")}
+    names = ("J", "Phi", "dmu", "M", "wnorm", "dPhi", "entropy")
+    # one block (views per record): above numpy's 4 MB it is backed by huge pages where the OS allows, so the first
+    # writes fault far less often than into seven separate arrays
+    rec = dict(zip(names, np.full((len(names), R, n_rec, C), np.nan)))
     rec_eta = np.full((R, n_rec, P), np.nan)
     f_J, f_Phi = np.full((R, C), np.nan), np.full((R, C), np.nan)
     sched = dyn.schedule
