@@ -346,11 +346,12 @@ def _exp_shifted(z_all, c, zmp, zmn, npos, K, out):
 
 
 @njit(cache=True, _nrt=False)  # strict on purpose: re-association would undo the rounding and the range reduction
-def _exp_pair(z2, c, zm, npos, K, e2):
+def _exp_pair(z2, c, zm, npos, K, e2, keep):
     """e2[s] = _exp_shifted of z2[s, c] with the class maxima zm[s] = (max over O+, max over O-), for both run
-    slots s of a pair in one call."""
+    slots s of a pair in one call (not for a slot with keep[s, c])."""
     for s in range(2):
-        _exp_shifted(z2[s], c, zm[s, 0], zm[s, 1], npos, K, e2[s])
+        if not keep[s, c]:
+            _exp_shifted(z2[s], c, zm[s, 0], zm[s, 1], npos, K, e2[s])
 
 
 @njit(cache=True, _nrt=False)
@@ -384,6 +385,15 @@ def _logits_pair(featST, c, theta, r0, r1, pb, z2):
 
 
 _I64_MAX = np.int64(0x7FFFFFFFFFFFFFFF)
+
+
+@njit(cache=True, inline="always")
+def _nonzero(v):
+    """Whether any entry of the vector v is not 0."""
+    for j in range(v.shape[0]):
+        if v[j] != 0.0:
+            return True
+    return False
 
 
 @njit(cache=True, inline="always")
@@ -460,20 +470,25 @@ def _class_split(fnormS, npos_c, K, c, z_all, zmp, zmn, e, p_all, cw_all, want_p
 
 
 @njit(cache=True, fastmath=_FASTMATH, inline="always")
-def _forward_pair(featST, fnormS, npos_c, K, c, theta, r0, r1, pb, z2, zm, e2, gap2, p2, cw2, fw, want_p, want_gs, fresh):
+def _forward_pair(featST, fnormS, npos_c, K, c, theta, r0, r1, pb, z2, zm, e2, gap2, p2, cw2, fw, want_p, want_gs, fresh,
+                  keep):
     """The forward pass of context c for the runs r0, r1 of a pair (featST [C, d, Kp], sorted and padded arms):
     with fresh, the logits of both in one pass over the features (else z2 already holds them), _class_split per
     run and, with want_gs (exact mode), Gap = sum_a cw_a phi_a of both in one pass. fw[s, :, c] = (J, Jbar, Phi,
-    H, gs) of run slot s; cw2 (and with want_p p2, with want_gs gap2) are filled. The two slots run the same
-    operations, so a run's results do not depend on its partner or slot."""
+    H, gs) of run slot s; cw2 (and with want_p p2, with want_gs gap2) are filled, except for a slot with
+    keep[s, c], whose logits have not moved since they were last filled (sampled mode; not fresh). The two slots
+    run the same operations, so a run's results do not depend on its partner or slot."""
     if fresh:
         _logits_pair(featST, c, theta, r0, r1, pb, z2)
     npos = npos_c[c]
     for s in range(2):
-        zm[s, 0] = _range_max(z2[s], c, 0, npos)
-        zm[s, 1] = _range_max(z2[s], c, npos, K)
-    _exp_pair(z2, c, zm, npos, K, e2)
+        if not keep[s, c]:
+            zm[s, 0] = _range_max(z2[s], c, 0, npos)
+            zm[s, 1] = _range_max(z2[s], c, npos, K)
+    _exp_pair(z2, c, zm, npos, K, e2, keep)
     for s in range(2):
+        if keep[s, c]:
+            continue
         J, Jb, Ph, H, gs = _class_split(fnormS, npos_c, K, c, z2[s], zm[s, 0], zm[s, 1], e2[s], p2[s], cw2[s], want_p,
                                         want_gs)
         fw[s, 0, c], fw[s, 1, c], fw[s, 2, c], fw[s, 3, c], fw[s, 4, c] = J, Jb, Ph, H, gs
@@ -573,18 +588,21 @@ _CDF_PAD = 32  # the cdf rows are padded with +inf to a multiple of this (the co
 
 
 @njit(cache=True, _nrt=False)  # strict on purpose: the running sums and the shifts are added in the stated order
-def _cdf_rows(p_all, rank, K, cdf_all):
+def _cdf_rows(p_all, rank, K, cdf_all, keep):
     """cdf_all[c, a] = pi(a_0) + ... + pi(a_a) for every context c, arms in the original order
     (pi(a_b) = p_all[c, rank[c, b]]): the arms are cut into four contiguous quarters summed as four
     independent running sums (a single running sum waits on each previous add), then every quarter is shifted
     by the total of those before it, off_{q+1} = off_q + S_q, the same addition that gives the quarter's last
     entry. Each row is therefore non-decreasing and a zero-probability arm repeats the entry before it, as in
     a serial cumulative sum; the entries differ from numpy.cumsum's by a few ulp. (Row and quarter views keep
-    every index a loop counter from 0, so no negative-index fix-up is compiled into the loops.)"""
+    every index a loop counter from 0, so no negative-index fix-up is compiled into the loops.) Rows c with
+    keep[c] are left as they are."""
     C = p_all.shape[0]
     L = (K + 3) // 4
     n1, n2, n3 = min(max(K - L, 0), L), min(max(K - 2 * L, 0), L), min(max(K - 3 * L, 0), L)
     for c in range(C):
+        if keep[c]:  # pi of context c has not changed since its row was computed
+            continue
         p, rk, out = p_all[c], rank[c, :K], cdf_all[c, :K]
         rk1, rk2, rk3 = rk[min(L, K):], rk[min(2 * L, K):], rk[min(3 * L, K):]
         o1, o2, o3 = out[min(L, K):], out[min(2 * L, K):], out[min(3 * L, K):]
@@ -745,6 +763,8 @@ def _workspace(C, K, Kp, d, P, G):
         np.zeros((2, C, G), np.int64), np.empty((2, 2)),  # idx2: drawn arms; zm: class maxima per slot
         np.zeros((1, Kp)),  # zl: the line search's logits at the trial point
         np.zeros((2, C, Kp)), np.empty((2, C)),  # y2 = Phi u per slot (sampled mode); dm2: Delta mu per context
+        np.zeros((2, C), np.bool_),  # mv2: whether y2[s, c] holds Phi u (else u = 0: the logits do not move)
+        np.zeros((2, C), np.bool_),  # kp2: the forward pass (and cdf row) of slot s, context c kept from the last step
     )
 
 
@@ -767,17 +787,20 @@ def _one_pair(
     from theta at every step kk with kk % _REFRESH == 0 (and at a call's first step, which simulate() keeps
     on such a step), so round-off does not accumulate over more than _REFRESH steps."""
     C, K = feat.shape[0], feat.shape[1]
-    (z2, p2, cw2, cdf2, gap2, fw, mphi, w, u2, rg2, ex2, wabs, eta, cdf, rv, A, trial, idx2, zm, zl, y2, dm2) = ws
+    (z2, p2, cw2, cdf2, gap2, fw, mphi, w, u2, rg2, ex2, wabs, eta, cdf, rv, A, trial, idx2, zm, zl, y2, dm2, mv2,
+     kp2) = ws
     want_p = sampled or sched == 3
     ns = 1 if r1 == r0 else 2
     for k in range(n_steps + do_final):
         kk = k0 + k
         update = k < n_steps
         fresh = not sampled or k == 0 or kk % _REFRESH == 0
-        # 1) forward pass at theta_kk, both runs
+        # 1) forward pass at theta_kk, both runs; not for a run and context whose logits did not move (u = 0 at
+        # step kk - 1 in this call): its forward pass would give the same bits
         for c in range(C):
+            kp2[0, c], kp2[1, c] = not fresh and not mv2[0, c], not fresh and not mv2[1, c]
             _forward_pair(featST, fnormS, npos_c, K, c, theta, r0, r1, pmap[c], z2, zm, ex2, gap2, p2, cw2, fw,
-                          want_p and update, not sampled, fresh)
+                          want_p and update, not sampled, fresh, kp2)
         for s in range(ns):
             r = r0 if s == 0 else r1
             _track(r, kk, update, phi_prev, J_min, ndec, rec_every, o_J, o_Phi, o_M, o_dPhi, o_H,
@@ -791,16 +814,26 @@ def _one_pair(
                 feat, rew, fnorm, pmap, blk_ptr, featST, fnormS, rank, am, av, unif, k, kk, tab, r,
                 method, sampled, G, bessel, aeps, lam, normalize, adam, b1, b2, adam_eps,
                 p2[s], cdf2[s], gap2[s], fw[s, 0], fw[s, 1], fw[s, 4], mphi, w, u2[s], rg2[s], wabs, rv, A, idx2[s],
+                kp2[s],
             )  # fmt: skip
         # 3) Delta mu = <u, Gap> per context
-        if sampled:
+        if sampled:  # y = Phi u of both runs in one pass; none where u = 0 (e.g. a group with equal rewards)
             for c in range(C):
-                _logits_pair(featST, c, u2, 0, 1, pmap[c], y2)  # y = Phi u of both runs
+                pb = pmap[c]
+                mv0, mv1 = _nonzero(u2[0, pb]), ns == 2 and _nonzero(u2[1, pb])
+                if mv0 and mv1:
+                    _logits_pair(featST, c, u2, 0, 1, pb, y2)
+                elif mv0:
+                    _logits(featST, c, u2[0, pb], y2[0, c])  # the same operations per run as _logits_pair
+                elif mv1:
+                    _logits(featST, c, u2[1, pb], y2[1, c])
+                mv2[0, c], mv2[1, c] = mv0, mv1
             for s in range(ns):
                 for c in range(C):
                     dm = 0.0
-                    for a in range(z2.shape[2]):
-                        dm += cw2[s, c, a] * y2[s, c, a]
+                    if mv2[s, c]:
+                        for a in range(z2.shape[2]):
+                            dm += cw2[s, c, a] * y2[s, c, a]
                     dm2[s, c] = dm
         else:
             for s in range(ns):
@@ -815,7 +848,7 @@ def _one_pair(
             _step(
                 feat, pmap, blk_ptr, blk_ctx, featS, featST, npos_c, theta, M, eta0, kk, r,
                 sampled, G, sched, ac, tr_delta, max_halv, rec_every, o_dmu, o_wn, o_eta,
-                p2[s], cw2[s], fw[s, 2], u2[s], dm2[s], rg2[s], idx2[s], z2[s], y2[s], eta, cdf, A, trial, zl,
+                p2[s], cw2[s], fw[s, 2], u2[s], dm2[s], rg2[s], idx2[s], z2[s], y2[s], mv2[s], eta, cdf, A, trial, zl,
             )  # fmt: skip
 
 
@@ -852,16 +885,17 @@ def _track(r, kk, update, phi_prev, J_min, ndec, rec_every, o_J, o_Phi, o_M, o_d
 def _direction(
     feat, rew, fnorm, pmap, blk_ptr, featST, fnormS, rank, am, av, unif, k, kk, tab, r,
     method, sampled, G, bessel, aeps, lam, normalize, adam, b1, b2, adam_eps,
-    p_all, cdf_all, gap, Jc, Jbc, gs_all, mphi, w, u, rg, wabs, rv, A, idx,
+    p_all, cdf_all, gap, Jc, Jbc, gs_all, mphi, w, u, rg, wabs, rv, A, idx, keep,
 ):
     """The direction u [P, d] of run r at step kk (k within the call) from its forward pass: per context the
     method's update (exact: its expected scalar times Gap; sampled: a drawn group's advantages times its
     features' deviations from E_pi[phi]), averaged over each block's contexts, round-off cleaned, optionally
-    normalised and passed through Adam. Sampled mode also fills idx and rg (the drawn arms and their rewards)."""
+    normalised and passed through Adam. Sampled mode also fills idx and rg (the drawn arms and their rewards);
+    the cdf rows of contexts with keep (pi unchanged) are kept."""
     P = u.shape[0]
     C, K, d = feat.shape[0], feat.shape[1], feat.shape[2]
     if sampled:  # all draws first: the searches are independent (no load waits on a previous draw)
-        _cdf_rows(p_all, rank, K, cdf_all)  # cumsum of pi in the original arm order (the order of the draws)
+        _cdf_rows(p_all, rank, K, cdf_all, keep)  # cumsum of pi in the original arm order (the order of the draws)
         for c in range(C):
             for i in range(G):
                 idx[c, i] = _draw(cdf_all, c, K, unif[r, k, c, i])
@@ -931,11 +965,11 @@ def _direction(
 def _step(
     feat, pmap, blk_ptr, blk_ctx, featS, featST, npos_c, theta, M, eta0, kk, r,
     sampled, G, sched, ac, tr_delta, max_halv, rec_every, o_dmu, o_wn, o_eta,
-    p_all, cw_all, Phic, u, dm_c, rg, idx, z_all, y_all, eta, cdf, A, trial, zl,
+    p_all, cw_all, Phic, u, dm_c, rg, idx, z_all, y_all, mv, eta, cdf, A, trial, zl,
 ):
     """Step size per block (the schedule), then the records of Delta mu = dm_c, ||u|| and eta, the cumulative
     alignment M += eta [Delta mu]_+ and the update theta += eta u of run r at step kk; sampled mode also moves
-    the logits: z += eta y (y = Phi u)."""
+    the logits: z += eta y (y = Phi u) where mv (else u = 0)."""
     P = theta.shape[1]
     C, K, d = feat.shape[0], feat.shape[1], feat.shape[2]
     for pb in range(P):
@@ -1024,7 +1058,7 @@ def _step(
             o_wn[r, ri, c] = math.sqrt(nn)
         if dm > 0:
             M[r, c] += eta[pb] * dm
-        if sampled:
+        if sampled and mv[c]:
             e = eta[pb]
             for a in range(z_all.shape[1]):
                 z_all[c, a] += e * y_all[c, a]
@@ -1063,7 +1097,7 @@ def _draw_batch(probs, u):
 def _cdf_batch(probs, rank):
     K = probs.shape[1]
     out = np.full((probs.shape[0], _padded(K)), np.inf)
-    _cdf_rows(probs, rank, K, out)
+    _cdf_rows(probs, rank, K, out, np.zeros(probs.shape[0], np.bool_))
     return out
 
 
