@@ -727,7 +727,7 @@ def _kernel(
     feat, rew, fnorm, pmap, blk_ptr, blk_ctx,  # bandit
     featS, featST, fnormS, npos_c, rank,  # bandit, arms sorted correct-first per context
     theta, am, av, M, phi_prev, J_min, ndec,  # state (in/out)
-    eta0, unif, k0, n_steps, do_final, total_steps,  # run inputs
+    eta0, unif, k0, n_steps, do_final, total_steps, pairs,  # run inputs
     method, sampled, G, bessel, aeps, lam, normalize, sched_kind, ac, tr_delta, max_halv, adam, b1, b2, adam_eps, rec_every,
     o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta,  # records
     f_J, f_Phi,  # final values
@@ -735,7 +735,8 @@ def _kernel(
     R, P, d = theta.shape
     C, K, Kp = feat.shape[0], feat.shape[1], featST.shape[2]
     tab = _grpo_table(G, bessel, aeps)
-    for q in prange((R + 1) // 2):  # runs 2q and 2q + 1 are done by one thread, in the same order for any count
+    for i in prange(pairs.shape[0]):  # runs 2q and 2q + 1 are done by one thread, in the same order for any count
+        q = pairs[i]
         ws = _workspace(C, K, Kp, d, P, G)
         _one_pair(
             feat, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, npos_c, rank,
@@ -1310,6 +1311,10 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
     b1, b2 = dyn.adam_betas
     rngs = [np.random.default_rng(int(s)) for s in seeds] if dyn.mode == "sampled" else None
     chunk = -(-max(1, int(chunk)) // _REFRESH) * _REFRESH  # calls start on a step where the logits are recomputed
+    # pairs of runs in round-robin order over the threads: prange hands each thread a contiguous block of this
+    # list, so runs next to each other in the grid (similar step sizes, similar work) go to different threads
+    nt = nthreads or numba.get_num_threads()
+    pairs = np.concatenate([np.arange(t, (R + 1) // 2, nt) for t in range(nt)]).astype(np.int64)
     before = numba.get_num_threads()
     if nthreads is not None:
         numba.set_num_threads(nthreads)
@@ -1327,7 +1332,7 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
             _kernel(
                 bandit.features, bandit.rewards, fnorm, pmap, blk_ptr, order, featS, featST, fnormS, npos, rank,
                 theta, am, av, M, phi_prev, J_min, ndec,
-                eta0, unif, start, n, int(last), T,
+                eta0, unif, start, n, int(last), T, pairs,
                 _CODE[dyn.method], dyn.mode == "sampled", G, dyn.std == "bessel", float(dyn.adv_eps), float(dyn.lam),
                 bool(dyn.normalize), _SCHED[sched.kind], float(sched.c), float(sched.delta), int(sched.max_halvings),
                 dyn.optimizer == "adam", float(b1), float(b2), float(dyn.adam_eps), every,

@@ -350,7 +350,10 @@ def _format_speed(res: dict) -> list[str]:
         [f"sampled: numpy rng.choice loop / engine, per run-step (loop: {r.numpy_runs} runs x {r.numpy_steps} "
          "steps)", _ms(r.sampled_vs_numpy, 1, "{:.1f}x"),
          f">= {TARGETS['sampled_vs_numpy']:g}x: {_verdict(r.sampled_vs_numpy.median >= TARGETS['sampled_vs_numpy'])}",
-         "different random stream (speed only)"],
+         f"different random stream (speed only); u = 0 (work skipped) in {100 * r.sampled_zero_share:.0f} % of "
+         "run-context-steps"],
+        [f"sampled, {r.dense_method} (no zero directions, E_pi[phi] every step): the same ratio",
+         _ms(r.dense_vs_numpy, 1, "{:.1f}x"), "", f"u = 0 in {100 * r.dense_zero_share:.0f} %"],
         [f"exact: recording every {r.sparse_every} steps / every step (time)", _ms(r.sparse_vs_dense, 1, "{:.2f}x"),
          "", ""],
     ])  # fmt: skip
