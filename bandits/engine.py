@@ -530,38 +530,17 @@ def _matvec_pair(featST, c, x2, out2):
 
 
 @njit(cache=True, fastmath=_FASTMATH, inline="always")
-def _matvec(featST, c, x_all, out):
-    """out[c, j] = sum_a x_all[c, a] featST[c, j, a] for j < d; four features per pass over the arms (x loaded
-    once)."""
+def _mean_features_pair(featST, fnormS, c, p2, m2):
+    """m2[s, c, :d] = E_pi[phi] = sum_a p_a phi_a and m2[s, c, d] = E_pi ||phi|| of context c for both run slots
+    s (pi = p2[s, c], sorted arms), in one pass over the features. Always both slots, by the same code, so a
+    run's bits do not depend on whether its partner needed them."""
     d, K = featST.shape[1], featST.shape[2]
-    j = 0
-    while j + 4 <= d:
-        s0, s1, s2, s3 = 0.0, 0.0, 0.0, 0.0
-        for a in range(K):
-            xa = x_all[c, a]
-            s0 += xa * featST[c, j, a]
-            s1 += xa * featST[c, j + 1, a]
-            s2 += xa * featST[c, j + 2, a]
-            s3 += xa * featST[c, j + 3, a]
-        out[c, j], out[c, j + 1], out[c, j + 2], out[c, j + 3] = s0, s1, s2, s3
-        j += 4
-    while j < d:
-        s0 = 0.0
-        for a in range(K):
-            s0 += x_all[c, a] * featST[c, j, a]
-        out[c, j] = s0
-        j += 1
-
-
-@njit(cache=True, fastmath=_FASTMATH, inline="always")
-def _mean_features(featST, fnormS, c, p_all, out):
-    """out[c, :d] = E_pi[phi] = sum_a p_a phi_a and out[c, d] = E_pi ||phi|| for context c (sorted arms)."""
-    d, K = featST.shape[1], featST.shape[2]
-    _matvec(featST, c, p_all, out)
-    s = 0.0
+    _matvec_pair(featST, c, p2, m2)
+    s0, s1 = 0.0, 0.0
     for a in range(K):
-        s += p_all[c, a] * fnormS[c, a]
-    out[c, d] = s
+        s0 += p2[0, c, a] * fnormS[c, a]
+        s1 += p2[1, c, a] * fnormS[c, a]
+    m2[0, c, d], m2[1, c, d] = s0, s1
 
 
 @njit(cache=True, _nrt=False)
@@ -757,7 +736,7 @@ def _workspace(C, K, Kp, d, P, G):
         z2, np.zeros((2, C, Kp)), np.zeros((2, C, Kp)),  # z2, p2, cw2: logits, pi, cw per context
         np.full((2, C, _padded(K)), np.inf),  # cdf2: sampled mode, cumsum of pi per context (+inf padding)
         np.empty((2, C, d)), np.empty((2, 5, C)),  # gap2; fw: (J, Jbar, Phi, H, gs) per slot and context
-        np.empty((C, d + 1)),  # mphi: E_pi[phi] and E_pi ||phi|| (sampled mode)
+        np.empty((2, C, d + 1)),  # mphi2: E_pi[phi] and E_pi ||phi|| per slot (sampled mode)
         np.empty((P, d)), np.zeros((2, P, d)), np.empty((2, C, G)),  # w; u2: direction per slot; rg2: group rewards
         np.zeros((2, Kp)), np.empty(P), np.empty(P), np.empty(K), np.empty(G), np.empty(G), np.empty(d),
         # ex2: exp(z - class max) per slot; wabs, eta, cdf, rv, A, trial
@@ -766,6 +745,7 @@ def _workspace(C, K, Kp, d, P, G):
         np.zeros((2, C, Kp)), np.empty((2, C)),  # y2 = Phi u per slot (sampled mode); dm2: Delta mu per context
         np.zeros((2, C), np.bool_),  # mv2: whether y2[s, c] holds Phi u (else u = 0: the logits do not move)
         np.zeros((2, C), np.bool_),  # kp2: the forward pass (and cdf row) of slot s, context c kept from the last step
+        np.zeros((2, C, G)), np.zeros((2, C), np.bool_),  # A2: the groups' advantages; nd2: E_pi[phi] needed
     )
 
 
@@ -788,8 +768,8 @@ def _one_pair(
     from theta at every step kk with kk % _REFRESH == 0 (and at a call's first step, which simulate() keeps
     on such a step), so round-off does not accumulate over more than _REFRESH steps."""
     C, K = feat.shape[0], feat.shape[1]
-    (z2, p2, cw2, cdf2, gap2, fw, mphi, w, u2, rg2, ex2, wabs, eta, cdf, rv, A, trial, idx2, zm, zl, y2, dm2, mv2,
-     kp2) = ws
+    (z2, p2, cw2, cdf2, gap2, fw, mphi2, w, u2, rg2, ex2, wabs, eta, cdf, rv, A, trial, idx2, zm, zl, y2, dm2, mv2,
+     kp2, A2, nd2) = ws
     want_p = sampled or sched == 3
     ns = 1 if r1 == r0 else 2
     for k in range(n_steps + do_final):
@@ -808,14 +788,20 @@ def _one_pair(
                    f_J, f_Phi, M, fw[s, 0], fw[s, 2], fw[s, 3])
         if not update:
             continue
-        # 2) direction of each run
+        # 2) direction of each run; sampled: the groups of both runs first, then E_pi[phi] for both in one pass
+        # over the features where either run's advantages do not sum to 0
+        if sampled:
+            for s in range(ns):
+                _groups(rew, pmap, blk_ptr, rank, unif, k, r0 if s == 0 else r1, method, G, bessel, aeps, lam,
+                        p2[s], cdf2[s], kp2[s], idx2[s], rg2[s], A2[s], nd2[s], rv)
+            for c in range(C):
+                if nd2[0, c] or (ns == 2 and nd2[1, c]):
+                    _mean_features_pair(featST, fnormS, c, p2, mphi2)
         for s in range(ns):
             r = r0 if s == 0 else r1
             _direction(
-                feat, rew, fnorm, pmap, blk_ptr, featST, fnormS, rank, am, av, unif, k, kk, tab, r,
-                method, sampled, G, bessel, aeps, lam, normalize, adam, b1, b2, adam_eps,
-                p2[s], cdf2[s], gap2[s], fw[s, 0], fw[s, 1], fw[s, 4], mphi, w, u2[s], rg2[s], wabs, rv, A, idx2[s],
-                kp2[s],
+                feat, fnorm, pmap, blk_ptr, am, av, kk, tab, r, method, sampled, G, lam, normalize, adam, b1, b2,
+                adam_eps, gap2[s], fw[s, 0], fw[s, 1], fw[s, 4], mphi2[s], w, u2[s], wabs, idx2[s], A2[s], nd2[s],
             )  # fmt: skip
         # 3) Delta mu = <u, Gap> per context
         if sampled:  # y = Phi u of both runs in one pass; none where u = 0 (e.g. a group with equal rewards)
@@ -883,23 +869,43 @@ def _track(r, kk, update, phi_prev, J_min, ndec, rec_every, o_J, o_Phi, o_M, o_d
 
 
 @njit(cache=True, fastmath=_FASTMATH, _nrt=False)
+def _groups(rew, pmap, blk_ptr, rank, unif, k, r, method, G, bessel, aeps, lam, p_all, cdf_all, keep, idx, rg, A_all,
+            need, rv):
+    """Sampled mode, run r, step k of the call: the cdf rows of pi (rows with keep: pi unchanged, kept), the
+    G draws per context (idx), their rewards (rg) and advantages (A_all), and whether E_pi[phi] is needed:
+    need[c] unless the scaled advantages f_i = A_i / (G nb) sum to 0 up to their round-off,
+    |sum_i f_i| <= _ADV_SUM_TOL G sum_i |f_i| (grpo, rloo, dr_grpo: E_pi[phi] would multiply 0)."""
+    C, K = rew.shape[0], rew.shape[1]
+    _cdf_rows(p_all, rank, K, cdf_all, keep)  # cumsum of pi in the original arm order (the order of the draws)
+    for c in range(C):  # all draws first: the searches are independent (no load waits on a previous draw)
+        for i in range(G):
+            idx[c, i] = _draw(cdf_all, c, K, unif[r, k, c, i])
+    for c in range(C):
+        pb = pmap[c]
+        nb = blk_ptr[pb + 1] - blk_ptr[pb]
+        for i in range(G):
+            rv[i] = rew[c, idx[c, i]]
+            rg[c, i] = rv[i]
+        _advantages(method, rv, A_all[c], bessel, aeps, lam)
+        sA, sabs = 0.0, 0.0
+        for i in range(G):
+            f = A_all[c, i] / G / nb
+            sA += f
+            sabs += abs(f)
+        need[c] = abs(sA) > _ADV_SUM_TOL * G * sabs
+
+
+@njit(cache=True, fastmath=_FASTMATH, _nrt=False)
 def _direction(
-    feat, rew, fnorm, pmap, blk_ptr, featST, fnormS, rank, am, av, unif, k, kk, tab, r,
-    method, sampled, G, bessel, aeps, lam, normalize, adam, b1, b2, adam_eps,
-    p_all, cdf_all, gap, Jc, Jbc, gs_all, mphi, w, u, rg, wabs, rv, A, idx, keep,
+    feat, fnorm, pmap, blk_ptr, am, av, kk, tab, r, method, sampled, G, lam, normalize, adam, b1, b2, adam_eps,
+    gap, Jc, Jbc, gs_all, mphi, w, u, wabs, idx, A_all, need,
 ):
-    """The direction u [P, d] of run r at step kk (k within the call) from its forward pass: per context the
-    method's update (exact: its expected scalar times Gap; sampled: a drawn group's advantages times its
-    features' deviations from E_pi[phi]), averaged over each block's contexts, round-off cleaned, optionally
-    normalised and passed through Adam. Sampled mode also fills idx and rg (the drawn arms and their rewards);
-    the cdf rows of contexts with keep (pi unchanged) are kept."""
+    """The direction u [P, d] of run r at step kk from its forward pass: per context the method's update (exact:
+    its expected scalar times Gap; sampled: the drawn group's (idx) advantages (A_all) times its features'
+    deviations from E_pi[phi] (mphi, where need)), averaged over each block's contexts, round-off cleaned,
+    optionally normalised and passed through Adam."""
     P = u.shape[0]
     C, K, d = feat.shape[0], feat.shape[1], feat.shape[2]
-    if sampled:  # all draws first: the searches are independent (no load waits on a previous draw)
-        _cdf_rows(p_all, rank, K, cdf_all, keep)  # cumsum of pi in the original arm order (the order of the draws)
-        for c in range(C):
-            for i in range(G):
-                idx[c, i] = _draw(cdf_all, c, K, unif[r, k, c, i])
     for pb in range(P):
         wabs[pb] = 0.0
         for j in range(d):
@@ -914,24 +920,17 @@ def _direction(
             # gs_all[c]: scale of the terms that cancel in gap = sum_a cw_a phi_a (from _class_split)
             wabs[pb] += abs(sc) * gs_all[c]
         else:
-            for i in range(G):
-                rv[i] = rew[c, idx[c, i]]
-                rg[c, i] = rv[i]
-            _advantages(method, rv, A, bessel, aeps, lam)
             # w_x = (1/G) sum_i A_i phi(a_i) - (1/G) (sum_i A_i) E_pi[phi]
-            sA, sabs = 0.0, 0.0
+            sA = 0.0
             for i in range(G):
-                f = A[i] / G / nb
+                f = A_all[c, i] / G / nb
                 sA += f
-                sabs += abs(f)
                 if f != 0.0:
                     a = idx[c, i]
                     wabs[pb] += abs(f) * fnorm[c, a]
                     for j in range(d):
                         w[pb, j] += f * feat[c, a, j]
-            # E_pi[phi] and E_pi ||phi||, only when the advantages do not sum to 0 up to their round-off
-            if abs(sA) > _ADV_SUM_TOL * G * sabs:
-                _mean_features(featST, fnormS, c, p_all, mphi)
+            if need[c]:  # E_pi[phi] and E_pi ||phi|| (_groups: the advantages do not sum to 0 up to round-off)
                 wabs[pb] += abs(sA) * mphi[c, d]
                 for j in range(d):
                     w[pb, j] -= sA * mphi[c, j]
