@@ -25,11 +25,15 @@ over arms is a branch-free loop that vectorises without a scalar tail (exp inclu
 sums are re-associated (LLVM fast-math flags reassoc, contract, arcp); runs are done two at a time in lockstep
 (the logits and the Gap of both in one pass over the features); sampled mode needs no Gap: it carries the
 logits from step to step as z + eta Phi u (Delta mu = <cw, Phi u>, one pass over the features per step) and
-recomputes them from theta every 8 steps, so round-off does not accumulate; the run kernel is compiled without
-reference counting; pairs of runs are spread over numba threads (``prange``; ``threads=`` per call). Each
-pair is done by one thread with fixed code that does the same operations for both runs, so the same inputs
-give bitwise-identical outputs for any thread count and any partner run on a given binary; results agree
-with the plain loop of :mod:`bandits.reference` to round-off (~1e-12 relative on J; tests/test_engine_fast.py).
+recomputes them from theta every 8 steps, so round-off does not accumulate; where a run's direction for a
+context is exactly 0 (a group with equal rewards under GRPO) its logits do not move, and the work that would
+repeat the same bits (the logit update, the next forward pass and cdf row) is skipped; the run kernel is
+compiled without reference counting; pairs of runs are dealt round-robin to numba threads (``prange``;
+``threads=`` per call). Each pair is done by one thread with fixed code that does the same operations for both
+runs, so the same inputs give bitwise-identical outputs for any thread count and any partner run on a given
+binary; results agree with the plain loop of :mod:`bandits.reference` to round-off (~1e-12 relative on J;
+tests/test_engine_fast.py) over horizons where the dynamics do not amplify it (large sampled steps are
+chaotic: ulp-level differences can grow until a draw flips).
 The first call after an install compiles the kernels (numba's on-disk cache keeps them) and says so on stderr;
 :func:`ensure_compiled` does it up front.
 """
