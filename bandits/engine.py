@@ -417,7 +417,7 @@ def _range_max(z_all, c, lo, hi):
 
 
 @njit(cache=True, fastmath=_FASTMATH, inline="always")
-def _class_split(fnormS, npos_c, K, c, z_all, zmp, zmn, e, p_all, cw_all, want_p, want_gs):
+def _class_split(fnormS, npos_c, c, z_all, zmp, zmn, e, p_all, cw_all, want_p, want_gs):
     """J, 1-J, Phi, entropy and the Gap weights of context c from its logits z_all[c], on class-sorted arms.
 
     The rows hold the K arms of each context with its npos_c[c] correct arms first (arm a is correct iff
@@ -493,7 +493,7 @@ def _forward_pair(featST, fnormS, npos_c, K, c, theta, r0, r1, pb, z2, zm, e2, g
     for s in range(2):
         if keep[s, c]:
             continue
-        J, Jb, Ph, H, gs = _class_split(fnormS, npos_c, K, c, z2[s], zm[s, 0], zm[s, 1], e2[s], p2[s], cw2[s], want_p,
+        J, Jb, Ph, H, gs = _class_split(fnormS, npos_c, c, z2[s], zm[s, 0], zm[s, 1], e2[s], p2[s], cw2[s], want_p,
                                         want_gs)
         fw[s, 0, c], fw[s, 1, c], fw[s, 2, c], fw[s, 3, c], fw[s, 4, c] = J, Jb, Ph, H, gs
     if want_gs:
@@ -710,7 +710,7 @@ def _kernel(
     feat, rew, fnorm, pmap, blk_ptr, blk_ctx,  # bandit
     featS, featST, fnormS, npos_c, rank,  # bandit, arms sorted correct-first per context
     theta, am, av, M, phi_prev, J_min, ndec,  # state (in/out)
-    eta0, unif, k0, n_steps, do_final, total_steps, pairs,  # run inputs
+    eta0, unif, k0, n_steps, do_final, pairs,  # run inputs
     method, sampled, G, bessel, aeps, lam, normalize, sched_kind, ac, tr_delta, max_halv, adam, b1, b2, adam_eps, rec_every,
     o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta,  # records
     f_J, f_Phi,  # final values
@@ -909,7 +909,7 @@ def _direction(
     deviations from E_pi[phi] (mphi, where need)), averaged over each block's contexts, round-off cleaned,
     optionally normalised and passed through Adam."""
     P = u.shape[0]
-    C, K, d = feat.shape[0], feat.shape[1], feat.shape[2]
+    C, d = feat.shape[0], feat.shape[2]
     for pb in range(P):
         wabs[pb] = 0.0
         for j in range(d):
@@ -1274,7 +1274,7 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
             8 (sampled mode recomputes its carried logits every 8 steps and at a call's start: results do not
             depend on the chunk).
         threads: numba threads over runs for this call (default: numba's current setting); results are
-            bitwise identical for every thread count (each run is done by one thread).
+            bitwise identical for every thread count (each pair of runs is done by one thread).
     """
     if not isinstance(bandit, ContextualBandit):
         raise ValueError(f"bandit must be a ContextualBandit, got {type(bandit).__name__}")
@@ -1335,7 +1335,7 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
             _kernel(
                 bandit.features, bandit.rewards, fnorm, pmap, blk_ptr, order, featS, featST, fnormS, npos, rank,
                 theta, am, av, M, phi_prev, J_min, ndec,
-                eta0, unif, start, n, int(last), T, pairs,
+                eta0, unif, start, n, int(last), pairs,
                 _CODE[dyn.method], dyn.mode == "sampled", G, dyn.std == "bessel", float(dyn.adv_eps), float(dyn.lam),
                 bool(dyn.normalize), _SCHED[sched.kind], float(sched.c), float(sched.delta), int(sched.max_halvings),
                 dyn.optimizer == "adam", float(b1), float(b2), float(dyn.adam_eps), every,
