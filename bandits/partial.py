@@ -34,7 +34,7 @@ from functools import lru_cache
 import numpy as np
 from scipy.special import log_softmax, logsumexp
 
-from .sequence import RULES, SequenceSample, rule_reward
+from .sequence import RULES, SequenceSample, _prob_from_log, rule_reward
 
 __all__ = ["PartialSharingBandit", "position_features"]
 
@@ -159,7 +159,7 @@ class PartialSharingBandit:
 
     def success_rate(self, theta) -> np.ndarray:
         """J = P(N >= k) (log-space Poisson-binomial DP)."""
-        return np.exp(np.minimum(self._log_terms(theta, suffix=False)[4], 0.0))
+        return _prob_from_log(self._log_terms(theta, suffix=False)[4])
 
     def exact(self, theta) -> dict[str, np.ndarray]:
         """J, 1 - J, Phi, the Gap (= grad Phi) and E|o| = T (module doc)."""
@@ -176,8 +176,7 @@ class PartialSharingBandit:
         lw = logsumexp(logp[..., wrong], axis=-1)
         wts = np.exp(lq + lw + loo - logJ[..., None] - logJbar[..., None])
         gap = np.einsum("...t,...td->...d", wts, self.features[:, self.correct, :] - mu_w)
-        # log-space sums can round above 0: a probability stays <= 1
-        return {"J": np.exp(np.minimum(logJ, 0.0)), "Jbar": np.exp(np.minimum(logJbar, 0.0)),
+        return {"J": _prob_from_log(logJ), "Jbar": _prob_from_log(logJbar),
                 "Phi": logJ - logJbar, "gap": gap,
                 "mean_length": np.full(logJ.shape, float(T))}
 

@@ -67,6 +67,11 @@ RULES = ("AC", "MAJ")
 Rule = Literal["AC", "MAJ"]
 
 
+def _prob_from_log(log_p) -> np.ndarray:
+    """exp(log p) for a probability summed in log space, capped at 1: such sums can round a little above 0."""
+    return np.exp(np.minimum(log_p, 0.0))
+
+
 def _check_rule(rule: str) -> str:
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
@@ -351,8 +356,8 @@ def _exact_from_states(logP, cond, r, L) -> dict[str, np.ndarray]:
     g_plus = np.einsum("...s,...sd->...d", np.nan_to_num(wp), cond)
     g_minus = np.einsum("...s,...sd->...d", np.nan_to_num(wm), cond)
     return {
-        "J": np.exp(np.minimum(lJ, 0.0)),  # log-space sums can round above 0: a probability stays <= 1
-        "Jbar": np.exp(np.minimum(lJbar, 0.0)),
+        "J": _prob_from_log(lJ),
+        "Jbar": _prob_from_log(lJbar),
         "Phi": lJ - lJbar,
         "g_plus": g_plus,
         "g_minus": g_minus,
@@ -442,13 +447,13 @@ class TabularSequenceBandit:
         e_c = np.zeros(self.V)
         e_c[self.correct] = 1.0
         gap = (a1 - a0)[..., None] * (e_c - u)
-        return {"J": np.exp(np.minimum(logJ, 0.0)), "Jbar": np.exp(np.minimum(logJbar, 0.0)),
+        return {"J": _prob_from_log(logJ), "Jbar": _prob_from_log(logJbar),
                 "Phi": logJ - logJbar, "gap": gap,
                 "mean_length": np.full(logJ.shape, float(self.T))}
 
     def success_rate(self, z) -> np.ndarray:
         """J = P(N >= k), N = sum_t x_t (Poisson-binomial DP in log space, as :meth:`exact`)."""
-        return np.exp(np.minimum(self._log_terms(self.check_params(z))[2], 0.0))
+        return _prob_from_log(self._log_terms(self.check_params(z))[2])
 
     def log_odds(self, z) -> np.ndarray:
         """Phi = log J - log(1 - J), both from log-space sums (as :meth:`exact`, without the Gap)."""
