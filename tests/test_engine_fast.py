@@ -247,12 +247,16 @@ def test_class_maximum_by_integer_keys_equals_max():
         assert got == (z[lo:hi].max() if hi > lo else -np.inf), (z[lo:hi], got)
 
 
-@pytest.mark.parametrize("mode", ["exact", "sampled"])
-def test_run_results_do_not_depend_on_its_lockstep_partner(mode):
+@pytest.mark.parametrize("mode,method,optimizer", [
+    ("exact", "grpo", "adam"), ("sampled", "grpo", "adam"),
+    ("sampled", "grpo", "sgd"),  # zero directions: skipped passes in one slot and not the other
+    ("sampled", "w_reinforce", "sgd"),  # E_pi[phi] of both slots in one pass
+])  # fmt: skip
+def test_run_results_do_not_depend_on_its_lockstep_partner(mode, method, optimizer):
     """Runs are done two at a time (features loaded once for both): every run gives the same bits alone, as the
     first or the second of a pair, and next to different partners."""
     b = make_bandit(n_contexts=3, n_arms=13, dim=6, n_correct=4, seed=3)
-    dyn = Dynamics(method="grpo", mode=mode, steps=25, schedule="adaptive", optimizer="adam", record_every=3)
+    dyn = Dynamics(method=method, mode=mode, steps=25, schedule="adaptive", optimizer=optimizer, record_every=3)
     eta, seed = np.array([0.2, 3.0, 40.0, 0.7]), np.array([1, 2, 3, 4])
     full = simulate(b, dyn, eta=eta, seed=seed)
     for order in ([3, 0, 1, 2], [2], [1, 3, 0], [0, 2]):
