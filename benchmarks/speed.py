@@ -6,8 +6,9 @@ numpy sampled loop on a subset of the runs with fewer steps (its cost is linear 
 run-step), and the engine with each extra thread count. The sampled engine skips the work of a run-context
 whose direction is 0 (a group with equal rewards under GRPO) and its next forward pass, so its time depends
 on the share of such directions, which is reported; the same comparison with ``w_reinforce`` (advantages
-lam / -1: no group gives a zero direction, and E_pi[phi] is needed at every step) shows the case without skips. Ratios are per round (the calls of a round
-share the machine's load) and reported as median [min, max] over the rounds.
+lam / -1: no group gives a zero direction, and E_pi[phi] is needed at every step) shows the case without
+skips. Ratios are per round (the calls of a round share the machine's load) and reported as median
+[min, max] over the rounds.
 """
 
 from __future__ import annotations
