@@ -1,26 +1,37 @@
-"""One definition of collapse and of the critical step size eta* (docs/evidence.md).
+"""One definition of a run's outcome, of collapse and of the critical step size eta* (docs/evidence.md).
 
-Collapse (Suk & Duan, arXiv 2510.08539, Thm 2: above a threshold the success rate J falls to 0):
-a run collapses when J < COLLAPSE_J = 1e-3 at any step within its horizon; the horizon is part of
-the setting. The looser J < SENSITIVITY_J = 1e-2 is reported beside it as a sensitivity check.
+Collapse as Suk & Duan (arXiv 2510.08539), Thm 2 state it: above a threshold the success rate falls
+to J -> 0. A run of horizon K has states k = 0..K (J_k at theta_k; state K after the last update);
+its last quarter is the states k >= K - K // 4 (:func:`tail_start`). Its outcome, with precedence
+in this order (:func:`run_outcome`):
 
-eta* is the smallest step size that collapses. The collapsing set is often fragmented into
-islands, so eta* is found by (1) scanning the whole range [eta_lo, eta_hi] on a geometric grid
-whose neighbours differ by at most ``max_ratio`` (default 1 %), then (2) refining (vectorised
-bisection in log eta) to relative width ``rtol`` (default 0.1 %) inside the bracket of the FIRST
-collapsing grid point.
-Islands narrower than the grid spacing can be missed; the spacing is the method's resolution.
+* ``collapsed``  J < COLLAPSE_J = 1e-3 at every state of the last quarter (J -> 0);
+* ``dipped``     not collapsed, but J < COLLAPSE_J at some state (a transient dip that recovered);
+* ``converged``  J > CONVERGED_J = 0.99 at every state of the last quarter;
+* ``undecided``  otherwise.
 
-The simulator enters as ``min_J(etas) -> array``: for a 1-D array of step sizes it returns, for
-each, the minimum of J over the horizon (same shape). Collapse at threshold c is min_J < c, so one
-callable serves both thresholds. Every method of an instance called with the same (eta_lo,
-eta_hi, max_ratio) is scanned on the same grid (``eta_grid``).
+J is the success rate the claim is about: for a multi-context bandit the mean over contexts. The
+horizon is part of the setting. J < SENSITIVITY_J = 1e-2 over the last quarter is reported beside
+eta* as a sensitivity check.
+
+eta* is the smallest step size whose run is ``collapsed``; eta_dip, the smallest whose run dips
+(J_min < COLLAPSE_J: collapsed or dipped), is reported beside it with the share of dipping grid
+points that recover. The collapsing set is often fragmented into islands, so both are found by (1)
+scanning [eta_lo, eta_hi] on a geometric grid whose neighbours differ by at most ``max_ratio``
+(default 1 %), then (2) refining (vectorised bisection in log eta) to relative width ``rtol``
+(default 0.1 %) inside the bracket of the FIRST grid point with the outcome. Islands narrower than
+the grid spacing can be missed; the spacing is the method's resolution.
+
+The simulator enters as ``run_stats(etas) -> RunStats``: for a 1-D array of step sizes it returns,
+for each, the three numbers that decide the outcome (min J over the run, min and max J over the
+last quarter). A callable returning one array (a min J) is refused: a minimum cannot tell a dip
+from a collapse.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,11 +39,110 @@ import numpy as np
 from ._validate import as_float_array
 
 COLLAPSE_J = 1e-3
-"""J below this at any step within the horizon is collapse."""
+"""J below this at every state of the last quarter is collapse (Thm 2's J -> 0)."""
 SENSITIVITY_J = 1e-2
-"""Looser collapse threshold, reported beside eta* as a sensitivity check."""
+"""Looser collapse level, reported beside eta* as a sensitivity check."""
+CONVERGED_J = 0.99
+"""J above this at every state of the last quarter is convergence."""
+OUTCOMES = ("collapsed", "dipped", "converged", "undecided")
+"""Run outcomes, in order of precedence."""
 
-MinJ = Callable[[np.ndarray], np.ndarray]
+
+def tail_start(horizon: int) -> int:
+    """First state of the last quarter of a run with ``horizon`` updates: K - K // 4 (K < 4: K)."""
+    if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 1:
+        raise ValueError(f"horizon must be a positive integer (updates in the run), got {horizon!r}")
+    K = int(horizon)
+    return K - K // 4
+
+
+def _unit(values, name: str) -> np.ndarray:
+    a = as_float_array(values, name)
+    if np.any(np.isnan(a)):
+        raise ValueError(f"{name} holds NaN: give J of a diverged run as 0")
+    if np.any((a < 0) | (a > 1)):
+        bad = a[(a < 0) | (a > 1)].ravel()[0]
+        raise ValueError(f"{name} must be success rates in [0, 1], got {bad!r}")
+    return a
+
+
+@dataclass(frozen=True, eq=False)
+class RunStats:
+    """What decides a run's outcome, per run (arrays of one shape).
+
+    J_min: min of J over states 0..K; J_tail_min, J_tail_max: min and max of J over the last quarter
+    (states k >= tail_start(K)). Each in [0, 1]; J_min <= J_tail_min <= J_tail_max.
+    """
+
+    J_min: np.ndarray
+    J_tail_min: np.ndarray
+    J_tail_max: np.ndarray
+
+    def __post_init__(self):
+        arrs = [_unit(getattr(self, n), n) for n in ("J_min", "J_tail_min", "J_tail_max")]
+        if not arrs[0].shape == arrs[1].shape == arrs[2].shape:
+            raise ValueError(f"J_min, J_tail_min and J_tail_max must share a shape, got "
+                             f"{[a.shape for a in arrs]}")
+        tol = 1e-12
+        if np.any(arrs[0] > arrs[1] + tol) or np.any(arrs[1] > arrs[2] + tol):
+            raise ValueError("run stats must satisfy J_min <= J_tail_min <= J_tail_max")
+        for n, a in zip(("J_min", "J_tail_min", "J_tail_max"), arrs):
+            a.setflags(write=False)
+            object.__setattr__(self, n, a)
+
+    @classmethod
+    def from_trajectory(cls, J, *, axis: int = -1) -> RunStats:
+        """From the states J_0..J_K of each run along ``axis`` (the full trajectory, final state included)."""
+        a = _unit(J, "J")
+        a = np.moveaxis(a, axis, -1)
+        if a.shape[-1] < 2:
+            raise ValueError(f"J must hold the states 0..K (K >= 1) along axis {axis}, got length {a.shape[-1]}")
+        tail = a[..., tail_start(a.shape[-1] - 1):]
+        return cls(a.min(axis=-1), tail.min(axis=-1), tail.max(axis=-1))
+
+    @classmethod
+    def constant(cls, J) -> RunStats:
+        """Runs that sit at J for the whole horizon (synthetic scans; every dip is then a collapse)."""
+        a = _unit(J, "J")
+        return cls(a, a, a)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.J_min.shape
+
+    def take(self, idx) -> RunStats:
+        return RunStats(self.J_min[idx], self.J_tail_min[idx], self.J_tail_max[idx])
+
+
+def run_outcome(stats: RunStats, *, threshold: float = COLLAPSE_J, converged: float = CONVERGED_J) -> np.ndarray:
+    """Outcome of each run (an array of strings from OUTCOMES; precedence collapsed > dipped > converged)."""
+    if not isinstance(stats, RunStats):
+        raise ValueError(f"stats must be a RunStats, got {type(stats).__name__}")
+    if not (0 < threshold < converged < 1):
+        raise ValueError(f"threshold and converged must satisfy 0 < threshold < converged < 1, got "
+                         f"{threshold!r}, {converged!r}")
+    out = np.full(stats.shape, "undecided", dtype=object)
+    out[stats.J_tail_min > converged] = "converged"
+    out[stats.J_min < threshold] = "dipped"
+    out[stats.J_tail_max < threshold] = "collapsed"
+    return out
+
+
+def is_collapsed(stats: RunStats, *, threshold: float = COLLAPSE_J) -> np.ndarray:
+    """collapsed = J < threshold at every state of the last quarter (elementwise; Thm 2's J -> 0)."""
+    if not isinstance(stats, RunStats):
+        raise ValueError("stats must be a RunStats (a min J alone cannot tell a dip from a collapse)")
+    return stats.J_tail_max < threshold
+
+
+def has_dipped(stats: RunStats, *, threshold: float = COLLAPSE_J) -> np.ndarray:
+    """J < threshold at some state of the run (collapsed or dipped; elementwise)."""
+    if not isinstance(stats, RunStats):
+        raise ValueError("stats must be a RunStats")
+    return stats.J_min < threshold
+
+
+RunStatsFn = Callable[[np.ndarray], RunStats]
 
 
 def _check_range(eta_lo, eta_hi, max_ratio) -> tuple[float, float, float]:
@@ -58,20 +168,6 @@ def eta_grid(eta_lo: float, eta_hi: float, *, max_ratio: float = 1.01) -> np.nda
     grid = np.geomspace(lo, hi, max(n, 2))
     grid[0], grid[-1] = lo, hi
     return grid
-
-
-def is_collapsed(min_J, *, threshold: float = COLLAPSE_J) -> np.ndarray:
-    """collapse(eta) = [min over the horizon of J < threshold] (elementwise)."""
-    return as_float_array(min_J, "min_J") < threshold
-
-
-def _evaluate(min_J: MinJ, etas: np.ndarray) -> np.ndarray:
-    out = np.asarray(min_J(etas.copy()), dtype=np.float64)
-    if out.shape != etas.shape:
-        raise ValueError(f"min_J must return one value per eta: expected shape {etas.shape}, got {out.shape}")
-    if np.any(np.isnan(out)):
-        raise ValueError("min_J returned NaN; return the minimum J over the horizon (0 for a diverged run)")
-    return out
 
 
 def _islands(grid: np.ndarray, collapsed: np.ndarray) -> tuple[tuple[float, float], ...]:
@@ -101,20 +197,32 @@ def _per_decade(grid: np.ndarray, collapsed: np.ndarray) -> tuple[tuple[float, f
     return tuple(rows)
 
 
-def _refine(min_J: MinJ, lo: float, hi: float, threshold: float, rtol: float, max_iter: int,
+def _evaluate(run_stats: RunStatsFn, etas: np.ndarray) -> RunStats:
+    out = run_stats(etas.copy())
+    if isinstance(out, Mapping) and not isinstance(out, RunStats):
+        out = RunStats(**{k: out[k] for k in ("J_min", "J_tail_min", "J_tail_max")})
+    if not isinstance(out, RunStats):
+        raise ValueError("run_stats must return a gapdyn.RunStats (J_min, J_tail_min, J_tail_max per eta); a min J "
+                         "alone cannot tell a dip from a collapse")
+    if out.shape != etas.shape:
+        raise ValueError(f"run_stats must return one run per eta: expected shape {etas.shape}, got {out.shape}")
+    return out
+
+
+def _refine(run_stats: RunStatsFn, hit_fn, lo: float, hi: float, rtol: float, max_iter: int,
             points: int) -> tuple[float, float, int]:
-    """Shrink (lo survives, hi collapses) until hi/lo - 1 <= rtol.
+    """Shrink (lo has no hit, hi hits) until hi/lo - 1 <= rtol.
 
     Each call evaluates ``points`` geometrically spaced interior etas at once and keeps the
-    sub-bracket ending at the first collapsing one (points = 1 is bisection in log eta); the
-    bracket ratio shrinks to its (points + 1)-th root per call. Returns (lo, hi, etas evaluated).
+    sub-bracket ending at the first hit (points = 1 is bisection in log eta); the bracket ratio
+    shrinks to its (points + 1)-th root per call. Returns (lo, hi, etas evaluated).
     """
     evaluated = 0
     for _ in range(max_iter):
         if hi / lo - 1.0 <= rtol:
             return lo, hi, evaluated
         inner = np.geomspace(lo, hi, points + 2)[1:-1]
-        hit = np.flatnonzero(_evaluate(min_J, inner) < threshold)
+        hit = np.flatnonzero(hit_fn(_evaluate(run_stats, inner)))
         evaluated += inner.size
         if hit.size == 0:
             lo = float(inner[-1])
@@ -133,18 +241,24 @@ class EtaStar:
 
     status: "found" (eta* inside the range), "collapsed_at_lo" (eta_lo already collapses:
       eta* <= eta_lo, reported as eta_lo), "none_in_range" (no grid point collapses: eta* is NaN).
-    eta_star: geometric mid of the final bracket; bracket: (largest surviving, smallest collapsing)
+    eta_star: geometric mid of the final bracket; bracket: (largest non-collapsing, smallest collapsing)
       eta with bracket[1]/bracket[0] - 1 <= rtol.
+    eta_dip, bracket_dip, dip_status: the same for the first eta whose run dips (J_min < threshold);
+      dip_recover_share: share of the dipping grid points whose run did not collapse (NaN if none dips).
     islands: (first, last) collapsing grid eta of each run of collapsing grid points.
     collapse_per_decade: (decade start, decade end, fraction of log eta that collapses).
-    eta_star_loose, bracket_loose: the same at the sensitivity threshold J < SENSITIVITY_J.
-    grid, min_J: the scan (read-only arrays); n_evaluations: etas simulated in total.
+    eta_star_loose, bracket_loose: eta* at the sensitivity level J < loose_threshold over the last quarter.
+    grid, outcomes, J_min, J_tail_max: the scan (read-only arrays); n_evaluations: etas simulated in total.
     Compared by identity (it holds arrays); compare ``to_dict()`` for equality.
     """
 
     status: str
     eta_star: float
     bracket: tuple[float, float]
+    dip_status: str
+    eta_dip: float
+    bracket_dip: tuple[float, float]
+    dip_recover_share: float
     islands: tuple[tuple[float, float], ...]
     collapse_per_decade: tuple[tuple[float, float, float], ...]
     eta_star_loose: float
@@ -154,7 +268,9 @@ class EtaStar:
     max_ratio: float
     rtol: float
     grid: np.ndarray
-    min_J: np.ndarray
+    outcomes: np.ndarray
+    J_min: np.ndarray
+    J_tail_max: np.ndarray
     n_evaluations: int
 
     @property
@@ -162,31 +278,34 @@ class EtaStar:
         return len(self.islands)
 
     def to_dict(self) -> dict:
-        """Plain JSON-able summary (grid and min_J as lists)."""
+        """Plain JSON-able summary (arrays as lists)."""
         return {
             "status": self.status, "eta_star": self.eta_star, "bracket": list(self.bracket),
+            "dip_status": self.dip_status, "eta_dip": self.eta_dip, "bracket_dip": list(self.bracket_dip),
+            "dip_recover_share": self.dip_recover_share,
             "n_islands": self.n_islands, "islands": [list(i) for i in self.islands],
             "collapse_per_decade": [list(r) for r in self.collapse_per_decade],
             "eta_star_loose": self.eta_star_loose, "bracket_loose": list(self.bracket_loose),
             "threshold": self.threshold, "loose_threshold": self.loose_threshold,
             "max_ratio": self.max_ratio, "rtol": self.rtol, "grid": self.grid.tolist(),
-            "min_J": self.min_J.tolist(), "n_evaluations": self.n_evaluations,
+            "outcomes": [str(o) for o in self.outcomes], "J_min": self.J_min.tolist(),
+            "J_tail_max": self.J_tail_max.tolist(), "n_evaluations": self.n_evaluations,
         }
 
 
-def _first_crossing(min_J, grid, values, threshold, rtol, max_iter, points):
-    hit = np.flatnonzero(values < threshold)
-    if hit.size == 0:
+def _first_crossing(run_stats, hit_fn, grid, hits, rtol, max_iter, points):
+    idx = np.flatnonzero(hits)
+    if idx.size == 0:
         return "none_in_range", math.nan, (math.nan, math.nan), 0
-    i = int(hit[0])
+    i = int(idx[0])
     if i == 0:
         return "collapsed_at_lo", float(grid[0]), (0.0, float(grid[0])), 0
-    lo, hi, calls = _refine(min_J, float(grid[i - 1]), float(grid[i]), threshold, rtol, max_iter, points)
+    lo, hi, calls = _refine(run_stats, hit_fn, float(grid[i - 1]), float(grid[i]), rtol, max_iter, points)
     return "found", math.sqrt(lo * hi), (lo, hi), calls
 
 
 def find_eta_star(
-    min_J: MinJ,
+    run_stats: RunStatsFn,
     eta_lo: float,
     eta_hi: float,
     *,
@@ -197,43 +316,56 @@ def find_eta_star(
     threshold: float = COLLAPSE_J,
     loose_threshold: float = SENSITIVITY_J,
 ) -> EtaStar:
-    """eta* = inf{eta : min_{k <= horizon} J_k(eta) < threshold} by full scan + bisection.
+    """eta* = inf{eta : the run at eta is collapsed} by full scan + bisection; eta_dip likewise for dips.
 
-    min_J: vectorised callable, 1-D array of etas -> min J over the horizon for each (same shape).
-    eta_lo < eta_hi: the scanned range; max_ratio: largest ratio of neighbouring grid etas;
-    rtol: relative width of the final bracket; refine_points: etas evaluated per refinement call
-    (1 = plain bisection; the default 9 takes a 1 % bracket to 0.1 % in one call); max_iter:
-    refinement calls allowed per threshold. The scan is one vectorised call on eta_grid(...).
-    min_J must be deterministic in eta (the same seeds / common random numbers for every eta),
-    otherwise scan and refinement disagree.
+    run_stats: vectorised callable, 1-D array of etas -> :class:`RunStats` (one run per eta) or a
+    mapping with its three keys. eta_lo < eta_hi: the scanned range; max_ratio: largest ratio of
+    neighbouring grid etas; rtol: relative width of the final brackets; refine_points: etas evaluated
+    per refinement call (1 = plain bisection; the default 9 takes a 1 % bracket to 0.1 % in one call);
+    max_iter: refinement calls allowed per threshold. run_stats must be deterministic in eta (the same
+    seeds / common random numbers for every eta), otherwise scan and refinement disagree.
     """
     lo, hi, r = _check_range(eta_lo, eta_hi, max_ratio)
-    if not callable(min_J):
-        raise ValueError("min_J must be callable: etas (1-D array) -> min J over the horizon")
+    if not callable(run_stats):
+        raise ValueError("run_stats must be callable: etas (1-D array) -> gapdyn.RunStats")
     if not (isinstance(rtol, (int, float)) and 0 < rtol < r - 1):
         raise ValueError(f"rtol must lie in (0, max_ratio - 1 = {r - 1:.3g}), got {rtol!r}")
     if isinstance(max_iter, bool) or int(max_iter) != max_iter or not (1 <= max_iter <= 200):
         raise ValueError(f"max_iter must be an integer in [1, 200], got {max_iter!r}")
     if isinstance(refine_points, bool) or int(refine_points) != refine_points or not (1 <= refine_points <= 1000):
         raise ValueError(f"refine_points must be an integer in [1, 1000], got {refine_points!r}")
-    if not (0 < threshold <= loose_threshold < 1):
+    if not (0 < threshold <= loose_threshold < CONVERGED_J):
         raise ValueError(
-            f"threshold and loose_threshold must satisfy 0 < threshold <= loose_threshold < 1, got "
+            f"threshold and loose_threshold must satisfy 0 < threshold <= loose_threshold < {CONVERGED_J}, got "
             f"{threshold!r}, {loose_threshold!r}"
         )
     grid = eta_grid(lo, hi, max_ratio=r)
-    values = _evaluate(min_J, grid)
+    stats = _evaluate(run_stats, grid)
     opts = (rtol, int(max_iter), int(refine_points))
-    status, star, bracket, calls = _first_crossing(min_J, grid, values, threshold, *opts)
-    _, star_l, bracket_l, calls_l = _first_crossing(min_J, grid, values, loose_threshold, *opts)
-    collapsed = values < threshold
-    grid.setflags(write=False)
-    values.setflags(write=False)
+
+    def collapsed(s, t=threshold):
+        return is_collapsed(s, threshold=t)
+
+    def dipped(s):
+        return has_dipped(s, threshold=threshold)
+
+    def loose(s):
+        return is_collapsed(s, threshold=loose_threshold)
+
+    status, star, bracket, calls = _first_crossing(run_stats, collapsed, grid, collapsed(stats), *opts)
+    dstatus, dip, bracket_d, calls_d = _first_crossing(run_stats, dipped, grid, dipped(stats), *opts)
+    _, star_l, bracket_l, calls_l = _first_crossing(run_stats, loose, grid, loose(stats), *opts)
+    col, dp = collapsed(stats), dipped(stats)
+    share = float(np.mean(~col[dp])) if dp.any() else math.nan
+    outcomes = run_outcome(stats, threshold=threshold)
+    for a in (grid, outcomes):
+        a.setflags(write=False)
     return EtaStar(
-        status=status, eta_star=star, bracket=bracket, islands=_islands(grid, collapsed),
-        collapse_per_decade=_per_decade(grid, collapsed), eta_star_loose=star_l, bracket_loose=bracket_l,
-        threshold=float(threshold), loose_threshold=float(loose_threshold), max_ratio=r, rtol=float(rtol),
-        grid=grid, min_J=values, n_evaluations=grid.size + calls + calls_l,
+        status=status, eta_star=star, bracket=bracket, dip_status=dstatus, eta_dip=dip, bracket_dip=bracket_d,
+        dip_recover_share=share, islands=_islands(grid, col), collapse_per_decade=_per_decade(grid, col),
+        eta_star_loose=star_l, bracket_loose=bracket_l, threshold=float(threshold),
+        loose_threshold=float(loose_threshold), max_ratio=r, rtol=float(rtol), grid=grid, outcomes=outcomes,
+        J_min=stats.J_min, J_tail_max=stats.J_tail_max, n_evaluations=grid.size + calls + calls_d + calls_l,
     )
 
 

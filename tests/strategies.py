@@ -68,16 +68,17 @@ def island_sets(draw, max_islands: int = 6, min_width: float = 1.02, min_gap: fl
 
 
 def island_min_J(islands):
-    """A synthetic vectorised min_J: 0 on the half-open islands [a, b), 1 elsewhere."""
+    """A synthetic vectorised run_stats: runs that sit at J = 0 on the half-open islands [a, b), 1 elsewhere."""
+    from gapdyn import RunStats
 
-    def min_J(etas):
+    def run_stats(etas):
         e = np.asarray(etas, dtype=np.float64)
         out = np.ones_like(e)
         for a, b in islands:
             out[(e >= a) & (e < b)] = 0.0
-        return out
+        return RunStats.constant(out)
 
-    return min_J
+    return run_stats
 
 
 finite_intervals = st.tuples(st.floats(-10, 10), st.floats(0, 5)).map(lambda t: (t[0], t[0] + t[1]))

@@ -1,4 +1,5 @@
-"""gapdyn.collapse: the eta* scan + bisection on synthetic min_J functions with known collapse sets."""
+"""gapdyn.collapse: run outcomes on constructed trajectories; the eta* scan + bisection on synthetic run_stats
+functions with known collapse and dip sets."""
 
 import math
 
@@ -34,11 +35,11 @@ def test_one_island_step_function():
 def test_scan_is_one_vectorised_call_and_refinement_agrees_with_bisection(points):
     calls = []
 
-    def min_J(etas):
+    def run_stats(etas):
         calls.append(etas.size)
-        return np.where(etas >= 0.05, 0.0, 1.0)
+        return g.RunStats.constant(np.where(etas >= 0.05, 0.0, 1.0))
 
-    res = g.find_eta_star(min_J, LO, HI, refine_points=points)
+    res = g.find_eta_star(run_stats, LO, HI, refine_points=points)
     assert calls[0] == g.eta_grid(LO, HI).size and all(n == points for n in calls[1:])
     assert res.n_evaluations == sum(calls)
     assert res.bracket[0] < 0.05 <= res.bracket[1] and res.bracket[1] / res.bracket[0] - 1 <= 1e-3
@@ -104,24 +105,28 @@ def test_failed_identity_names_the_missed_island():
 def test_sensitivity_threshold_on_a_smooth_min_J():
     """min_J = exp(-(eta/eta0)^4): J < t first at eta0 (ln 1/t)^(1/4)."""
     eta0 = 0.2
-    res = g.find_eta_star(lambda e: np.exp(-((e / eta0) ** 4)), LO, HI)
+    res = g.find_eta_star(lambda e: g.RunStats.constant(np.exp(-((e / eta0) ** 4))), LO, HI)
     assert res.eta_star == pytest.approx(eta0 * math.log(1e3) ** 0.25, rel=1e-3)
     assert res.eta_star_loose == pytest.approx(eta0 * math.log(1e2) ** 0.25, rel=1e-3)
     assert res.threshold == g.COLLAPSE_J and res.loose_threshold == g.SENSITIVITY_J
 
 
 def test_censored_statuses():
-    none = g.find_eta_star(lambda e: np.ones_like(e), LO, HI)
+    none = g.find_eta_star(lambda e: g.RunStats.constant(np.ones_like(e)), LO, HI)
     assert none.status == "none_in_range" and math.isnan(none.eta_star) and none.n_islands == 0
-    low = g.find_eta_star(lambda e: np.zeros_like(e), LO, HI)
+    assert none.dip_status == "none_in_range" and math.isnan(none.dip_recover_share)
+    low = g.find_eta_star(lambda e: g.RunStats.constant(np.zeros_like(e)), LO, HI)
     assert low.status == "collapsed_at_lo" and low.eta_star == LO
     with pytest.raises(ValueError, match="num"):
         g.check_eta_star_ratio(none, low, 1.0)
 
 
 def test_is_collapsed_uses_the_one_threshold():
-    np.testing.assert_array_equal(g.is_collapsed([0.0, 9.99e-4, 1e-3, 0.5]), [True, True, False, False])
-    np.testing.assert_array_equal(g.is_collapsed([5e-3], threshold=g.SENSITIVITY_J), [True])
+    stats = g.RunStats.constant([0.0, 9.99e-4, 1e-3, 0.5])
+    np.testing.assert_array_equal(g.is_collapsed(stats), [True, True, False, False])
+    np.testing.assert_array_equal(g.is_collapsed(g.RunStats.constant([5e-3]), threshold=g.SENSITIVITY_J), [True])
+    with pytest.raises(ValueError, match="dip from a collapse"):
+        g.is_collapsed(np.array([0.0]))
 
 
 def test_result_is_frozen_and_serialisable():
@@ -137,7 +142,7 @@ def test_result_is_frozen_and_serialisable():
 
 
 def ok(e):
-    return np.ones_like(e)
+    return g.RunStats.constant(np.ones_like(e))
 
 
 @pytest.mark.parametrize("kwargs, name", [
@@ -152,9 +157,12 @@ def ok(e):
     (dict(max_iter=0), "max_iter"),
     (dict(refine_points=0), "refine_points"),
     (dict(threshold=0.1, loose_threshold=0.01), "threshold"),
-    (dict(min_J=lambda e: np.ones(3)), "min_J"),
-    (dict(min_J=lambda e: np.full_like(e, np.nan)), "min_J"),
-    (dict(min_J=3.0), "min_J"),
+    (dict(min_J=lambda e: g.RunStats.constant(np.ones(3))), "run_stats"),
+    (dict(min_J=lambda e: g.RunStats.constant(np.full_like(e, np.nan))), "J must be finite"),
+    (dict(min_J=lambda e: g.RunStats.constant(np.full_like(e, 2.0))), r"J must be success rates in \[0, 1\]"),
+    (dict(min_J=lambda e: g.RunStats(np.full_like(e, -1.0), np.zeros_like(e), np.zeros_like(e))), "J_min must be"),
+    (dict(min_J=lambda e: np.ones_like(e)), "dip from a collapse"),
+    (dict(min_J=3.0), "run_stats"),
 ])
 def test_bad_input_names_the_argument(kwargs, name):
     args = dict(min_J=ok, eta_lo=LO, eta_hi=HI) | kwargs
@@ -165,3 +173,91 @@ def test_bad_input_names_the_argument(kwargs, name):
 def test_bisection_gives_up_after_max_iter():
     with pytest.raises(ValueError, match="max_iter"):
         g.find_eta_star(island_min_J([(0.05, math.inf)]), LO, HI, rtol=1e-12, max_iter=3)
+
+
+# --- run outcomes (Thm 2's J -> 0 over the last quarter; docs/evidence.md) ---------------------------------
+
+
+def _traj(*segments):
+    """A trajectory J_0..J_K from (value, length) segments."""
+    return np.concatenate([np.full(n, v, dtype=float) for v, n in segments])
+
+
+@pytest.mark.parametrize("J, expected", [
+    (_traj((0.5, 1), (1e-5, 100)), "collapsed"),             # falls and stays: J -> 0
+    (_traj((0.5, 2), (1e-7, 280), (1.0, 719)), "dipped"),      # the reviewed case: deep dip, recovers to 1
+    (_traj((0.5, 70), (9.9e-4, 1), (0.5, 30)), "dipped"),      # a dip below 1e-3 then undecided level
+    (_traj((0.2, 20), (0.995, 81)), "converged"),
+    (_traj((0.2, 20), (0.995, 60), (0.98, 1), (0.995, 20)), "undecided"),  # one tail state below 0.99
+    (_traj((0.4, 101)), "undecided"),
+    (_traj((0.5, 75), (1e-4, 25), (2e-3, 1)), "dipped"),       # the final state rises above the level: not J -> 0
+    (_traj((0.5, 76), (1e-4, 25)), "dipped"),                  # K = 100: tail is states 75..100; state 75 is 0.5
+    (_traj((0.5, 75), (1e-4, 26)), "collapsed"),               # states 75..100 all below the level
+    (_traj((0.5, 70), (0.0, 31)), "collapsed"),
+])
+def test_outcome_of_constructed_trajectories(J, expected):
+    assert g.run_outcome(g.RunStats.from_trajectory(J))[()] == expected
+
+
+def test_tail_is_the_last_quarter_of_the_states():
+    assert [g.tail_start(K) for K in (1, 3, 4, 7, 8, 100, 1000)] == [1, 3, 3, 6, 6, 75, 750]
+    with pytest.raises(ValueError, match="horizon"):
+        g.tail_start(0)
+
+
+@given(st.lists(st.floats(0.0, 1.0), min_size=2, max_size=40))
+def test_outcome_agrees_with_a_plain_loop(values):
+    J = np.array(values)
+    K = J.size - 1
+    tail = [J[k] for k in range(K + 1) if 4 * (K - k) <= K]  # k >= K - K/4 (K // 4 rounds down)
+    if all(x < 1e-3 for x in tail):
+        want = "collapsed"
+    elif any(x < 1e-3 for x in J):
+        want = "dipped"
+    elif all(x > 0.99 for x in tail):
+        want = "converged"
+    else:
+        want = "undecided"
+    assert g.run_outcome(g.RunStats.from_trajectory(J))[()] == want
+
+
+def test_from_trajectory_is_vectorised_over_runs():
+    J = np.stack([_traj((0.5, 1), (1e-5, 100)), _traj((0.2, 20), (0.995, 81)), _traj((0.5, 2), (0.0, 9), (1.0, 90))])
+    out = g.run_outcome(g.RunStats.from_trajectory(J))
+    assert list(out) == ["collapsed", "converged", "dipped"]
+    np.testing.assert_array_equal(g.RunStats.from_trajectory(J.T, axis=0).J_tail_max,
+                                  g.RunStats.from_trajectory(J).J_tail_max)
+
+
+def test_run_stats_refuse_inconsistent_or_out_of_range_values():
+    with pytest.raises(ValueError, match="J_min <= J_tail_min"):
+        g.RunStats(np.array([0.5]), np.array([0.1]), np.array([0.6]))
+    with pytest.raises(ValueError, match="share a shape"):
+        g.RunStats(np.zeros(2), np.zeros(3), np.zeros(3))
+    with pytest.raises(ValueError, match="J_tail_max"):
+        g.RunStats(np.zeros(1), np.zeros(1), np.array([1.5]))
+
+
+def _dip_then(kind):
+    """Runs that dip below 1e-3 for eta >= 0.02 and end collapsed only for eta >= 0.2 (terminal rule)."""
+
+    def run_stats(etas):
+        e = np.asarray(etas)
+        J_min = np.where(e >= 0.02, 0.0, 0.5)
+        tail = np.where(e >= 0.2, 0.0, np.where(e >= 0.02, 1.0 if kind == "recover" else 0.5, 0.5))
+        return g.RunStats(J_min, tail, tail)
+
+    return run_stats
+
+
+@pytest.mark.parametrize("kind", ["recover", "stall"])
+def test_eta_star_is_the_first_collapse_and_eta_dip_the_first_dip(kind):
+    res = g.find_eta_star(_dip_then(kind), LO, HI)
+    assert res.bracket[0] < 0.2 <= res.bracket[1] and res.bracket[1] / res.bracket[0] - 1 <= 1e-3
+    assert res.bracket_dip[0] < 0.02 <= res.bracket_dip[1]
+    grid = res.grid
+    dips = grid >= 0.02
+    want = np.mean(grid[dips] < 0.2)
+    assert res.dip_recover_share == pytest.approx(want)
+    assert set(res.outcomes[(grid >= 0.02) & (grid < 0.2)]) == {"dipped"}
+    assert set(res.outcomes[grid >= 0.2]) == {"collapsed"}

@@ -16,7 +16,13 @@ P = g.softmax(Z)
 R = np.array([1.0, 0, 0, 1, 0, 0])
 S = g.softmax_scores(Z)
 GAP = g.gradient_gap(P, R, S)
-ETA_STAR = g.find_eta_star(lambda e: np.where(e > 0.1, 0.0, 1.0), 1e-3, 1.0)
+
+
+def STEP_RUNS(e):
+    return g.RunStats.constant(np.where(e > 0.1, 0.0, 1.0))
+
+
+ETA_STAR = g.find_eta_star(STEP_RUNS, 1e-3, 1.0)
 CLAIM = g.Claim(id="c", source="beyond the papers", statement="s", setting="k", statistic="x", estimate=0.3,
                 interval=(0.1, 0.5), n=10, criterion_text="interval above 0", criterion=g.Criterion.above(0.0))
 
@@ -82,8 +88,11 @@ ENTRY_POINTS = {
     "holm_adjust": (g.holm_adjust, (np.array([0.01, 0.2, 0.04]),), {}),
     "roc_auc": (g.roc_auc, (Z[:3] + 1, Z[3:]), {}),
     "eta_grid": (g.eta_grid, (1e-3, 1.0), {}),
-    "is_collapsed": (g.is_collapsed, (np.array([0.0, 0.5]),), {}),
-    "find_eta_star": (g.find_eta_star, (lambda e: np.where(e > 0.1, 0.0, 1.0), 1e-3, 1.0), {}),
+    "is_collapsed": (g.is_collapsed, (g.RunStats.constant(np.array([0.0, 0.5])),), {}),
+    "find_eta_star": (g.find_eta_star, (STEP_RUNS, 1e-3, 1.0), {}),
+    "has_dipped": (g.has_dipped, (g.RunStats.constant(np.array([0.0, 0.5])),), {}),
+    "run_outcome": (g.run_outcome, (g.RunStats.from_trajectory(np.array([0.5, 0.0, 1.0, 1.0])),), {}),
+    "tail_start": (g.tail_start, (100,), {}),
     "check_eta_star_ratio": (g.check_eta_star_ratio, (ETA_STAR, ETA_STAR, 1.0), {}),
     "decide_verdict": (g.decide_verdict, (0.3, 0.1, 0.5, g.Criterion.above(0.0)), {}),
     "criteria_hash": (g.criteria_hash, ({"a": g.Criterion.above(0.0)},), {}),
