@@ -10,6 +10,20 @@ printed literally, and as a machine-checkable :class:`Criterion`), and a verdict
 * ``inconclusive``   the interval straddles it (or the test is not significant after Holm);
 * ``identity``       true by construction (e.g. an exact rescaling); shown, never counted.
 
+Every claim has a **form** (``Claim.form``, one of FORMS), and its criterion follows the form:
+
+* ``bound``       an inequality the paper proves or states: tested by its violations (the share of
+                  cases violating it, decided on a one-sided upper limit) with its conservativeness
+                  (measured / bound) reported beside it;
+* ``law``         a scaling or functional law: an equivalence test (``Criterion.equivalence``: the 90 %
+                  interval inside the tolerance band holds, entirely outside does not hold);
+* ``existence``   "there is a setting where ...": shown on a realisable setting with an interval
+                  that excludes the null;
+* ``comparison``  method A vs method B: one-sided tests; Holm over the pre-declared ``primary`` rows
+                  only, exploratory rows unadjusted and labelled so;
+* ``derived``     a consequence of the model's own equations or of first-order algebra, and
+* ``identity``    true by construction: both shown, never counted (``counts_as_evidence`` is False).
+
 Experiments run a discovery block (seeds 0-19) and a confirmation block (seeds 1000-1019);
 :func:`replication_table` shows the confirmation verdict and flags disagreement.
 """
@@ -30,7 +44,12 @@ DISCOVERY_SEEDS = tuple(range(0, 20))
 """Default seeds of the discovery block."""
 CONFIRMATION_SEEDS = tuple(range(1000, 1020))
 """Default seeds of the confirmation block (disjoint from discovery)."""
-CRITERION_KINDS = ("above", "below", "inside", "contains", "identity")
+CRITERION_KINDS = ("above", "below", "inside", "contains", "identity", "equivalence")
+FORMS = ("bound", "law", "existence", "comparison", "derived", "identity")
+"""The form of a claim's statement; derived and identity rows are shown but never counted."""
+COUNTED_FORMS = ("bound", "law", "existence", "comparison")
+EQUIVALENCE_CONFIDENCE = 0.90
+"""Two one-sided tests at 5 % each: a law is decided on the 90 % interval."""
 
 
 def _finite(v, name: str) -> float:
@@ -51,6 +70,9 @@ class Criterion:
                                   a containing interval wider than that is inconclusive.
     kind "identity" (value, tol): verdict "identity" if |estimate - value| <= tol, else "does not
                                   hold" (a broken identity is a defect and must show).
+    kind "equivalence" (lo, hi):  a law's tolerance band, decided on the claim's 90 % interval (two
+                                  one-sided tests): holds if inside [lo, hi], does not hold if the
+                                  interval lies entirely outside, inconclusive otherwise.
     alpha: for claims that are tests, "holds" also needs p_adjusted < alpha (Holm-adjusted).
     Build with the class methods: Criterion.above(0), Criterion.inside(0.4, 0.6), ...
     """
@@ -70,12 +92,12 @@ class Criterion:
             if v is not None:
                 object.__setattr__(self, name, _finite(v, name))
         need = {"above": ("value",), "below": ("value",), "inside": ("lo", "hi"),
-                "contains": ("value",), "identity": ("value", "tol")}[self.kind]
+                "contains": ("value",), "identity": ("value", "tol"), "equivalence": ("lo", "hi")}[self.kind]
         for name in need:
             if getattr(self, name) is None:
                 raise ValueError(f"{name} is required for a criterion of kind {self.kind!r}")
-        if self.kind == "inside" and not self.lo < self.hi:
-            raise ValueError(f"hi must exceed lo for 'inside', got [{self.lo}, {self.hi}]")
+        if self.kind in ("inside", "equivalence") and not self.lo < self.hi:
+            raise ValueError(f"hi must exceed lo for {self.kind!r}, got [{self.lo}, {self.hi}]")
         if self.tol is not None and self.tol < 0:
             raise ValueError(f"tol must be >= 0, got {self.tol}")
         if self.alpha is not None and not 0 < self.alpha < 1:
@@ -94,6 +116,11 @@ class Criterion:
         return cls("inside", lo=lo, hi=hi, alpha=alpha)
 
     @classmethod
+    def equivalence(cls, lo: float, hi: float) -> Criterion:
+        """A law's tolerance band [lo, hi], decided on a 90 % interval (TOST at 5 %)."""
+        return cls("equivalence", lo=lo, hi=hi)
+
+    @classmethod
     def contains(cls, value: float, *, tol: float | None = None) -> Criterion:
         return cls("contains", value=value, tol=tol)
 
@@ -107,6 +134,8 @@ class Criterion:
             "above": lambda: f"interval above {self.value:g}",
             "below": lambda: f"interval below {self.value:g}",
             "inside": lambda: f"interval inside [{self.lo:g}, {self.hi:g}]",
+            "equivalence": lambda: f"90 % interval inside the band [{self.lo:g}, {self.hi:g}] (equivalence); "
+                                   "entirely outside: does not hold",
             "contains": lambda: f"interval contains {self.value:g}"
             + ("" if self.tol is None else f" and lies within ±{self.tol:g} of it"),
             "identity": lambda: f"identity: estimate = {self.value:g} ± {self.tol:g}",
@@ -119,6 +148,39 @@ class Criterion:
     @classmethod
     def from_dict(cls, d: Mapping) -> Criterion:
         return cls(**dict(d))
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    """What a claim states and how it is judged, frozen before any run.
+
+    source: "Suk & Duan (arXiv 2510.08539), Thm 2" or "beyond the papers"; statement: the claim in
+    words; form: one of FORMS; criterion: the machine-checkable rule (its text is derived from it,
+    ``criterion_text``); primary: a pre-declared primary comparison.
+    """
+
+    source: str
+    statement: str
+    form: str
+    criterion: Criterion
+    primary: bool = False
+
+    def __post_init__(self):
+        for name in ("source", "statement"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ValueError(f"{name} must be a non-empty string")
+        if self.form not in FORMS:
+            raise ValueError(f"form must be one of {FORMS}, got {self.form!r}")
+        if not isinstance(self.criterion, Criterion):
+            raise ValueError("criterion must be a Criterion")
+        if (self.form == "identity") != (self.criterion.kind == "identity"):
+            raise ValueError("form 'identity' and an identity criterion go together")
+        if self.primary and self.form != "comparison":
+            raise ValueError("only comparisons are primary")
+
+    @property
+    def criterion_text(self) -> str:
+        return self.criterion.describe()
 
 
 def decide_verdict(estimate: float, lo: float, hi: float, criterion: Criterion, *,
@@ -136,7 +198,7 @@ def decide_verdict(estimate: float, lo: float, hi: float, criterion: Criterion, 
         verdict = "holds" if lo > c.value else "does not hold" if hi <= c.value else "inconclusive"
     elif c.kind == "below":
         verdict = "holds" if hi < c.value else "does not hold" if lo >= c.value else "inconclusive"
-    elif c.kind == "inside":
+    elif c.kind in ("inside", "equivalence"):
         verdict = ("holds" if c.lo <= lo and hi <= c.hi
                    else "does not hold" if hi < c.lo or lo > c.hi else "inconclusive")
     else:  # contains
@@ -174,7 +236,11 @@ class Claim:
     "confirmation"; previously_measured: an earlier value, for the table only; criteria_hash: hash of
     the frozen criteria the claim was judged against; measured: False when the statistic could not be
     computed (too few qualifying instances): the verdict is then "inconclusive" whatever the criterion,
-    identities included. verdict: computed, not an argument.
+    identities included; reason: why it is not measured (required then), e.g. "too few instances for a
+    valid interval". form: one of FORMS (an identity criterion implies "identity"); primary: a
+    pre-declared primary comparison (Holm runs over the primaries of a block only); n_planned: the n the
+    planner asked for (gapdyn.planner); conservativeness: measured / bound, for bounds. verdict:
+    computed, not an argument; ``why`` says why a claim is inconclusive.
     """
 
     id: str
@@ -194,6 +260,11 @@ class Claim:
     previously_measured: str | None = None
     criteria_hash: str | None = None
     measured: bool = True
+    form: str | None = None
+    primary: bool = False
+    reason: str = ""
+    n_planned: int | None = None
+    conservativeness: float | None = None
     verdict: str = field(init=False)
 
     def __post_init__(self):
@@ -218,6 +289,28 @@ class Claim:
             raise ValueError("p_adjusted must be >= p_value")
         if not isinstance(self.measured, bool):
             raise ValueError(f"measured must be a bool, got {self.measured!r}")
+        if not isinstance(self.criterion, Criterion):
+            raise ValueError("criterion must be a Criterion")
+        if self.form is None and self.criterion.kind == "identity":
+            object.__setattr__(self, "form", "identity")
+        if self.form not in FORMS:
+            raise ValueError(f"form must be one of {FORMS}, got {self.form!r}")
+        if (self.form == "identity") != (self.criterion.kind == "identity"):
+            raise ValueError(f"form 'identity' and an identity criterion go together (form {self.form!r}, "
+                             f"criterion {self.criterion.kind!r})")
+        if self.criterion.kind == "equivalence" and abs(self.confidence - EQUIVALENCE_CONFIDENCE) > 1e-12:
+            raise ValueError(f"an equivalence criterion is decided on a {EQUIVALENCE_CONFIDENCE * 100:g} % interval, "
+                             f"got confidence {self.confidence!r}")
+        if not isinstance(self.primary, bool) or (self.primary and self.form != "comparison"):
+            raise ValueError(f"primary must be a bool and only comparisons are primary, got {self.primary!r} "
+                             f"for form {self.form!r}")
+        if not isinstance(self.reason, str) or (not self.measured and not self.reason):
+            raise ValueError("reason must be a string, and a claim that is not measured must say why")
+        if self.n_planned is not None and (isinstance(self.n_planned, bool) or int(self.n_planned) != self.n_planned
+                                           or self.n_planned < 1):
+            raise ValueError(f"n_planned must be None or a positive integer, got {self.n_planned!r}")
+        if self.conservativeness is not None:
+            object.__setattr__(self, "conservativeness", _finite(self.conservativeness, "conservativeness"))
         verdict = (decide_verdict(self.estimate, lo, hi, self.criterion, p_adjusted=self.p_adjusted)
                    if self.measured else "inconclusive")
         object.__setattr__(self, "verdict", verdict)
@@ -229,6 +322,8 @@ class Claim:
             measured = dict(estimate=estimate.estimate, interval=(estimate.lo, estimate.hi), n=estimate.n,
                             confidence=estimate.confidence)
             fields.setdefault("measured", estimate.method != "no data")
+            if not fields["measured"]:
+                fields.setdefault("reason", "too few qualifying instances to compute the statistic")
         except AttributeError as exc:
             raise ValueError("estimate must be a gapdyn.Estimate (estimate, lo, hi, n, confidence)") from exc
         clash = sorted(set(measured) & set(fields))
@@ -238,8 +333,21 @@ class Claim:
 
     @property
     def counts_as_evidence(self) -> bool:
-        """Identity rows are shown but never counted."""
-        return self.verdict != "identity"
+        """Derived and identity rows are shown but never counted."""
+        return self.form in COUNTED_FORMS
+
+    @property
+    def why(self) -> str:
+        """Why the claim is inconclusive ("" otherwise): not measured (and why), or the interval straddles."""
+        if self.verdict != "inconclusive":
+            return ""
+        if not self.measured:
+            return f"not measured: {self.reason}"
+        plan = "" if self.n_planned is None else f" (n planned {self.n_planned}, used {self.n})"
+        if (self.criterion.alpha is not None and self.p_adjusted is not None
+                and decide_verdict(self.estimate, *self.interval, replace(self.criterion, alpha=None)) == "holds"):
+            return f"not significant after adjustment (p = {self.p_adjusted:.3g}){plan}"
+        return f"interval straddles the criterion{plan}" + (f"; {self.reason}" if self.reason else "")
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -274,10 +382,18 @@ def claims_from_json(text: str) -> list[Claim]:
 
 
 def holm_adjust_claims(claims: Sequence[Claim]) -> list[Claim]:
-    """Set p_adjusted (Holm over the claims that carry a p-value) and re-decide their verdicts."""
+    """Set p_adjusted (Holm over the primary claims that carry a p-value) and re-decide their verdicts.
+
+    Exploratory tests (primary False) keep p_adjusted = p_value: unadjusted, and labelled exploratory in
+    the tables. If no claim is marked primary, every test is treated as one family (the older rule).
+    """
     from .stats import holm_adjust
 
     tested = [i for i, c in enumerate(claims) if c.p_value is not None]
+    if any(claims[i].primary for i in tested):
+        out = [replace(c, p_adjusted=c.p_value) if c.p_value is not None and not c.primary else c for c in claims]
+        claims = out
+        tested = [i for i in tested if claims[i].primary]
     out = list(claims)
     if tested:
         adj = holm_adjust([claims[i].p_value for i in tested])
@@ -287,15 +403,20 @@ def holm_adjust_claims(claims: Sequence[Claim]) -> list[Claim]:
 
 
 def count_verdicts(claims: Iterable[Claim]) -> dict[str, int]:
-    """How many claims hold / do not hold / are inconclusive; identities counted apart."""
-    counts = dict.fromkeys(VERDICTS, 0)
+    """How many evidence claims hold / do not hold / are inconclusive; identity and derived rows apart.
+
+    Keys: the three evidence verdicts, "identity" and "derived" (rows of those forms, whatever their
+    verdict: a broken identity shows as "does not hold" in the tables, not here).
+    """
+    counts = dict.fromkeys(("holds", "does not hold", "inconclusive", "identity", "derived"), 0)
     for c in claims:
-        counts[c.verdict] += 1
+        counts[c.verdict if c.counts_as_evidence else c.form] += 1
     return counts
 
 
-TABLE_COLUMNS = ("id", "block", "source", "statement", "setting", "statistic", "estimate", "lo", "hi", "n",
-                 "criterion", "verdict", "p_value", "p_adjusted", "previously_measured", "criteria_hash")
+TABLE_COLUMNS = ("id", "block", "form", "source", "statement", "setting", "statistic", "estimate", "lo", "hi", "n",
+                 "n_planned", "criterion", "verdict", "why", "primary", "p_value", "p_adjusted", "conservativeness",
+                 "previously_measured", "criteria_hash")
 
 
 def claims_table(claims: Iterable[Claim]):
@@ -306,7 +427,10 @@ def claims_table(claims: Iterable[Claim]):
     for c in claims:
         d = c.to_dict()
         d["lo"], d["hi"] = c.interval
+        if not c.measured:  # no placeholder numbers: the row says "not measured" and why
+            d["estimate"] = d["lo"] = d["hi"] = math.nan
         d["criterion"] = c.criterion_text
+        d["why"] = c.why
         rows.append({k: d[k] for k in TABLE_COLUMNS})
     return pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
 
@@ -329,8 +453,9 @@ def markdown_table(df, columns: Sequence[str] | None = None) -> str:
 
 
 def claims_markdown(claims: Iterable[Claim], columns: Sequence[str] = (
-        "id", "block", "source", "statistic", "estimate", "lo", "hi", "n", "criterion", "verdict")) -> str:
-    """The claims as a markdown table (identity rows marked, never counted)."""
+        "id", "block", "form", "source", "statistic", "estimate", "lo", "hi", "n", "n_planned", "criterion", "verdict",
+        "why")) -> str:
+    """The claims as a markdown table (the form column marks derived and identity rows, never counted)."""
     return markdown_table(claims_table(claims), columns)
 
 

@@ -394,7 +394,8 @@ def _claim(cid, setting, statistic, est: Estimate, p=None, n=None, lr=None) -> C
     statement, source, text, crit = CRITERIA[cid]
     return Claim(id=cid if lr is None else f"{cid}@lr{lr:g}", source=source, statement=statement, setting=setting,
                  statistic=statistic, estimate=est.estimate, interval=(est.lo, est.hi), n=n or est.n,
-                 criterion_text=text, criterion=crit, p_value=p, p_adjusted=p)  # p_adjusted: Holm, set later
+                 criterion_text=text, criterion=crit, p_value=p, p_adjusted=p,  # p_adjusted: Holm, set later
+                 form="law" if cid == "llm.entropy_follows_cov" else "comparison")
 
 
 def _diff_claim(cid, setting, statistic, x, y, rng, n_boot, lr, test=True):

@@ -234,7 +234,8 @@ def analyse(exp: SafeStepExperiment, rows: list[dict]) -> tuple[list, dict]:
                         setting=f"{setting}; {m}, lr={exp.safe_lr:g}, {n} seeds; level {level:.3f}",
                         statement=f"at a safe lr the safe step reaches the reward level no more than 10 % later ({m})",
                         statistic="mean steps to level, safe / constant (paired bootstrap)",
-                        criterion_text="upper 95 % bound below 1.1", criterion=gapdyn.Criterion.below(1.1)))
+                        criterion_text="upper 95 % bound below 1.1", criterion=gapdyn.Criterion.below(1.1),
+                        form="comparison"))
             else:
                 g["not_testable"] = (f"constant-step final reward {R_final:.3f} <= R0 {baseline_reward:.3f}: no rise, "
                                      "so no level between start and end")
@@ -254,14 +255,15 @@ def analyse(exp: SafeStepExperiment, rows: list[dict]) -> tuple[list, dict]:
                 cp_c, id=f"collapse_constant_{m}_lr{lr:g}", source=SOURCE, setting=where,
                 statement=f"at lr={lr:g} most constant-step {m} runs collapse (the premise)",
                 statistic="P(collapse), constant step (Clopper-Pearson)",
-                criterion_text="95 % interval above 0.5", criterion=gapdyn.Criterion.above(0.5)))
+                criterion_text="95 % interval above 0.5", criterion=gapdyn.Criterion.above(0.5),
+                form="existence"))
             tests.append(dict(
                 est=cp_s, id=f"collapse_safe_{m}_lr{lr:g}", source=SOURCE, setting=where, p_value=fisher.p_value,
                 statement=f"with the safe step, fewer than half of the {m} runs at lr={lr:g} collapse, and fewer "
                           "than with the constant step",
                 statistic="P(collapse), safe step (Clopper-Pearson); p: Fisher exact vs constant",
                 criterion_text="95 % interval below 0.5 and Holm-adjusted Fisher p < 0.05",
-                criterion=gapdyn.Criterion.below(0.5, alpha=0.05)))
+                criterion=gapdyn.Criterion.below(0.5, alpha=0.05), form="comparison"))
             fc, fs = np.array([final[id(r)] for r in const]), np.array([final[id(r)] for r in safe])
             if n >= 2:
                 diff = gapdyn.paired_bootstrap_difference(fs, fc, rng=rng, n_resamples=exp.n_resamples)
@@ -269,7 +271,8 @@ def analyse(exp: SafeStepExperiment, rows: list[dict]) -> tuple[list, dict]:
                     diff, id=f"final_reward_{m}_lr{lr:g}", source=SOURCE, setting=where,
                     statement=f"the safe step ends {m} at lr={lr:g} with a higher reward (paired by seed)",
                     statistic=f"mean final reward (last {exp.tail} steps), safe - constant (paired bootstrap)",
-                    criterion_text="95 % interval above 0", criterion=gapdyn.Criterion.above(0.0)))
+                    criterion_text="95 % interval above 0", criterion=gapdyn.Criterion.above(0.0),
+                    form="comparison"))
             summary["groups"].append({
                 "method": m, "lr": lr, "n": n, "collapsed_constant": kc, "collapsed_safe": ks,
                 "cp_constant": [cp_c.lo, cp_c.hi], "cp_safe": [cp_s.lo, cp_s.hi], "fisher_p": fisher.p_value,

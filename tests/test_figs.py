@@ -135,7 +135,7 @@ def _claim(cid, estimate, lo, hi, criterion, block="discovery", **kw):
 
     return gapdyn.Claim(id=cid, source="test", statement="s", setting="t", statistic="x", estimate=estimate,
                         interval=(lo, hi), n=5, criterion_text=criterion.describe(), criterion=criterion,
-                        block=block, **kw)
+                        block=block, **({"form": None if criterion.kind == "identity" else "law"} | kw))
 
 
 def _close(cell: str, value: float) -> bool:

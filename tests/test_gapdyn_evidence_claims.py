@@ -3,6 +3,7 @@
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -56,9 +57,12 @@ def test_a_straddling_interval_is_never_a_verdict(interval, x):
 def test_identity_rows_are_shown_not_counted_and_a_broken_identity_shows():
     assert g.decide_verdict(1.2500001, 1.2500001, 1.2500001, C.identity(1.25, tol=1e-3)) == "identity"
     assert g.decide_verdict(1.3, 1.3, 1.3, C.identity(1.25, tol=1e-3)) == "does not hold"
-    c = claim(estimate=1.25, interval=(1.25, 1.25), criterion=C.identity(1.25, tol=1e-6))
-    assert c.verdict == "identity" and not c.counts_as_evidence
-    assert g.count_verdicts([c, claim()]) == {"holds": 1, "does not hold": 0, "inconclusive": 0, "identity": 1}
+    c = claim(estimate=1.25, interval=(1.25, 1.25), criterion=C.identity(1.25, tol=1e-6), form=None)
+    assert c.verdict == "identity" and c.form == "identity" and not c.counts_as_evidence
+    d = claim(id="d", form="derived")
+    assert d.verdict == "holds" and not d.counts_as_evidence
+    assert g.count_verdicts([c, d, claim()]) == {"holds": 1, "does not hold": 0, "inconclusive": 0, "identity": 1,
+                                                 "derived": 1}
 
 
 def test_tests_need_the_adjusted_p_value_below_alpha():
@@ -74,7 +78,7 @@ def claim(**kw):
     base = dict(id="thm2.collapse", source="Suk & Duan (arXiv 2510.08539), Thm 2",
                 statement="above eta* J collapses", setting="softmax K=100, G=8, horizon 200",
                 statistic="collapse rate above eta*", estimate=0.3, interval=(0.1, 0.5), n=20,
-                criterion_text="collapse rate interval above 0", criterion=C.above(0.0))
+                criterion_text="collapse rate interval above 0", criterion=C.above(0.0), form="existence")
     return g.Claim(**(base | kw))
 
 
@@ -150,6 +154,13 @@ def test_tables_render_every_claim():
     (dict(p_value=1.5), "p_value"),
     (dict(p_value=0.2, p_adjusted=0.1), "p_adjusted"),
     (dict(criterion="above 0"), "criterion"),
+    (dict(form="theorem"), "form"),
+    (dict(form=None), "form"),
+    (dict(form="identity"), "identity"),
+    (dict(primary=True), "primary"),
+    (dict(criterion=C.equivalence(-1, 1)), "90 %"),
+    (dict(measured=False), "say why"),
+    (dict(n_planned=0), "n_planned"),
 ])
 def test_bad_claims_name_the_argument(kw, name):
     with pytest.raises(ValueError, match=name):
@@ -177,7 +188,7 @@ def test_criterion_text_is_literal():
 def test_claim_from_an_estimate_takes_interval_and_n():
     est = g.wilson_interval(12, 20)
     fields = dict(id="x", source="beyond the papers", statement="s", setting="k", statistic="collapse rate",
-                  criterion_text="interval above 0.5", criterion=C.above(0.5))
+                  criterion_text="interval above 0.5", criterion=C.above(0.5), form="existence")
     c = g.Claim.from_estimate(est, **fields)
     assert c.interval == (est.lo, est.hi) and c.n == 20 and c.estimate == 0.6 and c.verdict == "inconclusive"
     with pytest.raises(ValueError, match="estimate"):
@@ -190,14 +201,54 @@ def test_an_unmeasured_claim_is_inconclusive_whatever_its_criterion():
     from gapdyn import Claim, Criterion, Estimate
 
     base = dict(id="x", source="beyond the papers", statement="s", setting="t", statistic="u",
-                criterion_text="c")
+                criterion_text="c", reason="too few instances for a valid interval")
     for crit, est, iv, measured_verdict in (
         (Criterion.identity(0.0, tol=1e-9), 0.5, (0.0, 1.0), "does not hold"),
         (Criterion.above(0.0), -1.0, (-2.0, -0.5), "does not hold"),
         (Criterion.above(0.0), 1.0, (0.5, 2.0), "holds"),
     ):
-        assert Claim(**base, estimate=est, interval=iv, n=1, criterion=crit).verdict == measured_verdict
-        assert Claim(**base, estimate=est, interval=iv, n=1, criterion=crit, measured=False).verdict == "inconclusive"
+        form = None if crit.kind == "identity" else "bound"
+        assert Claim(**base, estimate=est, interval=iv, n=1, criterion=crit, form=form).verdict == measured_verdict
+        c = Claim(**base, estimate=est, interval=iv, n=1, criterion=crit, measured=False, form=form)
+        assert c.verdict == "inconclusive" and c.why == "not measured: too few instances for a valid interval"
+        row = g.claims_table([c]).iloc[0]
+        assert np.isnan(row["estimate"]) and np.isnan(row["lo"]) and "not measured" in row["why"]
+
+
+def test_equivalence_is_decided_on_a_90_percent_interval():
+    crit = C.equivalence(-1.25, -0.75)
+    kw = dict(criterion=crit, form="law", confidence=0.90)
+    assert claim(estimate=-1.0, interval=(-1.1, -0.9), **kw).verdict == "holds"
+    assert claim(estimate=-0.6, interval=(-0.7, -0.5), **kw).verdict == "does not hold"
+    straddle = claim(estimate=-0.8, interval=(-0.9, -0.7), n_planned=60, **kw)
+    assert straddle.verdict == "inconclusive"
+    assert straddle.why == "interval straddles the criterion (n planned 60, used 20)"
+    assert "90 % interval inside the band [-1.25, -0.75]" in crit.describe()
+
+
+def test_holm_runs_over_the_primaries_only():
+    crit = C.above(0, alpha=0.05)
+    prim = [claim(id=f"p{i}", p_value=p, p_adjusted=p, criterion=crit, form="comparison", primary=True)
+            for i, p in enumerate([0.01, 0.03])]
+    expl = claim(id="e", p_value=0.04, p_adjusted=0.04, criterion=crit, form="comparison")
+    out = g.holm_adjust_claims(prim + [expl])
+    assert [c.p_adjusted for c in out] == pytest.approx([0.02, 0.03, 0.04])
+    assert [c.verdict for c in out] == ["holds", "holds", "holds"]
+    # the same three as one family: the third test would be adjusted too
+    fam = g.holm_adjust_claims([claim(id=str(i), p_value=p, p_adjusted=p, criterion=crit)
+                                for i, p in enumerate([0.01, 0.03, 0.04])])
+    assert [c.p_adjusted for c in fam] == pytest.approx([0.03, 0.06, 0.06])
+    assert "not significant" in fam[1].why
+
+
+def test_claim_spec_freezes_form_and_criterion_text():
+    spec = g.ClaimSpec("Suk & Duan (arXiv 2510.08539), Thm 1", "J(K) >= sigmoid(logit J0 + M/2)", "bound",
+                       C.below(0.05))
+    assert spec.criterion_text == "interval below 0.05"
+    with pytest.raises(ValueError, match="form"):
+        g.ClaimSpec("s", "t", "theorem", C.below(0.05))
+    with pytest.raises(ValueError, match="primary"):
+        g.ClaimSpec("s", "t", "law", C.below(0.05), primary=True)
         nodata = Estimate(est, iv[0], iv[1], 1, 0.95, "no data")
         c = Claim.from_estimate(nodata, criterion=crit, **base)
         assert c.verdict == "inconclusive" and not c.measured

@@ -24,7 +24,8 @@ def STEP_RUNS(e):
 
 ETA_STAR = g.find_eta_star(STEP_RUNS, 1e-3, 1.0)
 CLAIM = g.Claim(id="c", source="beyond the papers", statement="s", setting="k", statistic="x", estimate=0.3,
-                interval=(0.1, 0.5), n=10, criterion_text="interval above 0", criterion=g.Criterion.above(0.0))
+                interval=(0.1, 0.5), n=10, criterion_text="interval above 0", criterion=g.Criterion.above(0.0),
+                form="existence")
 
 # name -> (callable, valid positional args, valid keyword args)
 ENTRY_POINTS = {

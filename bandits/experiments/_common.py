@@ -80,6 +80,7 @@ def make_claim(module, claim_id: str, est: gapdyn.Estimate, *, block: str, setti
     return gapdyn.Claim.from_estimate(
         est, id=claim_id, source=source, statement=statement, setting=setting, statistic=statistic,
         criterion_text=crit.describe(), criterion=crit, block=block, p_value=p_value, p_adjusted=p_value,
+        form=module.FORMS[claim_id],
     )
 
 

@@ -73,6 +73,11 @@ CRITERIA: dict[str, gapdyn.Criterion] = {
     **{_slope_id(r, j): gapdyn.Criterion.contains(-1.0, tol=0.25) for r in RHOS for j in J0S},
     **{_norm_id(j): gapdyn.Criterion.identity(1.0, tol=0.02) for j in J0S},
 }
+FORMS: dict[str, str] = {
+    **{_slope_id(r, j): "law" for r in RHOS for j in J0S},
+    **{_norm_id(j): "identity" for j in J0S},
+}
+"""The form of each claim's statement (gapdyn.FORMS)."""
 _SLOPE_TEXT = "95 % interval of the slope of log eta* on log T contains -1 and lies in [-1.25, -0.75]"
 _NORM_TEXT = "identity: eta*_norm(T) = T eta*_raw(T) (fixed length, same stream), slope difference 1 +- 0.02"
 
@@ -165,7 +170,7 @@ def run_cell(
     """eta* (gapdyn.find_eta_star on [eta_lo, eta_hi], x T for the 1/|o| twin) of each stream 0..seeds-1: one
     row per seed."""
     dyn = SequenceDynamics(method=method, mode=dynamics_mode, group_size=group_size, steps=steps,
-                           length_normalized=bool(normalized), freeze_below=gapdyn.COLLAPSE_J)
+                           length_normalized=bool(normalized))
     try:
         env, theta0 = start(instance, rho, T, J0, V=V, d=d, rule=rule)
         J0_exact = float(env.success_rate(theta0))
@@ -209,9 +214,10 @@ def _counts(df: pd.DataFrame, used: pd.DataFrame) -> str:
                                                                                      if reasons else ""))
 
 
-def _placeholder(statistic_reason: str) -> dict:
-    """Not enough instances for an interval: an uninformative one (always inconclusive for 'contains')."""
-    return {"estimate": 0.0, "interval": (-1e3, 1e3), "n": 1, "statistic": statistic_reason}
+def _placeholder(reason: str) -> dict:
+    """Not enough instances for an interval: the claim is not measured (shown as such, with the reason)."""
+    return {"estimate": 0.0, "interval": (0.0, 0.0), "n": 1, "statistic": "within-series OLS slope of log eta* on log T",
+            "measured": False, "reason": reason}
 
 
 def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn.Claim]:
@@ -230,7 +236,7 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn
                        f"grid ratio {config.max_ratio:g}; {_counts(sub, used)}")
             common = dict(id=_slope_id(rho, J0), source=_SOURCE, statement="eta* ~ 1/T: slope -1 of log eta* on log T",
                           setting=setting, criterion_text=_SLOPE_TEXT, criterion=CRITERIA[_slope_id(rho, J0)],
-                          block=block)
+                          block=block, form=FORMS[_slope_id(rho, J0)])
             if used["instance"].nunique() >= 2:
                 est = within_slope_estimate(np.log(used["T"].to_numpy(float)), np.log(used["eta_star"].to_numpy()),
                                             series=used["series"].to_numpy(), instance=used["instance"].to_numpy(),
@@ -262,8 +268,8 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn
                 est, statistic="within-series slope of log(eta*_norm / eta*_raw) on log T", **common))
         else:
             claims.append(gapdyn.Claim(**common, estimate=0.0, interval=(0.0, 0.0), n=1,
-                                       statistic="not measured: no series with both eta* at >= 2 T",
-                                       measured=False))
+                                       statistic="within-series slope of log(eta*_norm / eta*_raw) on log T",
+                                       measured=False, reason="no series with both eta* at >= 2 T"))
     return claims
 
 

@@ -48,6 +48,13 @@ CRITERIA: dict[str, gapdyn.Criterion] = {
     "logistic.thm1_bound_meeting": gapdyn.Criterion.above(0.99),
     "logistic.thm1_bound_beyond": gapdyn.Criterion.above(0.99),
 }
+FORMS: dict[str, str] = {
+    **{f"logistic.slope.{m}": "bound" for m in METHODS},
+    "logistic.exact_slope_identity": "identity",
+    "logistic.thm1_bound_meeting": "derived",  # a proven inequality with valid constants: only a code bug fails it
+    "logistic.thm1_bound_beyond": "bound",
+}
+"""The form of each claim's statement (gapdyn.FORMS)."""
 CRITERION_TEXT = {
     **{f"logistic.slope.{m}": "Theorem 1 as a lower bound: slope a of accuracy ~ sigmoid(a M + b) at least 1/2 "
                               "(interval above 0.5)" for m in METHODS},
@@ -233,7 +240,7 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
             setting=f"{base}, etas {list(config.etas)}, {config.n_seeds} seeds, {config.steps} steps, "
                     "non-collapsed runs", block=block,
             statistic="mean over instances of the fitted slope a (cluster bootstrap)",
-            criterion_text=CRITERION_TEXT[cid], criterion=CRITERIA[cid]))
+            criterion_text=CRITERION_TEXT[cid], criterion=CRITERIA[cid], form=FORMS[cid]))
     ident = identity_slopes(results)
     if len(ident) >= 2:
         per_inst = ident.groupby("instance")["slope"].mean().to_numpy()
@@ -245,7 +252,7 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
             setting=f"{base}, exact {', '.join(METHODS)}, eta = {config.identity_eta:g}, "
                     f"{config.identity_steps} steps", block=block,
             statistic="mean over instances and methods of the OLS slope of logit J on M",
-            criterion_text=CRITERION_TEXT[cid], criterion=CRITERIA[cid]))
+            criterion_text=CRITERION_TEXT[cid], criterion=CRITERIA[cid], form=FORMS[cid]))
     th = results[results["part"] == "thm1"]
     for cid, num, den, label in (("logistic.thm1_bound_meeting", "above_meeting", "pairs_meeting", "meeting"),
                                  ("logistic.thm1_bound_beyond", "above_beyond", "pairs_beyond", "violating")):
@@ -261,7 +268,7 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
             setting=f"{base}, unit directions (gap, exact and sampled GRPO), eta = f x bound(theta0), "
                     f"f in {list(config.thm1_factors)}, {config.thm1_steps} steps", block=block,
             statistic="share of (instance, step) pairs above the bound (cluster bootstrap over instances)",
-            criterion_text=CRITERION_TEXT[cid], criterion=CRITERIA[cid]))
+            criterion_text=CRITERION_TEXT[cid], criterion=CRITERIA[cid], form=FORMS[cid]))
     return claims
 
 

@@ -119,6 +119,13 @@ CRITERIA: dict[str, Criterion] = {
 }
 """Identity tolerance 1e-9 on J_final: the runs are the same map; a rescaled eta only changes the rounding of
 eta x scalar (measured deviations are ~1e-20)."""
+FORMS: dict[str, str] = {
+    "identity_baselines": "identity", "identity_dr_rescaled": "identity", "identity_wr_rescaled": "identity",
+    "exact_rank_collapse": "comparison", "sampled_rank_collapse": "comparison", "sampled_rank_speed": "comparison",
+    "sampled_rank_entropy": "comparison", "wapo_vs_grpo": "comparison", "wapo_vs_dr_grpo": "comparison",
+    "matched_wapo_vs_dr_grpo": "comparison", "matched_wapo_vs_psr": "comparison", "matched_wapo_vs_grpo": "comparison",
+}
+"""The form of each claim's statement (gapdyn.FORMS)."""
 
 
 def cells(config: Config, instances=None) -> list[dict]:

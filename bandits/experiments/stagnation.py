@@ -62,6 +62,20 @@ CRITERIA: dict[str, gapdyn.Criterion] = {
     "stagnation.misaligned_follows_M": gapdyn.Criterion.above(0.5),
     "stagnation.adaptive_fewer_collapses": gapdyn.Criterion.above(0.0, alpha=0.05),
 }
+FORMS: dict[str, str] = {
+    # consequences of exact REINFORCE's own ODE (1 - J ~ 1/(eta c k)): shown, never counted
+    "stagnation.single.tail_exponent": "derived", "stagnation.single.fail_halves": "derived",
+    "stagnation.single.gradsum_tail_share": "derived", "stagnation.single.M_tail_increment": "derived",
+    **{f"stagnation.plateau.{s}": "existence" for s in SETTINGS},
+    "stagnation.optimum_below_one.interference": "existence",
+    "stagnation.optimum_below_one.tabular_shared": "derived",  # J* = 1/C analytically
+    "stagnation.optimum_below_one.unreachable": "derived",  # J* = 1/C analytically
+    "stagnation.larger_eta_escapes": "comparison",
+    "stagnation.orthogonal_no_learning": "derived",  # dmu = 0 by construction
+    "stagnation.misaligned_follows_M": "derived",  # dPhi = M to first order
+    "stagnation.adaptive_fewer_collapses": "comparison",
+}
+"""The form of each claim's statement (gapdyn.FORMS)."""
 CRITERION_TEXT = {
     "stagnation.single.tail_exponent": "no plateau: 1 - J ~ k^-b with b = 1 (interval inside [0.9, 1.1])",
     "stagnation.single.fail_halves": "J still improves: 1 - J halves from K/2 to K (ratio below 0.75)",
@@ -459,7 +473,7 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
     def add(cid, est, *, source, statement, setting, statistic, **kw):
         claims.append(gapdyn.Claim.from_estimate(est, id=cid, source=source, statement=statement, setting=setting,
                                                  statistic=statistic, criterion_text=CRITERION_TEXT[cid],
-                                                 criterion=CRITERIA[cid], block=block, **kw))
+                                                 criterion=CRITERIA[cid], block=block, form=FORMS[cid], **kw))
 
     n_inst = int(results["instance"].nunique())
     single = results[results["part"] == "single"]

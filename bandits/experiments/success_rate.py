@@ -69,6 +69,11 @@ CRITERIA: dict[str, gapdyn.Criterion] = {
     **{_slope_id(s, m): gapdyn.Criterion.contains(1.0, tol=0.25) for s in SETTINGS for m in MEASURES},
     **{_identity_id(s): gapdyn.Criterion.identity(0.0, tol=1e-3) for s in SETTINGS},
 }
+FORMS: dict[str, str] = {
+    **{_slope_id(s, m): "bound" for s in SETTINGS for m in MEASURES},
+    **{_identity_id(s): "identity" for s in SETTINGS},
+}
+"""The form of each claim's statement (gapdyn.FORMS)."""
 _SLOPE_TEXT = "95 % interval of the slope of log eta_local on log(1 - J) contains +1 and lies in [0.75, 1.25]"
 _ID_TEXT = "identity: eta_local(E[w_GRPO]) c_G(J) = eta_local(Gap); mean log ratio 0 +- 1e-3"
 
@@ -182,8 +187,7 @@ class _Problem:
         if self.setting == "T=1":
             tr = simulate_contextual(self.bandit, self._dyn(steps), eta=etas, theta0=theta[None])
             return tr.J_min[:, 0]
-        dyn = SequenceDynamics(method="grpo", mode="exact", group_size=self.G, steps=steps,
-                               freeze_below=gapdyn.COLLAPSE_J)
+        dyn = SequenceDynamics(method="grpo", mode="exact", group_size=self.G, steps=steps)
         return simulate_sequence(self.env, dyn, eta=etas, theta0=theta).J_min
 
     def threshold(self, theta, w) -> float:
@@ -285,7 +289,8 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn
             common = dict(id=_slope_id(setting, measure), source=_SOURCE,
                           statement="the local critical step scales like (1 - J): slope +1 of log eta on log(1 - J)",
                           setting=setting_text, criterion_text=_SLOPE_TEXT,
-                          criterion=CRITERIA[_slope_id(setting, measure)], block=block)
+                          criterion=CRITERIA[_slope_id(setting, measure)], block=block,
+                          form=FORMS[_slope_id(setting, measure)])
             if used["instance"].nunique() >= 2:
                 est = within_slope_estimate(np.log(used["one_minus_J"].to_numpy()),
                                             np.log(used["eta_local"].to_numpy()),
@@ -295,8 +300,10 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn
                     est, statistic=f"within-trajectory OLS slope of log eta_local ({measure}) on log(1 - J), "
                                    "cluster bootstrap over instances", **common))
             else:
-                claims.append(gapdyn.Claim(**common, estimate=0.0, interval=(-1e3, 1e3), n=1,
-                                           statistic="fewer than 2 usable instances: no interval"))
+                claims.append(gapdyn.Claim(**common, estimate=0.0, interval=(0.0, 0.0), n=1,
+                                           statistic=f"within-trajectory OLS slope of log eta_local ({measure}) on "
+                                                     "log(1 - J)", measured=False,
+                                           reason="fewer than 2 usable instances: no interval"))
         g = sub[(sub["measure"] == "sharp_grpo") & (sub["status"] == "ok")]
         h = sub[(sub["measure"] == "sharp_gap") & (sub["status"] == "ok")]
         both = g.merge(h, on=["instance", "level"], suffixes=("_grpo", "_gap"))
@@ -311,7 +318,8 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn
             claims.append(gapdyn.Claim.from_estimate(est, statistic="mean log(eta_grpo c_G(J) / eta_gap)", **common))
         else:
             claims.append(gapdyn.Claim(**common, estimate=1.0, interval=(1.0, 1.0), n=1,
-                                       statistic="not measured: fewer than 2 instances", measured=False))
+                                       statistic="mean log(eta_grpo c_G(J) / eta_gap)", measured=False,
+                                       reason="fewer than 2 instances"))
     return claims
 
 

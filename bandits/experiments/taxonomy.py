@@ -38,6 +38,12 @@ CRITERIA: dict[str, gapdyn.Criterion] = {
     "taxonomy.valley_never_disagrees": gapdyn.Criterion.identity(0.0, tol=0.0),
     "taxonomy.misses_near_boundary": gapdyn.Criterion.above(0.9),
 }
+FORMS: dict[str, str] = {
+    "taxonomy.bin_predicts_sign": "derived",  # first-order softmax algebra on a chosen logit distribution
+    "taxonomy.valley_never_disagrees": "identity",
+    "taxonomy.misses_near_boundary": "derived",
+}
+"""The form of each claim's statement (gapdyn.FORMS)."""
 CRITERION_TEXT = {
     "taxonomy.bin_predicts_sign": "the bin predicts the sign of dH for the large majority of sampled tokens: "
                                   "share above 0.9",
@@ -148,7 +154,8 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
         statement="the WAPO bin (peak/valley x sign of A) predicts the exact sign of the first-order dH",
         statistic="share of sampled tokens whose bin predicts sign(dH) (Wilson)",
         criterion_text=CRITERION_TEXT["taxonomy.bin_predicts_sign"],
-        criterion=CRITERIA["taxonomy.bin_predicts_sign"], previously_measured="~0.97", **common)]
+        criterion=CRITERIA["taxonomy.bin_predicts_sign"], previously_measured="~0.97",
+        form=FORMS["taxonomy.bin_predicts_sign"], **common)]
     claims.append(gapdyn.Claim(
         id="taxonomy.valley_never_disagrees", source=_SOURCE + "; derived (docs/theory.md §9.1)",
         statement="valley tokens (p_s < C) never disagree with the exact sign of dH",
@@ -162,7 +169,8 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
             source=_SOURCE, statement="the tokens whose bin mispredicts sit just above the boundary p_s = C",
             statistic=f"share of misses with 0 <= p_s - C < {config.miss_margin:g} (Wilson)",
             criterion_text=CRITERION_TEXT["taxonomy.misses_near_boundary"],
-            criterion=CRITERIA["taxonomy.misses_near_boundary"], **common))
+            criterion=CRITERIA["taxonomy.misses_near_boundary"], form=FORMS["taxonomy.misses_near_boundary"],
+            **common))
     return claims
 
 

@@ -150,6 +150,14 @@ CRITERIA: dict[str, Criterion] = {
 }
 """Criteria on each claim's 95 % interval. The identity's tolerance is the bisection tolerance: each eta* is
 the geometric mid of a bracket of relative width rtol = 1e-3, so the ratio is exact to a factor 1 + rtol."""
+FORMS: dict[str, str] = {
+    "finite_share": "existence", "sharpness": "law", "reconverge": "law", "ratio_reinforce_grpo": "law",
+    "identity_dr_reinforce": "identity", "thm1_conservative": "bound", "gap_spearman": "law",
+    "sampled_collapse": "existence", "adaptive_collapse": "comparison", "linesearch_collapse": "comparison",
+    "adaptive_speed": "comparison", "linesearch_speed": "comparison", "trap_accuracy": "law", "trap_auc": "law",
+    "predictor_lookahead": "law", "predictor_sharp": "law",
+}
+"""The form of each claim's statement (gapdyn.FORMS)."""
 
 
 # ------------------------------------------------------------------------------------------------
