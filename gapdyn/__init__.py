@@ -66,6 +66,7 @@ from .taxonomy import (
     token_entropy,
     token_step_effects,
 )
+from . import planner
 from .safe_step import NO_ASCENT_TOL, SafeStep, safe_step_estimates, safe_step_multiplier, safe_step_size
 from .stats import (
     Estimate,

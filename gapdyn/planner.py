@@ -1,0 +1,170 @@
+"""How many instances (or seeds) a claim needs for a decided verdict: power from a discovery block.
+
+A verdict is *decided* when it is "holds" or "does not hold" (docs/evidence.md). The planner takes what
+the discovery block measured (an effect and its spread, or a proportion), assumes it is the truth, and
+finds the smallest n at which the confirmation block decides with probability >= ``power`` (default
+0.8) under the interval rule the claim uses:
+
+* mean / paired difference vs a criterion value c, decided on a two-sided t interval at ``confidence``:
+  P(decided) = P(lo > c) + P(hi < c) = P(T > t*) + P(T < -t*) with the noncentral t
+  T = (xbar - c) / (s / sqrt n) ~ nct(n - 1, delta), delta = (mu - c) sqrt(n) / sd,
+  t* = t_{(1 + confidence)/2, n - 1};
+* equivalence (a law's band [a, b], 90 % interval): P(holds) + P(does not hold) with the interval
+  approximated at known sd (z for t);
+* a proportion vs c (a bound's violation share, or a rate), decided on the exact Clopper-Pearson
+  interval: an exact sum over k ~ Binomial(n, p);
+* two proportions, one-sided Fisher at ``alpha`` (a comparison of collapse rates with n per arm):
+  exact sum over both binomials of 1[p_Fisher < alpha].
+
+A claim whose planned n exceeds ``n_max`` (the budget) is reported as not decidable at the budget, with
+its planned n. scipy.stats supplies the distributions (imported inside the functions).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Plan", "power_mean", "power_equivalence", "power_proportion", "power_two_proportions", "plan_n"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Planned n for one claim.
+
+    n: the smallest n in [n_min, n_max] with power >= target (n_max when none is); power: the power at
+    n; decidable: power >= target within the budget; reason: one line for reports.
+    """
+
+    n: int
+    power: float
+    target: float
+    decidable: bool
+    reason: str
+
+
+def _check_prob(v, name, *, open_=True) -> float:
+    x = float(v)
+    ok = (0 < x < 1) if open_ else (0 <= x <= 1)
+    if not math.isfinite(x) or not ok:
+        raise ValueError(f"{name} must lie in {'(0, 1)' if open_ else '[0, 1]'}, got {v!r}")
+    return x
+
+
+def _check_n(n, name="n", low=2) -> int:
+    if isinstance(n, bool) or int(n) != n or n < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {n!r}")
+    return int(n)
+
+
+def power_mean(effect: float, sd: float, n: int, *, value: float = 0.0, confidence: float = 0.95) -> float:
+    """P(the two-sided t interval of a mean of n units excludes ``value``) when the mean is ``effect``.
+
+    The interval decides "holds" or "does not hold" for an above/below criterion at ``value`` exactly
+    when it excludes it. Noncentral t: T ~ nct(n - 1, (effect - value) sqrt(n) / sd).
+    """
+    from scipy.stats import nct, t
+
+    n = _check_n(n)
+    c = _check_prob(confidence, "confidence")
+    if not (math.isfinite(sd) and sd > 0):
+        raise ValueError(f"sd must be a finite positive number, got {sd!r}")
+    if not math.isfinite(effect - value):
+        raise ValueError(f"effect and value must be finite, got {effect!r}, {value!r}")
+    df = n - 1
+    crit = float(t.ppf(0.5 + c / 2, df))
+    delta = (effect - value) * math.sqrt(n) / sd
+    return float(nct.sf(crit, df, delta) + nct.cdf(-crit, df, delta))
+
+
+def power_equivalence(effect: float, sd: float, n: int, *, lo: float, hi: float, confidence: float = 0.90) -> float:
+    """P(the 90 % interval of a mean lies inside [lo, hi] or entirely outside it) at true mean ``effect``.
+
+    Known-sd approximation: xbar ~ N(effect, sd^2 / n), half-width h = z se with the t quantile at n - 1.
+    """
+    from scipy.stats import norm, t
+
+    n = _check_n(n)
+    c = _check_prob(confidence, "confidence")
+    if not (math.isfinite(sd) and sd > 0):
+        raise ValueError(f"sd must be a finite positive number, got {sd!r}")
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise ValueError(f"the band must satisfy lo < hi (finite), got [{lo!r}, {hi!r}]")
+    se = sd / math.sqrt(n)
+    h = float(t.ppf(0.5 + c / 2, n - 1)) * se
+    inside = max(0.0, norm.cdf((hi - h - effect) / se) - norm.cdf((lo + h - effect) / se))
+    outside = norm.cdf((lo - h - effect) / se) + norm.sf((hi + h - effect) / se)
+    return float(min(1.0, inside + outside))
+
+
+def _cp_bounds(k: np.ndarray, n: int, confidence: float, one_sided: bool) -> tuple[np.ndarray, np.ndarray]:
+    from scipy.stats import beta
+
+    a = 1 - confidence if one_sided else (1 - confidence) / 2
+    with np.errstate(invalid="ignore"):
+        lo = np.where(k == 0, 0.0, beta.ppf(a, k, n - k + 1))
+        hi = np.where(k == n, 1.0, beta.ppf(1 - a, k + 1, n - k))
+    return lo, hi
+
+
+def power_proportion(p: float, n: int, *, value: float, confidence: float = 0.95, one_sided: bool = False) -> float:
+    """P(the Clopper-Pearson interval of k ~ Binomial(n, p) excludes ``value``) (exact sum over k).
+
+    one_sided: each bound at level 1 - confidence (a bound's upper limit on its violation share).
+    """
+    from scipy.stats import binom
+
+    n = _check_n(n, low=1)
+    p = _check_prob(p, "p", open_=False)
+    v = _check_prob(value, "value")
+    c = _check_prob(confidence, "confidence")
+    k = np.arange(n + 1)
+    lo, hi = _cp_bounds(k, n, c, bool(one_sided))
+    decided = (lo > v) | (hi < v)
+    return float(binom.pmf(k, n, p)[decided].sum())
+
+
+def power_two_proportions(p_hi: float, p_lo: float, n: int, *, alpha: float = 0.05) -> float:
+    """Power of the one-sided Fisher exact test that arm A's rate exceeds arm B's, n runs per arm.
+
+    True rates p_hi (arm A) and p_lo (arm B); exact sum over k_A, k_B of Binomial probabilities of the
+    tables whose one-sided p = P(X >= k_A | margins) (hypergeometric) is below alpha.
+    """
+    from scipy.stats import binom, hypergeom
+
+    n = _check_n(n, low=1)
+    pa, pb = _check_prob(p_hi, "p_hi", open_=False), _check_prob(p_lo, "p_lo", open_=False)
+    a = _check_prob(alpha, "alpha")
+    ka, kb = np.meshgrid(np.arange(n + 1), np.arange(n + 1), indexing="ij")
+    pval = hypergeom.sf(ka - 1, 2 * n, ka + kb, n)
+    prob = binom.pmf(ka, n, pa) * binom.pmf(kb, n, pb)
+    return float(prob[pval < a].sum())
+
+
+def plan_n(power_at, *, target: float = 0.8, n_min: int = 20, n_max: int = 200) -> Plan:
+    """Smallest n in [n_min, n_max] with power_at(n) >= target (a scan; power need not be monotone).
+
+    power_at: n -> power, e.g. ``lambda n: power_mean(0.3, 1.0, n)``. n_min: the floor every decided
+    verdict keeps (at least 20 instances, or the smallest n at which the claim's interval method is
+    valid, whichever is larger).
+    """
+    if not callable(power_at):
+        raise ValueError("power_at must be callable: n -> power")
+    tgt = _check_prob(target, "target")
+    lo = _check_n(n_min, "n_min", low=1)
+    hi = _check_n(n_max, "n_max", low=1)
+    if hi < lo:
+        raise ValueError(f"n_max must be >= n_min={lo}, got {hi}")
+    best = 0.0
+    for n in range(lo, hi + 1):
+        pw = float(power_at(n))
+        if not (0.0 <= pw <= 1.0 + 1e-12):
+            raise ValueError(f"power_at({n}) must be a probability, got {pw!r}")
+        best = max(best, pw)
+        if pw >= tgt:
+            return Plan(n, pw, tgt, True, f"power {pw:.2f} at n = {n}")
+    pw = float(power_at(hi))
+    return Plan(hi, pw, tgt, False, f"not decidable within the budget: power {pw:.2f} at n = {hi} "
+                                    f"(target {tgt:.2f}; best {best:.2f})")
