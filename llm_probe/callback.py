@@ -18,7 +18,16 @@ needs ``steps_per_generation`` equal to the gradient-accumulation steps (the def
 optimizer step); another value raises a ValueError at ``on_train_begin``. With ``num_iterations = mu > 1`` TRL
 reuses each generation batch for mu optimizer steps: the gaps are taken at theta_k, before the first of them
 (``dmu_grad`` with that step's gradient), and ``dmu_update`` and ``update_norm`` measure the net change
-theta_{k+mu} - theta_k; the row is written after the mu-th step and carries ``step`` = k. A reward > 0 counts as a success (O+).
+theta_{k+mu} - theta_k; the row is written after the mu-th step and carries ``step`` = k.
+
+Rewards: :meth:`GapProbeCallback.wrap_rewards` wraps all of a trainer's reward functions together, so each
+generation batch is recorded once, with TRL's aggregate R_n = nansum_i w_i r_{n,i} (``reward_weights`` w, None
+-> NaN; trl 1.16 ``GRPOTrainer._calculate_rewards``). Success (O+) is R_n > 0 by default, or the rule passed as
+``success``. A completion TRL cannot score (every reward None: TRL gives it advantage 0) is neither a success
+nor a failure: its group is left out of the step's gap measurement (and of ``rollout_path``). Batches scored
+while the model is in eval mode (TRL's evaluation) are not recorded. ``on_train_begin`` refuses a group size,
+or reward weights, that differ from the trainer's, and ``attach`` a trainer whose reward functions are not the
+wrapped ones.
 TRL's sampler may emit the pad token inside a completion (ours never does, llm_probe.rollout); pass
 ``generation_kwargs={"suppress_tokens": [pad_id]}`` to GRPOConfig to rule it out.
 
@@ -33,16 +42,19 @@ the same numbers; rank 0 alone writes ``log_path`` / ``rollout_path``. FSDP and 
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import math
 import os
+import threading
 from pathlib import Path
 
+import numpy as np
 import torch
 from transformers import TrainerCallback
 
 from .gap_probe import ALIGNMENT_ROUTES, GapProbe
-from .rollout import Rollout
+from .rollout import Rollout, encode_prompts
 
 __all__ = ["GapProbeCallback"]
 
@@ -50,19 +62,22 @@ _RUNNING_SUMS = ("gap/M_batch", "gap/M_mean")  # logged as their last value, not
 
 
 class GapProbeCallback(TrainerCallback):
-    """Per-step Gradient-Gap alignment of a TRL GRPO run. Wrap the reward function with :meth:`wrap_reward`;
-    :meth:`attach` it so the metrics land in TRL's logs."""
+    """Per-step Gradient-Gap alignment of a TRL GRPO run. Wrap the reward function(s) with :meth:`wrap_reward`
+    (:meth:`wrap_rewards`); :meth:`attach` it so the metrics land in TRL's logs."""
 
-    def __init__(self, tokenizer, num_generations: int, *, params: str = "all", alignment: str = "dot",
-                 log_path: str | Path | None = None, rollout_path: str | Path | None = None):
-        """``log_path``: one JSON row of metrics per step; ``rollout_path``: the step's gathered rollout, one line
-        per completion {step, prompt, completion, completion_ids, reward} (the input of ``llm_probe.offline``)."""
-        if num_generations < 2:
-            raise ValueError(f"num_generations must be >= 2, got {num_generations}")
+    def __init__(self, tokenizer, num_generations: int | None = None, *, params: str = "all",
+                 alignment: str = "dot", log_path: str | Path | None = None, rollout_path: str | Path | None = None):
+        """``num_generations``: TRL's group size G (None: read from the trainer's args at ``on_train_begin``;
+        given, it must equal them). ``log_path``: one JSON row of metrics per step; ``rollout_path``: the step's
+        gathered rollout, one line per completion {step, prompt, completion, completion_ids, reward} (the input
+        of ``llm_probe.offline``; ``reward`` > 0 is the probe's success, see :meth:`wrap_rewards`)."""
+        if num_generations is not None and (isinstance(num_generations, bool) or not isinstance(num_generations, int)
+                                            or num_generations < 2):
+            raise ValueError(f"num_generations must be an integer >= 2 or None, got {num_generations!r}")
         if alignment not in ALIGNMENT_ROUTES:
             raise ValueError(f"alignment must be one of {ALIGNMENT_ROUTES}, got {alignment!r}")
         self.tok = tokenizer
-        self.G = int(num_generations)
+        self.G = None if num_generations is None else int(num_generations)
         self.params_spec = params
         self.alignment = alignment
         self.log_path = Path(log_path) if log_path else None
@@ -76,6 +91,8 @@ class GapProbeCallback(TrainerCallback):
         self._mu = 1  # TRL's num_iterations: optimizer steps per generation batch
         self._steps_left = 0  # optimizer steps still to come on the probed batch
         self._step_k: int | None = None
+        self._rewards: _RewardGroup | None = None  # the wrapped reward functions
+        self._model = None  # the trainer's model (on_train_begin): eval-mode batches are not recorded
 
     @property
     def M_batch(self) -> float:
@@ -83,7 +100,15 @@ class GapProbeCallback(TrainerCallback):
 
     def attach(self, trainer) -> GapProbeCallback:
         """Register with ``trainer`` ahead of every other callback (the ``report_to`` integrations read the
-        logs this callback extends); returns self."""
+        logs this callback extends); returns self. A ValueError when the trainer's ``reward_funcs`` are not
+        exactly the functions this callback wrapped (in one :meth:`wrap_rewards` call)."""
+        funcs = getattr(trainer, "reward_funcs", None)
+        if funcs is not None:
+            mine = [] if self._rewards is None else self._rewards.wrapped
+            if len(funcs) != len(mine) or any(f is not g for f, g in zip(funcs, mine)):
+                raise ValueError(f"trainer: its {len(funcs)} reward function(s) are not the {len(mine)} this callback "
+                                 "wrapped: pass reward_funcs=cb.wrap_rewards([f1, f2, ...]) with all of them (one "
+                                 "call), so each generation batch is recorded once with TRL's aggregate reward")
         cbs = trainer.callback_handler.callbacks
         if self in cbs:
             cbs.remove(self)
@@ -91,20 +116,52 @@ class GapProbeCallback(TrainerCallback):
         return self
 
     def wrap_reward(self, fn):
-        """A reward function with the same behaviour that also records each call's groups."""
+        """A reward function with the same behaviour that also records each call's groups: the trainer's only
+        reward function (several: :meth:`wrap_rewards`). ``wrap_rewards([fn])[0]``."""
+        return self.wrap_rewards([fn])[0]
 
-        @functools.wraps(fn)
-        def wrapped(prompts, completions, completion_ids=None, **kw):
-            r = fn(prompts=prompts, completions=completions, completion_ids=completion_ids, **kw)
-            if completion_ids is None:
-                raise ValueError("the trainer did not pass completion_ids to the reward function")
-            self._calls.append((list(prompts), [list(c) for c in completion_ids], [float(x) for x in r]))
-            return r
+    def wrap_rewards(self, funcs, weights=None, *, success=None) -> list:
+        """All of a trainer's reward functions, wrapped together: pass the returned list as ``reward_funcs``
+        (same order, same behaviour; sync and async functions). Each generation batch is recorded once, when
+        every function has scored it, with TRL's aggregate (trl 1.16 ``GRPOTrainer``: a None reward -> NaN)
 
-        return wrapped
+            R_n = nansum_i w_i r_{n,i},   w = ``reward_weights`` (ones when the trainer has none).
+
+        weights: None: the trainer's ``reward_weights``, read at ``on_train_begin``; given: checked equal to them.
+        success: which completions are successes (O+; Suk & Duan's binary reward): None: R_n > 0; the name of one
+        of ``funcs`` (its ``__name__``): that function's reward > 0; a callable ``success(r [N, F] float64, NaN for
+        None, R [N]) -> [N] bool``. A completion whose success is undecided (every reward None, which TRL scores
+        as unscorable and gives advantage 0; or the named function's reward None) is neither a success nor a
+        failure: its whole group is left out of the step's gap measurement (Phi_hat_q is not defined on the
+        rest of a group in a batch of equal group sizes) and of ``rollout_path``. The success rule reads the raw
+        weighted sum whatever ``multi_objective_aggregation`` (TRL logs the same sum as ``reward``).
+        """
+        if self._rewards is not None:
+            raise ValueError("funcs: this callback already wraps reward functions; wrap all of a trainer's reward "
+                             "functions in one call: cb.wrap_rewards([f1, f2, ...])")
+        self._rewards = _RewardGroup(funcs, weights, success, self)
+        return list(self._rewards.wrapped)
+
+    def _recording(self) -> bool:
+        """False while the trainer's model is in eval mode (TRL scores its evaluation batches then)."""
+        return self._model is None or bool(getattr(self._model, "training", True))
 
     def on_train_begin(self, args, state, control, **kw):
         _refuse_sharded(args)
+        if kw.get("model") is not None:
+            self._model = kw["model"]
+        G = getattr(args, "num_generations", None)
+        if G is not None:
+            if self.G is None:
+                if isinstance(G, bool) or not isinstance(G, int) or G < 2:
+                    raise ValueError(f"args.num_generations must be an integer >= 2, got {G!r}")
+                self.G = G
+            elif G != self.G:
+                raise ValueError(f"GapProbeCallback was built with num_generations={self.G}, the trainer's args "
+                                 f"have num_generations={G}: TRL groups {G} completions per prompt; pass "
+                                 f"num_generations={G} (or None to read it from the args)")
+        if self._rewards is not None:
+            self._rewards.check_weights(getattr(args, "reward_weights", None))
         mu = getattr(args, "num_iterations", 1)
         if isinstance(mu, bool) or not isinstance(mu, int) or mu < 1:
             raise ValueError(f"num_iterations must be an integer >= 1, got {mu!r}")
@@ -116,35 +173,40 @@ class GapProbeCallback(TrainerCallback):
     def take_rollout(self, device) -> Rollout | None:
         """The completions recorded since the last call (gathered from every rank under DDP) as a Rollout;
         None when nothing new was generated."""
+        if self._rewards is not None:
+            self._rewards.check_complete()
         if not self._calls and _world_size() == 1:
             return None
-        prompts, cids, rewards = [], [], []
-        for p, c, r in self._calls:
-            prompts += p
-            cids += c
-            rewards += r
+        if self.G is None:
+            raise ValueError("num_generations is unknown: pass it to GapProbeCallback or register the callback "
+                             "with the trainer (on_train_begin reads args.num_generations)")
+        cols = [[], [], [], []]  # prompts, completion ids, success (1 / 0 / NaN undecided), rollout_path lines
+        for call in self._calls:
+            for col, v in zip(cols, call):
+                col += v
         self._calls = []
         if _world_size() > 1:  # every rank's share, in rank order
             shares = [None] * _world_size()
-            torch.distributed.all_gather_object(shares, (prompts, cids, rewards))
-            prompts = [x for sh in shares for x in sh[0]]
-            cids = [x for sh in shares for x in sh[1]]
-            rewards = [x for sh in shares for x in sh[2]]
-        self._gathered = (prompts, cids, rewards)
+            torch.distributed.all_gather_object(shares, tuple(cols))
+            cols = [[x for sh in shares for x in sh[i]] for i in range(4)]
+        prompts, cids, won, lines = cols
         N = len(cids)
         if N == 0:
+            self._gathered = None
             return None
         if N % self.G:
             raise ValueError(f"recorded {N} completions, not a multiple of num_generations={self.G}")
-        enc = self.tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        r = torch.tensor(won, dtype=torch.float32).view(N // self.G, self.G)
+        r[torch.isnan(r).any(-1)] = math.nan  # a group with an undecided completion: no O+/O- split (not mixed)
+        keep = ~torch.isnan(r).reshape(-1)
+        self._gathered = [ln for ln, k in zip(lines, keep.tolist()) if k]
+        p_ids, p_mask = encode_prompts(self.tok, prompts, device)  # left-padded whatever tok.padding_side
         T = max(1, max(len(c) for c in cids))
         pad = self.tok.pad_token_id
         c_ids = torch.tensor([c + [pad] * (T - len(c)) for c in cids])
         c_mask = torch.tensor([[1.0] * len(c) + [0.0] * (T - len(c)) for c in cids])
-        r = (torch.tensor(rewards).view(N // self.G, self.G) > 0).float()
         term = torch.tensor([bool(c) and c[-1] == self.tok.eos_token_id for c in cids])
-        return Rollout([None] * (N // self.G), enc["input_ids"].to(device), enc["attention_mask"].to(device),
-                       c_ids.to(device), c_mask.to(device), term, [""] * N, r)
+        return Rollout([None] * (N // self.G), p_ids, p_mask, c_ids.to(device), c_mask.to(device), term, [""] * N, r)
 
     def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
         if self.probe is None:
@@ -154,15 +216,16 @@ class GapProbeCallback(TrainerCallback):
             return
         self.probe.cancel()
         self._steps_left, self._step_k = self._mu, int(state.global_step)
-        self._batch = {"reward": float(ro.rewards.mean()),
-                       "frac_reward_zero_std": float((ro.rewards.std(-1) == 0).float().mean())}
+        scored = ~torch.isnan(ro.rewards[:, 0])  # groups without an undecided completion
+        r_s = ro.rewards[scored]
+        self._batch = {"reward": float(r_s.mean()) if len(r_s) else math.nan,
+                       "frac_reward_zero_std": float((r_s.std(-1) == 0).float().mean()) if len(r_s) else math.nan}
         self.probe.before(ro)
         if self.rollout_path is not None and _rank() == 0:
-            p, c, r = self._gathered
             with open(self.rollout_path, "a") as f:
-                for pi, ci, ri in zip(p, c, r):
-                    f.write(json.dumps({"step": int(state.global_step), "prompt": pi,
-                                        "completion": self.tok.decode(ci), "completion_ids": ci, "reward": ri}) + "\n")
+                for line in self._gathered:
+                    f.write(json.dumps({"step": int(state.global_step), "prompt": line["prompt"],
+                                        "completion": self.tok.decode(line["completion_ids"]), **line}) + "\n")
 
     def on_optimizer_step(self, args, state, control, model=None, **kw):
         if self.probe is None or not self.probe.pending:
@@ -192,6 +255,145 @@ class GapProbeCallback(TrainerCallback):
         if state.log_history:
             for k, v in new.items():
                 state.log_history[-1].setdefault(k, v)
+
+
+class _RewardGroup:
+    """The reward functions of one trainer, wrapped by :meth:`GapProbeCallback.wrap_rewards`: each function's
+    rewards of a generation batch wait in ``pending`` until every function has scored it; then the batch is
+    recorded once in the callback's ``_calls`` as (prompts, completion ids, success, rollout_path lines)."""
+
+    def __init__(self, funcs, weights, success, owner):
+        if callable(funcs) or isinstance(funcs, (str, bytes)):
+            funcs = [funcs]
+        funcs = list(funcs)
+        if not funcs:
+            raise ValueError("funcs must hold at least one reward function")
+        for i, f in enumerate(funcs):
+            if isinstance(f, (str, torch.nn.Module)) or not callable(f):
+                raise ValueError(f"funcs[{i}] must be a reward function (a callable); a reward model (name or "
+                                 f"nn.Module) is scored inside TRL where the callback cannot see it, got {f!r}")
+        self.names = [getattr(f, "__name__", type(f).__name__) for f in funcs]
+        self.weights = None if weights is None else _as_weights(weights, len(funcs), "weights")
+        self.explicit = weights is not None
+        if success is not None and not callable(success):
+            if not isinstance(success, str) or success not in self.names:
+                raise ValueError(f"success must be None, a callable or the name of one of funcs {self.names}, "
+                                 f"got {success!r}")
+            if self.names.count(success) > 1:
+                raise ValueError(f"success names {success!r}, which {self.names.count(success)} of funcs share")
+        self.success = success
+        self.owner = owner
+        self.pending: dict[int, tuple] = {}
+        self.lock = threading.Lock()  # TRL runs async reward functions on an event-loop thread
+        self.wrapped = [self._wrap(i, f) for i, f in enumerate(funcs)]
+
+    def _wrap(self, i, fn):
+        if _is_async(fn):
+            @functools.wraps(fn)
+            async def wrapped(prompts, completions, completion_ids=None, **kw):
+                r = await fn(prompts=prompts, completions=completions, completion_ids=completion_ids, **kw)
+                self.got(i, prompts, completion_ids, r)
+                return r
+        else:
+            @functools.wraps(fn)
+            def wrapped(prompts, completions, completion_ids=None, **kw):
+                r = fn(prompts=prompts, completions=completions, completion_ids=completion_ids, **kw)
+                self.got(i, prompts, completion_ids, r)
+                return r
+        return wrapped
+
+    def check_weights(self, trainer_weights) -> None:
+        """Adopt (weights None) or check the trainer's ``reward_weights`` (None there: TRL weights each by 1)."""
+        F = len(self.names)
+        if trainer_weights is None:
+            if self.explicit and not np.all(self.weights == 1.0):
+                raise ValueError(f"weights {self.weights.tolist()} were given to wrap_rewards, the trainer's "
+                                 "reward_weights are None (TRL weights every function by 1): pass them to "
+                                 "GRPOConfig(reward_weights=...) too")
+            self.weights = np.ones(F)
+            return
+        tw = _as_weights(trainer_weights, None, "args.reward_weights")
+        if len(tw) != F:
+            raise ValueError(f"the trainer has {len(tw)} reward weights, this callback wraps {F} reward function(s) "
+                             f"{self.names}: wrap all of the trainer's reward functions in one wrap_rewards call")
+        if self.explicit and not np.array_equal(tw, self.weights):
+            raise ValueError(f"weights {self.weights.tolist()} given to wrap_rewards differ from the trainer's "
+                             f"reward_weights {tw.tolist()}")
+        self.weights = tw
+
+    def check_complete(self) -> None:
+        """A ValueError when some wrapped functions scored a batch the others never did."""
+        with self.lock:
+            if self.pending:
+                missing = [n for i, n in enumerate(self.names) if i not in self.pending]
+                done = [self.names[i] for i in self.pending]
+                raise ValueError(f"reward functions {missing} were wrapped with {done} but never scored the batch: "
+                                 "pass every wrapped function to the trainer")
+
+    def got(self, i: int, prompts, completion_ids, r) -> None:
+        if not self.owner._recording():
+            return
+        if completion_ids is None:
+            raise ValueError("the trainer did not pass completion_ids to the reward function")
+        vals = [math.nan if x is None else float(x) for x in r]  # TRL: None -> NaN
+        if len(vals) != len(completion_ids):
+            raise ValueError(f"reward function {self.names[i]!r} returned {len(vals)} rewards for "
+                             f"{len(completion_ids)} completions")
+        with self.lock:
+            if i in self.pending:
+                raise ValueError(f"reward function {self.names[i]!r} scored a second batch before "
+                                 f"{[n for j, n in enumerate(self.names) if j not in self.pending]} scored the first")
+            self.pending[i] = (list(prompts), [list(c) for c in completion_ids], vals)
+            if len(self.pending) < len(self.names):
+                return
+            calls, self.pending = [self.pending[j] for j in range(len(self.names))], {}
+        prompts, cids = calls[0][0], calls[0][1]
+        if any(c[1] != cids for c in calls[1:]):
+            raise ValueError(f"the reward functions {self.names} scored different completions in one batch")
+        self.owner._calls.append(self.record(prompts, cids, np.array([c[2] for c in calls]).T))
+
+    def record(self, prompts, cids, r) -> tuple:
+        """(prompts, completion ids, success [N] 1 / 0 / NaN, rollout_path lines) of one batch, r [N, F]."""
+        w = np.ones(r.shape[1]) if self.weights is None else self.weights
+        scored = ~np.isnan(r).all(1)
+        R = np.where(scored, np.nansum(r * w, axis=1), np.nan)  # trl 1.16: nansum, NaN where unscorable
+        if self.success is None:
+            won, decided = R > 0, scored
+        elif isinstance(self.success, str):
+            ri = r[:, self.names.index(self.success)]
+            won, decided = ri > 0, ~np.isnan(ri)
+        else:
+            won = np.asarray(self.success(r.copy(), R.copy()))
+            if won.shape != (len(cids),):
+                raise ValueError(f"success returned shape {won.shape}, expected ({len(cids)},)")
+            won, decided = won.astype(bool), scored
+        s = np.where(decided, won.astype(float), np.nan)
+        lines = []
+        for n in range(len(cids)):
+            line = {"prompt": prompts[n], "completion_ids": cids[n],
+                    "reward": float(R[n]) if self.success is None else float(s[n])}  # offline: success <=> > 0
+            if r.shape[1] > 1 or self.success is not None:
+                line["rewards"] = [None if math.isnan(x) else float(x) for x in r[n]]
+            lines.append(line)
+        return list(prompts), [list(c) for c in cids], s.tolist(), lines
+
+
+def _as_weights(w, F: int | None, name: str) -> np.ndarray:
+    try:
+        a = np.asarray(w, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a sequence of finite numbers, got {w!r}") from exc
+    if not np.all(np.isfinite(a)) or (F is not None and len(a) != F):
+        raise ValueError(f"{name} must hold one finite number per reward function{'' if F is None else f' ({F})'}, "
+                         f"got {w!r}")
+    return a
+
+
+def _is_async(fn) -> bool:
+    """Whether calling ``fn`` returns a coroutine (trl's ``is_async_callable``: functions, partials, instances)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
 
 
 def _world_size() -> int:

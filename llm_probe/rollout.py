@@ -18,7 +18,8 @@ import torch
 
 from .model import forward_inputs
 
-__all__ = ["Rollout", "encode_prompts", "sample_completions", "make_rollout", "context_size", "check_prompts_fit"]
+__all__ = ["Rollout", "left_pad", "encode_prompts", "sample_completions", "make_rollout", "context_size",
+           "check_prompts_fit"]
 
 
 @dataclass
@@ -79,10 +80,23 @@ def check_prompts_fit(tokenizer, prompts: list[str], context: int | None, max_ne
         raise _too_long(lengths, room, context, max_new_tokens)
 
 
+def left_pad(seqs: list[list[int]], pad_id: int | None, device=None):
+    """(ids [B, P], mask [B, P]) of the token-id lists ``seqs``, left-padded with ``pad_id`` (0 when None: a masked
+    position's id never reaches a scored log-prob), P the longest."""
+    pad = 0 if pad_id is None else int(pad_id)
+    P = max((len(s) for s in seqs), default=0)
+    ids = torch.tensor([[pad] * (P - len(s)) + list(s) for s in seqs], dtype=torch.long).view(len(seqs), P)
+    mask = torch.tensor([[0] * (P - len(s)) + [1] * len(s) for s in seqs], dtype=torch.long).view(len(seqs), P)
+    return ids.to(device), mask.to(device)
+
+
 def encode_prompts(tokenizer, prompts: list[str], device=None):
-    """(ids [B, P], mask [B, P]) left-padded, no special tokens."""
-    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-    return enc["input_ids"].to(device), enc["attention_mask"].to(device)
+    """(ids [B, P], mask [B, P]) left-padded whatever ``tokenizer.padding_side`` (TRL pads prompts on the left;
+    :func:`sample_completions` and every scored forward read the last column as the prompt's last token), no
+    special tokens. The padding is done here, never by the tokenizer."""
+    ids = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return left_pad(ids, pad, device)
 
 
 @torch.no_grad()

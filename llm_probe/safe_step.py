@@ -156,7 +156,8 @@ def _make_callback_class():
 
         Wrap the reward function with :meth:`wrap_reward` (it records each generation batch's prompts, completion
         ids and rewards, TRL's order: ``num_generations`` consecutive completions per prompt; a reward > 0 counts
-        as a success). Per optimizer step: ``on_pre_optimizer_step`` records theta_k; ``on_optimizer_step`` builds
+        as a success; several reward functions: :meth:`wrap_rewards`). Per optimizer step:
+        ``on_pre_optimizer_step`` records theta_k; ``on_optimizer_step`` builds
         the step's Rollout from the records and calls :meth:`SafeStepController.after` (theta = theta_k + a d).
         One row per step in :attr:`history` (``step``, ``reward`` and the ``safe/*`` metrics). Needs
         ``num_iterations=1`` and ``steps_per_generation`` equal to the gradient-accumulation steps (checked at
@@ -178,8 +179,18 @@ def _make_callback_class():
             """A reward function with the same behaviour that also records each call's groups."""
             return self._recorder.wrap_reward(fn)
 
+        def wrap_rewards(self, funcs, weights=None, *, success=None) -> list:
+            """Several reward functions, recorded once per batch: :meth:`GapProbeCallback.wrap_rewards`."""
+            return self._recorder.wrap_rewards(funcs, weights, success=success)
+
         def on_train_begin(self, args, state, control, **kw):
             self._recorder.on_train_begin(args, state, control, **kw)
+            mu = getattr(args, "num_iterations", 1)
+            if mu != 1:
+                raise ValueError(f"SafeStepCallback needs num_iterations == 1, got num_iterations={mu}: TRL then "
+                                 f"takes {mu} optimizer steps on each generation batch, the multiplier a is derived "
+                                 "for one step on fresh completions, and the steps after the first would be applied "
+                                 "unscaled")
 
         def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
             if self.controller is None:
