@@ -13,6 +13,8 @@ import numpy as np
 
 from . import (
     METHOD_NAMES,
+    RunStats,
+    run_outcome,
     expected_scalar,
     find_eta_star,
     gap_alignment,
@@ -28,34 +30,38 @@ from . import (
     success_rate,
     theorem1_step_bound,
 )
+from ._validate import check_seed
 from .cmdline import command, output_dir, parse, say
 
 
-def ascent_min_J(phi, r, etas, steps=200) -> np.ndarray:
+def ascent_run_stats(phi, r, etas, steps=200) -> RunStats:
     """Exact unit-norm log-odds ascent theta <- theta + eta gap/||gap|| from theta0 = 0, for every eta at once;
-    returns min_k J_k over the horizon (a run stops once its correct arms dominate by e^40, or its best wrong
-    arm by e^700, as J no longer moves in float64)."""
+    returns the run statistics that decide each run's outcome over the horizon (gapdyn.RunStats). A run
+    stops once its correct arms dominate by e^40, or its best wrong arm by e^700, as J no longer moves in
+    float64; its later states repeat its last J."""
     etas = np.asarray(etas, dtype=float).reshape(-1)
     th = np.zeros((etas.size, phi.shape[1]))
     live = np.ones(etas.size, dtype=bool)
-    J_min = np.ones(etas.size)
-    for _ in range(steps + 1):
+    J = np.empty((etas.size, steps + 1))
+    for k in range(steps + 1):
         z = th @ phi.T  # [E, K]
-        J_min = np.minimum(J_min, success_rate(loglinear_probs(phi, th), r))
+        J[:, k] = success_rate(loglinear_probs(phi, th), r)
         zc, zw = z[:, r == 1], z[:, r == 0]
         live &= ~((zc - zw.max(axis=1, keepdims=True) > 40).all(axis=1) | (zw.max(axis=1) - zc.max(axis=1) > 700))
         if not live.any():
+            J[:, k + 1:] = J[:, k:k + 1]
             break
         zl = z[live]
         gap = gradient_gap_from_logits(zl, r, np.broadcast_to(phi, zl.shape + phi.shape[-1:]))
         th[live] += etas[live, None] * gap / np.linalg.norm(gap, axis=1, keepdims=True)
-    return J_min
+    return RunStats.from_trajectory(np.clip(J, 0.0, 1.0))
 
 
 def critical_eta(phi, r, lo=1e-2, hi=1e5, steps=200) -> float:
-    """eta* of exact unit gap ascent by the project's one estimator (gapdyn.find_eta_star: collapse = J <
-    COLLAPSE_J at any step of the horizon); a 5 % scan keeps the demo short, then bisection to 0.1 %."""
-    res = find_eta_star(lambda etas: ascent_min_J(phi, r, etas, steps), lo, hi, max_ratio=1.05)
+    """eta* of exact unit gap ascent by the project's one estimator (gapdyn.find_eta_star: the first eta
+    whose run ends collapsed, J < COLLAPSE_J over the last quarter of the horizon); a 5 % scan keeps the
+    demo short, then bisection to 0.1 %."""
+    res = find_eta_star(lambda etas: ascent_run_stats(phi, r, etas, steps), lo, hi, max_ratio=1.05)
     return float(res.eta_star) if res.status == "found" else float("inf")
 
 
@@ -82,6 +88,8 @@ class DemoConfig:
         for name, value, low in (("seeds", self.seeds, 1), ("arms", self.arms, 2), ("dim", self.dim, 1)):
             if value < low:
                 raise ValueError(f"--{name} must be >= {low}, got {value}")
+        check_seed(self.seed, "--seed")
+        check_seed(self.seed + self.seeds - 1, "--seed + --seeds - 1 (the last instance's seed)")
         if not 0 < self.correct < self.arms:
             raise ValueError(f"--correct must be in 1..arms-1 = 1..{self.arms - 1}, got {self.correct}")
 
@@ -116,9 +124,10 @@ def main(argv: list[str]) -> int:
                   f"  local {float(local_step_threshold(dmu, w, logodds_hessian(p, r, s))):.4g}"
                   f"  Theorem-1 bound {float(theorem1_step_bound(dmu, L_o=L_o, G_o=G_o)):.3g}")
             if np.isfinite(eta_c):
-                print(f"  measured critical eta (200 exact steps): {eta_c:.4g};"
-                      f" min J over the run at 0.999 eta* = {ascent_min_J(phi, r, 0.999 * eta_c)[0]:.4f},"
-                      f" at 1.001 eta* = {ascent_min_J(phi, r, 1.001 * eta_c)[0]:.2e}")
+                below, above = (ascent_run_stats(phi, r, f * eta_c) for f in (0.999, 1.001))
+                print(f"  measured critical eta (200 exact steps; the first eta whose run ends collapsed): {eta_c:.4g};"
+                      f" at 0.999 eta*: {run_outcome(below)[0]}, max J over the last quarter {below.J_tail_max[0]:.4f};"
+                      f" at 1.001 eta*: {run_outcome(above)[0]}, max J over the last quarter {above.J_tail_max[0]:.2e}")
             else:
                 print("  no finite critical eta up to 1e5: exact ascent converges for every step size tried")
         found += int(np.isfinite(eta_c))
