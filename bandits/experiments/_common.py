@@ -2,8 +2,9 @@
 :func:`bandits.sweep.run_sweep` (two blocks, frozen CRITERIA), claim builders with intervals
 (docs/evidence.md), and a few outcome helpers.
 
-Collapse is gapdyn's (``gapdyn.COLLAPSE_J``: J < 1e-3 at any step within the horizon);
-``CONVERGE_J`` = 0.99 marks a run that ends converged.
+A run's outcome is gapdyn's (``gapdyn.run_outcome``: collapsed when J < 1e-3 at every state of the last
+quarter of the horizon, dipped, converged or undecided; docs/evidence.md); :func:`run_stats` reads what
+decides it from an engine trajectory.
 """
 
 from __future__ import annotations
@@ -17,8 +18,18 @@ import pandas as pd
 
 import gapdyn
 
-CONVERGE_J = 0.99
-"""A run whose final J exceeds this ends converged."""
+CONVERGE_J = gapdyn.CONVERGED_J
+"""A run whose J exceeds this over the last quarter ends converged (gapdyn.CONVERGED_J)."""
+
+
+def run_stats(tr, context: int | None = None) -> gapdyn.RunStats:
+    """gapdyn.RunStats of every run of an engine trajectory: of one context's J, or (None) of the mean over
+    contexts, the success rate of a multi-context bandit."""
+    if context is None:
+        vals = (tr.Jbar_min, tr.Jbar_tail_min, tr.Jbar_tail_max)
+    else:
+        vals = (tr.J_min[:, context], tr.J_tail_min[:, context], tr.J_tail_max[:, context])
+    return gapdyn.RunStats(*(np.clip(v, 0.0, 1.0) for v in vals))
 
 
 def steps_to(J: np.ndarray, steps: np.ndarray, level: float) -> np.ndarray:

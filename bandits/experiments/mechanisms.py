@@ -49,17 +49,20 @@ def search_eta_star(bandit: ContextualBandit, dyn: Dynamics, theta0, *, eta_lo: 
                     max_ratio: float, rtol: float):
     """(EtaStar, etas, J_final) for exact or seeded dynamics from theta0 (context 0).
 
-    Collapse = min_{k <= dyn.steps} J_k < gapdyn.COLLAPSE_J (the horizon is dyn.steps). Every eta the
-    search simulates is returned with its final J, sorted by eta.
+    eta* = the first eta whose run is collapsed (J < gapdyn.COLLAPSE_J over the last quarter of the horizon
+    dyn.steps; gapdyn.run_outcome), eta_dip beside it. Every eta the search simulates is returned with its
+    final J, sorted by eta.
     """
+    from ._common import run_stats
+
     seen: dict[float, float] = {}
 
-    def min_J(etas):
+    def stats(etas):
         tr = simulate(bandit, dyn, eta=etas, theta0=theta0)
         seen.update(zip(etas.tolist(), tr.J_final[:, 0].tolist()))
-        return tr.J_min[:, 0]
+        return run_stats(tr, 0)
 
-    res = gapdyn.find_eta_star(min_J, eta_lo, eta_hi, max_ratio=max_ratio, rtol=rtol)
+    res = gapdyn.find_eta_star(stats, eta_lo, eta_hi, max_ratio=max_ratio, rtol=rtol)
     etas = np.array(sorted(seen))
     return res, etas, np.array([seen[e] for e in etas])
 
@@ -77,17 +80,14 @@ def transition_width(res, etas, J_final, *, converged: float = 0.99) -> float:
     return float(res.eta_star / ref)
 
 
-def reconverge_share(res, *, converged: float = 0.99, J_final_grid=None) -> float:
-    """Share of grid etas above eta* whose run does not collapse and ends with J > converged."""
+def reconverge_share(res) -> float:
+    """Share of grid etas above eta* whose run ends converged (gapdyn.run_outcome "converged")."""
     if res.status != "found":
         return math.nan
     above = res.grid > res.bracket[1]
     if not above.any():
         return math.nan
-    ok = res.min_J[above] >= res.threshold
-    if J_final_grid is not None:
-        ok &= np.asarray(J_final_grid)[above] > converged
-    return float(ok.mean())
+    return float(np.mean(res.outcomes[above] == "converged"))
 
 
 def gap_norm(bandit: ContextualBandit, theta0) -> float:
@@ -132,13 +132,16 @@ def lookahead_eta(bandit: ContextualBandit, method: str, G: int, theta0, grid) -
 
     Two exact steps theta1 = theta0 + eta w(theta0), theta2 = theta1 + eta w(theta1) per grid eta:
     pred_2dec: the smallest eta for which one of the two steps decreases Phi (an overshoot);
-    pred_2col: the smallest eta whose two-step run collapses (min J < gapdyn.COLLAPSE_J).
+    pred_2col: the smallest eta whose two-step run ends collapsed (J_2 < gapdyn.COLLAPSE_J: the last quarter
+    of a two-step horizon is its final state).
     """
+    from ._common import run_stats
+
     grid = np.asarray(grid, dtype=float)
     tr = simulate(bandit, Dynamics(method=method, mode="exact", group_size=G, steps=2, record_every=2),
                   eta=grid, theta0=theta0)
     dec = tr.n_decrease[:, 0] > 0
-    col = gapdyn.is_collapsed(tr.J_min[:, 0])
+    col = gapdyn.is_collapsed(run_stats(tr, 0))
     first = lambda mask: float(grid[np.argmax(mask)]) if mask.any() else math.nan  # noqa: E731
     return {"pred_2dec": first(dec), "pred_2col": first(col)}
 
