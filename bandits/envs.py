@@ -20,7 +20,7 @@ import numpy as np
 from scipy.optimize import brentq
 
 import gapdyn
-from gapdyn._validate import as_float_array, as_rewards, check_open_unit, check_positive
+from gapdyn._validate import as_float_array, as_rewards, check_open_unit, check_positive, check_seed
 
 __all__ = ["ContextualBandit", "make_bandit", "place_theta", "KINDS"]
 
@@ -156,7 +156,7 @@ def make_bandit(
     if nc >= K:
         raise ValueError(f"n_correct must be < n_arms = {K}, got {nc}")
     scale = check_positive(feature_scale, "feature_scale")
-    seed = _check_int(seed, "seed", 0)
+    seed = check_seed(seed, "seed")
     rng = np.random.default_rng(seed)
     if kind == "tabular":
         features = np.broadcast_to(np.eye(K), (C, K, K)).copy()
@@ -180,7 +180,7 @@ def place_theta(bandit: ContextualBandit, J0: float, *, direction=None, t_max: f
     t_max = check_positive(t_max, "t_max")
     target = np.log(J0) - np.log1p(-J0)
     theta0 = bandit.zeros()
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed, "seed"))
     if direction is None:
         g = bandit.gap(theta0)  # [C, d]
         v0 = np.stack([g[bandit.param_map == p].mean(0) for p in range(bandit.n_params)])

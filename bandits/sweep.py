@@ -36,6 +36,8 @@ import pandas as pd
 import pyarrow as pa
 from tqdm.auto import tqdm
 
+from gapdyn._validate import check_seed
+
 from .store import CELL_KEY_COLUMN, CellStore, _config_json, canonical_cell, cell_key, concat_tables, function_name
 from .store import tidy_rows
 
@@ -48,7 +50,7 @@ def example_cell(seed: int, n: int = 3, sleep: float = 0.0) -> pd.DataFrame:
     """A toy cell for docs and tests: ``n`` rows of standard normals from ``default_rng(seed)``."""
     if sleep:
         time.sleep(sleep)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed, "seed"))
     return pd.DataFrame({"i": np.arange(n), "x": rng.standard_normal(n)})
 
 

@@ -133,3 +133,20 @@ def array_namespace_checked(*arrays):
         if not any(xp.isdtype(a.dtype, kind) for kind in ("real floating", "integral", "bool")):
             raise ValueError(f"expected a real numeric array, got dtype {a.dtype}")
     return xp
+
+
+SEED_MAX = 2**64 - 1
+"""Largest seed accepted: numpy's SeedSequence and torch's manual_seed take unsigned 64-bit integers."""
+
+
+def check_seed(value, name: str = "seed") -> int:
+    """A seed as a Python int in [0, 2^64 - 1] (unsigned 64-bit); bools, floats and others: ValueError.
+
+    Returned as a Python int, never a fixed-width numpy integer, so 2^63 and above stay positive.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an integer in [0, 2^64 - 1], got {value!r}")
+    value = int(value)
+    if not 0 <= value <= SEED_MAX:
+        raise ValueError(f"{name} must be an integer in [0, 2^64 - 1] (unsigned 64-bit), got {value}")
+    return value

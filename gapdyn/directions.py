@@ -11,6 +11,7 @@ import numpy as np
 from ._validate import as_probs, as_rewards, as_scores, check_group_size
 from .gap import gradient_gap
 from .methods import expected_scalar, get_method, group_advantages
+from .sampling import inverse_cdf_draw
 
 __all__ = ["expected_direction", "sampled_direction", "sample_group"]
 
@@ -28,20 +29,16 @@ def expected_direction(method: str, probs, rewards, scores, *, group_size: int, 
 
 
 def sample_group(probs, group_size: int, rng: np.random.Generator) -> np.ndarray:
-    """Indices of G responses drawn i.i.d. from pi (one group per leading index): [..., G]."""
+    """Indices of G responses drawn i.i.d. from pi (one group per leading index): [..., G].
+
+    Inverse-CDF draws (:func:`gapdyn.sampling.inverse_cdf_draw`) from ``rng.random(probs.shape[:-1] + (G,))``;
+    a response of probability 0 is never drawn.
+    """
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
     p = as_probs(probs)
     G = check_group_size(group_size)
-    K = p.shape[-1]
-    cdf = np.cumsum(p.reshape(-1, K), axis=-1)
-    cdf /= cdf[:, -1:]
-    rows = np.arange(cdf.shape[0])[:, None]
-    # one searchsorted over all rows: row i's cdf lives in [i, i + 1] after adding its index
-    u = rng.random((cdf.shape[0], G))
-    flat = np.searchsorted((cdf + rows).ravel(), (u + rows).ravel(), side="right").reshape(u.shape)
-    idx = (flat - rows * K).reshape(p.shape[:-1] + (G,))
-    return np.minimum(idx, p.shape[-1] - 1)
+    return inverse_cdf_draw(p, rng.random(p.shape[:-1] + (G,)))
 
 
 def sampled_direction(

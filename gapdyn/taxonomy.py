@@ -6,6 +6,8 @@ sampled token s, step a = eta * A * w (w the importance weight), C = sum_k p_k^2
 - dlogp_j = a (1[j = s] - p_j - p_s + C)          (so dlogp_s = a (1 - 2 p_s + C))
 - dp_j    = p_j dlogp_j
 - dH      = -a [ p_s (log p_s + H) - sum_k p_k^2 (log p_k + H) ]
+The code evaluates these brackets in an order free of the 1 - p_s and p_s - C cancellations (comment
+in :func:`token_step_effects`) and multiplies by a last; a step a that overflows float64 is refused.
 A token is a **peak** when p_s >= C, a **valley** otherwise (WAPO's code). Crossed with the sign of
 A: pos_peak, pos_valley, neg_peak, neg_valley. The bin predicts the sign of dH for most tokens and
 is exact for valley tokens [derived]: with f(x) = x (log x + H), sign(dH) = sign(a) sign(E_p[f(p)] - f(p_s));
@@ -100,7 +102,16 @@ def _inputs(logits, token, advantage, eta, weight):
     lead = np.broadcast_shapes(z.shape[:-1], tok.shape, A.shape, w.shape)
     z = np.broadcast_to(z, lead + (V,))
     tok = np.broadcast_to(tok, lead)
-    a = eta * np.broadcast_to(A * w, lead)
+    # a = eta * A * w by mantissas and exponents: exact up to the rounding of one product, and finite
+    # whenever a is (eta * A or A * w alone may overflow while a does not)
+    (m_e, x_e), (m_A, x_A), (m_w, x_w) = np.frexp(eta), np.frexp(A), np.frexp(w)
+    with np.errstate(over="ignore"):
+        a = np.broadcast_to(np.ldexp(m_e * m_A * m_w, x_e + x_A + x_w), lead)
+    if np.any(np.isinf(a)):
+        raise ValueError(
+            f"the step a = eta * A * weight overflows float64 (eta = {eta!r}, max |eta * A| = "
+            f"{float(np.max(np.abs(A))) * eta:.3g}): the first-order effects do not exist; lower eta or the advantage"
+        )
     return z, tok, A, a
 
 
@@ -110,18 +121,30 @@ def token_step_effects(logits, token, advantage, eta, *, weight=1.0) -> TokenSte
     logits [..., V]; token, advantage, weight broadcast against logits[..., 0].
     """
     z, tok, A, a = _inputs(logits, token, advantage, eta, weight)
-    logp = log_softmax(z, axis=-1)
+    with np.errstate(over="ignore"):  # logits further apart than the float range: log p = -inf, p = 0
+        logp = log_softmax(z, axis=-1)
     p = np.exp(logp)
-    onehot = np.zeros_like(p)
-    np.put_along_axis(onehot, tok[..., None], 1.0, axis=-1)
+    onehot = np.zeros(p.shape, dtype=bool)
+    np.put_along_axis(onehot, tok[..., None], True, axis=-1)
     p_s = np.take_along_axis(p, tok[..., None], axis=-1)[..., 0]
-    logp_s = np.take_along_axis(logp, tok[..., None], axis=-1)[..., 0]
     C = np.sum(p * p, axis=-1)
-    H = -np.sum(p * logp, axis=-1)
-    dz = a[..., None] * (onehot - p)
-    dlogp = a[..., None] * (onehot - p - (p_s - C)[..., None])
+    # p log p -> 0 at p = 0 (log p = -inf when logits differ by more than the float range)
+    logp_or_0 = np.where(p > 0, logp, 0.0)
+    H = -np.sum(p * logp_or_0, axis=-1)
+    # stable order (no 1 - p_s or p_s - C cancellation when p_s ~ 1): with q_s = 1 - p_s = sum_{k!=s} p_k,
+    # S2 = sum_{k!=s} p_k^2 and D = p_s - C = p_s q_s - S2, the module's brackets are
+    #   e_s - p = (q_s at s, -p_j elsewhere);  dlogp_s / a = q_s^2 + S2;  dlogp_j / a = -p_j - D;
+    #   -dH / a = p_s q_s (log p_s + H) - sum_{k!=s} p_k^2 (log p_k + H);  each bracket is then times a
+    others = np.where(onehot, 0.0, p)
+    q_s = np.sum(others, axis=-1)
+    S2 = np.sum(others * others, axis=-1)
+    D = p_s * q_s - S2
+    centred = np.where(p > 0, logp_or_0 + H[..., None], 0.0)  # log p_k + H, 0 where p_k = 0 (its weight)
+    c_s = np.take_along_axis(centred, tok[..., None], axis=-1)[..., 0]
+    dz = a[..., None] * np.where(onehot, q_s[..., None], -p)
+    dlogp = a[..., None] * np.where(onehot, (q_s * q_s + S2)[..., None], -p - D[..., None])
     dp = p * dlogp
-    dH = -a * (p_s * (logp_s + H) - np.sum(p * p * (logp + H[..., None]), axis=-1))
+    dH = -a * (p_s * q_s * c_s - np.sum(others * others * centred, axis=-1))
     return TokenStepEffects(
         dz=dz,
         dlogp=dlogp,

@@ -23,6 +23,7 @@ from ._validate import as_float_array, as_rewards, check_open_unit, check_positi
 
 _MAX_SCAN_POINTS = 1_000_000
 _MAX_BISECTIONS = 2_000  # log2 of the float64 range: every bisection ends well before this
+_ROUNDING_FLOOR = 2.0**-40  # a change of Phi below this (relative to max(1, |Phi|)) is rounding, not a rise
 
 __all__ = [
     "sharp_step_threshold",
@@ -72,12 +73,19 @@ def sharp_step_threshold(
 ) -> float:
     """Largest eta with Phi(theta + e w) > Phi(theta) for all e in (0, eta]  [derived].
 
-    A geometric scan from eta_min to eta_max (``points_per_decade`` points a decade) finds the first
-    eta where Phi no longer rises; bisection then locates the crossing to relative tolerance rtol.
-    rtol must lie in (0, 1); the bisection also stops at adjacent floats, so it always ends.
-    Returns 0.0 when Phi does not rise even at eta_min (w is not an ascent direction) and inf when it
-    rises over the whole scan. Crossings narrower than the grid spacing can be missed: raise
-    ``points_per_decade`` for rugged Phi.
+    A geometric scan from eta_min to eta_max (``points_per_decade`` points a decade, spaced in log eta)
+    finds the first eta where Phi no longer rises; bisection (in log eta while the bracket spans more
+    than a factor 2, then linear) locates the crossing to relative tolerance rtol. rtol must lie in
+    (0, 1); the bisection also stops at adjacent floats, so it always ends.
+
+    Steps too small to move Phi beyond rounding, |Phi(theta + e w) - Phi(theta)| <= 2^-40 max(1, |Phi(theta)|)
+    (theta + e w == theta included), decide nothing and are skipped (probed at doubling strides up to
+    the first step that moves Phi), so a bracket reaching down to eta_min = 1e-300 gives the same
+    answer as a narrow one. Returns 0.0 when the first step that moves
+    Phi beyond rounding lowers it, or no step does (w is not an ascent direction), and inf when Phi rises
+    over the whole scan. Crossings narrower than the grid spacing can be missed: raise
+    ``points_per_decade`` for rugged Phi. A non-finite Phi (at theta or at a scanned step) or a step
+    theta + eta w that overflows raises ValueError naming eta: no silent answer from a NaN.
     """
     if not callable(logodds_fn):
         raise ValueError("logodds_fn must be a callable theta -> Phi(theta)")
@@ -93,35 +101,77 @@ def sharp_step_threshold(
     rtol = check_positive(rtol, "rtol")
     if rtol >= 1:
         raise ValueError(f"rtol must be in (0, 1), got {rtol!r}")
-    # the decades as a difference of logs: eta_max / eta_min overflows for e.g. 1e-300 .. 1e300
-    n = int(np.ceil((np.log10(eta_max) - np.log10(eta_min)) * points_per_decade)) + 1
+    log_lo, log_hi = np.log(eta_min), np.log(eta_max)  # logs: eta_max / eta_min overflows for 1e-300 .. 1e300
+    n = int(np.ceil((log_hi - log_lo) / np.log(10.0) * points_per_decade)) + 1
     if n > _MAX_SCAN_POINTS:
         raise ValueError(f"points_per_decade x decades asks for {n} scan points (at most {_MAX_SCAN_POINTS})")
-    phi0 = logodds_fn(th)
+    phi0 = _logodds_value(logodds_fn, th, 0.0)
+    noise = _ROUNDING_FLOOR * max(1.0, abs(phi0))
 
-    def rises(eta):
-        with np.errstate(over="ignore", invalid="ignore"):
-            return bool(logodds_fn(th + eta * w) > phi0)  # a NaN / overflowing Phi does not rise
+    def change(eta):  # Phi(theta + eta w) - Phi(theta)
+        with np.errstate(over="ignore"):
+            step = th + eta * w
+        if not np.all(np.isfinite(step)):
+            raise ValueError(f"theta + eta * direction overflows at eta = {float(eta)!r}: lower eta_max")
+        return _logodds_value(logodds_fn, step, eta) - phi0
 
-    grid = np.geomspace(eta_min, eta_max, n)
-    if not rises(grid[0]):
+    grid = np.exp(np.linspace(log_lo, log_hi, n))
+    grid[0], grid[-1] = eta_min, eta_max
+    first = _first_resolved(lambda i: abs(change(grid[i])) > noise, n)
+    if first is None or change(grid[first]) < 0:
         return 0.0
-    lo = grid[0]
-    for eta in grid[1:]:
-        if not rises(eta):
+    lo = hi = None
+    for eta in grid[first:]:
+        if change(eta) > 0:
+            lo = eta
+        else:
             hi = eta
             break
-        lo = eta
-    else:
+    if hi is None:
         return float("inf")
     for _ in range(_MAX_BISECTIONS):  # bounded: ~60 halvings reach any rtol >= 1e-16 of a float64
         if hi - lo <= rtol * hi:
             break
-        mid = np.sqrt(lo * hi) if hi / lo > 2 else 0.5 * (lo + hi)
+        log_ratio = np.log(hi) - np.log(lo)
+        mid = np.exp(np.log(lo) + 0.5 * log_ratio) if log_ratio > np.log(2.0) else lo + 0.5 * (hi - lo)
         if not lo < mid < hi:  # adjacent floats: nothing left to split
             break
-        lo, hi = (mid, hi) if rises(mid) else (lo, mid)
+        lo, hi = (mid, hi) if change(mid) > 0 else (lo, mid)
     return float(lo)
+
+
+def _first_resolved(resolved, n: int) -> int | None:
+    """Smallest grid index whose step moves Phi beyond rounding, probing at doubling strides (1, 2, 4, ...)
+    from the last index known to be unresolved: O(log^2 n) calls instead of n over 600 decades.
+
+    A skipped index counts as unresolved because a larger step (the probe above it) was: inside the
+    rounding floor Phi's change does not rise above it and fall back within one stride."""
+    start = 0
+    while start < n:
+        offset, prev = 1, start - 1
+        while True:
+            i = min(start + offset - 1, n - 1)
+            if resolved(i):
+                break
+            if i == n - 1:
+                return None
+            prev, offset = i, 2 * offset
+        if i == prev + 1:
+            return i
+        start = prev + 1
+    return None
+
+
+def _logodds_value(logodds_fn, theta, eta) -> float:
+    """logodds_fn(theta) as a finite float; ValueError naming the value and eta otherwise."""
+    value = logodds_fn(theta)
+    try:
+        out = float(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"logodds_fn must return a real scalar, got {value!r} at eta = {float(eta)!r}") from exc
+    if not np.isfinite(out):
+        raise ValueError(f"logodds_fn returned the non-finite value {out!r} at eta = {float(eta)!r}")
+    return out
 
 
 def local_step_threshold(dmu, direction, hessian) -> np.ndarray:

@@ -104,3 +104,24 @@ def safe_step_batches(draw, max_groups: int = 6, max_group_size: int = 9):
     rewards = (rng.random(groups.size) < p).astype(np.float64)
     perm = rng.permutation(groups.size)  # group members need not be contiguous
     return x[perm], rewards[perm], groups[perm]
+
+
+# --- inverse-CDF draws (gapdyn.sampling) ---------------------------------------------------------
+
+
+@st.composite
+def categorical_draw_inputs(draw, max_rows: int = 6, max_k: int = 12, max_n: int = 8):
+    """(probs [R, K], u [R, n]): unnormalised rows with zero-mass arms (leading, inner, trailing) and
+    masses from 1e-300 to 1e300; uniforms mixing random values with the edges 0, 1 - 2^-53 and 1."""
+    R, K, n = draw(st.integers(1, max_rows)), draw(st.integers(1, max_k)), draw(st.integers(1, max_n))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    scale = 10.0 ** draw(st.sampled_from([-300, -20, 0, 20, 300]))
+    probs = rng.random((R, K)) * scale / K
+    probs[rng.random((R, K)) < draw(st.sampled_from([0.0, 0.3, 0.7]))] = 0.0
+    if draw(st.booleans()):  # trailing zero-mass arms
+        probs[:, K - draw(st.integers(0, K - 1)):] = 0.0
+    empty = np.flatnonzero(probs.sum(1) == 0)
+    probs[empty, rng.integers(0, K, empty.size)] = scale / K  # every row has mass
+    edges = np.array([0.0, 1.0 - 2.0**-53, 1.0, 0.5])
+    u = np.where(rng.random((R, n)) < 0.5, edges[rng.integers(0, 4, (R, n))], rng.random((R, n)))
+    return probs, u
