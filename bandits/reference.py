@@ -2,8 +2,8 @@
 
 This is the independent route that :mod:`bandits.engine` is tested against (and benchmarked against):
 no numba, no fused kernels; each step calls gapdyn's public functions (log-odds, Gap, scores, Hessian,
-expected scalars, group advantages) and :mod:`bandits.schedules`' plain rules. Only the inverse-CDF
-sampling from pre-drawn uniforms is written out here (``numpy.searchsorted`` per context), because the
+expected scalars, group advantages) and :mod:`bandits.schedules`' plain rules. The group draws are
+inverse-CDF draws from pre-drawn uniforms (:func:`gapdyn.sampling.inverse_cdf_draw`), because the
 engine must consume the same random stream: per step, ``rng.random((C, G))`` with
 ``rng = numpy.random.default_rng(seed)``.
 """
@@ -15,6 +15,7 @@ from scipy.special import expit
 
 import gapdyn
 from gapdyn._validate import as_float_array
+from gapdyn.sampling import inverse_cdf_draw
 
 from .engine import Dynamics, Trajectory, _runs
 from .envs import ContextualBandit
@@ -25,7 +26,8 @@ __all__ = ["simulate_reference", "sample_arms"]
 
 
 def sample_arms(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Inverse-CDF draws: for each context c, arms searchsorted(cumsum(pi_c), u[c] * total, 'right').
+    """Inverse-CDF draws (:func:`gapdyn.sampling.inverse_cdf_draw`): for each context c, arms
+    min(searchsorted(cumsum(pi_c), u[c] * total, 'right'), last arm with positive probability).
 
     probs [C, K] finite and non-negative (rows need not be normalised); u [C, G] uniforms in [0, 1].
     A zero-probability arm is never drawn, also at u = 1 (the draw is capped at the last arm with
@@ -44,12 +46,7 @@ def sample_arms(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
 
 def _sample_arms(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
     """:func:`sample_arms` without the boundary checks (the reference loop's inner step)."""
-    idx = np.empty(u.shape, dtype=np.int64)
-    for c in range(probs.shape[0]):
-        cdf = np.cumsum(probs[c])
-        last = np.flatnonzero(probs[c] > 0)[-1]  # side="right" skips zero arms below it
-        idx[c] = np.minimum(np.searchsorted(cdf, u[c] * cdf[-1], side="right"), last)
-    return idx
+    return inverse_cdf_draw(probs, u)  # gapdyn's one sampler; tests compare it with a per-row searchsorted loop
 
 
 def _cond_abs_scale(z, r, fnorm):
