@@ -13,24 +13,48 @@ size by writing the kept prefix to a temporary file and renaming it over the log
 
 A resume must continue the same run: the fields marked "trajectory" in :data:`RESUME_POLICY` have to equal
 the checkpoint's, unless the caller forces it (``resume_force``).
+
+Each checkpoint carries a digest, ``checkpoint.sha256`` beside it: sha256 of the safetensors file's bytes and
+of its state as canonical JSON (sorted keys), sealed by a sha256 of the record itself. It is written last;
+just before the checkpoint's rename, the same record goes to ``checkpoint.sha256.next``, so a kill between the
+two renames leaves a new checkpoint that its pending digest still vouches for. :func:`read_checkpoint` refuses
+a file that neither digest matches (a flipped bit, an edit) and one that has no digest at all (written before
+digests existed), with a :class:`CheckpointError` naming the file.
+
+One process writes a run folder at a time: :func:`lock_run_folder` holds an advisory ``flock`` on
+``train.lock`` there (POSIX only), which the OS releases when the process ends, however it ends.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import math
 import os
 from dataclasses import MISSING, fields
 from pathlib import Path
 
 import torch
 
-__all__ = ["CHECKPOINT_NAME", "LEGACY_NAME", "FORMAT", "RESUME_POLICY", "config_differences", "write_checkpoint",
-           "read_checkpoint", "commit_file", "split_optimizer_state", "join_optimizer_state", "AppendLog", "atomic_write_bytes",
-           "atomic_write_text"]
+__all__ = ["CHECKPOINT_NAME", "LEGACY_NAME", "LOCK_NAME", "FORMAT", "DIGEST_FORMAT", "RESUME_POLICY", "CheckpointError",
+           "RunFolderLockedError", "config_differences", "write_checkpoint", "read_checkpoint", "verify_checkpoint",
+           "digest_path", "state_sha256", "remove_checkpoint", "lock_run_folder", "first_nonfinite", "commit_file",
+           "split_optimizer_state", "join_optimizer_state", "AppendLog", "atomic_write_bytes", "atomic_write_text"]
 
 CHECKPOINT_NAME = "checkpoint.safetensors"
 LEGACY_NAME = "checkpoint.pt"
+LOCK_NAME = "train.lock"
 FORMAT = "gapdyn-llm-checkpoint/1"
+DIGEST_FORMAT = "gapdyn-llm-checkpoint-digest/1"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that must not be resumed: it fails its digest, has none, or contradicts its run's logs."""
+
+
+class RunFolderLockedError(OSError):
+    """Another process holds the run folder's lock (it is writing that folder)."""
 
 # TrainConfig field -> "trajectory": must equal the checkpoint's on resume (it defines the run the metrics
 # describe); "control": how the run is driven, may change between the legs of one run.
@@ -169,7 +193,8 @@ def join_optimizer_state(tensors: dict, plain: dict) -> dict:
 
 
 def write_checkpoint(path: Path, tensors: dict[str, torch.Tensor], state: dict) -> Path:
-    """Atomically write ``tensors`` and the JSON ``state`` as one safetensors file."""
+    """Atomically write ``tensors`` and the JSON ``state`` as one safetensors file, then its digest
+    (:func:`digest_path`, module doc)."""
     from safetensors.torch import save_file
 
     path = Path(path)
@@ -182,13 +207,156 @@ def write_checkpoint(path: Path, tensors: dict[str, torch.Tensor], state: dict) 
         seen.add(t.untyped_storage().data_ptr())
         out[k] = t
     tmp = path.with_name(path.name + ".tmp")
-    save_file(out, str(tmp), metadata={"format": FORMAT, "state": json.dumps(state)})
+    state_text = json.dumps(state)
+    save_file(out, str(tmp), metadata={"format": FORMAT, "state": state_text})
+    record = _digest_record(path.name, _sha256_file(tmp), state_sha256(json.loads(state_text)))
+    _write_synced(_pending_path(path), record)  # a kill between the two renames below: this vouches for the new file
     commit_file(tmp, path)
+    atomic_write_bytes(digest_path(path), record)  # last: the checkpoint is committed
+    _pending_path(path).unlink(missing_ok=True)
     return path
 
 
-def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict]:
-    """(tensors on CPU, JSON state) of a checkpoint; a ValueError naming the file when it is not one."""
+# ---- the digest beside the checkpoint ---------------------------------------------------------------------
+
+
+def digest_path(path: Path) -> Path:
+    """The digest file of the checkpoint ``path``: ``checkpoint.safetensors`` -> ``checkpoint.sha256``."""
+    path = Path(path)
+    return path.with_name(path.stem + ".sha256")
+
+
+def _pending_path(path: Path) -> Path:
+    return Path(path).with_name(Path(path).stem + ".sha256.next")
+
+
+def state_sha256(state: dict) -> str:
+    """sha256 of the state as canonical JSON: sorted keys, no spaces."""
+    return hashlib.sha256(json.dumps(state, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _seal(body: dict) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _digest_record(name: str, file_sha: str, state_sha: str) -> bytes:
+    body = {"format": DIGEST_FORMAT, "file": name, "file_sha256": file_sha, "state_sha256": state_sha}
+    return (json.dumps({**body, "record_sha256": _seal(body)}, sort_keys=True, indent=1) + "\n").encode()
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    """Write and fsync in place (no rename): a torn pending digest matches no file, so it is harmless."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _load_digest(path: Path) -> tuple[dict | None, str]:
+    """(record, '') for a whole digest file; (None, why) when it is unreadable or fails its own seal."""
+    try:
+        rec = json.loads(path.read_bytes())
+        body = {k: rec[k] for k in ("format", "file", "file_sha256", "state_sha256")}
+        seal = rec["record_sha256"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return None, f"not a digest record ({type(exc).__name__})"
+    if body["format"] != DIGEST_FORMAT:
+        return None, f"format {body['format']!r}, expected {DIGEST_FORMAT!r}"
+    if seal != _seal(body):
+        return None, "its own sha256 does not match (the digest file itself was changed)"
+    return body, ""
+
+
+def verify_checkpoint(path: Path, state: dict) -> None:
+    """Check ``path`` (and its parsed ``state``) against its digest, or the pending digest of an interrupted
+    commit; a :class:`CheckpointError` naming the file that does not match, or the hint when there is none."""
+    path = Path(path)
+    sidecar, pending = digest_path(path), _pending_path(path)
+    if not sidecar.exists() and not pending.exists():
+        raise CheckpointError(f"checkpoint {path} has no digest {sidecar.name} (written by an older "
+                              f"version): start a new run or delete {path.parent / path.stem}*")
+    file_sha = _sha256_file(path)
+    loaded = {p: _load_digest(p) for p in (sidecar, pending) if p.exists()}
+    for p, (rec, _) in loaded.items():
+        if rec is not None and rec["file_sha256"] == file_sha:
+            if rec["state_sha256"] != state_sha256(state):
+                raise CheckpointError(f"checkpoint {path}: its state does not match the state sha256 in {p}; "
+                                      f"delete {path.parent / path.stem}* to start afresh")
+            return
+    if sidecar in loaded and loaded[sidecar][0] is None:
+        raise CheckpointError(f"digest {sidecar} of checkpoint {path} is damaged ({loaded[sidecar][1]}); delete "
+                              f"{path.parent / path.stem}* to start afresh")
+    recorded = [rec["file_sha256"][:16] + "..." for rec, _ in loaded.values() if rec is not None]
+    raise CheckpointError(f"checkpoint {path} does not match its digest {sidecar.name} (sha256 {file_sha[:16]}..., "
+                          f"recorded {' or '.join(recorded) or 'none'}): the file changed after it was written (a "
+                          f"flipped bit, an edit); delete {path.parent / path.stem}* to start afresh")
+
+
+def remove_checkpoint(path: Path) -> None:
+    """Delete a checkpoint and its digests (the checkpoint first: a kill midway leaves no checkpoint)."""
+    path = Path(path)
+    for p in (path, digest_path(path), _pending_path(path)):
+        p.unlink(missing_ok=True)
+
+
+def first_nonfinite(obj, where: str = "") -> str | None:
+    """'key.path = value' of the first float in the JSON data ``obj`` that is NaN or infinite, else None."""
+    if isinstance(obj, float):
+        return None if math.isfinite(obj) else f"{where or 'value'} = {obj!r}"
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for k, v in items:
+        key = f"{where}[{k}]" if not isinstance(k, str) else f"{where}.{k}" if where else k
+        if bad := first_nonfinite(v, key):
+            return bad
+    return None
+
+
+# ---- one writer per run folder -----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def lock_run_folder(folder: Path):
+    """Hold an exclusive advisory lock, ``flock(LOCK_EX | LOCK_NB)`` on ``folder/train.lock``, for the block; a
+    :class:`RunFolderLockedError` when another process (or another open of the file) holds it. The OS drops
+    the lock when the process dies. No-op where ``fcntl`` is missing (not POSIX)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield None
+        return
+    folder = Path(folder)
+    path = folder / LOCK_NAME
+    f = open(path, "a+")
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        pid = f.read().strip()
+        f.close()
+        who = f" (pid {pid})" if pid.isdigit() else ""
+        raise RunFolderLockedError(f"run folder {folder} is being written by another process{who}: wait for it to "
+                                   f"end or stop it (lock {path})") from None
+    try:
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        yield path
+    finally:
+        f.close()  # releases the lock
+
+
+def read_checkpoint(path: Path, *, verify: bool = True) -> tuple[dict[str, torch.Tensor], dict]:
+    """(tensors on CPU, JSON state) of a checkpoint; a ValueError naming the file when it is not one, a
+    :class:`CheckpointError` when it does not match its digest (``verify``: check it, the default)."""
     from safetensors import safe_open
 
     path = Path(path)
@@ -212,6 +380,8 @@ def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict]:
         raise ValueError(f"checkpoint {path}: its state record is missing or not JSON ({exc})") from None
     if not isinstance(state, dict):
         raise ValueError(f"checkpoint {path}: its state record is not a JSON object")
+    if verify:
+        verify_checkpoint(path, state)
     return tensors, state
 
 

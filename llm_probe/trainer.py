@@ -14,7 +14,9 @@ One step k (theta_k the parameters before it), as :meth:`Trainer.train_step` rea
 A non-finite policy, loss, gradient or update skips the step with the weights of theta_k (logged);
 ``max_faults`` in a row stop the run. Files in out_dir: metrics.jsonl (one row per step), metrics.parquet
 (at the end), probe_prompts.jsonl (one row per probe prompt and probe step), alerts.json, checkpoint.safetensors
-(llm_probe.checkpoint: atomic, no pickle; a resume cuts the logs back to what the checkpoint committed).
+and its digest checkpoint.sha256 (llm_probe.checkpoint: atomic, no pickle; a resume checks the digest and the
+state against the committed logs, then cuts the logs back to what the checkpoint committed), train.lock (one
+writing process per folder).
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .checkpoint import (CHECKPOINT_NAME, LEGACY_NAME, AppendLog, atomic_write_text, commit_file, config_differences,
-                         join_optimizer_state, read_checkpoint, split_optimizer_state, write_checkpoint)
+from .checkpoint import (CHECKPOINT_NAME, LEGACY_NAME, AppendLog, CheckpointError, atomic_write_text, commit_file,
+                         config_differences, digest_path, first_nonfinite, join_optimizer_state, lock_run_folder,
+                         read_checkpoint, remove_checkpoint, split_optimizer_state, write_checkpoint)
 from .collapse import CollapseDetector
 from .config import TrainConfig
 from .losses import LOSSES, policy_loss
@@ -95,6 +98,13 @@ def _make_optimizer(cfg: TrainConfig, params):
     raise ValueError(f"optimizer must be adam, adamw or sgd, got {cfg.optimizer!r}")
 
 
+def _stat(path: Path):
+    try:
+        return path.stat()
+    except FileNotFoundError:
+        return None
+
+
 def _parse(line: str):
     """A JSONL row, or None for an empty or torn line (a kill during the append)."""
     try:
@@ -127,6 +137,7 @@ class Trainer:
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.logs = {name: AppendLog(self.out / name) for name in ("metrics.jsonl", "probe_prompts.jsonl")}
+        self._stamp = self._checkpoint_stamp()  # run() refuses a checkpoint another process replaced since
         self._resume_from = self._find_resume()  # a bad checkpoint fails here, before the model is built
         self.task = task if task is not None else make_task(cfg.task)
         if model is None:  # a resume overwrites the weights: its warm-up would be thrown away
@@ -175,12 +186,15 @@ class Trainer:
         """Commit the logs (fsync), then write the checkpoint with their committed sizes, atomically."""
         tensors, state = self.state_dict()
         state["logs"] = {name: log.commit() for name, log in self.logs.items()}
-        return write_checkpoint(self.ckpt_path, tensors, state)
+        path = write_checkpoint(self.ckpt_path, tensors, state)
+        self._stamp = self._checkpoint_stamp()  # this trainer's own checkpoint
+        return path
 
     def load_checkpoint(self, path: Path | None = None) -> None:
         """Restore the run from a checkpoint (its configuration must match, see :meth:`_read_checkpoint`), then
         cut the logs back to what it committed. A file that is not a whole checkpoint is a ValueError."""
-        self._restore(*self._read_checkpoint(Path(path or self.ckpt_path)))
+        with lock_run_folder(self.out):
+            self._restore(*self._read_checkpoint(Path(path or self.ckpt_path)))
 
     def _read_checkpoint(self, path: Path) -> tuple[Path, dict, dict]:
         """Read and check a checkpoint before anything is built or changed: the trajectory fields of
@@ -208,8 +222,44 @@ class Trainer:
         except (TypeError, ValueError, RuntimeError, IndexError, AttributeError) as exc:
             msg = " ".join(str(exc).split())
             raise ValueError(f"checkpoint {path} does not fit this run: {msg[:400]}") from None
+        self._check_state(path, state, committed)
         for name, log in self.logs.items():  # drop rows written after the checkpoint (atomic, idempotent)
             log.rollback(committed[name], path)
+
+    def _check_state(self, path: Path, state: dict, committed: dict) -> None:
+        """The restored state against itself and the committed log, before any file is changed: every number
+        finite (the configuration is checked by :func:`config_differences`), 0 <= step <= the steps of the run
+        that wrote it, 0 <= consecutive faults <= faults <= step, M >= 0 (a sum of [dmu]_+, Suk & Duan
+        arXiv 2510.08539), and metrics.jsonl's committed rows are steps 0 .. step-1 (one row per step)."""
+        def refuse(why: str):
+            raise CheckpointError(f"checkpoint {path}: {why}; it cannot continue this run: restore the folder "
+                                  f"or delete {self.out / 'checkpoint'}* to start afresh")
+
+        bad = first_nonfinite({k: v for k, v in state.items() if k != "config"})
+        if bad is None and not np.isfinite(self.probe.M_probe).all():
+            bad = "probe/M_probe holds a non-finite value"
+        if bad:
+            refuse(f"{bad} is not finite")
+        total = state["config"].get("steps", self.cfg.steps)
+        if not (isinstance(total, int) and 0 <= self.step <= total):
+            refuse(f"step {self.step} is outside 0..{total!r}, the steps of the run that wrote it")
+        if not 0 <= self.consecutive_faults <= self.faults <= self.step:
+            refuse(f"faults {[self.faults, self.consecutive_faults]} must satisfy 0 <= consecutive <= all <= step "
+                   f"{self.step}")
+        if self.probe.M_batch < 0 or (self.probe.M_probe < 0).any():
+            refuse(f"M_batch {self.probe.M_batch} or M_probe is negative (M sums [dmu]_+ >= 0)")
+        rows = committed["metrics.jsonl"]["rows"]
+        if rows != self.step:
+            refuse(f"it is at step {self.step} but committed {rows} rows of metrics.jsonl (one per step)")
+        log = self.logs["metrics.jsonl"].path
+        n = committed["metrics.jsonl"]["bytes"]
+        if n and log.exists() and log.stat().st_size >= n:  # a shorter or torn log: AppendLog.rollback says so
+            with open(log, "rb") as f:
+                kept = [_parse(ln) for ln in f.read(n).decode(errors="replace").splitlines()]
+            steps = [r.get("step") if isinstance(r, dict) else None for r in kept]
+            if len(steps) == rows and None not in steps and steps != list(range(rows)):
+                refuse(f"the {rows} committed rows of metrics.jsonl are steps {steps[:3]}...{steps[-3:]}, "
+                       f"not 0..{rows - 1}")
 
     def _apply_state(self, tensors: dict, state: dict) -> None:
         model_sd = {k[len("model/"):]: v for k, v in tensors.items() if k.startswith("model/")}
@@ -433,14 +483,27 @@ class Trainer:
                              f"can run code); move it away to start afresh")
         return None
 
+    def _checkpoint_stamp(self):
+        """(inode, size, mtime) of the checkpoint and its digest: tells whether another process replaced them."""
+        return tuple((st.st_ino, st.st_size, st.st_mtime_ns) if (st := _stat(p)) else None
+                     for p in (self.ckpt_path, digest_path(self.ckpt_path)))
+
     def run(self) -> dict:
-        """Train until cfg.steps (or an early stop); returns a summary dict."""
+        """Train until cfg.steps (or an early stop), holding the run folder's lock (llm_probe.checkpoint:
+        a second writer is refused); returns a summary dict."""
+        with lock_run_folder(self.out):
+            if self.cfg.resume and self._checkpoint_stamp() != self._stamp:
+                raise CheckpointError(f"the checkpoint in {self.out} was written by another process after this "
+                                      f"trainer read it; build the trainer again to resume from it")
+            return self._run_locked()
+
+    def _run_locked(self) -> dict:
         cfg = self.cfg
         if self._resume_from is not None:
             self._restore(*self._resume_from)
             self._resume_from = None
         else:  # a fresh start (also resume=True before any checkpoint existed): no stale checkpoint or rows
-            (self.out / CHECKPOINT_NAME).unlink(missing_ok=True)  # first: a kill below must not leave it behind
+            remove_checkpoint(self.ckpt_path)  # first: a kill below must not leave it behind
             for log in self.logs.values():
                 log.reset()
             (self.out / "alerts.json").unlink(missing_ok=True)
