@@ -5,6 +5,12 @@ the exact routines (``binomtest``, ``fisher_exact``, ``wilcoxon``, ``mannwhitney
 written here are only what it lacks: the Wilson closed form, the cluster (instance-level)
 bootstrap, Holm's step-down adjustment and the Hanley-McNeil AUC variance. scipy.stats is
 imported inside the functions so ``import gapdyn`` stays light.
+
+The methods whose coverage is measured (gapdyn.coverage, docs/coverage.md) for a claim to choose
+from: ``t_interval_cluster_means``, ``studentized_cluster_bootstrap_mean``, ``bca_cluster_mean`` /
+``bca_cluster_bootstrap`` (means and other statistics), ``t_interval_cluster_slope``,
+``wild_cluster_bootstrap_slope``, ``bca_cluster_slope`` (OLS slopes), and ``clopper_pearson_upper``
+(one-sided bound on a proportion), each with a ``bound`` for one-sided limits.
 """
 
 from __future__ import annotations
@@ -311,3 +317,329 @@ def roc_auc(scores_pos, scores_neg, *, confidence: float = 0.95) -> Estimate:
     var = (a * (1 - a) + (n1 - 1) * (q1 - a * a) + (n0 - 1) * (q2 - a * a)) / (n1 * n0)
     half = float(norm.ppf(0.5 + c / 2)) * math.sqrt(max(var, 0.0))
     return Estimate(a, max(0.0, a - half), min(1.0, a + half), n1 + n0, c, "hanley-mcneil")
+
+
+# --- intervals with measured coverage (docs/coverage.md) ---------------------------------------
+#
+# bound: "two-sided" gives [lo, hi] at `confidence`; "upper" a one-sided upper limit (lo = -inf, or 0 for
+# a proportion); "lower" a one-sided lower limit (hi = +inf, or 1). An equivalence test (TOST) at level
+# alpha is the two-sided interval at confidence 1 - 2 alpha lying inside the margin (Schuirmann 1987).
+
+BOUNDS = ("two-sided", "upper", "lower")
+
+
+def _check_bound(bound) -> str:
+    if bound not in BOUNDS:
+        raise ValueError(f"bound must be one of {BOUNDS}, got {bound!r}")
+    return bound
+
+
+def _check_rng(rng) -> np.random.Generator:
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError("rng must be a numpy.random.Generator")
+    return rng
+
+
+def _check_resamples(n_resamples) -> int:
+    if isinstance(n_resamples, bool) or int(n_resamples) != n_resamples or n_resamples < 99:
+        raise ValueError(f"n_resamples must be an integer >= 99, got {n_resamples!r}")
+    return int(n_resamples)
+
+
+def _cluster_labels(clusters, n_rows: int) -> tuple[int, np.ndarray]:
+    """(G, inverse): the number of distinct clusters (>= 2) and each row's cluster index in [0, G)."""
+    labels = np.arange(n_rows) if clusters is None else np.asarray(clusters)
+    if labels.shape != (n_rows,):
+        raise ValueError(f"clusters must have shape ({n_rows},), got {labels.shape}")
+    uniq, inverse = np.unique(labels, return_inverse=True)
+    if uniq.size < 2:
+        raise ValueError("clusters must contain at least 2 distinct clusters")
+    return int(uniq.size), inverse.reshape(-1)
+
+
+def _values_and_clusters(values, clusters) -> tuple[np.ndarray, np.ndarray]:
+    """1-D finite values and their per-cluster means (cluster order of np.unique)."""
+    v = as_float_array(values, "values", min_ndim=1)
+    if v.ndim != 1:
+        raise ValueError(f"values must be 1-D, got shape {v.shape}")
+    G, inv = _cluster_labels(clusters, v.size)
+    means = np.bincount(inv, weights=v, minlength=G) / np.bincount(inv, minlength=G)
+    return v, means
+
+
+def _one_or_two_sided(point: float, se: float, q_lo: float, q_hi: float, bound: str) -> tuple[float, float]:
+    """[point - q_hi se, point - q_lo se] with the open side at +-inf for a one-sided bound."""
+    lo, hi = point - q_hi * se, point - q_lo * se
+    if bound == "upper":
+        lo = -math.inf
+    elif bound == "lower":
+        hi = math.inf
+    return float(lo), float(hi)
+
+
+def t_interval_cluster_means(values, clusters=None, *, confidence: float = 0.95,
+                             bound: str = "two-sided") -> Estimate:
+    """Mean of per-cluster means with a Student-t interval on G - 1 degrees of freedom.
+
+    m_g = mean of cluster g's rows, estimate m̄ = Σ_g m_g / G, se = sd(m_g) / √G (ddof 1),
+    two-sided m̄ ± t_{G-1}(1 - α/2) se; one-sided m̄ + t_{G-1}(1 - α) se (upper) or m̄ - ... (lower).
+    Exact when the cluster means are normal (Student 1908); n = G. ``clusters=None``: one row per cluster.
+    """
+    from scipy.stats import t
+
+    c = _check_confidence(confidence)
+    bound = _check_bound(bound)
+    _, m = _values_and_clusters(values, clusters)
+    G = m.size
+    point = float(m.mean())
+    se = float(m.std(ddof=1)) / math.sqrt(G)
+    tail = (1 - c) / 2 if bound == "two-sided" else 1 - c
+    q = float(t.ppf(1 - tail, G - 1))
+    lo, hi = _one_or_two_sided(point, se, -q, q, bound)
+    return Estimate(point, lo, hi, G, c, f"t interval of cluster means ({bound})")
+
+
+def studentized_cluster_bootstrap_mean(values, clusters=None, *, rng: np.random.Generator,
+                                       n_resamples: int = 1999, confidence: float = 0.95,
+                                       bound: str = "two-sided") -> Estimate:
+    """Bootstrap-t interval for the mean of cluster means, resampling whole clusters.
+
+    t*_b = (m̄*_b - m̄) / se*_b with se* = sd(m*) / √G on each resample of the G cluster means;
+    interval [m̄ - q*(1 - α/2) se, m̄ - q*(α/2) se] (Efron & Tibshirani 1993, §12.5; Davison &
+    Hinkley 1997, §5.2). A resample of one repeated cluster has se* = 0 and t* = ±inf; it stays in
+    the distribution (order-statistic quantiles), a resample with t* = 0/0 is dropped.
+    """
+    rng = _check_rng(rng)
+    B = _check_resamples(n_resamples)
+    c = _check_confidence(confidence)
+    bound = _check_bound(bound)
+    _, m = _values_and_clusters(values, clusters)
+    G = m.size
+    point = float(m.mean())
+    se = float(m.std(ddof=1)) / math.sqrt(G)
+    res = m[rng.integers(0, G, size=(B, G))]  # [B, G]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_star = (res.mean(axis=1) - point) / (res.std(axis=1, ddof=1) / math.sqrt(G))
+    t_star = t_star[~np.isnan(t_star)]
+    tail = (1 - c) / 2 if bound == "two-sided" else 1 - c
+    q_lo, q_hi = np.quantile(t_star, [tail, 1 - tail], method="inverted_cdf")
+    lo, hi = _one_or_two_sided(point, se, float(q_lo), float(q_hi), bound)
+    return Estimate(point, lo, hi, G, c, f"studentized cluster bootstrap ({bound})")
+
+
+def _scipy_bca(data, statistic, *, vectorized: bool, rng, B: int, c: float, bound: str) -> tuple[float, float]:
+    """scipy.stats.bootstrap BCa limits (Efron 1987); ValueError when they are not finite (degenerate data)."""
+    import warnings
+
+    from scipy.stats import bootstrap
+
+    alternative = {"two-sided": "two-sided", "upper": "less", "lower": "greater"}[bound]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = bootstrap(data, statistic, n_resamples=B, vectorized=vectorized, confidence_level=c,
+                        alternative=alternative, method="BCa", rng=rng)
+    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    if math.isnan(lo) or math.isnan(hi):
+        raise ValueError("the BCa interval is undefined: the statistic does not vary over the resamples")
+    return lo, hi
+
+
+def bca_cluster_bootstrap(statistic: Callable[..., float], *arrays, clusters=None, rng: np.random.Generator,
+                          n_resamples: int = 1999, confidence: float = 0.95,
+                          bound: str = "two-sided") -> Estimate:
+    """Bias-corrected and accelerated (BCa) bootstrap of ``statistic(*arrays)`` resampling whole clusters.
+
+    The resampled unit is the cluster: scipy.stats.bootstrap (method="BCa", Efron 1987) runs on the
+    cluster indices, and its jackknife for the acceleration leaves out one cluster at a time. ``arrays``
+    are row-aligned along axis 0; ``clusters=None`` makes each row its own cluster. Loops over
+    resamples in Python; ``bca_cluster_mean`` and ``bca_cluster_slope`` are the vectorised routes.
+    """
+    rng = _check_rng(rng)
+    B = _check_resamples(n_resamples)
+    c = _check_confidence(confidence)
+    bound = _check_bound(bound)
+    if not arrays:
+        raise ValueError("arrays must hold at least one array")
+    data = [np.asarray(a) for a in arrays]
+    if any(not (np.issubdtype(a.dtype, np.number) or a.dtype == bool) for a in data):
+        raise ValueError("arrays must be numeric")
+    n_rows = data[0].shape[0] if data[0].ndim else 0
+    if n_rows < 2 or any(a.ndim == 0 or a.shape[0] != n_rows for a in data):
+        raise ValueError("arrays must share a first axis of length >= 2")
+    G, inv = _cluster_labels(clusters, n_rows)
+    members = [np.flatnonzero(inv == j) for j in range(G)]
+
+    def on_clusters(idx):
+        rows = np.concatenate([members[j] for j in np.asarray(idx, dtype=np.int64)])
+        return statistic(*(a[rows] for a in data))
+
+    lo, hi = _scipy_bca((np.arange(G),), on_clusters, vectorized=False, rng=rng, B=B, c=c, bound=bound)
+    return Estimate(float(statistic(*data)), lo, hi, G, c, f"cluster bootstrap (BCa, {bound})")
+
+
+def bca_cluster_mean(values, clusters=None, *, rng: np.random.Generator, n_resamples: int = 1999,
+                     confidence: float = 0.95, bound: str = "two-sided") -> Estimate:
+    """BCa cluster bootstrap of the mean of cluster means (vectorised ``bca_cluster_bootstrap``)."""
+    rng = _check_rng(rng)
+    B = _check_resamples(n_resamples)
+    c = _check_confidence(confidence)
+    bound = _check_bound(bound)
+    _, m = _values_and_clusters(values, clusters)
+    lo, hi = _scipy_bca((m,), lambda s, axis=-1: s.mean(axis=axis), vectorized=True, rng=rng, B=B, c=c,
+                        bound=bound)
+    return Estimate(float(m.mean()), lo, hi, m.size, c, f"cluster bootstrap of cluster means (BCa, {bound})")
+
+
+def _xy_clusters(x, y, clusters) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
+    x, y = _paired(x, y, "x", "y")
+    G, inv = _cluster_labels(clusters, x.size)
+    if float(np.ptp(x)) == 0.0:
+        raise ValueError("x must not be constant (the slope is undefined)")
+    return x, y, G, inv
+
+
+def _slope_from_sums(S: np.ndarray) -> np.ndarray:
+    """OLS slope from summed [n, Σx, Σy, Σxx, Σxy] over the last axis: (Σxy - ΣxΣy/n) / (Σxx - (Σx)²/n)."""
+    n, sx, sy, sxx, sxy = np.moveaxis(S, -1, 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (sxy - sx * sy / n) / (sxx - sx * sx / n)
+
+
+def cluster_sums(x, y, inverse: np.ndarray, G: int) -> np.ndarray:
+    """Per-cluster [n_g, Σx, Σy, Σxx, Σxy], shape [G, 5]: a cluster resample of an OLS slope is a sum of rows."""
+    cols = (np.ones_like(x), x, y, x * x, x * y)
+    return np.stack([np.bincount(inverse, weights=w, minlength=G) for w in cols], axis=1)
+
+
+def bca_cluster_slope(x, y, clusters=None, *, rng: np.random.Generator, n_resamples: int = 1999,
+                      confidence: float = 0.95, bound: str = "two-sided") -> Estimate:
+    """BCa cluster bootstrap of the pooled OLS slope of y on x (vectorised ``bca_cluster_bootstrap(ols_slope)``).
+
+    A resample's slope comes from the summed per-cluster [n, Σx, Σy, Σxx, Σxy] (``cluster_sums``).
+    """
+    rng = _check_rng(rng)
+    B = _check_resamples(n_resamples)
+    c = _check_confidence(confidence)
+    bound = _check_bound(bound)
+    x, y, G, inv = _xy_clusters(x, y, clusters)
+    S = cluster_sums(x, y, inv, G)
+
+    def stat(idx, axis=-1):
+        return _slope_from_sums(S[np.asarray(idx, dtype=np.int64)].sum(axis=-2))
+
+    lo, hi = _scipy_bca((np.arange(G),), stat, vectorized=True, rng=rng, B=B, c=c, bound=bound)
+    return Estimate(ols_slope(x, y), lo, hi, G, c, f"cluster bootstrap of the OLS slope (BCa, {bound})")
+
+
+def cr1_slope(x, y, clusters) -> tuple[float, float]:
+    """OLS slope of y on [1, x] and its CR1 cluster-robust standard error.
+
+    V = (G/(G-1)) ((N-1)/(N-2)) (X'X)⁻¹ [Σ_g X_g'û_g û_g'X_g] (X'X)⁻¹, se = √V₁₁ (Liang & Zeger 1986;
+    the CR1 small-sample factor of Cameron & Miller 2015, §VI.B).
+    """
+    x, y, G, inv = _xy_clusters(x, y, clusters)
+    slope, M, C, scale, _ = _cr1_parts(x, y, G, inv)
+    d = C @ M[1]  # cluster g's contribution to the slope: [M X_g'û_g]₁
+    return slope, math.sqrt(scale * float(d @ d))
+
+
+def _cr1_parts(x, y, G, inv):
+    """(slope, M = (X'X)⁻¹, C [G, 2] with C_g = X_g'û_g, CR1 scale, X) for X = [1, x]."""
+    N = x.size
+    X = np.stack([np.ones(N), x], axis=1)
+    M = np.linalg.inv(X.T @ X)
+    beta = M @ (X.T @ y)
+    u = y - X @ beta
+    C = np.stack([np.bincount(inv, weights=X[:, j] * u, minlength=G) for j in range(2)], axis=1)
+    scale = G / (G - 1) * (N - 1) / (N - 2)
+    return float(beta[1]), M, C, scale, X
+
+
+def t_interval_cluster_slope(x, y, clusters, *, confidence: float = 0.95, bound: str = "two-sided") -> Estimate:
+    """OLS slope ± t_{G-1} · CR1 se (Cameron & Miller 2015, §VI.C: t with G - 1 degrees of freedom)."""
+    from scipy.stats import t
+
+    c = _check_confidence(confidence)
+    bound = _check_bound(bound)
+    slope, se = cr1_slope(x, y, clusters)
+    G, _ = _cluster_labels(clusters, np.asarray(x).size)
+    tail = (1 - c) / 2 if bound == "two-sided" else 1 - c
+    q = float(t.ppf(1 - tail, G - 1))
+    lo, hi = _one_or_two_sided(slope, se, -q, q, bound)
+    return Estimate(slope, lo, hi, G, c, f"CR1 t interval of the OLS slope ({bound})")
+
+
+WILD_WEIGHTS = ("webb", "rademacher")
+
+
+def wild_weights(kind: str, size, rng: np.random.Generator) -> np.ndarray:
+    """Cluster weights with mean 0, variance 1: Rademacher ±1 (p = 1/2 each), or Webb's six points
+    ±√(1/2), ±1, ±√(3/2) (p = 1/6 each; Webb 2023), which give 6^G distinct draws instead of 2^G."""
+    if kind == "rademacher":
+        return rng.integers(0, 2, size=size) * 2.0 - 1.0
+    if kind == "webb":
+        pts = np.sqrt(np.array([0.5, 1.0, 1.5]))
+        return pts[rng.integers(0, 3, size=size)] * (rng.integers(0, 2, size=size) * 2.0 - 1.0)
+    raise ValueError(f"weights must be one of {WILD_WEIGHTS}, got {kind!r}")
+
+
+def _wild_t_draws(x, y, G, inv, v) -> tuple[float, float, np.ndarray]:
+    """(slope, CR1 se, t*) for wild cluster draws v [B, G]: y* = Xβ̂ + v_g û_g, t* = (b̂* - b̂) / se*(b̂*).
+
+    Vectorised: β̂* - β̂ = δ = Σ_h v_h M c_h with c_h = X_h'û_h, and cluster g's slope score in the
+    bootstrap world is d*_g = v_g [M c_g]₁ - [M H_g δ]₁ with H_g = X_g'X_g.
+    """
+    slope, M, C, scale, X = _cr1_parts(x, y, G, inv)
+    d = C @ M[1]
+    H = np.stack([np.bincount(inv, weights=X[:, i] * X[:, j], minlength=G) for i in range(2) for j in range(2)],
+                 axis=1).reshape(G, 2, 2)
+    delta = v @ (C @ M)  # [B, 2]
+    rH = H @ M[1]  # [G, 2]: H_g M₁ = (M H_g)₁ row for symmetric M, H_g
+    d_star = v * d - delta @ rH.T  # [B, G]
+    se_star = np.sqrt(scale * np.sum(d_star * d_star, axis=1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_star = delta[:, 1] / se_star
+    return slope, math.sqrt(scale * float(d @ d)), t_star
+
+
+def wild_cluster_bootstrap_slope(x, y, clusters, *, rng: np.random.Generator, weights: str = "webb",
+                                 n_resamples: int = 1999, confidence: float = 0.95,
+                                 bound: str = "two-sided") -> Estimate:
+    """Wild cluster bootstrap-t interval for the OLS slope of y on x (e.g. log eta* on log T, instances
+    as clusters).
+
+    Each draw multiplies cluster g's residuals by one weight v_g (``wild_weights``), refits OLS and
+    studentizes with the CR1 se (``cr1_slope``): t* = (b̂* - b̂) / se*. Two-sided: b̂ ± q*_{|t|}(c) se
+    (symmetric, Cameron, Gelbach & Miller 2008); one-sided: b̂ - q*_t(1 - c) se as the upper limit,
+    b̂ - q*_t(c) se as the lower. Unrestricted residuals (WCU), which keeps the interval closed form;
+    the restricted variant is the one for p-values (MacKinnon & Webb 2017).
+    """
+    rng = _check_rng(rng)
+    B = _check_resamples(n_resamples)
+    c = _check_confidence(confidence)
+    bound = _check_bound(bound)
+    if weights not in WILD_WEIGHTS:
+        raise ValueError(f"weights must be one of {WILD_WEIGHTS}, got {weights!r}")
+    x, y, G, inv = _xy_clusters(x, y, clusters)
+    slope, se, t_star = _wild_t_draws(x, y, G, inv, wild_weights(weights, (B, G), rng))
+    t_star = t_star[~np.isnan(t_star)]
+    if bound == "two-sided":
+        q = float(np.quantile(np.abs(t_star), c, method="inverted_cdf"))
+        lo, hi = slope - q * se, slope + q * se
+    else:
+        q_lo, q_hi = np.quantile(t_star, [1 - c, c], method="inverted_cdf")
+        lo, hi = _one_or_two_sided(slope, se, float(q_lo), float(q_hi), bound)
+    return Estimate(slope, float(lo), float(hi), G, c, f"wild cluster bootstrap-t, {weights} ({bound})")
+
+
+def clopper_pearson_upper(k: int, n: int, *, confidence: float = 0.95) -> Estimate:
+    """One-sided exact upper limit for a proportion: hi = Beta⁻¹(c; k+1, n-k) (1 when k = n), lo = 0.
+
+    P(p ≤ hi) ≥ c for every p (Clopper & Pearson 1934); the bound test for "share of violations ≤ x".
+    """
+    from scipy.stats import beta
+
+    k, n = _check_count(k, n)
+    c = _check_confidence(confidence)
+    hi = 1.0 if k == n else float(beta.ppf(c, k + 1, n - k))
+    return Estimate(k / n, 0.0, hi, n, c, "clopper-pearson (upper)")

@@ -1,0 +1,421 @@
+"""Measured coverage of the intervals in :mod:`gapdyn.stats`, and the rule a claim uses to pick one.
+
+A nominal 95 % interval is only as good as its coverage at the claim's n (instances, clusters or trials).
+``coverage_table`` measures it by simulation over data-generating processes (DGPs) that bracket what the
+experiments produce:
+
+- means (n = clusters): ``normal`` (one N(0, 1) row per cluster), ``lognormal`` (one exp(N(0, 1)) row,
+  mean e^{1/2}: skewed), ``correlated`` (5 rows per cluster, y = u_g + e, var u = var e = 1/2, so the
+  intra-cluster correlation is 0.5); the target is the population mean;
+- slopes (n = clusters): ``random_slope``, 5 rows per cluster with their own x ~ N(0, 1),
+  y = a_g + b_g x + e, a_g ~ N(0, 1), b_g ~ N(1, 0.3²), e ~ N(0, 0.5²); the target is the mean slope 1
+  (e.g. log eta* vs log T with instances as clusters);
+- proportions (n = trials): k ~ Binomial(n, p) for p in {0.05, 0.4, 0.95}; coverage is summed exactly
+  over k (Monte Carlo SE 0).
+
+``valid_at(method, n)`` (worst coverage over the DGPs at n >= nominal - tol) and ``min_valid_n`` read the
+committed measurement ``gapdyn/data/coverage.csv`` unless given a table; regenerate it, and
+docs/coverage.md, with ``python -m gapdyn.coverage --out docs/coverage.md``. Never edit either by hand.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import stats
+from .stats import Estimate
+
+__all__ = ["KINDS", "DGPS", "NS", "CoverageMethod", "COVERAGE_METHODS", "draw_means", "draw_slopes",
+           "coverage_table", "valid_at", "min_valid_n", "frozen_table", "coverage_markdown", "main"]
+
+KINDS = ("mean", "slope", "proportion")
+DGPS = {"mean": ("normal", "lognormal", "correlated"), "slope": ("random_slope",),
+        "proportion": ("p=0.05", "p=0.4", "p=0.95")}
+NS = (4, 8, 10, 20, 40, 60)
+ROWS_PER_CLUSTER = 5
+ICC = 0.5
+SLOPE_MEAN, SLOPE_SD, NOISE_SD = 1.0, 0.3, 0.5
+DATA_PATH = Path(__file__).with_name("data") / "coverage.csv"
+COLUMNS = ["method", "kind", "dgp", "n", "nominal", "bound", "coverage", "mc_se", "mean_width", "reps",
+           "n_resamples", "seed"]
+
+
+@dataclass(frozen=True)
+class CoverageMethod:
+    """An interval method under measurement.
+
+    kind: "mean" (interval(values, clusters, rng, B)), "slope" (interval(x, y, clusters, rng, B)) or
+    "proportion" (interval(k, n)); confidence: the nominal coverage; bound: "two-sided" or "upper"
+    (coverage of an upper limit is P(truth <= hi)).
+    """
+
+    name: str
+    kind: str
+    interval: Callable[..., Estimate]
+    confidence: float = 0.95
+    bound: str = "two-sided"
+
+
+# --- vectorised twins of the percentile bootstrap (same draws as stats.cluster_bootstrap) ------------
+
+
+def _percentile_cluster_mean(values, clusters, rng, B) -> Estimate:
+    """stats.cluster_bootstrap(np.mean, values, clusters=...) on balanced clusters, without the Python loop:
+    the same rng.integers(0, G, G) draws, the resample mean as the mean of the picked cluster means."""
+    _, m = stats._values_and_clusters(values, clusters)
+    reps = m[rng.integers(0, m.size, size=(B, m.size))].mean(axis=1)
+    lo, hi = np.quantile(reps, [0.025, 0.975])
+    return Estimate(float(np.mean(values)), float(lo), float(hi), m.size, 0.95, "cluster bootstrap (percentile)")
+
+
+def _percentile_cluster_slope(x, y, clusters, rng, B) -> Estimate:
+    """stats.bootstrap_slope(x, y, clusters=...) without the Python loop (same draws; slope from cluster sums)."""
+    x, y, G, inv = stats._xy_clusters(x, y, clusters)
+    S = stats.cluster_sums(x, y, inv, G)
+    reps = stats._slope_from_sums(S[rng.integers(0, G, size=(B, G))].sum(axis=1))
+    lo, hi = np.quantile(reps[np.isfinite(reps)], [0.025, 0.975])
+    return Estimate(stats.ols_slope(x, y), float(lo), float(hi), G, 0.95, "cluster bootstrap (percentile)")
+
+
+COVERAGE_METHODS: dict[str, CoverageMethod] = {m.name: m for m in (
+    CoverageMethod("t_cluster_means", "mean", lambda v, c, rng, B: stats.t_interval_cluster_means(v, c)),
+    CoverageMethod("percentile_cluster_mean", "mean", _percentile_cluster_mean),
+    CoverageMethod("bca_cluster_mean", "mean",
+                   lambda v, c, rng, B: stats.bca_cluster_mean(v, c, rng=rng, n_resamples=B)),
+    CoverageMethod("studentized_cluster_mean", "mean",
+                   lambda v, c, rng, B: stats.studentized_cluster_bootstrap_mean(v, c, rng=rng, n_resamples=B)),
+    CoverageMethod("t_cluster_means_upper", "mean",
+                   lambda v, c, rng, B: stats.t_interval_cluster_means(v, c, bound="upper"), bound="upper"),
+    CoverageMethod("percentile_cluster_slope", "slope", _percentile_cluster_slope),
+    CoverageMethod("bca_cluster_slope", "slope",
+                   lambda x, y, c, rng, B: stats.bca_cluster_slope(x, y, c, rng=rng, n_resamples=B)),
+    CoverageMethod("cr1_t_slope", "slope", lambda x, y, c, rng, B: stats.t_interval_cluster_slope(x, y, c)),
+    CoverageMethod("wild_webb_slope", "slope",
+                   lambda x, y, c, rng, B: stats.wild_cluster_bootstrap_slope(x, y, c, rng=rng, n_resamples=B)),
+    CoverageMethod("wild_rademacher_slope", "slope",
+                   lambda x, y, c, rng, B: stats.wild_cluster_bootstrap_slope(x, y, c, rng=rng, n_resamples=B,
+                                                                              weights="rademacher")),
+    CoverageMethod("wilson", "proportion", lambda k, n: stats.wilson_interval(k, n)),
+    CoverageMethod("clopper_pearson", "proportion", lambda k, n: stats.clopper_pearson_interval(k, n)),
+    CoverageMethod("clopper_pearson_upper", "proportion", lambda k, n: stats.clopper_pearson_upper(k, n),
+                   bound="upper"),
+)}
+"""The measured methods, by name; a claim names one of these when it asks ``valid_at``."""
+
+
+# --- data-generating processes ------------------------------------------------------------------------
+
+
+def draw_means(dgp: str, G: int, reps: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, float]:
+    """(values [reps, rows], clusters [rows], true mean) for a mean DGP (module doc) with G clusters."""
+    if dgp == "normal":
+        return rng.normal(size=(reps, G)), np.arange(G), 0.0
+    if dgp == "lognormal":
+        return np.exp(rng.normal(size=(reps, G))), np.arange(G), math.exp(0.5)
+    if dgp == "correlated":
+        u = rng.normal(scale=math.sqrt(ICC), size=(reps, G, 1))
+        e = rng.normal(scale=math.sqrt(1 - ICC), size=(reps, G, ROWS_PER_CLUSTER))
+        return (u + e).reshape(reps, -1), np.repeat(np.arange(G), ROWS_PER_CLUSTER), 0.0
+    raise ValueError(f"dgp must be one of {DGPS['mean']}, got {dgp!r}")
+
+
+def draw_slopes(G: int, reps: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """(x, y [reps, rows], clusters [rows], true mean slope) for the random-slope DGP (module doc)."""
+    shape = (reps, G, ROWS_PER_CLUSTER)
+    x = rng.normal(size=shape)
+    a = rng.normal(size=(reps, G, 1))
+    b = rng.normal(SLOPE_MEAN, SLOPE_SD, size=(reps, G, 1))
+    y = a + b * x + rng.normal(scale=NOISE_SD, size=shape)
+    return x.reshape(reps, -1), y.reshape(reps, -1), np.repeat(np.arange(G), ROWS_PER_CLUSTER), SLOPE_MEAN
+
+
+# --- the measurement ----------------------------------------------------------------------------------
+
+
+def _covered(e: Estimate, truth: float, bound: str) -> bool:
+    return e.lo <= truth <= e.hi if bound == "two-sided" else truth <= e.hi
+
+
+def _row(m: CoverageMethod, dgp: str, n: int, cov: float, se: float, width: float, reps: int, B: int,
+         seed) -> dict:
+    return dict(method=m.name, kind=m.kind, dgp=dgp, n=int(n), nominal=m.confidence, bound=m.bound,
+                coverage=float(cov), mc_se=float(se), mean_width=float(width), reps=int(reps), n_resamples=int(B),
+                seed=seed)
+
+
+def _simulated_cells(methods, kind, dgp, n, reps, rng, B, seed) -> list[dict]:
+    """Common random numbers: every method of the kind sees the same reps data sets."""
+    if kind == "mean":
+        values, clusters, truth = draw_means(dgp, n, reps, rng)
+        data = [(values[r], clusters) for r in range(reps)]
+    else:
+        x, y, clusters, truth = draw_slopes(n, reps, rng)
+        data = [(x[r], y[r], clusters) for r in range(reps)]
+    rows = []
+    for m in methods:
+        ests = [m.interval(*d, rng, B) for d in data]
+        hit = np.array([_covered(e, truth, m.bound) for e in ests], dtype=float)
+        width = np.mean([e.hi - (e.estimate if m.bound == "upper" else e.lo) for e in ests])
+        cov = float(hit.mean())
+        rows.append(_row(m, dgp, n, cov, math.sqrt(cov * (1 - cov) / reps), width, reps, B, seed))
+    return rows
+
+
+def _exact_proportion_cells(methods, n, seed) -> list[dict]:
+    """Coverage Σ_k Binom(k; n, p) 1[p covered by the interval at k], and the pmf-weighted mean width."""
+    from scipy.stats import binom
+
+    rows = []
+    ks = np.arange(n + 1)
+    for m in methods:
+        ests = [m.interval(int(k), int(n)) for k in ks]
+        lo = np.array([e.lo for e in ests])
+        hi = np.array([e.hi for e in ests])
+        for dgp in DGPS["proportion"]:
+            p = float(dgp.split("=")[1])
+            pmf = binom.pmf(ks, n, p)
+            inside = (p <= hi) if m.bound == "upper" else (lo <= p) & (p <= hi)
+            width = hi - (ks / n if m.bound == "upper" else lo)
+            rows.append(_row(m, dgp, n, pmf[inside].sum(), 0.0, pmf @ width, 0, 0, seed))
+    return rows
+
+
+def _resolve(methods) -> list[CoverageMethod]:
+    if methods is None:
+        return list(COVERAGE_METHODS.values())
+    out = []
+    for m in methods:
+        if isinstance(m, CoverageMethod):
+            out.append(m)
+        elif m in COVERAGE_METHODS:
+            out.append(COVERAGE_METHODS[m])
+        else:
+            raise ValueError(f"methods: unknown method {m!r}; choose from {list(COVERAGE_METHODS)}")
+    if not out:
+        raise ValueError("methods must name at least one method")
+    if any(m.kind not in KINDS for m in out):
+        raise ValueError(f"methods: every kind must be one of {KINDS}")
+    return out
+
+
+def coverage_table(methods: Sequence[str | CoverageMethod] | None = None, ns: Sequence[int] = NS, *,
+                   reps: int = 2000, rng: np.random.Generator, n_resamples: int = 999,
+                   dgps: Sequence[str] | None = None, seed=None):
+    """Coverage of each method on each DGP of its kind at each n, as a pandas DataFrame.
+
+    Columns: method, kind, dgp, n, nominal, bound, coverage, mc_se = √(c(1-c)/reps) (0 for the exact
+    proportion sums), mean_width (hi - lo; hi - estimate for an upper limit), reps, n_resamples (bootstrap
+    draws per interval), seed (a label stored with the rows). One data set per (DGP, n, rep) is shared by
+    all methods of a kind. ``dgps`` restricts the DGPs (default: all of each kind).
+    """
+    import pandas as pd
+
+    rng = stats._check_rng(rng)
+    ms = _resolve(methods)
+    ns = [stats._as_count(n, "ns") for n in ns]
+    if not ns or min(ns) < 3:
+        raise ValueError(f"ns must be integers >= 3, got {ns!r}")
+    reps = stats._as_count(reps, "reps")
+    if reps < 1:
+        raise ValueError("reps must be >= 1")
+    B = stats._check_resamples(n_resamples)
+    rows = []
+    for kind in KINDS:
+        km = [m for m in ms if m.kind == kind]
+        if not km:
+            continue
+        kind_dgps = [d for d in DGPS[kind] if dgps is None or d in dgps]
+        if kind == "proportion":
+            for n in ns:
+                rows += [r for r in _exact_proportion_cells(km, n, seed) if r["dgp"] in kind_dgps]
+            continue
+        for dgp in kind_dgps:
+            for n in ns:
+                rows += _simulated_cells(km, kind, dgp, n, reps, rng, B, seed)
+    if not rows:
+        raise ValueError(f"dgps: none of {dgps!r} belongs to the kinds of the chosen methods")
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+# --- the rule a claim uses ----------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def _read_frozen():
+    import pandas as pd
+
+    return pd.read_csv(DATA_PATH)
+
+
+def frozen_table():
+    """The committed measurement (gapdyn/data/coverage.csv, written by ``python -m gapdyn.coverage``)."""
+    return _read_frozen().copy()
+
+
+def _method_rows(method: str, table):
+    table = frozen_table() if table is None else table
+    rows = table[table["method"] == method]
+    if rows.empty:
+        raise ValueError(f"method {method!r} is not in the coverage table; it holds {sorted(set(table['method']))}")
+    return rows
+
+
+def _valid_by_n(rows, tol: float) -> dict[int, bool]:
+    """{n: worst coverage over the DGPs at n >= nominal - tol} for one method's rows."""
+    n, c = rows["n"].to_numpy(), rows["coverage"].to_numpy()
+    floor = float(rows["nominal"].iloc[0]) - tol
+    return {int(k): bool(c[n == k].min() >= floor) for k in np.unique(n)}
+
+
+def _check_tol(tol) -> float:
+    t = float(tol)
+    if not (0.0 <= t < 1.0):
+        raise ValueError(f"tol must lie in [0, 1), got {tol!r}")
+    return t
+
+
+def valid_at(method: str, n: int, table=None, *, tol: float = 0.02) -> bool:
+    """Whether ``method`` is valid at n: worst coverage over the DGPs >= nominal - tol.
+
+    An n between tabulated values is judged at the largest tabulated n' <= n (coverage of these methods
+    rises with n up to Monte Carlo noise; the exact proportion curves oscillate, so this is an
+    approximation there); n below the smallest tabulated value is not valid. ``table=None``: the
+    committed measurement (``frozen_table``).
+    """
+    n = stats._as_count(n, "n")
+    by_n = _valid_by_n(_method_rows(method, table), _check_tol(tol))
+    below = [m for m in by_n if m <= n]
+    return bool(below) and by_n[max(below)]
+
+
+def min_valid_n(method: str, table=None, *, tol: float = 0.02) -> int | None:
+    """The smallest tabulated n from which ``method`` is valid at every larger tabulated n (None: never)."""
+    by_n = _valid_by_n(_method_rows(method, table), _check_tol(tol))
+    best = None
+    for n in sorted(by_n, reverse=True):
+        if not by_n[n]:
+            break
+        best = n
+    return best
+
+
+# --- rendering and the command ------------------------------------------------------------------------
+
+
+def coverage_markdown(table, *, command: str, tol: float = 0.02) -> str:
+    """docs/coverage.md from a coverage table: the conclusions (min_valid_n), worst coverage by n, every cell."""
+    reps = int(table.loc[table["reps"] > 0, "reps"].max()) if (table["reps"] > 0).any() else 0
+    B = int(table["n_resamples"].max())
+    seed = table["seed"].iloc[0]
+    ns = sorted(set(int(n) for n in table["n"]))
+    lines = [
+        "# Coverage of the interval methods",
+        "",
+        f"Generated by `{command}` (seed {seed}); do not edit by hand. The same numbers are committed as",
+        "`gapdyn/data/coverage.csv`, which `gapdyn.coverage.valid_at` and `min_valid_n` read.",
+        "",
+        f"Means and slopes: {reps} simulated data sets per cell (Monte Carlo SE ≈ √(0.95·0.05/{reps}) = "
+        f"{math.sqrt(0.95 * 0.05 / max(reps, 1)):.4f} at nominal coverage), {B} bootstrap draws per interval "
+        "(fewer than the functions' default 1999, to keep the run short). Proportions: coverage summed exactly "
+        "over the binomial law (no Monte Carlo error). n is the number of clusters (means, slopes) or trials "
+        "(proportions). The data-generating processes are described in the `gapdyn.coverage` module docstring: "
+        "means on normal, lognormal (σ = 1) and correlated (5 rows per cluster, intra-cluster correlation 0.5) "
+        "data; slopes with a random within-cluster slope (sd 0.3) and x drawn per cluster; proportions at "
+        "p = 0.05, 0.4, 0.95.",
+        "",
+        f"**Rule.** A method is *valid at n* when its worst coverage over the DGPs at n is at least nominal − {tol}; "
+        "it is valid *from* n when it is valid at n and at every larger tabulated n.",
+        "",
+        "## Conclusions",
+        "",
+        "| kind | method | bound | nominal | valid from n | valid from n, per DGP |",
+        "|---|---|---|---|---|---|",
+    ]
+    methods = list(dict.fromkeys(table["method"]))
+    for m in methods:
+        r = table[table["method"] == m].iloc[0]
+        never = f"never (n ≤ {max(ns)})"
+        v = min_valid_n(m, table, tol=tol)
+        per_dgp = []
+        for d in dict.fromkeys(table.loc[table["method"] == m, "dgp"]):
+            vd = min_valid_n(m, table[table["dgp"] == d], tol=tol)
+            per_dgp.append(f"{d}: {'never' if vd is None else vd}")
+        lines.append(f"| {r.kind} | `{m}` | {r.bound} | {r.nominal:.2f} | {never if v is None else v} | "
+                     f"{', '.join(per_dgp)} |")
+    lines += ["", "## Worst coverage over the DGPs, by n", "",
+              "| method | " + " | ".join(f"n = {n}" for n in ns) + " |",
+              "|---|" + "---|" * len(ns)]
+    for m in methods:
+        rows = table[table["method"] == m]
+        worst = rows.groupby("n")["coverage"].min()
+        lines.append(f"| `{m}` | " + " | ".join(f"{worst[n]:.3f}" if n in worst.index else "" for n in ns) + " |")
+    lines += ["", "## Every cell", "", "| method | dgp | n | coverage | MC SE | mean width |", "|---|---|---|---|---|---|"]
+    for r in table.itertuples():
+        lines.append(f"| `{r.method}` | {r.dgp} | {r.n} | {r.coverage:.3f} | {r.mc_se:.3f} | {r.mean_width:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class CoverageConfig:
+    """Regenerate the coverage table (gapdyn/data/coverage.csv) and its markdown rendering."""
+
+    out: str = "docs/coverage.md"
+    """markdown file to write"""
+    data: str = str(DATA_PATH)
+    """CSV file for the frozen table that valid_at reads"""
+    reps: int = 2000
+    """simulated data sets per (method, DGP, n) cell"""
+    n_resamples: int = 999
+    """bootstrap draws per interval"""
+    seed: int = 0
+    """seed of the numpy Generator"""
+    render_only: bool = False
+    """re-render --out from the existing --data table without simulating (the table keeps its reps and seed)"""
+
+
+def _command_line(cfg: CoverageConfig) -> str:
+    """The command that regenerates ``cfg``'s table (non-default options only)."""
+    defaults = CoverageConfig()
+    opts = [f"--{k.replace('_', '-')} {getattr(cfg, k)}" for k in ("reps", "n_resamples", "seed")
+            if getattr(cfg, k) != getattr(defaults, k)]
+    return " ".join(["python -m gapdyn.coverage", *opts, f"--out {cfg.out}"])
+
+
+def _run(argv) -> int:
+    import pandas as pd
+
+    from .cmdline import parse, say
+
+    cfg = parse(CoverageConfig, argv, prog="python -m gapdyn.coverage", description=CoverageConfig.__doc__)
+    if cfg.render_only:
+        table = pd.read_csv(cfg.data)
+        cfg = CoverageConfig(out=cfg.out, data=cfg.data, reps=int(table["reps"].max()),
+                             n_resamples=int(table["n_resamples"].max()), seed=int(table["seed"].iloc[0]))
+    else:
+        say("coverage", f"simulating {len(COVERAGE_METHODS)} methods x DGPs x n = {list(NS)}, {cfg.reps} reps")
+        table = coverage_table(reps=cfg.reps, rng=np.random.default_rng(cfg.seed), n_resamples=cfg.n_resamples,
+                               seed=cfg.seed)
+    Path(cfg.data).parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(cfg.data, index=False, float_format="%.10g")
+    Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(cfg.out).write_text(coverage_markdown(table, command=_command_line(cfg)))
+    _read_frozen.cache_clear()
+    say("coverage", f"wrote {cfg.data} and {cfg.out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gapdyn.coverage [--out docs/coverage.md] [--reps 2000] [--n-resamples 999] [--seed 0]``."""
+    from .cmdline import command
+
+    return command("gapdyn coverage")(_run)(argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,272 @@
+"""Intervals with measured coverage (gapdyn.stats, gapdyn.coverage) against independent routes:
+hand formulas, plain loops over the same draws, scipy's one-sided tests, exact binomial sums vs simulation."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import beta, binom, binomtest, norm, t
+
+from gapdyn import coverage as cov
+from gapdyn import stats as S
+
+
+def clustered(G=8, m=5, seed=0):
+    rng = np.random.default_rng(seed)
+    labels = np.repeat(np.arange(G), m)
+    x = rng.normal(size=G * m)
+    y = rng.normal(size=G)[labels] + (1 + 0.3 * rng.normal(size=G))[labels] * x + 0.5 * rng.normal(size=G * m)
+    return x, y, labels
+
+
+# --- interval methods -----------------------------------------------------------------------------------
+
+
+def test_t_interval_of_cluster_means_by_hand():
+    x, y, labels = clustered(G=7, m=3)
+    labels = np.array([f"inst{j}" for j in labels])  # any hashable labels
+    means = np.array([y[labels == f"inst{j}"].mean() for j in range(7)])
+    se = means.std(ddof=1) / math.sqrt(7)
+    e = S.t_interval_cluster_means(y, labels)
+    assert e.estimate == pytest.approx(means.mean()) and e.n == 7
+    assert (e.lo, e.hi) == pytest.approx((means.mean() - t.ppf(0.975, 6) * se, means.mean() + t.ppf(0.975, 6) * se))
+    up = S.t_interval_cluster_means(y, labels, bound="upper")  # one-sided 95 % = upper end of two-sided 90 %
+    assert up.lo == -math.inf and up.hi == pytest.approx(S.t_interval_cluster_means(y, labels, confidence=0.9).hi)
+    low = S.t_interval_cluster_means(y, labels, bound="lower")
+    assert low.hi == math.inf and low.lo == pytest.approx(means.mean() - t.ppf(0.95, 6) * se)
+
+
+def test_studentized_bootstrap_equals_a_plain_loop_over_the_same_draws():
+    _, y, labels = clustered(G=6, m=4)
+    e = S.studentized_cluster_bootstrap_mean(y, labels, rng=np.random.default_rng(5), n_resamples=499)
+    m = np.array([y[labels == j].mean() for j in range(6)])
+    se = m.std(ddof=1) / math.sqrt(6)
+    draws = np.random.default_rng(5).integers(0, 6, size=(499, 6))
+    ts = []
+    for row in draws:
+        r = m[row]
+        s = r.std(ddof=1) / math.sqrt(6)
+        d = r.mean() - m.mean()
+        if s > 0:
+            ts.append(d / s)
+        elif d != 0:  # one repeated cluster: t* = +-inf stays in
+            ts.append(math.copysign(math.inf, d))
+    ts = np.sort(ts)
+    k_lo, k_hi = math.ceil(0.025 * ts.size) - 1, math.ceil(0.975 * ts.size) - 1  # inverted-cdf order statistics
+    assert (e.lo, e.hi) == pytest.approx((m.mean() - ts[k_hi] * se, m.mean() - ts[k_lo] * se))
+
+
+def test_generic_bca_equals_the_vectorised_routes_on_the_same_draws():
+    x, y, labels = clustered(G=9, m=4)
+    fast = S.bca_cluster_mean(y, labels, rng=np.random.default_rng(3), n_resamples=499)
+    slow = S.bca_cluster_bootstrap(np.mean, y, clusters=labels, rng=np.random.default_rng(3), n_resamples=499)
+    assert (fast.lo, fast.hi, fast.estimate) == pytest.approx((slow.lo, slow.hi, slow.estimate), rel=1e-10)
+    fast = S.bca_cluster_slope(x, y, labels, rng=np.random.default_rng(4), n_resamples=499)
+    slow = S.bca_cluster_bootstrap(S.ols_slope, x, y, clusters=labels, rng=np.random.default_rng(4), n_resamples=499)
+    assert (fast.lo, fast.hi, fast.estimate) == pytest.approx((slow.lo, slow.hi, slow.estimate), rel=1e-10)
+
+
+def test_bca_of_a_mean_matches_efrons_formulas():
+    """z0 = Φ⁻¹(#{θ* < θ̂}/B), a = Σ d³ / (6 (Σ d²)^{3/2}) with jackknife d = θ̄₍.₎ - θ₍ᵢ₎,
+    limits at the quantiles Φ(z0 + (z0 + z)/(1 - a (z0 + z))) of the same resamples (Efron 1987)."""
+    y = np.random.default_rng(8).lognormal(size=15)
+    B = 1999
+    e = S.bca_cluster_mean(y, rng=np.random.default_rng(9), n_resamples=B)
+    reps = y[np.random.default_rng(9).integers(0, 15, size=(B, 15))].mean(axis=1)
+    z0 = norm.ppf(np.mean(reps < y.mean()))
+    jack = (y.sum() - y) / 14
+    d = jack.mean() - jack
+    a = (d**3).sum() / (6 * (d**2).sum() ** 1.5)
+    q = [norm.cdf(z0 + (z0 + z) / (1 - a * (z0 + z))) for z in norm.ppf([0.025, 0.975])]
+    lo, hi = np.quantile(reps, q)
+    assert (e.lo, e.hi) == pytest.approx((lo, hi), abs=0.01 * (hi - lo))
+
+
+def test_wild_bootstrap_point_estimate_se_and_draws_against_loops():
+    x, y, labels = clustered(G=6, m=5)
+    e = S.wild_cluster_bootstrap_slope(x, y, labels, rng=np.random.default_rng(0), n_resamples=199)
+    assert e.estimate == pytest.approx(S.ols_slope(x, y), rel=1e-12)
+    assert e.estimate == pytest.approx(np.polyfit(x, y, 1)[0], rel=1e-10)
+
+    def ols_cr1(yy):  # textbook sandwich, one cluster at a time
+        X = np.stack([np.ones_like(x), x], axis=1)
+        bread = np.linalg.inv(X.T @ X)
+        b = bread @ X.T @ yy
+        u = yy - X @ b
+        meat = sum(np.outer(X[labels == g].T @ u[labels == g], X[labels == g].T @ u[labels == g]) for g in range(6))
+        N = x.size
+        V = 6 / 5 * (N - 1) / (N - 2) * bread @ meat @ bread
+        return b, u, math.sqrt(V[1, 1])
+
+    b, u, se = ols_cr1(y)
+    assert S.cr1_slope(x, y, labels) == pytest.approx((b[1], se), rel=1e-10)
+    v = S.wild_weights("webb", (5, 6), np.random.default_rng(1))
+    _, se_fast, t_fast = S._wild_t_draws(x, y, 6, labels, v)
+    assert se_fast == pytest.approx(se, rel=1e-10)
+    for row, t_row in zip(v, t_fast):
+        b_star, _, se_star = ols_cr1(y - u + row[labels] * u)
+        assert t_row == pytest.approx((b_star[1] - b[1]) / se_star, rel=1e-9)
+
+
+@pytest.mark.parametrize("kind, support", [("rademacher", {-1.0, 1.0}),
+                                           ("webb", {s * math.sqrt(q) for s in (-1, 1) for q in (0.5, 1, 1.5)})])
+def test_wild_weights_have_mean_zero_variance_one(kind, support):
+    v = S.wild_weights(kind, 60000, np.random.default_rng(2))
+    assert set(np.round(np.unique(v), 12)) == {round(s, 12) for s in support}
+    assert abs(v.mean()) < 4 / math.sqrt(v.size) and v.var() == pytest.approx(1.0, abs=0.02)
+    assert np.mean(list(support)) == pytest.approx(0) and np.mean([s * s for s in support]) == pytest.approx(1)
+
+
+def test_clopper_pearson_upper_against_beta_and_the_one_sided_binomial_test():
+    for n in (1, 7, 20, 60):
+        for k in range(n + 1):
+            e = S.clopper_pearson_upper(k, n, confidence=0.9)
+            assert e.lo == 0.0 and e.estimate == k / n
+            assert e.hi == pytest.approx(1.0 if k == n else beta.ppf(0.9, k + 1, n - k))
+            ref = binomtest(k, n, alternative="less").proportion_ci(confidence_level=0.9, method="exact")
+            assert e.hi == pytest.approx(ref.high, abs=1e-9)
+    ks = np.arange(26)  # exact one-sided coverage P(p <= hi) >= 0.95 for every p
+    his = np.array([S.clopper_pearson_upper(int(k), 25).hi for k in ks])
+    for p in np.linspace(0.005, 0.995, 67):
+        assert binom.pmf(ks, 25, p)[p <= his].sum() >= 0.95 - 1e-12
+
+
+def test_percentile_twins_equal_the_loop_bootstrap():
+    x, y, labels = clustered(G=7, m=5)
+    for B in (100, 333):
+        loop = S.cluster_bootstrap(np.mean, y, clusters=labels, rng=np.random.default_rng(B), n_resamples=B)
+        fast = cov._percentile_cluster_mean(y, labels, np.random.default_rng(B), B)
+        assert (fast.estimate, fast.lo, fast.hi) == pytest.approx((loop.estimate, loop.lo, loop.hi), rel=1e-12)
+        loop = S.bootstrap_slope(x, y, clusters=labels, rng=np.random.default_rng(B), n_resamples=B)
+        fast = cov._percentile_cluster_slope(x, y, labels, np.random.default_rng(B), B)
+        assert (fast.estimate, fast.lo, fast.hi) == pytest.approx((loop.estimate, loop.lo, loop.hi), rel=1e-10)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: S.t_interval_cluster_means([1.0, 2.0], [0, 0]), "clusters"),
+    (lambda: S.t_interval_cluster_means([1.0, 2.0, 3.0], [0, 1]), "clusters"),
+    (lambda: S.t_interval_cluster_means([1.0, np.nan], None), "values"),
+    (lambda: S.t_interval_cluster_means([1.0, 2.0], None, bound="both"), "bound"),
+    (lambda: S.t_interval_cluster_means([1.0, 2.0], None, confidence=1.0), "confidence"),
+    (lambda: S.studentized_cluster_bootstrap_mean([1.0, 2.0], rng=0), "rng"),
+    (lambda: S.bca_cluster_mean([1.0, 2.0, 3.0], rng=np.random.default_rng(), n_resamples=10), "n_resamples"),
+    (lambda: S.bca_cluster_bootstrap(np.mean, rng=np.random.default_rng()), "arrays"),
+    (lambda: S.bca_cluster_mean([1.0, 1.0, 1.0], rng=np.random.default_rng()), "BCa"),
+    (lambda: S.wild_cluster_bootstrap_slope([1.0, 1.0, 1.0], [1.0, 2.0, 3.0], [0, 1, 2],
+                                            rng=np.random.default_rng()), "x must not be constant"),
+    (lambda: S.wild_cluster_bootstrap_slope([1.0, 2.0, 3.0], [1.0, 2.0], [0, 1, 2],
+                                            rng=np.random.default_rng()), "paired"),
+    (lambda: S.wild_cluster_bootstrap_slope([1.0, 2.0, 3.0], [1.0, 2.0, 3.0], [0, 1, 2],
+                                            rng=np.random.default_rng(), weights="mammen"), "weights"),
+    (lambda: S.clopper_pearson_upper(5, 4), "k"),
+    (lambda: S.clopper_pearson_upper(1.5, 4), "k"),
+])
+def test_bad_input_raises_a_named_value_error(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+# --- the coverage measurement ---------------------------------------------------------------------------
+
+
+def test_coverage_at_40_normal_clusters_is_nominal_within_monte_carlo_error():
+    tab = cov.coverage_table(["t_cluster_means", "wild_webb_slope", "t_cluster_means_upper"], ns=(40,), reps=240,
+                             rng=np.random.default_rng(11), n_resamples=199, dgps=("normal", "random_slope"))
+    assert set(tab["dgp"]) == {"normal", "random_slope"}
+    for r in tab.itertuples():
+        assert abs(r.coverage - 0.95) <= 3.5 * math.sqrt(0.95 * 0.05 / 240), r
+
+
+def test_exact_proportion_coverage_agrees_with_simulation():
+    tab = cov.coverage_table(["wilson", "clopper_pearson_upper"], ns=(13,), rng=np.random.default_rng(0))
+    rng = np.random.default_rng(1)
+    for r in tab.itertuples():
+        p = float(r.dgp.split("=")[1])
+        ks = rng.binomial(13, p, size=4000)
+        fn = cov.COVERAGE_METHODS[r.method].interval
+        table = [fn(k, 13) for k in range(14)]
+        hit = [(table[k].lo <= p or r.bound == "upper") and p <= table[k].hi for k in ks]
+        assert abs(np.mean(hit) - r.coverage) <= 4 * math.sqrt(max(r.coverage * (1 - r.coverage), 1e-4) / 4000)
+
+
+def constructed_table():
+    rows = []
+    cells = {"a": {4: (0.80, 0.95), 8: (0.94, 0.96), 20: (0.931, 0.95), 40: (0.95, 0.95)},  # valid from 8
+             "b": {4: (0.95, 0.95), 8: (0.92, 0.95), 20: (0.95, 0.95), 40: (0.96, 0.95)},  # dips at 8: from 20
+             "c": {4: (0.90, 0.95), 8: (0.90, 0.95), 20: (0.92, 0.95), 40: (0.929, 0.95)}}  # never
+    for m, by_n in cells.items():
+        for n, (c1, c2) in by_n.items():
+            rows += [dict(method=m, n=n, dgp=d, coverage=c, nominal=0.95) for d, c in (("d1", c1), ("d2", c2))]
+    return pd.DataFrame(rows)
+
+
+def test_valid_at_and_min_valid_n_on_a_constructed_table():
+    tab = constructed_table()
+    assert [cov.valid_at("a", n, tab) for n in (3, 4, 8, 10, 20, 40, 100)] == [False, False, True, True, True, True,
+                                                                              True]
+    assert [cov.valid_at("b", n, tab) for n in (4, 8, 19, 20)] == [True, False, False, True]
+    assert cov.min_valid_n("a", tab) == 8 and cov.min_valid_n("b", tab) == 20 and cov.min_valid_n("c", tab) is None
+    assert cov.min_valid_n("c", tab, tol=0.03) == 20 and cov.valid_at("a", 4, tab, tol=0.15)
+    with pytest.raises(ValueError, match="method"):
+        cov.valid_at("zzz", 10, tab)
+    with pytest.raises(ValueError, match="tol"):
+        cov.min_valid_n("a", tab, tol=-0.1)
+
+
+# --- the committed table is current -------------------------------------------------------------------
+
+
+def test_frozen_table_holds_every_method_dgp_and_n():
+    tab = cov.frozen_table()
+    expected = {(m.name, d, n) for m in cov.COVERAGE_METHODS.values() for d in cov.DGPS[m.kind] for n in cov.NS}
+    assert set(zip(tab["method"], tab["dgp"], tab["n"])) == expected and len(tab) == len(expected)
+    for m in cov.COVERAGE_METHODS.values():
+        rows = tab[tab["method"] == m.name]
+        assert set(rows["kind"]) == {m.kind} and set(rows["bound"]) == {m.bound}
+
+
+def test_frozen_proportion_cells_are_current_exactly():
+    tab = cov.frozen_table()
+    frozen = tab[tab["kind"] == "proportion"].reset_index(drop=True)
+    names = list(dict.fromkeys(frozen["method"]))
+    fresh = cov.coverage_table(names, ns=cov.NS, rng=np.random.default_rng(0))
+    merged = frozen.merge(fresh, on=["method", "dgp", "n"], suffixes=("_frozen", "_fresh"))
+    assert len(merged) == len(frozen)
+    assert np.allclose(merged["coverage_frozen"], merged["coverage_fresh"], atol=1e-9)
+    assert np.allclose(merged["mean_width_frozen"], merged["mean_width_fresh"], atol=1e-9)
+
+
+@pytest.mark.parametrize("method, dgp, n, reps", [("t_cluster_means", "lognormal", 8, 1000),
+                                                  ("wild_webb_slope", "random_slope", 10, 400),
+                                                  ("bca_cluster_mean", "correlated", 4, 200)])
+def test_frozen_simulated_cell_is_current_within_monte_carlo_error(method, dgp, n, reps):
+    tab = cov.frozen_table()
+    row = tab[(tab["method"] == method) & (tab["dgp"] == dgp) & (tab["n"] == n)].iloc[0]
+    fresh = cov.coverage_table([method], ns=(n,), reps=reps, rng=np.random.default_rng(12345), dgps=(dgp,),
+                               n_resamples=int(row.n_resamples)).iloc[0]
+    se = math.hypot(row.mc_se, fresh.mc_se)
+    assert abs(fresh.coverage - row.coverage) <= 4 * se, (fresh.coverage, row.coverage)
+
+
+@pytest.mark.slow
+def test_full_regeneration_reproduces_the_committed_table():
+    tab = cov.frozen_table()
+    fresh = cov.coverage_table(reps=int(tab["reps"].max()), rng=np.random.default_rng(int(tab["seed"].iloc[0])),
+                               n_resamples=int(tab["n_resamples"].max()), seed=int(tab["seed"].iloc[0]))
+    assert list(fresh["method"]) == list(tab["method"]) and list(fresh["n"]) == list(tab["n"])
+    assert np.allclose(fresh["coverage"], tab["coverage"], atol=1.5 / tab["reps"].max())
+
+
+def test_markdown_states_every_method_and_its_verdict():
+    tab = cov.frozen_table()
+    md = cov.coverage_markdown(tab, command="python -m gapdyn.coverage --out docs/coverage.md")
+    verdicts = {}
+    for line in md.splitlines():  # | kind | `method` | bound | nominal | valid from n | per DGP |
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 6 and cells[0] in cov.KINDS:
+            verdicts[cells[1].strip("`")] = cells[4]
+    assert set(verdicts) == set(cov.COVERAGE_METHODS)
+    for m, text in verdicts.items():
+        v = cov.min_valid_n(m, tab)
+        assert text == str(v) if v is not None else text.startswith("never")
