@@ -20,6 +20,10 @@ Contexts sharing a parameter block average their directions: w_p = mean_{x: p(x)
 Recorded per step k (every ``record_every`` steps) and context: J, Phi, entropy H at theta_k; the update's
 Delta mu = <u_k, g+ - g->, ||u_k||, M(k) = sum_{j<k} eta_j [Delta mu_j]_+ (before step k, so that J(k) and
 M(k) pair as in Theorem 1), and the realised change Phi(theta_{k+1}) - Phi(theta_k); eta_k per block.
+Tracked at every state k = 0..T (final included, whatever record_every): J_min per context, and what decides a
+run's outcome (collapse is J -> 0 at the end, Suk & Duan (arXiv 2510.08539), Thm 2): min and max of J over the
+last quarter k >= T - T // 4 (gapdyn.collapse.tail_start) per context, and of Jbar = mean_x J(x) (contexts are
+uniform) its min over all states and its min and max over the last quarter.
 Speed: arms are sorted correct-first per context and padded with zero arms to a multiple of 8, so every pass
 over arms is a branch-free loop that vectorises without a scalar tail (exp included: :func:`_exp_shifted`);
 sums are re-associated (LLVM fast-math flags reassoc, contract, arcp); runs are done two at a time in lockstep
@@ -52,6 +56,7 @@ from numba.extending import intrinsic
 
 import gapdyn
 from gapdyn._validate import check_group_size, check_positive
+from gapdyn.collapse import tail_start
 
 from .envs import ContextualBandit
 from .schedules import SCHEDULES, Schedule
@@ -169,6 +174,11 @@ class Trajectory:
     Phi_final: np.ndarray  # [R, C]
     M_final: np.ndarray  # [R, C]
     J_min: np.ndarray  # [R, C] min of J over all steps (incl. final)
+    J_tail_min: np.ndarray  # [R, C] min of J over the last quarter of the states (gapdyn.collapse.tail_start)
+    J_tail_max: np.ndarray  # [R, C] max of J over the last quarter of the states
+    Jbar_min: np.ndarray  # [R] min over all states of Jbar = mean_x J(x) (contexts are uniform)
+    Jbar_tail_min: np.ndarray  # [R] min of Jbar over the last quarter of the states
+    Jbar_tail_max: np.ndarray  # [R] max of Jbar over the last quarter of the states
     n_decrease: np.ndarray  # [R, C] number of steps with a realised decrease of Phi
     theta_final: np.ndarray  # [R, P, d]
     eta0: np.ndarray  # [R, P]
@@ -709,8 +719,8 @@ def _safe_step_size(e0, dsum, ksum, cnt, sdmax, ac, tr_delta):
 def _kernel(
     feat, rew, fnorm, pmap, blk_ptr, blk_ctx,  # bandit
     featS, featST, fnormS, npos_c, rank,  # bandit, arms sorted correct-first per context
-    theta, am, av, M, phi_prev, J_min, ndec,  # state (in/out)
-    eta0, unif, k0, n_steps, do_final, pairs,  # run inputs
+    theta, am, av, M, phi_prev, J_min, ndec, J_tail, Jbar,  # state (in/out)
+    eta0, unif, k0, n_steps, do_final, pairs, tail0,  # run inputs
     method, sampled, G, bessel, aeps, lam, normalize, sched_kind, ac, tr_delta, max_halv, adam, b1, b2, adam_eps, rec_every,
     o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta,  # records
     f_J, f_Phi,  # final values
@@ -723,7 +733,7 @@ def _kernel(
         ws = _workspace(C, K, Kp, d, P, G)
         _one_pair(
             feat, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, npos_c, rank,
-            theta, am, av, M, phi_prev, J_min, ndec, eta0, unif, k0, n_steps, do_final, tab,
+            theta, am, av, M, phi_prev, J_min, ndec, J_tail, Jbar, eta0, unif, k0, n_steps, do_final, tail0, tab,
             2 * q, min(2 * q + 1, R - 1),
             method, sampled, G, bessel, aeps, lam, normalize, sched_kind, ac, tr_delta, max_halv, adam, b1, b2, adam_eps,
             rec_every, o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta, f_J, f_Phi, ws,
@@ -758,7 +768,7 @@ def _workspace(C, K, Kp, d, P, G):
 @njit(cache=True, fastmath=_FASTMATH, _nrt=False)
 def _one_pair(
     feat, rew, fnorm, pmap, blk_ptr, blk_ctx, featS, featST, fnormS, npos_c, rank,
-    theta, am, av, M, phi_prev, J_min, ndec, eta0, unif, k0, n_steps, do_final, tab, r0, r1,
+    theta, am, av, M, phi_prev, J_min, ndec, J_tail, Jbar, eta0, unif, k0, n_steps, do_final, tail0, tab, r0, r1,
     method, sampled, G, bessel, aeps, lam, normalize, sched, ac, tr_delta, max_halv, adam, b1, b2, adam_eps,
     rec_every, o_J, o_Phi, o_dmu, o_M, o_wn, o_dPhi, o_H, o_eta, f_J, f_Phi, ws,
 ):
@@ -788,8 +798,8 @@ def _one_pair(
                           want_p and update, not sampled, fresh, kp2)
         for s in range(ns):
             r = r0 if s == 0 else r1
-            _track(r, kk, update, phi_prev, J_min, ndec, rec_every, o_J, o_Phi, o_M, o_dPhi, o_H,
-                   f_J, f_Phi, M, fw[s, 0], fw[s, 2], fw[s, 3])
+            _track(r, kk, update, phi_prev, J_min, ndec, J_tail, Jbar, tail0, rec_every, o_J, o_Phi, o_M, o_dPhi,
+                   o_H, f_J, f_Phi, M, fw[s, 0], fw[s, 2], fw[s, 3])
         if not update:
             continue
         # 2) direction of each run; sampled: the groups of both runs first, then E_pi[phi] for both in one pass
@@ -844,12 +854,23 @@ def _one_pair(
 
 
 @njit(cache=True, fastmath=_FASTMATH, _nrt=False)
-def _track(r, kk, update, phi_prev, J_min, ndec, rec_every, o_J, o_Phi, o_M, o_dPhi, o_H, f_J, f_Phi, M, Jc, Phic, Hc):
-    """Step kk of run r after its forward pass (J, Phi, H per context in Jc, Phic, Hc): the realised change of
-    Phi since step kk - 1, decreases, J_min, the records of step kk (the final values when not update)."""
+def _track(r, kk, update, phi_prev, J_min, ndec, J_tail, Jbar, tail0, rec_every, o_J, o_Phi, o_M, o_dPhi, o_H,
+           f_J, f_Phi, M, Jc, Phic, Hc):
+    """State kk of run r after its forward pass (J, Phi, H per context in Jc, Phic, Hc): the realised change of
+    Phi since step kk - 1, decreases, J_min, the outcome statistics (J_tail: min, max per context over the
+    states kk >= tail0; Jbar: min over all states, then min, max over kk >= tail0, of the mean over contexts),
+    the records of step kk (the final values when not update)."""
     C = Jc.shape[0]
+    tail = kk >= tail0
+    Jsum = 0.0
     for c in range(C):
         J, Ph = Jc[c], Phic[c]
+        Jsum += J
+        if tail:
+            if J < J_tail[r, 0, c]:
+                J_tail[r, 0, c] = J
+            if J > J_tail[r, 1, c]:
+                J_tail[r, 1, c] = J
         if kk > 0:
             dph = Ph - phi_prev[r, c]
             if dph < -1e-12 * (1.0 + abs(Ph)):
@@ -859,6 +880,14 @@ def _track(r, kk, update, phi_prev, J_min, ndec, rec_every, o_J, o_Phi, o_M, o_d
         phi_prev[r, c] = Ph
         if J < J_min[r, c]:
             J_min[r, c] = J
+    Jm = Jsum / C
+    if Jm < Jbar[r, 0]:
+        Jbar[r, 0] = Jm
+    if tail:
+        if Jm < Jbar[r, 1]:
+            Jbar[r, 1] = Jm
+        if Jm > Jbar[r, 2]:
+            Jbar[r, 2] = Jm
     if not update:
         for c in range(C):
             f_J[r, c] = Jc[c]
@@ -1304,6 +1333,8 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
     am, av = np.zeros((R, P, d)), np.zeros((R, P, d))
     M, phi_prev = np.zeros((R, C)), np.zeros((R, C))
     J_min, ndec = np.full((R, C), np.inf), np.zeros((R, C), np.int64)
+    J_tail = np.stack([np.full((R, C), np.inf), np.full((R, C), -np.inf)], axis=1)  # [R, 2, C]: tail min, max
+    Jbar = np.stack([np.full(R, np.inf), np.full(R, np.inf), np.full(R, -np.inf)], axis=1)  # [R, 3]: min, tail min, max
     names = ("J", "Phi", "dmu", "M", "wnorm", "dPhi", "entropy")
     # one block (views per record): above numpy's 4 MB it is backed by huge pages where the OS allows, so the first
     # writes fault far less often than into seven separate arrays
@@ -1334,8 +1365,8 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
             _announce_compile()
             _kernel(
                 bandit.features, bandit.rewards, fnorm, pmap, blk_ptr, order, featS, featST, fnormS, npos, rank,
-                theta, am, av, M, phi_prev, J_min, ndec,
-                eta0, unif, start, n, int(last), pairs,
+                theta, am, av, M, phi_prev, J_min, ndec, J_tail, Jbar,
+                eta0, unif, start, n, int(last), pairs, tail_start(T),
                 _CODE[dyn.method], dyn.mode == "sampled", G, dyn.std == "bessel", float(dyn.adv_eps), float(dyn.lam),
                 bool(dyn.normalize), _SCHED[sched.kind], float(sched.c), float(sched.delta), int(sched.max_halvings),
                 dyn.optimizer == "adam", float(b1), float(b2), float(dyn.adam_eps), every,
@@ -1352,6 +1383,11 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
         Phi_final=f_Phi,
         M_final=M,
         J_min=J_min,
+        J_tail_min=np.ascontiguousarray(J_tail[:, 0]),
+        J_tail_max=np.ascontiguousarray(J_tail[:, 1]),
+        Jbar_min=np.ascontiguousarray(Jbar[:, 0]),
+        Jbar_tail_min=np.ascontiguousarray(Jbar[:, 1]),
+        Jbar_tail_max=np.ascontiguousarray(Jbar[:, 2]),
         n_decrease=ndec,
         theta_final=theta,
         eta0=eta0,

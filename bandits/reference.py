@@ -15,6 +15,7 @@ from scipy.special import expit
 
 import gapdyn
 from gapdyn._validate import as_float_array
+from gapdyn.collapse import tail_start
 from gapdyn.sampling import inverse_cdf_draw
 
 from .engine import Dynamics, Trajectory, _runs
@@ -82,7 +83,9 @@ def simulate_reference(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, 
     n_rec = (T - 1) // every + 1
     rec = {k: np.full((R, n_rec, C), np.nan) for k in ("J", "Phi", "dmu", "M", "wnorm", "dPhi", "entropy")}
     rec_eta = np.full((R, n_rec, P), np.nan)
-    out = {k: np.zeros((R, C)) for k in ("J_final", "Phi_final", "M_final", "J_min")}
+    out = {k: np.zeros((R, C)) for k in ("J_final", "Phi_final", "M_final", "J_min", "J_tail_min", "J_tail_max")}
+    out.update({k: np.zeros(R) for k in ("Jbar_min", "Jbar_tail_min", "Jbar_tail_max")})
+    tail0 = tail_start(T)  # the last quarter of the states 0..T
     ndec = np.zeros((R, C), np.int64)
     opts = dyn.method_opts
     sched = dyn.schedule
@@ -95,12 +98,17 @@ def simulate_reference(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, 
         adam = [adam_init(d) for _ in range(P)]
         M = np.zeros(C)
         J_min = np.full(C, np.inf)
+        J_tail = []  # J [C] at the states k >= tail0
+        Jbar = []  # mean_x J(x) at every state (contexts are uniform)
         phi_prev = None
         for k in range(T + 1):
             logits = gapdyn.loglinear_logits(phi, theta[pmap])  # [C, K]
             Phi = gapdyn.log_odds_from_logits(logits, rew)  # [C]
             J = expit(Phi)
             J_min = np.minimum(J_min, J)
+            Jbar.append(float(np.mean(J)))
+            if k >= tail0:
+                J_tail.append(J)
             if phi_prev is not None:
                 dph = Phi - phi_prev
                 ndec += (dph < -1e-12 * (1.0 + np.abs(Phi))).astype(np.int64) * (np.arange(R) == r)[:, None]
@@ -109,6 +117,9 @@ def simulate_reference(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, 
             phi_prev = Phi
             if k == T:
                 out["J_final"][r], out["Phi_final"][r], out["M_final"][r], out["J_min"][r] = J, Phi, M, J_min
+                out["J_tail_min"][r], out["J_tail_max"][r] = np.min(J_tail, axis=0), np.max(J_tail, axis=0)
+                out["Jbar_min"][r] = min(Jbar)
+                out["Jbar_tail_min"][r], out["Jbar_tail_max"][r] = min(Jbar[tail0:]), max(Jbar[tail0:])
                 break
             probs = gapdyn.softmax(logits)
             gap = gapdyn.gradient_gap_from_logits(logits, rew, phi)  # [C, d]

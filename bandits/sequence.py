@@ -49,6 +49,7 @@ import numpy as np
 from scipy.special import expit, gammaln, log_softmax, logsumexp
 
 from gapdyn import COLLAPSE_J, METHOD_NAMES, expected_scalar, group_advantages
+from gapdyn.collapse import tail_start
 
 __all__ = [
     "RULES",
@@ -538,8 +539,9 @@ class SequenceDynamics:
     in :class:`bandits.engine.Dynamics`; mode: "exact" (w = E[w] = scalar(J, G) Gap, gapdyn.expected_scalar)
     or "sampled" (one group of G responses per run and step); group_size: G >= 2; steps: updates;
     length_normalized: divide each response's score by |o| (exact mode: fixed length only, w / T);
-    record_every: record J, Phi at steps 0, s, 2s, ...; freeze_below: a run whose J falls below this
-    stops (its collapse is decided; None: never); std, adv_eps, lam: the method options of gapdyn.
+    record_every: record J, Phi at steps 0, s, 2s, ...; std, adv_eps, lam: the method options of gapdyn.
+    Every run takes all its steps: a run whose J dips can recover, and its outcome is read from the last
+    quarter of its states (:class:`SequenceTrajectory`).
     """
 
     method: str = "grpo"
@@ -548,7 +550,6 @@ class SequenceDynamics:
     steps: int = 100
     length_normalized: bool = False
     record_every: int = 1
-    freeze_below: float | None = None
     std: str = "population"
     adv_eps: float = 0.0
     lam: float = 0.1
@@ -561,10 +562,6 @@ class SequenceDynamics:
                  record_every=self.record_every, std=self.std, adv_eps=self.adv_eps, lam=self.lam)
         if not isinstance(self.length_normalized, (bool, np.bool_)):
             raise ValueError(f"length_normalized must be a bool, got {self.length_normalized!r}")
-        fb = self.freeze_below
-        if fb is not None and (isinstance(fb, bool) or not isinstance(fb, (int, float, np.integer, np.floating))
-                               or not 0 < fb < 1):
-            raise ValueError(f"freeze_below must be None or in (0, 1), got {fb!r}")
 
     @property
     def method_opts(self) -> dict:
@@ -579,9 +576,11 @@ class SequenceTrajectory:
     """Output of :func:`simulate` (R runs, n_rec recorded steps; P = the environment's param_shape).
 
     steps [n_rec]; J, Phi [R, n_rec] at theta_k before update k; J_final, Phi_final [R] after the last
-    step (or at freezing); J_min [R]: min of J over every step incl. the final one; collapse_step [R]:
-    first k with J_k < gapdyn.COLLAPSE_J (-1 if none); steps_run [R]: updates applied (< steps when
-    frozen); theta_final [R, *P]; eta0 [R]; seed [R].
+    step; J_min [R]: min of J over every state k = 0..K (K = steps, the final one included); J_tail_min,
+    J_tail_max [R]: min and max of J over the last quarter, k >= K - K // 4 (gapdyn.collapse.tail_start):
+    with J_min what decides the run's outcome (collapse is J -> 0 at the end, Suk & Duan (arXiv
+    2510.08539), Thm 2); collapse_step [R]: first k with J_k < gapdyn.COLLAPSE_J (-1 if none; a trace
+    statistic, the run goes on); theta_final [R, *P]; eta0 [R]; seed [R].
     """
 
     steps: np.ndarray
@@ -590,8 +589,9 @@ class SequenceTrajectory:
     J_final: np.ndarray
     Phi_final: np.ndarray
     J_min: np.ndarray
+    J_tail_min: np.ndarray
+    J_tail_max: np.ndarray
     collapse_step: np.ndarray
-    steps_run: np.ndarray
     theta_final: np.ndarray
     eta0: np.ndarray
     seed: np.ndarray
@@ -599,10 +599,12 @@ class SequenceTrajectory:
 
     @property
     def collapsed(self) -> np.ndarray:
-        """J < gapdyn.COLLAPSE_J at some step (gapdyn.is_collapsed of J_min)."""
-        from gapdyn import is_collapsed
+        """Collapsed as Thm 2 states it: J < gapdyn.COLLAPSE_J at every state of the last quarter
+        (gapdyn.is_collapsed of the run statistics)."""
+        from gapdyn import RunStats, is_collapsed
 
-        return is_collapsed(self.J_min)
+        clip = lambda v: np.clip(v, 0.0, 1.0)  # noqa: E731
+        return is_collapsed(RunStats(clip(self.J_min), clip(self.J_tail_min), clip(self.J_tail_max)))
 
 
 def _param_shape(env) -> tuple[int, ...]:
@@ -664,47 +666,39 @@ def simulate(env, dyn: SequenceDynamics, *, eta, seed=0, theta0=None) -> Sequenc
     rec_J, rec_Phi = np.full((R, n_rec), np.nan), np.full((R, n_rec), np.nan)
     ex = env.exact(params)
     J, Phi = np.array(ex["J"], dtype=np.float64), np.array(ex["Phi"], dtype=np.float64)
+    tail0 = tail_start(dyn.steps)  # the last quarter of the states 0..steps
     J_min = J.copy()
+    J_tail_min, J_tail_max = np.full(R, np.inf), np.full(R, -np.inf)
     collapse_step = np.where(J < COLLAPSE_J, 0, -1)
-    steps_run = np.zeros(R, dtype=np.int64)
-    alive = np.ones(R, bool) if dyn.freeze_below is None else J >= dyn.freeze_below
-    ex = {key: v[alive] for key, v in ex.items()}  # ex always holds the rows of the live runs
     for k in range(dyn.steps):
-        if not alive.any():  # every run frozen: they keep their state
-            rec_J[:, -(-k // every):], rec_Phi[:, -(-k // every):] = J[:, None], Phi[:, None]
-            break
         if k % every == 0:
             rec_J[:, k // every], rec_Phi[:, k // every] = J, Phi
-        idx = np.flatnonzero(alive)
         if exact_mode:
             w = ex["gap"]
             if dyn.method != "gap":
-                Jc = np.clip(J[idx], 1e-300, 1.0 - 1e-16)
+                Jc = np.clip(J, 1e-300, 1.0 - 1e-16)
                 w = expected_scalar(dyn.method, Jc, G, **opts).reshape((-1,) + (1,) * len(pshape)) * w
             if dyn.length_normalized:
                 w = w / T
         else:
-            u = np.stack([g.random((G, T)) for g in rngs])[inverse[idx]]
-            smp = env.draw(params[idx], u)
-            w = _direction_from_sample(smp, dyn.method, G, dyn.length_normalized, (idx.size,) + pshape, opts)
-        params[idx] = params[idx] + eta_b[idx] * w
-        steps_run[idx] += 1
+            u = np.stack([g.random((G, T)) for g in rngs])[inverse]
+            smp = env.draw(params, u)
+            w = _direction_from_sample(smp, dyn.method, G, dyn.length_normalized, (R,) + pshape, opts)
+        params = params + eta_b * w
         if exact_mode:
-            ex = env.exact(params[idx])
-            J[idx], Phi[idx] = ex["J"], ex["Phi"]
+            ex = env.exact(params)
+            J, Phi = np.array(ex["J"], dtype=np.float64), np.array(ex["Phi"], dtype=np.float64)
         else:  # the Gap is not needed: the log-odds alone (log-space sums), J = sigmoid(Phi)
-            Phi[idx] = env.log_odds(params[idx])
-            J[idx] = expit(Phi[idx])
-        J_min[idx] = np.minimum(J_min[idx], J[idx])
-        collapse_step[idx] = np.where((collapse_step[idx] < 0) & (J[idx] < COLLAPSE_J), k + 1, collapse_step[idx])
-        if dyn.freeze_below is not None:
-            alive[idx] = J[idx] >= dyn.freeze_below
-            if exact_mode:
-                keep = alive[idx]
-                ex = {key: v[keep] for key, v in ex.items()}
+            Phi = np.array(env.log_odds(params), dtype=np.float64)
+            J = expit(Phi)
+        J_min = np.minimum(J_min, J)
+        if k + 1 >= tail0:
+            J_tail_min, J_tail_max = np.minimum(J_tail_min, J), np.maximum(J_tail_max, J)
+        collapse_step = np.where((collapse_step < 0) & (J < COLLAPSE_J), k + 1, collapse_step)
     return SequenceTrajectory(
         steps=np.arange(0, dyn.steps, every), J=rec_J, Phi=rec_Phi, J_final=J, Phi_final=Phi, J_min=J_min,
-        collapse_step=collapse_step, steps_run=steps_run, theta_final=params, eta0=eta0, seed=seeds, dynamics=dyn,
+        J_tail_min=J_tail_min, J_tail_max=J_tail_max, collapse_step=collapse_step, theta_final=params, eta0=eta0,
+        seed=seeds, dynamics=dyn,
     )
 
 

@@ -16,7 +16,8 @@ from bandits.envs import ContextualBandit, make_bandit, place_theta
 from bandits.reference import simulate_reference
 from bandits.schedules import Schedule
 
-FIELDS = ("J", "Phi", "dmu", "M", "wnorm", "dPhi", "entropy", "eta", "J_final", "Phi_final", "M_final", "J_min")
+FIELDS = ("J", "Phi", "dmu", "M", "wnorm", "dPhi", "entropy", "eta", "J_final", "Phi_final", "M_final", "J_min",
+          "J_tail_min", "J_tail_max", "Jbar_min", "Jbar_tail_min", "Jbar_tail_max")
 
 
 def assert_same(a, b, rtol=1e-7, atol=1e-9):

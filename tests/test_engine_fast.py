@@ -44,6 +44,8 @@ def test_engine_equals_reference_to_1e12_on_J(method, mode, schedule):
     rtol = RTOL_J.get((method, mode, schedule), 1e-12)
     np.testing.assert_allclose(fast.J, slow.J, rtol=rtol, atol=0, err_msg=str(seed))
     np.testing.assert_allclose(fast.Phi, slow.Phi, rtol=10 * rtol, atol=10 * rtol, err_msg=str(seed))
+    for f in ("J_min", "J_tail_min", "J_tail_max", "Jbar_min", "Jbar_tail_min", "Jbar_tail_max"):
+        np.testing.assert_allclose(getattr(fast, f), getattr(slow, f), rtol=rtol, atol=0, err_msg=f"{f} {seed}")
     if rtol == 1e-12:  # a realised decrease of Phi within round-off of 0 may count differently otherwise
         np.testing.assert_array_equal(fast.n_decrease, slow.n_decrease)
 
@@ -77,7 +79,8 @@ _THREADS_SCRIPT = textwrap.dedent("""
         eta, seed = np.geomspace(0.01, 20, 7), np.arange(7)
         one = simulate(b, dyn, eta=eta, seed=seed, threads=1)
         two = simulate(b, dyn, eta=eta, seed=seed, threads=2)
-        for f in ("J", "Phi", "dmu", "M", "wnorm", "dPhi", "entropy", "eta", "theta_final", "J_min", "n_decrease"):
+        for f in ("J", "Phi", "dmu", "M", "wnorm", "dPhi", "entropy", "eta", "theta_final", "J_min", "n_decrease",
+                  "J_tail_min", "J_tail_max", "Jbar_min", "Jbar_tail_min", "Jbar_tail_max"):
             x, y = np.asarray(getattr(one, f)), np.asarray(getattr(two, f))
             assert x.tobytes() == y.tobytes(), (mode, f)
     assert numba.get_num_threads() == 2  # simulate restores the caller's setting
@@ -261,7 +264,8 @@ def test_run_results_do_not_depend_on_its_lockstep_partner(mode, method, optimiz
     full = simulate(b, dyn, eta=eta, seed=seed)
     for order in ([3, 0, 1, 2], [2], [1, 3, 0], [0, 2]):
         part = simulate(b, dyn, eta=eta[order], seed=seed[order])
-        for f in ("J", "Phi", "dmu", "M", "entropy", "eta", "theta_final", "J_min", "n_decrease"):
+        for f in ("J", "Phi", "dmu", "M", "entropy", "eta", "theta_final", "J_min", "n_decrease", "J_tail_min",
+                  "J_tail_max", "Jbar_min", "Jbar_tail_min", "Jbar_tail_max"):
             assert getattr(full, f)[order].tobytes() == getattr(part, f).tobytes(), (order, f)
 
 
