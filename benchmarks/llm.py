@@ -49,6 +49,7 @@ from llm_probe import (
 from llm_probe.losses import policy_loss
 from llm_probe.model import completion_logprobs
 from llm_probe.probes import per_prompt_gaps_batched
+from llm_probe.threads import configure_threads
 
 from .timing import interleaved, ratio
 
@@ -83,7 +84,7 @@ class LLMSetup:
 
 def warm_policy(setup: LLMSetup):
     """(model, tokenizer, task, sampled accuracy) after the supervised warm-up, with 1 torch thread."""
-    torch.set_num_threads(1)
+    configure_threads(1)
     tok = build_char_tokenizer()
     task = AdditionTask()
     model = build_tiny_qwen(tok, setup.spec, seed=setup.seed)
@@ -207,7 +208,7 @@ def _routes(model, ro, setup: LLMSetup):
 
 def route_times(model, tok, task, setup: LLMSetup, repeats: int = 5) -> RouteTimes:
     """Time of the two alignment routes and of a plain loss forward + backward (module doc, item 2)."""
-    torch.set_num_threads(1)
+    configure_threads(1)
     ro = mixed_rollout(model, tok, task, setup)
     fns, params = _routes(model, ro, setup)
 

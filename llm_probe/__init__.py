@@ -3,6 +3,10 @@
 Imports torch; ``gapdyn`` and ``bandits`` never import this package. See docs/llm_probe.md.
 """
 
+from .threads import set_wait_policy as _set_wait_policy
+
+_set_wait_policy()  # OMP_WAIT_POLICY=PASSIVE unless set: OpenMP reads it once, at torch's first import (threads.py)
+
 from .collapse import RULES, Alert, CollapseConfig, CollapseDetector, detection_stats, synthetic_stream
 from .config import TrainConfig
 from .losses import AGG_ALIASES, AGG_MODES, LOSS_NAMES, LOSSES, LossSpec, aggregate, compute_advantages, policy_loss

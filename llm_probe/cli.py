@@ -50,7 +50,7 @@ class WarmupConfig:
     lr: float = 1e-3
     """Warm-up Adam learning rate."""
     num_threads: int | None = None
-    """torch.set_num_threads (None: torch's default)."""
+    """torch threads (None: 1, or GAPDYN_TORCH_THREADS; llm_probe.threads)."""
     progress: bool = True
     """Show the warm-up progress bar."""
 
@@ -137,6 +137,9 @@ def _train_main(argv: list[str]) -> int:
     cfg = parse(TrainConfig, argv, prog="gapdyn train",
                 description="Online RLVR run of a tiny Qwen with gradient-gap probes "
                             "(also: `gapdyn train demo`, `gapdyn train warmup`).")
+    from .threads import configure_threads
+
+    configure_threads(cfg.num_threads)
     out = output_dir("train", cfg.out_dir)
     from .demo import summarize_run
     from .trainer import FaultError, train

@@ -166,7 +166,7 @@ class TrainConfig:
     max_faults: int = 3
     """Stop after this many consecutive steps with a non-finite loss or gradient (each is skipped)."""
     num_threads: int | None = None
-    """torch.set_num_threads (None: leave torch's default)."""
+    """torch threads (None: the process's count: 1 unless GAPDYN_TORCH_THREADS; llm_probe.threads)."""
     device: str = "auto"
     """'auto' (CUDA when available), 'cpu', 'cuda' or 'cuda:N'."""
     dtype: str = "float32"

@@ -91,16 +91,15 @@ class DemoConfig:
 
 def prepare_warm_model(out_dir, *, arch="qwen2", seed=0, steps=400, batch=128, lr=1e-3, num_threads=None,
                        force=False, progress=False):
-    """Build + warm up + save a tiny Qwen in out_dir (reused unless force); returns (dir, sampled accuracy)."""
-    import torch
-
+    """Build + warm up + save a tiny Qwen in out_dir (reused unless force); returns (dir, sampled accuracy).
+    num_threads: torch threads (None: the process's count, 1 unless GAPDYN_TORCH_THREADS; llm_probe.threads)."""
     from .model import TinyQwenSpec, build_tiny_qwen, save_policy
     from .tasks import AdditionTask
+    from .threads import use_threads
     from .tokenizer import build_char_tokenizer
     from .warmup import sampled_accuracy, warmup
 
-    if num_threads:
-        torch.set_num_threads(int(num_threads))
+    use_threads(num_threads)
     d = Path(out_dir)
     meta = d / "warmup.json"
     if meta.exists() and (d / "config.json").exists() and not force:

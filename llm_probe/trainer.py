@@ -131,8 +131,9 @@ class Trainer:
         if cfg.probe_every < 0 or cfg.probe_prompts < 0 or cfg.checkpoint_every < 0:
             raise ValueError(f"probe_every, probe_prompts and checkpoint_every must be >= 0, got "
                              f"{cfg.probe_every}, {cfg.probe_prompts}, {cfg.checkpoint_every}")
-        if cfg.num_threads is not None:
-            torch.set_num_threads(int(cfg.num_threads))
+        from .threads import use_threads
+
+        use_threads(cfg.num_threads)  # None: the process's count (1 unless GAPDYN_TORCH_THREADS; threads.py)
         self.cfg = cfg
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,8 @@ import contextvars
 import numpy as np
 import torch
 
+from .threads import use_threads
+
 __all__ = ["supervised_batch", "warmup", "warmup_progress", "sampled_accuracy"]
 
 _SHOW_PROGRESS: contextvars.ContextVar[bool] = contextvars.ContextVar("warmup_progress", default=False)
@@ -52,9 +54,11 @@ def warmup(model, tokenizer, task, *, steps: int = 400, batch_size: int = 128, l
     """Train ``model`` in place on the task's reference answers; returns the loss per step.
 
     progress: a tqdm bar (None: as set by :func:`warmup_progress`, off by default);
-    callback: called as ``callback(step, loss)`` after each step."""
+    callback: called as ``callback(step, loss)`` after each step.
+    Torch threads: :func:`llm_probe.threads.use_threads` (same count -> bit-identical weights)."""
     if steps < 0 or batch_size < 1 or lr <= 0:
         raise ValueError(f"need steps >= 0, batch_size >= 1, lr > 0; got {steps}, {batch_size}, {lr}")
+    use_threads()  # the process's torch threads (1 unless configured): the warmed bits depend on the count
     rng = np.random.default_rng(seed)
     dev = next(model.parameters()).device
     opt = torch.optim.Adam(model.parameters(), lr=lr)

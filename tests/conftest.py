@@ -7,6 +7,10 @@ Profiles: ``ci`` (derandomized, fixed example budget; selected when CI is set) a
 from __future__ import annotations
 
 import os
+import sys
+
+# Read by OpenMP once, when torch is first imported (llm_probe/threads.py): set before any test module imports it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np
 import pytest
@@ -22,6 +26,16 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def torch_threads():
+    """The project's torch thread count (1 unless GAPDYN_TORCH_THREADS) for every test, when the collected
+    tests use torch (no torch import otherwise)."""
+    if "torch" in sys.modules:
+        from llm_probe.threads import configure_threads
+
+        configure_threads()
 
 
 @pytest.fixture
