@@ -1,39 +1,78 @@
-"""Experiment 6: gapdyn's methods at equal step size and at matched expected first step.
+"""Experiment 6: gapdyn's methods at equal step size, and WAPO against others at a matched expected step.
 
-GRPO vs Dr. GRPO vs WAPO vs REINFORCE vs RLOO vs PSR / NSR vs W-REINFORCE on single-context log-linear bandits
-(K = 100, d = 16, 10 correct, theta0 = 0, G = 8). Every method's expected direction is scalar(J, G) x Gap
-(gapdyn.expected_scalar), so the exact dynamics of two methods whose scalars are proportional are the same
-dynamics at rescaled step sizes: exact RLOO, PSR, NSR = REINFORCE; exact Dr. GRPO at eta = REINFORCE at
-(1 - 1/G) eta; exact W-REINFORCE at eta = REINFORCE at (1 + lam) eta. These are identity rows (machinery).
+GRPO vs Dr. GRPO vs WAPO vs REINFORCE vs RLOO vs NSR vs W-REINFORCE on single-context log-linear bandits
+(K = 100, d = 16, 10 correct, theta0 = 0, G = 8). Every method's expected direction is scalar_m(J, G) x Gap
+(gapdyn.expected_scalar), so the exact dynamics of two methods whose scalars are proportional are one map at
+rescaled step sizes: exact RLOO, PSR, NSR = REINFORCE; exact Dr. GRPO at eta = REINFORCE at (1 - 1/G) eta;
+exact W-REINFORCE at eta = REINFORCE at (1 + lam) eta. PSR's advantage is r_i, REINFORCE's (no baseline), so
+for binary rewards PSR *is* REINFORCE, sampled runs included: it is run only for the identity row and left out
+of every ranking and comparison but one (``matched_wapo_vs_psr``, whose id is kept; the runs are REINFORCE's).
+These are identity rows (machinery). A run's outcome is gapdyn.run_outcome via
+bandits.experiments._common.run_stats (collapsed: J < 1e-3 at every state of the last quarter).
+
+Design.
 
 - exact / sampled cells (method, instance): runs on the eta grid (sampled: n_seeds common seeds per eta):
-  collapse (gapdyn.COLLAPSE_J within the horizon), steps to J >= 0.9, entropy at steps 0, 10, 50 and the end.
-- matched cells (instance): WAPO, PSR, Dr. GRPO and GRPO sampled at eta_m = L / ||E[w_m](theta0)|| for step
-  lengths L (bandits.experiments.mechanisms.matched_step_etas), on the same seeds: does WAPO's stability come
-  from dropping negative samples or from its smaller expected step?
+  collapse, steps to J >= 0.9, entropy at steps 0, 10, 50 and the end.
+- Rankings are inferences over methods (the unit is the method, not the instance): Spearman rho between the
+  expected scalar at J0 and the method's outcome, one-sided exact permutation p over every assignment of the
+  outcomes to the distinct methods (:func:`rank_permutation_test`), with its smallest attainable value. Exact
+  dynamics have 5 distinct directions (reinforce, dr_grpo, w_reinforce, wapo, grpo: RLOO / NSR / PSR are
+  REINFORCE's map), sampled ones 7 distinct estimators (PSR dropped). Interval: rho minus the 95 % and 5 %
+  quantiles of its permutation distribution (clipped to [-1, 1]; its lower end is above 0 about when the
+  one-sided p is below 0.05); a row whose smallest attainable p (ties in the outcome included) is not below
+  0.05 is not measured ("too few methods to decide").
+- matched cells (instance): WAPO at constant eta and each comparison method m at the per-step
+  eta_m(k) = eta scalar_wapo(J_k, G) / scalar_m(J_k, G), so that eta_m(k) E[w_m](theta_k) = eta E[w_wapo](theta_k)
+  at every state theta_k along the run (:func:`matched_runs`, the engine one step at a time; Dr. GRPO runs at
+  eta (1 - J_k)). The expected update field is then WAPO's for every method; what differs is the noise (WAPO
+  drops the negative samples), which separates "drops negatives" from "smaller step".
+- Comparisons cluster by instance: d_i = P(collapse | WAPO) - P(collapse | other) per instance (mean over etas
+  and seeds), a t interval over instances and a one-sided exact sign-flip permutation test of mean(d) < 0
+  (:func:`sign_flip_p`); primaries (Holm over these only): ``wapo_vs_grpo`` (WAPO's claim at equal eta) and
+  ``matched_wapo_vs_dr_grpo`` (dropping negatives at an equal expected step); every other test is exploratory.
+
+Removed rows: none; every id is kept, with its statement where it survives. ``*_rank_*`` now test over
+methods by exact permutation (were: cluster bootstrap over instances of a Spearman whose scalars are fixed
+per method: zero-width intervals; PSR counted as a method beside REINFORCE). ``matched_*`` now match the
+expected step at every state (were: at theta0 only, where WAPO's scalar later shrinks by (1 - J));
+``wapo_vs_*`` and ``matched_*`` test per-instance differences (were: McNemar over (instance, eta, seed) rows
+treated as independent). New identity rows: ``identity_psr_reinforce`` (sampled PSR = REINFORCE) and
+``identity_matched_exact`` (exact Dr. GRPO at eta (1 - J_k) = exact WAPO at eta).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import pandas as pd
-from scipy.stats import spearmanr
+from scipy.special import log_softmax
+from scipy.stats import rankdata
 
 import gapdyn
 from gapdyn import Criterion
+from gapdyn.stats import t_interval_cluster_means
 from bandits.engine import Dynamics, simulate
 
 from . import mechanisms as mech
-from ._common import bootstrap, make_claim, no_data, run_experiment, steps_to
+from ._common import make_claim, no_data, run_stats, steps_to
 
 NAME = "methods"
 MODES = ("test", "quick", "full")
-MATCHED = ("wapo", "psr", "dr_grpo", "grpo")
-"""Methods compared at matched expected first step (WAPO first)."""
+EXACT_DISTINCT = ("reinforce", "dr_grpo", "w_reinforce", "wapo", "grpo")
+"""Distinct exact directions (RLOO, PSR, NSR follow REINFORCE's map exactly)."""
+SAMPLED_DISTINCT = ("reinforce", "rloo", "nsr", "dr_grpo", "w_reinforce", "wapo", "grpo")
+"""Distinct sampled estimators (PSR is REINFORCE for binary rewards)."""
+MATCHED = ("wapo", "dr_grpo", "psr", "grpo")
+"""Methods run at WAPO's expected step along the trajectory (WAPO first)."""
+PRIMARY = frozenset({"wapo_vs_grpo", "matched_wapo_vs_dr_grpo"})
+"""The pre-declared primary comparisons (Holm over these only; docs/evidence.md §5)."""
+ALPHA = 0.05
+_J_CLIP = 1e-12  # J_k is clipped to [1e-12, 1 - 1e-12] where the scalars are evaluated (both vanish beyond)
 
 
 @dataclass(frozen=True)
@@ -49,8 +88,8 @@ class Config:
     n_seeds: int = 16
     group_size: int = 8
     lam: float = 0.1
-    step_lengths: tuple[float, ...] = (1.0, 3.0, 10.0, 30.0, 100.0)
-    """matched expected first-step lengths L = eta ||E[w](theta0)||."""
+    matched_etas: tuple[float, ...] = (10.0, 30.0, 100.0, 300.0, 1000.0)
+    """WAPO's constant eta in the matched cells (each other method runs at WAPO's expected step)."""
     matched_seeds: int = 32
 
     def __post_init__(self):
@@ -61,16 +100,18 @@ class Config:
         missing = {"reinforce", "rloo", "psr", "nsr", "dr_grpo", "w_reinforce", "wapo", "grpo"} - set(self.methods)
         if missing:
             raise ValueError(f"methods must include every method of the identities and comparisons, missing {missing}")
+        if not self.matched_etas or any(not (math.isfinite(e) and e > 0) for e in self.matched_etas):
+            raise ValueError(f"matched_etas must be non-empty and positive, got {self.matched_etas!r}")
 
     @classmethod
     def test(cls) -> Config:
         return cls(mode="test", instances=(0, 1, 2), etas=(1.0, 30.0, 1000.0), steps=40, n_seeds=3,
-                   step_lengths=(3.0, 30.0), matched_seeds=4)
+                   matched_etas=(30.0, 1000.0), matched_seeds=4)
 
     @classmethod
     def quick(cls) -> Config:
         return cls(mode="quick", instances=gapdyn.DISCOVERY_SEEDS[:8], etas=(0.3, 3.0, 30.0, 300.0), steps=150,
-                   n_seeds=6, step_lengths=(3.0, 10.0, 30.0), matched_seeds=12)
+                   n_seeds=6, matched_etas=(30.0, 300.0, 1000.0), matched_seeds=12)
 
     @classmethod
     def full(cls) -> Config:
@@ -79,6 +120,7 @@ class Config:
 
 _WAPO = "WAPO (arXiv 2606.16154)"
 _SD = "Suk & Duan (arXiv 2510.08539)"
+_MATCH = "at WAPO's expected step at every state (eta_m(k) = eta scalar_wapo(J_k) / scalar_m(J_k))"
 STATEMENTS: dict[str, tuple[str, str]] = {
     "identity_baselines": ("derived: RLOO, PSR, NSR and REINFORCE share E[w] = J (1-J) Gap",
                            "exact RLOO, PSR and NSR runs equal exact REINFORCE runs (max |J_final difference|)"),
@@ -86,6 +128,12 @@ STATEMENTS: dict[str, tuple[str, str]] = {
                              "exact Dr. GRPO at eta equals exact REINFORCE at (1 - 1/G) eta (max |J_final difference|)"),
     "identity_wr_rescaled": ("derived: exact W-REINFORCE at eta = REINFORCE at (1+lam) eta",
                              "exact W-REINFORCE at eta equals exact REINFORCE at (1 + lam) eta (max |J_final difference|)"),
+    "identity_psr_reinforce": ("derived: PSR's advantage r_i is REINFORCE's for binary rewards",
+                               "sampled PSR runs equal sampled REINFORCE runs on the same seeds (max |J_final "
+                               "difference|)"),
+    "identity_matched_exact": ("derived: E[w_wapo] = (1 - J) E[w_dr_grpo] (docs/equations.md §4)",
+                               "exact Dr. GRPO at eta (1 - J_k) per step equals exact WAPO at eta (max |J_final "
+                               "difference|): the matched design gives one expected update field"),
     "exact_rank_collapse": (f"{_SD}, Thm 2 with E[w] = scalar x Gap", "exact dynamics at equal eta: methods with a "
                             "larger expected scalar at J0 collapse more (Spearman over methods > 0)"),
     "sampled_rank_collapse": (f"{_SD}, Thm 2 with E[w] = scalar x Gap", "sampled dynamics at equal eta: methods "
@@ -94,36 +142,36 @@ STATEMENTS: dict[str, tuple[str, str]] = {
                            "larger scalar reach J >= 0.9 sooner (Spearman(scalar, mean steps) < 0)"),
     "sampled_rank_entropy": (_SD + ", Thm 1 with E[w] = scalar x Gap", "sampled: entropy at step 50 falls most for "
                              "the largest scalar (Spearman(scalar, H50) < 0)"),
-    "wapo_vs_grpo": (_WAPO, "at equal eta, sampled WAPO collapses less than GRPO (paired on seeds; exact McNemar)"),
-    "wapo_vs_dr_grpo": (_WAPO, "at equal eta, sampled WAPO collapses less than Dr. GRPO (paired; exact McNemar)"),
-    "matched_wapo_vs_dr_grpo": (_WAPO + "; beyond the papers", "at matched expected first step, sampled WAPO "
-                                "collapses less than Dr. GRPO: dropping negative samples, not the smaller step"),
-    "matched_wapo_vs_psr": (_WAPO + "; beyond the papers", "at matched expected first step, sampled WAPO collapses "
-                            "less than PSR (both positive-only; WAPO centres on p_hat)"),
-    "matched_wapo_vs_grpo": (_WAPO + "; beyond the papers", "at matched expected first step, sampled WAPO "
-                             "collapses less than GRPO"),
+    "wapo_vs_grpo": (_WAPO, "at equal eta, sampled WAPO collapses less than GRPO"),
+    "wapo_vs_dr_grpo": (_WAPO, "at equal eta, sampled WAPO collapses less than Dr. GRPO"),
+    "matched_wapo_vs_dr_grpo": (_WAPO + "; beyond the papers", f"{_MATCH}, sampled WAPO collapses less than Dr. "
+                                "GRPO: dropping negative samples, not the smaller step"),
+    "matched_wapo_vs_psr": (_WAPO + "; beyond the papers", f"{_MATCH}, sampled WAPO collapses less than PSR "
+                            "(= REINFORCE for binary rewards; both use positive samples only, WAPO centres on p_hat)"),
+    "matched_wapo_vs_grpo": (_WAPO + "; beyond the papers", f"{_MATCH}, sampled WAPO collapses less than GRPO"),
 }
 CRITERIA: dict[str, Criterion] = {
     "identity_baselines": Criterion.identity(0.0, tol=1e-9),
     "identity_dr_rescaled": Criterion.identity(0.0, tol=1e-9),
     "identity_wr_rescaled": Criterion.identity(0.0, tol=1e-9),
-    "exact_rank_collapse": Criterion.above(0.0),
-    "sampled_rank_collapse": Criterion.above(0.0),
-    "sampled_rank_speed": Criterion.below(0.0),
-    "sampled_rank_entropy": Criterion.below(0.0),
-    "wapo_vs_grpo": Criterion.below(0.0, alpha=0.05),
-    "wapo_vs_dr_grpo": Criterion.below(0.0, alpha=0.05),
-    "matched_wapo_vs_dr_grpo": Criterion.below(0.0, alpha=0.05),
-    "matched_wapo_vs_psr": Criterion.below(0.0, alpha=0.05),
-    "matched_wapo_vs_grpo": Criterion.below(0.0, alpha=0.05),
+    "identity_psr_reinforce": Criterion.identity(0.0, tol=1e-9),
+    "identity_matched_exact": Criterion.identity(0.0, tol=1e-6),
+    "exact_rank_collapse": Criterion.above(0.0, alpha=ALPHA),
+    "sampled_rank_collapse": Criterion.above(0.0, alpha=ALPHA),
+    "sampled_rank_speed": Criterion.below(0.0, alpha=ALPHA),
+    "sampled_rank_entropy": Criterion.below(0.0, alpha=ALPHA),
+    "wapo_vs_grpo": Criterion.below(0.0, alpha=ALPHA),
+    "wapo_vs_dr_grpo": Criterion.below(0.0, alpha=ALPHA),
+    "matched_wapo_vs_dr_grpo": Criterion.below(0.0, alpha=ALPHA),
+    "matched_wapo_vs_psr": Criterion.below(0.0, alpha=ALPHA),
+    "matched_wapo_vs_grpo": Criterion.below(0.0, alpha=ALPHA),
 }
 """Identity tolerance 1e-9 on J_final: the runs are the same map; a rescaled eta only changes the rounding of
-eta x scalar (measured deviations are ~1e-20)."""
+eta x scalar (measured deviations are ~1e-20). The matched identity multiplies (1 - J_k) into eta instead of
+into the scalar, one rounding per step: 1e-6."""
 FORMS: dict[str, str] = {
-    "identity_baselines": "identity", "identity_dr_rescaled": "identity", "identity_wr_rescaled": "identity",
-    "exact_rank_collapse": "comparison", "sampled_rank_collapse": "comparison", "sampled_rank_speed": "comparison",
-    "sampled_rank_entropy": "comparison", "wapo_vs_grpo": "comparison", "wapo_vs_dr_grpo": "comparison",
-    "matched_wapo_vs_dr_grpo": "comparison", "matched_wapo_vs_psr": "comparison", "matched_wapo_vs_grpo": "comparison",
+    **{k: "identity" for k in CRITERIA if k.startswith("identity_")},
+    **{k: "comparison" for k in CRITERIA if not k.startswith("identity_")},
 }
 """The form of each claim's statement (gapdyn.FORMS)."""
 
@@ -134,36 +182,130 @@ def cells(config: Config, instances=None) -> list[dict]:
     common = {k: d[k] for k in ("etas", "steps", "n_seeds", "group_size", "lam")}
     out = [{"kind": s, "method": m, "instance": int(i), **common}
            for m in config.methods for s in ("exact", "sampled") for i in instances]
-    out += [{"kind": "matched", "instance": int(i), "step_lengths": d["step_lengths"], "steps": config.steps,
+    out += [{"kind": "matched", "instance": int(i), "etas": d["matched_etas"], "steps": config.steps,
              "n_seeds": config.matched_seeds, "group_size": config.group_size} for i in instances]
     return out
+
+
+# ------------------------------------------------------------------------------------------------
+# the matched-step runs
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MatchedTrajectory:
+    """R runs of one method at WAPO's expected step, one engine step at a time (states k = 0..T).
+
+    J: [R, T+1] success rate at theta_k; eta: [R, T] the step size used at step k; wnorm: [R, T] ||u_k||;
+    entropy: [R, T+1]; theta: [R, T+1, d] (only with keep_theta); J_final: [R, 1]; J_min, J_tail_min,
+    J_tail_max: [R, 1] what decides the outcome (read by bandits.experiments._common.run_stats, context 0).
+    """
+
+    J: np.ndarray
+    eta: np.ndarray
+    wnorm: np.ndarray
+    entropy: np.ndarray
+    theta: np.ndarray | None
+    J_final: np.ndarray
+    J_min: np.ndarray
+    J_tail_min: np.ndarray
+    J_tail_max: np.ndarray
+
+
+def matched_ratio(method: str, J, G: int) -> np.ndarray:
+    """scalar_wapo(J, G) / scalar_m(J, G) (gapdyn.expected_scalar), J clipped to [1e-12, 1 - 1e-12].
+
+    Dr. GRPO: 1 - J; REINFORCE / PSR: (1 - 1/G)(1 - J); GRPO: (1 - 1/G) J (1 - J)^2 / c_G(J); WAPO: 1.
+    """
+    Jc = np.clip(np.asarray(J, dtype=float), _J_CLIP, 1 - _J_CLIP)
+    return gapdyn.expected_scalar("wapo", Jc, G) / gapdyn.expected_scalar(method, Jc, G)
+
+
+def matched_runs(bandit, method: str, *, eta, seeds, steps: int, group_size: int, mode: str = "sampled",
+                 keep_theta: bool = False) -> MatchedTrajectory:
+    """Runs of ``method`` at eta_m(k) = eta scalar_wapo(J_k) / scalar_m(J_k) (:func:`matched_ratio`).
+
+    Then eta_m(k) E[w_m](theta_k) = eta E[w_wapo](theta_k) at every state the run visits (derived:
+    E[w_m] = scalar_m(J) Gap, gapdyn.expected_scalar). The engine (bandits.engine.simulate) runs one step
+    per call from theta_k; sampled step k of seed s draws its group from default_rng(s * 10**6 + k), so runs
+    of different methods on one seed share their uniforms step by step (common random numbers).
+    """
+    if mode not in ("exact", "sampled"):
+        raise ValueError(f"mode must be 'exact' or 'sampled', got {mode!r}")
+    if isinstance(steps, bool) or int(steps) != steps or not 1 <= steps < 10**6:
+        raise ValueError(f"steps must be an integer in [1, 10**6), got {steps!r}")
+    eta = np.asarray(eta, dtype=float)
+    seeds = np.asarray(seeds, dtype=np.int64)
+    if eta.ndim != 1 or eta.shape != seeds.shape or np.any(~np.isfinite(eta)) or np.any(eta <= 0):
+        raise ValueError(f"eta must be positive and of the shape of seeds [R], got {eta.shape} and {seeds.shape}")
+    dyn = Dynamics(method=method, mode=mode, steps=1, group_size=group_size)
+    R, T = eta.size, int(steps)
+    th = np.broadcast_to(bandit.zeros(), (R,) + bandit.zeros().shape).copy()
+    J = np.empty((R, T + 1))
+    H = np.empty((R, T + 1))
+    eta_k, wn = np.empty((R, T)), np.empty((R, T))
+    thetas = np.empty((R, T + 1, th.shape[-1])) if keep_theta else None
+    J[:, 0] = bandit.success_rate(th[0])[0]  # every run starts at theta0 = 0
+    for k in range(T):
+        e = np.maximum(eta * matched_ratio(method, J[:, k], group_size), np.finfo(float).tiny)
+        if keep_theta:
+            thetas[:, k] = th[:, 0]
+        tr = simulate(bandit, dyn, eta=e, seed=seeds * 10**6 + k, theta0=th)
+        th = tr.theta_final
+        J[:, k + 1] = np.clip(tr.J_final[:, 0], 0.0, 1.0)
+        H[:, k] = tr.entropy[:, 0, 0]
+        eta_k[:, k], wn[:, k] = e, tr.wnorm[:, 0, 0]
+    if keep_theta:
+        thetas[:, T] = th[:, 0]
+    H[:, T] = [_entropy(bandit.logits(t)[0]) for t in th]
+    stats = gapdyn.RunStats.from_trajectory(J)
+    return MatchedTrajectory(J, eta_k, wn, H, thetas, J[:, -1:], stats.J_min[:, None], stats.J_tail_min[:, None],
+                             stats.J_tail_max[:, None])
+
+
+def _entropy(z) -> float:
+    """-sum_a pi_a log pi_a (nats) of the softmax of logits z."""
+    logp = log_softmax(z)
+    return float(-np.sum(np.exp(logp) * logp))
+
+
+def _frame(tr, etas, seeds) -> pd.DataFrame:
+    """One row per run: outcome (gapdyn.run_outcome via run_stats), steps to 0.9, entropies."""
+    st = run_stats(tr, 0)
+    outcome = gapdyn.run_outcome(st)
+    J, H = tr.J if tr.J.ndim == 2 else tr.J[:, :, 0], tr.entropy if tr.entropy.ndim == 2 else tr.entropy[:, :, 0]
+    at = lambda k: H[:, min(k, H.shape[1] - 1)]  # noqa: E731
+    return pd.DataFrame({
+        "eta": etas, "seed": seeds, "J0": J[:, 0], "J_final": tr.J_final[:, 0],
+        "J_min": st.J_min, "outcome": outcome, "collapsed": outcome == "collapsed",
+        "steps_to_09": steps_to(J, np.arange(J.shape[1]), 0.9),
+        "H0": at(0), "H10": at(10), "H50": at(50), "H_final": H[:, -1],
+    })
 
 
 def _runs(bandit, dyn, etas, seeds) -> pd.DataFrame:
     E, S = np.meshgrid(np.asarray(etas, float), np.asarray(seeds), indexing="ij")
     tr = simulate(bandit, dyn, eta=E.ravel(), seed=S.ravel())
-    H = tr.entropy[:, :, 0]
-    at = lambda k: H[:, min(k, H.shape[1] - 1)]  # noqa: E731
-    return pd.DataFrame({
-        "eta": E.ravel(), "seed": S.ravel(), "J0": tr.J[:, 0, 0], "J_final": tr.J_final[:, 0],
-        "J_min": tr.J_min[:, 0], "collapsed": gapdyn.is_collapsed(tr.J_min[:, 0]),
-        "steps_to_09": steps_to(tr.J[:, :, 0], tr.steps, 0.9),
-        "H0": at(0), "H10": at(10), "H50": at(50), "H_final": H[:, -1],
-    })
+    return _frame(tr, E.ravel(), S.ravel())
 
 
-def run_cell(*, kind, instance, steps, n_seeds, group_size, method=None, etas=None, lam=0.1,
-             step_lengths=None) -> pd.DataFrame:
-    """Rows of one cell: exact / sampled runs of one method, or the matched-step comparison."""
+def run_cell(*, kind, instance, steps, n_seeds, group_size, method=None, etas=None, lam=0.1) -> pd.DataFrame:
+    """Rows of one cell: exact / sampled runs of one method, or the matched-step runs of MATCHED."""
     b = mech.instance_bandit(instance)
     if kind == "matched":
+        E, S = (a.ravel() for a in np.meshgrid(np.asarray(etas, float), np.arange(n_seeds), indexing="ij"))
         frames = []
-        for m, e in mech.matched_step_etas(b, MATCHED, group_size, step_lengths).items():
-            dyn = Dynamics(method=m, mode="sampled", steps=steps, group_size=group_size)
-            df = _runs(b, dyn, e, np.arange(n_seeds))
-            df.insert(0, "step_length", np.repeat(np.asarray(step_lengths, float), n_seeds))
-            frames.append(df.assign(method=m))
-        return pd.concat(frames, ignore_index=True)
+        for m in MATCHED:
+            tr = matched_runs(b, m, eta=E, seeds=S, steps=steps, group_size=group_size)
+            frames.append(_frame(tr, E, S).assign(method=m))
+        # the identity's other side: exact Dr. GRPO at eta (1 - J_k) against exact WAPO at eta (one seed)
+        e1 = np.asarray(etas, float)
+        dr = matched_runs(b, "dr_grpo", eta=e1, seeds=np.zeros(e1.size, np.int64), steps=steps,
+                          group_size=group_size, mode="exact")
+        wa = simulate(b, Dynamics(method="wapo", mode="exact", steps=steps, group_size=group_size), eta=e1)
+        ident = pd.DataFrame({"eta": e1, "method": "exact_identity", "J_final": dr.J[:, -1],
+                              "J_final_wapo_exact": wa.J_final[:, 0]})
+        return pd.concat(frames + [ident], ignore_index=True)
     if kind not in ("exact", "sampled"):
         raise ValueError(f"kind must be 'exact', 'sampled' or 'matched', got {kind!r}")
     dyn = Dynamics(method=method, mode=kind, steps=steps, group_size=group_size, lam=lam)
@@ -174,6 +316,115 @@ def run_cell(*, kind, instance, steps, n_seeds, group_size, method=None, etas=No
                     scale * np.asarray(etas, float), np.arange(1))
         df["J_final_rescaled_reinforce"] = ref["J_final"].to_numpy()
     return df
+
+
+# ------------------------------------------------------------------------------------------------
+# statistics: inference over methods, paired tests clustered by instance
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RankTest:
+    """Spearman rho of (x, y) over k units, its one-sided exact permutation p and what the test can reach.
+
+    p: share of the k! assignments of y to the units with rho >= observed ("greater") or <= ("less");
+    p_min: the smallest p any assignment of these y values could give; null_lo, null_hi: the 5 % and 95 %
+    quantiles of rho under the permutation null.
+    """
+
+    rho: float
+    p: float
+    p_min: float
+    k: int
+    null_lo: float
+    null_hi: float
+
+
+def _spearman_rows(rx: np.ndarray, ry: np.ndarray) -> np.ndarray:
+    """Pearson correlation of the rank vector rx with every row of ry [n, k] (= Spearman with average ranks)."""
+    a = rx - rx.mean()
+    b = ry - ry.mean(axis=-1, keepdims=True)
+    return (b @ a) / (np.sqrt(np.sum(b * b, axis=-1)) * np.sqrt(a @ a))
+
+
+def rank_permutation_test(x, y, *, alternative: str = "greater") -> RankTest:
+    """Exact permutation test of Spearman's rho between x and y over k <= 9 units (every one of the k! orders).
+
+    H0: y is exchangeable over the units. rho uses average ranks (ties); p counts assignments with
+    rho >= observed - 1e-12 (greater) or <= observed + 1e-12 (less), the observed one included.
+    """
+    if alternative not in ("greater", "less"):
+        raise ValueError(f"alternative must be 'greater' or 'less', got {alternative!r}")
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.ndim != 1 or x.shape != y.shape or not 3 <= x.size <= 9 or not np.all(np.isfinite(x) & np.isfinite(y)):
+        raise ValueError(f"x and y must be finite 1-D arrays of one length in [3, 9], got {x.shape}, {y.shape}")
+    if np.ptp(x) == 0 or np.ptp(y) == 0:
+        raise ValueError("x and y must each take at least two distinct values")
+    rx, ry = rankdata(x), rankdata(y)
+    perms = np.array(list(itertools.permutations(range(x.size))))
+    null = _spearman_rows(rx, ry[perms])
+    rho = float(_spearman_rows(rx, ry[None])[0])
+    sgn = 1.0 if alternative == "greater" else -1.0
+    s, s0 = sgn * null, sgn * rho
+    p = float(np.mean(s >= s0 - 1e-12))
+    p_min = float(np.mean(s >= s.max() - 1e-12))
+    lo, hi = np.quantile(null, [0.05, 0.95])
+    return RankTest(rho, p, p_min, int(x.size), float(lo), float(hi))
+
+
+def sign_flip_p(d) -> float:
+    """One-sided exact sign-flip permutation p of mean(d) < 0 over paired units (zeros dropped).
+
+    H0: each unit's difference is symmetric about 0; p = share of the 2^n sign vectors s with
+    sum(s |d|) <= sum(d) (the observed one included); n = number of nonzero d <= 22. No nonzero d gives p = 1.
+    """
+    d = np.asarray(d, dtype=float)
+    if d.ndim != 1 or not np.all(np.isfinite(d)):
+        raise ValueError(f"d must be a finite 1-D array, got shape {d.shape}")
+    a = np.abs(d[d != 0])
+    n = a.size
+    if n == 0:
+        return 1.0
+    if n > 22:
+        raise ValueError(f"d must have at most 22 nonzero entries for exact enumeration, got {n}")
+    obs = float(d.sum()) + 1e-12 * float(a.sum())
+    count, chunk = 0, 1 << min(n, 16)
+    bits = (np.arange(chunk)[:, None] >> np.arange(min(n, 16))) & 1  # [chunk, n_lo]
+    lo_sums = (1 - 2 * bits) @ a[:min(n, 16)]
+    for hi in range(1 << max(n - 16, 0)):
+        hb = (hi >> np.arange(max(n - 16, 0))) & 1
+        count += int(np.sum(lo_sums + (1 - 2 * hb) @ a[16:] <= obs))
+    return count / float(1 << n)
+
+
+def instance_differences(R: pd.DataFrame, a: str, b: str, key: list[str]) -> pd.Series:
+    """Per instance: mean over paired runs (same ``key``) of collapsed(a) - collapsed(b)."""
+    x = R[R["method"] == a].set_index(key)["collapsed"].astype(float)
+    y = R[R["method"] == b].set_index(key)["collapsed"].astype(float).reindex(x.index)
+    diff = (x - y)[y.notna().to_numpy()]
+    return diff.groupby(level="instance").mean()
+
+
+def _paired_claim(R, a, b, key):
+    """(Estimate of mean_i d_i with a t interval over instances, one-sided sign-flip p, n instances, reason).
+
+    reason is non-empty (the claim is then not measured) with fewer than two instances, or when every instance
+    gives the same difference (no spread over instances for an interval)."""
+    d = instance_differences(R, a, b, key)
+    if len(d) < 2:
+        return no_data(-1.0, 1.0), 1.0, len(d), "fewer than two instances with paired runs"
+    if np.ptp(d.to_numpy()) == 0:
+        v = float(d.iloc[0])
+        return (gapdyn.Estimate(v, v, v, len(d), 0.95, "no spread"), sign_flip_p(d.to_numpy()), len(d),
+                f"every instance gives the same difference ({v:g}; {a} and {b} collapse on the same runs when 0): "
+                "no spread over instances for an interval")
+    return t_interval_cluster_means(d.to_numpy()), sign_flip_p(d.to_numpy()), len(d), ""
+
+
+def _per_method(R: pd.DataFrame, col: str, methods) -> pd.Series:
+    """Mean of ``col`` per method (over instances, etas, seeds) for the listed methods present."""
+    m = R[R["method"].isin(methods)].groupby("method")[col].mean()
+    return m.reindex([x for x in methods if x in m.index]).dropna()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -199,104 +450,103 @@ def summary(results: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _rank_statistic(method_idx, scalar, value) -> float:
-    """Spearman over methods of (scalar, mean value per method) on rows (instance, method)."""
-    k = int(method_idx.max()) + 1
-    cnt = np.bincount(method_idx, minlength=k)
-    if np.any(cnt == 0):
-        return math.nan
-    mean = np.bincount(method_idx, weights=value, minlength=k) / cnt
-    sc = np.bincount(method_idx, weights=scalar, minlength=k) / cnt
-    if np.unique(mean).size < 2:
-        return math.nan
-    return float(spearmanr(sc, mean).statistic)
-
-
-def _rank_claim(R, value_col, seed, agg=np.mean):
-    """Cluster bootstrap (instances) of Spearman(scalar at J0, per-method mean of value_col)."""
-    per = R.groupby(["instance", "method"])[value_col].agg(agg).reset_index().dropna()
-    if per.empty:
-        return no_data(-1.0, 1.0), 0
-    codes, names = pd.factorize(per["method"])
-    J0 = float(np.clip(R["J0"].mean(), 1e-9, 1 - 1e-9))
-    G = int(R["group_size"].iloc[0])
-    sc = np.array([float(gapdyn.expected_scalar(m, J0, G)) for m in names])[codes]
-    est = bootstrap(_rank_statistic, codes, sc, per[value_col].to_numpy(float), clusters=per["instance"].to_numpy(),
-                    seed=seed, natural=(-1.0, 1.0))
-    return est, len(names)
-
-
-def _paired_claim(R, a, b, key, seed):
-    """P(collapse | a) - P(collapse | b) on paired runs (common seeds): cluster bootstrap by instance, McNemar."""
-    x = R[R["method"] == a].set_index(key)["collapsed"].astype(float)
-    y = R[R["method"] == b].set_index(key)["collapsed"].astype(float).reindex(x.index)
-    ok = y.notna().to_numpy()
-    x, y = x[ok], y[ok]
-    if len(x) < 2:
-        return no_data(-1.0, 1.0), 1.0, 0
-    test = gapdyn.mcnemar_exact(x.to_numpy(), y.to_numpy())
-    est = bootstrap(lambda d: float(np.mean(d)), (x - y).to_numpy(), clusters=x.index.get_level_values("instance"),
-                    seed=seed, natural=(-1.0, 1.0))
-    return est, test.p_value, test.n
-
-
 def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") -> list:
     mod = sys.modules[__name__]
-    seed = 2024 if block == "discovery" else 4202
     n_inst = results["instance"].nunique()
-    where = f"K=100, d=16, theta0 = 0, G={config.group_size}, horizon {config.steps}, {n_inst} instances ({block})"
+    G = config.group_size
+    where = f"K=100, d=16, theta0 = 0, G={G}, horizon {config.steps}, {n_inst} instances ({block})"
     claims = []
 
-    def add(cid, est, setting, statistic, p_value=None):
-        claims.append(make_claim(mod, cid, est, block=block, setting=setting, statistic=statistic, p_value=p_value))
+    def add(cid, est, setting, statistic, p_value=None, reason=""):
+        c = make_claim(mod, cid, est, block=block, setting=setting, statistic=statistic, p_value=p_value)
+        if reason:
+            c = replace(c, measured=False, reason=reason)
+        claims.append(replace(c, primary=cid in PRIMARY))
+
+    def max_dev(a, b, n):
+        d = float(np.nanmax(np.abs(np.asarray(a, float) - np.asarray(b, float)))) if n else math.nan
+        if not math.isfinite(d):
+            return gapdyn.Estimate(0.0, 0.0, 0.0, 1, 0.95, "no data"), "no runs to compare"
+        return gapdyn.Estimate(d, 0.0, d, n, 0.95, "max over runs"), ""
 
     ex = results[results["kind"] == "exact"]
     ref = ex[ex["method"] == "reinforce"].set_index(["instance", "eta"])["J_final"]
-    dev = [np.abs(ex[ex["method"] == m].set_index(["instance", "eta"])["J_final"] - ref).max()
-           for m in ("rloo", "psr", "nsr")]
-    dev = float(np.nanmax(dev))
-    n_ex = len(ref)
-    add("identity_baselines", gapdyn.Estimate(dev, 0.0, dev, max(n_ex, 1), 0.95, "max over runs"),
-        where + f", exact, etas {list(config.etas)}", f"max |J_final(m) - J_final(reinforce)| over m, instance, eta "
-        f"({n_ex} runs each)")
+    devs = [(ex[ex["method"] == m].set_index(["instance", "eta"])["J_final"] - ref).abs().max()
+            for m in ("rloo", "psr", "nsr")]
+    est, why = max_dev([max(devs)], [0.0], len(ref))
+    add("identity_baselines", est, where + f", exact, etas {list(config.etas)}",
+        f"max |J_final(m) - J_final(reinforce)| over m, instance, eta ({len(ref)} runs each)", reason=why)
     for cid, m in (("identity_dr_rescaled", "dr_grpo"), ("identity_wr_rescaled", "w_reinforce")):
         r = ex[ex["method"] == m]
-        d = float(np.abs(r["J_final"] - r["J_final_rescaled_reinforce"]).max())
-        add(cid, gapdyn.Estimate(d, 0.0, d, max(len(r), 1), 0.95, "max over runs"),
-            where + f", exact, etas {list(config.etas)}", f"max |J_final difference| over {len(r)} (instance, eta) runs")
+        est, why = max_dev(r["J_final"], r["J_final_rescaled_reinforce"], len(r))
+        add(cid, est, where + f", exact, etas {list(config.etas)}",
+            f"max |J_final difference| over {len(r)} (instance, eta) runs", reason=why)
+    sp = results[results["kind"] == "sampled"].copy()
+    sp["collapsed"] = sp["collapsed"].astype(float)
+    key = ["instance", "eta", "seed"]
+    psr = sp[sp["method"] == "psr"].set_index(key)["J_final"]
+    rf = sp[sp["method"] == "reinforce"].set_index(key)["J_final"].reindex(psr.index)
+    est, why = max_dev(psr, rf, len(psr))
+    add("identity_psr_reinforce", est, where + f", sampled, {config.n_seeds} common seeds per eta",
+        f"max |J_final(psr) - J_final(reinforce)| over {len(psr)} (instance, eta, seed) runs", reason=why)
+    mt = results[results["kind"] == "matched"].copy()
+    idr = mt[mt["method"] == "exact_identity"]
+    est, why = max_dev(idr["J_final"], idr["J_final_wapo_exact"], len(idr))
+    add("identity_matched_exact", est, where + f", exact, eta in {list(config.matched_etas)}",
+        f"max |J_final difference| over {len(idr)} (instance, eta) runs", reason=why)
 
-    eq = results[results["kind"].isin(["exact", "sampled"])].copy()
-    eq["collapsed"] = eq["collapsed"].astype(float)
-    for cid, kind in (("exact_rank_collapse", "exact"), ("sampled_rank_collapse", "sampled")):
-        est, k = _rank_claim(eq[eq["kind"] == kind], "collapsed", seed)
-        add(cid, est, where + f", {kind}, etas {list(config.etas)}",
-            f"Spearman over {k} methods of (scalar at J0, P(collapse)) (cluster bootstrap by instance)")
-    sp = eq[eq["kind"] == "sampled"]
-    small = sp[sp["eta"] == sp["eta"].min()]
-    small = small[np.isfinite(small["steps_to_09"])]
-    est, k = _rank_claim(small, "steps_to_09", seed)
-    add("sampled_rank_speed", est, where + f", sampled, eta = {min(config.etas):g}, runs reaching 0.9",
-        f"Spearman over {k} methods of (scalar at J0, mean steps to J >= 0.9) (cluster bootstrap)")
-    est, k = _rank_claim(sp, "H50", seed)
-    add("sampled_rank_entropy", est, where + f", sampled, etas {list(config.etas)}",
-        f"Spearman over {k} methods of (scalar at J0, entropy at step 50) (cluster bootstrap)")
+    ex = ex.assign(collapsed=ex["collapsed"].astype(float))
+    small = sp[sp["eta"] == sp["eta"].min()].copy()
+    small["steps_to_09"] = np.minimum(small["steps_to_09"], config.steps)  # never reached: censored at the horizon
+    J0 = float(np.clip(pd.concat([ex["J0"], sp["J0"]]).mean(), 1e-9, 1 - 1e-9))
+    rank_rows = (
+        ("exact_rank_collapse", ex, "collapsed", EXACT_DISTINCT, "greater", f"exact, etas {list(config.etas)}",
+         "P(collapse)"),
+        ("sampled_rank_collapse", sp, "collapsed", SAMPLED_DISTINCT, "greater", f"sampled, etas {list(config.etas)}",
+         "P(collapse)"),
+        ("sampled_rank_speed", small, "steps_to_09", SAMPLED_DISTINCT, "less",
+         f"sampled, eta = {min(config.etas):g}", f"mean steps to J >= 0.9 (never: {config.steps})"),
+        ("sampled_rank_entropy", sp, "H50", SAMPLED_DISTINCT, "less", f"sampled, etas {list(config.etas)}",
+         "mean entropy at step 50"),
+    )
+    for cid, R, col, units, alt, setting, what in rank_rows:
+        per = _per_method(R, col, units)
+        sc = np.array([float(gapdyn.expected_scalar(m, J0, G)) for m in per.index])
+        stat = f"Spearman over {len(per)} methods ({', '.join(per.index)}) of (scalar at J0, {what})"
+        if len(per) < 3 or np.ptp(sc) == 0 or np.ptp(per.to_numpy()) == 0:
+            add(cid, no_data(-1.0, 1.0), where + ", " + setting, stat,
+                reason="too few methods, or an outcome equal for every method: no rank correlation to test")
+            continue
+        t = rank_permutation_test(sc, per.to_numpy(), alternative=alt)
+        est = gapdyn.Estimate(t.rho, max(-1.0, t.rho - t.null_hi), min(1.0, t.rho - t.null_lo), t.k, 0.90,
+                              "rho minus the 95 / 5 % quantiles of its exact permutation distribution")
+        stat += (f"; one-sided exact permutation p over {math.factorial(t.k)} orders = {t.p:.3g} (smallest "
+                 f"attainable {t.p_min:.3g}); interval: rho minus the null's 95 / 5 % quantiles (one-sided 95 % "
+                 f"each side); unit: method")
+        reason = ("" if t.p_min < ALPHA else
+                  f"inconclusive: too few methods to decide (smallest attainable p = {t.p_min:.3g} >= {ALPHA:g})")
+        add(cid, est, where + ", " + setting, stat, p_value=t.p, reason=reason)
+
+    def paired(cid, R, other, key, setting):
+        est, p, n, reason = _paired_claim(R, "wapo", other, key)
+        label = "primary" if cid in PRIMARY else "exploratory"
+        add(cid, est, where + ", " + setting,
+            f"mean over {n} instances of P(collapse | WAPO) - P(collapse | {other}) per instance (t interval over "
+            f"instances; one-sided exact sign-flip permutation p; {label})", p_value=p, reason=reason)
 
     for other in ("grpo", "dr_grpo"):
-        est, p, n = _paired_claim(sp, "wapo", other, ["instance", "eta", "seed"], seed)
-        add(f"wapo_vs_{other}", est, where + f", sampled, {config.n_seeds} common seeds per eta",
-            f"P(collapse) WAPO - {other} (cluster bootstrap; exact McNemar on {n} discordant pairs)", p_value=p)
-    mt = results[results["kind"] == "matched"].copy()
-    mt["collapsed"] = mt["collapsed"].astype(float)
+        paired(f"wapo_vs_{other}", sp, other, key, f"sampled, etas {list(config.etas)}, {config.n_seeds} common seeds")
+    mt = mt[mt["method"] != "exact_identity"].assign(collapsed=lambda f: f["collapsed"].astype(float))
     for other in ("dr_grpo", "psr", "grpo"):
-        est, p, n = _paired_claim(mt, "wapo", other, ["instance", "step_length", "seed"], seed)
-        add(f"matched_wapo_vs_{other}", est,
-            where + f", sampled, eta ||E[w](theta0)|| in {list(config.step_lengths)}, {config.matched_seeds} seeds",
-            f"P(collapse) WAPO - {other} at matched step (cluster bootstrap; exact McNemar on {n} discordant pairs)",
-            p_value=p)
+        paired(f"matched_wapo_vs_{other}", mt, other, key,
+               f"sampled, WAPO eta in {list(config.matched_etas)}, {config.matched_seeds} common seeds, other "
+               f"method at eta scalar_wapo(J_k) / scalar_{other}(J_k)")
     return claims
 
 
 def run(config: Config, *, store=None, backend="joblib", n_jobs=-1, progress=True):
     """ExperimentResult of both blocks through bandits.sweep.run_sweep (resumable with ``store``)."""
+    from ._common import run_experiment
+
     return run_experiment(sys.modules[__name__], config, store=store, backend=backend, n_jobs=n_jobs,
                           progress=progress)
