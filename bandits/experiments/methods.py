@@ -55,6 +55,7 @@ from scipy.stats import rankdata
 
 import gapdyn
 from gapdyn import Criterion
+from gapdyn.planner import plan_n, power_mean
 from gapdyn.stats import t_interval_cluster_means
 from bandits.engine import Dynamics, simulate
 
@@ -421,6 +422,15 @@ def _paired_claim(R, a, b, key):
     return t_interval_cluster_means(d.to_numpy()), sign_flip_p(d.to_numpy()), len(d), ""
 
 
+def _planned(d: pd.Series) -> int | None:
+    """Instances at which the t interval of the per-instance differences decides with power 0.8, taking this
+    block's mean and sd as the truth (gapdyn.planner.power_mean against 0); None without spread."""
+    x = d.to_numpy(float)
+    if x.size < 2 or np.ptp(x) == 0:
+        return None
+    return plan_n(lambda n: power_mean(float(x.mean()), float(x.std(ddof=1)), n, value=0.0)).n
+
+
 def _per_method(R: pd.DataFrame, col: str, methods) -> pd.Series:
     """Mean of ``col`` per method (over instances, etas, seeds) for the listed methods present."""
     m = R[R["method"].isin(methods)].groupby("method")[col].mean()
@@ -457,11 +467,11 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
     where = f"K=100, d=16, theta0 = 0, G={G}, horizon {config.steps}, {n_inst} instances ({block})"
     claims = []
 
-    def add(cid, est, setting, statistic, p_value=None, reason=""):
+    def add(cid, est, setting, statistic, p_value=None, reason="", n_planned=None):
         c = make_claim(mod, cid, est, block=block, setting=setting, statistic=statistic, p_value=p_value)
         if reason:
             c = replace(c, measured=False, reason=reason)
-        claims.append(replace(c, primary=cid in PRIMARY))
+        claims.append(replace(c, primary=cid in PRIMARY, n_planned=n_planned))
 
     def max_dev(a, b, n):
         d = float(np.nanmax(np.abs(np.asarray(a, float) - np.asarray(b, float)))) if n else math.nan
@@ -532,7 +542,8 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
         label = "primary" if cid in PRIMARY else "exploratory"
         add(cid, est, where + ", " + setting,
             f"mean over {n} instances of P(collapse | WAPO) - P(collapse | {other}) per instance (t interval over "
-            f"instances; one-sided exact sign-flip permutation p; {label})", p_value=p, reason=reason)
+            f"instances; one-sided exact sign-flip permutation p; {label})", p_value=p, reason=reason,
+            n_planned=_planned(instance_differences(R, "wapo", other, key)))
 
     for other in ("grpo", "dr_grpo"):
         paired(f"wapo_vs_{other}", sp, other, key, f"sampled, etas {list(config.etas)}, {config.n_seeds} common seeds")
