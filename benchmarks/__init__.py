@@ -8,7 +8,8 @@ Modules: :mod:`benchmarks.timing` (interleaved repeats, medians, spread, machine
 :mod:`benchmarks.speed` (bandits.engine vs those references and over threads),
 :mod:`benchmarks.bandit` (bandits.engine vs bandits.reference), :mod:`benchmarks.sequence`
 (bandits.sequence vs T), :mod:`benchmarks.llm` (llm_probe step time and probe routes; imports torch),
+:mod:`benchmarks.threads` (torch threads x OpenMP wait policy, in fresh subprocesses; bit identity),
 :mod:`benchmarks.whatif` (a kept prototype route), :mod:`benchmarks.run` (the report).
 """
 
-__all__ = ["timing", "roofline", "references", "speed", "bandit", "sequence", "llm", "whatif", "run"]
+__all__ = ["timing", "roofline", "references", "speed", "bandit", "sequence", "llm", "threads", "whatif", "run"]
