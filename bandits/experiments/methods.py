@@ -534,7 +534,8 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
                  f"attainable {t.p_min:.3g}); interval: rho minus the null's 95 / 5 % quantiles (one-sided 95 % "
                  f"each side); unit: method")
         reason = ("" if t.p_min < ALPHA else
-                  f"inconclusive: too few methods to decide (smallest attainable p = {t.p_min:.3g} >= {ALPHA:g})")
+                  f"inconclusive: too few methods to decide ({t.k} methods, ties in the outcome included: smallest "
+                  f"attainable p = {t.p_min:.3g} >= {ALPHA:g})")
         add(cid, est, where + ", " + setting, stat, p_value=t.p, reason=reason)
 
     def paired(cid, R, other, key, setting):
