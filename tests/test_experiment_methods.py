@@ -80,6 +80,14 @@ def test_sign_flip_p_matches_enumeration(d):
     assert meth.sign_flip_p(d) == pytest.approx(np.mean(sums <= np.sum(d) + 1e-12))
 
 
+def test_sign_flip_p_beyond_one_chunk_matches_the_binomial():
+    """Equal magnitudes, 19 nonzero (the enumeration runs in chunks of 2^16): p = P(Binomial(19, 1/2) <= #plus)."""
+    from scipy.stats import binom
+
+    d = [-1.0] * 13 + [1.0] * 6 + [0.0]
+    assert meth.sign_flip_p(d) == pytest.approx(binom.cdf(6, 19, 0.5), rel=1e-12)
+
+
 def test_sign_flip_p_edge_cases():
     assert meth.sign_flip_p([0.0, 0.0]) == 1.0
     assert meth.sign_flip_p([-1.0] * 5) == pytest.approx(1 / 32)
