@@ -23,9 +23,13 @@ CONVERGE_J = gapdyn.CONVERGED_J
 
 
 def run_stats(tr, context: int | None = None) -> gapdyn.RunStats:
-    """gapdyn.RunStats of every run of an engine trajectory: of one context's J, or (None) of the mean over
-    contexts, the success rate of a multi-context bandit."""
-    if context is None:
+    """gapdyn.RunStats of every run of a trajectory. Engine (contextual): of one context's J, or (None) of the
+    mean over contexts, the success rate of a multi-context bandit. Sequence bandit: of its J (context None)."""
+    if np.ndim(tr.J_min) == 1:
+        if context is not None:
+            raise ValueError("a sequence-bandit trajectory has one J per run: pass context=None")
+        vals = (tr.J_min, tr.J_tail_min, tr.J_tail_max)
+    elif context is None:
         vals = (tr.Jbar_min, tr.Jbar_tail_min, tr.Jbar_tail_max)
     else:
         vals = (tr.J_min[:, context], tr.J_tail_min[:, context], tr.J_tail_max[:, context])

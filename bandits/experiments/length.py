@@ -34,7 +34,7 @@ import gapdyn
 
 from ..partial import PartialSharingBandit
 from ..sequence import SequenceDynamics, place_for_success_rate, simulate
-from ._common import run_experiment
+from ._common import run_experiment, run_stats
 from ._slopes import within_slope_estimate
 
 __all__ = ["NAME", "CRITERIA", "RHOS", "J0S", "Config", "cells", "run_cell", "start", "analyse",
@@ -181,7 +181,7 @@ def run_cell(
     scale = float(T) if normalized else 1.0
     rows = []
     for s in range(seeds):
-        res = gapdyn.find_eta_star(lambda e, s=s: simulate(env, dyn, eta=e, seed=s, theta0=theta0).J_min,
+        res = gapdyn.find_eta_star(lambda e, s=s: run_stats(simulate(env, dyn, eta=e, seed=s, theta0=theta0)),
                                    scale * eta_lo, scale * eta_hi, max_ratio=max_ratio)
         rows.append({"seed": s, "status": res.status, "eta_star": res.eta_star, "eta_star_loose": res.eta_star_loose,
                      "n_islands": res.n_islands, "J0_exact": J0_exact})

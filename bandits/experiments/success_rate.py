@@ -35,7 +35,7 @@ from ..envs import make_bandit, place_theta
 from ..partial import PartialSharingBandit
 from ..sequence import SequenceDynamics, place_for_success_rate
 from ..sequence import simulate as simulate_sequence
-from ._common import run_experiment
+from ._common import run_experiment, run_stats
 from ._slopes import within_slope_estimate
 
 __all__ = ["NAME", "CRITERIA", "SETTINGS", "MEASURES", "Config", "cells", "run_cell", "checkpoints", "analyse",
@@ -182,13 +182,13 @@ class _Problem:
         tr = simulate_sequence(self.env, self._dyn(steps), eta=eta, theta0=theta)
         return np.append(tr.J[0], tr.J_final[0]), tr.theta_final[0]
 
-    def min_J(self, theta, etas, steps: int) -> np.ndarray:
-        """min over ``steps`` exact GRPO steps from theta of J, for each eta."""
+    def run_stats(self, theta, etas, steps: int) -> gapdyn.RunStats:
+        """What decides the outcome (gapdyn.run_outcome) of ``steps`` exact GRPO steps from theta, per eta."""
         if self.setting == "T=1":
             tr = simulate_contextual(self.bandit, self._dyn(steps), eta=etas, theta0=theta[None])
-            return tr.J_min[:, 0]
+            return run_stats(tr, 0)
         dyn = SequenceDynamics(method="grpo", mode="exact", group_size=self.G, steps=steps)
-        return simulate_sequence(self.env, dyn, eta=etas, theta0=theta).J_min
+        return run_stats(simulate_sequence(self.env, dyn, eta=etas, theta0=theta))
 
     def threshold(self, theta, w) -> float:
         return gapdyn.sharp_step_threshold(self.logodds, theta, w, eta_min=1e-6, eta_max=1e8, rtol=1e-7)
@@ -240,7 +240,7 @@ def run_cell(*, setting: str, instance: int, levels, J_start: float, group_size:
             status = "ok" if np.isfinite(eta) and eta > 0 else ("no crossing in range" if eta > 0 else "not ascent")
             rows.append({"status": status, "level": level, "step": k, "J": J, "one_minus_J": Jb,
                          "measure": measure, "eta_local": eta, "scalar": c, "eta_run": eta_run})
-        res = gapdyn.find_eta_star(lambda e, th=theta: prob.min_J(th, e, horizon), eta_lo, eta_hi, max_ratio=max_ratio)
+        res = gapdyn.find_eta_star(lambda e, th=theta: prob.run_stats(th, e, horizon), eta_lo, eta_hi, max_ratio=max_ratio)
         rows.append({"status": "ok" if res.status == "found" else res.status, "level": level, "step": k, "J": J,
                      "one_minus_J": Jb, "measure": "restart_grpo", "eta_local": res.eta_star, "scalar": c,
                      "eta_run": eta_run})
