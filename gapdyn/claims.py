@@ -321,9 +321,11 @@ class Claim:
         try:
             measured = dict(estimate=estimate.estimate, interval=(estimate.lo, estimate.hi), n=estimate.n,
                             confidence=estimate.confidence)
-            fields.setdefault("measured", estimate.method != "no data")
+            unmeasured = estimate.method == "no data" or estimate.method.startswith("no data: ")
+            fields.setdefault("measured", not unmeasured)
             if not fields["measured"]:
-                fields.setdefault("reason", "too few qualifying instances to compute the statistic")
+                why = estimate.method[len("no data: "):] if estimate.method.startswith("no data: ") else ""
+                fields.setdefault("reason", why or "too few qualifying instances to compute the statistic")
         except AttributeError as exc:
             raise ValueError("estimate must be a gapdyn.Estimate (estimate, lo, hi, n, confidence)") from exc
         clash = sorted(set(measured) & set(fields))

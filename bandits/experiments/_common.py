@@ -52,37 +52,74 @@ def first_below(J: np.ndarray, steps: np.ndarray, level: float) -> np.ndarray:
 # --- claims with intervals ---------------------------------------------------------------------
 
 
-def no_data(lo: float, hi: float) -> gapdyn.Estimate:
-    """The estimate of a statistic that could not be computed: its whole natural range, n = 1.
+def no_data(lo: float, hi: float, reason: str = "") -> gapdyn.Estimate:
+    """The estimate of a statistic that could not be measured (the claim is then "not measured", with
+    ``reason``: gapdyn.Claim.from_estimate reads it from the method "no data: <reason>")."""
+    return gapdyn.Estimate((lo + hi) / 2, lo, hi, 1, 0.95, "no data" + (f": {reason}" if reason else ""))
 
-    The interval spans the statistic's range, so the verdict is "inconclusive" (or, for a range that
-    already violates the criterion, "does not hold"); the claim's statistic text says why.
-    """
-    return gapdyn.Estimate((lo + hi) / 2, lo, hi, 1, 0.95, "no data")
+
+MEAN_INTERVAL = "studentized_cluster_mean"
+"""The interval method of mean claims (gapdyn.stats.studentized_cluster_bootstrap_mean); docs/coverage.md
+has its coverage, ``gapdyn.coverage.valid_at`` the n from which it is valid."""
+PROPORTION_INTERVAL = "clopper_pearson"
+
+
+def too_few(method: str, n: int, lo: float, hi: float) -> gapdyn.Estimate:
+    """The unmeasured estimate of a claim whose interval method is not valid at n (docs/evidence.md §9)."""
+    from gapdyn.coverage import min_valid_n
+
+    m = min_valid_n(method)
+    need = "never within the tabulated n" if m is None else f"valid from n = {m}"
+    return no_data(lo, hi, f"too few instances for a valid interval (n = {n}; {method} {need}, docs/coverage.md)")
 
 
 def proportion(k, n, *, exact: bool = True) -> gapdyn.Estimate:
-    """k/n with a Clopper-Pearson (exact) or Wilson interval; n = 0 gives :func:`no_data` on [0, 1]."""
+    """k/n with the Clopper-Pearson interval (valid from n = 4 in docs/coverage.md; ``exact`` is kept for
+    the callers' signature: Wilson is not valid at the n the claims use, so it is never chosen);
+    n = 0 gives :func:`no_data` on [0, 1]."""
+    from gapdyn.coverage import valid_at
+
     if int(n) == 0:
-        return no_data(0.0, 1.0)
-    f = gapdyn.clopper_pearson_interval if exact else gapdyn.wilson_interval
-    return f(int(k), int(n))
+        return no_data(0.0, 1.0, "no qualifying trials")
+    if not valid_at(PROPORTION_INTERVAL, int(n)):
+        return too_few(PROPORTION_INTERVAL, int(n), 0.0, 1.0)
+    return gapdyn.clopper_pearson_interval(int(k), int(n))
+
+
+def mean_estimate(values, clusters=None, *, seed: int, natural: tuple[float, float]) -> gapdyn.Estimate:
+    """Mean of per-cluster means with the studentized cluster bootstrap (default_rng(seed)), when that method
+    is valid at the number of clusters (gapdyn.coverage.valid_at); otherwise not measured, with the reason."""
+    from gapdyn.coverage import valid_at
+    from gapdyn.stats import studentized_cluster_bootstrap_mean
+
+    v = np.asarray(values, dtype=float)
+    labels = np.arange(v.size) if clusters is None else np.asarray(clusters)
+    ok = np.isfinite(v)
+    v, labels = v[ok], labels[ok]
+    G = int(np.unique(labels).size)
+    if G < 2:
+        return no_data(*natural, f"fewer than 2 instances with a finite value ({G})")
+    if not valid_at(MEAN_INTERVAL, G):
+        return too_few(MEAN_INTERVAL, G, *natural)
+    est = studentized_cluster_bootstrap_mean(v, labels, rng=np.random.default_rng(seed))
+    if not all(math.isfinite(x) for x in (est.estimate, est.lo, est.hi)):
+        return no_data(*natural, "the interval is not finite (every instance has the same value)")
+    return est
 
 
 def bootstrap(statistic, *arrays, clusters=None, seed: int, natural: tuple[float, float]) -> gapdyn.Estimate:
-    """gapdyn.cluster_bootstrap over instances (2000 resamples, default_rng(seed)); :func:`no_data` on
-    ``natural`` when fewer than two clusters or the statistic is undefined."""
-    data = [np.asarray(a) for a in arrays]
-    labels = np.arange(len(data[0])) if clusters is None else np.asarray(clusters)
-    if len(data[0]) < 2 or np.unique(labels).size < 2:
-        return no_data(*natural)
-    try:
-        est = gapdyn.cluster_bootstrap(statistic, *data, clusters=labels, rng=np.random.default_rng(seed))
-    except ValueError:
-        return no_data(*natural)
-    if not all(math.isfinite(v) for v in (est.estimate, est.lo, est.hi)):
-        return no_data(*natural)
-    return est
+    """An interval for ``statistic`` over instances with a method whose coverage is measured.
+
+    A mean (``np.mean``) goes to :func:`mean_estimate`. Any other statistic (a median, a rank correlation, a
+    geometric mean: pass its log to np.mean instead) has no interval method with measured coverage
+    (docs/coverage.md), so the claim is not measured and says so rather than printing a percentile-bootstrap
+    interval whose coverage at these n is 0.8-0.9.
+    """
+    if statistic is np.mean and len(arrays) == 1:
+        return mean_estimate(arrays[0], clusters, seed=seed, natural=natural)
+    name = getattr(statistic, "__name__", "statistic").strip("_")
+    return no_data(*natural, f"no interval method with measured coverage for this statistic ({name}); "
+                             "docs/coverage.md")
 
 
 def make_claim(module, claim_id: str, est: gapdyn.Estimate, *, block: str, setting: str, statistic: str,

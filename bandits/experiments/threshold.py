@@ -39,6 +39,11 @@ NAME = "threshold"
 MODES = ("test", "quick", "full")
 
 
+CONFIRMATION = tuple(range(1000, 1040))
+"""Full mode's confirmation block: 40 instances, the smallest n at which the mean claims' interval method
+(the studentized cluster bootstrap) covers (docs/coverage.md); a smaller block leaves them not measured."""
+
+
 @dataclass(frozen=True)
 class Config:
     """Experiment 1 settings (see the module docstring)."""
@@ -88,7 +93,7 @@ class Config:
 
     @classmethod
     def full(cls) -> Config:
-        return cls(mode="full", confirmation=gapdyn.CONFIRMATION_SEEDS)
+        return cls(mode="full", confirmation=CONFIRMATION)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -101,12 +106,12 @@ STATEMENTS: dict[str, tuple[str, str]] = {
     "finite_share": (f"{_SD}, Thm 2", "a step above a finite threshold eta* collapses J: exact GRPO from theta0 = 0 "
                      "has a finite eta* in the scanned range on (nearly) every instance"),
     "sharpness": (f"{_SD}, Thm 2", "the transition is sharp: from a run that ends converged (J > 0.99) to collapse "
-                  "within 5 % of eta (median over instances of eta* / largest converging eta below it)"),
+                  "within 5 % of eta (geometric mean over instances of eta* / largest converging eta below it)"),
     "reconverge": (f"{_SD}, Thm 2", "above eta* steps keep collapsing: the share of larger grid etas whose run ends "
                    "converged (J > 0.99) is below 5 % (mean over instances with a finite eta*)"),
     "ratio_reinforce_grpo": (f"{_SD}, eq. of E[w] = scalar x Gap", "expected directions differ only by a scalar, so "
                              "eta* scales inversely with it: (eta*_REINFORCE / eta*_GRPO) / (c_G(J0) / (J0 (1-J0))) "
-                             "has geometric mean in [0.8, 1.25]"),
+                             "has geometric mean in [0.8, 1.25] (mean log10 in [log10 0.8, log10 1.25])"),
     "identity_dr_reinforce": ("derived (docs/equations.md): exact Dr. GRPO at eta = REINFORCE at (1-1/G) eta",
                               "eta*_DrGRPO / eta*_REINFORCE = (1 - 1/G)^-1 on every instance: the ratio divided by "
                               "(1 - 1/G)^-1 is 1 (worst instance shown)"),
@@ -125,9 +130,9 @@ STATEMENTS: dict[str, tuple[str, str]] = {
     "linesearch_collapse": (f"{_SD}, Thm 2 (Phi-monotone steps)", "the line-search controller keeps P(collapse) "
                             "of sampled GRPO below 1 %"),
     "adaptive_speed": (_BEYOND, "the adaptive controller is not slower: paired steps-to-0.9 ratio (controller / "
-                       "constant) has geometric mean below 1.25"),
+                       "constant) has geometric mean below 1.25 (mean log10 below log10 1.25)"),
     "linesearch_speed": (_BEYOND, "the line-search controller is not slower: paired steps-to-0.9 ratio "
-                         "(controller / constant) has geometric mean below 1.25"),
+                         "(controller / constant) has geometric mean below 1.25 (mean log10 below log10 1.25)"),
     "trap_accuracy": (_BEYOND, "trap (argmax_a phi_a . Gap(theta0) is a wrong arm) decides whether exact GRPO has "
                       "a finite eta*: accuracy above 90 % over (instance, start) cases"),
     "trap_auc": (_BEYOND, "the trap margin (max wrong minus max correct phi_a . Gap(theta0)) ranks cases with a "
@@ -139,9 +144,9 @@ STATEMENTS: dict[str, tuple[str, str]] = {
 }
 CRITERIA: dict[str, Criterion] = {
     "finite_share": Criterion.above(0.9),
-    "sharpness": Criterion.below(1.05),
+    "sharpness": Criterion.below(math.log10(1.05)),
     "reconverge": Criterion.below(0.05),
-    "ratio_reinforce_grpo": Criterion.inside(0.8, 1.25),
+    "ratio_reinforce_grpo": Criterion.inside(math.log10(0.8), math.log10(1.25)),
     "identity_dr_reinforce": Criterion.identity(1.0, tol=1e-3),
     "dip_recovers": Criterion.above(0.0),
     "eta_star_over_dip": Criterion.above(0.0),
@@ -150,8 +155,8 @@ CRITERIA: dict[str, Criterion] = {
     "sampled_collapse": Criterion.above(0.0),
     "adaptive_collapse": Criterion.below(0.01),
     "linesearch_collapse": Criterion.below(0.01),
-    "adaptive_speed": Criterion.below(1.25),
-    "linesearch_speed": Criterion.below(1.25),
+    "adaptive_speed": Criterion.below(math.log10(1.25)),
+    "linesearch_speed": Criterion.below(math.log10(1.25)),
     "trap_accuracy": Criterion.above(0.9),
     "trap_auc": Criterion.above(0.5),
     "predictor_lookahead": Criterion.above(0.9),
@@ -333,8 +338,9 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
     fin0 = g0[g0["finite"]]
     add("finite_share", proportion(int(g0["finite"].sum()), len(g0)), where + ", theta0 = 0",
         "share of instances with a finite eta* (Clopper-Pearson)")
-    add("sharpness", bootstrap(np.median, fin0["width"].to_numpy(), seed=seed, natural=(1.0, 10.0)),
-        where + ", theta0 = 0", f"median width eta* / largest converging eta (bootstrap; n = {len(fin0)})")
+    add("sharpness", bootstrap(np.mean, np.log10(fin0["width"].to_numpy()), seed=seed, natural=(0.0, 1.0)),
+        where + ", theta0 = 0", f"mean log10 of the width eta* / largest converging eta (studentized cluster "
+        f"bootstrap; n = {len(fin0)})")
     dips = g0[g0["dip_status"] != "none_in_range"]
     early = (dips["eta_dip"] < dips["bracket_lo"]) | ~dips["finite"]
     add("dip_recovers", proportion(int(early.sum()), len(dips)), where + ", theta0 = 0",
@@ -356,8 +362,9 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
     Jb = np.clip(J0[both.to_numpy()], 1e-12, 1 - 1e-12)
     pred = gapdyn.expected_scalar("grpo", Jb, G) / gapdyn.expected_scalar("reinforce", Jb, G) if Jb.size else Jb
     rel = (piv["reinforce"] / piv["grpo"])[both].to_numpy() / pred
-    add("ratio_reinforce_grpo", bootstrap(_geo_mean, rel, seed=seed, natural=(1e-3, 1e3)), where + ", theta0 = 0",
-        f"geometric mean of measured / scalar-predicted ratio (bootstrap; n = {rel.size} instances with both finite)")
+    add("ratio_reinforce_grpo", bootstrap(np.mean, np.log10(rel), seed=seed, natural=(-3.0, 3.0)),
+        where + ", theta0 = 0", f"mean log10 of measured / scalar-predicted ratio (studentized cluster bootstrap; "
+        f"n = {rel.size} instances with both finite; geometric mean {_geo_mean(rel) if rel.size else math.nan:.4g})")
     est, text = _identity(results, piv, config)
     add("identity_dr_reinforce", est, where + ", theta0 = 0", text)
 
@@ -441,10 +448,11 @@ def _sampled_claims(results, config, block, seed, add) -> None:
         ok = np.isfinite(ctl.to_numpy()) & np.isfinite(base.to_numpy()) & (base.to_numpy() > 0)
         ratio = ctl.to_numpy()[ok] / base.to_numpy()[ok]
         clusters = base.index.get_level_values("instance").to_numpy()[ok]
-        add(f"{s}_speed", bootstrap(_geo_mean, np.maximum(ratio, 1e-9), clusters=clusters, seed=seed,
-                                    natural=(1e-3, 1e3)),
+        add(f"{s}_speed", bootstrap(np.mean, np.log10(np.maximum(ratio, 1e-9)), clusters=clusters, seed=seed,
+                                    natural=(-3.0, 3.0)),
             setting + f", {s} vs constant, paired on (instance, eta, seed)",
-            f"geometric mean of steps-to-0.9 ratios over {int(ok.sum())} pairs reaching 0.9 (cluster bootstrap)")
+            f"mean over instances of the mean log10 steps-to-0.9 ratio over {int(ok.sum())} pairs reaching 0.9 "
+            "(studentized cluster bootstrap)")
 
 
 def run(config: Config, *, store=None, backend="joblib", n_jobs=-1, progress=True):
