@@ -355,7 +355,8 @@ def coverage_markdown(table, *, command: str, tol: float = 0.02) -> str:
         rows = table[table["method"] == m]
         worst = rows.groupby("n")["coverage"].min()
         lines.append(f"| `{m}` | " + " | ".join(f"{worst[n]:.3f}" if n in worst.index else "" for n in ns) + " |")
-    lines += ["", "## Every cell", "", "| method | dgp | n | coverage | MC SE | mean width |", "|---|---|---|---|---|---|"]
+    lines += ["", "## Every cell", "", "| method | dgp | n | coverage | MC SE | mean width |",
+              "|---|---|---|---|---|---|"]
     for r in table.itertuples():
         lines.append(f"| `{r.method}` | {r.dgp} | {r.n} | {r.coverage:.3f} | {r.mc_se:.3f} | {r.mean_width:.3f} |")
     return "\n".join(lines) + "\n"
