@@ -26,8 +26,8 @@ from gapdyn.cmdline import command, output_dir, parse, say
 __all__ = ["fmt", "PAPER_CLAIMS", "CLAIM_COLUMNS", "covers", "decided_claims", "coverage_table",
            "write_results", "read_claims", "render_report", "readme_table", "main"]
 
-CLAIM_COLUMNS = ("id", "block", "source", "statistic", "estimate", "lo", "hi", "n", "criterion", "verdict",
-                 "p_adjusted")
+CLAIM_COLUMNS = ("id", "block", "form", "source", "statistic", "estimate", "lo", "hi", "n", "n_planned", "criterion",
+                 "verdict", "why", "p_adjusted")
 """Columns of the claim tables in REPORT.md."""
 
 _UNIT_TESTS = "checked by the unit tests (closed form vs finite differences / Monte Carlo), not in this run"
@@ -104,12 +104,15 @@ def coverage_table(claims: Iterable[gapdyn.Claim]) -> list[list[str]]:
             continue
         got = [c for c in shown if any(covers(s, c.id) for s in specs)]
         if not got:
-            rows.append([paper, statement, ", ".join(specs), "not run (source not available)"])
+            where = ("`gapdyn train ablation` (the tiny-Qwen study), not part of this run"
+                     if all(s.startswith("llm.") for s in specs) else "not in this run")
+            rows.append([paper, statement, ", ".join(specs), where])
             continue
         counts = gapdyn.count_verdicts(got)
-        text = "; ".join(f"{k}: {v}" for k, v in counts.items() if v and k != "identity")
-        if counts["identity"]:
-            text += f" (+{counts['identity']} identity, not counted)"
+        text = "; ".join(f"{k}: {v}" for k, v in counts.items() if v and k not in ("identity", "derived"))
+        apart = [f"{counts[k]} {k}" for k in ("identity", "derived") if counts[k]]
+        if apart:
+            text += f" (+{', '.join(apart)}: shown, not counted)"
         rows.append([paper, statement, ", ".join(c.id for c in got), text])
     return rows
 
@@ -158,7 +161,7 @@ def render_report(*, mode: str, seconds: float, seed, claims: Iterable[gapdyn.Cl
     claims = list(claims)
     shown = decided_claims(claims)
     counted = [c for c in shown if c.counts_as_evidence]
-    identities = [c for c in shown if not c.counts_as_evidence]
+    identities = [c for c in shown if not c.counts_as_evidence]  # identity and derived forms
     out = [
         "# gapdyn reproduction: report", "",
         f"Mode `{mode}`, seed {'default' if seed is None else seed}, wall time {seconds:.0f} s. Every row below is a "
@@ -171,11 +174,13 @@ def render_report(*, mode: str, seconds: float, seed, claims: Iterable[gapdyn.Cl
     ]
     if counted:
         counts = gapdyn.count_verdicts(counted)
-        out += ["Summary: " + ", ".join(f"{k}: {v}" for k, v in counts.items() if k != "identity") + ".", "",
+        out += ["Summary: " + ", ".join(f"{k}: {v}" for k, v in counts.items() if k not in ("identity", "derived"))
+                + ".", "",
                 _claims_md(counted), ""]
     else:
         out += ["(no claims: no experiment was available)", ""]
-    out += ["## Identity rows (true by construction; shown, never counted)", ""]
+    out += ["## Identity and derived rows (true by construction, or consequences of the model's own equations; "
+            "shown, never counted)", ""]
     out += [_claims_md(identities) if identities else "(none in this run)", ""]
     conf = [c for c in claims if c.block == "confirmation"]
     if conf:
@@ -204,21 +209,27 @@ def readme_table(claims: Iterable[gapdyn.Claim]) -> str:
     claims = list(claims)
     shown = [c for c in decided_claims(claims) if c.counts_as_evidence]
     has_conf = any(c.block == "confirmation" for c in claims)
+    def row(label, c):
+        if c.measured:
+            pct = f"{c.confidence * 100:g} %"
+            value = f"{fmt(c.estimate)} [{fmt(c.interval[0])}, {fmt(c.interval[1])}] ({pct})"
+        else:
+            value = "not measured"
+        n = f"{c.n}" + ("" if c.n_planned is None else f" / {c.n_planned} planned")
+        return [label, c.id, c.form, value, n, c.criterion_text, c.verdict, c.why, c.block]
+
     rows = []
     for paper, statement, specs, _ in PAPER_CLAIMS:
         for c in shown:
             if any(covers(s, c.id) for s in specs):
-                rows.append([f"{paper}: {statement}", c.id, f"{fmt(c.estimate)} [{fmt(c.interval[0])}, "
-                             f"{fmt(c.interval[1])}], n={c.n}", c.criterion_text, c.verdict, c.block])
+                rows.append(row(f"{paper}: {statement}", c))
     mapped = {r[1] for r in rows}
-    rows += [["(not mapped to a paper statement)", c.id, f"{fmt(c.estimate)} [{fmt(c.interval[0])}, "
-              f"{fmt(c.interval[1])}], n={c.n}", c.criterion_text, c.verdict, c.block]
-             for c in shown if c.id not in mapped]
+    rows += [row("(not mapped to a paper statement)", c) for c in shown if c.id not in mapped]
     note = ("Verdicts from the confirmation block (held-out seeds from 1000 on)." if has_conf else
             "**Indicative verdicts (quick mode):** only the discovery block ran; `gapdyn reproduce --mode full` "
             "adds the confirmation block that decides.")
-    return note + "\n\n" + _md(rows, ["paper statement", "claim", "estimate [95 % interval]", "criterion",
-                                      "verdict", "block"])
+    return note + "\n\n" + _md(rows, ["paper statement", "claim", "form", "estimate [interval]", "n used / planned",
+                                      "criterion", "verdict", "why inconclusive", "block"])
 
 
 @dataclass

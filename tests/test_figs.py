@@ -151,17 +151,19 @@ def test_report_renders_claims_identity_apart_and_replication():
               _claim("stagnation.c", 0.6, 0.4, 0.7, above)]
     text = report.render_report(mode="full", seconds=1.0, seed=None, claims=claims, figures={}, captions={},
                                 unavailable={})
-    counted, identities = text.split("## Identity rows")
+    counted, identities = text.split("## Identity and derived rows")
     assert "Summary: holds: 0, does not hold: 1, inconclusive: 1." in counted
     rows = _report_rows(counted)
     decided = [r for r in rows if r[0] == "taxonomy.a"]
-    assert len(decided) == 1 and decided[0][1] == "confirmation" and decided[0][9] == "does not hold"
-    assert _close(decided[0][4], 0.4) and _close(decided[0][5], 0.3) and _close(decided[0][6], 0.45)
+    cols = report.CLAIM_COLUMNS
+    v, e, lo, hi = (cols.index(k) for k in ("verdict", "estimate", "lo", "hi"))
+    assert len(decided) == 1 and decided[0][1] == "confirmation" and decided[0][v] == "does not hold"
+    assert _close(decided[0][e], 0.4) and _close(decided[0][lo], 0.3) and _close(decided[0][hi], 0.45)
     assert not any(r[0] == "taxonomy.b" for r in rows)
-    assert any(r[0] == "taxonomy.b" and r[9] == "identity" for r in _report_rows(identities))
+    assert any(r[0] == "taxonomy.b" and r[v] == "identity" for r in _report_rows(identities))
     rep = [r for r in _report_rows(text.split("## Replication")[1]) if r[0] == "taxonomy.a"]
     assert rep == [("taxonomy.a", "holds", "does not hold", "does not hold", "disagree")]
-    assert "(+1 identity, not counted)" in text
+    assert "(+1 identity: shown, not counted)" in text
     table = report.readme_table(claims)
     assert table.startswith("Verdicts from the confirmation block") and "taxonomy.b" not in table
     quick = report.readme_table([c for c in claims if c.block == "discovery"])
@@ -263,9 +265,14 @@ def test_tiny_report_quotes_the_claims_of_this_run(tiny_run):
     for c in report.decided_claims(claims):
         r = rows.get(c.id)
         assert r is not None, f"claim {c.id} not in REPORT.md"
-        assert r[1] == c.block and r[9] == c.verdict and int(r[7]) == c.n
-        assert _close(r[4], c.estimate) and _close(r[5], c.interval[0]) and _close(r[6], c.interval[1])
-    counted = text.split("## Identity rows")[0]
+        col = {k: i for i, k in enumerate(report.CLAIM_COLUMNS)}
+        assert r[1] == c.block and r[col["verdict"]] == c.verdict and int(r[col["n"]]) == c.n
+        if c.measured:
+            assert _close(r[col["estimate"]], c.estimate) and _close(r[col["lo"]], c.interval[0])
+            assert _close(r[col["hi"]], c.interval[1])
+        else:  # no placeholder numbers: the row says why
+            assert r[col["estimate"]] == r[col["lo"]] == r[col["hi"]] == "" and "not measured" in r[col["why"]]
+    counted = text.split("## Identity and derived rows")[0]
     assert not any(r[0] == c.id for c in claims if not c.counts_as_evidence for r in _report_rows(counted))
     # the claims are those of the sweep results stored by this run: re-judged from the store, they agree
     from bandits.experiments import load
