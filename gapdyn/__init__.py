@@ -66,7 +66,8 @@ from .taxonomy import (
     token_entropy,
     token_step_effects,
 )
-from . import planner
+from . import coverage, planner
+from .sampling import inverse_cdf_draw
 from .safe_step import NO_ASCENT_TOL, SafeStep, safe_step_estimates, safe_step_multiplier, safe_step_size
 from .stats import (
     Estimate,
@@ -107,6 +108,7 @@ __all__ = [
     "OUTCOMES",
     "RunStats",
     "has_dipped",
+    "inverse_cdf_draw",
     "run_outcome",
     "tail_start",
     "CONFIRMATION_SEEDS",

@@ -94,6 +94,7 @@ ENTRY_POINTS = {
     "has_dipped": (g.has_dipped, (g.RunStats.constant(np.array([0.0, 0.5])),), {}),
     "run_outcome": (g.run_outcome, (g.RunStats.from_trajectory(np.array([0.5, 0.0, 1.0, 1.0])),), {}),
     "tail_start": (g.tail_start, (100,), {}),
+    "inverse_cdf_draw": (g.inverse_cdf_draw, (P, np.array([0.1, 0.5, 0.99])), {}),
     "check_eta_star_ratio": (g.check_eta_star_ratio, (ETA_STAR, ETA_STAR, 1.0), {}),
     "decide_verdict": (g.decide_verdict, (0.3, 0.1, 0.5, g.Criterion.above(0.0)), {}),
     "criteria_hash": (g.criteria_hash, ({"a": g.Criterion.above(0.0)},), {}),
