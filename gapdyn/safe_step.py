@@ -27,6 +27,10 @@ kappa_hat like d^2), so the rule is invariant to the learning rate's and the adv
 
 :func:`safe_step_size` is the same rule for a step eta along a direction u with a ceiling eta0
 (eta = eta0 a when x is measured along eta0 u); the bandit simulators' adaptive schedule uses it.
+
+:func:`safe_step_headroom` is the rule before its cap, h = min(delta / sd_hat, c dmu_hat / kappa_hat) with the
+same edge cases (+inf when neither term applies, 0 when no ascent), so a = min(1, h) and eta = min(eta0, h):
+h > 1 says how far the step could grow before a cap binds, h < 1 how much the rule cuts it.
 """
 
 from __future__ import annotations
@@ -39,10 +43,15 @@ import numpy as np
 
 from ._validate import as_float_array, as_rewards, check_positive
 
-__all__ = ["SafeStep", "safe_step_multiplier", "safe_step_estimates", "safe_step_size", "NO_ASCENT_TOL"]
+__all__ = ["SafeStep", "safe_step_multiplier", "safe_step_estimates", "safe_step_headroom", "safe_step_size",
+           "NO_ASCENT_TOL", "SAFE_STEP_C", "SAFE_STEP_DELTA"]
 
 NO_ASCENT_TOL = 1e-12
 """dmu_hat <= NO_ASCENT_TOL * sd_hat counts as no ascent (a = 0)."""
+SAFE_STEP_C = 1.0
+"""Default c: the fraction of the model-optimal step dmu / kappa (1: half the local threshold; heuristic)."""
+SAFE_STEP_DELTA = 2.0
+"""Default delta: the trust region on the spread of the change of log pi (heuristic)."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +63,8 @@ class SafeStep:
         kappa_hat: mean over mixed groups of var_{r=0} x - var_{r=1} x (0 when no group is mixed).
         sd_hat: largest within-group std of x (ddof = 1; 0 when every group has < 2 samples).
         n_mixed: number of groups with both rewards.
-        a: the multiplier in [0, 1] applied to the update.
+        a: the multiplier in [0, 1] applied to the update, min(1, headroom).
+        headroom: the rule before its cap, :func:`safe_step_headroom` (+inf: no term applies; NaN: not measured).
     """
 
     dmu_hat: float
@@ -62,6 +72,7 @@ class SafeStep:
     sd_hat: float
     n_mixed: int
     a: float
+    headroom: float = math.nan
 
 
 def _check_real(value, name: str) -> float:
@@ -119,38 +130,57 @@ def safe_step_estimates(x, rewards, groups=None) -> tuple[float, float, float, i
     return dsum / n_mixed, ksum / n_mixed, sd, n_mixed
 
 
-def safe_step_size(
-    dmu_hat: float, kappa_hat: float, sd_hat: float, eta0: float = 1.0, *, c: float = 1.0, delta: float = 2.0,
+def safe_step_headroom(
+    dmu_hat: float, kappa_hat: float, sd_hat: float, *, c: float = SAFE_STEP_C, delta: float = SAFE_STEP_DELTA,
     mixed: bool = True,
 ) -> float:
-    """eta = min(eta0, delta / sd_hat, c dmu_hat / kappa_hat) with the edge cases of docs/theory.md, section 11.
+    """h = min(delta / sd_hat, c dmu_hat / kappa_hat): the safe step rule before its cap (docs/theory.md, sec. 11).
 
-    Here x (and so dmu_hat, kappa_hat, sd_hat) is measured per unit step along the direction; with eta0 = 1
-    and x measured along the full update, eta is the multiplier a. Terms drop out when sd_hat <= 0, when
-    kappa_hat <= 0 or when ``mixed`` is False (no group with both rewards); eta = 0 when ``mixed`` and
-    dmu_hat <= 1e-12 sd_hat (no ascent).
+    The trust-region term drops out when sd_hat <= 0, the curvature term when kappa_hat <= 0 or when ``mixed``
+    is False (no group with both rewards); h = +inf when neither applies, and h = 0 when ``mixed`` and
+    dmu_hat <= 1e-12 sd_hat (no ascent). With x measured along the full update the multiplier is a = min(1, h);
+    along a unit step with ceiling eta0, eta = min(eta0, h) (:func:`safe_step_size`).
+
+    >>> safe_step_headroom(1.0, 8.0, 1.0)  # min(2 / 1, 1 / 8)
+    0.125
     """
     dmu_hat = _check_real(dmu_hat, "dmu_hat")
     kappa_hat = _check_real(kappa_hat, "kappa_hat")
     sd_hat = _check_real(sd_hat, "sd_hat")
     if sd_hat < 0:
         raise ValueError(f"sd_hat must be >= 0, got {sd_hat}")
-    eta0, c, delta = check_positive(eta0, "eta0"), check_positive(c, "c"), check_positive(delta, "delta")
+    c, delta = check_positive(c, "c"), check_positive(delta, "delta")
     if not isinstance(mixed, (bool, np.bool_)):
         raise ValueError(f"mixed must be a bool, got {mixed!r}")
-    eta = eta0
+    h = math.inf
     if sd_hat > 0.0:
-        eta = min(eta, delta / sd_hat)
+        h = delta / sd_hat
     if mixed:
         if dmu_hat <= NO_ASCENT_TOL * sd_hat:
             return 0.0
         if kappa_hat > 0.0:
-            eta = min(eta, c * dmu_hat / kappa_hat)
-    return eta
+            h = min(h, c * dmu_hat / kappa_hat)
+    return h
 
 
-def safe_step_multiplier(x, rewards, groups=None, *, c: float = 1.0, delta: float = 2.0) -> SafeStep:
-    """The multiplier a = min(1, delta / sd_hat, c dmu_hat / kappa_hat) for an update d (docs/theory.md, sec. 11).
+def safe_step_size(
+    dmu_hat: float, kappa_hat: float, sd_hat: float, eta0: float = 1.0, *, c: float = SAFE_STEP_C,
+    delta: float = SAFE_STEP_DELTA, mixed: bool = True,
+) -> float:
+    """eta = min(eta0, delta / sd_hat, c dmu_hat / kappa_hat) with the edge cases of docs/theory.md, section 11.
+
+    Here x (and so dmu_hat, kappa_hat, sd_hat) is measured per unit step along the direction; with eta0 = 1
+    and x measured along the full update, eta is the multiplier a. eta = min(eta0, :func:`safe_step_headroom`):
+    terms drop out when sd_hat <= 0, when kappa_hat <= 0 or when ``mixed`` is False (no group with both
+    rewards); eta = 0 when ``mixed`` and dmu_hat <= 1e-12 sd_hat (no ascent).
+    """
+    eta0 = check_positive(eta0, "eta0")
+    return min(eta0, safe_step_headroom(dmu_hat, kappa_hat, sd_hat, c=c, delta=delta, mixed=mixed))
+
+
+def safe_step_multiplier(x, rewards, groups=None, *, c: float = SAFE_STEP_C, delta: float = SAFE_STEP_DELTA) -> SafeStep:
+    """The multiplier a = min(1, h), h = min(delta / sd_hat, c dmu_hat / kappa_hat) (:func:`safe_step_headroom`)
+    for an update d (docs/theory.md, sec. 11).
 
     Apply it after the optimiser's step: theta = theta_k + a (theta' - theta_k), with x_i the directional
     derivative of log pi(o_i) along d = theta' - theta_k at theta_k.
@@ -168,5 +198,5 @@ def safe_step_multiplier(x, rewards, groups=None, *, c: float = 1.0, delta: floa
     """
     c, delta = check_positive(c, "c"), check_positive(delta, "delta")
     dmu, kappa, sd, n_mixed = safe_step_estimates(x, rewards, groups)
-    a = safe_step_size(dmu, kappa, sd, 1.0, c=c, delta=delta, mixed=n_mixed > 0)
-    return SafeStep(dmu_hat=dmu, kappa_hat=kappa, sd_hat=sd, n_mixed=n_mixed, a=a)
+    h = safe_step_headroom(dmu, kappa, sd, c=c, delta=delta, mixed=n_mixed > 0)
+    return SafeStep(dmu_hat=dmu, kappa_hat=kappa, sd_hat=sd, n_mixed=n_mixed, a=min(1.0, h), headroom=h)

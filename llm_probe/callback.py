@@ -3,15 +3,34 @@
 
 Callbacks see the model and optimizer but not the batch, so the callback wraps the reward function: each call
 records the prompts, the completion token ids and the rewards of that generation batch (grouped
-``num_generations`` consecutive completions per prompt, TRL's order). Then, per optimizer step:
+``num_generations`` consecutive completions per prompt, TRL's order). Then, per probed optimizer step
+(k % ``probe_every`` == 0, k = ``state.global_step`` before the step, counted from 0):
 
 - ``on_pre_optimizer_step`` (gradients already clipped, parameters = theta_k): :meth:`GapProbe.before`;
-- ``on_optimizer_step`` (parameters = theta_{k+1}): :meth:`GapProbe.after`; one row per step in
+- ``on_optimizer_step`` (parameters = theta_{k+1}): :meth:`GapProbe.after`; one row per probed step in
   :attr:`GapProbeCallback.history` (and ``log_path``). With ``optim="sgd"`` delta = -lr * grad exactly;
 - ``on_log``: the scalars of the rows since the last log (mean over them; the running sums ``gap/M_*``: the
   last value) are merged into TRL's ``logs`` and ``state.log_history[-1]``, so they reach every ``report_to``
   integration that runs after this callback: :meth:`GapProbeCallback.attach` puts it first. Keys TRL already
   logs (``reward``, ``frac_reward_zero_std``) keep TRL's values.
+
+Cadence: on the other steps nothing is measured or recorded (no history row, no ``log_path`` or
+``rollout_path`` line, no ``gap/*`` key in that step's log row); the step's recorded completions are dropped.
+The running sums are sums over the probed steps only: ``gap/M_batch`` = sum_{probed k} mean_q [dmu_q,k]_+, so
+``probe_every * gap/M_batch`` is a sampled estimate (one step in ``probe_every``) of the every-step sum M of
+Suk & Duan (arXiv 2510.08539), and probe_every = 1 gives M itself.
+
+Headroom (``gap/headroom``, probed steps): the safe step rule before its cap, h = min(delta / sd_hat,
+c dmu_hat / kappa_hat) of :func:`gapdyn.safe_step.safe_step_headroom` for the step actually taken
+d = theta_{k+1} - theta_k over every trainable parameter, from :func:`llm_probe.safe_step.step_rule` (the function
+and defaults c = 1, delta = 2 of :class:`llm_probe.safe_step.SafeStepCallback`, whose multiplier is a = min(1, h);
+docs/theory.md, section 11). The step is not changed. h < 1: the rule would shrink this step by h; h > 1: it
+could grow h-fold before a cap binds. ``gap/headroom_lr`` = lr_k h_k (the step's learning rate times h: the
+learning rate at which the cap would just bind, since d scales with lr for SGD and Adam alike), and
+:meth:`GapProbeCallback.summary` / the logged ``gap/suggested_lr`` = the 10 % quantile (lower) of lr_k h_k over
+the last 50 probed steps. A zero update (e.g. lr 0 during warm-up) has no direction: h is NaN and left out.
+With a SafeStepCallback on the same trainer, register it after this callback: h is then the controller's own
+pre-cap quantity on the optimizer's proposal.
 
 Our own forward pass scores the completions (TRL's fused LM head never builds logits). Per-prompt bookkeeping
 needs ``steps_per_generation`` equal to the gradient-accumulation steps (the default: one generation batch per
@@ -53,30 +72,52 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
+from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
+
 from .gap_probe import ALIGNMENT_ROUTES, GapProbe
+from .model import check_model
 from .rollout import Rollout, encode_prompts
 
 __all__ = ["GapProbeCallback"]
 
 _RUNNING_SUMS = ("gap/M_batch", "gap/M_mean")  # logged as their last value, not a mean over steps
+SUGGEST_QUANTILE = 0.1  # summary's suggested lr: this quantile of lr_k h_k ...
+SUGGEST_WINDOW = 50  # ... over the last this many probed steps
 
 
 class GapProbeCallback(TrainerCallback):
     """Per-step Gradient-Gap alignment of a TRL GRPO run. Wrap the reward function(s) with :meth:`wrap_reward`
     (:meth:`wrap_rewards`); :meth:`attach` it so the metrics land in TRL's logs."""
 
-    def __init__(self, tokenizer, num_generations: int | None = None, *, params: str = "all",
-                 alignment: str = "dot", log_path: str | Path | None = None, rollout_path: str | Path | None = None):
+    def __init__(self, tokenizer, num_generations: int | None = None, *, probe_every: int = 10, params: str = "all",
+                 alignment: str = "dot", headroom: bool = True, c: float = SAFE_STEP_C, delta: float = SAFE_STEP_DELTA,
+                 log_path: str | Path | None = None, rollout_path: str | Path | None = None):
         """``num_generations``: TRL's group size G (None: read from the trainer's args at ``on_train_begin``;
-        given, it must equal them). ``log_path``: one JSON row of metrics per step; ``rollout_path``: the step's
-        gathered rollout, one line per completion {step, prompt, completion, completion_ids, reward} (the input
-        of ``llm_probe.offline``; ``reward`` > 0 is the probe's success, see :meth:`wrap_rewards`)."""
+        given, it must equal them). ``probe_every``: probe the optimizer steps k with k % probe_every == 0
+        (module docstring, "Cadence"). ``headroom``: log ``gap/headroom`` (one copy of the trainable parameters
+        and one forward-mode pass over the batch per probed step), with the safe step rule's ``c`` and ``delta``.
+        ``log_path``: one JSON row of metrics per probed step; ``rollout_path``: the probed step's gathered
+        rollout, one line per completion {step, prompt, completion, completion_ids, reward} (the input of
+        ``llm_probe.offline``; ``reward`` > 0 is the probe's success, see :meth:`wrap_rewards`)."""
+        if isinstance(tokenizer, tuple):
+            raise ValueError("tokenizer is a tuple (e.g. the PolicyPair load_policy returns), not a tokenizer: "
+                             "pass pair.tokenizer")
         if num_generations is not None and (isinstance(num_generations, bool) or not isinstance(num_generations, int)
                                             or num_generations < 2):
             raise ValueError(f"num_generations must be an integer >= 2 or None, got {num_generations!r}")
+        if isinstance(probe_every, bool) or not isinstance(probe_every, int) or probe_every < 1:
+            raise ValueError(f"probe_every must be a positive integer, got {probe_every!r}")
         if alignment not in ALIGNMENT_ROUTES:
             raise ValueError(f"alignment must be one of {ALIGNMENT_ROUTES}, got {alignment!r}")
+        if not isinstance(headroom, bool):
+            raise ValueError(f"headroom must be a bool, got {headroom!r}")
+        for name, v in (("c", c), ("delta", delta)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
         self.tok = tokenizer
+        self.probe_every = probe_every
+        self.headroom = headroom
+        self.c, self.delta = float(c), float(delta)
         self.G = None if num_generations is None else int(num_generations)
         self.params_spec = params
         self.alignment = alignment
@@ -93,6 +134,9 @@ class GapProbeCallback(TrainerCallback):
         self._step_k: int | None = None
         self._rewards: _RewardGroup | None = None  # the wrapped reward functions
         self._model = None  # the trainer's model (on_train_begin): eval-mode batches are not recorded
+        self._theta_k: dict | None = None  # trainable parameters at theta_k of the probed step (headroom)
+        self._ro: Rollout | None = None  # the probed step's rollout (headroom)
+        self._lr = math.nan  # the probed step's learning rate
 
     @property
     def M_batch(self) -> float:
@@ -210,12 +254,23 @@ class GapProbeCallback(TrainerCallback):
 
     def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
         if self.probe is None:
+            check_model(model)
             self.probe = GapProbe(model, self.params_spec, alignment=self.alignment)
-        ro = self.take_rollout(next(model.parameters()).device)  # every rank gathers at every step (lockstep)
+        if int(state.global_step) % self.probe_every:  # not probed (same decision on every rank): drop the records
+            if self._rewards is not None:
+                self._rewards.check_complete()
+            self._calls = []
+            return
+        ro = self.take_rollout(next(model.parameters()).device)  # every rank gathers at every probed step
         if ro is None:  # no new generation: the probed batch is being reused (num_iterations > 1)
             return
         self.probe.cancel()
         self._steps_left, self._step_k = self._mu, int(state.global_step)
+        if self.headroom:
+            self._theta_k = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+            self._ro = ro
+            opt = kw.get("optimizer")
+            self._lr = float(opt.param_groups[0]["lr"]) if opt is not None else math.nan
         scored = ~torch.isnan(ro.rewards[:, 0])  # groups without an undecided completion
         r_s = ro.rewards[scored]
         self._batch = {"reward": float(r_s.mean()) if len(r_s) else math.nan,
@@ -235,7 +290,7 @@ class GapProbeCallback(TrainerCallback):
             return
         res = self.probe.after()
         row = {"step": self._step_k, **self._batch, "update_norm": res.update_norm,
-               "grad_norm_probe": res.grad_norm, **res.metrics,
+               "grad_norm_probe": res.grad_norm, **res.metrics, **self._headroom(model),
                "gap/dmu_update": [] if res.dmu_update is None else res.dmu_update.tolist(),
                "gap/dmu_grad": [] if res.dmu_grad is None else res.dmu_grad.tolist(),
                "gap/norm": [] if res.gap_norms is None else res.gap_norms.tolist()}
@@ -245,10 +300,44 @@ class GapProbeCallback(TrainerCallback):
             with open(self.log_path, "a") as f:
                 f.write(json.dumps(row) + "\n")
 
+    def _headroom(self, model) -> dict:
+        """``gap/headroom`` h and ``gap/headroom_lr`` = lr h of the step theta_k -> now (module docstring)."""
+        if self._theta_k is None:
+            return {}
+        theta_k, ro, self._theta_k, self._ro = self._theta_k, self._ro, None, None
+        d = {n: p.detach() - theta_k[n] for n, p in model.named_parameters() if n in theta_k}
+        if all(not bool(v.any()) for v in d.values()):  # no update: no direction to measure
+            return {"gap/headroom": math.nan, "gap/headroom_lr": math.nan}
+        from .safe_step import step_rule  # torch.func; imported on the first probed step
+
+        h = step_rule(model, ro, theta_k, d, c=self.c, delta=self.delta).headroom
+        return {"gap/headroom": h, "gap/headroom_lr": self._lr * h}
+
+    def summary(self, q: float = SUGGEST_QUANTILE, window: int = SUGGEST_WINDOW) -> dict:
+        """Run-level summary of the probed steps so far: ``probed_steps``, ``M_batch`` (sum over probed steps),
+        ``M_batch_scaled`` = probe_every * M_batch (sampled estimate of the every-step sum), ``headroom_q``
+        (the q quantile of h over the last ``window`` probed steps with a measured h) and ``suggested_lr`` (the
+        q quantile of lr_k h_k over them; = lr * headroom_q at a constant lr). Quantiles take the lower order
+        statistic (numpy ``method="lower"``); NaN when no step has a measured h; +inf when no cap bound."""
+        if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0.0 < q < 1.0:
+            raise ValueError(f"q must be a number in (0, 1), got {q!r}")
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ValueError(f"window must be a positive integer, got {window!r}")
+        rows = [r for r in self.history if not math.isnan(r.get("gap/headroom", math.nan))][-window:]
+        h = np.array([r["gap/headroom"] for r in rows])
+        lr_h = np.array([r["gap/headroom_lr"] for r in rows])
+        lr_h = lr_h[~np.isnan(lr_h)]
+        return {"probed_steps": len(self.history), "M_batch": self.M_batch,
+                "M_batch_scaled": self.probe_every * self.M_batch,
+                "headroom_q": float(np.quantile(h, q, method="lower")) if len(h) else math.nan,
+                "suggested_lr": float(np.quantile(lr_h, q, method="lower")) if len(lr_h) else math.nan}
+
     def on_log(self, args, state, control, logs=None, **kw):
         if logs is None or not self._unlogged:
             return
         merged = _summarise(self._unlogged)
+        if any("gap/headroom" in r for r in self._unlogged):
+            merged["gap/suggested_lr"] = self.summary()["suggested_lr"]
         self._unlogged = []
         new = {k: v for k, v in merged.items() if k not in logs}
         logs.update(new)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import torch
 
@@ -19,6 +20,8 @@ __all__ = [
     "TinyQwenSpec",
     "build_tiny_qwen",
     "load_policy",
+    "PolicyPair",
+    "check_model",
     "save_policy",
     "default_device",
     "resolve_dtype",
@@ -45,6 +48,20 @@ class TinyQwenSpec:
     head_dim: int = 16  # used by qwen3 only (qwen2 derives hidden/heads)
     max_position_embeddings: int = 128
     tie_word_embeddings: bool = False
+
+
+class PolicyPair(NamedTuple):
+    """What :func:`load_policy` returns: ``pair.model``, ``pair.tokenizer`` (or ``model, tok = pair``)."""
+
+    model: Any  # a transformers causal LM (torch.nn.Module)
+    tokenizer: Any  # its tokenizer
+
+
+def check_model(model, name: str = "model") -> None:
+    """ValueError when ``model`` is a tuple, e.g. the (model, tokenizer) pair of :func:`load_policy`."""
+    if isinstance(model, tuple):
+        kind = "the PolicyPair load_policy returns" if isinstance(model, PolicyPair) else "a tuple"
+        raise ValueError(f"{name} is {kind}, not a model: pass pair.model (or unpack: model, tok = load_policy(dir))")
 
 
 def default_device() -> torch.device:
@@ -116,8 +133,9 @@ def save_policy(model, tokenizer, local_dir: str | Path) -> Path:
     return p
 
 
-def load_policy(local_dir: str | Path, *, dtype="float32", device=None, attn_implementation: str = "eager"):
-    """(model, tokenizer) from a local directory: any HF causal LM, never downloaded."""
+def load_policy(local_dir: str | Path, *, dtype="float32", device=None, attn_implementation: str = "eager") -> PolicyPair:
+    """PolicyPair(model, tokenizer) from a local directory: any HF causal LM, never downloaded (unpackable:
+    ``model, tok = load_policy(dir)``)."""
     from transformers import AutoModelForCausalLM
 
     from .tokenizer import load_tokenizer
@@ -129,7 +147,7 @@ def load_policy(local_dir: str | Path, *, dtype="float32", device=None, attn_imp
         str(p), local_files_only=True, dtype=resolve_dtype(dtype), attn_implementation=attn_implementation
     )
     tok = load_tokenizer(p)
-    return model.to(device or default_device()), tok
+    return PolicyPair(model.to(device or default_device()), tok)
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:

@@ -24,7 +24,7 @@ from torch.func import functional_call, jvp, vmap
 
 from gapdyn.taxonomy import BIN_NAMES, PROB_BIN_EDGES, collision_probability, token_bin_index
 
-from .model import completion_logprobs
+from .model import check_model, completion_logprobs
 
 __all__ = [
     "select_params",
@@ -54,6 +54,7 @@ def select_params(model, subset: str = "all") -> dict[str, torch.nn.Parameter]:
     LoRA model, only the adapter weights), "lm_head", or a regex on the parameter names."""
     if not isinstance(subset, str):
         raise ValueError(f"subset must be a string ('all', 'trainable', 'lm_head' or a regex), got {subset!r}")
+    check_model(model)  # e.g. load_policy's (model, tokenizer) pair
     named = {n: p for n, p in model.named_parameters() if p.requires_grad}
     if subset in ("all", "trainable"):
         out = named

@@ -5,8 +5,11 @@ d = theta' - theta_k and, for each completion o_n of the step's batch,
 
     x_n = d/ds log pi_{theta_k + s d}(o_n) |_{s=0}        (one forward-mode pass, torch.func.jvp, at theta_k)
 
-the multiplier a = min(1, delta / sd_hat, c dmu_hat / kappa_hat) of :func:`gapdyn.safe_step_multiplier`
-(groups = prompts) sets theta_{k+1} = theta_k + a d in place. The optimizer's own state (Adam's moments) is
+the multiplier a = min(1, h) of :func:`gapdyn.safe_step_multiplier` (groups = prompts), with the headroom
+h = min(delta / sd_hat, c dmu_hat / kappa_hat) (:func:`gapdyn.safe_step.safe_step_headroom`), sets
+theta_{k+1} = theta_k + a d in place. :func:`step_rule` computes x and the rule for one step; the controller and
+:class:`llm_probe.GapProbeCallback`'s headroom meter (``gap/headroom``, which measures without rescaling) both
+call it, with the same defaults c = ``SAFE_STEP_C`` = 1 and delta = ``SAFE_STEP_DELTA`` = 2. The optimizer's own state (Adam's moments) is
 left as the optimizer wrote it. The same :class:`SafeStepController` serves ``gapdyn train --safe-step``
 (:class:`llm_probe.Trainer`) and a real ``trl.GRPOTrainer`` (:class:`SafeStepCallback`).
 
@@ -24,10 +27,11 @@ import torch
 from torch.func import functional_call, jvp
 
 import gapdyn
+from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
 
-from .model import completion_logprobs
+from .model import check_model, completion_logprobs
 
-__all__ = ["SafeStepController", "SafeStepResult", "completion_logprob_jvp", "SafeStepCallback"]
+__all__ = ["SafeStepController", "SafeStepResult", "completion_logprob_jvp", "step_rule", "SafeStepCallback"]
 
 
 class _AtValues(torch.nn.Module):
@@ -65,6 +69,28 @@ def completion_logprob_jvp(model, ro, theta: dict[str, torch.Tensor], direction:
     return x.detach().to(torch.float64).cpu()
 
 
+def step_rule(model, ro, theta_k: dict[str, torch.Tensor], d: dict[str, torch.Tensor], *, c: float = SAFE_STEP_C,
+              delta: float = SAFE_STEP_DELTA) -> gapdyn.SafeStep:
+    """The safe step rule (estimates, headroom h, multiplier a = min(1, h)) for the step d taken at theta_k.
+
+    x_n = :func:`completion_logprob_jvp` along d at theta_k (model in eval mode: no dropout), groups = the
+    rollout's prompts, success = reward > 0; then :func:`gapdyn.safe_step_multiplier`. A non-finite x (the
+    proposal left the finite range) gives a = h = 0 and NaN estimates. Nothing is changed in ``model``.
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        x = completion_logprob_jvp(model, ro, theta_k, d)
+    finally:
+        model.train(was_training)
+    B, G = ro.rewards.shape
+    rewards = (ro.rewards.detach().reshape(-1) > 0).to(torch.float64).cpu().numpy()
+    groups = np.repeat(np.arange(B), G)  # prompt-major rows (llm_probe.rollout)
+    if not np.all(np.isfinite(x.numpy())):
+        return gapdyn.SafeStep(dmu_hat=math.nan, kappa_hat=math.nan, sd_hat=math.nan, n_mixed=0, a=0.0, headroom=0.0)
+    return gapdyn.safe_step_multiplier(x.numpy(), rewards, groups, c=c, delta=delta)
+
+
 @dataclass(frozen=True)
 class SafeStepResult:
     """What one controlled step did: the rule's estimates and multiplier, and the step's sizes."""
@@ -78,7 +104,8 @@ class SafeStepResult:
         """``safe/*`` scalars for a metrics row (names in docs/llm_probe.md, "Safe step")."""
         r = self.rule
         return {"safe/a": r.a, "safe/dmu_hat": r.dmu_hat, "safe/kappa_hat": r.kappa_hat, "safe/sd_hat": r.sd_hat,
-                "safe/n_mixed": r.n_mixed, "safe/update_norm": self.update_norm, "safe/applied_norm": self.applied_norm}
+                "safe/n_mixed": r.n_mixed, "safe/headroom": r.headroom, "safe/update_norm": self.update_norm,
+                "safe/applied_norm": self.applied_norm}
 
 
 class SafeStepController:
@@ -89,10 +116,11 @@ class SafeStepController:
     trainable parameters to theta_k + a (theta' - theta_k).
     """
 
-    def __init__(self, model, *, c: float = 1.0, delta: float = 2.0):
+    def __init__(self, model, *, c: float = SAFE_STEP_C, delta: float = SAFE_STEP_DELTA):
         for name, v in (("c", c), ("delta", delta)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                 raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
+        check_model(model)
         self.model = model
         self.c, self.delta = float(c), float(delta)
         self.params = {n: p for n, p in model.named_parameters() if p.requires_grad}
@@ -126,19 +154,7 @@ class SafeStepController:
         self._theta_k = None
         theta_k = {n: theta_k[n] for n in self.params}
         d = {n: p.detach() - theta_k[n] for n, p in self.params.items()}
-        was_training = self.model.training
-        self.model.eval()  # no dropout in the controller's forward
-        try:
-            x = completion_logprob_jvp(self.model, ro, theta_k, d)
-        finally:
-            self.model.train(was_training)
-        B, G = ro.rewards.shape
-        rewards = (ro.rewards.detach().reshape(-1) > 0).to(torch.float64).cpu().numpy()
-        groups = np.repeat(np.arange(B), G)  # prompt-major rows (llm_probe.rollout)
-        if not np.all(np.isfinite(x.numpy())):  # the proposal left the finite range: do not move
-            rule = gapdyn.SafeStep(dmu_hat=math.nan, kappa_hat=math.nan, sd_hat=math.nan, n_mixed=0, a=0.0)
-        else:
-            rule = gapdyn.safe_step_multiplier(x.numpy(), rewards, groups, c=self.c, delta=self.delta)
+        rule = step_rule(self.model, ro, theta_k, d, c=self.c, delta=self.delta)  # x not finite: a = 0, no move
         with torch.no_grad():
             for n, p in self.params.items():
                 p.copy_(theta_k[n] + rule.a * d[n])
@@ -159,19 +175,22 @@ def _make_callback_class():
         as a success; several reward functions: :meth:`wrap_rewards`). Per optimizer step:
         ``on_pre_optimizer_step`` records theta_k; ``on_optimizer_step`` builds
         the step's Rollout from the records and calls :meth:`SafeStepController.after` (theta = theta_k + a d).
-        One row per step in :attr:`history` (``step``, ``reward`` and the ``safe/*`` metrics). Needs
+        One row per step in :attr:`history` (``step``, ``reward`` and the ``safe/*`` metrics, ``safe/headroom`` = h
+        with ``safe/a`` = min(1, h)). Needs
         ``num_iterations=1`` and ``steps_per_generation`` equal to the gradient-accumulation steps (checked at
         ``on_train_begin``). Register it after any callback that must see the optimizer's own step.
         """
 
-        def __init__(self, tokenizer, num_generations: int, *, c: float = 1.0, delta: float = 2.0):
+        def __init__(self, tokenizer, num_generations: int, *, c: float = SAFE_STEP_C,
+                     delta: float = SAFE_STEP_DELTA):
             if isinstance(num_generations, bool) or not isinstance(num_generations, int) or num_generations < 2:
                 raise ValueError(f"num_generations must be an integer >= 2, got {num_generations!r}")
             for name, v in (("c", c), ("delta", delta)):
                 if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                     raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
             self.c, self.delta = float(c), float(delta)
-            self._recorder = GapProbeCallback(tokenizer, num_generations)  # reward recording and Rollout building
+            # reward recording and Rollout building only (its own probe never runs)
+            self._recorder = GapProbeCallback(tokenizer, num_generations, probe_every=1)
             self.controller: SafeStepController | None = None
             self.history: list[dict] = []
 

@@ -32,7 +32,7 @@ def test_callback_on_real_grpo_trainer(tmp_path):
         return [float(c.strip() == a) for c, a in zip(completions, answer)]
 
     G, lr = 4, 0.05
-    cb = GapProbeCallback(tok, num_generations=G, log_path=tmp_path / "gap.jsonl")
+    cb = GapProbeCallback(tok, num_generations=G, probe_every=1, log_path=tmp_path / "gap.jsonl")
     args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2 * G, num_generations=G,
                       max_completion_length=6, max_steps=3, learning_rate=lr, optim="sgd", lr_scheduler_type="constant",
                       use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False, logging_steps=1,
@@ -90,7 +90,7 @@ def test_reused_batches_measure_the_net_update_against_gaps_at_theta_k(tmp_path)
             self.theta.setdefault(state.global_step, [p.detach().clone() for p in model.parameters()])
 
     G, lr, mu = 4, 0.05, 2
-    cb = GapProbeCallback(tok, num_generations=G, rollout_path=tmp_path / "rollout.jsonl")
+    cb = GapProbeCallback(tok, num_generations=G, probe_every=1, rollout_path=tmp_path / "rollout.jsonl")
     snaps = Snapshots()
     args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2 * G, num_generations=G,
                       max_completion_length=6, max_steps=2 * mu + 1, learning_rate=lr, optim="sgd",

@@ -52,7 +52,8 @@ def worker(out: Path) -> None:
         def on_optimizer_step(self, args, state, control, model=None, **kw):
             self.save(model, f"k1_{state.global_step}.pt")
 
-    cb = GapProbeCallback(tok, num_generations=G, log_path=out / "gap.jsonl", rollout_path=out / "rollouts.jsonl")
+    cb = GapProbeCallback(tok, num_generations=G, probe_every=1, log_path=out / "gap.jsonl",
+                          rollout_path=out / "rollouts.jsonl")
     args = GRPOConfig(output_dir=str(out / "trl"), per_device_train_batch_size=PER_DEVICE, num_generations=G,
                       max_completion_length=5, max_steps=STEPS, learning_rate=1e-2, optim="adamw_torch",
                       lr_scheduler_type="constant", use_cpu=True, bf16=False, report_to="none",

@@ -113,7 +113,7 @@ def test_callback_on_grpo_trainer_with_peft_config(tmp_path):
         return [float(sum(c) % 2) for c in completion_ids]
 
     G, lr = 4, 0.05
-    cb = GapProbeCallback(tok, num_generations=G)
+    cb = GapProbeCallback(tok, num_generations=G, probe_every=1)
     args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2 * G, num_generations=G,
                       max_completion_length=5, max_steps=2, learning_rate=lr, optim="sgd", lr_scheduler_type="constant",
                       use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False, logging_steps=1,

@@ -63,7 +63,7 @@ def _unpadded_scores(model, tok, prompt: str, cids: list[int]) -> list[torch.Ten
 
 def _probe_one_step(model, tok, prompts, cids, rewards, grads, lr):
     """One probed SGD step through the callback's hooks (gradients set by hand); returns the history row."""
-    cb = GapProbeCallback(tok, G)
+    cb = GapProbeCallback(tok, G, probe_every=1)
     f = cb.wrap_reward(lambda prompts, completions, completion_ids=None, **kw: rewards)
     f(prompts=prompts, completions=[""] * len(cids), completion_ids=cids)
     for q, gr in zip(model.parameters(), grads):
@@ -211,7 +211,7 @@ def test_several_reward_functions_are_recorded_once_with_the_trl_aggregate(tmp_p
         return r
 
     w = np.array([1.0, -0.5])
-    cb = GapProbeCallback(tok, G, rollout_path=tmp_path / "rollout.jsonl")
+    cb = GapProbeCallback(tok, G, probe_every=1, rollout_path=tmp_path / "rollout.jsonl")
     funcs = cb.wrap_rewards([exact, length])  # weights read from the args
     trainer = GRPOTrainer(model=model, reward_funcs=funcs, args=_grpo_args(tmp_path, reward_weights=w.tolist()),
                           train_dataset=ds, processing_class=tok)
@@ -257,7 +257,7 @@ def test_success_rules_none_rewards_and_async_functions():
     r = np.array([r1, r2], dtype=float).T
     kw = dict(prompts=prompts, completions=[""] * len(cids), completion_ids=cids)
     for success, expect in ((None, None), ("f2", r[:, 1] > 0), (lambda r, R: r[:, 0] >= 1, r[:, 0] >= 1)):
-        cb = GapProbeCallback(tok, G)
+        cb = GapProbeCallback(tok, G, probe_every=1)
         a, b = cb.wrap_rewards([f1, f2], weights=[1.0, 2.0], success=success)
         assert a(**kw) is r1 and asyncio.run(b(**kw)) is r2
         ro = cb.take_rollout("cpu")
@@ -269,7 +269,7 @@ def test_success_rules_none_rewards_and_async_functions():
             if np.isnan(want[g * G:(g + 1) * G]).any():
                 want[g * G:(g + 1) * G] = np.nan
         np.testing.assert_array_equal(ro.rewards.numpy().reshape(-1), want)
-    cb = GapProbeCallback(tok, G)
+    cb = GapProbeCallback(tok, G, probe_every=1)
     (f,) = cb.wrap_rewards([f1])
     model, _ = tiny()
     cb.on_train_begin(SimpleNamespace(num_iterations=1, gradient_accumulation_steps=1), None, None, model=model)
@@ -285,7 +285,7 @@ def test_success_rules_none_rewards_and_async_functions():
         cb.attach(SimpleNamespace(reward_funcs=[f1]))
     with pytest.raises(ValueError, match="2 reward weights"):
         cb.on_train_begin(SimpleNamespace(reward_weights=[1.0, 1.0]), None, None)
-    cb2 = GapProbeCallback(tok, G)
+    cb2 = GapProbeCallback(tok, G, probe_every=1)
     g1, _ = cb2.wrap_rewards([f1, f2])
     g1(**kw)
     with pytest.raises(ValueError, match="never scored"):
