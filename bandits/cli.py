@@ -11,7 +11,9 @@ prints its claims (estimate, 95 % interval, n, criterion, verdict; docs/evidence
 ``<out>/<experiment>-<mode>/`` (default out: ``./gapdyn_out/bandit``): ``results.parquet`` (all rows),
 ``claims.json`` / ``claims.csv`` / ``claims.md``; the sweep's cells live in ``<out>/<experiment>-<mode>-<block>/``.
 Full mode adds the confirmation block and a replication table. Exit code 0; with ``--strict``, 1 if a claim
-does not hold.
+does not hold; 2 for bad input, 1 for a failing write, 130 / 143 on SIGINT / SIGTERM (the sweep's workers
+stopped, one line saying where the completed cells are and the command that resumes; gapdyn.cmdline).
+Every output is written atomically and never through a symlink below ``<out>`` (gapdyn.io).
 The experiment may be given by an unambiguous prefix (``succ`` for ``success_rate``).
 """
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shlex
 import shutil
 import sys
 import textwrap
@@ -31,7 +34,8 @@ import tyro
 
 import gapdyn
 
-from gapdyn.cmdline import Mode, UsageError, check_jobs, command, output_dir, parse, resolve_name, say
+from gapdyn.cmdline import Mode, UsageError, check_jobs, command, on_interrupt, output_dir, parse, resolve_name, say
+from gapdyn.io import atomic_write_text, check_output_path, write_parquet, write_with
 
 __all__ = ["main", "claims_report", "RunConfig", "experiment_config"]
 
@@ -106,7 +110,7 @@ def _list() -> int:
     return 0
 
 
-def _run(args: RunConfig) -> int:
+def _run(args: RunConfig, argv: list[str]) -> int:
     from .experiments import EXPERIMENTS, load
 
     name = resolve_name(args.experiment, EXPERIMENTS, "experiment")
@@ -114,18 +118,24 @@ def _run(args: RunConfig) -> int:
     mod = load(name)
     config, note = experiment_config(mod, args.mode, args.seed)
     store = output_dir("bandit", args.out)
+    out = store / f"{name}-{args.mode}"
+    outputs = [out / n for n in ("results.parquet", "claims.json", "claims.csv", "claims.md")]
+    for p in outputs:  # a planted symlink is refused before the sweep runs, not after
+        check_output_path(p, root=store)
     if note:
         say("bandit", f"{name} {note}")
     if args.ray_address:  # read by run_sweep (the experiment contract has no ray_address argument)
         os.environ["RAY_ADDRESS"] = args.ray_address
+    on_interrupt(f"the completed cells are kept under {store.resolve()}/{name}-{args.mode}-*; rerun the same "
+                 f"command to resume: {shlex.join(['gapdyn', 'bandit', 'run', *argv])}")
     res = mod.run(config, store=store, backend=args.backend, n_jobs=args.jobs, progress=args.progress)
-    out = store / f"{name}-{args.mode}"
     out.mkdir(parents=True, exist_ok=True)
-    res.results.to_parquet(out / "results.parquet", index=False)
-    (out / "claims.json").write_text(gapdyn.claims_to_json(res.claims))
-    gapdyn.claims_table(res.claims).to_csv(out / "claims.csv", index=False)
     md = claims_report(res)
-    (out / "claims.md").write_text(f"# {name} ({args.mode})\n\n{md}")
+    write_parquet(outputs[0], res.results, root=store)
+    atomic_write_text(outputs[1], gapdyn.claims_to_json(res.claims), root=store)
+    table = gapdyn.claims_table(res.claims)
+    write_with(outputs[2], lambda tmp: table.to_csv(tmp, index=False), root=store)
+    atomic_write_text(outputs[3], f"# {name} ({args.mode})\n\n{md}", root=store)
     print(md, end="")
     shown = res.block("confirmation") or res.block("discovery")
     n = gapdyn.count_verdicts(shown)
@@ -172,7 +182,7 @@ def main(argv: list[str]) -> int:
             raise UsageError(f"`gapdyn bandit list` takes no arguments, got {rest}")
         return _list()
     if sub == "run":
-        return _run(parse(RunConfig, rest, prog="gapdyn bandit run"))
+        return _run(parse(RunConfig, rest, prog="gapdyn bandit run"), rest)
     raise UsageError(f"invalid choice {sub!r}: the subcommands are list, run")
 
 

@@ -5,6 +5,10 @@ Layout under ``<store>/<name>/``::
     cells/<cell_key>.parquet   one file per completed cell (written to a temp file, then os.replace)
     results.parquet            the consolidation of all cells, in the sweep's cell order (atomic too)
 
+Every file is written by :mod:`gapdyn.io` (temporary, fsync, ``os.replace``, fsync of the folder), never
+through a symlink below the store's root (:class:`gapdyn.io.OutputPathError`); a failing write (full disk)
+is a :class:`gapdyn.io.WriteError` naming the file and leaves the cells already committed as they were.
+
 A cell's key is a stable hash of its configuration (:func:`cell_key`): the experiment name, the
 cell function's qualified name and the cell's parameters, serialised as canonical JSON (sorted
 keys, ``repr`` of floats), so the same configuration gives the same key in every process and on
@@ -29,12 +33,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 import numbers
 import os
-import socket
 import time
-import uuid
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -43,6 +44,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from gapdyn.io import HOST as _HOST, TMP_RE as _TMP_RE, atomic_write_bytes
 
 __all__ = [
     "CELL_KEY_COLUMN",
@@ -56,8 +59,6 @@ CELL_KEY_COLUMN = "cell_key"
 _META_KEY = b"gapdyn.cell_key"
 _META_CONFIG = b"gapdyn.cell_config"
 STALE_TMP_SECONDS = 3600.0  # a temporary lives for one write; one this old belongs to no live writer
-_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
-_TMP_RE = re.compile(r"\.tmp-([0-9a-f]{8})-(\d+)-[0-9a-f]+$")
 
 
 def _plain(value: Any, where: str) -> Any:
@@ -150,17 +151,10 @@ def _table_bytes(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def _atomic_write_bytes(data: bytes, path: Path) -> None:
-    """Write ``data`` to a per-writer temporary, fsync it, then ``os.replace`` it onto ``path``."""
-    tmp = path.with_name(f"{path.name}.tmp-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+def _atomic_write_bytes(data: bytes, path: Path, root: Path | None = None) -> None:
+    """Write ``data`` to a per-writer temporary, fsync it, then ``os.replace`` it onto ``path``
+    (:func:`gapdyn.io.atomic_write_bytes`; no symlink between ``root`` and ``path``)."""
+    atomic_write_bytes(path, data, root=root)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -194,7 +188,8 @@ class CellStore:
     def __init__(self, root: str | os.PathLike, name: str):
         if not isinstance(name, str) or not name or any(c in name for c in "/\\") or name.startswith("."):
             raise ValueError(f"name must be a non-empty string without path separators, got {name!r}")
-        self.dir = Path(root) / name
+        self.root = Path(root)
+        self.dir = self.root / name
         self.cells_dir = self.dir / "cells"
         self.cells_dir.mkdir(parents=True, exist_ok=True)
         now = time.time()
@@ -246,14 +241,14 @@ class CellStore:
         meta = dict(table.schema.metadata or {})
         meta.update({_META_KEY: key.encode(), _META_CONFIG: config.encode()})
         data = _table_bytes(table.replace_schema_metadata(meta))
-        _atomic_write_bytes(_digest_line(data), self.digest_path(key))
-        _atomic_write_bytes(data, self.cell_path(key))
+        _atomic_write_bytes(_digest_line(data), self.digest_path(key), self.root)
+        _atomic_write_bytes(data, self.cell_path(key), self.root)
         return _read_cell(data, key)
 
     def consolidate(self, tables: Iterable[pa.Table]) -> pa.Table:
         """Concatenate the given tables (in order) into ``results.parquet``, atomically."""
         table = concat_tables(list(tables))
-        _atomic_write_bytes(_table_bytes(table), self.results_path)
+        _atomic_write_bytes(_table_bytes(table), self.results_path, self.root)
         return table
 
 

@@ -16,6 +16,10 @@ and ``"ray"`` (tasks on the Ray cluster at ``ray_address`` / ``$RAY_ADDRESS``, o
 instance started for the sweep and shut down after it). The driver writes the results as they
 arrive, so workers on a remote cluster need no access to the store.
 
+An interrupted sweep (KeyboardInterrupt, SIGTERM through :func:`gapdyn.cmdline.command`, a cell's
+exception) keeps every cell committed so far and stops its workers before the exception goes on: the
+loky processes of the joblib backend are killed, a Ray instance started for the sweep is shut down.
+
 Example (doctest)::
 
     >>> from bandits.sweep import run_sweep, example_cell
@@ -107,8 +111,26 @@ def _iter_joblib(cell_fn, todo, n_jobs) -> Iterator[tuple[int, object]]:
     from joblib import Parallel, delayed
 
     par = Parallel(n_jobs=n_jobs, backend="loky", return_as="generator_unordered")
-    # each task returns (i, rows) so that unordered completion can be matched to its cell
-    yield from par(delayed(_worker_call)(cell_fn, i, cell) for i, cell in todo)
+    finished = False
+    try:
+        # each task returns (i, rows) so that unordered completion can be matched to its cell
+        yield from par(delayed(_worker_call)(cell_fn, i, cell) for i, cell in todo)
+        finished = True
+    finally:
+        if not finished:  # interrupted or failed: no worker may outlive the sweep (they idle for minutes)
+            _kill_loky_workers()
+
+
+def _kill_loky_workers() -> None:
+    """Shut the reusable loky executor down, killing its worker processes at once."""
+    try:
+        from joblib.externals.loky import reusable_executor
+
+        executor = reusable_executor._executor
+        if executor is not None:
+            executor.shutdown(wait=True, kill_workers=True)
+    except Exception:  # pragma: no cover - joblib internals moved: the workers end when their idle timeout does
+        pass
 
 
 def _iter_ray(cell_fn, todo, n_jobs, address) -> Iterator[tuple[int, object]]:
@@ -181,14 +203,17 @@ def run_sweep(
             results = _iter_joblib(cell_fn, todo, n_jobs)
         else:
             results = _iter_ray(cell_fn, todo, n_jobs, ray_address)
-        with tqdm(total=len(canon), initial=n_loaded, desc=name, disable=not progress, leave=False) as bar:
-            for i, rows in results:
-                table = tidy_rows(rows, canon[i], keys[i])
-                if cs is not None:
-                    # save returns the table parsed from the bytes written: a resumed cell's round trip
-                    table = cs.save(keys[i], _config_json(name, fn_name, canon[i]), table)
-                tables[i] = table
-                bar.update(1)
+        try:
+            with tqdm(total=len(canon), initial=n_loaded, desc=name, disable=not progress, leave=False) as bar:
+                for i, rows in results:
+                    table = tidy_rows(rows, canon[i], keys[i])
+                    if cs is not None:
+                        # save returns the table parsed from the bytes written: a resumed cell's round trip
+                        table = cs.save(keys[i], _config_json(name, fn_name, canon[i]), table)
+                    tables[i] = table
+                    bar.update(1)
+        finally:
+            results.close()  # an interruption: the backend stops its workers now, not at garbage collection
 
     full = cs.consolidate(tables) if cs is not None else concat_tables(tables)
     df = full.to_pandas() if full.num_columns else pd.DataFrame(columns=[CELL_KEY_COLUMN])

@@ -7,7 +7,12 @@ Conventions (docs in README.md, "Command line"):
   and ``--seed``, each where it applies;
 - a command writes under ``./gapdyn_out/<command>/`` of the working directory unless ``--out DIR`` is
   given, and says where at the start; sweep caches shared between commands live in ``./gapdyn_out/store``;
-- a bad value ends as one line ``gapdyn <command>: error: ...`` on stderr and exit code 2
+- exit codes: 0 done; 2 bad input or settings (a ValueError, a UsageError, an OSError of a bad path such
+  as a file where a folder is needed), one line ``gapdyn <command>: error: ...`` on stderr; 1 a failing
+  write to a valid path (:class:`gapdyn.io.WriteError`, or an OSError of a full disk / quota / I/O error),
+  one line naming the file; 130 on SIGINT and 143 on SIGTERM, one line ``gapdyn <command>: interrupted
+  by SIGINT ...`` with what the command registered through :func:`on_interrupt` (where its last
+  checkpoint is, how to resume), after every child process it started has been stopped
   (``GAPDYN_DEBUG=1`` shows the traceback).
 
 Standard library only at import time (tyro is imported when a command parses), so ``import gapdyn``
@@ -21,12 +26,20 @@ import functools
 import io
 import os
 import re
+import signal
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Iterable, Literal
 
-__all__ = ["Mode", "MODES", "OUT_ROOT", "UsageError", "command", "parse", "output_dir", "resolve_name",
-           "check_jobs", "say"]
+__all__ = ["Mode", "MODES", "OUT_ROOT", "UsageError", "Terminated", "command", "parse", "output_dir", "resolve_name",
+           "check_jobs", "say", "on_interrupt", "folder_setting", "exit_code", "EXIT_BAD_INPUT", "EXIT_WRITE_FAILED", "EXIT_SIGINT",
+           "EXIT_SIGTERM"]
+
+EXIT_BAD_INPUT = 2
+EXIT_WRITE_FAILED = 1
+EXIT_SIGINT = 128 + signal.SIGINT  # 130, the shell's convention
+EXIT_SIGTERM = 128 + signal.SIGTERM  # 143
 
 MODES = ("test", "quick", "full")
 Mode = Literal["test", "quick", "full"]
@@ -36,6 +49,83 @@ OUT_ROOT = "gapdyn_out"
 
 class UsageError(ValueError):
     """A malformed command line (reported as one line, exit code 2)."""
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread by :func:`command` (a BaseException, like KeyboardInterrupt)."""
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit code of an exception ending a command (module doc): 1 for a failing write, 2 for bad input."""
+    from gapdyn.io import WRITE_FAILURE_ERRNOS, WriteError
+
+    if isinstance(exc, WriteError) or (isinstance(exc, OSError) and exc.errno in WRITE_FAILURE_ERRNOS):
+        return EXIT_WRITE_FAILED
+    return EXIT_BAD_INPUT
+
+
+_HINTS: list[Callable[[], str]] = []
+
+
+def on_interrupt(hint: Callable[[], str] | str) -> None:
+    """Register what an interrupted command says after ``interrupted by SIGINT;`` (a text, or a function called
+    then: where the last checkpoint is, the command that resumes); the last registration of the command wins."""
+    _HINTS.append(hint if callable(hint) else (lambda: hint))
+
+
+def _descendants(pid: int) -> list[int]:
+    """Pids of every live descendant of ``pid`` (Linux /proc; empty elsewhere), children first."""
+    parents: dict[int, int] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for e in entries:
+        if not e.isdigit():
+            continue
+        try:
+            with open(f"/proc/{e}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 1 and fields[0] != "Z":
+            parents[int(e)] = int(fields[1])
+    out, frontier = [], [pid]
+    while frontier:
+        kids = [c for c, p in parents.items() if p in frontier and c not in out]
+        out += kids
+        frontier = kids
+    return out
+
+
+def stop_children(grace: float = 3.0) -> None:
+    """SIGTERM every descendant of this process, then SIGKILL what is left after ``grace`` seconds."""
+    kids = _descendants(os.getpid())
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for k in kids:
+            try:
+                os.kill(k, sig)
+            except OSError:
+                pass
+        deadline = time.monotonic() + grace
+        while kids and time.monotonic() < deadline:
+            time.sleep(0.05)
+            kids = [k for k in kids if _alive(k)]
+        if not kids:
+            return
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().decode(errors="replace").rsplit(")", 1)[-1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
 
 
 _BOX = re.compile(r"[│╭╮╰╯─]+")
@@ -69,22 +159,48 @@ def parse(cls, argv: Iterable[str], prog: str, description: str | None = None):
 
 
 def command(prog: str) -> Callable:
-    """Decorator for a subcommand's ``main(argv) -> int``: argv defaults to sys.argv[1:]; a UsageError,
-    ValueError or OSError prints ``<prog>: error: <message>`` on stderr and returns 2."""
+    """Decorator for a subcommand's ``main(argv) -> int``: argv defaults to sys.argv[1:]; exit codes and the
+    one line on stderr as in the module doc (a ValueError or bad-path OSError: 2; a failing write: 1; SIGINT /
+    SIGTERM: 130 / 143 after stopping the child processes). SIGTERM raises :class:`Terminated` in the main
+    thread while the command runs."""
 
     def deco(fn):
         @functools.wraps(fn)
         def main(argv: list[str] | None = None) -> int:
             argv = list(sys.argv[1:] if argv is None else argv)
+            n_hints = len(_HINTS)
+            try:
+                previous = signal.signal(signal.SIGTERM, _raise_terminated)
+            except ValueError:  # not the main thread: leave SIGTERM alone
+                previous = None
             try:
                 return int(fn(argv) or 0)
             except SystemExit as exc:  # --help
                 return exc.code if isinstance(exc.code, int) else 0
+            except (KeyboardInterrupt, Terminated) as exc:
+                if previous is not None:  # a second SIGTERM during the clean-up ends the process
+                    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                name, code = (("SIGINT", EXIT_SIGINT) if isinstance(exc, KeyboardInterrupt)
+                              else ("SIGTERM", EXIT_SIGTERM))
+                stop_children()
+                hint = ""
+                if len(_HINTS) > n_hints:
+                    try:
+                        hint = _HINTS[-1]()
+                    except Exception as err:  # the hint must never hide the interruption
+                        hint = f"(no resume hint: {type(err).__name__}: {err})"
+                print(f"{prog}: interrupted by {name}" + (f"; {' '.join(hint.split())}" if hint else ""),
+                      file=sys.stderr, flush=True)
+                return code
             except (ValueError, OSError) as exc:
                 if os.environ.get("GAPDYN_DEBUG"):
                     raise
                 print(f"{prog}: error: {' '.join(str(exc).split())}", file=sys.stderr)
-                return 2
+                return exit_code(exc)
+            finally:
+                del _HINTS[n_hints:]
+                if previous is not None:
+                    signal.signal(signal.SIGTERM, previous)
 
         return main
 
@@ -98,6 +214,18 @@ def output_dir(command: str, out: str | os.PathLike | None, *, announce: bool = 
         raise ValueError(f"--out must be a folder, but {path} is an existing file")
     if announce:
         say(command, f"writing under {path.resolve()}")
+    return path
+
+
+def folder_setting(path: str | os.PathLike, what: str) -> Path:
+    """A folder setting (``--store``, ``$GAPDYN_STORE``, ...) as a Path; a ValueError naming ``what`` (exit 2)
+    when it names an existing file or lies below one."""
+    path = Path(path)
+    for p in (path, *path.parents):
+        if p.exists():
+            if not p.is_dir():
+                raise ValueError(f"{what} must be a folder, but {p} is an existing file")
+            break
     return path
 
 

@@ -150,13 +150,31 @@ def commit_file(tmp: Path, path: Path) -> None:
         pass
 
 
+def _write_failed(path: Path, exc: BaseException, what: str = ""):
+    """A :class:`gapdyn.io.WriteError` naming ``path`` for the exception of a failed write."""
+    from gapdyn.io import WriteError
+
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
+    return WriteError(exc.errno if isinstance(exc, OSError) else None,
+                      " ".join(f"cannot write {what}{path}: {why}".split()), str(path))
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a reader sees the old file or the new one, never a part."""
-    path = Path(path)
+    """Write ``data`` to ``path`` so that a reader sees the old file or the new one, never a part; never through
+    a symlink (:func:`gapdyn.io.check_output_path`); a failing write is a :class:`gapdyn.io.WriteError` naming
+    ``path``, the old file unchanged."""
+    from gapdyn.io import check_output_path
+
+    path = check_output_path(Path(path))
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-    commit_file(tmp, path)
+    try:
+        tmp.unlink(missing_ok=True)  # never write through a planted temporary
+        with open(tmp, "xb") as f:
+            f.write(data)
+        commit_file(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise _write_failed(path, exc) from exc
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -206,12 +224,20 @@ def write_checkpoint(path: Path, tensors: dict[str, torch.Tensor], state: dict) 
             t = t.clone()
         seen.add(t.untyped_storage().data_ptr())
         out[k] = t
+    from gapdyn.io import check_output_path
+
+    check_output_path(path)
     tmp = path.with_name(path.name + ".tmp")
-    state_text = json.dumps(state)
-    save_file(out, str(tmp), metadata={"format": FORMAT, "state": state_text})
-    record = _digest_record(path.name, _sha256_file(tmp), state_sha256(json.loads(state_text)))
-    _write_synced(_pending_path(path), record)  # a kill between the two renames below: this vouches for the new file
-    commit_file(tmp, path)
+    try:  # a failure (full disk: safetensors' SafetensorError, an OSError) leaves the committed checkpoint
+        tmp.unlink(missing_ok=True)
+        state_text = json.dumps(state)
+        save_file(out, str(tmp), metadata={"format": FORMAT, "state": state_text})
+        record = _digest_record(path.name, _sha256_file(tmp), state_sha256(json.loads(state_text)))
+        _write_synced(_pending_path(path), record)  # a kill between the two renames below: this vouches for the new file
+        commit_file(tmp, path)
+    except Exception as exc:
+        tmp.unlink(missing_ok=True)
+        raise _write_failed(path, exc, "checkpoint ") from exc
     atomic_write_bytes(digest_path(path), record)  # last: the checkpoint is committed
     _pending_path(path).unlink(missing_ok=True)
     return path
@@ -406,8 +432,11 @@ class AppendLog:
         data = "".join(json.dumps(r) + "\n" for r in rows).encode()
         if not data:
             return
-        with open(self.path, "ab") as f:
-            f.write(data)
+        try:
+            with open(self.path, "ab") as f:
+                f.write(data)
+        except OSError as exc:  # a torn row is cut by the next resume (rollback)
+            raise _write_failed(self.path, exc) from exc
         self.bytes += len(data)
         self.rows += len(rows)
 

@@ -13,11 +13,18 @@
                                                              the safe-step experiment (constant vs safe step)
 
 Outputs go to ``./gapdyn_out/train`` (``train-warmup``, ``train-demo``, ``train-ablation``) unless ``--out DIR``.
+
+``gapdyn train`` on a folder that holds a checkpoint continues it with ``--resume`` (it says "resumed at step N";
+the summary counts the steps this process ran and the run's total) and refuses without it (exit 2, saying how
+to resume or start afresh). SIGINT / SIGTERM end it with one line naming the last checkpoint and the command that
+resumes, exit 130 / 143 (gapdyn.cmdline); a failing write (a full disk while checkpointing) is one line naming
+the file, exit 1, and the checkpoint committed before it stays.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import time
 from dataclasses import dataclass
@@ -26,7 +33,7 @@ from typing import Annotated, Literal
 
 import tyro
 
-from gapdyn.cmdline import command, output_dir, parse, say
+from gapdyn.cmdline import command, on_interrupt, output_dir, parse, say
 
 from .config import check_settings
 
@@ -131,6 +138,24 @@ def _fmt(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
+def checkpoint_step(path: Path) -> tuple[int, int | None] | None:
+    """(step, steps of the run that wrote it) from a checkpoint's metadata, read without loading or verifying
+    its tensors (the trainer verifies it when it resumes); None when there is no readable one."""
+    try:
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            state = json.loads((f.metadata() or {})["state"])
+        total = state.get("config", {}).get("steps")
+        return int(state["step"]), (total if isinstance(total, int) else None)
+    except Exception:
+        return None
+
+
+def _resume_command(argv: list[str]) -> str:
+    return shlex.join(["gapdyn", "train", *argv, *([] if "--resume" in argv else ["--resume"])])
+
+
 def _train_main(argv: list[str]) -> int:
     from .config import TrainConfig
 
@@ -141,6 +166,28 @@ def _train_main(argv: list[str]) -> int:
 
     configure_threads(cfg.num_threads)
     out = output_dir("train", cfg.out_dir)
+    from .checkpoint import CHECKPOINT_NAME
+
+    ckpt = out / CHECKPOINT_NAME
+    found = checkpoint_step(ckpt) if ckpt.exists() else None
+    if ckpt.exists() and not cfg.resume:  # never start a run over a checkpoint silently
+        at = f"at step {found[0]}" + (f" of a {found[1]}-step run" if found[1] else "") if found else "(unreadable)"
+        raise ValueError(f"{out} holds a checkpoint {at}: continue it with --resume ({_resume_command(argv)}), or "
+                         f"start afresh in another --out folder or after deleting {out / 'checkpoint'}*")
+    start = found[0] if (cfg.resume and found) else 0
+    if start:
+        say("train", f"resuming {ckpt} at step {start}")
+
+    def interrupted() -> str:
+        now = checkpoint_step(ckpt) if ckpt.exists() else None
+        if now is None:
+            every = (f"--checkpoint-every {cfg.checkpoint_every}" if cfg.checkpoint_every else
+                     "--checkpoint-every 0: only the finished run writes one; set --checkpoint-every N to keep one "
+                     "every N steps")
+            return f"no checkpoint in {out} yet ({every}); rerunning starts at step 0"
+        return f"last checkpoint {ckpt} at step {now[0]}; resume with: {_resume_command(argv)}"
+
+    on_interrupt(interrupted)
     from .demo import summarize_run
     from .trainer import FaultError, train
     from .warmup import warmup_progress
@@ -153,13 +200,17 @@ def _train_main(argv: list[str]) -> int:
             print(f"gapdyn train: {' '.join(str(exc).split())}", file=sys.stderr)
             return 1
     wall = time.perf_counter() - t0
-    from .checkpoint import atomic_write_text
+    from gapdyn.io import atomic_write_json
 
-    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, default=str))
+    ran = summary["steps"] - start
+    atomic_write_json(out / "summary.json", {**summary, "steps_this_process": ran, "resumed_at": start},
+                      indent=1, default=str)
     import pandas as pd
 
     row = summarize_run(pd.read_parquet(out / "metrics.parquet"), summary["alerts"], wall)
-    say("train", f"{cfg.method} lr={cfg.lr:g} seed={cfg.seed}: {summary['steps']} steps in {wall:.0f} s"
+    say("train", f"{cfg.method} lr={cfg.lr:g} seed={cfg.seed}: {ran} steps in {wall:.0f} s"
+                 + (f" (resumed at step {start}; run total {summary['steps']} of {cfg.steps})" if start else
+                    f" (run total {summary['steps']} of {cfg.steps})")
                  + (f", stopped: {summary['stopped']}" if summary.get("stopped") else ""))
     collapse = (f"collapse ({row['collapse_rule']}) at step {row['collapse_step']}" if row.get("collapsed")
                 else "no collapse alert")

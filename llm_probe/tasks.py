@@ -26,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Problem", "AdditionTask", "JsonlTask", "load_jsonl_problems", "iter_jsonl_objects", "extract_answer", "normalize_answer", "check_answer"]
+__all__ = ["Problem", "AdditionTask", "JsonlTask", "load_jsonl_problems", "iter_jsonl_objects", "extract_answer", "normalize_answer", "check_answer",
+           "canonical_number"]
 
 
 @dataclass(frozen=True)
@@ -178,43 +179,156 @@ def check_answer(completion: str, reference: str) -> bool:
     return normalize_answer(got[:MAX_ANSWER_TEXT]) == normalize_answer(ref[:MAX_ANSWER_TEXT])
 
 
-def iter_jsonl_objects(path: str | Path, *, name: str = "path"):
-    """(line number, object) of every non-blank line of a JSONL file; ValueError (naming ``name`` or the
-    line) for a missing file, malformed JSON or a non-object line. Records end at "\n" only: str.splitlines
-    would also split inside strings holding U+2028, U+2029, U+0085, \x1c.. or \v / \f (valid raw in JSON)."""
+class _Number(str):
+    """A JSON number kept as its literal text (``exact_numbers=True`` of :func:`iter_jsonl_objects`)."""
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a finite number")
+
+
+def _finite_float(literal: str) -> float:
+    v = float(literal)
+    if v in (float("inf"), float("-inf")):
+        raise ValueError(f"{literal} is not a finite float64 number")
+    return v
+
+
+def _jsonl_lines(p: Path, where: str):
+    """(line number, text) of every line of ``p``; records end at b"\n" only. A line that is not UTF-8 is a
+    ValueError naming the file, the line and the byte offset within it."""
+    for n, raw in enumerate(p.read_bytes().split(b"\n"), 1):
+        try:
+            yield n, raw.decode("utf-8").removesuffix("\r")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{where}: line {n} is not valid UTF-8 (byte {exc.start} of the line: "
+                             f"{raw[exc.start:exc.start + 1]!r})") from None
+
+
+def iter_jsonl_objects(path: str | Path, *, name: str = "path", exact_numbers: bool = False):
+    """(line number, object) of every non-blank line of a JSONL file; ValueError naming the file and the line for
+    a missing file, a line that is not UTF-8, malformed JSON, NaN / Infinity / a float beyond float64 (1e400), an
+    integer beyond Python's digit limit, or a non-object line. Records end at "\n" only: str.splitlines would also split inside strings
+    holding U+2028, U+2029, U+0085, \x1c.. or \v / \f (valid raw in JSON). ``exact_numbers``: every number
+    comes back as its literal text (a ``str`` subclass), no int or float conversion at all."""
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"{name} must be an existing JSONL file, got {str(path)!r}")
-    for n, line in enumerate(p.read_text(encoding="utf-8").split("\n"), 1):
-        line = line.removesuffix("\r")
+    where = str(p)
+    kw = {"parse_constant": _refuse_constant, "parse_float": _finite_float}
+    if exact_numbers:
+        kw.update(parse_int=_Number, parse_float=_Number)
+    for n, line in _jsonl_lines(p, where):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = json.loads(line, **kw)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{p.name}: line {n} is not valid JSON ({exc.msg})") from exc
+            raise ValueError(f"{where}: line {n} is not valid JSON ({exc.msg})") from None
+        except ValueError as exc:  # NaN / Infinity, or an integer beyond sys.get_int_max_str_digits()
+            raise ValueError(f"{where}: line {n}: {' '.join(str(exc).split())[:200]}") from None
+        except RecursionError:
+            raise ValueError(f"{where}: line {n} nests too deeply to be read") from None
         if not isinstance(obj, dict):
-            raise ValueError(f"{p.name}: line {n} must be a JSON object, got {type(obj).__name__}")
+            raise ValueError(f"{where}: line {n} must be a JSON object, got {type(obj).__name__}")
         yield n, obj
 
 
+MAX_REFERENCE_CHARS = MAX_ANSWER_TEXT
+"""Characters a numeric reference answer may take when written out in full (1e-5000 is refused, not expanded)."""
+
+
+def canonical_number(literal: str) -> str:
+    """The text a correct completion writes for the JSON number ``literal``: an integer's digits
+    ("1e16" -> "10000000000000000", "-0" -> "0"), an exact decimal without exponent or trailing zeros
+    ("1.50" -> "1.5", "2.5e-3" -> "0.0025"); ValueError for a value beyond float64's range (1e400, read as
+    inf by float-based readers) or one longer than MAX_REFERENCE_CHARS characters written out."""
+    from decimal import Context, Decimal, InvalidOperation
+
+    if not isinstance(literal, str) or len(literal) > MAX_REFERENCE_CHARS:
+        raise ValueError(f"a number of more than {MAX_REFERENCE_CHARS} characters is refused")
+    integer = re.fullmatch(r"-?[0-9]+", literal) is not None  # exact in JSON and Python: no float range
+    try:
+        d = Decimal(literal)
+    except InvalidOperation:
+        raise ValueError(f"{literal!r} is not a number") from None
+    if not d.is_finite() or (not integer and abs(d) > Decimal("1.7976931348623157e308")):
+        raise ValueError(f"{literal} is not a finite float64 number (float-based readers read it as inf)")
+    if d == 0:
+        return "0"
+    if d.adjusted() >= MAX_REFERENCE_CHARS or -d.adjusted() >= MAX_REFERENCE_CHARS:
+        raise ValueError(f"{literal} would take more than {MAX_REFERENCE_CHARS} characters written out")
+    text = format(d.normalize(Context(prec=2 * MAX_REFERENCE_CHARS + 2)), "f")  # exact: no rounding
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _field_text(v, key: str) -> str:
+    """A question / answer field as text: a string as it is, a JSON number as :func:`canonical_number`."""
+    if isinstance(v, _Number):
+        return canonical_number(v)
+    if isinstance(v, str):
+        return v
+    raise ValueError(f"the {key!r} field must be a string or a number, got "
+                     f"{'null' if v is None else type(v).__name__}")
+
+
+MAX_LISTED_ERRORS = 20
+"""Malformed rows named in one error of :func:`load_jsonl_problems` (the rest are counted)."""
+
+
 def load_jsonl_problems(path: str | Path, *, question_key: str = "question", answer_key: str = "answer") -> list[Problem]:
-    """Problems from a JSONL file; ValueError (with the line number) for a missing/empty file,
-    malformed JSON, a non-object line, or a missing/empty question or answer."""
+    """Problems from a JSONL file; one ValueError naming the file and the line of every malformed row (the
+    first MAX_LISTED_ERRORS of them): a line that is not UTF-8 or not JSON, a non-object line, a
+    missing/empty question or answer, a non-finite number (NaN, Infinity, 1e400) or an answer without a
+    final answer. Numeric answers are the text a correct completion writes (:func:`canonical_number`:
+    1e16 -> "10000000000000000", 1.50 -> "1.5")."""
     p = Path(path)
-    out = []
-    for n, obj in iter_jsonl_objects(p):
-        for key in (question_key, answer_key):
-            v = obj.get(key)
-            if isinstance(v, bool) or not isinstance(v, (str, int, float)) or not str(v).strip():
-                raise ValueError(f"{p.name}: line {n} lacks a non-empty {key!r} field")
-        ans = str(obj[answer_key])
-        ref = extract_answer(ans) if "####" in ans or "\\boxed" in ans else ans.strip()
-        if ref is None:
-            raise ValueError(f"{p.name}: line {n}: cannot extract an answer from {ans!r}")
-        out.append(Problem(str(obj[question_key]), ref))
+    where = str(p)
+    if not p.is_file():
+        raise ValueError(f"path must be an existing JSONL file, got {str(path)!r}")
+    out, errors = [], []
+    kw = {"parse_constant": _refuse_constant, "parse_int": _Number, "parse_float": _Number}
+    try:
+        lines = list(_jsonl_lines(p, where))
+    except ValueError as exc:  # not UTF-8: list every such line
+        lines = []
+        for n, raw in enumerate(p.read_bytes().split(b"\n"), 1):
+            try:
+                lines.append((n, raw.decode("utf-8").removesuffix("\r")))
+            except UnicodeDecodeError as err:
+                errors.append(f"line {n} is not valid UTF-8 (byte {err.start} of the line)")
+        if not errors:  # pragma: no cover - the same decoding twice
+            raise exc
+    for n, line in lines:
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line, **kw)
+            if not isinstance(obj, dict):
+                raise ValueError(f"must be a JSON object, got {type(obj).__name__}")
+            texts = {}
+            for key in (question_key, answer_key):
+                v = obj.get(key)
+                if v is None or isinstance(v, bool) or (isinstance(v, str) and not v.strip()):
+                    raise ValueError(f"lacks a non-empty {key!r} field")
+                texts[key] = _field_text(v, key)
+            ans = texts[answer_key]
+            ref = extract_answer(ans) if "####" in ans or "\\boxed" in ans else ans.strip()
+            if ref is None:
+                raise ValueError(f"cannot extract an answer from {ans!r}")
+            out.append(Problem(texts[question_key], ref))
+        except json.JSONDecodeError as exc:
+            errors.append(f"line {n} is not valid JSON ({exc.msg})")
+        except RecursionError:
+            errors.append(f"line {n} nests too deeply to be read")
+        except ValueError as exc:
+            errors.append(f"line {n}: {' '.join(str(exc).split())[:200]}")
+    if errors:
+        more = f"; and {len(errors) - MAX_LISTED_ERRORS} more" if len(errors) > MAX_LISTED_ERRORS else ""
+        raise ValueError(f"{where}: {len(errors)} malformed row{'s' * (len(errors) > 1)}: "
+                         f"{'; '.join(errors[:MAX_LISTED_ERRORS])}{more}")
     if not out:
-        raise ValueError(f"{p.name}: the file holds no problems (empty)")
+        raise ValueError(f"{where}: the file holds no problems (empty)")
     return out
 
 

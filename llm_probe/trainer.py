@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .checkpoint import (CHECKPOINT_NAME, LEGACY_NAME, AppendLog, CheckpointError, atomic_write_text, commit_file,
+from .checkpoint import (CHECKPOINT_NAME, LEGACY_NAME, AppendLog, CheckpointError, atomic_write_text,
                          config_differences, digest_path, first_nonfinite, join_optimizer_state, lock_run_folder,
                          read_checkpoint, remove_checkpoint, split_optimizer_state, write_checkpoint)
 from .collapse import CollapseDetector
@@ -545,9 +545,9 @@ class Trainer:
         df = pd.DataFrame([{k: v for k, v in r.items() if k != "alerts"} for r in rows])
         if "fault" in df:
             df["fault"] = df["fault"].astype("string")
-        tmp = self.out / "metrics.parquet.tmp"
-        df.to_parquet(tmp, index=False)
-        commit_file(tmp, self.out / "metrics.parquet")
+        from gapdyn.io import write_parquet
+
+        write_parquet(self.out / "metrics.parquet", df)  # atomic; a failing write names the file (gapdyn.io)
         return {"steps": self.step, "collapsed": self.detector.collapsed,
                 "alerts": [asdict(a) for a in self.detector.alerts], "stopped": self.stopped_reason,
                 "faults": self.faults}

@@ -20,7 +20,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from gapdyn.cmdline import Mode, check_jobs, command, output_dir, parse, resolve_name, say
+from gapdyn.cmdline import Mode, check_jobs, command, folder_setting, output_dir, parse, resolve_name, say
 
 from .data import NotAvailable, SourceFailed, Sources, default_store
 from .style import SAVE_DPI
@@ -72,10 +72,10 @@ def resolve_store(store, out) -> Path:
     """The sweep store: ``store``; else ``$GAPDYN_STORE``; else ``<out>/store`` when an output folder was
     given; else ``./gapdyn_out/store`` (shared by ``gapdyn figs`` and ``gapdyn reproduce``)."""
     if store is not None:
-        return Path(store)
+        return folder_setting(store, "--store")
     if out is not None and not os.environ.get("GAPDYN_STORE"):
-        return Path(out) / "store"
-    return default_store()
+        return folder_setting(Path(out) / "store", "--out")
+    return folder_setting(default_store(), "$GAPDYN_STORE" if os.environ.get("GAPDYN_STORE") else "the store")
 
 
 @dataclass
