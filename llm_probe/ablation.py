@@ -10,10 +10,16 @@ shared warm model (``<out>/warm``) trained on the split addition task, whose hel
 Per run: metrics.jsonl (trainer rows, with the ``warn/*`` statistics of llm_probe.warning), eval.jsonl (held-out
 sampled accuracy and token entropy every ``eval_every`` steps), passk.json (held-out pass@k, k <= n, the unbiased
 estimator of Chen et al. 2021, arXiv 2107.03374, Eq. 1, with n samples per prompt), done.json (the run's summary).
-A run counts as collapsed when the collapse rule (llm_probe.collapse) alerts or the run stops on faults.
+Each run ends with an outcome (llm_probe.collapse.run_outcome, recomputed from the run's files by
+:func:`folder_outcome`): ``collapsed`` (the last-25-step reward below 0.25 R0 and the final held-out accuracy below
+0.25 of its initial value), ``recovered`` (the alert rule fired, not collapsed), ``healthy`` or ``failed`` (stopped
+on numerical faults: reported apart, never pooled with collapses). Alerts are events with their steps, not
+collapses.
 
-``summarize`` writes runs.csv, survival.csv (Clopper-Pearson intervals per arm) and claims.json / claims.md: the
-claims of :data:`CRITERIA`, written before any run, judged by gapdyn.decide_verdict with Holm over every test.
+``summarize`` writes runs.csv, survival.csv (alerted / recovered / ends collapsed / failed per arm, a
+Clopper-Pearson interval on the collapse rate of the runs that did not fail) and claims.json / claims.md: the
+claims of :data:`CRITERIA`, frozen before any run; the pre-declared primaries (WAPO vs GRPO collapse and final
+reward) are Holm-adjusted among themselves, every other row is exploratory (unadjusted); every test is one-sided.
 """
 
 from __future__ import annotations
@@ -27,18 +33,20 @@ from pathlib import Path
 
 import numpy as np
 
-from gapdyn.claims import (CONFIRMATION_SEEDS, Claim, Criterion, claims_markdown, claims_to_json, criteria_hash,
-                           holm_adjust_claims)
+from gapdyn.claims import (CONFIRMATION_SEEDS, Claim, ClaimSpec, Criterion, claims_markdown, claims_to_json,
+                           criteria_hash, holm_adjust_claims)
 from gapdyn.stats import (
     Estimate,
     clopper_pearson_interval,
     fisher_exact_test,
     paired_bootstrap_difference,
-    wilcoxon_signed_rank,
 )
 
+from .collapse import OUTCOME_WINDOW, SENSITIVITY_WINDOW, RunOutcome, run_outcome
+
 __all__ = ["StudyConfig", "CONFIGS", "SplitAddition", "pass_at_k", "run_study", "run_one", "summarize",
-           "CRITERIA", "CRITERIA_HASH", "wapo_grpo_claims", "block_of", "main"]
+           "CRITERIA", "CRITERIA_HASH", "TEST_TEXT", "wapo_grpo_claims", "block_of", "folder_outcome",
+           "outcome_from_rows", "read_evals", "survival_table", "one_sided_wilcoxon", "main"]
 
 
 @dataclass(frozen=True)
@@ -257,18 +265,56 @@ def run_one(cfg: StudyConfig, warm_dir, out: Path, method: str, lr: float, seed:
     rows = [json.loads(ln) for ln in (d / "metrics.jsonl").read_text().splitlines() if ln.strip()]
     rewards = np.array([r.get("reward", np.nan) for r in rows], dtype=float)
     alerts = [asdict(a) for a in tr.detector.alerts]
-    tail = rewards[-min(25, len(rewards)):] if len(rewards) else np.array([np.nan])
+    tail = rewards[-min(OUTCOME_WINDOW, len(rewards)):] if len(rewards) else np.array([np.nan])
     clip = np.array([r.get("clip_ratio/region_mean", np.nan) for r in rows], dtype=float)
     summary = {"method": method, "lr": lr, "seed": seed, "num_iterations": mu, "steps_run": len(rows), "H0": H0,
                "R0": R0, "clip_region_mean": float(np.nanmean(clip)) if np.isfinite(clip).any() else float("nan"),
-               "collapsed": bool(alerts) or fault is not None,
-               "collapse_step": int(alerts[0]["step"]) if alerts else (len(rows) if fault else -1),
-               "collapse_rule": alerts[0]["rule"] if alerts else ("faults" if fault else ""),
-               "reward_last25": float(np.nanmean(tail)), "heldout_acc_final": evals[-1]["acc"],
+               "fault": fault, "alerts": alerts,
+               "reward_last25": float(np.nanmean(tail)) if np.isfinite(tail).any() else float("nan"),
+               "heldout_acc_final": evals[-1]["acc"],
                "heldout_entropy_final": evals[-1]["entropy"], "passk": passk,
                "wall_s": time.perf_counter() - t0}
+    summary.update(_outcome_columns(*(outcome_from_rows(rows, summary, evals, window=w)
+                                      for w in (OUTCOME_WINDOW, SENSITIVITY_WINDOW))))
     (d / "done.json").write_text(json.dumps(summary, indent=1))
     return summary
+
+
+# ---- run outcomes ------------------------------------------------------------------------------------------
+def outcome_from_rows(rows: list, done: dict, evals: list, *, window: int = OUTCOME_WINDOW) -> RunOutcome:
+    """The run outcome (llm_probe.collapse.run_outcome) of one run: rewards from its metrics rows (step order),
+    alerts from the rows' ``alerts`` (step, rule), held-out accuracies from ``evals`` (step 0 first), the fault
+    from ``done`` (its ``fault`` message; older summaries mark it ``collapse_rule == "faults"``)."""
+    if not isinstance(done, dict):
+        raise ValueError(f"done must be a run summary dict, got {type(done).__name__}")
+    if not rows:
+        return run_outcome([np.nan], fault=True, window=window)
+    rewards = [r.get("reward", np.nan) for r in sorted(rows, key=lambda r: r["step"])]
+    alerts = [{"step": int(r["step"]), "rule": rule} for r in rows for rule in r.get("alerts", [])]
+    acc = [e["acc"] for e in sorted(evals, key=lambda e: e["step"])]
+    fault = done.get("fault") or done.get("collapse_rule") == "faults"
+    return run_outcome(rewards, alerts=alerts, heldout=acc if len(acc) >= 2 else None, fault=bool(fault),
+                       window=window)
+
+
+def folder_outcome(d, *, window: int = OUTCOME_WINDOW) -> RunOutcome:
+    """:func:`outcome_from_rows` of a finished run folder (metrics.jsonl, done.json, eval.jsonl)."""
+    d = Path(d)
+    if not (d / "done.json").exists():
+        raise ValueError(f"d must be a finished run folder (with done.json), got {d}")
+    f = d / "metrics.jsonl"
+    rows = [json.loads(ln) for ln in f.read_text().splitlines() if ln.strip()] if f.exists() else []
+    return outcome_from_rows(rows, json.loads((d / "done.json").read_text()), read_evals(d), window=window)
+
+
+def _outcome_columns(out: RunOutcome, sens: RunOutcome) -> dict:
+    """A run's outcome columns: outcome (and the 10-step sensitivity variant), alerted, collapsed = ends
+    collapsed, failed, collapse_step = the onset of the final collapse (-1 if none), first alert step/rule."""
+    return {"outcome": out.label, f"outcome_w{sens.window}": sens.label, "alerted": out.alerted,
+            "collapsed": out.collapsed, "failed": out.label == "failed",
+            "collapse_step": -1 if out.onset is None else out.onset,
+            "first_alert_step": out.alerts[0][0] if out.alerts else -1,
+            "first_alert_rule": out.alerts[0][1] if out.alerts else ""}
 
 
 def run_study(cfg: StudyConfig, out, *, n_jobs: int = 1, progress: bool = True) -> list[dict]:
@@ -288,52 +334,63 @@ def run_study(cfg: StudyConfig, out, *, n_jobs: int = 1, progress: bool = True) 
         res.append(run_one(cfg, warm, out, m, lr, s))
         if progress:
             r = res[-1]
-            print(f"[{i + 1}/{len(jobs)}] {m} lr={lr:g} seed={s}: collapsed={r['collapsed']} "
+            print(f"[{i + 1}/{len(jobs)}] {m} lr={lr:g} seed={s}: outcome={r['outcome']} "
                   f"reward_last25={r['reward_last25']:.3f} wall={r['wall_s']:.0f}s", flush=True)
     return res
 
 
 # ---- claims --------------------------------------------------------------------------------------------------
 WAPO_SRC = "WAPO (arXiv 2606.16154)"
+BEYOND = "beyond the papers"
 CRITERIA = {
-    "llm.wapo_fewer_collapses": ("WAPO collapses less often than GRPO at equal lr", WAPO_SRC,
-                              "collapse rate GRPO - WAPO > 0: one-sided Fisher p (Holm) < 0.05 and the paired "
-                              "bootstrap interval above 0", Criterion.above(0.0, alpha=0.05)),
-    "llm.wapo_higher_reward": ("WAPO's final reward exceeds GRPO's at equal lr (paired by seed)", WAPO_SRC,
-                            "mean paired difference of the last-25-step reward > 0: interval above 0 and "
-                            "Wilcoxon p (Holm) < 0.05", Criterion.above(0.0, alpha=0.05)),
-    "llm.wapo_entropy_at_matched_accuracy": ("At matched held-out accuracy WAPO keeps more token entropy than GRPO",
-                                     "beyond the papers (WAPO's taxonomy, arXiv 2606.16154: winners-only updates "
-                                     "drop the negative-advantage cells)",
-                                     "mean paired entropy difference (WAPO - GRPO) at the first evaluation where "
-                                     "both reach the pair's common accuracy > 0 (interval, Wilcoxon/Holm)",
-                                     Criterion.above(0.0, alpha=0.05)),
-    "llm.dapo_entropy_at_matched_accuracy": ("At matched held-out accuracy DAPO (clip-higher, several updates per batch) "
-                                     "keeps more token entropy than GRPO",
-                                     "Yu et al. 2025 (arXiv 2503.14476), clip-higher against entropy collapse",
-                                     "mean paired entropy difference (DAPO - GRPO) at the first evaluation where "
-                                     "both reach the pair's common accuracy > 0 (interval, Wilcoxon/Holm)",
-                                     Criterion.above(0.0, alpha=0.05)),
-    "llm.wapo_passk_not_lower": ("WAPO's held-out pass@k at the largest k is not below GRPO's",
-                             "beyond the papers (WAPO, arXiv 2606.16154, keeps the Gap direction)",
-                             "mean paired pass@k_max difference (WAPO - GRPO) > -0.02 (interval lower end)",
-                             Criterion.above(-0.02)),
-    "llm.nsr_passk_above_psr": ("NSR keeps a higher held-out pass@k at large k than PSR",
-                           "Zhu et al. 2025 (arXiv 2506.01347)",
-                           "mean paired pass@k_max difference (NSR - PSR) > 0 (interval, Wilcoxon/Holm)",
-                           Criterion.above(0.0, alpha=0.05)),
-    "llm.entropy_follows_cov": ("Entropy change follows -eta Cov(log pi, A) in sign",
-                                "Cui et al. 2025 (arXiv 2505.22617), softmax entropy dynamics",
-                                "slope of dH (same completions) on -lr * Cov(log pi(y_t), A) over probe steps > 0 "
-                                "(run-cluster bootstrap interval above 0)", Criterion.above(0.0)),
+    "llm.wapo_fewer_collapses": ClaimSpec(WAPO_SRC, "WAPO ends collapsed less often than GRPO at equal lr",
+                                          "comparison", Criterion.above(0.0, alpha=0.05), primary=True),
+    "llm.wapo_higher_reward": ClaimSpec(WAPO_SRC, "WAPO's final reward exceeds GRPO's at equal lr (paired by seed)",
+                                        "comparison", Criterion.above(0.0, alpha=0.05), primary=True),
+    "llm.wapo_entropy_at_matched_accuracy": ClaimSpec(
+        f"{BEYOND} (WAPO's taxonomy, arXiv 2606.16154: winners-only updates drop the negative-advantage cells)",
+        "At matched held-out accuracy WAPO keeps more token entropy than GRPO", "comparison",
+        Criterion.above(0.0, alpha=0.05)),
+    "llm.dapo_entropy_at_matched_accuracy": ClaimSpec(
+        "Yu et al. 2025 (arXiv 2503.14476), clip-higher against entropy collapse",
+        "At matched held-out accuracy DAPO (clip-higher, several updates per batch) keeps more token entropy than GRPO",
+        "comparison", Criterion.above(0.0, alpha=0.05)),
+    "llm.wapo_passk_not_lower": ClaimSpec(f"{BEYOND} (WAPO, arXiv 2606.16154, keeps the Gap direction)",
+                                          "WAPO's held-out pass@k at the largest k is not below GRPO's", "comparison",
+                                          Criterion.above(-0.02)),
+    "llm.nsr_passk_above_psr": ClaimSpec("Zhu et al. 2025 (arXiv 2506.01347)",
+                                         "NSR keeps a higher held-out pass@k at large k than PSR", "comparison",
+                                         Criterion.above(0.0, alpha=0.05)),
+    "llm.entropy_follows_cov": ClaimSpec("Cui et al. 2025 (arXiv 2505.22617), softmax entropy dynamics",
+                                         "Entropy change follows -eta Cov(log pi, A) in sign", "law",
+                                         Criterion.above(0.0)),
 }
-"""claim id -> (statement, source, criterion text, Criterion), fixed before the runs."""
-CRITERIA_HASH = criteria_hash({cid: crit for cid, (_, _, _, crit) in CRITERIA.items()})
-"""Stamped on every claim of a study (gapdyn.criteria_hash)."""
+"""claim id -> ClaimSpec (source, statement, form, Criterion, primary), frozen at import, before any run. The
+primaries, WAPO vs GRPO collapse and final reward at every lr of the study, are Holm-adjusted among themselves;
+the other rows are exploratory (p unadjusted)."""
+TEST_TEXT = {
+    "llm.wapo_fewer_collapses": "share of runs ending collapsed (llm_probe.collapse.run_outcome; failed runs apart), "
+                                "GRPO - WAPO, paired bootstrap interval; p: one-sided Fisher exact (GRPO more)",
+    "llm.wapo_higher_reward": "mean paired difference of the last-25-step reward, WAPO - GRPO (failed pairs apart), "
+                              "paired bootstrap interval; p: one-sided Wilcoxon signed-rank (WAPO higher)",
+    "llm.wapo_entropy_at_matched_accuracy": "mean paired entropy difference (WAPO - GRPO) at the first evaluation "
+                                            "where both reach the pair's common accuracy; p: one-sided Wilcoxon",
+    "llm.dapo_entropy_at_matched_accuracy": "mean paired entropy difference (DAPO - GRPO) at the first evaluation "
+                                            "where both reach the pair's common accuracy; p: one-sided Wilcoxon",
+    "llm.wapo_passk_not_lower": "mean paired pass@k_max difference (WAPO - GRPO), paired bootstrap interval "
+                                "(non-inferiority margin 0.02)",
+    "llm.nsr_passk_above_psr": "mean paired pass@k_max difference (NSR - PSR); p: one-sided Wilcoxon",
+    "llm.entropy_follows_cov": "slope of dH (same completions) on -lr * Cov(log pi(y_t), A) over probe steps, "
+                               "run-cluster bootstrap interval",
+}
+"""What each claim measures and how it is tested; its criterion text is ``TEST_TEXT[id]: Criterion.describe()``."""
+CRITERIA_HASH = criteria_hash({cid: spec.criterion for cid, spec in CRITERIA.items()})
+"""Stamped on every claim of a study (gapdyn.criteria_hash), computed at import."""
 
 
 def load_runs(out) -> "object":
-    """One row per finished run (done.json), passk columns expanded."""
+    """One row per finished run (done.json), passk columns expanded; the outcome columns (:func:`_outcome_columns`)
+    recomputed from the run's files by the current rule (:func:`folder_outcome`), whatever done.json stored."""
     import pandas as pd
 
     rows = []
@@ -341,19 +398,25 @@ def load_runs(out) -> "object":
         r = json.loads(f.read_text())
         for k, v in r.pop("passk").items():
             r[f"pass@{k}"] = v
+        r.pop("alerts", None)
+        r.update(_outcome_columns(*(folder_outcome(f.parent, window=w) for w in (OUTCOME_WINDOW, SENSITIVITY_WINDOW))))
         r["dir"] = str(f.parent)
         rows.append(r)
     return pd.DataFrame(rows)
 
 
 def _paired(runs, a: str, b: str, col: str, lr: float):
+    """Values of ``col`` for methods a and b at lr, paired by seed; failed runs (a ``failed`` column) left out."""
+    if "failed" in runs:
+        runs = runs[~runs["failed"].astype(bool)]
     A = runs[(runs.method == a) & (runs.lr == lr)].set_index("seed")[col]
     B = runs[(runs.method == b) & (runs.lr == lr)].set_index("seed")[col]
     common = sorted(set(A.index) & set(B.index))
     return A.loc[common].to_numpy(float), B.loc[common].to_numpy(float)
 
 
-def _evals(path) -> list:
+def read_evals(path) -> list:
+    """The rows of a run folder's eval.jsonl (held-out accuracy and entropy by step); [] without the file."""
     f = Path(path) / "eval.jsonl"
     return [json.loads(ln) for ln in f.read_text().splitlines() if ln.strip()] if f.exists() else []
 
@@ -371,13 +434,16 @@ def entropy_at_matched_accuracy(ev_a: list, ev_b: list) -> tuple[float, float] |
 
 
 def _matched_entropies(runs, a: str, b: str, lr: float) -> tuple[np.ndarray, np.ndarray]:
-    """Per seed with both runs: (entropy of a, entropy of b) at the pair's matched held-out accuracy."""
+    """Per seed with both runs: (entropy of a, entropy of b) at the pair's matched held-out accuracy (failed runs,
+    a ``failed`` column, left out)."""
+    if "failed" in runs:
+        runs = runs[~runs["failed"].astype(bool)]
     ha, hb = [], []
     for s in sorted(set(runs[(runs.method == a) & (runs.lr == lr)].seed)):
         da = runs[(runs.method == a) & (runs.lr == lr) & (runs.seed == s)].dir
         db = runs[(runs.method == b) & (runs.lr == lr) & (runs.seed == s)].dir
         if len(da) and len(db):
-            r = entropy_at_matched_accuracy(_evals(da.iloc[0]), _evals(db.iloc[0]))
+            r = entropy_at_matched_accuracy(read_evals(da.iloc[0]), read_evals(db.iloc[0]))
             if r:
                 ha.append(r[0])
                 hb.append(r[1])
@@ -390,27 +456,43 @@ def block_of(seeds) -> str:
     return "confirmation" if seeds and seeds <= set(CONFIRMATION_SEEDS) else "discovery"
 
 
+def one_sided_wilcoxon(x, y) -> float:
+    """One-sided Wilcoxon signed-rank p of H1: x - y tends to be > 0 (paired; zero differences dropped; exact
+    null without ties for n <= 50, else the normal approximation; scipy.stats.wilcoxon). No nonzero pair: 1."""
+    from scipy.stats import wilcoxon
+
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.ndim != 1 or x.shape != y.shape or not np.all(np.isfinite(x) & np.isfinite(y)):
+        raise ValueError(f"x and y must be finite 1-D arrays of one length, got shapes {x.shape}, {y.shape}")
+    d = x - y
+    d = d[d != 0]
+    return 1.0 if d.size == 0 else float(wilcoxon(d, alternative="greater").pvalue)
+
+
 def _claim(cid, setting, statistic, est: Estimate, p=None, n=None, lr=None) -> Claim:
-    statement, source, text, crit = CRITERIA[cid]
-    return Claim(id=cid if lr is None else f"{cid}@lr{lr:g}", source=source, statement=statement, setting=setting,
-                 statistic=statistic, estimate=est.estimate, interval=(est.lo, est.hi), n=n or est.n,
-                 criterion_text=text, criterion=crit, p_value=p, p_adjusted=p,  # p_adjusted: Holm, set later
-                 form="law" if cid == "llm.entropy_follows_cov" else "comparison")
+    spec = CRITERIA[cid]
+    return Claim(id=cid if lr is None else f"{cid}@lr{lr:g}", source=spec.source, statement=spec.statement,
+                 setting=setting, statistic=statistic, estimate=est.estimate, interval=(est.lo, est.hi),
+                 n=n or est.n, criterion_text=f"{TEST_TEXT[cid]}: {spec.criterion_text}", criterion=spec.criterion,
+                 p_value=p, p_adjusted=p,  # p_adjusted: Holm over the primaries, set later
+                 form=spec.form, primary=spec.primary)
 
 
 def _diff_claim(cid, setting, statistic, x, y, rng, n_boot, lr, test=True):
     if len(x) < 2:
         return None
     est = paired_bootstrap_difference(x, y, rng=rng, n_resamples=n_boot)
-    p = wilcoxon_signed_rank(x, y).p_value if test else None
+    p = one_sided_wilcoxon(x, y) if test else None
     return _claim(cid, setting, statistic, est, p=p, lr=lr)
 
 
 def wapo_grpo_claims(runs, lr: float, *, rng, n_boot: int = 2000) -> list[Claim]:
     """llm.wapo_fewer_collapses and llm.wapo_higher_reward at one lr, runs paired by seed (columns method, lr,
-    seed, collapsed, reward_last25): the collapse-rate difference GRPO - WAPO (paired bootstrap interval,
-    one-sided Fisher exact test) and the last-25-step reward difference WAPO - GRPO (interval, Wilcoxon).
-    Holm is left to the caller (over its whole family); fewer than 2 pairs: no claim."""
+    seed, collapsed: the run ends collapsed, reward_last25; with a ``failed`` column, pairs with a failed run are
+    left out): the difference GRPO - WAPO in the share ending collapsed (paired bootstrap interval, one-sided
+    Fisher exact test) and the last-25-step reward difference WAPO - GRPO (interval, one-sided Wilcoxon). Both
+    are primaries; Holm is left to the caller (:func:`holm_adjust_claims` over the primaries); fewer than 2
+    pairs: no claim."""
     tag = f"lr={lr:g}, seeds paired"
     claims = []
     g, w = _paired(runs, "grpo", "wapo", "collapsed", lr)
@@ -418,14 +500,14 @@ def wapo_grpo_claims(runs, lr: float, *, rng, n_boot: int = 2000) -> list[Claim]
         est = paired_bootstrap_difference(g, w, rng=rng, n_resamples=n_boot)
         p = fisher_exact_test([[int(g.sum()), len(g) - int(g.sum())], [int(w.sum()), len(w) - int(w.sum())]],
                               alternative="greater").p_value
-        claims.append(_claim("llm.wapo_fewer_collapses", tag, "collapse rate GRPO - WAPO", est, p=p, lr=lr))
+        claims.append(_claim("llm.wapo_fewer_collapses", tag, "share of runs ending collapsed, GRPO - WAPO", est, p=p, lr=lr))
     w_r, g_r = _paired(runs, "wapo", "grpo", "reward_last25", lr)
     c = _diff_claim("llm.wapo_higher_reward", tag, "reward_last25 WAPO - GRPO", w_r, g_r, rng, n_boot, lr)
     return claims + ([c] if c else [])
 
 
 def study_claims(out, runs=None, *, n_boot: int = 2000, seed: int = 0) -> list[Claim]:
-    """The CRITERIA claims on a finished (or partial) study; Holm over every claim carrying a p-value."""
+    """The CRITERIA claims on a finished (or partial) study; Holm over the primaries, the rest exploratory."""
     runs = load_runs(out) if runs is None else runs
     rng = np.random.default_rng(seed)
     claims = []
@@ -466,14 +548,23 @@ def study_claims(out, runs=None, *, n_boot: int = 2000, seed: int = 0) -> list[C
 
 
 def survival_table(runs):
-    """Per (method, lr): collapsed / n with a Clopper-Pearson 95 % interval on the collapse rate."""
+    """Per (method, lr): runs, alerted, recovered (alerted, not collapsed), ends collapsed, failed (apart), the
+    collapse rate among the runs that did not fail with its Clopper-Pearson 95 % interval, and the collapses of
+    the 10-step sensitivity variant (columns outcome, alerted, outcome_w10 of :func:`load_runs`)."""
     import pandas as pd
 
     rows = []
+    sens = f"outcome_w{SENSITIVITY_WINDOW}"
     for (m, lr), g in runs.groupby(["method", "lr"], sort=True):
-        k, n = int(g.collapsed.sum()), len(g)
-        cp = clopper_pearson_interval(k, n)
-        rows.append({"method": m, "lr": lr, "collapsed": k, "n": n, "rate": k / n, "cp_lo": cp.lo, "cp_hi": cp.hi,
+        lab = g["outcome"]
+        k, failed = int((lab == "collapsed").sum()), int((lab == "failed").sum())
+        n = len(g) - failed
+        cp = clopper_pearson_interval(k, n) if n else None
+        rows.append({"method": m, "lr": lr, "n": len(g), "alerted": int(g["alerted"].sum()),
+                     "recovered": int((lab == "recovered").sum()), "collapsed": k, "failed": failed,
+                     "rate": k / n if n else float("nan"), "cp_lo": cp.lo if cp else float("nan"),
+                     "cp_hi": cp.hi if cp else float("nan"),
+                     f"collapsed_w{SENSITIVITY_WINDOW}": int((g[sens] == "collapsed").sum()),
                      "reward_last25": float(g.reward_last25.mean()),
                      "clip_region_mean": float(g.clip_region_mean.mean()) if "clip_region_mean" in g else float("nan"),
                      "heldout_acc_final": float(g.heldout_acc_final.mean())})

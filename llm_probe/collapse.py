@@ -16,9 +16,10 @@ steps after the baseline period:
 H0, R0: baseline entropy and reward. reward_collapse is off when R0 < min_baseline_reward (default 0.05): a
 ratio to a near-zero baseline is noise (R0 = 0.002 put the threshold at 5e-4, so three zero-reward steps, the
 common case for a weak policy, raised an alarm at step 2); such a run has no reward to lose. distinct_frac = mean over groups of (#distinct completions) / G.
-An alert records the step at which the rule fired; the first one marks the run as collapsed (and a
-trainer can stop early). Defaults were set on synthetic streams and checked on healthy tiny-Qwen runs
-(docs/llm_probe.md reports delays and false alarms).
+An alert records the step at which the rule fired (and a trainer can stop early); alerts are events, never
+withdrawn, and an alert is not a collapse: what a run ends as is :func:`run_outcome` (collapsed / recovered /
+healthy / failed, decided on the run's last OUTCOME_WINDOW steps; docs/evidence.md, section 6). Defaults were
+set on synthetic streams and checked on healthy tiny-Qwen runs (docs/llm_probe.md reports delays and false alarms).
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-__all__ = ["CollapseConfig", "Alert", "CollapseDetector", "synthetic_stream", "detection_stats", "RULES"]
+__all__ = ["CollapseConfig", "Alert", "CollapseDetector", "synthetic_stream", "detection_stats", "RULES",
+           "RunOutcome", "run_outcome", "collapse_onset", "outcome_counts", "RUN_OUTCOMES", "OUTCOME_WINDOW",
+           "SENSITIVITY_WINDOW", "OUTCOME_FLOOR", "OUTCOME_BASELINE_STEPS", "OUTCOME_MIN_R0"]
 
 RULES = ("entropy_blowup", "entropy_collapse", "reward_collapse", "identical_rollouts")
 
@@ -219,3 +222,162 @@ def detection_stats(kind: str, *, n_streams: int = 100, steps: int = 150, onset:
 
 
 
+
+
+# ---- the run outcome: what a run ends as, decided on its whole reward trajectory ----------------------------
+OUTCOME_WINDOW = 25
+"""Steps at the end of a run whose mean reward decides the outcome (the last-25-step reward)."""
+SENSITIVITY_WINDOW = 10
+"""The sensitivity variant's end window (reported beside the outcome, never instead of it)."""
+OUTCOME_FLOOR = 0.25
+"""A run ends collapsed when its end-window reward is below OUTCOME_FLOOR * R0 (the alert rule's reward_floor)."""
+OUTCOME_BASELINE_STEPS = 10
+"""R0 = the mean reward over a run's first OUTCOME_BASELINE_STEPS steps."""
+OUTCOME_MIN_R0 = CollapseConfig().min_baseline_reward
+"""Below this R0 a run has no reward to lose: it cannot end collapsed (the alert rule's min_baseline_reward)."""
+RUN_OUTCOMES = ("collapsed", "recovered", "healthy", "failed")
+"""Run outcomes; ``failed`` runs are reported apart and never pooled with collapses."""
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What one run ends as (:func:`run_outcome`).
+
+    label: one of RUN_OUTCOMES; R0, R_end: mean reward over the first baseline steps and over the last
+    ``window`` steps (NaN steps, skipped on faults, left out); heldout_ratio: final / initial held-out
+    accuracy (None without held-out evaluations or with initial accuracy 0); alerts: the alert rule's
+    events as (step, rule), never withdrawn; onset: first step of the final collapse (:func:`collapse_onset`;
+    collapsed runs only, else None); window, floor: the rule's parameters.
+    """
+
+    label: str
+    R0: float
+    R_end: float
+    heldout_ratio: float | None
+    alerts: tuple[tuple[int, str], ...]
+    onset: int | None
+    window: int
+    floor: float
+
+    @property
+    def alerted(self) -> bool:
+        return bool(self.alerts)
+
+    @property
+    def collapsed(self) -> bool:
+        return self.label == "collapsed"
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["alerts"] = [list(a) for a in self.alerts]
+        return d
+
+
+def _rewards(rewards) -> np.ndarray:
+    r = np.asarray(rewards, dtype=float)
+    if r.ndim != 1 or r.size < 1:
+        raise ValueError(f"rewards must be a non-empty 1-D sequence (one mean reward per step), got shape {r.shape}")
+    fin = r[~np.isnan(r)]
+    if np.any((fin < 0) | (fin > 1)):
+        bad = fin[(fin < 0) | (fin > 1)][0]
+        raise ValueError(f"rewards must lie in [0, 1] (NaN marks a skipped step), got {bad!r}")
+    return r
+
+
+def _alert_events(alerts) -> tuple[tuple[int, str], ...]:
+    out = []
+    for a in alerts:
+        step, rule = (a.get("step"), a.get("rule", "")) if isinstance(a, dict) else (getattr(a, "step", a),
+                                                                                    getattr(a, "rule", ""))
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+            raise ValueError(f"alerts must be Alerts, {{'step', 'rule'}} dicts or steps >= 0, got {a!r}")
+        out.append((int(step), str(rule)))
+    return tuple(sorted(out))
+
+
+def _positive_int(v, name: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    return int(v)
+
+
+def collapse_onset(rewards, level: float) -> int | None:
+    """First step of the final collapse: c = min{k : mean(r_k..r_j) < level for every j >= k}.
+
+    From step c on the running mean of the reward (restarted at c) never reaches ``level`` again; NaN steps
+    are left out (c is a step with a finite reward). None when no step qualifies. Exists whenever the mean of
+    some end segment is below ``level`` (split a segment with no qualifying start greedily into blocks of mean
+    >= level: its mean would be >= level), so every collapsed run has one. Derived here, no paper defines it.
+    Vectorised: with C the cumulative sum of r - level, k qualifies iff max_{j >= k} C_{j+1} < C_k.
+    """
+    r = _rewards(rewards)
+    if not (isinstance(level, (int, float, np.floating)) and math.isfinite(level)):
+        raise ValueError(f"level must be a finite number, got {level!r}")
+    steps = np.flatnonzero(~np.isnan(r))
+    if steps.size == 0:
+        return None
+    C = np.concatenate([[0.0], np.cumsum(r[steps] - level)])
+    suffix_max = np.maximum.accumulate(C[1:][::-1])[::-1]  # max_{j >= k} C_{j+1}
+    ok = np.flatnonzero(suffix_max < C[:-1])
+    return int(steps[ok[0]]) if ok.size else None
+
+
+def run_outcome(rewards, *, alerts=(), heldout=None, fault=False, window: int = OUTCOME_WINDOW,
+                floor: float = OUTCOME_FLOOR, baseline_steps: int = OUTCOME_BASELINE_STEPS,
+                min_R0: float = OUTCOME_MIN_R0) -> RunOutcome:
+    """The outcome of one run without an exact J, from its per-step mean rewards (docs/evidence.md, section 6).
+
+    R0 = mean of rewards[:baseline_steps], R_end = mean of rewards[-window:] (the whole run when shorter;
+    NaN steps left out). In order of precedence:
+
+    * ``failed``     the run stopped on numerical faults (``fault``: True or the fault's message), or a window
+                     holds no finite reward; reported apart, never pooled with collapses;
+    * ``collapsed``  R0 >= min_R0, R_end < floor * R0 and, with ``heldout`` (held-out accuracies by step,
+                     initial first), heldout[-1] < floor * heldout[0];
+    * ``recovered``  an alert fired (``alerts``: the alert rule's events), not collapsed;
+    * ``healthy``    no alert, not collapsed.
+
+    Alerts stay events with their steps (:attr:`RunOutcome.alerts`); an alert is not a collapse. The
+    counterpart of gapdyn.run_outcome (collapse = J -> 0 at the end, Suk & Duan, arXiv 2510.08539, Thm 2)
+    for runs whose J is only sampled; the floor is the alert rule's reward_floor. The sensitivity variant is
+    ``window=SENSITIVITY_WINDOW``.
+    """
+    r = _rewards(rewards)
+    window, baseline_steps = _positive_int(window, "window"), _positive_int(baseline_steps, "baseline_steps")
+    for name, v in (("floor", floor), ("min_R0", min_R0)):
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.floating)) or not 0 <= v < 1:
+            raise ValueError(f"{name} must be a number in [0, 1), got {v!r}")
+    if floor == 0:
+        raise ValueError("floor must be > 0 (a mean reward is never below 0)")
+    if not isinstance(fault, (bool, str)) and fault is not None:
+        raise ValueError(f"fault must be a bool or the fault's message, got {fault!r}")
+    events = _alert_events(alerts)
+    acc = None
+    if heldout is not None:
+        acc = np.asarray(heldout, dtype=float)
+        if acc.ndim != 1 or acc.size < 2 or not np.all(np.isfinite(acc)) or np.any((acc < 0) | (acc > 1)):
+            raise ValueError(f"heldout must hold >= 2 finite accuracies in [0, 1] (initial first), got {heldout!r}")
+    head, end = r[:baseline_steps], r[-window:]
+    R0 = float(np.nanmean(head)) if np.isfinite(head).any() else math.nan
+    R_end = float(np.nanmean(end)) if np.isfinite(end).any() else math.nan
+    ratio = float(acc[-1] / acc[0]) if acc is not None and acc[0] > 0 else None
+    onset = None
+    if bool(fault) or math.isnan(R0) or math.isnan(R_end):
+        label = "failed"
+    elif R0 >= min_R0 and R_end < floor * R0 and (acc is None or acc[-1] < floor * acc[0]):
+        label = "collapsed"
+        onset = collapse_onset(r, floor * R0)
+    else:
+        label = "recovered" if events else "healthy"
+    return RunOutcome(label, R0, R_end, ratio, events, onset, window, float(floor))
+
+
+def outcome_counts(outcomes) -> dict:
+    """The survival row of a group of runs: runs, alerted, recovered, ends collapsed, healthy, failed."""
+    outs = list(outcomes)
+    if not all(isinstance(o, RunOutcome) for o in outs):
+        raise ValueError("outcomes must be RunOutcome records (llm_probe.collapse.run_outcome)")
+    labels = [o.label for o in outs]
+    return {"n": len(outs), "alerted": sum(o.alerted for o in outs), "recovered": labels.count("recovered"),
+            "collapsed": labels.count("collapsed"), "healthy": labels.count("healthy"),
+            "failed": labels.count("failed")}

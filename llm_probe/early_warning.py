@@ -2,8 +2,12 @@
 
     gapdyn train early-warning --study DIR      # DIR: an llm_probe.ablation study (mode warning)
 
-Each run (``DIR/runs/*``: metrics.jsonl + done.json) is labelled collapsed at step c (the collapse rule's first
-alert, llm_probe.collapse) or healthy. For a statistic s (:data:`STATISTICS`: its column, a rolling window and
+Each run (``DIR/runs/*``: metrics.jsonl + done.json + eval.jsonl) is labelled by what it ends as
+(llm_probe.collapse.run_outcome, via llm_probe.ablation.outcome_from_rows): a run that ends collapsed is a
+positive with onset c = the first step of its final collapse (llm_probe.collapse.collapse_onset: from c on the
+running mean of the reward never reaches 0.25 R0 again), not the first alert, which lags it; runs that do not end
+collapsed (healthy, and recovered: alerted but recovered) are the negatives ("healthy" below); failed runs (stopped
+on numerical faults) are left out. For a statistic s (:data:`STATISTICS`: its column, a rolling window and
 the direction, higher or lower, that is supposed to warn, fixed before looking at the data) and a lead L:
 
 - AUC(L): positives are the collapsed runs' scores at t_i = c_i - L (runs with t_i >= 0); negatives are the
@@ -50,9 +54,13 @@ STATISTICS = {
 
 
 def load_study_steps(study) -> "object":
-    """All runs' step rows with run, method, lr, seed, collapsed, collapse_step, M_pos, M_neg, neg_mass_share
-    (negative-advantage cells' share of the step's gradient mass) columns."""
+    """All runs' step rows with run, method, lr, seed, outcome (llm_probe.collapse.RUN_OUTCOMES), collapsed (the run
+    ends collapsed), collapse_step (the onset of its final collapse, -1 if none), M_pos, M_neg, neg_mass_share
+    (negative-advantage cells' share of the step's gradient mass) columns. Failed runs are kept (outcome
+    "failed", collapsed False); the warning tables leave them out."""
     import pandas as pd
+
+    from .ablation import outcome_from_rows, read_evals
 
     frames = []
     for i, f in enumerate(sorted(Path(study, "runs").glob("*/done.json"))):
@@ -66,7 +74,9 @@ def load_study_steps(study) -> "object":
         if len(mass) == len(BIN_NAMES):
             tot = df[mass].sum(axis=1, min_count=len(mass))
             df["neg_mass_share"] = ((df["warn/mass_neg_peak"] + df["warn/mass_neg_valley"]) / tot).where(tot > 0)
-        df["run"], df["collapsed"], df["collapse_step"] = i, bool(done["collapsed"]), int(done["collapse_step"])
+        out = outcome_from_rows(rows, done, read_evals(f.parent))
+        df["run"], df["outcome"], df["collapsed"] = i, out.label, out.collapsed
+        df["collapse_step"] = -1 if out.onset is None else out.onset
         frames.append(df)
     if not frames:
         raise ValueError(f"no finished run under {study}/runs")
@@ -84,9 +94,14 @@ def statistic_series(df_run, name: str) -> np.ndarray:
     return direction * s.to_numpy()
 
 
+def _labelled(steps):
+    """The step rows of the runs with a label: failed runs (an ``outcome`` column) left out."""
+    return steps[steps["outcome"] != "failed"] if "outcome" in steps else steps
+
+
 def _scores(steps, name):
     out = {}
-    for run, g in steps.groupby("run"):
+    for run, g in _labelled(steps).groupby("run"):
         g = g.sort_values("step")
         out[run] = (bool(g.collapsed.iloc[0]), int(g.collapse_step.iloc[0]), g.step.to_numpy(),
                     statistic_series(g, name))
@@ -141,6 +156,7 @@ def warning_table(steps, leads=(0, 5, 10)):
     import pandas as pd
 
     rows = []
+    steps = _labelled(steps)
     n_pos = int(steps.groupby("run").collapsed.first().sum())
     n_neg = int((~steps.groupby("run").collapsed.first()).sum())
     for name in STATISTICS:
@@ -166,7 +182,7 @@ def warning_table_by_lr(steps, leads=(0, 5, 10), min_runs: int = 2):
     if isinstance(min_runs, bool) or not isinstance(min_runs, int) or min_runs < 1:
         raise ValueError(f"min_runs must be an integer >= 1, got {min_runs!r}")
     parts = []
-    for lr, g in steps.groupby("lr", sort=True):
+    for lr, g in _labelled(steps).groupby("lr", sort=True):
         runs = g.groupby("run").collapsed.first()
         if int(runs.sum()) >= min_runs and int((~runs).sum()) >= min_runs:
             t = warning_table(g, leads)

@@ -7,15 +7,16 @@ scaled by the multiplier a of gapdyn.safe_step_multiplier). Every (method, lr, a
 :class:`llm_probe.Trainer` from one shared warm model, in ``DIR/runs/<method>_<arm>_lr<lr>_s<seed>/``; a run
 with ``run.json`` is finished and skipped on a re-run, an interrupted one resumes from its checkpoint.
 
-Claims (gapdyn.Claim; criteria fixed here, before any run; ``DIR/claims.json`` and ``DIR/claims.md``):
+Claims (gapdyn.Claim; criteria frozen at import in :data:`CRITERIA`, hashed in :data:`CRITERIA_HASH` and
+written to ``DIR/criteria.json`` before any run; ``DIR/claims.json`` and ``DIR/claims.md``):
 
-- ``collapse_constant_<method>_lr<lr>``: at a collapse lr, most constant-step runs collapse (the premise):
-  Clopper-Pearson 95 % interval of P(collapse) above 0.5.
-- ``collapse_safe_<method>_lr<lr>``: with the controller, fewer than half collapse and fewer than without:
-  Clopper-Pearson interval of P(collapse | safe) below 0.5, and a two-sided Fisher exact test against the
-  constant arm with Holm-adjusted p < 0.05.
-- ``final_reward_<method>_lr<lr>``: final reward (mean of the last ``tail`` steps) safe minus constant, paired by
-  seed: paired bootstrap 95 % interval above 0.
+- ``collapse_constant_<method>_lr<lr>``: at a collapse lr, most constant-step runs end collapsed (the premise,
+  an existence row): Clopper-Pearson 95 % interval of P(ends collapsed) above 0.5.
+- ``collapse_safe_<method>_lr<lr>`` (the primaries): with the controller, fewer than half end collapsed and fewer
+  than without: Clopper-Pearson interval of P(ends collapsed | safe) below 0.5, and a one-sided Fisher exact test
+  (safe fewer) against the constant arm with p < 0.05, Holm-adjusted over the primaries.
+- ``final_reward_<method>_lr<lr>`` (exploratory): final reward (mean of the last ``tail`` steps) safe minus
+  constant, paired by seed: paired bootstrap 95 % interval above 0 and one-sided Wilcoxon p < 0.05.
 - ``not_slower_<method>_lr<lr>`` (at the safe lr): steps to reach the level L = (R0 + R_final) / 2, R0 the warm
   model's reward, R_final the constant arm's mean final reward: ratio of mean steps (safe /
   constant, paired by seed, bootstrap) with upper 95 % bound below 1.1 ("not slower than 10 %"); R0 is the
@@ -24,8 +25,10 @@ Claims (gapdyn.Claim; criteria fixed here, before any run; ``DIR/claims.json`` a
   the horizon (censored: it understates the slower arm's steps). Undefined, and reported as such, when
   R_final <= R0.
 
-Collapse: the run's llm_probe.collapse rule (any alert). Wall times and the steps/wall time to level of every arm
-are in ``DIR/summary.json``; nothing here is tuned to make a claim pass.
+Collapse: what the run ends as (llm_probe.collapse.run_outcome: the last-25-step reward below 0.25 of the mean of
+the first 10 steps; alerts are events, counted apart as "alerted"); a run stopped on numerical faults is ``failed``, left out
+of the collapse counts and reported apart (pairs with a failed run are dropped). Wall times and the steps/wall
+time to level of every arm are in ``DIR/summary.json``; nothing here is tuned to make a claim pass.
 """
 
 from __future__ import annotations
@@ -39,11 +42,57 @@ from pathlib import Path
 import numpy as np
 
 import gapdyn
+from gapdyn.claims import ClaimSpec, Criterion
 
-__all__ = ["SafeStepExperiment", "MODES", "run_experiment", "analyse", "steps_to_level", "main"]
+from .collapse import OUTCOME_WINDOW, SENSITIVITY_WINDOW, RunOutcome, run_outcome
+
+__all__ = ["SafeStepExperiment", "MODES", "CRITERIA", "CRITERIA_HASH", "TEST_TEXT", "run_experiment", "analyse",
+           "row_outcome", "steps_to_level", "main"]
 
 ARMS = ("constant", "safe")
 SOURCE = "beyond the papers (safe step rule, docs/theory.md section 11)"
+CRITERIA = {
+    "collapse_constant": ClaimSpec(SOURCE, "at a collapse lr most constant-step runs end collapsed (the premise)",
+                                   "existence", Criterion.above(0.5)),
+    "collapse_safe": ClaimSpec(SOURCE, "with the safe step fewer than half of the runs at a collapse lr end "
+                               "collapsed, and fewer than with the constant step", "comparison",
+                               Criterion.below(0.5, alpha=0.05), primary=True),
+    "final_reward": ClaimSpec(SOURCE, "at a collapse lr the safe step ends with a higher reward (paired by seed)",
+                              "comparison", Criterion.above(0.0, alpha=0.05)),
+    "not_slower": ClaimSpec(SOURCE, "at a safe lr the safe step reaches the reward level no more than 10 % later",
+                            "comparison", Criterion.below(1.1)),
+}
+"""Claim family -> ClaimSpec, frozen at import (before any run); a claim's id is ``<family>_<method>_lr<lr>``."""
+TEST_TEXT = {
+    "collapse_constant": "P(ends collapsed), constant step, Clopper-Pearson 95 %",
+    "collapse_safe": "P(ends collapsed), safe step, Clopper-Pearson 95 %; p: one-sided Fisher exact (safe fewer) "
+                     "vs the constant arm, Holm over the primaries",
+    "final_reward": "mean final reward, safe - constant, paired bootstrap 95 %; p: one-sided Wilcoxon (safe higher)",
+    "not_slower": "mean steps to level, safe / constant, paired bootstrap 95 % upper bound",
+}
+"""How each family is measured; its criterion text is ``TEST_TEXT[family]: Criterion.describe()``."""
+CRITERIA_HASH = gapdyn.criteria_hash({k: spec.criterion for k, spec in CRITERIA.items()})
+"""gapdyn.criteria_hash of :data:`CRITERIA`, computed at import and stamped on every claim."""
+
+
+def _spec_fields(family: str) -> dict:
+    spec = CRITERIA[family]
+    return dict(source=spec.source, criterion=spec.criterion, form=spec.form, primary=spec.primary,
+                criterion_text=f"{TEST_TEXT[family]}: {spec.criterion_text}", criteria_hash=CRITERIA_HASH)
+
+
+def row_outcome(row: dict, *, window: int = OUTCOME_WINDOW) -> RunOutcome:
+    """The run outcome (llm_probe.collapse.run_outcome) of a run.json row: its per-step rewards, alerts (step,
+    rule) and fault. Rows written before alerts were stored carry only ``collapsed`` (any alert) and
+    ``collapse_step`` (the first alert): that alert is taken as the run's one alert event."""
+    if not isinstance(row, dict) or "reward" not in row:
+        raise ValueError("row must be a run.json row with a 'reward' list")
+    if "alerts" in row:
+        alerts = row["alerts"]
+    else:
+        alerts = [{"step": max(int(row.get("collapse_step", 0)), 0), "rule": "alert"}] if row.get("collapsed") else []
+    rewards = [np.nan if v is None else v for v in row["reward"]] or [np.nan]
+    return run_outcome(rewards, alerts=alerts, fault=bool(row.get("fault")), window=window)
 
 
 @dataclass(frozen=True)
@@ -106,7 +155,7 @@ def _one_run(exp: SafeStepExperiment, out: Path, warm_dir: str, method: str, arm
     import pandas as pd
 
     from .config import TrainConfig
-    from .trainer import Trainer
+    from .trainer import FaultError, Trainer
 
     d = run_dir(out, method, arm, lr, seed)
     done = d / "run.json"
@@ -118,15 +167,30 @@ def _one_run(exp: SafeStepExperiment, out: Path, warm_dir: str, method: str, arm
                      checkpoint_every=10, resume=True, safe_step=arm == "safe", safe_step_c=exp.c,
                      safe_step_delta=exp.delta)
     t0 = time.perf_counter()
-    summary = Trainer(tc).run()
+    tr = Trainer(tc)
+    try:
+        tr.run()
+        fault = None
+    except FaultError as exc:  # stopped on numerical faults: the run is "failed", reported apart
+        fault = str(exc)
+        tr.finish()
     wall = time.perf_counter() - t0
     df = pd.read_parquet(d / "metrics.parquet")
-    row = {"method": method, "arm": arm, "lr": lr, "seed": seed, "steps_run": int(len(df)),
-           "collapsed": bool(summary["collapsed"]),
-           "collapse_step": int(summary["alerts"][0]["step"]) if summary["alerts"] else -1,
-           "reward": df["reward"].tolist(), "step_time": df["step_time"].fillna(0.0).tolist(),
+    alerts = [{"step": int(a.step), "rule": a.rule} for a in tr.detector.alerts]
+    if "reward" not in df:
+        df["reward"] = np.nan
+    if "step_time" not in df:
+        df["step_time"] = 0.0
+    row = {"method": method, "arm": arm, "lr": lr, "seed": seed, "steps_run": int(len(df)), "alerts": alerts,
+           "fault": fault, "reward": [None if np.isnan(v) else float(v) for v in df["reward"].astype(float)],
+           "step_time": df["step_time"].fillna(0.0).tolist(),
            "a_mean": float(df["safe/a"].mean()) if "safe/a" in df else 1.0, "wall_s": wall,
            "R0": float(json.loads((d / "baseline.json").read_text())["reward"])}
+    out_ = row_outcome(row)
+    row.update({"outcome": out_.label,
+                f"outcome_w{SENSITIVITY_WINDOW}": row_outcome(row, window=SENSITIVITY_WINDOW).label,
+                "alerted": out_.alerted, "collapsed": out_.collapsed,
+                "collapse_step": -1 if out_.onset is None else out_.onset})
     tmp = done.with_name("run.json.tmp")
     tmp.write_text(json.dumps(row))
     tmp.replace(done)
@@ -141,6 +205,8 @@ def run_experiment(exp: SafeStepExperiment, out, *, progress: bool = True, n_job
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "experiment.json").write_text(json.dumps(asdict(exp), indent=1))
+    frozen = {"criteria_hash": CRITERIA_HASH, "criteria": {k: v.criterion.to_dict() for k, v in CRITERIA.items()}}
+    (out / "criteria.json").write_text(json.dumps(frozen, indent=1))  # the frozen criteria and hash, before any run
     warm_dir, _ = prepare_warm_model(out / "warm", seed=exp.warm_seed, steps=exp.warmup_steps,
                                      num_threads=exp.num_threads)
     jobs = [(m, arm, lr, s) for s in exp.seeds for m in exp.methods for lr in (*exp.collapse_lrs, exp.safe_lr)
@@ -156,7 +222,7 @@ def run_experiment(exp: SafeStepExperiment, out, *, progress: bool = True, n_job
         row = _one_run(exp, out, str(warm_dir), m, arm, lr, s)
         rows.append(row)
         if progress:
-            print(f"[safe-step {i + 1}/{len(jobs)}] {m} {arm} lr={lr:g} seed={s}: collapsed={row['collapsed']} "
+            print(f"[safe-step {i + 1}/{len(jobs)}] {m} {arm} lr={lr:g} seed={s}: outcome={row['outcome']} "
                   f"final={np.mean(row['reward'][-exp.tail:]):.3f} ({time.perf_counter() - t0:.0f} s)", flush=True)
     return rows
 
@@ -199,19 +265,35 @@ def steps_to_level(reward, level: float, window: int) -> int | None:
 
 
 def _paired(rows, method, lr):
+    """(constant rows, safe rows) of (method, lr) paired by seed; seeds where either run failed are left out."""
     by = {(r["arm"], r["seed"]): r for r in rows if r["method"] == method and r["lr"] == lr}
-    seeds = sorted(s for (a, s) in by if a == "constant" and ("safe", s) in by)
+    seeds = sorted(s for (a, s) in by if a == "constant" and ("safe", s) in by
+                   and "failed" not in (by[("constant", s)]["outcome"], by[("safe", s)]["outcome"]))
     return [by[("constant", s)] for s in seeds], [by[("safe", s)] for s in seeds]
 
 
+def _counts(runs) -> dict:
+    labels = [r["outcome"] for r in runs]
+    return {"n": len(runs), "alerted": sum(r["alerted"] for r in runs), "recovered": labels.count("recovered"),
+            "collapsed": labels.count("collapsed"), "failed": labels.count("failed"),
+            f"collapsed_w{SENSITIVITY_WINDOW}": sum(r["outcome_sens"] == "collapsed" for r in runs)}
+
+
 def analyse(exp: SafeStepExperiment, rows: list[dict]) -> tuple[list, dict]:
-    """(claims, summary) from the run rows (criteria in the module docstring, fixed before the runs)."""
+    """(claims, summary) from the run rows, judged against the frozen :data:`CRITERIA` (module docstring).
+
+    Each row's outcome is recomputed here (:func:`row_outcome`); collapse rows count runs that end collapsed,
+    failed runs apart; Holm over the primaries (gapdyn.holm_adjust_claims), the other tests unadjusted."""
     rng = np.random.default_rng(12345)
-    claims, tests, summary = [], [], {"groups": []}
-    final = {id(r): float(np.mean(r["reward"][-exp.tail:])) for r in rows}
+    rows = [{**r, "outcome": (o := row_outcome(r)).label, "alerted": o.alerted,
+             "outcome_sens": row_outcome(r, window=SENSITIVITY_WINDOW).label} for r in rows]
+    claims, summary = [], {"groups": [], "criteria_hash": CRITERIA_HASH}
+    final = {id(r): float(np.nanmean(np.array(r["reward"][-exp.tail:], dtype=float))) for r in rows
+             if r["outcome"] != "failed"}
     setting = (f"tiny Qwen2 (warm, {exp.warmup_steps} supervised steps), Adam, B={exp.prompts_per_step}, "
                f"G={exp.group_size}, {exp.steps} steps, c={exp.c:g}, delta={exp.delta:g}")
     for m in exp.methods:
+        every = [r for r in rows if r["method"] == m and r["lr"] == exp.safe_lr]
         const, safe = _paired(rows, m, exp.safe_lr)
         n = len(const)
         level = None
@@ -222,7 +304,7 @@ def analyse(exp: SafeStepExperiment, rows: list[dict]) -> tuple[list, dict]:
             level = 0.5 * (baseline_reward + R_final)
             g = {"method": m, "lr": exp.safe_lr, "n": n, "R0": baseline_reward, "R_final_constant": R_final, "level": level,
                  "final_constant": fc.tolist(), "final_safe": [final[id(r)] for r in safe],
-                 "collapsed_constant": sum(r["collapsed"] for r in const), "collapsed_safe": sum(r["collapsed"] for r in safe)}
+                 **{f"{k}_{arm}": v for arm in ARMS for k, v in _counts([r for r in every if r["arm"] == arm]).items()}}
             if R_final > baseline_reward:
                 st = _time_stats(const, safe, exp, level)
                 g.update(st)
@@ -230,12 +312,10 @@ def analyse(exp: SafeStepExperiment, rows: list[dict]) -> tuple[list, dict]:
                     ratio = gapdyn.bootstrap_ratio(np.array(st["steps_safe"], float), np.array(st["steps_constant"], float),
                                                    rng=rng, n_resamples=exp.n_resamples)
                     claims.append(gapdyn.Claim.from_estimate(
-                        ratio, id=f"not_slower_{m}_lr{exp.safe_lr:g}", source=SOURCE,
+                        ratio, id=f"not_slower_{m}_lr{exp.safe_lr:g}",
                         setting=f"{setting}; {m}, lr={exp.safe_lr:g}, {n} seeds; level {level:.3f}",
-                        statement=f"at a safe lr the safe step reaches the reward level no more than 10 % later ({m})",
-                        statistic="mean steps to level, safe / constant (paired bootstrap)",
-                        criterion_text="upper 95 % bound below 1.1", criterion=gapdyn.Criterion.below(1.1),
-                        form="comparison"))
+                        statement=f"{CRITERIA['not_slower'].statement} ({m})",
+                        statistic="mean steps to level, safe / constant (paired bootstrap)", **_spec_fields("not_slower")))
             else:
                 g["not_testable"] = (f"constant-step final reward {R_final:.3f} <= R0 {baseline_reward:.3f}: no rise, "
                                      "so no level between start and end")
@@ -243,47 +323,43 @@ def analyse(exp: SafeStepExperiment, rows: list[dict]) -> tuple[list, dict]:
                 level = None
             summary["groups"].append(g)
         for lr in exp.collapse_lrs:
+            every = [r for r in rows if r["method"] == m and r["lr"] == lr]
             const, safe = _paired(rows, m, lr)
             n = len(const)
             if n == 0:
                 continue
-            kc, ks = sum(r["collapsed"] for r in const), sum(r["collapsed"] for r in safe)
+            kc, ks = sum(r["outcome"] == "collapsed" for r in const), sum(r["outcome"] == "collapsed" for r in safe)
             cp_c, cp_s = gapdyn.clopper_pearson_interval(kc, n), gapdyn.clopper_pearson_interval(ks, n)
-            fisher = gapdyn.fisher_exact_test(np.array([[ks, n - ks], [kc, n - kc]]))
-            where = f"{setting}; {m}, lr={lr:g}, {n} seeds"
+            fisher = gapdyn.fisher_exact_test(np.array([[ks, n - ks], [kc, n - kc]]), alternative="less")
+            where = f"{setting}; {m}, lr={lr:g}, {n} seeds (failed runs apart)"
             claims.append(gapdyn.Claim.from_estimate(
-                cp_c, id=f"collapse_constant_{m}_lr{lr:g}", source=SOURCE, setting=where,
-                statement=f"at lr={lr:g} most constant-step {m} runs collapse (the premise)",
-                statistic="P(collapse), constant step (Clopper-Pearson)",
-                criterion_text="95 % interval above 0.5", criterion=gapdyn.Criterion.above(0.5),
-                form="existence"))
-            tests.append(dict(
-                est=cp_s, id=f"collapse_safe_{m}_lr{lr:g}", source=SOURCE, setting=where, p_value=fisher.p_value,
-                statement=f"with the safe step, fewer than half of the {m} runs at lr={lr:g} collapse, and fewer "
-                          "than with the constant step",
-                statistic="P(collapse), safe step (Clopper-Pearson); p: Fisher exact vs constant",
-                criterion_text="95 % interval below 0.5 and Holm-adjusted Fisher p < 0.05",
-                criterion=gapdyn.Criterion.below(0.5, alpha=0.05), form="comparison"))
+                cp_c, id=f"collapse_constant_{m}_lr{lr:g}", setting=where,
+                statement=f"{CRITERIA['collapse_constant'].statement} ({m}, lr={lr:g})",
+                statistic="P(ends collapsed), constant step (Clopper-Pearson)", **_spec_fields("collapse_constant")))
+            claims.append(gapdyn.Claim.from_estimate(
+                cp_s, id=f"collapse_safe_{m}_lr{lr:g}", setting=where, p_value=fisher.p_value,
+                p_adjusted=fisher.p_value, statement=f"{CRITERIA['collapse_safe'].statement} ({m}, lr={lr:g})",
+                statistic="P(ends collapsed), safe step (Clopper-Pearson); p: one-sided Fisher exact vs constant",
+                **_spec_fields("collapse_safe")))
             fc, fs = np.array([final[id(r)] for r in const]), np.array([final[id(r)] for r in safe])
             if n >= 2:
+                from .ablation import one_sided_wilcoxon
+
                 diff = gapdyn.paired_bootstrap_difference(fs, fc, rng=rng, n_resamples=exp.n_resamples)
+                p = one_sided_wilcoxon(fs, fc)
                 claims.append(gapdyn.Claim.from_estimate(
-                    diff, id=f"final_reward_{m}_lr{lr:g}", source=SOURCE, setting=where,
-                    statement=f"the safe step ends {m} at lr={lr:g} with a higher reward (paired by seed)",
+                    diff, id=f"final_reward_{m}_lr{lr:g}", setting=where, p_value=p, p_adjusted=p,
+                    statement=f"{CRITERIA['final_reward'].statement} ({m}, lr={lr:g})",
                     statistic=f"mean final reward (last {exp.tail} steps), safe - constant (paired bootstrap)",
-                    criterion_text="95 % interval above 0", criterion=gapdyn.Criterion.above(0.0),
-                    form="comparison"))
+                    **_spec_fields("final_reward")))
             summary["groups"].append({
                 "method": m, "lr": lr, "n": n, "collapsed_constant": kc, "collapsed_safe": ks,
-                "cp_constant": [cp_c.lo, cp_c.hi], "cp_safe": [cp_s.lo, cp_s.hi], "fisher_p": fisher.p_value,
+                **{f"{k}_{arm}": v for arm in ARMS for k, v in _counts([r for r in every if r["arm"] == arm]).items()
+                   if k != "collapsed"},
+                "cp_constant": [cp_c.lo, cp_c.hi], "cp_safe": [cp_s.lo, cp_s.hi], "fisher_p_one_sided": fisher.p_value,
                 "final_constant": fc.tolist(), "final_safe": fs.tolist(),
                 **_time_stats(const, safe, exp, level), "level": level})
-    if tests:
-        p_adj = gapdyn.holm_adjust([t["p_value"] for t in tests])
-        for t, pa in zip(tests, p_adj):
-            est = t.pop("est")
-            claims.append(gapdyn.Claim.from_estimate(est, p_adjusted=float(max(pa, t["p_value"])), **t))
-    return claims, summary
+    return gapdyn.holm_adjust_claims(claims), summary
 
 
 def _time_stats(const, safe, exp, level=None) -> dict:
@@ -338,7 +414,6 @@ def main(argv: list[str] | None = None, prog: str = "python -m llm_probe.safe_st
         rows = run_experiment(exp, out, progress=a.progress, n_jobs=a.jobs)
     claims, summary = analyse(exp, rows)
     summary["wall_s_this_call"] = time.perf_counter() - t0
-    summary["criteria_hash"] = gapdyn.criteria_hash({c.id: c.criterion for c in claims}) if claims else None
     (out / "claims.json").write_text(gapdyn.claims_to_json(claims))
     (out / "claims.md").write_text(gapdyn.claims_markdown(claims) if claims else "(no claims)\n")
     (out / "summary.json").write_text(json.dumps(summary, indent=1))

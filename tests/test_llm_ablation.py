@@ -87,6 +87,22 @@ def test_study_resumes_and_claims_have_finite_intervals(tmp_path, monkeypatch):
         assert all(math.isfinite(v) for v in (c.estimate, *c.interval)) and c.interval[0] <= c.interval[1]
         assert c.verdict in VERDICTS
     assert (tmp_path / "claims.json").exists() and (tmp_path / "survival.csv").exists()
+    import pandas as pd
+
+    from llm_probe.collapse import run_outcome
+
+    surv = pd.read_csv(tmp_path / "survival.csv")
+    assert {"alerted", "recovered", "collapsed", "failed", "collapsed_w10"} <= set(surv.columns)
+    assert int(surv["n"].sum()) == len(first)
+    for d in tmp_path.glob("runs/*"):  # the stored outcome is the rule's on the run's own files
+        done = json.loads((d / "done.json").read_text())
+        rewards = [json.loads(ln)["reward"] for ln in (d / "metrics.jsonl").read_text().splitlines()]
+        acc = [json.loads(ln)["acc"] for ln in (d / "eval.jsonl").read_text().splitlines()]
+        expect = run_outcome(rewards, alerts=done["alerts"], heldout=acc, fault=bool(done["fault"]))
+        assert done["outcome"] == expect.label == ablation.folder_outcome(d).label
+        assert done["collapsed"] == (expect.label == "collapsed") and done["alerted"] == bool(done["alerts"])
+    assert [c.primary for c in claims if c.id.startswith(("llm.wapo_fewer", "llm.wapo_higher"))] == [True] * 2
+    assert not any(c.primary for c in claims if not c.id.startswith(("llm.wapo_fewer", "llm.wapo_higher")))
     passk = json.loads(victim.parent.joinpath("passk.json").read_text())
     assert set(passk["pass_at_k"]) == {str(k) for k in (1, 2, 4) if k <= cfg.passk_n}
 
