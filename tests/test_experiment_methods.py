@@ -88,6 +88,15 @@ def test_sign_flip_p_beyond_one_chunk_matches_the_binomial():
     assert meth.sign_flip_p(d) == pytest.approx(binom.cdf(6, 19, 0.5), rel=1e-12)
 
 
+def test_sign_flip_p_beyond_enumeration_is_the_monte_carlo_permutation_p():
+    """40 equal magnitudes, 14 positive: the Monte Carlo p agrees with P(Binomial(40, 1/2) <= 14) within its SE."""
+    from scipy.stats import binom
+
+    d = [-1.0] * 26 + [1.0] * 14
+    exact = binom.cdf(14, 40, 0.5)
+    assert meth.sign_flip_p(d) == pytest.approx(exact, abs=4 * np.sqrt(exact * (1 - exact) / 200_000) + 1e-5)
+
+
 def test_sign_flip_p_edge_cases():
     assert meth.sign_flip_p([0.0, 0.0]) == 1.0
     assert meth.sign_flip_p([-1.0] * 5) == pytest.approx(1 / 32)
@@ -161,8 +170,11 @@ def test_paired_claim_clusters_by_instance():
     hand = [a[a["instance"] == i]["collapsed"].mean() - b[b["instance"] == i]["collapsed"].mean() for i in range(5)]
     np.testing.assert_allclose(d.to_numpy(), hand)
     est, p, n, reason = meth._paired_claim(R, "wapo", "grpo", key)
-    assert n == 5 and est.n == 5 and reason == ""
-    assert est.estimate == pytest.approx(np.mean(hand)) and p == pytest.approx(meth.sign_flip_p(hand))
+    assert n == 5 and p == pytest.approx(meth.sign_flip_p(hand))
+    assert "too few instances for a valid interval" in reason  # 5 instances: the mean interval does not cover
+    big = pd.concat([R.assign(instance=R["instance"] + 5 * j) for j in range(8)])  # 40 instances
+    est, p, n, reason = meth._paired_claim(big, "wapo", "grpo", key)
+    assert n == 40 and est.n == 40 and reason == "" and est.estimate == pytest.approx(np.mean(hand))
 
 
 def test_identity_rows_and_primaries_in_test_mode():
