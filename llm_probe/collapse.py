@@ -93,6 +93,8 @@ class CollapseDetector:
 
     @property
     def collapsed(self) -> bool:
+        """True once any alert fired (an online event, kept for stop_on_collapse); not the run's outcome: what a
+        run ends as is :func:`run_outcome`."""
         return bool(self.alerts)
 
     def _roll(self, key, value):
