@@ -7,38 +7,46 @@ Setting (docs/bandits_sequence.md): the token model with partial sharing of
 {0, 0.25, 0.5, 0.75, 1}. For every (instance, rho, T) theta0 = alpha u, u the unit Gap of that
 problem at 0, alpha placed so that J(theta0) = J0 (two placements, J0 = 0.1 and 0.5). Dynamics:
 sampled GRPO (G = 8) through :func:`bandits.sequence.simulate`; each (instance, seed) is one random
-stream shared by every eta (common random numbers), so J_min(eta) is deterministic and
-eta* = gapdyn.find_eta_star (collapse: J < gapdyn.COLLAPSE_J within ``steps``) is that stream's
-first collapsing step size.
+stream shared by every eta (common random numbers), so the outcome of each eta is deterministic and
+eta* = gapdyn.find_eta_star (the smallest collapsing eta, terminal rule of gapdyn.run_outcome) is that
+stream's critical step.
 
-Estimator: the slope b of log eta* on log T within (instance, seed) series (each series centred,
-pooled least squares); 95 % interval by a cluster bootstrap over instances (gapdyn.cluster_bootstrap).
-A series enters with its found eta* when at least two T have one; every (instance, seed, T) that
-has none is counted by reason (J0 not reachable by the placement, no collapse in [eta_lo, eta_hi],
-collapse already at eta_lo). With fixed length, the 1/|o| update at eta is the raw update at eta/T
-(the same stream), so eta*_norm = T eta*_raw and the normalised slope is b + 1 by construction: an
-identity row (rho = 1), not a test of the theorem. The 1/|o| twin is scanned on the raw grid times T,
-so the identity compares the same trajectories (on a common grid, an island one scan steps over and
-the other hits would break it at the grid's resolution, not the code).
+The law (form "law"): eta* ~ 1/T, tested as an equivalence: the slope b of log eta* on log T lies in
+[-1.25, -0.75] (Criterion.equivalence, decided on the 90 % interval: two one-sided tests at 5 %).
+Estimator: a censored-normal (Tobit) likelihood on log eta* with one offset per (instance, seed) series
+(:func:`bandits.experiments._slopes.censored_within_slope`); eta* outside the scan is kept as censored,
+not dropped: collapse already at eta_lo is eta* <= eta_lo, no collapse up to eta_hi is eta* > eta_hi.
+Censoring, not a wider scan, because some streams never collapse at any eta (the correct token
+dominates the update and large steps drive J to 1) and a wider range would not make their eta* finite.
+A (instance, T) whose placement cannot reach J0 has no run at all (missing, counted by reason). A series
+enters with a found eta* at one T at least and a start at >= 2 T. Interval: b +- t_{G-1} se, se the CR1
+cluster sandwich over instances; it is used only where the cluster-robust t interval is valid at the
+number of instances (gapdyn.coverage, method SLOPE_INTERVAL), else the claim is not measured.
+
+With fixed length, the 1/|o| update at eta is the raw update at eta/T (the same stream), so
+eta*_norm = T eta*_raw and the normalised slope is b + 1 by construction: an identity row (rho = 1),
+not a test of the theorem. The 1/|o| twin is scanned on the raw grid times T, so the identity compares
+the same trajectories.
 """
 
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 import gapdyn
+from gapdyn.claims import EQUIVALENCE_CONFIDENCE
 
 from ..partial import PartialSharingBandit
 from ..sequence import SequenceDynamics, place_for_success_rate, simulate
-from ._common import run_experiment, run_stats
-from ._slopes import within_slope_estimate
+from ._common import make_claim, run_experiment, run_stats
+from ._slopes import EXACT, LEFT, RIGHT, censored_slope_estimate, within_slope_estimate
 
-__all__ = ["NAME", "CRITERIA", "RHOS", "J0S", "Config", "cells", "run_cell", "start", "analyse",
-           "slope_claim_id", "identity_claim_id", "fit_points", "run"]
+__all__ = ["NAME", "STATEMENTS", "CRITERIA", "FORMS", "SLOPE_INTERVAL", "RHOS", "J0S", "Config", "cells", "run_cell",
+           "start", "analyse", "slope_claim_id", "identity_claim_id", "fit_points", "run"]
 
 NAME = "length"
 RHOS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -68,9 +76,21 @@ def identity_claim_id(J0: float) -> str:
     return _norm_id(J0)
 
 
-# written from the theorem before any run: eta* ~ 1/T, i.e. slope -1 (stated tolerance 0.25)
+SLOPE_INTERVAL = "cr1_t_slope"
+"""The measured interval method (docs/coverage.md) whose valid n gates the slope claims: the censored fit's
+interval is its censored counterpart (the same sandwich and t_{G-1} quantile; equal when nothing is
+censored)."""
+
+# written from the theorem before any run: eta* ~ 1/T, i.e. slope -1, equivalence band +-0.25
+STATEMENTS: dict[str, tuple[str, str]] = {
+    **{_slope_id(r, j): (_SOURCE, f"eta* ~ 1/T at rho={r:g}, J0={j:g}: the slope of log eta* on log T lies in "
+                                  "[-1.25, -0.75]") for r in RHOS for j in J0S},
+    **{_norm_id(j): (_SOURCE + " (1/|o| cancels one T; fixed length: by construction)",
+                     "identity: eta*_norm(T) = T eta*_raw(T) (fixed length, same stream), so the 1/|o| slope "
+                     "exceeds the raw slope by exactly 1") for j in J0S},
+}
 CRITERIA: dict[str, gapdyn.Criterion] = {
-    **{_slope_id(r, j): gapdyn.Criterion.contains(-1.0, tol=0.25) for r in RHOS for j in J0S},
+    **{_slope_id(r, j): gapdyn.Criterion.equivalence(-1.25, -0.75) for r in RHOS for j in J0S},
     **{_norm_id(j): gapdyn.Criterion.identity(1.0, tol=0.02) for j in J0S},
 }
 FORMS: dict[str, str] = {
@@ -78,8 +98,6 @@ FORMS: dict[str, str] = {
     **{_norm_id(j): "identity" for j in J0S},
 }
 """The form of each claim's statement (gapdyn.FORMS)."""
-_SLOPE_TEXT = "95 % interval of the slope of log eta* on log T contains -1 and lies in [-1.25, -0.75]"
-_NORM_TEXT = "identity: eta*_norm(T) = T eta*_raw(T) (fixed length, same stream), slope difference 1 +- 0.02"
 
 
 @dataclass(frozen=True)
@@ -115,7 +133,7 @@ class Config:
 
     @classmethod
     def quick(cls) -> "Config":
-        return cls(mode="quick", instances=gapdyn.DISCOVERY_SEEDS[:8], confirmation=(), Ts=(1, 2, 4, 8), seeds=1,
+        return cls(mode="quick", instances=gapdyn.DISCOVERY_SEEDS[:10], confirmation=(), Ts=(1, 2, 4, 8), seeds=1,
                    steps=40, eta_lo=0.05, eta_hi=500.0, max_ratio=1.1, n_boot=1000)
 
     @classmethod
@@ -191,62 +209,114 @@ def run_cell(
 # ---------------------------------------------------------------------------------------------
 # analysis
 
-
-def _fit_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """Found eta* of the series (instance, seed) with found eta* at >= 2 distinct T."""
-    ok = df[df["status"] == "found"]
-    n_T = ok.groupby(["instance", "seed"])["T"].transform("nunique")
-    return ok[n_T >= 2]
+_CENSOR = {"found": EXACT, "collapsed_at_lo": LEFT, "none_in_range": RIGHT}
+"""find_eta_star's status -> censoring code of log eta*: found inside (eta_lo, eta_hi]; collapsed_at_lo:
+eta* <= eta_lo (left-censored there); none_in_range: eta* > eta_hi (right-censored there)."""
 
 
-def fit_points(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows a slope claim fits, for the rows of one (rho, J0, normalized) group."""
-    return _fit_rows(df)
+def _with_censoring(df: pd.DataFrame, config_like) -> pd.DataFrame:
+    """Rows with a start (J0 reached) and their censored log eta*: ``log_eta`` and ``censor`` (EXACT, LEFT at
+    log eta_lo, RIGHT at log eta_hi, in the raw units of the cell)."""
+    ok = df[df["status"].isin(list(_CENSOR))]
+    scale = np.where(ok["normalized"].astype(bool), ok["T"].to_numpy(float), 1.0)
+    bound = np.where(ok["status"] == "collapsed_at_lo", config_like.eta_lo, config_like.eta_hi) * scale
+    eta = np.where(ok["status"] == "found", ok["eta_star"].to_numpy(float), bound)
+    return ok.assign(censor=ok["status"].map(_CENSOR).astype(int), log_eta=np.log(eta))
+
+
+def _fit_rows(df: pd.DataFrame, config_like) -> pd.DataFrame:
+    """The rows the censored fit keeps: series (instance, seed) with a found eta* at some T and a start at
+    >= 2 distinct T (a series with no found eta* has an unbounded offset and no information on the slope)."""
+    rows = _with_censoring(df, config_like)
+    key = ["instance", "seed"]
+    n_T = rows.groupby(key)["T"].transform("nunique")
+    n_found = rows.groupby(key)["censor"].transform(lambda c: int((c == EXACT).sum()))
+    return rows[(n_T >= 2) & (n_found >= 1)]
+
+
+def fit_points(df: pd.DataFrame, config_like=None) -> pd.DataFrame:
+    """The rows a slope claim fits (found and censored eta*), for the rows of one (rho, J0, normalized)
+    group; ``config_like`` gives eta_lo, eta_hi (default: the full configuration's)."""
+    return _fit_rows(df, Config() if config_like is None else config_like)
 
 
 def _counts(df: pd.DataFrame, used: pd.DataFrame) -> str:
     c = df["status"].value_counts()
     series = df.groupby(["instance", "seed"]).ngroups
     n_used = used.groupby(["instance", "seed"]).ngroups
-    reasons = ", ".join(f"{k}: {v}" for k, v in c.items() if k != "found")
-    return (f"{used['instance'].nunique()}/{df['instance'].nunique()} instances, {n_used}/{series} series used; "
-            f"(instance, seed, T) points found {int(c.get('found', 0))}/{len(df)}" + (f"; not found: {reasons}"
-                                                                                     if reasons else ""))
+    by = ", ".join(f"{k} {int(c.get(k, 0))}" for k in ("found", "collapsed_at_lo", "none_in_range", "J0 unreachable"))
+    kept = used["censor"].value_counts()
+    return (f"{used['instance'].nunique()}/{df['instance'].nunique()} instances, {n_used}/{series} series kept; "
+            f"(instance, seed, T) points: {by} of {len(df)}; fitted: {int(kept.get(EXACT, 0))} found, "
+            f"{int(kept.get(LEFT, 0))} left-censored at eta_lo, {int(kept.get(RIGHT, 0))} right-censored at eta_hi")
 
 
-def _placeholder(reason: str) -> dict:
-    """Not enough instances for an interval: the claim is not measured (shown as such, with the reason)."""
-    return {"estimate": 0.0, "interval": (0.0, 0.0), "n": 1, "statistic": "within-series OLS slope of log eta* on log T",
-            "measured": False, "reason": reason}
+def _not_measured(n: int) -> gapdyn.Estimate:
+    """A 90 % estimate that could not be made from n instances (the claim is not measured; no number is
+    shown)."""
+    return gapdyn.Estimate(-1.0, -1.0, -1.0, max(int(n), 1), EQUIVALENCE_CONFIDENCE, "no data")
+
+
+def _slope_estimate(used: pd.DataFrame) -> tuple[gapdyn.Estimate, str]:
+    """(censored within-series slope with its 90 % CR1 t interval, "") when the interval is valid at the
+    number of instances (gapdyn.coverage, the cluster-robust t interval's n), else (unmeasured, reason)."""
+    from gapdyn.coverage import min_valid_n, valid_at
+
+    n = int(used["instance"].nunique())
+    if n < 2 or not valid_at(SLOPE_INTERVAL, n):
+        m = min_valid_n(SLOPE_INTERVAL)
+        return _not_measured(n), (f"too few instances for a valid interval (n = {n}; {SLOPE_INTERVAL} valid from "
+                                   f"n = {m}, docs/coverage.md)")
+    series = used.groupby(["instance", "seed"]).ngroup().to_numpy()
+    est = censored_slope_estimate(np.log(used["T"].to_numpy(float)), used["log_eta"].to_numpy(),
+                                  censor=used["censor"].to_numpy(), series=series,
+                                  instance=used["instance"].to_numpy(), confidence=EQUIVALENCE_CONFIDENCE)
+    return est, ""
+
+
+def _planned_n(est: gapdyn.Estimate, crit: gapdyn.Criterion) -> int | None:
+    """The n at which the equivalence test decides with probability 0.8 if the block's slope and its
+    spread over instances (se sqrt(n)) were the truth (gapdyn.planner)."""
+    from gapdyn.coverage import min_valid_n
+    from gapdyn.planner import plan_n, power_equivalence
+
+    from scipy.stats import t
+
+    se = (est.hi - est.lo) / (2 * float(t.ppf((1 + est.confidence) / 2, est.n - 1)))
+    sd = se * np.sqrt(est.n)
+    if not sd > 0:
+        return None
+    floor = max(20, min_valid_n(SLOPE_INTERVAL) or 20)
+    plan = plan_n(lambda n: power_equivalence(est.estimate, sd, n, lo=crit.lo, hi=crit.hi),
+                  n_min=floor, n_max=400)
+    return plan.n if plan.decidable else None
 
 
 def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn.Claim]:
-    """One slope claim per (rho, J0) and one identity row per J0 (see module doc)."""
+    """One law claim per (rho, J0) and one identity row per J0 (see module doc)."""
     rng = np.random.default_rng([17, 0 if block == "discovery" else 1])
     res = results.assign(series=results.groupby(["instance", "seed"]).ngroup())
     claims = []
     horizon = (f"sampled {config.method}, G={config.group_size}" if config.dynamics_mode == "sampled"
-               else f"exact {config.method}") + f", horizon {config.steps} steps, collapse J < {gapdyn.COLLAPSE_J:g}"
+               else f"exact {config.method}") + (f", horizon {config.steps} steps, collapse by the terminal rule "
+                                                 f"(J < {gapdyn.COLLAPSE_J:g} over the last quarter)")
     for rho in RHOS:
         for J0 in J0S:
+            cid = _slope_id(rho, J0)
             sub = res[(res["rho"] == rho) & (res["J0"] == J0) & ~res["normalized"].astype(bool)]
-            used = _fit_rows(sub)
+            used = _fit_rows(sub, config)
             setting = (f"partial sharing rho={rho:g}, V={config.V}, d={config.d}, {config.rule}, J0={J0:g}, "
                        f"T in {list(config.Ts)}, {horizon}; eta in [{config.eta_lo:g}, {config.eta_hi:g}], "
                        f"grid ratio {config.max_ratio:g}; {_counts(sub, used)}")
-            common = dict(id=_slope_id(rho, J0), source=_SOURCE, statement="eta* ~ 1/T: slope -1 of log eta* on log T",
-                          setting=setting, criterion_text=_SLOPE_TEXT, criterion=CRITERIA[_slope_id(rho, J0)],
-                          block=block, form=FORMS[_slope_id(rho, J0)])
-            if used["instance"].nunique() >= 2:
-                est = within_slope_estimate(np.log(used["T"].to_numpy(float)), np.log(used["eta_star"].to_numpy()),
-                                            series=used["series"].to_numpy(), instance=used["instance"].to_numpy(),
-                                            rng=rng, n_resamples=config.n_boot)
-                claims.append(gapdyn.Claim.from_estimate(
-                    est, statistic="within-series OLS slope of log eta* on log T, cluster bootstrap over instances",
-                    **common))
+            est, reason = _slope_estimate(used)
+            claim = make_claim(sys.modules[__name__], cid, est, block=block, setting=setting,
+                               statistic="censored (Tobit) within-series slope of log eta* on log T, fixed effect "
+                                         "per (instance, seed), 90 % CR1 sandwich t interval over instances")
+            if reason:
+                claim = replace(claim, measured=False, reason=reason)
             else:
-                claims.append(gapdyn.Claim(**common, **_placeholder(
-                    f"fewer than 2 instances with eta* at >= 2 T ({used['instance'].nunique()}): no interval")))
+                claim = replace(claim, n_planned=_planned_n(est, CRITERIA[cid]))
+            claims.append(claim)
     for J0 in J0S:
         sub = res[(res["rho"] == IDENTITY_RHO) & (res["J0"] == J0)]
         raw, nrm = (sub[sub["normalized"].astype(bool) == f] for f in (False, True))
@@ -254,22 +324,21 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn
         both = both[(both["status_raw"] == "found") & (both["status_norm"] == "found")]
         n_T = both.groupby("series")["T"].transform("nunique")
         both = both[n_T >= 2]
-        common = dict(id=_norm_id(J0), source=_SOURCE + " (1/|o| cancels one T; fixed length: by construction)",
-                      statement="fixed length: the 1/|o| slope exceeds the raw slope by exactly 1",
-                      setting=f"rho={IDENTITY_RHO:g}, J0={J0:g}, same streams as the raw claim; "
-                              f"{both['series'].nunique()} series with both eta* at >= 2 T",
-                      criterion_text=_NORM_TEXT, criterion=CRITERIA[_norm_id(J0)], block=block)
+        setting = (f"rho={IDENTITY_RHO:g}, J0={J0:g}, same streams as the raw claim; "
+                   f"{both['series'].nunique()} series with both eta* at >= 2 T")
+        statistic = "within-series slope of log(eta*_norm / eta*_raw) on log T"
         if both["instance"].nunique() >= 2:
             x = np.log(both["T"].to_numpy(float))
             d = np.log(both["eta_star_norm"].to_numpy()) - np.log(both["eta_star_raw"].to_numpy())
             est = within_slope_estimate(x, d, series=both["series"].to_numpy(), instance=both["instance"].to_numpy(),
                                         rng=rng, n_resamples=config.n_boot)
-            claims.append(gapdyn.Claim.from_estimate(
-                est, statistic="within-series slope of log(eta*_norm / eta*_raw) on log T", **common))
+            claims.append(make_claim(sys.modules[__name__], _norm_id(J0), est, block=block, setting=setting,
+                                     statistic=statistic))
         else:
-            claims.append(gapdyn.Claim(**common, estimate=0.0, interval=(0.0, 0.0), n=1,
-                                       statistic="within-series slope of log(eta*_norm / eta*_raw) on log T",
-                                       measured=False, reason="no series with both eta* at >= 2 T"))
+            est = gapdyn.Estimate(1.0, 1.0, 1.0, 1, 0.95, "no data")
+            claims.append(replace(make_claim(sys.modules[__name__], _norm_id(J0), est, block=block, setting=setting,
+                                             statistic=statistic),
+                                  measured=False, reason="fewer than 2 instances with both eta* at >= 2 T"))
     return claims
 
 
