@@ -1,6 +1,7 @@
 """Machinery of experiment 3 (bandits.experiments.success_rate), each against an independent route: the
 checkpoints against a replay of the run, the sharp threshold against Phi itself, the c_G identity between the
-two directions' thresholds. Its claims per block are checked by the experiment contract
+two directions' thresholds, the bound step's outcome against a rerun, the distinct-state count and the
+violation share against loops. Its claims per block are checked by the experiment contract
 (tests/test_bandits_experiments.py). No claim is required to hold."""
 
 from __future__ import annotations
@@ -64,6 +65,63 @@ def test_sharp_threshold_is_where_phi_returns(test_run):
 def test_run_cell_is_deterministic():
     cell = sr.cells(CFG, (2,))[1]
     pd.testing.assert_frame_equal(sr.run_cell(**cell), sr.run_cell(**cell))
+
+
+def test_bound_step_and_its_outcome_against_a_rerun(test_run):
+    """eta_bound = C_FRAC eta*(theta0) (1 - J)/(1 - J(theta0)) at a checkpoint, and the restarted run at it has
+    the recorded outcome (replayed from theta0 through gapdyn.run_outcome)."""
+    r = test_run.results
+    row = r[(r["setting"] == "T=8") & (r["measure"] == sr.BOUND_MEASURE) & (r["block"] == "discovery")].iloc[-1]
+    prob = sr._Problem("T=8", int(row["instance"]), {"group_size": 8, "J_start": CFG.J_start, "rho": CFG.rho})
+    _, Jb0, _ = prob.state(prob.theta0)
+    assert row["eta_bound"] == pytest.approx(sr.C_FRAC * row["anchor"] * row["one_minus_J"] / Jb0, rel=1e-12)
+    theta = [t for lv, _, t in sr.checkpoints(prob, float(row["eta_run"]), CFG.levels, CFG.max_steps)
+             if lv == row["level"]][0]
+    out = gapdyn.run_outcome(prob.run_stats(theta, np.array([row["eta_bound"]]), CFG.horizon))[0]
+    assert out == row["outcome"]
+
+
+def _levels_on_one_step() -> pd.DataFrame:
+    """One trajectory whose levels 0.1-0.5 are all first reached at step 3, 0.6 at step 5, 0.7 and 0.8 at 9."""
+    steps = {0.1: 3, 0.2: 3, 0.3: 3, 0.4: 3, 0.5: 3, 0.6: 5, 0.7: 9, 0.8: 9}
+    return pd.DataFrame([{"instance": 0, "level": lv, "step": k, "measure": sr.BOUND_MEASURE, "status": "ok",
+                          "violated": k == 5} for lv, k in steps.items()])
+
+
+def test_levels_on_one_step_are_one_state():
+    rows = _levels_on_one_step()
+    st = sr.distinct_states(rows)
+    assert list(st["step"]) == [3, 5, 9] and list(st["level"]) == [0.1, 0.6, 0.7]
+    assert sr.violation_share(rows) == (1, 3)
+
+
+def test_violation_share_against_a_loop(rng):
+    rows = []
+    for inst in range(6):
+        steps = np.sort(rng.integers(1, 8, size=7))  # repeated steps: levels crossed together
+        bad = {int(k): bool(rng.random() < 0.3) for k in np.unique(steps)}
+        rows += [{"instance": inst, "level": 0.1 * (j + 1), "step": int(k), "measure": sr.BOUND_MEASURE,
+                  "status": "ok", "violated": bad[int(k)]} for j, k in enumerate(steps)]
+    rows.append({"instance": 9, "level": np.nan, "step": -1, "measure": "", "status": "no level reached",
+                 "violated": False})
+    df = pd.DataFrame(rows).sample(frac=1.0, random_state=0)
+    seen, k = set(), 0
+    for r in df.itertuples():
+        if r.measure == sr.BOUND_MEASURE and r.step >= 0 and (r.instance, r.step) not in seen:
+            seen.add((r.instance, r.step))
+            k += int(r.violated)
+    assert sr.violation_share(df) == (k, len(seen))
+
+
+@pytest.mark.parametrize("status, eta_star, outcome, expected", [
+    ("found", 2.0, "converged", False),  # the smallest collapsing eta lies beyond the bound step
+    ("found", 0.5, "converged", True),  # a step inside the condition collapses, the bound step itself does not
+    ("none_in_range", np.nan, "collapsed", True),  # the run at the bound step collapses: an island the scan missed
+    ("none_in_range", np.nan, "undecided", False),
+    ("collapsed_at_lo", 0.01, "converged", True),  # eta_lo <= eta_bound collapses
+])
+def test_is_violation(status, eta_star, outcome, expected):
+    assert sr.is_violation(status, eta_star, 1.0, outcome, 0.01) is expected
 
 
 @pytest.mark.parametrize(

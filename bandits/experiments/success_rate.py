@@ -1,28 +1,37 @@
-"""Experiment 3 `success_rate`: the LOCAL critical step against the success rate J along trajectories
-(Suk & Duan, arXiv 2510.08539, Thm 3: the safe step shrinks ~ (1 - J)/T, i.e. slope +1 of log eta
-against log(1 - J)).
+"""Experiment 3 `success_rate`: Theorem 3's step condition along trajectories (Suk & Duan, arXiv
+2510.08539, Thm 3: the safe step shrinks ~ (1 - J)/T).
+
+Theorem 3's (1 - J)/T is a sufficient step condition (a bound, form "bound"): a step eta <= c (1 - J)/T
+is safe. A local threshold that grows, or is infinite, as J -> 1 is consistent with it; a step inside the
+condition that collapses is a violation. The paper states no constant c, so each trajectory sets its own:
+c = C_FRAC T eta*(theta0) / (1 - J(theta0)), C_FRAC = 0.99: 1 % below the largest c its start state allows
+(eta*(theta0) the critical step of exact GRPO restarted at theta0 over ``horizon`` steps, gapdyn.find_eta_star;
+the top of the scan, eta_hi, when nothing collapses there, eta_lo when eta_lo already does).
 
 For each instance a run of exact GRPO (expected update, G = 8) at a small fixed eta starts from theta0
 placed at J = J_start and is stopped at checkpoints: the first step at which J reaches each level of
-``levels``. At every checkpoint theta_k three local thresholds are computed (MEASURES): the one-step sharp
-threshold gapdyn.sharp_step_threshold (the largest eta with Phi(theta_k + e w) > Phi(theta_k) for all
-e <= eta, docs/equations.md §3) for w = E[w_GRPO] = c_G(J) Gap and for w = Gap (log-odds ascent), and
-eta* of exact GRPO restarted at theta_k over a short horizon (gapdyn.find_eta_star). The slope of
-log eta_local on log(1 - J) is fitted within each trajectory (centred per instance) and its 95 %
-interval is a cluster bootstrap over instances (:mod:`bandits.experiments._slopes`).
+``levels``. Levels crossed on one step are one state: the states are the distinct checkpoint steps. At
+every state theta_k: the bound step eta_k = c (1 - J_k)/T and the outcome (gapdyn.run_outcome, terminal
+rule) of exact GRPO restarted at theta_k at eta_k over ``horizon`` steps, and eta*(theta_k) of the
+restarted run (the smallest collapsing eta of the scan); the state violates the condition when some step
+<= eta_k collapses (:func:`is_violation`: the run at eta_k collapsed, or eta*(theta_k) <= eta_k).
+Conservativeness: eta*(theta_k) / eta_k where finite; no collapse in range is infinite, a state that
+satisfies the condition by a margin the scan cannot see; and the one-step sharp thresholds
+gapdyn.sharp_step_threshold along w = E[w_GRPO] = c_G(J) Gap and along w = Gap (the largest eta with
+Phi(theta_k + e w) > Phi(theta_k) for all e <= eta, docs/equations.md §3), whose ratio is c_G(J) exactly:
+an identity row per setting. The claim's statistic is the share of distinct states whose bound step
+collapses, decided on its one-sided upper Clopper-Pearson limit (Criterion.below(0.05)); states of one
+trajectory are counted as separate trials.
 
 Two settings: T = 1, the single-context log-linear bandit of bandits.envs (K = 100 arms, d = 16, 10
 correct; trajectory by bandits.engine.simulate) and T = 8, the partial-sharing token model of
 bandits.partial (rho = 0.5, V = 10, d = 4, rule MAJ; trajectory by bandits.sequence.simulate).
-An instance enters a fit with its checkpoints where the threshold is finite and > 0 when there are
-at least three; the others are counted by reason. E[w_GRPO] = c_G(J) Gap, so its threshold is the
-Gap's divided by c_G(J) exactly: an identity row per setting.
 """
 
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -35,10 +44,10 @@ from ..envs import make_bandit, place_theta
 from ..partial import PartialSharingBandit
 from ..sequence import SequenceDynamics, place_for_success_rate
 from ..sequence import simulate as simulate_sequence
-from ._common import run_experiment, run_stats
-from ._slopes import within_slope_estimate
+from ._common import make_claim, run_experiment, run_stats
 
-__all__ = ["NAME", "CRITERIA", "SETTINGS", "MEASURES", "Config", "cells", "run_cell", "checkpoints", "analyse",
+__all__ = ["NAME", "STATEMENTS", "CRITERIA", "FORMS", "SETTINGS", "MEASURES", "C_FRAC", "Config", "cells",
+           "run_cell", "checkpoints", "is_violation", "distinct_states", "violation_share", "analyse",
            "slope_claim_id", "fit_points", "run"]
 
 NAME = "success_rate"
@@ -47,7 +56,7 @@ SETTINGS = ("T=1", "T=8")
 MEASURES = ("sharp_grpo", "sharp_gap", "restart_grpo")
 """Local thresholds at a checkpoint theta_k: the sharp one-step threshold along E[w_GRPO] and along the Gap
 (gapdyn.sharp_step_threshold), and the critical step of exact GRPO restarted at theta_k over a short
-horizon (gapdyn.find_eta_star; collapse as everywhere, J < gapdyn.COLLAPSE_J)."""
+horizon (gapdyn.find_eta_star; collapse by the terminal rule of gapdyn.run_outcome)."""
 _SOURCE = "Suk & Duan (arXiv 2510.08539), Thm 3"
 
 
@@ -56,7 +65,8 @@ def _slope_id(setting: str, measure: str) -> str:
 
 
 def slope_claim_id(setting: str, measure: str) -> str:
-    """Id of the claim on the slope of log eta_local on log(1 - J) for one (setting, measure)."""
+    """Id of the claim on the local threshold ``measure`` in ``setting`` (only BOUND_MEASURE has one: the step
+    condition tested by its violations; the sharp thresholds feed the identity rows)."""
     return _slope_id(setting, measure)
 
 
@@ -64,18 +74,31 @@ def _identity_id(setting: str) -> str:
     return f"grpo_threshold_times_cG_over_gap/{setting}"
 
 
-# written from the theorem before any run: eta ~ (1 - J), slope +1 (stated tolerance 0.25)
+C_FRAC = 0.99
+"""c = C_FRAC x the largest c the trajectory's start state allows (module doc)."""
+BOUND_MEASURE = "restart_grpo"
+"""The measure whose collapse decides a violation (the restarted exact-GRPO run)."""
+MAX_VIOLATION_SHARE = 0.05
+
+# written from the theorem before any run: steps inside c (1 - J)/T never collapse
+STATEMENTS: dict[str, tuple[str, str]] = {
+    **{_slope_id(s, BOUND_MEASURE): (
+        _SOURCE, f"({s}) a sufficient step condition: from every state of the trajectory, exact GRPO at eta <= "
+                 f"c (1 - J)/T does not collapse within the restart horizon (c = {C_FRAC:g} T eta*(theta0) / "
+                 "(1 - J(theta0)): the largest c the start allows, less 1 %)") for s in SETTINGS},
+    **{_identity_id(s): (_SOURCE + " (E[w] = c_G(J) Gap: by construction)",
+                         f"({s}) identity: the GRPO direction's one-step threshold is the Gap's divided by c_G(J)")
+       for s in SETTINGS},
+}
 CRITERIA: dict[str, gapdyn.Criterion] = {
-    **{_slope_id(s, m): gapdyn.Criterion.contains(1.0, tol=0.25) for s in SETTINGS for m in MEASURES},
+    **{_slope_id(s, BOUND_MEASURE): gapdyn.Criterion.below(MAX_VIOLATION_SHARE) for s in SETTINGS},
     **{_identity_id(s): gapdyn.Criterion.identity(0.0, tol=1e-3) for s in SETTINGS},
 }
 FORMS: dict[str, str] = {
-    **{_slope_id(s, m): "bound" for s in SETTINGS for m in MEASURES},
+    **{_slope_id(s, BOUND_MEASURE): "bound" for s in SETTINGS},
     **{_identity_id(s): "identity" for s in SETTINGS},
 }
 """The form of each claim's statement (gapdyn.FORMS)."""
-_SLOPE_TEXT = "95 % interval of the slope of log eta_local on log(1 - J) contains +1 and lies in [0.75, 1.25]"
-_ID_TEXT = "identity: eta_local(E[w_GRPO]) c_G(J) = eta_local(Gap); mean log ratio 0 +- 1e-3"
 
 
 @dataclass(frozen=True)
@@ -213,40 +236,64 @@ def checkpoints(problem: _Problem, eta: float, levels, max_steps: int) -> list[t
     return out
 
 
+def _anchor(res: gapdyn.EtaStar, eta_lo: float, eta_hi: float) -> float:
+    """eta*(theta0) for c: the found value, eta_lo when eta_lo already collapses, eta_hi when nothing does."""
+    return {"found": res.eta_star, "collapsed_at_lo": eta_lo}.get(res.status, eta_hi)
+
+
+def is_violation(status: str, eta_star: float, eta_bound: float, outcome: str, eta_lo: float) -> bool:
+    """Some step eta <= eta_bound collapses: the restarted run at eta_bound collapsed, or the scan's smallest
+    collapsing eta (eta*) is <= eta_bound (``collapsed_at_lo``: eta_lo collapses, a violation when
+    eta_lo <= eta_bound). The scan's resolution (collapsing islands narrower than its grid) is the method's."""
+    if outcome == "collapsed":
+        return True
+    if status == "found":
+        return bool(eta_star <= eta_bound)
+    return status == "collapsed_at_lo" and eta_lo <= eta_bound
+
+
 def run_cell(*, setting: str, instance: int, levels, J_start: float, group_size: int, eta_frac: float,
              eta_cap: float, max_steps: int, rho: float, horizon: int, eta_lo: float, eta_hi: float,
              max_ratio: float) -> pd.DataFrame:
-    """Local thresholds at the checkpoints of one instance's trajectory: one row per (checkpoint, measure)."""
+    """One row per (checkpoint, measure) of one instance's trajectory: the local thresholds, and for
+    BOUND_MEASURE the bound step eta_bound = C_FRAC eta*(theta0) (1 - J)/(1 - J(theta0)) (= c (1 - J)/T) with
+    the outcome of the restarted run at it (``outcome``, ``violated``)."""
     cfg = {"group_size": group_size, "J_start": J_start, "rho": rho}
+    blank = {"level": np.nan, "step": -1, "measure": "", "eta_local": np.nan, "eta_bound": np.nan,
+             "outcome": "", "violated": False, "anchor": np.nan, "anchor_status": ""}
     try:
         prob = _Problem(setting, instance, cfg)
     except ValueError as exc:
-        return pd.DataFrame([{"status": f"no start: {exc}"[:80], "level": np.nan, "step": -1, "J": np.nan,
-                              "one_minus_J": np.nan, "measure": "", "eta_local": np.nan, "scalar": np.nan,
-                              "eta_run": np.nan}])
+        return pd.DataFrame([{**blank, "status": f"no start: {exc}"[:80], "J": np.nan, "one_minus_J": np.nan,
+                              "scalar": np.nan, "eta_run": np.nan}])
     J0, Jb0, gap0 = prob.state(prob.theta0)
     c0 = float(gapdyn.expected_scalar("grpo", J0, group_size))
     eta_run = eta_frac * min(prob.threshold(prob.theta0, c0 * gap0), eta_cap)
     if not eta_run > 0:
-        return pd.DataFrame([{"status": "not ascent at theta0", "level": np.nan, "step": -1, "J": J0,
-                              "one_minus_J": Jb0, "measure": "", "eta_local": np.nan, "scalar": c0,
-                              "eta_run": np.nan}])
+        return pd.DataFrame([{**blank, "status": "not ascent at theta0", "J": J0, "one_minus_J": Jb0,
+                              "scalar": c0, "eta_run": np.nan}])
+    res0 = gapdyn.find_eta_star(lambda e: prob.run_stats(prob.theta0, e, horizon), eta_lo, eta_hi, max_ratio=max_ratio)
+    anchor = _anchor(res0, eta_lo, eta_hi)
     rows = []
     for level, k, theta in checkpoints(prob, eta_run, levels, max_steps):
         J, Jb, gap = prob.state(theta)
         c = float(gapdyn.expected_scalar("grpo", J, group_size))
+        base = {**blank, "level": level, "step": k, "J": J, "one_minus_J": Jb, "scalar": c, "eta_run": eta_run,
+                "anchor": anchor, "anchor_status": res0.status}
         for measure, w in (("sharp_grpo", c * gap), ("sharp_gap", gap)):
             eta = prob.threshold(theta, w)
             status = "ok" if np.isfinite(eta) and eta > 0 else ("no crossing in range" if eta > 0 else "not ascent")
-            rows.append({"status": status, "level": level, "step": k, "J": J, "one_minus_J": Jb,
-                         "measure": measure, "eta_local": eta, "scalar": c, "eta_run": eta_run})
-        res = gapdyn.find_eta_star(lambda e, th=theta: prob.run_stats(th, e, horizon), eta_lo, eta_hi, max_ratio=max_ratio)
-        rows.append({"status": "ok" if res.status == "found" else res.status, "level": level, "step": k, "J": J,
-                     "one_minus_J": Jb, "measure": "restart_grpo", "eta_local": res.eta_star, "scalar": c,
-                     "eta_run": eta_run})
+            rows.append({**base, "status": status, "measure": measure, "eta_local": eta})
+        eta_bound = C_FRAC * anchor * Jb / Jb0
+        outcome = str(gapdyn.run_outcome(prob.run_stats(theta, np.array([eta_bound]), horizon))[0])
+        res = gapdyn.find_eta_star(lambda e, th=theta: prob.run_stats(th, e, horizon), eta_lo, eta_hi,
+                                   max_ratio=max_ratio)
+        rows.append({**base, "status": "ok" if res.status == "found" else res.status, "measure": BOUND_MEASURE,
+                     "eta_local": res.eta_star, "eta_bound": eta_bound, "outcome": outcome,
+                     "violated": is_violation(res.status, res.eta_star, eta_bound, outcome, eta_lo)})
     if not rows:
-        rows.append({"status": "no level reached", "level": np.nan, "step": -1, "J": J0, "one_minus_J": Jb0,
-                     "measure": "", "eta_local": np.nan, "scalar": c0, "eta_run": eta_run})
+        rows.append({**blank, "status": "no level reached", "J": J0, "one_minus_J": Jb0, "scalar": c0,
+                     "eta_run": eta_run, "anchor": anchor, "anchor_status": res0.status})
     return pd.DataFrame(rows)
 
 
@@ -254,19 +301,53 @@ def run_cell(*, setting: str, instance: int, levels, J_start: float, group_size:
 # analysis
 
 
-def _usable(df: pd.DataFrame) -> pd.DataFrame:
-    ok = df[(df["status"] == "ok")]
-    n = ok.groupby("instance")["level"].transform("nunique")
-    return ok[n >= 3]
+def distinct_states(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per distinct state (instance, checkpoint step): levels crossed on the same step are one state
+    (the first level's row is kept)."""
+    return rows.sort_values(["instance", "step", "level"]).drop_duplicates(["instance", "step"], keep="first")
+
+
+def violation_share(rows: pd.DataFrame) -> tuple[int, int]:
+    """(violating states, distinct states) of BOUND_MEASURE rows: a state violates when the restarted run at
+    its bound step collapsed."""
+    st = distinct_states(rows[(rows["measure"] == BOUND_MEASURE) & (rows["step"] >= 0)])
+    return int(st["violated"].astype(bool).sum()), len(st)
 
 
 def fit_points(results: pd.DataFrame) -> pd.DataFrame:
-    """The checkpoints a slope claim fits, for the rows of one (setting, measure)."""
-    return _usable(results)
+    """The distinct states with a finite local threshold, for the rows of one (setting, measure)."""
+    return distinct_states(results[(results["status"] == "ok") & (results["step"] >= 0)])
+
+
+def _conservativeness(states: pd.DataFrame) -> tuple[float | None, str]:
+    """(median of eta*(theta_k) / eta_k over states with a finite eta*, text with the range and the number of
+    states with no collapse in range, i.e. an infinite ratio)."""
+    r = (states["eta_local"] / states["eta_bound"]).to_numpy(float)
+    fin = r[np.isfinite(r)]
+    inf = int(np.sum(~np.isfinite(r)))
+    if fin.size == 0:
+        return None, f"no finite eta*(theta_k) ({inf} states with no collapse in range)"
+    return float(np.median(fin)), (f"eta*(theta_k) / bound step: median {np.median(fin):.3g}, range "
+                                   f"[{fin.min():.3g}, {fin.max():.3g}] over {fin.size} states; {inf} states with no "
+                                   "collapse in range (infinite)")
+
+
+def _planned_n(k: int, n: int) -> int | None:
+    """The n of states at which the upper limit decides with probability 0.8 if k/n were the truth
+    (gapdyn.planner.power_proportion, one-sided)."""
+    from gapdyn.planner import plan_n, power_proportion
+
+    plan = plan_n(lambda m: power_proportion(k / n, m, value=MAX_VIOLATION_SHARE, one_sided=True), n_min=20,
+                  n_max=2000)
+    return plan.n if plan.decidable else None
 
 
 def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn.Claim]:
-    """One slope claim per (setting, measure) and one identity row per setting."""
+    """One bound claim per setting (violations of the step condition) and one identity row per setting."""
+    from gapdyn.coverage import min_valid_n, valid_at
+    from gapdyn.stats import clopper_pearson_upper
+
+    mod = sys.modules[__name__]
     rng = np.random.default_rng([29, 0 if block == "discovery" else 1])
     claims = []
     for setting in SETTINGS:
@@ -274,52 +355,51 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn
         n_inst = sub["instance"].nunique()
         label = "contextual log-linear bandit, K=100, d=16, 10 correct" if setting == "T=1" else (
             f"partial-sharing token model, T=8, rho={config.rho:g}, V=10, d=4, MAJ")
-        for measure in MEASURES:
-            d = sub[sub["measure"] == measure]
-            used = _usable(d)
-            no_rows = sub.groupby("instance")["measure"].apply(lambda s: (s == "").all())
-            why = d["status"].value_counts().to_dict()
-            why.update({k: v for k, v in sub[sub["instance"].isin(no_rows[no_rows].index)]["status"]
-                        .value_counts().items()})
-            setting_text = (f"{label}; exact GRPO run from J={config.J_start:g} at eta = {config.eta_frac:g} x "
-                            f"min(the local threshold at theta0, {config.eta_cap:g}), <= {config.max_steps} steps; "
-                            f"checkpoints at J >= "
-                            f"{list(config.levels)}; {used['instance'].nunique()}/{n_inst} instances with >= 3 "
-                            f"finite thresholds; point status counts {why}")
-            common = dict(id=_slope_id(setting, measure), source=_SOURCE,
-                          statement="the local critical step scales like (1 - J): slope +1 of log eta on log(1 - J)",
-                          setting=setting_text, criterion_text=_SLOPE_TEXT,
-                          criterion=CRITERIA[_slope_id(setting, measure)], block=block,
-                          form=FORMS[_slope_id(setting, measure)])
-            if used["instance"].nunique() >= 2:
-                est = within_slope_estimate(np.log(used["one_minus_J"].to_numpy()),
-                                            np.log(used["eta_local"].to_numpy()),
-                                            series=used["instance"].to_numpy(), instance=used["instance"].to_numpy(),
-                                            rng=rng, n_resamples=config.n_boot)
-                claims.append(gapdyn.Claim.from_estimate(
-                    est, statistic=f"within-trajectory OLS slope of log eta_local ({measure}) on log(1 - J), "
-                                   "cluster bootstrap over instances", **common))
-            else:
-                claims.append(gapdyn.Claim(**common, estimate=0.0, interval=(0.0, 0.0), n=1,
-                                           statistic=f"within-trajectory OLS slope of log eta_local ({measure}) on "
-                                                     "log(1 - J)", measured=False,
-                                           reason="fewer than 2 usable instances: no interval"))
-        g = sub[(sub["measure"] == "sharp_grpo") & (sub["status"] == "ok")]
-        h = sub[(sub["measure"] == "sharp_gap") & (sub["status"] == "ok")]
-        both = g.merge(h, on=["instance", "level"], suffixes=("_grpo", "_gap"))
-        common = dict(id=_identity_id(setting), source=_SOURCE + " (E[w] = c_G(J) Gap: by construction)",
-                      statement="the GRPO direction's local threshold is the Gap's divided by c_G(J)",
-                      setting=f"{label}; the checkpoints of the slope claims ({len(both)} with both finite)",
-                      criterion_text=_ID_TEXT, criterion=CRITERIA[_identity_id(setting)], block=block)
+        rows = sub[sub["measure"] == BOUND_MEASURE]
+        states = distinct_states(rows[rows["step"] >= 0])
+        k, n = violation_share(rows)
+        cons, cons_text = _conservativeness(states)
+        anchors = sub.drop_duplicates("instance")["anchor_status"].value_counts().to_dict()
+        lost = sub[sub["measure"] == ""]["status"].value_counts().to_dict()
+        setting_text = (f"{label}; exact GRPO run from J={config.J_start:g} at eta = {config.eta_frac:g} x "
+                        f"min(the one-step threshold at theta0, {config.eta_cap:g}), <= {config.max_steps} steps; "
+                        f"checkpoints at J >= {list(config.levels)}: {n} distinct states ({len(rows)} checkpoints) "
+                        f"of {states['instance'].nunique()}/{n_inst} instances"
+                        + (f" (no checkpoint: {lost})" if lost else "")
+                        + f"; restart horizon {config.horizon} steps, collapse by the terminal rule; eta*(theta0) "
+                          f"in [{config.eta_lo:g}, {config.eta_hi:g}] ({anchors}); violations {k}/{n}; {cons_text}")
+        cid = _slope_id(setting, BOUND_MEASURE)
+        statistic = ("share of distinct states whose bound step eta = c (1 - J)/T collapses (restarted exact GRPO), "
+                     "one-sided upper Clopper-Pearson limit")
+        if n == 0 or not valid_at("clopper_pearson_upper", n):
+            m = min_valid_n("clopper_pearson_upper")
+            reason = ("no state reached" if n == 0 else
+                      f"too few states for a valid interval (n = {n}; clopper_pearson_upper valid from n = {m})")
+            est = gapdyn.Estimate(0.0, 0.0, 1.0, 1, 0.95, "no data")
+            claims.append(replace(make_claim(mod, cid, est, block=block, setting=setting_text, statistic=statistic),
+                                  measured=False, reason=reason))
+        else:
+            est = clopper_pearson_upper(k, n)
+            claims.append(replace(make_claim(mod, cid, est, block=block, setting=setting_text, statistic=statistic),
+                                  conservativeness=cons, n_planned=_planned_n(k, n)))
+        g = distinct_states(sub[(sub["measure"] == "sharp_grpo") & (sub["status"] == "ok")])
+        h = distinct_states(sub[(sub["measure"] == "sharp_gap") & (sub["status"] == "ok")])
+        both = g.merge(h, on=["instance", "step"], suffixes=("_grpo", "_gap"))
+        id_setting = (f"{label}; the distinct states of the bound claim ({len(both)} with both one-step thresholds "
+                      "finite; where one is infinite so is the other)")
+        statistic = "mean log(eta_grpo c_G(J) / eta_gap) over states with both thresholds finite"
         if both["instance"].nunique() >= 2:
             lr = np.log(both["eta_local_grpo"] * both["scalar_grpo"] / both["eta_local_gap"]).to_numpy()
             est = gapdyn.cluster_bootstrap(np.mean, lr, clusters=both["instance"].to_numpy(), rng=rng,
                                            n_resamples=config.n_boot)
-            claims.append(gapdyn.Claim.from_estimate(est, statistic="mean log(eta_grpo c_G(J) / eta_gap)", **common))
+            claims.append(make_claim(mod, _identity_id(setting), est, block=block, setting=id_setting,
+                                     statistic=statistic))
         else:
-            claims.append(gapdyn.Claim(**common, estimate=1.0, interval=(1.0, 1.0), n=1,
-                                       statistic="mean log(eta_grpo c_G(J) / eta_gap)", measured=False,
-                                       reason="fewer than 2 instances"))
+            est = gapdyn.Estimate(0.0, 0.0, 0.0, 1, 0.95, "no data")
+            claims.append(replace(make_claim(mod, _identity_id(setting), est, block=block, setting=id_setting,
+                                             statistic=statistic), measured=False,
+                                  reason=f"fewer than 2 instances with both one-step thresholds finite "
+                                         f"({both['instance'].nunique()})"))
     return claims
 
 
