@@ -200,7 +200,7 @@ def test_llm_claims_against_scipy():
         diff = w["reward_last25"].to_numpy() - g["reward_last25"].to_numpy()
         c = got[f"llm.wapo_higher_reward@lr{lr:g}"]
         assert c.estimate == pytest.approx(diff.mean())
-        assert c.p_value == pytest.approx(wilcoxon(diff).pvalue)
+        assert c.p_value == pytest.approx(wilcoxon(diff, alternative="greater").pvalue)
     assert all(c.p_adjusted >= c.p_value for c in got.values())
 
 

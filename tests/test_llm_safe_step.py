@@ -203,41 +203,6 @@ def test_steps_to_level_matches_a_loop():
         assert steps_to_level(r, level, w) == expect  # continuous draws: no ties at the level
 
 
-def _synthetic_rows(exp, rng):
-    rows = []
-    for lr in (*exp.collapse_lrs, exp.safe_lr):
-        for s in exp.seeds:
-            for arm in ("constant", "safe"):
-                rows.append({"method": "grpo", "arm": arm, "lr": lr, "seed": s, "collapsed": bool(rng.random() < 0.5),
-                             "reward": list(np.clip(np.linspace(0.3, 0.6, exp.steps) + 0.05 * rng.normal(size=exp.steps), 0, 1)),
-                             "step_time": [0.1] * exp.steps, "a_mean": 0.5, "wall_s": 1.0, "R0": 0.4})
-    return rows
-
-
-def test_analysis_claims_follow_their_definitions():
-    """Collapse claims = Clopper-Pearson of the counts; Fisher p of the 2x2 table (Holm over the tests)."""
-    from dataclasses import replace
-
-    from llm_probe.safe_step_experiment import MODES, analyse
-
-    exp = replace(MODES["test"], seeds=tuple(range(6)), steps=20, tail=5, window=3)
-    rows = _synthetic_rows(exp, np.random.default_rng(1))
-    claims, summary = analyse(exp, rows)
-    by = {c.id: c for c in claims}
-    lr = exp.collapse_lrs[0]
-    const = [r for r in rows if r["lr"] == lr and r["arm"] == "constant"]
-    safe = [r for r in rows if r["lr"] == lr and r["arm"] == "safe"]
-    kc, ks, n = sum(r["collapsed"] for r in const), sum(r["collapsed"] for r in safe), len(const)
-    cp = gapdyn.clopper_pearson_interval(kc, n)
-    assert by[f"collapse_constant_grpo_lr{lr:g}"].interval == (cp.lo, cp.hi)
-    c_safe = by[f"collapse_safe_grpo_lr{lr:g}"]
-    assert c_safe.estimate == pytest.approx(ks / n)
-    assert c_safe.p_value == pytest.approx(gapdyn.fisher_exact_test(np.array([[ks, n - ks], [kc, n - kc]])).p_value)
-    assert f"final_reward_grpo_lr{lr:g}" in by and f"not_slower_grpo_lr{exp.safe_lr:g}" in by
-    assert all(c.verdict in gapdyn.VERDICTS for c in claims)
-    assert len(summary["groups"]) == 2
-
-
 def test_gapdyn_train_safe_step_cli(tmp_path, capsys):
     """``gapdyn train --method grpo --lr 1e-3 --safe-step`` runs; each step logs the rule (safe/a in [0, 1])."""
     import json
