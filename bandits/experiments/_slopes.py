@@ -92,7 +92,8 @@ def censored_within_slope(x, y, series, censor, *, clusters=None) -> CensoredFit
 
     y_i = a_s(i) + b x_i + sigma e_i, e ~ N(0, 1); ``censor`` per row: EXACT (0), LEFT (-1: true y <= y_i),
     RIGHT (+1: true y >= y_i). A series without any EXACT row has an unbounded intercept and no information
-    on b; it is left out (the kept labels are ``series`` of the result). With no censored row, b is the
+    on b; it is left out (the kept labels are ``series`` of the result). ValueError when b is not identified:
+    no series with EXACT rows at two x, or no finite maximum (observed information not positive definite). With no censored row, b is the
     within-series least-squares slope (:func:`within_slope`). se: the sandwich H⁻¹ [Σ_g s_g s_gᵀ] H⁻¹ with
     scores s_g summed over ``clusters`` (default: the series), times G/(G - 1) (Liang & Zeger 1986;
     Cameron & Miller 2015, §VI.B); H is the observed information (finite differences of the score).
@@ -118,6 +119,9 @@ def censored_within_slope(x, y, series, censor, *, clusters=None) -> CensoredFit
     if S == 0 or not any(xc_ok):
         raise ValueError("no series with an exact row and x varying within it: the slope is not identified")
     ex = code == EXACT
+    if not any(np.unique(x[ex & (inv == s)]).size >= 2 for s in range(S)):
+        raise ValueError("the slope is not identified: no series has exact rows at two x (censored rows alone "
+                         "bound it on one side only)")
     b0 = within_slope(x[ex], y[ex], series[ex])
     b0 = 0.0 if not math.isfinite(b0) else b0
     a0 = np.array([np.mean(y[ex & (inv == s)] - b0 * x[ex & (inv == s)]) for s in range(S)])
@@ -128,8 +132,8 @@ def censored_within_slope(x, y, series, censor, *, clusters=None) -> CensoredFit
         ll, sc = _tobit_parts(p, x, y, code, inv)
         return -ll, -sc.sum(axis=0)
 
-    res = minimize(nll, p0, jac=True, method="BFGS", options={"gtol": 1e-9, "maxiter": 5000})
-    p = res.x
+    with np.errstate(over="ignore", invalid="ignore"):
+        p = minimize(nll, p0, jac=True, method="BFGS", options={"gtol": 1e-9, "maxiter": 5000}).x
     h = 1e-5 * np.maximum(1.0, np.abs(p))
     H = np.empty((p.size, p.size))
     for j in range(p.size):
@@ -137,6 +141,8 @@ def censored_within_slope(x, y, series, censor, *, clusters=None) -> CensoredFit
         e[j] = h[j]
         H[:, j] = (nll(p + e)[1] - nll(p - e)[1]) / (2 * h[j])
     H = (H + H.T) / 2
+    if not (np.all(np.isfinite(p)) and np.all(np.isfinite(H)) and np.linalg.eigvalsh(H).min() > 0):
+        raise ValueError("the censored likelihood has no finite maximum here (the slope is not identified)")
     _, sc = _tobit_parts(p, x, y, code, inv)
     _, cinv = np.unique(clusters, return_inverse=True)
     G = int(cinv.max()) + 1

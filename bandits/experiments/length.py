@@ -268,9 +268,12 @@ def _slope_estimate(used: pd.DataFrame) -> tuple[gapdyn.Estimate, str]:
         return _not_measured(n), (f"too few instances for a valid interval (n = {n}; {SLOPE_INTERVAL} valid from "
                                    f"n = {m}, docs/coverage.md)")
     series = used.groupby(["instance", "seed"]).ngroup().to_numpy()
-    est = censored_slope_estimate(np.log(used["T"].to_numpy(float)), used["log_eta"].to_numpy(),
-                                  censor=used["censor"].to_numpy(), series=series,
-                                  instance=used["instance"].to_numpy(), confidence=EQUIVALENCE_CONFIDENCE)
+    try:
+        est = censored_slope_estimate(np.log(used["T"].to_numpy(float)), used["log_eta"].to_numpy(),
+                                      censor=used["censor"].to_numpy(), series=series,
+                                      instance=used["instance"].to_numpy(), confidence=EQUIVALENCE_CONFIDENCE)
+    except ValueError as exc:
+        return _not_measured(n), f"censored fit: {exc}"
     return est, ""
 
 
