@@ -7,7 +7,20 @@ from .threads import set_wait_policy as _set_wait_policy
 
 _set_wait_policy()  # OMP_WAIT_POLICY=PASSIVE unless set: OpenMP reads it once, at torch's first import (threads.py)
 
-from .collapse import RULES, Alert, CollapseConfig, CollapseDetector, detection_stats, synthetic_stream
+from .checkpoint import CheckpointError, RunFolderLockedError
+from .collapse import (
+    RULES,
+    RUN_OUTCOMES,
+    Alert,
+    CollapseConfig,
+    CollapseDetector,
+    RunOutcome,
+    collapse_onset,
+    detection_stats,
+    outcome_counts,
+    run_outcome,
+    synthetic_stream,
+)
 from .config import TrainConfig
 from .losses import AGG_ALIASES, AGG_MODES, LOSS_NAMES, LOSSES, LossSpec, aggregate, compute_advantages, policy_loss
 from .model import (
@@ -36,9 +49,10 @@ from .probes import (
     streamed_gap_stats,
     token_stats,
 )
-from .rollout import Rollout, make_rollout, sample_completions
+from .rollout import Rollout, left_pad, make_rollout, sample_completions
 from .safe_step import SafeStepController, SafeStepResult, completion_logprob_jvp
 from .tasks import AdditionTask, JsonlTask, Problem, check_answer, extract_answer, load_jsonl_problems, normalize_answer
+from .threads import configure_threads, use_threads
 from .tokenizer import build_char_tokenizer, load_tokenizer
 from .trainer import FaultError, Trainer, build_policy, make_task, train
 from .warmup import sampled_accuracy, warmup
@@ -66,4 +80,6 @@ __all__ = [
     "parameter_change", "policy_loss", "ProbeResult", "prompt_objectives", "sample_completions", "sampled_accuracy", "save_policy", "select_params",
     "sequence_logprob", "streamed_gap_stats", "synthetic_stream", "token_stats", "train", "warmup",
     "SafeStepCallback", "SafeStepController", "SafeStepResult", "completion_logprob_jvp",
+    "CheckpointError", "RunFolderLockedError", "RUN_OUTCOMES", "RunOutcome", "collapse_onset", "outcome_counts",
+    "run_outcome", "left_pad", "configure_threads", "use_threads",
 ]
