@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import math
 import tempfile
+import time
 import tracemalloc
 from dataclasses import dataclass
 
@@ -51,10 +52,10 @@ from llm_probe.model import completion_logprobs
 from llm_probe.probes import per_prompt_gaps_batched
 from llm_probe.threads import configure_threads
 
-from .timing import interleaved, ratio
+from .timing import Stat, interleaved, load_average, ratio
 
 __all__ = ["LLMSetup", "PROBE_CONFIGS", "parse_config", "warm_policy", "step_times", "route_times", "peak_memory", "route_memory",
-           "step_memory", "mixed_rollout", "profile_step"]
+           "step_memory", "mixed_rollout", "profile_step", "grpo_callback_times", "GRPOCallbackTimes"]
 
 PROBE_CONFIGS = ("off", "dot", "jvp", "both")
 
@@ -312,3 +313,275 @@ def profile_step(model, tok, task, setup: LLMSetup, probe: str, steps: int = 3) 
                 calls[key] = calls.get(key, 0.0) + ct / steps
     out.update(calls)
     return out
+
+
+@dataclass(frozen=True)
+class GRPOCallbackTimes:
+    setup: LLMSetup
+    cycle: int  # timed optimizer steps per round: global steps 1..cycle (probe_every=cycle probes one of them)
+    times: dict  # "plain", "probe_every=1", "probe_every=<cycle>" -> Stat (seconds per step, one value a round)
+    overhead: dict  # same keys -> Stat (per-round time / plain time of the same round)
+    same_trajectory: bool  # TRL's logged reward and loss identical across the configs in every round
+    mixed_per_step: float  # mean gap/n_prompts of the every-step callback
+    load: tuple  # load average (1, 5, 15 min) before and after
+
+
+def grpo_callback_times(setup: LLMSetup = LLMSetup(), rounds: int = 5, cycle: int = 10, model_tok=None
+                        ) -> GRPOCallbackTimes:
+    """Seconds per optimizer step of a real ``trl.GRPOTrainer`` (our warmed tiny Qwen, exact-match reward, Adam
+    3e-4, B = ``prompts_per_step`` x G completions of ``max_new_tokens``), plain and with
+    :class:`llm_probe.GapProbeCallback` (default settings: dot route, headroom on) at probe_every = 1 and at
+    probe_every = ``cycle`` (the default, 10). Each round builds one fresh trainer per config from copies of the
+    same model and seed (probing never changes training: checked on TRL's logged reward and loss), runs
+    ``cycle + 1`` steps and times steps 1..cycle (``on_step_begin`` -> ``on_step_end``: generation, loss,
+    backward, optimizer and the callback's hooks), so probe_every = cycle pays for exactly one probe (step
+    ``cycle``). The configs' order rotates from round to round; ratios are taken within a round."""
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from transformers.trainer_callback import PrinterCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from llm_probe.callback import GapProbeCallback
+
+    configure_threads(1)
+    model, tok, task = model_tok if model_tok is not None else warm_policy(setup)[:3]
+    B, G = setup.prompts_per_step, setup.group_size
+    probs = task.sample(np.random.default_rng(setup.seed), B * (cycle + 1))
+    ds = Dataset.from_dict({"prompt": [p.prompt for p in probs], "answer": [p.answer for p in probs]})
+
+    def exact_match(prompts, completions, answer=None, **kw):
+        return [float(c.strip() == a) for c, a in zip(completions, answer)]
+
+    class Timer(TrainerCallback):
+        def __init__(self):
+            self.t0, self.times = None, {}
+
+        def on_step_begin(self, args, state, control, **kw):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            self.times[state.global_step - 1] = time.perf_counter() - self.t0
+
+    def run(every: int | None, out_dir: str):
+        cb = None if every is None else GapProbeCallback(tok, G, probe_every=every)
+        timer = Timer()
+        args = GRPOConfig(output_dir=out_dir, per_device_train_batch_size=B * G, num_generations=G,
+                          max_completion_length=setup.max_new_tokens, max_steps=cycle + 1, learning_rate=3e-4,
+                          lr_scheduler_type="constant", warmup_steps=0, logging_steps=1, save_strategy="no",
+                          seed=setup.seed, beta=0.0, temperature=1.0, use_cpu=True, bf16=False, report_to="none",
+                          gradient_checkpointing=False, disable_tqdm=True)
+        trainer = GRPOTrainer(model=copy.deepcopy(model), args=args, train_dataset=ds, processing_class=tok,
+                              reward_funcs=exact_match if cb is None else cb.wrap_reward(exact_match),
+                              callbacks=[timer])
+        trainer.remove_callback(PrinterCallback)  # no log dict printed per step
+        if cb is not None:
+            cb.attach(trainer)
+        trainer.train()
+        logged = [(h["reward"], h["loss"]) for h in trainer.state.log_history if "loss" in h and "reward" in h]
+        mixed = [r["gap/n_prompts"] for r in cb.history] if cb is not None else []
+        return sum(timer.times[k] for k in range(1, cycle + 1)) / cycle, logged, mixed
+
+    configs = {"plain": None, "probe_every=1": 1, f"probe_every={cycle}": cycle}
+    names = list(configs)
+    load0 = load_average()
+    per = {c: [] for c in names}
+    same, mixed = True, []
+    with tempfile.TemporaryDirectory(prefix="gapdyn_bench_grpo_") as tmp:
+        for r in range(rounds + 1):  # round 0: warm-up (imports, lazy allocations), not kept
+            order = names[r % len(names):] + names[:r % len(names)]
+            got = {c: run(configs[c], f"{tmp}/{r}_{i}") for i, c in enumerate(order)}
+            same = same and all(got[c][1] == got["plain"][1] for c in names)
+            if r:
+                for c in names:
+                    per[c].append(got[c][0])
+                mixed += got["probe_every=1"][2]
+    t = {c: Stat(tuple(v)) for c, v in per.items()}
+    return GRPOCallbackTimes(setup, cycle, t, {c: ratio(t[c], t["plain"]) for c in names}, bool(same),
+                             float(np.mean(mixed)) if mixed else 0.0, (load0, load_average()))
+
+
+def grpo_callback_main(argv=None) -> int:
+    """``python -m benchmarks.llm [--rounds N] [--cycle K] [--prompts B] [--group-size G] [--warmup-steps S]``:
+    :func:`grpo_callback_times`, printed (BENCHMARKS.md, "Probe cadence in GRPOTrainer")."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.llm", description=grpo_callback_main.__doc__)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--cycle", type=int, default=10)
+    ap.add_argument("--prompts", type=int, default=LLMSetup.prompts_per_step)
+    ap.add_argument("--group-size", type=int, default=LLMSetup.group_size)
+    ap.add_argument("--warmup-steps", type=int, default=LLMSetup.warmup_steps)
+    a = ap.parse_args(argv)
+    setup = LLMSetup(prompts_per_step=a.prompts, group_size=a.group_size, warmup_steps=a.warmup_steps)
+    res = grpo_callback_times(setup, rounds=a.rounds, cycle=a.cycle)
+    print(f"trl.GRPOTrainer, tiny Qwen2 (hidden {setup.spec.hidden_size}, {setup.spec.num_hidden_layers} layers), "
+          f"B = {setup.prompts_per_step} x G = {setup.group_size}, {setup.max_new_tokens} new tokens, Adam, CPU, "
+          f"1 thread; {a.rounds} rounds x {a.cycle} timed steps; mixed groups per step {res.mixed_per_step:.2f}; "
+          f"same trajectory: {res.same_trajectory}")
+    for c in res.times:
+        tm, ov = res.times[c], res.overhead[c]
+        print(f"  {c:>15}: {1e3 * tm.median:7.1f} ms/step {tm.spread():>12}   x{ov.median:.2f} "
+              f"(interquartile {ov.iqr[0]:.2f}-{ov.iqr[1]:.2f}, range {ov.lo:.2f}-{ov.hi:.2f})")
+    print(f"  load average before {res.load[0][0]:.1f}/{res.load[0][1]:.1f}/{res.load[0][2]:.1f}, "
+          f"after {res.load[1][0]:.1f}/{res.load[1][1]:.1f}/{res.load[1][2]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(grpo_callback_main())
+
+
+class _PlainStepTrainer(Trainer):
+    """The training step before llm_probe.sampler: every rollout by the plain loop (the model's full forward per
+    new token) and the loss scored by the model's own forward over all N x (P + T) tokens."""
+
+    def rollout(self, problems, G: int, generator: torch.Generator):
+        return make_rollout(self.model, self.tok, self.task, problems, G=G, max_new_tokens=self.cfg.max_new_tokens,
+                            generator=generator, temperature=self.cfg.temperature,
+                            truncate_prompts=self.cfg.truncate_prompts, fast=False)
+
+    def compute_loss(self, ro, old_logp=None, *, keep_all: bool = True):
+        args = (self.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
+        if keep_all:
+            logp, _, logp_all = completion_logprobs(*args, return_entropy=True)
+        else:
+            logp, logp_all = completion_logprobs(*args), None
+        res = policy_loss(self.cfg.method, logp, logp.detach() if old_logp is None else old_logp, ro.completion_mask,
+                          ro.rewards.to(self.device), max_completion_length=self.cfg.max_new_tokens,
+                          eps_low=self.cfg.eps_low, eps_high=self.cfg.eps_high)
+        return res, logp, logp_all
+
+
+@dataclass(frozen=True)
+class RLStepTimes:
+    setup: LLMSetup
+    times: dict  # "step", "step_plain", "sampler", "loss_fwd", "backward" (each also "_plain"), "opt_step" -> Stat (s)
+    speedup: Stat  # step_plain / step, per round
+    same_rewards: float  # share of the timed steps at which both trainers' batches had the same rewards
+    rel_diff: float  # max relative difference of loss and grad norm between the trainers at those steps
+    n_params: int
+    tokens: float  # N * (P + T): the tokens the plain route scores per step (batch of the parts)
+    shared_tokens: float  # B * P + N * (T - 1): the tokens the shared-prompt forward runs
+    matmul_gflops: Stat  # measured float32 matmul rate on the step's shapes (1 thread)
+    floor: float  # seconds: 6 * n_params * shared_tokens / matmul rate + the sampler's median
+    completion_length: float  # mean completion length (tokens, incl. <eos>)
+
+
+def _matmul_rate(rows: int, d: int, k: int, repeats: int = 7) -> Stat:
+    """GFLOP/s of [rows, d] @ [d, k] float32 (1 thread): 2 rows d k flops per call, 50 calls per repeat."""
+    a, b = torch.randn(rows, d), torch.randn(d, k)
+
+    def f():
+        for _ in range(50):
+            torch.mm(a, b)
+
+    t = interleaved({"mm": f}, repeats=repeats, warmup=1)["mm"]
+    return t.inverse(50 * 2 * rows * d * k / 1e9)
+
+
+def rl_step_times(model, tok, task, setup: LLMSetup = LLMSetup(), repeats: int = 7) -> RLStepTimes:
+    """Seconds per plain RL step (:meth:`Trainer.train_step`, probes off, GRPO) with the batched KV-cache
+    sampler vs the same step with the plain sampler (the loop before it), both trainers from copies of the same
+    model and seed (the completions are the same up to float rounding: checked on the logged rewards, losses
+    and gradient norms), and the parts on one batch: sampler (each route, with tokenising, decoding and
+    rewards), loss forward (``Trainer.compute_loss``, each route), backward (forward + backward minus forward,
+    per round), optimizer step; all timed alternately in the same rounds. Floor: 6 x params x tokens the
+    shared-prompt forward runs, at the measured matmul rate (forward 2, backward 4 flops per parameter and
+    token), plus the sampler."""
+    configure_threads(1)
+    tmp = tempfile.TemporaryDirectory(prefix="gapdyn_bench_rl_")
+    fast = Trainer(_config(setup, "off", f"{tmp.name}/fast"), model=copy.deepcopy(model), tokenizer=tok, task=task)
+    plain = _PlainStepTrainer(_config(setup, "off", f"{tmp.name}/plain"), model=copy.deepcopy(model), tokenizer=tok,
+                              task=task)
+    logs = {"fast": [], "plain": []}
+
+    def stepper(trainer, key):
+        def f():
+            m = trainer.train_step()
+            logs[key].append([m[k] for k in ("reward", "loss", "grad_norm")])
+        return f
+
+    tr = Trainer(_config(setup, "off", f"{tmp.name}/parts"), model=copy.deepcopy(model), tokenizer=tok, task=task)
+    ref = _PlainStepTrainer(_config(setup, "off", f"{tmp.name}/ref"), model=tr.model, tokenizer=tok, task=task)
+    probs = task.sample(np.random.default_rng(setup.seed), setup.prompts_per_step)
+    gen = lambda: torch.Generator().manual_seed(setup.seed)  # noqa: E731
+    ro = tr.rollout(probs, setup.group_size, gen())
+
+    def sampler(fast_route):
+        return lambda: make_rollout(tr.model, tok, task, probs, G=setup.group_size,
+                                    max_new_tokens=setup.max_new_tokens, generator=gen(), fast=fast_route)
+
+    def loss(trainer, bwd: bool = False, opt: bool = False):
+        def f():
+            res = trainer.compute_loss(ro)[0]
+            if bwd:
+                tr.opt.zero_grad(set_to_none=True)
+                res.loss.backward()
+            if opt:
+                tr.opt.step()
+        return f
+
+    t = interleaved({"step": stepper(fast, "fast"), "step_plain": stepper(plain, "plain"),
+                     "sampler": sampler(None), "sampler_plain": sampler(False),
+                     "loss_fwd": loss(tr), "fwd_bwd": loss(tr, True), "loss_fwd_plain": loss(ref),
+                     "fwd_bwd_plain": loss(ref, True), "fwd_bwd_opt": loss(tr, True, True)}, repeats=repeats, warmup=1)
+    diff = lambda x, y: Stat(tuple(a - b for a, b in zip(x.values, y.values)))  # noqa: E731  per round
+    t["backward"], t["backward_plain"] = diff(t["fwd_bwd"], t["loss_fwd"]), diff(t["fwd_bwd_plain"], t["loss_fwd_plain"])
+    t["opt_step"] = diff(t.pop("fwd_bwd_opt"), t.pop("fwd_bwd"))
+    t.pop("fwd_bwd_plain")
+    same = [a[0] == b[0] for a, b in zip(logs["fast"], logs["plain"])]
+    rel = max((abs(x - y) / max(abs(y), 1e-12) for a, b, s in zip(logs["fast"], logs["plain"], same) if s
+               for x, y in zip(a[1:], b[1:])), default=float("nan"))
+    tmp.cleanup()
+    n_params = sum(p.numel() for p in model.parameters())
+    N = setup.prompts_per_step * setup.group_size
+    P, T = ro.prompt_ids.shape[1], ro.completion_ids.shape[1]
+    tokens, shared = float(N * (P + T)), float(setup.prompts_per_step * P + N * (T - 1))
+    rate = _matmul_rate(int(tokens), setup.spec.hidden_size, setup.spec.intermediate_size)
+    floor = 6 * n_params * shared / (rate.median * 1e9) + t["sampler"].median
+    return RLStepTimes(setup, t, ratio(t["step_plain"], t["step"]), float(np.mean(same)), rel, n_params, tokens, shared,
+                       rate, floor, float(ro.completion_mask.sum(-1).mean()))
+
+
+def rl_step_main(argv=None) -> int:
+    """``python -c "import sys; from benchmarks.llm import rl_step_main; sys.exit(rl_step_main())" [--repeats N]
+    [--warmup-steps S]``: :func:`rl_step_times` (and GRPOTrainer's step with ``--grpo``), printed
+    (BENCHMARKS.md, "Tiny-Qwen RL step")."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="rl_step_main", description=rl_step_main.__doc__)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--warmup-steps", type=int, default=LLMSetup.warmup_steps)
+    ap.add_argument("--grpo", action="store_true", help="also time trl.GRPOTrainer's plain step (rounds=2)")
+    a = ap.parse_args(argv)
+    setup = LLMSetup(warmup_steps=a.warmup_steps)
+    load0 = load_average()
+    model, tok, task, acc = warm_policy(setup)
+    res = rl_step_times(model, tok, task, setup, repeats=a.repeats)
+    ms = {k: 1e3 * v.median for k, v in res.times.items()}
+    print(f"tiny Qwen2 (hidden {setup.spec.hidden_size}, {setup.spec.num_hidden_layers} layers, {res.n_params} "
+          f"params), B = {setup.prompts_per_step} x G = {setup.group_size}, max {setup.max_new_tokens} new tokens "
+          f"(mean completion {res.completion_length:.2f}), GRPO, probes off, CPU, 1 thread; warm-up "
+          f"{setup.warmup_steps} steps (sampled accuracy {acc:.2f}); both steps' rewards equal at "
+          f"{100 * res.same_rewards:.0f} % of the steps, where loss and grad norm agree to {res.rel_diff:.1e} (relative)")
+    for k, v in res.times.items():
+        print(f"  {k:>13}: {ms[k]:7.2f} ms {v.spread():>12}")
+    print(f"  speedup step_plain / step: x{res.speedup.median:.2f} [{res.speedup.lo:.2f}, {res.speedup.hi:.2f}]")
+    rate = res.matmul_gflops.median
+    for name, tk in (("plain route", res.tokens), ("shared prompts", res.shared_tokens)):
+        flops = 6 * res.n_params * tk
+        print(f"  6 x params x tokens ({name}): 6 x {res.n_params} x {tk:.0f} = {flops / 1e9:.2f} GFLOP at "
+              f"{rate:.1f} GFLOP/s = {1e3 * flops / (rate * 1e9):.2f} ms")
+    print(f"  floor (shared prompts + sampler) = {1e3 * res.floor:.2f} ms; step / floor = "
+          f"x{res.times['step'].median / res.floor:.2f}")
+    rest = ms["step"] - ms["sampler"] - ms["loss_fwd"] - ms["backward"] - ms["opt_step"]
+    print(f"  rest of the step (metrics, token stats, clipping, copies of theta_k, warnings): {rest:.2f} ms")
+    if a.grpo:
+        g = grpo_callback_times(setup, rounds=2, cycle=5, model_tok=(model, tok, task))
+        print(f"  trl.GRPOTrainer plain step (same model, B x G, {setup.max_new_tokens} new tokens): "
+              f"{1e3 * g.times['plain'].median:.1f} ms {g.times['plain'].spread()}")
+    l1 = load_average()
+    print(f"  load average before {load0[0]:.1f}, after {l1[0]:.1f}")
+    return 0
