@@ -34,6 +34,9 @@ from functools import lru_cache
 import numpy as np
 from scipy.special import log_softmax, logsumexp
 
+from gapdyn.sampling import inverse_cdf_draw
+
+from . import _sequence_kernels as _kern
 from .sequence import RULES, SequenceSample, _prob_from_log, rule_reward
 
 __all__ = ["PartialSharingBandit", "position_features"]
@@ -197,17 +200,8 @@ class PartialSharingBandit:
             raise ValueError(f"u must have shape {batch} + (G, {self.T}), got {u.shape}")
         p = np.exp(logp)
         G, T, V = u.shape[-2], self.T, self.V
-        rows = int(np.prod(batch, dtype=np.int64)) * T
-        cdf = np.cumsum(p, axis=-1).reshape(rows, V)
-        cdf[:, -1] = np.inf  # u < 1 always lands on a token ...
-        cdf[:, :-1] = np.where(p.reshape(rows, V)[:, 1:] > 0, cdf[:, :-1], np.inf)  # ... never on a p = 0 one
-        cdf = np.minimum.accumulate(cdf[:, ::-1], axis=-1)[:, ::-1]
-        # one searchsorted for every (run, position): row i's cdf is shifted by 2 i (values stay in [2i, 2i + 1])
-        off = 2.0 * np.arange(rows)[:, None]
-        q = np.moveaxis(u.reshape(-1, G, T), -1, -2).reshape(rows, G)  # [(run, t), G]
-        flat = np.searchsorted(np.where(np.isinf(cdf), off + 1.5, cdf + off).ravel(), (q + off).ravel(), side="right")
-        tok = (flat.reshape(rows, G) - np.arange(rows)[:, None] * V).reshape(batch + (T, G))
-        tok = np.moveaxis(tok, -1, -2)  # [..., G, T]
+        # gapdyn's inverse-CDF draw, one row per (run, position): a p = 0 token is never drawn
+        tok = np.swapaxes(inverse_cdf_draw(p, np.swapaxes(u, -1, -2)), -1, -2)  # [..., G, T]
         n = (tok == self.correct).sum(-1)
         m = np.full(n.shape, T)
         mu = np.einsum("...tv,tvd->...d", p, self.features)  # sum_t mu_t
@@ -223,3 +217,15 @@ class PartialSharingBandit:
         G = _check_int(group_size, "group_size", 1)
         th = self.check_params(theta)
         return self.draw(th, rng.random(th.shape[:-1] + (G, self.T)))
+
+    # -- kernels of bandits.sequence.simulate (bandits._sequence_kernels; tested equal to the methods above) --
+    def _kernel_exact(self, theta) -> dict[str, np.ndarray]:
+        """J, Phi and the Gap of theta [R, d] (as :meth:`exact`, by the numba kernel)."""
+        lJ, lJbar, gap = _kern.partial_exact(self.features, np.ascontiguousarray(theta, dtype=np.float64),
+                                             self.correct, self._k())
+        return {"J": _prob_from_log(lJ), "Phi": lJ - lJbar, "gap": gap}
+
+    def _kernel_sampled_run(self, theta0, eta, u, stream, adv, *, scale, steps, every, tail0, collapse_j):
+        """Every sampled step of R runs in one kernel call (bandits._sequence_kernels.partial_sampled_run)."""
+        return _kern.partial_sampled_run(self.features, np.ascontiguousarray(theta0, dtype=np.float64), eta, u,
+                                         stream, adv, self.correct, self._k(), scale, steps, every, tail0, collapse_j)

@@ -50,6 +50,7 @@ from scipy.special import expit, gammaln, log_softmax, logsumexp
 
 from gapdyn import COLLAPSE_J, METHOD_NAMES, expected_scalar, group_advantages
 from gapdyn.collapse import tail_start
+from gapdyn.sampling import inverse_cdf_draw
 
 __all__ = [
     "RULES",
@@ -314,9 +315,9 @@ class SharedSequenceBandit:
         if u.ndim != len(batch) + 2 or u.shape[:-2] != batch or u.shape[-1] != self.T:
             raise ValueError(f"u must have shape {batch} + (G, {self.T}), got {u.shape}")
         p = np.exp(logp)
-        cdf = np.cumsum(p, axis=-1)
-        last = self.V - 1 - np.argmax(p[..., ::-1] > 0, axis=-1)  # never emit a p = 0 token at u ~ 1
-        tok = np.minimum((u[..., None] > cdf[..., None, None, :]).sum(-1), last[..., None, None])  # [..., G, T]
+        G = u.shape[-2]
+        # gapdyn's inverse-CDF draw (one row of p per run, G T uniforms): a p = 0 token is never drawn
+        tok = inverse_cdf_draw(p, u.reshape(batch + (G * self.T,))).reshape(u.shape)  # [..., G, T]
         corr, wrong, end = self._masks()
         if self.end_token is None:
             m = np.full(tok.shape[:-1], self.T, dtype=np.int64)
@@ -477,9 +478,8 @@ class TabularSequenceBandit:
         u = np.asarray(u, dtype=np.float64)
         if u.ndim != len(batch) + 2 or u.shape[:-2] != batch or u.shape[-1] != self.T:
             raise ValueError(f"u must have shape {batch} + (G, {self.T}), got {u.shape}")
-        cdf = np.cumsum(p, axis=-1)
-        last = self.V - 1 - np.argmax(p[..., ::-1] > 0, axis=-1)  # [..., T]: never a p = 0 token at u ~ 1
-        tok = np.minimum((u[..., None] > cdf[..., None, :, :]).sum(-1), last[..., None, :])  # [..., G, T]
+        # gapdyn's inverse-CDF draw, one row per (run, position): a p = 0 token is never drawn
+        tok = np.swapaxes(inverse_cdf_draw(p, np.swapaxes(u, -1, -2)), -1, -2)  # [..., G, T]
         onehot = tok[..., None] == np.arange(self.V)  # [..., G, T, V] bool
         G = u.shape[-2]
         n = (tok == self.correct).sum(-1)
@@ -639,7 +639,7 @@ def _runs(env, eta, seed, theta0):
     return e, s, th
 
 
-def simulate(env, dyn: SequenceDynamics, *, eta, seed=0, theta0=None) -> SequenceTrajectory:
+def simulate(env, dyn: SequenceDynamics, *, eta, seed=0, theta0=None, backend: str = "numba") -> SequenceTrajectory:
     """theta_{k+1} = theta_k + eta w_k for R runs (the sequence-bandit twin of bandits.engine.simulate).
 
     env: a sequence bandit (:class:`SharedSequenceBandit`, :class:`TabularSequenceBandit`,
@@ -647,9 +647,14 @@ def simulate(env, dyn: SequenceDynamics, *, eta, seed=0, theta0=None) -> Sequenc
     [R]: run r's groups come from uniforms of numpy.random.default_rng(seed[r]) (G x T a step), and
     runs with equal seeds share them (common random numbers across etas); theta0: [*P] or [R, *P]
     (default 0). Exact mode: w = scalar(J, G) Gap ("gap": w = Gap); sampled: w = (1/G) sum A_i s(o_i).
+    backend: "numba" (the kernels of bandits._sequence_kernels where the environment has them: every sampled
+    step in one call, the exact J, Phi and Gap per step) or "numpy" (the environment's numpy methods); the
+    two agree to round-off and draw the same tokens from the same stream (tests/test_bandits_sequence.py).
     """
     if not isinstance(dyn, SequenceDynamics):
         raise ValueError(f"dyn must be a SequenceDynamics, got {type(dyn).__name__}")
+    if backend not in ("numba", "numpy"):
+        raise ValueError(f"backend must be 'numba' or 'numpy', got {backend!r}")
     eta0, seeds, params = _runs(env, eta, seed, theta0)
     R, pshape, G = params.shape[0], params.shape[1:], dyn.group_size
     exact_mode = dyn.mode == "exact"
@@ -662,11 +667,25 @@ def simulate(env, dyn: SequenceDynamics, *, eta, seed=0, theta0=None) -> Sequenc
     uniq, inverse = np.unique(seeds, return_inverse=True)
     rngs = [np.random.default_rng(int(s)) for s in uniq] if not exact_mode else None
     every = dyn.record_every
+    tail0 = tail_start(dyn.steps)  # the last quarter of the states 0..steps
+    if backend == "numba" and not exact_mode and hasattr(env, "_kernel_sampled_run"):
+        # the same stream: g.random((steps, G, T)) is the steps successive g.random((G, T)) of the loop below
+        u = np.stack([g.random((dyn.steps, G, T)) for g in rngs])  # [seeds, steps, G, T]
+        scale = 1.0 / T if dyn.length_normalized else 1.0  # fixed length here: |o| = T
+        out = env._kernel_sampled_run(params.reshape(R, -1), eta0, u, inverse.astype(np.int64),
+                                      _advantage_table(dyn.method, G, opts), scale=scale, steps=dyn.steps,
+                                      every=every, tail0=tail0, collapse_j=COLLAPSE_J)
+        theta, rec_J, rec_Phi, J, Phi, J_min, J_tail_min, J_tail_max, collapse_step = out
+        return SequenceTrajectory(
+            steps=np.arange(0, dyn.steps, every), J=rec_J, Phi=rec_Phi, J_final=J, Phi_final=Phi, J_min=J_min,
+            J_tail_min=J_tail_min, J_tail_max=J_tail_max, collapse_step=collapse_step,
+            theta_final=theta.reshape(params.shape), eta0=eta0, seed=seeds, dynamics=dyn,
+        )
+    exact_fn = env._kernel_exact if backend == "numba" and hasattr(env, "_kernel_exact") else env.exact
     n_rec = (dyn.steps - 1) // every + 1
     rec_J, rec_Phi = np.full((R, n_rec), np.nan), np.full((R, n_rec), np.nan)
-    ex = env.exact(params)
+    ex = exact_fn(params)
     J, Phi = np.array(ex["J"], dtype=np.float64), np.array(ex["Phi"], dtype=np.float64)
-    tail0 = tail_start(dyn.steps)  # the last quarter of the states 0..steps
     J_min = J.copy()
     J_tail_min, J_tail_max = np.full(R, np.inf), np.full(R, -np.inf)
     collapse_step = np.where(J < COLLAPSE_J, 0, -1)
@@ -686,7 +705,7 @@ def simulate(env, dyn: SequenceDynamics, *, eta, seed=0, theta0=None) -> Sequenc
             w = _direction_from_sample(smp, dyn.method, G, dyn.length_normalized, (R,) + pshape, opts)
         params = params + eta_b * w
         if exact_mode:
-            ex = env.exact(params)
+            ex = exact_fn(params)
             J, Phi = np.array(ex["J"], dtype=np.float64), np.array(ex["Phi"], dtype=np.float64)
         else:  # the Gap is not needed: the log-odds alone (log-space sums), J = sigmoid(Phi)
             Phi = np.array(env.log_odds(params), dtype=np.float64)
@@ -700,6 +719,18 @@ def simulate(env, dyn: SequenceDynamics, *, eta, seed=0, theta0=None) -> Sequenc
         J_tail_min=J_tail_min, J_tail_max=J_tail_max, collapse_step=collapse_step, theta_final=params, eta0=eta0,
         seed=seeds, dynamics=dyn,
     )
+
+
+def _advantage_table(method: str, group_size: int, opts: dict) -> np.ndarray:
+    """A[c, r] [G + 1, 2]: gapdyn.group_advantages of a response with reward r in a group of G binary rewards
+    with c ones (every rule depends on the group only through c: the sampled kernels read A from here)."""
+    G = group_size
+    r = (np.arange(G)[None, :] < np.arange(G + 1)[:, None]).astype(np.float64)  # row c: c ones, then zeros
+    A = group_advantages(method, r, **opts)  # [G + 1, G]
+    table = np.zeros((G + 1, 2))
+    table[1:, 1] = A[1:, 0]
+    table[:-1, 0] = A[:-1, -1]
+    return table
 
 
 def place_for_success_rate(env: Env, direction, J0: float, *, base=None, lo: float = -50.0, hi: float = 50.0) -> np.ndarray:

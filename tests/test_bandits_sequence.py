@@ -423,3 +423,137 @@ def test_success_rate_from_log_space_sums_never_exceeds_one():
     assert np.all(out.J <= 1.0) and np.all(out.J_final <= 1.0) and np.all(out.J_final >= 0.0)
     ex = env.exact(out.theta_final)
     assert np.all(ex["J"] <= 1.0) and np.all(ex["Jbar"] <= 1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# numba kernels (bandits._sequence_kernels) vs the numpy methods, and the inverse-CDF sampler
+
+
+def _partial_configs(seed: int, n: int):
+    """n random partial-sharing problems (T, V, d, rho, rule) with a batch of parameters each."""
+    rng = np.random.default_rng(seed)
+    for _ in range(n):
+        T, V, d = int(rng.integers(1, 13)), int(rng.integers(2, 9)), int(rng.integers(1, 5))
+        env = PartialSharingBandit.random(T=T, rho=float(rng.choice([0.0, 0.3, 1.0])), V=V, d=d,
+                                          rule=str(rng.choice(["AC", "MAJ"])), seed=int(rng.integers(100)))
+        yield env, float(rng.choice([0.3, 2.0, 30.0])) * rng.standard_normal((5, d)), rng
+
+
+def test_partial_kernels_equal_the_numpy_methods():
+    """Kernel J, Phi, Gap and tokens equal PartialSharingBandit.exact / log_odds / draw on random problems
+    (round-off: 1e-12 relative; the draws token for token, from the same uniforms)."""
+    from bandits import _sequence_kernels as K
+
+    for env, th, rng in _partial_configs(0, 40):
+        ex, k = env.exact(th), env._k()
+        lJ, lJbar, gap = K.partial_exact(env.features, th, env.correct, k)
+        np.testing.assert_allclose(lJ - lJbar, ex["Phi"], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(np.exp(np.minimum(lJ, 0)), ex["J"], rtol=1e-12, atol=1e-300)
+        np.testing.assert_allclose(gap, ex["gap"], rtol=1e-11, atol=1e-12 * np.abs(ex["gap"]).max())
+        lJ2, lJbar2 = K.partial_log_terms(env.features, th, env.correct, k)
+        np.testing.assert_array_equal(lJ2 - lJbar2, lJ - lJbar)
+        u = rng.random((5, 6, env.T))
+        u[0, 0] = 0.0  # the edges of the stream
+        tok = K.partial_draw(env.features, th, u, env.correct)
+        smp = env.draw(th, u)
+        counts = (tok[..., None] == np.arange(env.V)).sum(-2)
+        np.testing.assert_array_equal(counts, smp.counts)
+        np.testing.assert_array_equal((tok == env.correct).sum(-1), smp.n)
+
+
+def test_advantage_table_is_group_advantages():
+    """The sampled kernels' table A[c, r] gives gapdyn.group_advantages of random reward groups (every method)."""
+    from bandits.sequence import _advantage_table
+
+    rng = np.random.default_rng(1)
+    for method in gapdyn.METHOD_NAMES:
+        for G in (2, 5, 8):
+            opts = SequenceDynamics(method=method, group_size=G).method_opts
+            table = _advantage_table(method, G, opts)
+            r = (rng.random((200, G)) < rng.random((200, 1))).astype(float)
+            A = gapdyn.group_advantages(method, r, **opts)
+            c = r.sum(-1, keepdims=True).astype(int)
+            np.testing.assert_allclose(table[c, r.astype(int)], A, rtol=1e-15, atol=1e-15, err_msg=method)
+
+
+_TRAJ_FIELDS = ("J", "Phi", "J_final", "Phi_final", "J_min", "J_tail_min", "J_tail_max", "theta_final")
+
+
+def _assert_same_trajectory(a, b, tag):
+    """Every field to 1e-12 relative: J fields on the logit scale (J near 0 is known to the relative
+    precision of Phi) or to 1e-15 absolute (J near 1 holds 1 - J only to a few ulp of 1), theta relative
+    to its largest entry; collapse_step and the record steps exactly."""
+    from scipy.special import logit
+
+    for f in _TRAJ_FIELDS:
+        x, y = getattr(a, f), getattr(b, f)
+        close = x == y
+        if f.startswith("J"):
+            close |= np.abs(x - y) <= 1e-15
+            x, y = logit(x), logit(y)
+        tol = 1e-12 * (np.abs(y).max(-1, keepdims=True) if f == "theta_final" else np.maximum(np.abs(y), 1.0))
+        with np.errstate(invalid="ignore"):  # equal infinities are caught by ``close``
+            err = np.abs(x - y)
+        assert np.all(close | (err <= tol)), (tag, f, np.nanmax(np.where(close, 0.0, err / tol)) * 1e-12)
+    np.testing.assert_array_equal(a.collapse_step, b.collapse_step)
+    np.testing.assert_array_equal(a.steps, b.steps)
+
+
+@pytest.mark.parametrize("mode", ["exact", "sampled"])
+def test_simulate_kernels_equal_numpy_backend(mode):
+    """simulate(backend="numba") equals simulate(backend="numpy") on random partial-sharing problems, methods,
+    seeds (shared across etas and not), 1/|o| and record_every, over 24 steps; sampled runs consume the same
+    stream (default_rng(seed).random((G, T)) a step). Sampled steps are kept small here: at large ones the
+    dynamics amplify round-off (10x in 2 steps at J ~ 3e-3, eta = 3), one step is checked below."""
+    methods = ["grpo", "rloo", "reinforce", "w_reinforce", "dr_grpo"] + (["gap"] if mode == "exact" else [])
+    etas = np.geomspace(0.05, 3.0, 5) if mode == "exact" else np.geomspace(0.01, 0.1, 5)
+    for i, (env, th, rng) in enumerate(_partial_configs(2, 12)):
+        dyn = SequenceDynamics(method=methods[i % len(methods)], mode=mode, group_size=int(rng.integers(2, 7)),
+                               steps=24, record_every=int(rng.integers(1, 4)), length_normalized=bool(i % 3 == 0))
+        seed = [3, 3, 5, 3, 7] if i % 2 else 4
+        a = simulate(env, dyn, eta=etas, seed=seed, theta0=0.3 * th[0])
+        b = simulate(env, dyn, eta=etas, seed=seed, theta0=0.3 * th[0], backend="numpy")
+        _assert_same_trajectory(a, b, i)
+
+
+def test_one_sampled_kernel_step_equals_numpy_at_large_steps():
+    """One sampled step from random states at eta up to 30: the kernel's theta_1, Phi_1 are numpy's to 1e-12."""
+    for i, (env, th, rng) in enumerate(_partial_configs(5, 20)):
+        dyn = SequenceDynamics(method=("grpo", "rloo", "w_reinforce")[i % 3], mode="sampled", group_size=4, steps=1)
+        etas = np.geomspace(0.1, 30.0, 5)
+        a = simulate(env, dyn, eta=etas, seed=np.arange(5), theta0=th)
+        b = simulate(env, dyn, eta=etas, seed=np.arange(5), theta0=th, backend="numpy")
+        _assert_same_trajectory(a, b, i)
+
+
+def test_zero_probability_tokens_are_never_drawn():
+    """p = [0, 1] (token 0 underflows to p = 0) at u = 0.0 draws token 1 in every model and the kernel (the
+    former (u > cdf).sum() drew token 0 there), and draws equal gapdyn.sampling.inverse_cdf_draw."""
+    from scipy.special import log_softmax
+
+    from bandits import _sequence_kernels as K
+    from gapdyn.sampling import inverse_cdf_draw
+
+    u = np.array([[[0.0, 0.5, 1.0 - 2.0**-53]]])  # [1, G=1, T=3]
+    tab = TabularSequenceBandit(V=2, T=3, rule="MAJ", correct=1)
+    z = np.array([[[-1000.0, 0.0]] * 3])
+    assert np.all(np.exp(log_softmax(z, axis=-1))[..., 0] == 0) and np.all(tab.draw(z, u).counts[..., 0] == 0)
+    feat = np.array([[[-1000.0], [0.0]]] * 3)  # [T, V=2, d=1]: p_t = [0, 1] at theta = 1
+    part = PartialSharingBandit(feat, "MAJ", correct=1)
+    assert np.all(part.draw(np.ones((1, 1)), u).counts[..., 0] == 0)
+    assert np.all(K.partial_draw(part.features, np.ones((1, 1)), u, 1) == 1)
+    shared = SharedSequenceBandit(feat[0], (1,), "MAJ", 3)
+    assert np.all(shared.draw(np.ones((1, 1)), u).counts[..., 0] == 0)
+    # random rows with zero-mass tokens: the kernel's draws are gapdyn's
+    rng = np.random.default_rng(3)
+    theta = rng.standard_normal((4, 2))
+    feat = rng.standard_normal((3, 6, 2))
+    feat[:, [0, 3]] = -1e4 * np.sign(theta[:, None, :]).mean(0)  # tokens 0, 3: p = 0 for every run
+    part = PartialSharingBandit(feat, "MAJ", correct=1)
+    uu = rng.random((4, 7, 3))
+    uu[:, 0] = 0.0
+    p = np.exp(part.token_logprobs(theta))
+    assert np.all(p[..., [0, 3]] == 0)
+    want = np.swapaxes(inverse_cdf_draw(p, np.swapaxes(uu, -1, -2)), -1, -2)
+    np.testing.assert_array_equal(K.partial_draw(part.features, theta, uu, 1), want)
+    assert not np.isin(want, [0, 3]).any()
