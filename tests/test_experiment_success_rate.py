@@ -93,6 +93,8 @@ def test_levels_on_one_step_are_one_state():
     st = sr.distinct_states(rows)
     assert list(st["step"]) == [3, 5, 9] and list(st["level"]) == [0.1, 0.6, 0.7]
     assert sr.violation_share(rows) == (1, 3)
+    two = pd.concat([rows.assign(setting="T=1"), rows.assign(setting="T=8")])  # same steps, different problems
+    assert sr.violation_share(two) == (2, 6)
 
 
 def test_violation_share_against_a_loop(rng):

@@ -302,9 +302,10 @@ def run_cell(*, setting: str, instance: int, levels, J_start: float, group_size:
 
 
 def distinct_states(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per distinct state (instance, checkpoint step): levels crossed on the same step are one state
-    (the first level's row is kept)."""
-    return rows.sort_values(["instance", "step", "level"]).drop_duplicates(["instance", "step"], keep="first")
+    """One row per distinct state (instance, checkpoint step; per block and setting where the rows have them):
+    levels crossed on the same step are one state (the first level's row is kept)."""
+    key = [c for c in ("block", "setting") if c in rows.columns] + ["instance", "step"]
+    return rows.sort_values(key + ["level"]).drop_duplicates(key, keep="first")
 
 
 def violation_share(rows: pd.DataFrame) -> tuple[int, int]:
@@ -360,6 +361,8 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn
         k, n = violation_share(rows)
         cons, cons_text = _conservativeness(states)
         anchors = sub.drop_duplicates("instance")["anchor_status"].value_counts().to_dict()
+        by_anchor = "; ".join(f"{a}: {int(g['violated'].astype(bool).sum())}/{len(g)}"
+                              for a, g in states.groupby("anchor_status"))
         lost = sub[sub["measure"] == ""]["status"].value_counts().to_dict()
         setting_text = (f"{label}; exact GRPO run from J={config.J_start:g} at eta = {config.eta_frac:g} x "
                         f"min(the one-step threshold at theta0, {config.eta_cap:g}), <= {config.max_steps} steps; "
@@ -367,7 +370,8 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn
                         f"of {states['instance'].nunique()}/{n_inst} instances"
                         + (f" (no checkpoint: {lost})" if lost else "")
                         + f"; restart horizon {config.horizon} steps, collapse by the terminal rule; eta*(theta0) "
-                          f"in [{config.eta_lo:g}, {config.eta_hi:g}] ({anchors}); violations {k}/{n}; {cons_text}")
+                          f"in [{config.eta_lo:g}, {config.eta_hi:g}] ({anchors}); violations {k}/{n} (by eta*(theta0) "
+                          f"status: {by_anchor}); {cons_text}")
         cid = _slope_id(setting, BOUND_MEASURE)
         statistic = ("share of distinct states whose bound step eta = c (1 - J)/T collapses (restarted exact GRPO), "
                      "one-sided upper Clopper-Pearson limit")
