@@ -107,6 +107,15 @@ def test_cadence_probes_every_kth_step_and_sums_m_over_them(tmp_path):
     assert every.M_batch == pytest.approx(sum(m_plus), rel=1e-6, abs=1e-12)
     s = second.summary()
     assert s["probed_steps"] == 3 and s["M_batch_scaled"] == pytest.approx(2 * second.M_batch)
+    for row in every.history:  # SGD: no mixed group -> zero gradient -> no update, no direction: h is NaN
+        assert math.isnan(row["gap/headroom"]) == (row["update_norm"] == 0.0)
+        assert math.isnan(row["gap/headroom"]) or row["gap/headroom"] >= 0.0
+    h = [r["gap/headroom_lr"] for r in every.history if not math.isnan(r["gap/headroom"])]
+    assert h  # some step moved (m_plus > 0 above)
+    assert every.summary(q=0.5)["suggested_lr"] == float(np.quantile(h, 0.5, method="lower"))
+    for bad in (dict(q=0.0), dict(q=1.0), dict(window=0)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            every.summary(**bad)
 
 
 def test_headroom_equals_the_safe_step_controllers_pre_cap_quantity(tmp_path):
