@@ -68,7 +68,16 @@ from .taxonomy import (
 )
 from . import coverage, planner
 from .sampling import inverse_cdf_draw
-from .safe_step import NO_ASCENT_TOL, SafeStep, safe_step_estimates, safe_step_multiplier, safe_step_size
+from .safe_step import (
+    NO_ASCENT_TOL,
+    SAFE_STEP_C,
+    SAFE_STEP_DELTA,
+    SafeStep,
+    safe_step_estimates,
+    safe_step_headroom,
+    safe_step_multiplier,
+    safe_step_size,
+)
 from .stats import (
     Estimate,
     TestResult,
@@ -187,6 +196,9 @@ __all__ = [
     "replication_table",
     "roc_auc",
     "safe_step_estimates",
+    "safe_step_headroom",
+    "SAFE_STEP_C",
+    "SAFE_STEP_DELTA",
     "safe_step_multiplier",
     "safe_step_size",
     "sample_group",

@@ -76,6 +76,7 @@ ENTRY_POINTS = {
     "safe_step_estimates": (g.safe_step_estimates, (Z, R, np.array([0, 0, 0, 1, 1, 1])), {}),
     "safe_step_multiplier": (g.safe_step_multiplier, (Z, R, np.array([0, 0, 0, 1, 1, 1])), {"c": 1.0, "delta": 2.0}),
     "safe_step_size": (g.safe_step_size, (0.5, 1.0, 2.0, 1.0), {"c": 1.0, "delta": 2.0}),
+    "safe_step_headroom": (g.safe_step_headroom, (0.5, 1.0, 2.0), {"c": 1.0, "delta": 2.0}),
     # evidence layer (gapdyn.stats, gapdyn.collapse, gapdyn.claims)
     "wilson_interval": (g.wilson_interval, (3, 10), {}),
     "clopper_pearson_interval": (g.clopper_pearson_interval, (3, 10), {}),
