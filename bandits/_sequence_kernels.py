@@ -80,11 +80,20 @@ def _logp_rows(feat, theta, logp):
 
 
 @njit(cache=True)
-def _class_logmass(logp, correct, lq, lw):
-    """lq[t] = log p_t(correct), lw[t] = log sum of the other tokens' p_t (max-shifted log-sum-exp)."""
+def _class_logmass(logp, correct, p, lq, lw):
+    """p = exp(logp); lq[t] = log p_t(correct), lw[t] = log sum of the other tokens' p_t: the log of the plain
+    sum of p where it is a normal number, else the max-shifted log-sum-exp of their logp (no underflow)."""
     T, V = logp.shape
     for t in range(T):
         lq[t] = logp[t, correct]
+        s = 0.0
+        for v in range(V):
+            p[t, v] = math.exp(logp[t, v])
+            if v != correct:
+                s += p[t, v]
+        if s > 1e-300:
+            lw[t] = math.log(s)
+            continue
         m = -np.inf
         for v in range(V):
             if v != correct and logp[t, v] > m:
@@ -115,9 +124,30 @@ def _lse_range(a, lo, hi):
 
 
 @njit(cache=True)
-def _count_pmf(lq, lw, pre):
-    """Prefix log pmfs of the correct count: pre[t, j] = log P(#correct among positions < t = j), [T + 1, T + 1]."""
+def _linear_ok(lq, lw):
+    """True where every product of <= T of the masses q_t, 1 - q_t is >= e^-700 (a normal float64): then the
+    count pmfs can be summed in linear space (positive terms only: relative error ~T ulp), else in log space."""
     T = lq.shape[0]
+    for t in range(T):
+        if lq[t] < -700.0 / T or lw[t] < -700.0 / T:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _count_pmf(lq, lw, pre, linear):
+    """Prefix pmfs of the correct count: pre[t, j] = P(#correct among positions < t = j), [T + 1, T + 1],
+    as probabilities (linear) or their logs."""
+    T = lq.shape[0]
+    if linear:
+        pre[:, :] = 0.0
+        pre[0, 0] = 1.0
+        for t in range(T):
+            q, w = math.exp(lq[t]), math.exp(lw[t])
+            pre[t + 1, 0] = pre[t, 0] * w
+            for j in range(1, t + 2):
+                pre[t + 1, j] = pre[t, j] * w + pre[t, j - 1] * q
+        return
     pre[:, :] = -np.inf
     pre[0, 0] = 0.0
     for t in range(T):  # entries j > t + 1 stay -inf (logaddexp(-inf, -inf) = -inf: skipping them is exact)
@@ -127,14 +157,26 @@ def _count_pmf(lq, lw, pre):
 
 
 @njit(cache=True)
-def _partial_logodds_one(feat, theta, correct, k, logp, lq, lw, pre):
-    """(log J, log(1 - J)) of one theta (bandits.partial: J = P(N >= k))."""
+def _log_sum_range(a, lo, hi, linear):
+    """log sum_{lo <= i < hi} of a (linear) or of exp(a) (log space)."""
+    if not linear:
+        return _lse_range(a, lo, hi)
+    s = 0.0
+    for i in range(lo, hi):
+        s += a[i]
+    return math.log(s) if s > 0 else -np.inf
+
+
+@njit(cache=True)
+def _partial_logodds_one(feat, theta, correct, k, logp, p, lq, lw, pre):
+    """(log J, log(1 - J), linear) of one theta (bandits.partial: J = P(N >= k)); fills logp, p, lq, lw, pre."""
     T = feat.shape[0]
     _logp_rows(feat, theta, logp)
-    _class_logmass(logp, correct, lq, lw)
-    _count_pmf(lq, lw, pre)
+    _class_logmass(logp, correct, p, lq, lw)
+    linear = _linear_ok(lq, lw)
+    _count_pmf(lq, lw, pre, linear)
     full = pre[T]
-    return _lse_range(full, k, T + 1), _lse_range(full, 0, k)
+    return _log_sum_range(full, k, T + 1, linear), _log_sum_range(full, 0, k, linear), linear
 
 
 @njit(cache=True)
@@ -142,36 +184,46 @@ def partial_log_terms(feat, theta, correct, k):
     """(log J [R], log(1 - J) [R]) for theta [R, d]."""
     R = theta.shape[0]
     T, V, _ = feat.shape
-    logp, lq, lw = np.empty((T, V)), np.empty(T), np.empty(T)
+    logp, p, lq, lw = np.empty((T, V)), np.empty((T, V)), np.empty(T), np.empty(T)
     pre = np.empty((T + 1, T + 1))
     lJ, lJbar = np.empty(R), np.empty(R)
     for r in range(R):
-        lJ[r], lJbar[r] = _partial_logodds_one(feat, theta[r], correct, k, logp, lq, lw, pre)
+        lJ[r], lJbar[r], _ = _partial_logodds_one(feat, theta[r], correct, k, logp, p, lq, lw, pre)
     return lJ, lJbar
 
 
 @njit(cache=True)
 def partial_exact(feat, theta, correct, k):
     """(log J [R], log(1 - J) [R], Gap [R, d]) for theta [R, d]: the Gap of bandits.partial's module doc,
-    sum_t q_t (1 - q_t) P(N_{-t} = k - 1) (phi_t(c) - mu_w,t) / (J (1 - J)), every factor from log space."""
+    sum_t q_t (1 - q_t) P(N_{-t} = k - 1) (phi_t(c) - mu_w,t) / (J (1 - J)), every factor from log space
+    (or from linear sums of positive terms where no product underflows)."""
     R = theta.shape[0]
     T, V, d = feat.shape
-    logp, lq, lw = np.empty((T, V)), np.empty(T), np.empty(T)
+    logp, p, lq, lw = np.empty((T, V)), np.empty((T, V)), np.empty(T), np.empty(T)
     pre, suf = np.empty((T + 1, T + 1)), np.empty((T, T + 1))
     tmp, muw = np.empty(k), np.empty(d)
     lJ, lJbar, gap = np.empty(R), np.empty(R), np.zeros((R, d))
     for r in range(R):
-        lJ[r], lJbar[r] = _partial_logodds_one(feat, theta[r], correct, k, logp, lq, lw, pre)
-        suf[:, :] = -np.inf
-        suf[T - 1, 0] = 0.0
-        for t in range(T - 1, 0, -1):
-            suf[t - 1, 0] = suf[t, 0] + lw[t]
-            for j in range(1, T - t + 1):  # suf[t - 1] counts the T - t positions > t - 1
-                suf[t - 1, j] = _logaddexp(suf[t, j] + lw[t], suf[t, j - 1] + lq[t])
+        lJ[r], lJbar[r], linear = _partial_logodds_one(feat, theta[r], correct, k, logp, p, lq, lw, pre)
+        if linear:
+            suf[:, :] = 0.0
+            suf[T - 1, 0] = 1.0
+            for t in range(T - 1, 0, -1):
+                q, w = math.exp(lq[t]), math.exp(lw[t])
+                suf[t - 1, 0] = suf[t, 0] * w
+                for j in range(1, T - t + 1):  # suf[t - 1] counts the T - t positions > t - 1
+                    suf[t - 1, j] = suf[t, j] * w + suf[t, j - 1] * q
+        else:
+            suf[:, :] = -np.inf
+            suf[T - 1, 0] = 0.0
+            for t in range(T - 1, 0, -1):
+                suf[t - 1, 0] = suf[t, 0] + lw[t]
+                for j in range(1, T - t + 1):
+                    suf[t - 1, j] = _logaddexp(suf[t, j] + lw[t], suf[t, j - 1] + lq[t])
         for t in range(T):
             for i in range(k):
-                tmp[i] = pre[t, i] + suf[t, k - 1 - i]
-            loo = _lse_range(tmp, 0, k)  # log P(N_{-t} = k - 1)
+                tmp[i] = pre[t, i] * suf[t, k - 1 - i] if linear else pre[t, i] + suf[t, k - 1 - i]
+            loo = _log_sum_range(tmp, 0, k, linear)  # log P(N_{-t} = k - 1)
             wt = math.exp(lq[t] + lw[t] + loo - lJ[r] - lJbar[r])
             if wt == 0.0:
                 continue
@@ -187,19 +239,17 @@ def partial_exact(feat, theta, correct, k):
 
 
 @njit(cache=True)
-def _cdf_rows(logp, cdf, last):
-    """cdf[t] = cumsum(exp(logp[t])) (numpy's sequential order), last[t] = the last token with p > 0."""
-    T, V = logp.shape
+def _cdf_rows(p, cdf, last):
+    """cdf[t] = cumsum(p[t]) (numpy's sequential order), last[t] = the last token with p > 0."""
+    T, V = p.shape
     for t in range(T):
         s = 0.0
         last[t] = 0
         for v in range(V):
-            p = math.exp(logp[t, v])
-            s += p
+            s += p[t, v]
             cdf[t, v] = s
-            if p > 0:
+            if p[t, v] > 0:
                 last[t] = v
-    return cdf
 
 
 @njit(cache=True)
@@ -207,11 +257,13 @@ def partial_draw(feat, theta, u, correct):
     """Tokens [R, G, T] of bandits.partial's inverse-CDF draw from uniforms u [R, G, T]."""
     R, G, T = u.shape
     V = feat.shape[1]
-    logp, cdf, last = np.empty((T, V)), np.empty((T, V)), np.empty(T, np.int64)
+    logp, p, lq, lw = np.empty((T, V)), np.empty((T, V)), np.empty(T), np.empty(T)
+    cdf, last = np.empty((T, V)), np.empty(T, np.int64)
     tok = np.empty((R, G, T), np.int64)
     for r in range(R):
         _logp_rows(feat, theta[r], logp)
-        _cdf_rows(logp, cdf, last)
+        _class_logmass(logp, correct, p, lq, lw)
+        _cdf_rows(p, cdf, last)
         for g in range(G):
             for t in range(T):
                 tok[r, g, t] = _draw(cdf[t], last[t], u[r, g, t])
@@ -237,13 +289,13 @@ def partial_sampled_run(feat, theta0, eta, u, stream, adv, correct, k, scale, st
     J_out, Phi_out = np.empty(R), np.empty(R)
     J_min, J_tmin, J_tmax = np.empty(R), np.full(R, np.inf), np.full(R, -np.inf)
     cstep = np.full(R, -1, np.int64)
-    logp, lq, lw = np.empty((T, V)), np.empty(T), np.empty(T)
+    logp, p, lq, lw = np.empty((T, V)), np.empty((T, V)), np.empty(T), np.empty(T)
     pre, cdf, last = np.empty((T + 1, T + 1)), np.empty((T, V)), np.empty(T, np.int64)
     tok, rew, A = np.empty((G, T), np.int64), np.empty(G, np.int64), np.empty(G)
     w, mu = np.empty(d), np.empty(d)
     for r in range(R):
         th = theta[r]
-        lJ, lJbar = _partial_logodds_one(feat, th, correct, k, logp, lq, lw, pre)
+        lJ, lJbar, _ = _partial_logodds_one(feat, th, correct, k, logp, p, lq, lw, pre)
         Phi = lJ - lJbar
         J = math.exp(min(lJ, 0.0))
         J_min[r] = J
@@ -254,7 +306,7 @@ def partial_sampled_run(feat, theta0, eta, u, stream, adv, correct, k, scale, st
             if step % every == 0:
                 rec_J[r, step // every], rec_Phi[r, step // every] = J, Phi
             if not fresh:
-                _cdf_rows(logp, cdf, last)
+                _cdf_rows(p, cdf, last)
                 fresh = True
             us = u[stream[r], step]
             c = 0
@@ -276,9 +328,8 @@ def partial_sampled_run(feat, theta0, eta, u, stream, adv, correct, k, scale, st
                 mu[:] = 0.0  # sum_t mu_t, mu_t = E_{p_t}[phi_t]
                 for t in range(T):
                     for v in range(V):
-                        p = math.exp(logp[t, v])
                         for j in range(d):
-                            mu[j] += p * feat[t, v, j]
+                            mu[j] += p[t, v] * feat[t, v, j]
                 w[:] = 0.0
                 for g in range(G):
                     if A[g] == 0.0:
@@ -291,7 +342,7 @@ def partial_sampled_run(feat, theta0, eta, u, stream, adv, correct, k, scale, st
                         w[j] += a * s
                 for j in range(d):
                     th[j] = th[j] + eta[r] * (w[j] / G)
-                lJ, lJbar = _partial_logodds_one(feat, th, correct, k, logp, lq, lw, pre)
+                lJ, lJbar, _ = _partial_logodds_one(feat, th, correct, k, logp, p, lq, lw, pre)
                 Phi = lJ - lJbar
                 fresh = False
             J = _expit(Phi)
