@@ -225,6 +225,13 @@ class PartialSharingBandit:
                                              self.correct, self._k())
         return {"J": _prob_from_log(lJ), "Phi": lJ - lJbar, "gap": gap}
 
+    def _kernel_log_odds(self, theta) -> np.ndarray:
+        """Phi of theta [..., d] (as :meth:`log_odds`, by the numba kernel)."""
+        th = self.check_params(theta)
+        lJ, lJbar = _kern.partial_log_terms(self.features, np.ascontiguousarray(th.reshape(-1, self.d)),
+                                            self.correct, self._k())
+        return (lJ - lJbar).reshape(th.shape[:-1])
+
     def _kernel_sampled_run(self, theta0, eta, u, stream, adv, *, scale, steps, every, tail0, collapse_j):
         """Every sampled step of R runs in one kernel call (bandits._sequence_kernels.partial_sampled_run)."""
         return _kern.partial_sampled_run(self.features, np.ascontiguousarray(theta0, dtype=np.float64), eta, u,

@@ -760,7 +760,7 @@ def place_for_success_rate(env: Env, direction, J0: float, *, base=None, lo: flo
         raise ValueError(f"base must have the shape of direction {direction.shape}, got {base.shape}")
     target = float(np.log(J0) - np.log1p(-J0))
 
-    logodds = env.log_odds
+    logodds = getattr(env, "_kernel_log_odds", env.log_odds)  # the numba twin where the environment has one
     alphas = np.linspace(lo, hi, 401)
     Phis = logodds(base[None] + alphas.reshape((-1,) + (1,) * direction.ndim) * direction[None])
     above = np.nonzero(Phis >= target)[0]
