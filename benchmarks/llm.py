@@ -457,8 +457,11 @@ class _PlainStepTrainer(Trainer):
 @dataclass(frozen=True)
 class RLStepTimes:
     setup: LLMSetup
-    times: dict  # "step", "step_plain", "sampler", "loss_fwd", "backward" (each also "_plain"), "opt_step" -> Stat (s)
-    speedup: Stat  # step_plain / step, per round
+    times: dict  # "step", "step_plain", "sampler", "loss_fwd", "backward" (each also "_plain"), "opt_step" -> Stat
+    # (CPU seconds of the process per call)
+    wall: dict  # the same keys -> Stat (wall seconds)
+    speedup: Stat  # step_plain / step in CPU time, per round
+    speedup_wall: Stat  # the same in wall time
     same_rewards: float  # share of the timed steps at which both trainers' batches had the same rewards
     rel_diff: float  # max relative difference of loss and grad norm between the trainers at those steps
     n_params: int
@@ -469,6 +472,23 @@ class RLStepTimes:
     completion_length: float  # mean completion length (tokens, incl. <eos>)
 
 
+def _interleaved_cpu(fns: dict, repeats: int, warmup: int = 1) -> tuple[dict, dict]:
+    """(wall, CPU) seconds of each named callable, called alternately ``repeats`` times after ``warmup`` rounds:
+    ``timing.interleaved`` plus the process CPU time of each call (``time.process_time``; with 1 torch thread
+    it leaves out the time the process waits for a core, which dominates the wall time on a loaded machine)."""
+    for _ in range(warmup):
+        for f in fns.values():
+            f()
+    wall, cpu = {k: [] for k in fns}, {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, f in fns.items():
+            w0, c0 = time.perf_counter(), time.process_time()
+            f()
+            cpu[k].append(time.process_time() - c0)
+            wall[k].append(time.perf_counter() - w0)
+    return {k: Stat(tuple(v)) for k, v in wall.items()}, {k: Stat(tuple(v)) for k, v in cpu.items()}
+
+
 def _matmul_rate(rows: int, d: int, k: int, repeats: int = 7) -> Stat:
     """GFLOP/s of [rows, d] @ [d, k] float32 (1 thread): 2 rows d k flops per call, 50 calls per repeat."""
     a, b = torch.randn(rows, d), torch.randn(d, k)
@@ -477,7 +497,7 @@ def _matmul_rate(rows: int, d: int, k: int, repeats: int = 7) -> Stat:
         for _ in range(50):
             torch.mm(a, b)
 
-    t = interleaved({"mm": f}, repeats=repeats, warmup=1)["mm"]
+    t = _interleaved_cpu({"mm": f}, repeats=repeats, warmup=1)[1]["mm"]  # CPU time, as the step's parts
     return t.inverse(50 * 2 * rows * d * k / 1e9)
 
 
@@ -523,14 +543,18 @@ def rl_step_times(model, tok, task, setup: LLMSetup = LLMSetup(), repeats: int =
                 tr.opt.step()
         return f
 
-    t = interleaved({"step": stepper(fast, "fast"), "step_plain": stepper(plain, "plain"),
-                     "sampler": sampler(None), "sampler_plain": sampler(False),
-                     "loss_fwd": loss(tr), "fwd_bwd": loss(tr, True), "loss_fwd_plain": loss(ref),
-                     "fwd_bwd_plain": loss(ref, True), "fwd_bwd_opt": loss(tr, True, True)}, repeats=repeats, warmup=1)
+    wall, cpu = _interleaved_cpu({"step": stepper(fast, "fast"), "step_plain": stepper(plain, "plain"),
+                                  "sampler": sampler(None), "sampler_plain": sampler(False),
+                                  "loss_fwd": loss(tr), "fwd_bwd": loss(tr, True), "loss_fwd_plain": loss(ref),
+                                  "fwd_bwd_plain": loss(ref, True), "fwd_bwd_opt": loss(tr, True, True)},
+                                 repeats=repeats, warmup=1)
     diff = lambda x, y: Stat(tuple(a - b for a, b in zip(x.values, y.values)))  # noqa: E731  per round
-    t["backward"], t["backward_plain"] = diff(t["fwd_bwd"], t["loss_fwd"]), diff(t["fwd_bwd_plain"], t["loss_fwd_plain"])
-    t["opt_step"] = diff(t.pop("fwd_bwd_opt"), t.pop("fwd_bwd"))
-    t.pop("fwd_bwd_plain")
+    for t in (wall, cpu):
+        t["backward"] = diff(t["fwd_bwd"], t["loss_fwd"])
+        t["backward_plain"] = diff(t["fwd_bwd_plain"], t["loss_fwd_plain"])
+        t["opt_step"] = diff(t.pop("fwd_bwd_opt"), t.pop("fwd_bwd"))
+        t.pop("fwd_bwd_plain")
+    t = cpu
     same = [a[0] == b[0] for a, b in zip(logs["fast"], logs["plain"])]
     rel = max((abs(x - y) / max(abs(y), 1e-12) for a, b, s in zip(logs["fast"], logs["plain"], same) if s
                for x, y in zip(a[1:], b[1:])), default=float("nan"))
@@ -541,8 +565,9 @@ def rl_step_times(model, tok, task, setup: LLMSetup = LLMSetup(), repeats: int =
     tokens, shared = float(N * (P + T)), float(setup.prompts_per_step * P + N * (T - 1))
     rate = _matmul_rate(int(tokens), setup.spec.hidden_size, setup.spec.intermediate_size)
     floor = 6 * n_params * shared / (rate.median * 1e9) + t["sampler"].median
-    return RLStepTimes(setup, t, ratio(t["step_plain"], t["step"]), float(np.mean(same)), rel, n_params, tokens, shared,
-                       rate, floor, float(ro.completion_mask.sum(-1).mean()))
+    return RLStepTimes(setup, cpu, wall, ratio(cpu["step_plain"], cpu["step"]), ratio(wall["step_plain"], wall["step"]),
+                       float(np.mean(same)), rel, n_params, tokens, shared, rate, floor,
+                       float(ro.completion_mask.sum(-1).mean()))
 
 
 def rl_step_main(argv=None) -> int:
@@ -565,10 +590,13 @@ def rl_step_main(argv=None) -> int:
           f"params), B = {setup.prompts_per_step} x G = {setup.group_size}, max {setup.max_new_tokens} new tokens "
           f"(mean completion {res.completion_length:.2f}), GRPO, probes off, CPU, 1 thread; warm-up "
           f"{setup.warmup_steps} steps (sampled accuracy {acc:.2f}); both steps' rewards equal at "
-          f"{100 * res.same_rewards:.0f} % of the steps, where loss and grad norm agree to {res.rel_diff:.1e} (relative)")
+          f"{100 * res.same_rewards:.0f} % of the steps, where loss and grad norm agree to {res.rel_diff:.1e} "
+          f"(relative)")
+    print("  CPU ms (median, [min, max]) | wall ms")
     for k, v in res.times.items():
-        print(f"  {k:>13}: {ms[k]:7.2f} ms {v.spread():>12}")
-    print(f"  speedup step_plain / step: x{res.speedup.median:.2f} [{res.speedup.lo:.2f}, {res.speedup.hi:.2f}]")
+        print(f"  {k:>14}: {ms[k]:7.2f} {v.spread():>12} | {1e3 * res.wall[k].median:7.2f} {res.wall[k].spread():>12}")
+    for name, r in (("CPU", res.speedup), ("wall", res.speedup_wall)):
+        print(f"  speedup step_plain / step ({name} time): x{r.median:.2f} [{r.lo:.2f}, {r.hi:.2f}]")
     rate = res.matmul_gflops.median
     for name, tk in (("plain route", res.tokens), ("shared prompts", res.shared_tokens)):
         flops = 6 * res.n_params * tk

@@ -1,7 +1,10 @@
 """Online rollouts: tokenise prompts, sample G completions per prompt, score them.
 
-Sampling is an explicit loop over new tokens with a ``torch.Generator`` (no global RNG, no KV cache:
-sequences here are a few tokens long). A completion ends at the first <eos>, which is kept and
+Sampling is an explicit loop over new tokens with a ``torch.Generator`` (no global RNG). An unmodified
+Qwen2/Qwen3 takes the batched route of :mod:`llm_probe.sampler` (static KV cache, each distinct prompt
+prefilled once, the sampled tokens' log-probs returned); any other model the plain loop, which re-runs the
+full forward for every new token. Both draw with the same ``torch.multinomial`` calls, so they give the same
+tokens up to float rounding of the probabilities. A completion ends at the first <eos>, which is kept and
 scored; later positions are padding with mask 0. The sampler never emits <pad> (its logit is masked,
 unless <pad> is <eos>): a sampled <pad> would be an input whose embedding row gets no gradient
 (``padding_idx``), so the scored function and the gap would differ there. Rows are ordered prompt-major: row b*G + g is
@@ -16,10 +19,13 @@ from dataclasses import dataclass
 
 import torch
 
-from .model import forward_inputs
+from typing import NamedTuple
 
-__all__ = ["Rollout", "left_pad", "encode_prompts", "sample_completions", "make_rollout", "context_size",
-           "check_prompts_fit"]
+from .model import forward_inputs
+from .sampler import decode, supports_fast_path
+
+__all__ = ["Rollout", "Samples", "left_pad", "encode_prompts", "sample_completions", "sample_groups", "make_rollout",
+           "context_size", "check_prompts_fit"]
 
 
 @dataclass
@@ -34,6 +40,7 @@ class Rollout:
     terminated: torch.Tensor  # [N] bool, an <eos> was emitted
     texts: list  # [N] decoded completion (without <eos>)
     rewards: torch.Tensor  # [B, G] float in {0, 1}
+    logp: torch.Tensor | None = None  # [N, T] the sampler's log pi(o_t | q, o_<t) (temperature 1), 0 where masked
 
     @property
     def G(self) -> int:
@@ -99,10 +106,16 @@ def encode_prompts(tokenizer, prompts: list[str], device=None):
     return left_pad(ids, pad, device)
 
 
-@torch.no_grad()
-def sample_completions(model, prompt_ids, prompt_mask, *, max_new_tokens: int, eos_id: int, pad_id: int,
-                       generator: torch.Generator, temperature: float = 1.0):
-    """Sample completions token by token; returns (completion_ids [N, T], completion_mask [N, T], terminated [N])."""
+class Samples(NamedTuple):
+    """What :func:`sample_groups` returns (N = B*G rows, prompt-major; T <= max_new_tokens)."""
+
+    completion_ids: torch.Tensor  # [N, T] right-padded with the pad id
+    completion_mask: torch.Tensor  # [N, T] float, 1 up to and including <eos>
+    terminated: torch.Tensor  # [N] bool
+    logp: torch.Tensor  # [N, T] log pi(o_t | q, o_<t) at temperature 1, 0 where masked
+
+
+def _check_sampling(model, prompt_ids, max_new_tokens, temperature) -> None:
     if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
         raise ValueError(f"temperature must be finite and > 0, got {temperature}")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -111,20 +124,31 @@ def sample_completions(model, prompt_ids, prompt_mask, *, max_new_tokens: int, e
     if context is not None and prompt_ids.shape[1] + max_new_tokens > context:  # before anything is allocated
         raise ValueError(f"prompts of {prompt_ids.shape[1]} tokens plus max_new_tokens={max_new_tokens} exceed the "
                          f"model context of {context} positions (config.max_position_embeddings)")
-    N = prompt_ids.shape[0]
-    dev = prompt_ids.device
-    ids, attn = prompt_ids, prompt_mask
+
+
+def _check_finite(probs, t: int) -> None:
+    if not bool(torch.isfinite(probs).all()):
+        raise NonFinitePolicyError(f"the policy's next-token probabilities are not finite at position {t}")
+
+
+@torch.no_grad()
+def _sample_plain(model, ids, attn, *, max_new_tokens: int, eos_id: int, pad_id, generator, temperature):
+    """The plain route: the model's full forward over the whole sequence for each new token (any model)."""
+    N = ids.shape[0]
+    dev = ids.device
     done = torch.zeros(N, dtype=torch.bool, device=dev)
     out = torch.full((N, max_new_tokens), pad_id, dtype=torch.long, device=dev)
     mask = torch.zeros((N, max_new_tokens), dtype=torch.float32, device=dev)
+    logp = torch.zeros((N, max_new_tokens), dtype=torch.float32, device=dev)
     for t in range(max_new_tokens):
         logits = model(**forward_inputs(model, ids, attn)).logits[:, -1, :].float()
+        raw = logits.clone()
         if pad_id is not None and pad_id != eos_id:  # <pad> is never sampled: it only fills the rows after <eos>
             logits[:, pad_id] = -float("inf")
         probs = torch.softmax(logits / temperature, dim=-1)
-        if not bool(torch.isfinite(probs).all()):
-            raise NonFinitePolicyError(f"the policy's next-token probabilities are not finite at position {t}")
+        _check_finite(probs, t)
         nxt = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(dev)
+        logp[:, t] = torch.log_softmax(raw, dim=-1).gather(-1, nxt[:, None]).squeeze(-1) * (~done)
         nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
         out[:, t] = nxt
         mask[:, t] = (~done).float()
@@ -132,16 +156,47 @@ def sample_completions(model, prompt_ids, prompt_mask, *, max_new_tokens: int, e
         ids = torch.cat([ids, nxt[:, None]], dim=1)
         attn = torch.cat([attn, (mask[:, t : t + 1] > 0).long()], dim=1)
         if bool(done.all()):
-            out, mask = out[:, : t + 1], mask[:, : t + 1]
-            break
-    return out, mask, done
+            return out[:, : t + 1], mask[:, : t + 1], done, logp[:, : t + 1]
+    return out, mask, done, logp
+
+
+def sample_groups(model, prompt_ids, prompt_mask, *, G: int, max_new_tokens: int, eos_id: int, pad_id: int,
+                  generator: torch.Generator, temperature: float = 1.0, fast: bool | None = None) -> Samples:
+    """G completions of each left-padded prompt [B, P], rows prompt-major (row b*G + g: completion g of prompt b).
+
+    Each position draws ``torch.multinomial(softmax(logits / temperature), 1, generator)`` over all N rows
+    (<pad> masked unless it is <eos>); a row ends at its first <eos>. ``fast``: None picks the batched KV-cache
+    route of :mod:`llm_probe.sampler` when :func:`llm_probe.sampler.supports_fast_path`, False forces the
+    plain loop (the reference), True requires the batched route."""
+    _check_sampling(model, prompt_ids, max_new_tokens, temperature)
+    if isinstance(G, bool) or not isinstance(G, int) or G < 1:
+        raise ValueError(f"G must be an integer >= 1, got {G!r}")
+    ok = supports_fast_path(model)
+    if fast and not ok:
+        raise ValueError("fast=True needs an unmodified Qwen2/Qwen3 causal LM (llm_probe.sampler.supports_fast_path)")
+    if ok and fast is not False:
+        return Samples(*decode(model, prompt_ids, prompt_mask, group_size=G, max_new_tokens=max_new_tokens,
+                               eos_id=eos_id, pad_id=pad_id, generator=generator, temperature=temperature,
+                               check_finite=_check_finite))
+    return Samples(*_sample_plain(model, prompt_ids.repeat_interleave(G, 0), prompt_mask.repeat_interleave(G, 0),
+                                  max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id, generator=generator,
+                                  temperature=temperature))
+
+
+def sample_completions(model, prompt_ids, prompt_mask, *, max_new_tokens: int, eos_id: int, pad_id: int,
+                       generator: torch.Generator, temperature: float = 1.0):
+    """Sample one completion per row token by token; returns (completion_ids [N, T], completion_mask [N, T],
+    terminated [N]) (:func:`sample_groups` with G = 1)."""
+    s = sample_groups(model, prompt_ids, prompt_mask, G=1, max_new_tokens=max_new_tokens, eos_id=eos_id,
+                      pad_id=pad_id, generator=generator, temperature=temperature)
+    return s.completion_ids, s.completion_mask, s.terminated
 
 
 def make_rollout(model, tokenizer, task, problems, *, G: int, max_new_tokens: int, generator: torch.Generator,
-                 temperature: float = 1.0, truncate_prompts: bool = False) -> Rollout:
-    """Sample G completions for each problem and score them with ``task.reward``. A prompt that does not fit
-    in the model context next to ``max_new_tokens`` is a ValueError, or is cut to its last tokens when
-    ``truncate_prompts``."""
+                 temperature: float = 1.0, truncate_prompts: bool = False, fast: bool | None = None) -> Rollout:
+    """Sample G completions for each problem (:func:`sample_groups`; ``fast`` picks its route) and score them
+    with ``task.reward``. A prompt that does not fit in the model context next to ``max_new_tokens`` is a
+    ValueError, or is cut to its last tokens when ``truncate_prompts``."""
     if G < 2:
         raise ValueError(f"G must be >= 2, got {G}")
     if len(problems) == 0:
@@ -156,17 +211,16 @@ def make_rollout(model, tokenizer, task, problems, *, G: int, max_new_tokens: in
         if not truncate_prompts:
             raise _too_long(p_mask.sum(-1).tolist(), room, context, max_new_tokens)
         p_ids, p_mask = p_ids[:, -room:], p_mask[:, -room:]  # left-padded: the last columns end each prompt
-    p_ids, p_mask = p_ids.repeat_interleave(G, 0), p_mask.repeat_interleave(G, 0)
     was_training = model.training
     model.eval()
-    c_ids, c_mask, term = sample_completions(model, p_ids, p_mask, max_new_tokens=max_new_tokens,
-                                             eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-                                             generator=generator, temperature=temperature)
+    c_ids, c_mask, term, logp = sample_groups(model, p_ids, p_mask, G=G, max_new_tokens=max_new_tokens,
+                                              eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+                                              generator=generator, temperature=temperature, fast=fast)
     model.train(was_training)
-    texts = []
-    for row, m in zip(c_ids.tolist(), c_mask.tolist()):
-        toks = [t for t, k in zip(row, m) if k > 0 and t != tokenizer.eos_token_id]
-        texts.append(tokenizer.decode(toks))
+    p_ids, p_mask = p_ids.repeat_interleave(G, 0), p_mask.repeat_interleave(G, 0)
+    eos = tokenizer.eos_token_id
+    texts = tokenizer.batch_decode([[t for t, k in zip(row, m) if k > 0 and t != eos]
+                                    for row, m in zip(c_ids.tolist(), c_mask.tolist())])
     r = [task.reward(texts[i], problems[i // G], terminated=bool(term[i])) for i in range(len(texts))]
     rewards = torch.tensor(r, dtype=torch.float32).view(len(problems), G)
-    return Rollout(problems, p_ids, p_mask, c_ids, c_mask, term.cpu(), texts, rewards)
+    return Rollout(problems, p_ids, p_mask, c_ids, c_mask, term.cpu(), texts, rewards, logp)

@@ -40,6 +40,7 @@ from .model import TinyQwenSpec, build_tiny_qwen, completion_logprobs, load_poli
 from .gap_probe import GapProbe
 from .probes import token_stats
 from .rollout import NonFinitePolicyError, check_prompts_fit, context_size, make_rollout
+from .sampler import fast_completion_logprobs
 from .safe_step import SafeStepController
 from .tasks import AdditionTask, JsonlTask
 from .tokenizer import build_char_tokenizer
@@ -295,12 +296,13 @@ class Trainer:
         """(loss result, logp [N,T], logp_all [N,T,V]) on a rollout at the current parameters; ``old_logp``: the
         sampling policy's log-probabilities (None: these, so the importance ratio is 1); ``keep_all=False``:
         logp_all is None (only the loss is needed, as on the later steps on a reused batch)."""
+        # the scored forward shares each prompt's pass among its G rows (llm_probe.sampler; same function)
         if keep_all:
-            logp, _, logp_all = completion_logprobs(self.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
-                                                    ro.completion_mask, return_entropy=True)
+            logp, _, logp_all = fast_completion_logprobs(self.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
+                                                         ro.completion_mask, G=ro.G, return_entropy=True)
         else:
-            logp, logp_all = completion_logprobs(self.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
-                                                 ro.completion_mask), None
+            logp, logp_all = fast_completion_logprobs(self.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
+                                                      ro.completion_mask, G=ro.G), None
         old = logp.detach() if old_logp is None else old_logp
         res = policy_loss(self.cfg.method, logp, old, ro.completion_mask, ro.rewards.to(self.device),
                           max_completion_length=self.cfg.max_new_tokens, eps_low=self.cfg.eps_low,
