@@ -211,16 +211,20 @@ def make_rollout(model, tokenizer, task, problems, *, G: int, max_new_tokens: in
         if not truncate_prompts:
             raise _too_long(p_mask.sum(-1).tolist(), room, context, max_new_tokens)
         p_ids, p_mask = p_ids[:, -room:], p_mask[:, -room:]  # left-padded: the last columns end each prompt
+    fast = supports_fast_path(model) if fast is None else fast
     was_training = model.training
-    model.eval()
+    if not fast:  # the plain route runs the model's own forward: in eval mode (the batched route has no dropout)
+        model.eval()
     c_ids, c_mask, term, logp = sample_groups(model, p_ids, p_mask, G=G, max_new_tokens=max_new_tokens,
                                               eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
                                               generator=generator, temperature=temperature, fast=fast)
-    model.train(was_training)
+    if not fast:
+        model.train(was_training)
     p_ids, p_mask = p_ids.repeat_interleave(G, 0), p_mask.repeat_interleave(G, 0)
-    eos = tokenizer.eos_token_id
-    texts = tokenizer.batch_decode([[t for t, k in zip(row, m) if k > 0 and t != eos]
-                                    for row, m in zip(c_ids.tolist(), c_mask.tolist())])
+    texts = []
+    for row, m in zip(c_ids.tolist(), c_mask.tolist()):
+        toks = [t for t, k in zip(row, m) if k > 0 and t != tokenizer.eos_token_id]
+        texts.append(tokenizer.decode(toks))
     r = [task.reward(texts[i], problems[i // G], terminated=bool(term[i])) for i in range(len(texts))]
     rewards = torch.tensor(r, dtype=torch.float32).view(len(problems), G)
     return Rollout(problems, p_ids, p_mask, c_ids, c_mask, term.cpu(), texts, rewards, logp)

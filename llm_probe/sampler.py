@@ -126,6 +126,11 @@ def _layer(lyr, fw, x, cos, sin, bias, kv=None, start: int = 0, past=None):
     return x + F.linear(m.act_fn(gate) * up, m.down_proj.weight), k, v
 
 
+def _rows(x, G: int):
+    """x [B, ...] -> [B*G, ...], row b repeated on rows b*G..b*G+G-1 (an expand: its gradient sums the G rows)."""
+    return x[:, None].expand(x.shape[0], G, *x.shape[1:]).reshape(x.shape[0] * G, *x.shape[1:])
+
+
 def _embed(model, ids):
     e = model.model.embed_tokens  # padding_idx as the module: the <pad> row gets no gradient
     return F.embedding(ids, e.weight, e.padding_idx)
@@ -188,9 +193,9 @@ def fast_completion_logits(model, prompt_ids, prompt_mask, completion_ids, compl
     for lyr, fw in zip(base.layers, _fused(model)):
         xp, kp, vp = _layer(lyr, fw, xp, cp, sp, bias_p)
         if Tc:
-            past = (kp.repeat_interleave(G, 0), vp.repeat_interleave(G, 0))
+            past = (_rows(kp, G), _rows(vp, G))
             xc = _layer(lyr, fw, xc, cc, sc, bias_c, past=past)[0]
-    h = _rms(xp[:, -1:], base.norm).repeat_interleave(G, 0)  # [N, 1, d]: scores completion token 0
+    h = _rows(_rms(xp[:, -1:], base.norm), G)  # [N, 1, d]: scores completion token 0
     if Tc:
         h = torch.cat([h, _rms(xc, base.norm)], dim=1)  # [N, T, d]
     return F.linear(h, model.lm_head.weight)
