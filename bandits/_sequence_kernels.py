@@ -220,17 +220,25 @@ def partial_exact(feat, theta, correct, k):
                 suf[t - 1, 0] = suf[t, 0] + lw[t]
                 for j in range(1, T - t + 1):
                     suf[t - 1, j] = _logaddexp(suf[t, j] + lw[t], suf[t, j - 1] + lq[t])
+        inv_JJbar = math.exp(-lJ[r] - lJbar[r])
         for t in range(T):
-            for i in range(k):
-                tmp[i] = pre[t, i] * suf[t, k - 1 - i] if linear else pre[t, i] + suf[t, k - 1 - i]
-            loo = _log_sum_range(tmp, 0, k, linear)  # log P(N_{-t} = k - 1)
-            wt = math.exp(lq[t] + lw[t] + loo - lJ[r] - lJbar[r])
+            if linear:  # q_t (1 - q_t) P(N_{-t} = k - 1) / (J (1 - J)), products of positive normal numbers
+                loo = 0.0
+                for i in range(k):
+                    loo += pre[t, i] * suf[t, k - 1 - i]
+                w_t = math.exp(lw[t])
+                wt = p[t, correct] * w_t * loo * inv_JJbar
+            else:
+                for i in range(k):
+                    tmp[i] = pre[t, i] + suf[t, k - 1 - i]
+                loo = _lse_range(tmp, 0, k)  # log P(N_{-t} = k - 1)
+                wt = math.exp(lq[t] + lw[t] + loo - lJ[r] - lJbar[r])
             if wt == 0.0:
                 continue
-            muw[:] = 0.0  # the wrong tokens' mean feature under p_t, weights exp(logp - lw) (no 1 - q)
+            muw[:] = 0.0  # the wrong tokens' mean feature under p_t; 1 - q_t is their own sum (no cancellation)
             for v in range(V):
                 if v != correct:
-                    pw = math.exp(logp[t, v] - lw[t])
+                    pw = p[t, v] / w_t if linear else math.exp(logp[t, v] - lw[t])
                     for j in range(d):
                         muw[j] += pw * feat[t, v, j]
             for j in range(d):

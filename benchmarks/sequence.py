@@ -20,7 +20,7 @@ from bandits.sequence import SequenceDynamics, SharedSequenceBandit, TabularSequ
 
 from .timing import Stat, interleaved, ratio
 
-__all__ = ["SEQ_MODELS", "make_env", "sequence_point", "SequencePoint"]
+__all__ = ["SEQ_MODELS", "make_env", "sequence_point", "SequencePoint", "LengthPoint", "length_point", "length_instance_time", "main"]
 
 SEQ_MODELS = ("shared", "shared+eos", "tabular")
 
@@ -84,3 +84,91 @@ def sequence_point(model: str, direction: str, T: int, *, runs: int = 16, steps:
     tb = t["batched"].scaled(1.0 / (runs * steps))
     tl = t["looped"].scaled(1.0 / (nloop * steps))
     return SequencePoint(model, direction, T, runs, tb, tl, ratio(tl, tb), maxdiff)
+
+
+# ---------------------------------------------------------------------------------------------
+# the length experiment's hot path: numba kernels vs the numpy route of the same simulator
+
+
+@dataclass(frozen=True)
+class LengthPoint:
+    mode: str  # "sampled" (the experiment's GRPO dynamics) or "exact"
+    Ts: tuple[int, ...]
+    numba: Stat  # seconds for the cells' eta* searches, backend="numba"
+    numpy: Stat  # the same searches, backend="numpy"
+    speedup: Stat
+    same_eta_star: bool  # both backends found the same eta* (and status) in every cell
+
+
+def length_point(mode: str = "sampled", *, instance: int = 0, rho: float = 0.5, J0: float = 0.1,
+                 Ts: tuple[int, ...] = (1, 2, 4, 8, 16), repeats: int = 3) -> LengthPoint:
+    """Time of the eta* searches of `gapdyn bandit run length --mode full` cells (one stream each:
+    gapdyn.find_eta_star over ``simulate`` on the full configuration's scan, 1e-2..1e3 at ratio 1.01) with
+    backend="numba" vs "numpy", interleaved; the starts (placements) are made once, outside the timing."""
+    import gapdyn
+    from bandits.experiments import length as L
+    from bandits.experiments._common import run_stats
+
+    cfg = L.Config.full()
+    dyn = SequenceDynamics(method=cfg.method, mode=mode, group_size=cfg.group_size, steps=cfg.steps)
+    starts, used = [], []
+    for T in Ts:
+        try:
+            starts.append(L.start(instance, rho, T, J0, V=cfg.V, d=cfg.d, rule=cfg.rule))
+            used.append(T)
+        except ValueError:  # J0 not reachable at this T: the experiment has no run there either
+            continue
+
+    def searches(backend):
+        def go():
+            return [gapdyn.find_eta_star(
+                lambda e, env=env, th=th: run_stats(simulate(env, dyn, eta=e, seed=0, theta0=th, backend=backend)),
+                cfg.eta_lo, cfg.eta_hi, max_ratio=cfg.max_ratio) for env, th in starts]
+        return go
+
+    a, b = searches("numba")(), searches("numpy")()
+    same = all(x.status == y.status and (x.eta_star == y.eta_star or (np.isnan(x.eta_star) and np.isnan(y.eta_star)))
+               for x, y in zip(a, b))
+    t = interleaved({"numba": searches("numba"), "numpy": searches("numpy")}, repeats=repeats, warmup=0)
+    return LengthPoint(mode, tuple(used), t["numba"], t["numpy"], ratio(t["numpy"], t["numba"]), same)
+
+
+def length_instance_time(instance: int = 0) -> float:
+    """Seconds for every cell of one instance of `length --mode full` (run_cell as the experiment calls it)."""
+    import time
+
+    from bandits.experiments import length as L
+
+    cs = L.cells(L.Config.full(), [instance])
+    L.run_cell(**cs[0])  # compiled and cached before timing
+    t0 = time.perf_counter()
+    for c in cs:
+        L.run_cell(**c)
+    return time.perf_counter() - t0
+
+
+def main(argv=None) -> int:
+    """python -m benchmarks.sequence [--quick]: the length cells, numba vs numpy, and one full instance."""
+    import argparse
+    import os
+
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.sequence")
+    ap.add_argument("--quick", action="store_true", help="one repeat, T <= 8")
+    args = ap.parse_args(argv)
+    Ts = (1, 2, 4, 8) if args.quick else (1, 2, 4, 8, 16)
+    reps = 1 if args.quick else 3
+    print(f"load average before: {os.getloadavg()[0]:.2f}")
+    print("| mode | T | numba s | numpy s | numpy / numba | same eta* |\n|---|---|---|---|---|---|")
+    for mode in ("sampled", "exact"):
+        p = length_point(mode, Ts=Ts, repeats=reps)
+        print(f"| {mode} | {','.join(map(str, p.Ts))} | {p.numba.median:.3f} {p.numba.spread()} | "
+              f"{p.numpy.median:.3f} {p.numpy.spread()} | {p.speedup.median:.1f}x {p.speedup.spread()} | {p.same_eta_star} |")
+    t = length_instance_time(0)
+    print(f"one instance of `length --mode full` (60 cells x 2 streams, numba, 1 process): {t:.1f} s; "
+          f"100 instances: {100 * t / 60:.1f} min in 1 process")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

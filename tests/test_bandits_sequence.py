@@ -452,6 +452,7 @@ def test_partial_kernels_equal_the_numpy_methods():
         np.testing.assert_allclose(gap, ex["gap"], rtol=1e-11, atol=1e-12 * np.abs(ex["gap"]).max())
         lJ2, lJbar2 = K.partial_log_terms(env.features, th, env.correct, k)
         np.testing.assert_array_equal(lJ2 - lJbar2, lJ - lJbar)
+        np.testing.assert_allclose(env._kernel_log_odds(th[None]), env.log_odds(th)[None], rtol=1e-12, atol=1e-12)
         u = rng.random((5, 6, env.T))
         u[0, 0] = 0.0  # the edges of the stream
         tok = K.partial_draw(env.features, th, u, env.correct)
