@@ -413,3 +413,16 @@ def test_claims_command_takes_the_tiny_qwen_rows_from_an_ablation_study(tmp_path
     assert "threshold.sharpness" in table and "llm.wapo_higher_reward@lr0.0004" in table
     assert "@lr0.0003" not in table and "(not mapped" not in table
     assert "Zhu et al." in table  # the NSR/PSR claim sits under its own paper's statement
+
+
+def test_readme_headline_counts_the_decided_evidence_rows():
+    import gapdyn
+
+    above, ident = gapdyn.Criterion.above(0.5), gapdyn.Criterion.identity(1.0, tol=0.01)
+    claims = [_claim("taxonomy.a", 0.9, 0.8, 0.95, above), _claim("taxonomy.b", 1.0, 1.0, 1.0, ident),
+              _claim("taxonomy.a", 0.4, 0.3, 0.45, above, block="confirmation"),
+              _claim("stagnation.c", 0.6, 0.4, 0.7, above), _claim("stagnation.d", 0.9, 0.8, 0.95, above, form="derived")]
+    text = report.readme_headline(claims)
+    assert text.startswith("0 claims hold, 1 do not hold, 1 are inconclusive (1 identity and 1 derived rows")
+    row = next(ln for ln in text.splitlines() if "taxonomy" in ln or "token taxonomy" in ln)
+    assert "| 0 | 1: taxonomy.a | 0 |" in row
