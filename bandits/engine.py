@@ -55,8 +55,9 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 
 import gapdyn
-from gapdyn._validate import check_group_size, check_positive
+from gapdyn._validate import check_group_size, check_positive, check_seed
 from gapdyn.collapse import tail_start
+from gapdyn.safe_step import NO_ASCENT_TOL
 
 from .envs import ContextualBandit
 from .schedules import SCHEDULES, Schedule
@@ -182,7 +183,7 @@ class Trajectory:
     n_decrease: np.ndarray  # [R, C] number of steps with a realised decrease of Phi
     theta_final: np.ndarray  # [R, P, d]
     eta0: np.ndarray  # [R, P]
-    seed: np.ndarray  # [R]
+    seed: np.ndarray  # [R] uint64 (numpy.random.default_rng(seed[r]) drew run r's groups)
     dynamics: Dynamics = field(repr=False, default=None)
 
     @property
@@ -198,7 +199,10 @@ class Trajectory:
 # ---------------------------------------------------------------------------------------------
 
 
-@njit(cache=True)
+# The rule functions below state fastmath=_FASTMATH although they gain nothing from it: numba compiles a function
+# without its own fastmath setting with its first caller's, so the flags (and bits) of the kernels would depend on
+# whether a test wrapper (exact_scalar_nb, advantages_nb) or the kernel compiled them first.
+@njit(cache=True, fastmath=_FASTMATH)
 def _grpo_table(G, bessel, eps):
     """[3, G] terms of GRPO's c_G that do not depend on J, for m = 1..G-1: log Binom(G, m) (lgamma(G+1) -
     lgamma(m+1) - lgamma(G-m+1)), x_m = p_m (1 - p_m) with p_m = m / G, and sqrt(k x_m) + eps (k = G/(G-1)
@@ -216,10 +220,10 @@ def _grpo_table(G, bessel, eps):
     return tab
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, fastmath=_FASTMATH, _nrt=False)
 def _exact_scalar(method, J, Jb, G, tab, lam):
-    """E[w] / Gap for each method (gapdyn.methods table); J and Jb = 1 - J computed separately;
-    tab = _grpo_table(G, bessel, eps) (read by GRPO only)."""
+    """E[w] / Gap for each method code (_CODE; gapdyn.methods table); J and Jb = 1 - J computed separately;
+    tab = _grpo_table(G, bessel, eps) (read by GRPO only). NaN for a code without a rule."""
     if method == 8:
         return 1.0
     if method == 0 or method == 1 or method == 5 or method == 6:
@@ -230,6 +234,8 @@ def _exact_scalar(method, J, Jb, G, tab, lam):
         return (1.0 - 1.0 / G) * J * Jb * Jb
     if method == 7:
         return (1.0 + lam) * J * Jb
+    if method != 2:
+        return math.nan  # no rule for this code: simulate() refuses it before a run (_method_code)
     # grpo: c_G(J) = sum_m Binom(m; G, J) x / (sqrt(k x) + eps), x = p_hat (1 - p_hat)
     if J <= 0.0 or Jb <= 0.0:
         return 0.0
@@ -241,9 +247,10 @@ def _exact_scalar(method, J, Jb, G, tab, lam):
     return tot
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, fastmath=_FASTMATH, _nrt=False)
 def _advantages(method, r, A, bessel, eps, lam):
-    """Group advantages A_i (gapdyn.methods rules) for binary rewards r [G], written into A."""
+    """Group advantages A_i (gapdyn.methods rules, method code as in _CODE) for binary rewards r [G], written
+    into A; NaN for a code without a rule."""
     G = r.shape[0]
     s = 0.0
     for i in range(G):
@@ -272,9 +279,12 @@ def _advantages(method, r, A, bessel, eps, lam):
     elif method == 6:
         for i in range(G):
             A[i] = r[i] - 1.0
-    else:
+    elif method == 7:
         for i in range(G):
             A[i] = lam if r[i] > 0 else -1.0
+    else:  # no rule for this code (gap has none in sampled mode): simulate() refuses it before a run
+        for i in range(G):
+            A[i] = math.nan
 
 
 @njit(cache=True, _nrt=False)
@@ -702,13 +712,14 @@ def _group_safe_moments(x, r, G):
 @njit(cache=True, fastmath=_FASTMATH, _nrt=False)
 def _safe_step_size(e0, dsum, ksum, cnt, sdmax, ac, tr_delta):
     """eta = min(e0, tr_delta / sdmax, ac dmu_hat / kappa_hat) with dmu_hat = dsum / cnt, kappa_hat = ksum / cnt over
-    the cnt mixed groups: the numba copy of gapdyn.safe_step_size (mixed iff cnt > 0; edge cases as there)."""
+    the cnt mixed groups: the numba copy of gapdyn.safe_step_size (mixed iff cnt > 0; edge cases as there; no
+    ascent: dmu_hat <= NO_ASCENT_TOL sd_hat, gapdyn.safe_step's constant, which numba freezes at compile time)."""
     e = e0
     if sdmax > 0.0:
         e = min(e, tr_delta / sdmax)
     if cnt > 0:
         dh, kh = dsum / cnt, ksum / cnt
-        if dh <= 1e-12 * sdmax:  # no ascent (up to round-off: ties at 0 give 0 in any route)
+        if dh <= NO_ASCENT_TOL * sdmax:  # no ascent (up to round-off: ties at 0 give 0 in any route)
             return 0.0
         if kh > 0.0:
             e = min(e, ac * dh / kh)
@@ -1158,21 +1169,53 @@ def draws_nb(probs, u) -> np.ndarray:
     return _draw_batch(p, uu)
 
 
+@njit(cache=True, fastmath=_FASTMATH)
+def _dispatch_known(method, sampled):
+    """Whether the kernels' dispatch has a rule for the method code: sampled mode reads _advantages, exact mode
+    _exact_scalar, and both end in a branch that gives NaN for a code without one."""
+    if sampled:
+        A = np.empty(2)
+        _advantages(method, np.array([0.0, 1.0]), A, False, 0.0, 0.1)
+        return math.isfinite(A[0]) and math.isfinite(A[1])
+    return math.isfinite(_exact_scalar(method, 0.5, 0.5, 2, _grpo_table(2, False, 0.0), 0.1))
+
+
+def _method_code(method: str, sampled: bool) -> int:
+    """The kernels' code of ``method`` (_CODE); ValueError naming the method when it has none or the kernels'
+    dispatch has no rule for it in this mode (_dispatch_known), so a run never takes another method's rule."""
+    code = _CODE.get(method) if isinstance(method, str) else None
+    if code is None or not _dispatch_known(code, bool(sampled)):
+        mode = "sampled" if sampled else "exact"
+        raise ValueError(f"method {method!r} has no rule in the engine's {mode} kernels (codes: {_CODE})")
+    return code
+
+
 def advantages_nb(method: str, rewards, *, std: str = "population", eps: float = 0.0, lam: float = 0.1) -> np.ndarray:
     """The numba advantage rule applied to groups rewards [B, G] (for tests against gapdyn)."""
     r = np.ascontiguousarray(np.asarray(rewards, dtype=np.float64).reshape(-1, np.shape(rewards)[-1]))
-    return _advantages_batch(_CODE[method], r, std == "bessel", float(eps), float(lam)).reshape(np.shape(rewards))
+    A = _advantages_batch(_method_code(method, True), r, std == "bessel", float(eps), float(lam))
+    return A.reshape(np.shape(rewards))
 
 
 def exact_scalar_nb(method: str, J: float, G: int, *, std: str = "population", eps: float = 0.0, lam: float = 0.1):
     """The numba expected scalar E[w] / Gap at success rate J (for tests against gapdyn)."""
     tab = _grpo_table(int(G), std == "bessel", float(eps))
-    return _exact_scalar(_CODE[method], float(J), float(1.0 - J), int(G), tab, float(lam))
+    return _exact_scalar(_method_code(method, False), float(J), float(1.0 - J), int(G), tab, float(lam))
 
 
 # ---------------------------------------------------------------------------------------------
 # driver
 # ---------------------------------------------------------------------------------------------
+
+
+def _seeds(seed, name: str = "seed", *, flat: bool = False) -> np.ndarray:
+    """Seeds [R] as uint64, each checked by gapdyn._validate.check_seed (an integer in [0, 2^64 - 1], what
+    numpy.random.default_rng takes; int64 would turn 2^63 into -2^63): a scalar or a 1-D array (any shape, raveled,
+    with flat); ValueError naming ``name``."""
+    arr = np.atleast_1d(np.asarray(seed, dtype=object))
+    if arr.ndim != 1 and not flat:
+        raise ValueError(f"{name} must be a non-negative integer or a 1-D array of them, got shape {arr.shape}")
+    return np.array([check_seed(v, name) for v in arr.ravel()], dtype=np.uint64)
 
 
 def _runs(bandit: ContextualBandit, eta, seed, theta0):
@@ -1182,16 +1225,14 @@ def _runs(bandit: ContextualBandit, eta, seed, theta0):
         raise ValueError(f"eta must be a scalar, [R] or [R, P], got shape {eta_arr.shape}")
     if eta_arr.size == 0 or not np.all(np.isfinite(eta_arr)) or np.any(eta_arr <= 0):
         raise ValueError("eta must be finite and > 0 (every entry)")
-    seed_arr = np.atleast_1d(np.asarray(seed))
-    if seed_arr.ndim != 1 or not np.issubdtype(seed_arr.dtype, np.integer) or np.any(seed_arr < 0):
-        raise ValueError(f"seed must be a non-negative integer or a 1-D array of them, got {seed!r}")
+    seed_arr = _seeds(seed)
     R = max(eta_arr.shape[0] if eta_arr.ndim >= 1 else 1, seed_arr.shape[0])
     if eta_arr.ndim == 2 and eta_arr.shape[1] != P:
         raise ValueError(f"eta of shape [R, P] needs P = {P} blocks, got {eta_arr.shape}")
     e = eta_arr.reshape(-1, 1) if eta_arr.ndim < 2 else eta_arr
     try:
         e = np.ascontiguousarray(np.broadcast_to(e, (R, P)), dtype=np.float64)
-        s = np.broadcast_to(seed_arr, (R,)).astype(np.int64)
+        s = np.broadcast_to(seed_arr, (R,)).copy()
     except ValueError as exc:
         raise ValueError(f"eta {eta_arr.shape} and seed {seed_arr.shape} must broadcast to R runs") from exc
     if theta0 is None:
@@ -1296,7 +1337,8 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
         bandit: the environment.
         dyn: the dynamics config.
         eta: eta0 per run: scalar, [R], or [R, P] (one per parameter block).
-        seed: per-run seed (int or [R]); run r's group draws come from numpy.random.default_rng(seed[r]).
+        seed: per-run seed (an integer in [0, 2^64 - 1] or [R] of them; kept as uint64 in Trajectory.seed); run r's
+            group draws come from numpy.random.default_rng(seed[r]).
             Runs with equal seeds share their random stream (common random numbers across etas).
         theta0: start [P, d] or [R, P, d] (default 0).
         chunk: steps per kernel call (bounds the memory of the pre-drawn uniforms), rounded up to a multiple of
@@ -1310,6 +1352,7 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
     if not isinstance(dyn, Dynamics):
         raise ValueError(f"dyn must be a Dynamics, got {type(dyn).__name__}")
     nthreads = _thread_count(threads)
+    code = _method_code(dyn.method, dyn.mode == "sampled")
     eta0, seeds, theta = _runs(bandit, eta, seed, theta0)
     R, P, d = theta.shape
     C, G, T, every = bandit.n_contexts, dyn.group_size, dyn.steps, dyn.record_every
@@ -1367,7 +1410,7 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
                 bandit.features, bandit.rewards, fnorm, pmap, blk_ptr, order, featS, featST, fnormS, npos, rank,
                 theta, am, av, M, phi_prev, J_min, ndec, J_tail, Jbar,
                 eta0, unif, start, n, int(last), pairs, tail_start(T),
-                _CODE[dyn.method], dyn.mode == "sampled", G, dyn.std == "bessel", float(dyn.adv_eps), float(dyn.lam),
+                code, dyn.mode == "sampled", G, dyn.std == "bessel", float(dyn.adv_eps), float(dyn.lam),
                 bool(dyn.normalize), _SCHED[sched.kind], float(sched.c), float(sched.delta), int(sched.max_halvings),
                 dyn.optimizer == "adam", float(b1), float(b2), float(dyn.adam_eps), every,
                 rec["J"], rec["Phi"], rec["dmu"], rec["M"], rec["wnorm"], rec["dPhi"], rec["entropy"], rec_eta,
@@ -1401,9 +1444,9 @@ def run_grid(bandit: ContextualBandit, dyn: Dynamics, *, etas, seeds, theta0=Non
     """simulate() over the product etas x seeds; returns (Trajectory, eta per run, seed per run)."""
     try:
         e = np.asarray(etas, dtype=np.float64).ravel()
-        s = np.asarray(seeds, dtype=np.int64).ravel()
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"etas must be real numbers and seeds non-negative integers, got {etas!r}, {seeds!r}") from exc
+        raise ValueError(f"etas must be real numbers, got {etas!r}") from exc
+    s = _seeds(seeds, "seeds", flat=True)
     E, S = np.meshgrid(e, s, indexing="ij")
     traj = simulate(bandit, dyn, eta=E.ravel(), seed=S.ravel(), theta0=theta0, chunk=chunk, threads=threads)
     return traj, E.ravel(), S.ravel()

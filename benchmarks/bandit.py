@@ -8,8 +8,9 @@ grid. Engine and reference are timed alternately, repeat by repeat, and the per-
 reported as median [min, max].
 
 Correctness is checked on the same workload: the engine and the reference are run on the reference's
-runs (same seeds, etas, steps) and every recorded array (J, Phi, dmu, M, |u|, dPhi, entropy, eta,
-theta_final, ...) is compared; the maximal absolute difference is reported with the speed.
+runs (same seeds, etas, steps) and every recorded array (J, Phi, dmu, M, |u|, dPhi, entropy, eta, the
+outcome statistics J_min, J_tail_min ... Jbar_tail_max, theta_final, ...) is compared; the maximal absolute
+difference is reported with the speed.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def _ref_subset(w: Workload) -> np.ndarray:
 
 
 _COMPARED = ("J", "Phi", "dmu", "M", "wnorm", "dPhi", "entropy", "eta", "J_final", "Phi_final", "M_final",
-             "J_min", "theta_final")
+             "J_min", "J_tail_min", "J_tail_max", "Jbar_min", "Jbar_tail_min", "Jbar_tail_max", "theta_final")
 
 
 def compare_trajectories(a: Trajectory, b: Trajectory) -> dict[str, float]:

@@ -15,6 +15,8 @@ from typing import Annotated, Literal
 
 import tyro
 
+from gapdyn._validate import check_seed
+
 from .collapse import CollapseConfig
 
 __all__ = ["TrainConfig", "DTYPES", "check_settings", "check_device"]
@@ -22,9 +24,10 @@ __all__ = ["TrainConfig", "DTYPES", "check_settings", "check_device"]
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 
 _INF = math.inf
-# setting -> (kind, lowest, highest, lowest allowed?, None allowed?)
+# setting -> (kind, lowest, highest, lowest allowed?, None allowed?); kind "seed": gapdyn._validate.check_seed (an
+# integer in [0, 2^64 - 1], what torch.Generator.manual_seed and numpy's SeedSequence take; the bounds are unused)
 _RANGES: dict[str, tuple[str, float, float, bool, bool]] = {
-    "seed": ("int", 0, _INF, True, False),
+    "seed": ("seed", 0, 2**64 - 1, True, False),
     "steps": ("int", 1, _INF, True, False),
     "prompts_per_step": ("int", 1, _INF, True, False),
     "group_size": ("int", 2, _INF, True, False),
@@ -61,6 +64,9 @@ def check_settings(obj, ranges: dict[str, tuple[str, float, float, bool, bool]])
     for name, (kind, lo, hi, lo_ok, none_ok) in ranges.items():
         v = getattr(obj, name)
         if v is None and none_ok:
+            continue
+        if kind == "seed":
+            check_seed(v, _flag(name))
             continue
         ok_type = numbers.Integral if kind == "int" else numbers.Real
         if isinstance(v, bool) or not isinstance(v, ok_type):
