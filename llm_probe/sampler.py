@@ -1,21 +1,24 @@
-"""A batched sampler for the tiny Qwen with a static KV cache, and the same forward for scoring.
+"""A batched sampler for the tiny Qwen with a static KV cache, and a shared-prompt forward for scoring.
 
-The plain route (:func:`llm_probe.rollout.sample_completions` on any model) re-runs the Hugging Face forward
-over the whole sequence for every new token. For an unmodified ``Qwen2ForCausalLM`` / ``Qwen3ForCausalLM``
-(:func:`supports_fast_path`) this module instead runs the same arithmetic as the eager HF forward written out
-in plain torch ops on the model's own weights:
+The plain route (:func:`llm_probe.rollout.sample_groups` with ``fast=False``, and any model this module does
+not support) re-runs the Hugging Face forward over the whole sequence for every new token. For an unmodified
+``Qwen2ForCausalLM`` / ``Qwen3ForCausalLM`` (:func:`supports_fast_path`) this module runs the same function of
+the weights written out in plain torch ops:
 
-- prefill: one pass over the B distinct prompts (rows b*G .. b*G+G-1 share prompt b), keys and values of
-  every layer written into a static cache [N, H_kv, P + T, D] (each prompt's entries copied to its G rows);
-- decode: one pass over the N last tokens per new token, attending to the cache (keys of left padding get
-  the additive mask finfo(float32).min, as :func:`llm_probe.model.forward_inputs` and HF's eager attention);
-- the sampled tokens' log pi(o_t | q, o_<t) (temperature 1, the policy the loss scores) come out with them.
+- :func:`decode` (sampling, no grad): one prefill pass over the B distinct prompts (rows b*G .. b*G+G-1 share
+  prompt b), keys and values of every layer in a static cache [N, H_kv, P + T, D] (each prompt's copied to
+  its G rows); then one pass over the N newest tokens per position; the sampled tokens' log pi(o_t | q, o_<t)
+  (temperature 1, the policy the loss scores) come out with them;
+- :func:`fast_completion_logprobs` (the loss, differentiable): each prompt's pass shared by its G rows, so
+  B P + N (T - 1) tokens run instead of N (P + T).
 
-Per layer (Qwen2 / Qwen3 modelling code, eager attention): h = x + o(attn(rope(q), rope(k), v)) with
-x -> RMSNorm (float32 inside, as HF), q, k, v projections (Qwen3: RMSNorm of q and k over the head dim),
-softmax(q k^T / sqrt(D) + mask) in float32; then h + down(silu(gate(h')) * up(h')), h' = RMSNorm(h).
-Grouped-query attention groups the query heads per key head instead of repeating the keys.
-Everything else (LoRA-wrapped or hooked models, other architectures, sliding windows) takes the plain route.
+Keys of left padding (and tokens after <eos>) get the additive mask finfo(float32).min, as
+:func:`llm_probe.model.forward_inputs` and HF's eager attention. Per layer (HF Qwen2 / Qwen3 modelling code):
+x + o(attn(rope(q), rope(k), v)), q, k, v from RMSNorm(x) (Qwen3: RMSNorm of q and k over the head dim), then
+h + down(silu(gate(h')) * up(h')), h' = RMSNorm(h). Departures, all within float rounding of the HF forward:
+q/k/v and gate/up run as one stacked matmul each; float32 uses ``F.rms_norm`` and
+``scaled_dot_product_attention`` (grouped-query, no repeated keys); float64 keeps HF's float32 norms and
+softmax. LoRA-wrapped or hooked models, other architectures and sliding windows take the plain route.
 """
 
 from __future__ import annotations
@@ -136,15 +139,21 @@ def _embed(model, ids):
     return F.embedding(ids, e.weight, e.padding_idx)
 
 
-def _rotary(model, x, pos):
-    cos, sin = model.model.rotary_emb(x, pos)
-    return cos[:, None], sin[:, None]
+def _rotary_table(model, x, n_pos: int):
+    """(cos, sin) [n_pos, D] of positions 0..n_pos-1 from the model's own rotary module (one call)."""
+    cos, sin = model.model.rotary_emb(x, torch.arange(n_pos, device=x.device)[None])
+    return cos[0], sin[0]
 
 
-def _trunk(model, fused, ids, pos, bias, caches, start: int):
+def _rotary(table, pos):
+    """(cos, sin) [n, 1, L, D] at positions ``pos`` [n, L], looked up in a :func:`_rotary_table`."""
+    return table[0][pos][:, None], table[1][pos][:, None]
+
+
+def _trunk(model, fused, table, ids, pos, bias, caches, start: int):
     """Final-norm hidden states [n, L, d] of the token ids [n, L] at positions ``pos`` [n, L] (static caches)."""
     x = _embed(model, ids)
-    cos, sin = _rotary(model, x, pos)
+    cos, sin = _rotary(table, pos)
     for lyr, fw, kv in zip(model.model.layers, fused, caches):
         x = _layer(lyr, fw, x, cos, sin, bias, kv, start)[0]
     return _rms(x, model.model.norm)
@@ -178,7 +187,8 @@ def fast_completion_logits(model, prompt_ids, prompt_mask, completion_ids, compl
     base = model.model
     pos_p = (p_mask.cumsum(-1) - 1).clamp(min=0)
     xp = _embed(model, p_ids)  # [B, P, d]
-    cp, sp = _rotary(model, xp, pos_p)
+    table = _rotary_table(model, xp, P + T)
+    cp, sp = _rotary(table, pos_p)
     bias_p = _causal_bias(p_mask, dt)
     Tc = T - 1  # completion tokens that are inputs (the last one scores nothing)
     c_mask = completion_mask[:, :Tc].long()
@@ -186,7 +196,7 @@ def fast_completion_logits(model, prompt_ids, prompt_mask, completion_ids, compl
         xc = _embed(model, completion_ids[:, :Tc])  # [N, Tc, d]
         pos_c = p_mask.sum(-1).repeat_interleave(G, 0)[:, None] - 1 + c_mask.cumsum(-1)
         pos_c = torch.maximum(pos_c, torch.zeros_like(pos_c))  # as cumsum(mask) - 1 clamped at 0
-        cc, sc = _rotary(model, xc, pos_c)
+        cc, sc = _rotary(table, pos_c)
         keys = torch.cat([p_mask.repeat_interleave(G, 0), c_mask], dim=1)  # [N, P + Tc]
         allowed = torch.ones(Tc, P + Tc, dtype=torch.bool, device=keys.device).tril(P)[None] & (keys[:, None] > 0)
         bias_c = torch.where(allowed, 0.0, _MASKED).to(dt)[:, None]  # [N, 1, Tc, P + Tc]
@@ -240,9 +250,10 @@ def decode(model, prompt_ids, prompt_mask, *, group_size: int, max_new_tokens: i
                torch.zeros(N, cfg.num_key_value_heads, S, D, dtype=dt, device=dev)) for _ in model.model.layers]
     pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)
     fused = _fused(model)
+    table = _rotary_table(model, prompt_ids.new_zeros((), dtype=dt), S)
     pre = [(torch.empty(B, cfg.num_key_value_heads, P, D, dtype=dt, device=dev),
             torch.empty(B, cfg.num_key_value_heads, P, D, dtype=dt, device=dev)) for _ in model.model.layers]
-    h = _trunk(model, fused, prompt_ids, pos, _causal_bias(prompt_mask, dt), pre, 0)[:, -1]  # [B, d]
+    h = _trunk(model, fused, table, prompt_ids, pos, _causal_bias(prompt_mask, dt), pre, 0)[:, -1]  # [B, d]
     for (K, V), (k, v) in zip(caches, pre):  # each prompt's cache entries copied to its G rows
         K[:, :, :P] = k.repeat_interleave(G, 0)
         V[:, :, :P] = v.repeat_interleave(G, 0)
@@ -273,6 +284,7 @@ def decode(model, prompt_ids, prompt_mask, *, group_size: int, max_new_tokens: i
         if t + 1 < T:  # the next position's logits from the cache
             bias[:, 0, 0, P + t] = torch.where(live, 0.0, _MASKED).to(dt)  # tokens after <eos> masked, as the
             # plain route's attention mask
-            h = _trunk(model, fused, nxt[:, None], next_pos + t, bias[..., :P + t + 1], caches, P + t)[:, -1]
+            h = _trunk(model, fused, table, nxt[:, None], next_pos + t, bias[..., :P + t + 1], caches,
+                       P + t)[:, -1]
             logits = F.linear(h, model.lm_head.weight).float()
     return out, mask, done, logp
