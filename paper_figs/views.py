@@ -185,12 +185,14 @@ SUCCESS_RATE_SHOWN = {"sharp_grpo": "one step along E[w]", "restart_grpo": "rest
 
 
 def success_rate_view(result) -> tuple[pd.DataFrame, dict]:
-    """(points, slopes) of the ``success_rate`` experiment's local thresholds against 1 - J.
+    """(points, labels) of the ``success_rate`` experiment's local thresholds against 1 - J.
 
-    points: the checkpoints its slope claims fit (``success_rate.fit_points``, deciding block), one row
-    per (setting, measure, instance, level) with ``series`` = "setting, measure name" and ``eta_rel`` =
-    eta_local / eta_local(first checkpoint) of the same instance; slopes: {series: (slope or None, text)}
-    from the claims, or the status counts when a series has no finite threshold."""
+    points: the distinct states with a finite threshold (``success_rate.fit_points``, deciding block), one
+    row per (setting, measure, instance, level) with ``series`` = "setting, measure name" and ``eta_rel`` =
+    eta_local / eta_local(first checkpoint) of the same instance (descriptive: no line is fitted); labels:
+    {series: (None, text)}: for the restarted eta* the bound claim (Theorem 3's step condition tested by its
+    violations: share and verdict), else the number of states; or the status counts when a series has no
+    finite threshold."""
     sr = _import("bandits.experiments.success_rate", "the 'success_rate' experiment")
     results = result.results
     _require_cols(results, ["setting", "measure", "instance", "level", "one_minus_J", "eta_local", "status"],
@@ -208,7 +210,13 @@ def success_rate_view(result) -> tuple[pd.DataFrame, dict]:
                 slopes[name] = (None, f"{name}: too few finite thresholds\n({why})")
                 continue
             parts.append(used.assign(series=name))
-            slopes[name] = slope_text(name, claims.get(sr.slope_claim_id(setting, measure)))
+            c = claims.get(sr.slope_claim_id(setting, measure)) if measure == sr.BOUND_MEASURE else None
+            if c is None:
+                slopes[name] = (None, f"{name}: {len(used)} states")
+            elif not c.measured:
+                slopes[name] = (None, f"{name}: bound not measured")
+            else:
+                slopes[name] = (None, f"{name}: bound violated in {c.estimate:.0%} of states ({c.verdict})")
     cols = ["series", "setting", "measure", "instance", "level", "one_minus_J", "eta_local"]
     pts = pd.concat(parts)[cols] if parts else pd.DataFrame(columns=cols)
     pts = pts.sort_values(["series", "instance", "level"]).reset_index(drop=True)
