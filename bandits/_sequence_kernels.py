@@ -363,3 +363,297 @@ def partial_sampled_run(feat, theta0, eta, u, stream, adv, correct, k, scale, st
                 cstep[r] = step + 1
         J_out[r], Phi_out[r] = J, Phi
     return theta, rec_J, rec_Phi, J_out, Phi_out, J_min, J_tmin, J_tmax, cstep
+
+
+# ---------------------------------------------------------------------------------------------
+# shared parameters (bandits.sequence.SharedSequenceBandit): one token distribution at every position
+
+
+@njit(cache=True)
+def _shared_logodds_one(feat, theta, is_corr, end, rule_ac, T, logp, p, lgam):
+    """(log J, log(1 - J)) of one theta: log-space sums over the states (n, m, ended) of the module doc of
+    bandits.sequence, log P = log C(m, n) + n log q + (m - n) log w + ended log e; fills logp and p."""
+    V, d = feat.shape
+    zmax = -np.inf
+    for v in range(V):
+        z = 0.0
+        for j in range(d):
+            z += feat[v, j] * theta[j]
+        logp[v] = z
+        if z > zmax:
+            zmax = z
+    s = 0.0
+    for v in range(V):
+        logp[v] -= zmax
+        s += math.exp(logp[v])
+    ls = math.log(s)
+    mq, mw = -np.inf, -np.inf
+    for v in range(V):
+        logp[v] -= ls
+        p[v] = math.exp(logp[v])
+        if is_corr[v]:
+            mq = max(mq, logp[v])
+        elif v != end:
+            mw = max(mw, logp[v])
+    sq, sw = 0.0, 0.0
+    for v in range(V):
+        if is_corr[v]:
+            sq += math.exp(logp[v] - mq)
+        elif v != end:
+            sw += math.exp(logp[v] - mw)
+    lq, lw = mq + math.log(sq), mw + math.log(sw)
+    le = logp[end] if end >= 0 else -np.inf
+    # two passes over the states: the maxima, then the shifted sums
+    m1, m0 = -np.inf, -np.inf
+    for pas in range(2):
+        s1, s0 = 0.0, 0.0
+        for m in range(T + 1) if end >= 0 else range(T, T + 1):
+            e = 1 if (end >= 0 and m < T) else 0
+            for n in range(m + 1):
+                lp = lgam[m] - lgam[n] - lgam[m - n]
+                if n > 0:
+                    lp += n * lq
+                if m - n > 0:
+                    lp += (m - n) * lw
+                if e > 0:
+                    lp += le
+                win = m >= 1 and (n == m if rule_ac else 2 * n >= m)
+                if pas == 0:
+                    if win:
+                        m1 = max(m1, lp)
+                    else:
+                        m0 = max(m0, lp)
+                elif win:
+                    s1 += math.exp(lp - m1)
+                else:
+                    s0 += math.exp(lp - m0)
+    l1 = m1 + math.log(s1) if m1 > -np.inf else -np.inf
+    l0 = m0 + math.log(s0) if m0 > -np.inf else -np.inf
+    return l1, l0
+
+
+@njit(cache=True)
+def shared_log_terms(feat, theta, is_corr, end, rule_ac, T):
+    """(log P(r = 1) [R], log P(r = 0) [R]) for theta [R, d] (SharedSequenceBandit._reward_logmass)."""
+    R = theta.shape[0]
+    V = feat.shape[0]
+    logp, p = np.empty(V), np.empty(V)
+    lgam = np.empty(T + 1)
+    for i in range(T + 1):
+        lgam[i] = math.lgamma(i + 1.0)
+    l1, l0 = np.empty(R), np.empty(R)
+    for r in range(R):
+        l1[r], l0[r] = _shared_logodds_one(feat, theta[r], is_corr, end, rule_ac, T, logp, p, lgam)
+    return l1, l0
+
+
+@njit(cache=True)
+def shared_sampled_run(feat, theta0, eta, u, stream, adv, is_corr, end, rule_ac, normalized, steps, every, tail0,
+                       collapse_j, J0, Phi0):
+    """Every sampled step of R runs of the shared model (as :func:`partial_sampled_run`): tokens by inverse CDF
+    of the one distribution p, a response stops at its first end token (|o| = position + 1) or after T;
+    s(o) = counts @ phi - |o| mu, divided by |o| if normalized. J0, Phi0 [R]: J and Phi at theta0 from the
+    numpy ``exact`` (as the numpy route records them); later Phi = log P(r = 1) - log P(r = 0), J = expit(Phi)."""
+    R, d = theta0.shape
+    V = feat.shape[0]
+    G, T = u.shape[2], u.shape[3]
+    n_rec = (steps - 1) // every + 1
+    rec_J, rec_Phi = np.full((R, n_rec), np.nan), np.full((R, n_rec), np.nan)
+    theta = theta0.copy()
+    J_out, Phi_out = np.empty(R), np.empty(R)
+    J_min, J_tmin, J_tmax = np.empty(R), np.full(R, np.inf), np.full(R, -np.inf)
+    cstep = np.full(R, -1, np.int64)
+    logp, p, cdf = np.empty(V), np.empty(V), np.empty(V)
+    lgam = np.empty(T + 1)
+    for i in range(T + 1):
+        lgam[i] = math.lgamma(i + 1.0)
+    counts = np.zeros((G, V), np.int64)
+    L, rew, A = np.empty(G, np.int64), np.empty(G, np.int64), np.empty(G)
+    w, mu = np.empty(d), np.empty(d)
+    for r in range(R):
+        th = theta[r]
+        _shared_logodds_one(feat, th, is_corr, end, rule_ac, T, logp, p, lgam)  # logp, p at theta_0
+        Phi, J = Phi0[r], J0[r]
+        J_min[r] = J
+        if J < collapse_j:
+            cstep[r] = 0
+        fresh = False
+        last = 0
+        for step in range(steps):
+            if step % every == 0:
+                rec_J[r, step // every], rec_Phi[r, step // every] = J, Phi
+            if not fresh:
+                s = 0.0
+                last = 0
+                for v in range(V):
+                    s += p[v]
+                    cdf[v] = s
+                    if p[v] > 0:
+                        last = v
+                fresh = True
+            us = u[stream[r], step]
+            c = 0
+            for g in range(G):
+                counts[g, :] = 0
+                n, m, ended = 0, 0, 0
+                for t in range(T):
+                    tk = _draw(cdf, last, us[g, t])
+                    counts[g, tk] += 1
+                    if tk == end:
+                        ended = 1
+                        break
+                    m += 1
+                    if is_corr[tk]:
+                        n += 1
+                L[g] = m + ended
+                rew[g] = 1 if (m >= 1 and (n == m if rule_ac else 2 * n >= m)) else 0
+                c += rew[g]
+            moves = False
+            for g in range(G):
+                A[g] = adv[c, rew[g]]
+                if A[g] != 0.0:
+                    moves = True
+            if moves:
+                mu[:] = 0.0
+                for v in range(V):
+                    for j in range(d):
+                        mu[j] += p[v] * feat[v, j]
+                w[:] = 0.0
+                for g in range(G):
+                    if A[g] == 0.0:
+                        continue
+                    a = A[g] / L[g] if normalized else A[g]
+                    for j in range(d):
+                        sc = -L[g] * mu[j]
+                        for v in range(V):
+                            if counts[g, v] > 0:
+                                sc += counts[g, v] * feat[v, j]
+                        w[j] += a * sc
+                for j in range(d):
+                    th[j] = th[j] + eta[r] * (w[j] / G)
+                lJ, lJbar = _shared_logodds_one(feat, th, is_corr, end, rule_ac, T, logp, p, lgam)
+                Phi = lJ - lJbar
+                fresh = False
+            J = _expit(Phi)
+            if J < J_min[r]:
+                J_min[r] = J
+            if step + 1 >= tail0:
+                J_tmin[r] = min(J_tmin[r], J)
+                J_tmax[r] = max(J_tmax[r], J)
+            if cstep[r] < 0 and J < collapse_j:
+                cstep[r] = step + 1
+        J_out[r], Phi_out[r] = J, Phi
+    return theta, rec_J, rec_Phi, J_out, Phi_out, J_min, J_tmin, J_tmax, cstep
+
+
+# ---------------------------------------------------------------------------------------------
+# position-wise tabular logits (bandits.sequence.TabularSequenceBandit)
+
+
+@njit(cache=True)
+def _tabular_logodds_one(z, correct, k, logp, p, lq, lw, pre):
+    """(log J, log(1 - J)) of logits z [T, V] (J = P(N >= k), x_t ~ Bernoulli(q_t)); fills logp, p, lq, lw."""
+    T, V = z.shape
+    for t in range(T):
+        zmax = -np.inf
+        for v in range(V):
+            if z[t, v] > zmax:
+                zmax = z[t, v]
+        s = 0.0
+        for v in range(V):
+            logp[t, v] = z[t, v] - zmax
+            s += math.exp(logp[t, v])
+        ls = math.log(s)
+        for v in range(V):
+            logp[t, v] -= ls
+    _class_logmass(logp, correct, p, lq, lw)
+    linear = _linear_ok(lq, lw)
+    _count_pmf(lq, lw, pre, linear)
+    full = pre[T]
+    return _log_sum_range(full, k, T + 1, linear), _log_sum_range(full, 0, k, linear)
+
+
+@njit(cache=True)
+def tabular_log_terms(z, correct, k):
+    """(log J [R], log(1 - J) [R]) for logits z [R, T, V]."""
+    R, T, V = z.shape
+    logp, p, lq, lw = np.empty((T, V)), np.empty((T, V)), np.empty(T), np.empty(T)
+    pre = np.empty((T + 1, T + 1))
+    lJ, lJbar = np.empty(R), np.empty(R)
+    for r in range(R):
+        lJ[r], lJbar[r] = _tabular_logodds_one(z[r], correct, k, logp, p, lq, lw, pre)
+    return lJ, lJbar
+
+
+@njit(cache=True)
+def tabular_sampled_run(z0, eta, u, stream, adv, correct, k, scale, steps, every, tail0, collapse_j):
+    """Every sampled step of R runs of the tabular model (as :func:`partial_sampled_run`): z [R, T, V], the
+    score of a response is e_{o_t} - p_t per position, w = (scale / G) sum_i A_i s(o_i)."""
+    R, T, V = z0.shape
+    G = u.shape[2]
+    n_rec = (steps - 1) // every + 1
+    rec_J, rec_Phi = np.full((R, n_rec), np.nan), np.full((R, n_rec), np.nan)
+    z = z0.copy()
+    J_out, Phi_out = np.empty(R), np.empty(R)
+    J_min, J_tmin, J_tmax = np.empty(R), np.full(R, np.inf), np.full(R, -np.inf)
+    cstep = np.full(R, -1, np.int64)
+    logp, p, lq, lw = np.empty((T, V)), np.empty((T, V)), np.empty(T), np.empty(T)
+    pre, cdf, last = np.empty((T + 1, T + 1)), np.empty((T, V)), np.empty(T, np.int64)
+    tok, rew, A = np.empty((G, T), np.int64), np.empty(G, np.int64), np.empty(G)
+    w = np.empty((T, V))
+    for r in range(R):
+        zr = z[r]
+        lJ, lJbar = _tabular_logodds_one(zr, correct, k, logp, p, lq, lw, pre)
+        Phi = lJ - lJbar
+        J = math.exp(min(lJ, 0.0))
+        J_min[r] = J
+        if J < collapse_j:
+            cstep[r] = 0
+        fresh = False
+        for step in range(steps):
+            if step % every == 0:
+                rec_J[r, step // every], rec_Phi[r, step // every] = J, Phi
+            if not fresh:
+                _cdf_rows(p, cdf, last)
+                fresh = True
+            us = u[stream[r], step]
+            c = 0
+            for g in range(G):
+                n = 0
+                for t in range(T):
+                    tk = _draw(cdf[t], last[t], us[g, t])
+                    tok[g, t] = tk
+                    if tk == correct:
+                        n += 1
+                rew[g] = 1 if n >= k else 0
+                c += rew[g]
+            moves = False
+            asum = 0.0
+            for g in range(G):
+                A[g] = adv[c, rew[g]]
+                asum += A[g] * scale
+                if A[g] != 0.0:
+                    moves = True
+            if moves:
+                for t in range(T):  # sum_i a_i (e_{o_it} - p_t) = sum_i a_i e_{o_it} - (sum_i a_i) p_t
+                    for v in range(V):
+                        w[t, v] = -asum * p[t, v]
+                for g in range(G):
+                    for t in range(T):
+                        w[t, tok[g, t]] += A[g] * scale
+                for t in range(T):
+                    for v in range(V):
+                        zr[t, v] = zr[t, v] + eta[r] * (w[t, v] / G)
+                lJ, lJbar = _tabular_logodds_one(zr, correct, k, logp, p, lq, lw, pre)
+                Phi = lJ - lJbar
+                fresh = False
+            J = _expit(Phi)
+            if J < J_min[r]:
+                J_min[r] = J
+            if step + 1 >= tail0:
+                J_tmin[r] = min(J_tmin[r], J)
+                J_tmax[r] = max(J_tmax[r], J)
+            if cstep[r] < 0 and J < collapse_j:
+                cstep[r] = step + 1
+        J_out[r], Phi_out[r] = J, Phi
+    return z, rec_J, rec_Phi, J_out, Phi_out, J_min, J_tmin, J_tmax, cstep

@@ -232,7 +232,8 @@ class PartialSharingBandit:
                                             self.correct, self._k())
         return (lJ - lJbar).reshape(th.shape[:-1])
 
-    def _kernel_sampled_run(self, theta0, eta, u, stream, adv, *, scale, steps, every, tail0, collapse_j):
+    def _kernel_sampled_run(self, theta0, eta, u, stream, adv, *, normalized, steps, every, tail0, collapse_j):
         """Every sampled step of R runs in one kernel call (bandits._sequence_kernels.partial_sampled_run)."""
+        scale = 1.0 / self.T if normalized else 1.0  # fixed length: |o| = T
         return _kern.partial_sampled_run(self.features, np.ascontiguousarray(theta0, dtype=np.float64), eta, u,
                                          stream, adv, self.correct, self._k(), scale, steps, every, tail0, collapse_j)

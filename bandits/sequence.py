@@ -52,6 +52,8 @@ from gapdyn import COLLAPSE_J, METHOD_NAMES, expected_scalar, group_advantages
 from gapdyn.collapse import tail_start
 from gapdyn.sampling import inverse_cdf_draw
 
+from . import _sequence_kernels as _kern
+
 __all__ = [
     "RULES",
     "SharedSequenceBandit",
@@ -346,6 +348,27 @@ class SharedSequenceBandit:
     def param_shape(self) -> tuple[int, ...]:
         return (self.d,)
 
+    # -- kernels of simulate (bandits._sequence_kernels; tested equal to the methods above) ------------------
+    def _kernel_args(self):
+        corr, _, _ = self._masks()
+        end = -1 if self.end_token is None else self.end_token
+        return corr, end, self.rule == "AC"
+
+    def _kernel_log_odds(self, theta) -> np.ndarray:
+        """Phi of theta [..., d] (as :meth:`log_odds`, by the numba kernel)."""
+        th = self.check_params(theta)
+        l1, l0 = _kern.shared_log_terms(self.features, np.ascontiguousarray(th.reshape(-1, self.d)), *self._kernel_args(),
+                                        self.T)
+        return (l1 - l0).reshape(th.shape[:-1])
+
+    def _kernel_sampled_run(self, theta0, eta, u, stream, adv, *, normalized, steps, every, tail0, collapse_j):
+        """Every sampled step of R runs in one kernel call (bandits._sequence_kernels.shared_sampled_run)."""
+        th = np.ascontiguousarray(theta0, dtype=np.float64)
+        ex = self.exact(th)  # J_0, Phi_0 as the numpy route records them
+        return _kern.shared_sampled_run(self.features, th, eta, u, stream, adv, *self._kernel_args(), normalized,
+                                        steps, every, tail0, collapse_j, np.asarray(ex["J"], np.float64),
+                                        np.asarray(ex["Phi"], np.float64))
+
 
 def _exact_from_states(logP, cond, r, L) -> dict[str, np.ndarray]:
     neg = -np.inf
@@ -495,6 +518,22 @@ class TabularSequenceBandit:
         G = _check_int(group_size, "group_size", 1)
         z = self.check_params(z)
         return self.draw(z, rng.random(z.shape[:-2] + (G, self.T)))
+
+    # -- kernels of simulate (bandits._sequence_kernels; tested equal to the methods above) ------------------
+    def _kernel_log_odds(self, z) -> np.ndarray:
+        """Phi of z [..., T, V] (as :meth:`log_odds`, by the numba kernel)."""
+        z = self.check_params(z)
+        lJ, lJbar = _kern.tabular_log_terms(np.ascontiguousarray(z.reshape((-1, self.T, self.V))), self.correct,
+                                            self._k())
+        return (lJ - lJbar).reshape(z.shape[:-2])
+
+    def _kernel_sampled_run(self, theta0, eta, u, stream, adv, *, normalized, steps, every, tail0, collapse_j):
+        """Every sampled step of R runs in one kernel call (bandits._sequence_kernels.tabular_sampled_run)."""
+        z0 = np.ascontiguousarray(np.reshape(theta0, (-1, self.T, self.V)), dtype=np.float64)
+        scale = 1.0 / self.T if normalized else 1.0  # fixed length: |o| = T
+        out = _kern.tabular_sampled_run(z0, eta, u, stream, adv, self.correct, self._k(), scale, steps, every, tail0,
+                                        collapse_j)
+        return (out[0].reshape(len(z0), -1),) + tuple(out[1:])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -671,9 +710,9 @@ def simulate(env, dyn: SequenceDynamics, *, eta, seed=0, theta0=None, backend: s
     if backend == "numba" and not exact_mode and hasattr(env, "_kernel_sampled_run"):
         # the same stream: g.random((steps, G, T)) is the steps successive g.random((G, T)) of the loop below
         u = np.stack([g.random((dyn.steps, G, T)) for g in rngs])  # [seeds, steps, G, T]
-        scale = 1.0 / T if dyn.length_normalized else 1.0  # fixed length here: |o| = T
         out = env._kernel_sampled_run(params.reshape(R, -1), eta0, u, inverse.astype(np.int64),
-                                      _advantage_table(dyn.method, G, opts), scale=scale, steps=dyn.steps,
+                                      _advantage_table(dyn.method, G, opts), normalized=bool(dyn.length_normalized),
+                                      steps=dyn.steps,
                                       every=every, tail0=tail0, collapse_j=COLLAPSE_J)
         theta, rec_J, rec_Phi, J, Phi, J_min, J_tail_min, J_tail_max, collapse_step = out
         return SequenceTrajectory(

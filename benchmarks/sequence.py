@@ -133,18 +133,19 @@ def length_point(mode: str = "sampled", *, instance: int = 0, rho: float = 0.5, 
     return LengthPoint(mode, tuple(used), t["numba"], t["numpy"], ratio(t["numpy"], t["numba"]), same)
 
 
-def length_instance_time(instance: int = 0) -> float:
-    """Seconds for every cell of one instance of `length --mode full` (run_cell as the experiment calls it)."""
+def length_instance_time(instance: int = 0) -> tuple[float, float]:
+    """(wall, CPU) seconds for every cell of one instance of `length --mode full` (run_cell as the experiment
+    calls it; the CPU time is what a loaded machine does not inflate)."""
     import time
 
     from bandits.experiments import length as L
 
     cs = L.cells(L.Config.full(), [instance])
     L.run_cell(**cs[0])  # compiled and cached before timing
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for c in cs:
         L.run_cell(**c)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 def main(argv=None) -> int:
@@ -163,9 +164,10 @@ def main(argv=None) -> int:
         p = length_point(mode, Ts=Ts, repeats=reps)
         print(f"| {mode} | {','.join(map(str, p.Ts))} | {p.numba.median:.3f} {p.numba.spread()} | "
               f"{p.numpy.median:.3f} {p.numpy.spread()} | {p.speedup.median:.1f}x {p.speedup.spread()} | {p.same_eta_star} |")
-    t = length_instance_time(0)
-    print(f"one instance of `length --mode full` (60 cells x 2 streams, numba, 1 process): {t:.1f} s; "
-          f"100 instances: {100 * t / 60:.1f} min in 1 process")
+    for inst in (0, 1):
+        wall, cpu = length_instance_time(inst)
+        print(f"instance {inst} of `length --mode full` (60 cells x 2 streams, numba, 1 process): wall {wall:.1f} s, "
+              f"CPU {cpu:.1f} s; 100 such instances on 2 workers: {100 * cpu / 2 / 60:.1f} min of CPU time")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     return 0
 
