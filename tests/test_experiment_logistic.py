@@ -129,6 +129,11 @@ def test_violation_estimate_is_the_studentized_bootstrap_where_it_is_valid():
     zero, _ = lg.violation_estimate(np.zeros(20))  # no violation anywhere: the exact limit over instances
     np.testing.assert_allclose(zero.hi, beta.ppf(0.95, 1, 20), rtol=1e-12)
     np.testing.assert_allclose(zero.hi, 1 - 0.05 ** (1 / 20), rtol=1e-12)
+    sparse = np.zeros(40)
+    sparse[[3, 17]] = [0.02, 0.5]  # two instances violate: bootstrap resamples without spread give no interval
+    est, reason = lg.violation_estimate(sparse)
+    assert reason == "" and est.lo == 0.0 and est.hi == pytest.approx(beta.ppf(0.95, 3, 38))
+    assert est.hi >= sparse.mean()
     assert lg.violation_estimate(np.array([0.1]))[0].method == "no data"
     assert lg.violation_estimate(np.full(4, 0.3))[1]  # no spread: not measured, with a reason
 
