@@ -52,11 +52,11 @@ def test_every_code_gives_gapdyns_advantages_and_scalar(method):
         opts_list = [{"lam": 0.1}, {"lam": 0.6}]
     for opts, G in itertools.product(opts_list, (2, 3, 5)):
         groups = np.array(list(itertools.product([0.0, 1.0], repeat=G)))
-        np.testing.assert_allclose(advantages_nb(method, groups, **opts), gapdyn.group_advantages(method, groups, **opts),
-                                   rtol=1e-14, atol=1e-15)
+        want = gapdyn.group_advantages(method, groups, **opts)
+        np.testing.assert_allclose(advantages_nb(method, groups, **opts), want, rtol=1e-14, atol=1e-15)
         for J in (1e-5, 0.2, 0.5, 0.93):
-            np.testing.assert_allclose(exact_scalar_nb(method, J, G, **opts), gapdyn.expected_scalar(method, J, G, **opts),
-                                       rtol=1e-10)
+            want = gapdyn.expected_scalar(method, J, G, **opts)
+            np.testing.assert_allclose(exact_scalar_nb(method, J, G, **opts), want, rtol=1e-10)
 
 
 @pytest.mark.parametrize("method", DIRECTIONS)
@@ -150,7 +150,8 @@ def test_numba_safe_step_uses_gapdyns_no_ascent_tolerance():
     for sd in (0.37, 3.0, 250.0):
         edge = gss.NO_ASCENT_TOL * sd
         for dmu in (edge, np.nextafter(edge, np.inf), np.nextafter(edge, -np.inf), 2 * edge, 0.5 * edge):
-            assert engine._safe_step_size(2.0, dmu, 0.5, 1, sd, 1.0, 2.0) == _gapdyn_rule(2.0, dmu, 0.5, 1, sd, 1.0, 2.0)
+            want = _gapdyn_rule(2.0, dmu, 0.5, 1, sd, 1.0, 2.0)
+            assert engine._safe_step_size(2.0, dmu, 0.5, 1, sd, 1.0, 2.0) == want
         assert _gapdyn_rule(2.0, edge, 0.5, 1, sd, 1.0, 2.0) == 0.0
         assert _gapdyn_rule(2.0, np.nextafter(edge, np.inf), 0.5, 1, sd, 1.0, 2.0) > 0.0
 
