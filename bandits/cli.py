@@ -139,9 +139,10 @@ def _run(args: RunConfig, argv: list[str]) -> int:
     print(md, end="")
     shown = res.block("confirmation") or res.block("discovery")
     n = gapdyn.count_verdicts(shown)
-    counted = len(shown) - n["identity"]
+    counted = len(shown) - n["identity"] - n["derived"]
     say("bandit", f"{name} ({args.mode}): {n['holds']}/{counted} claims hold, {n['does not hold']} do not, "
-                  f"{n['inconclusive']} inconclusive, {n['identity']} identities (not counted); "
+                  f"{n['inconclusive']} inconclusive; {n['identity']} identity and {n['derived']} derived rows "
+                  "(shown, not counted); "
                   f"{len(res.results)} result rows; criteria hash {res.criteria_hash}")
     say("bandit", f"wrote {out}/ (results.parquet, claims.json, claims.csv, claims.md)")
     if args.strict and n["does not hold"]:
