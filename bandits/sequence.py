@@ -357,8 +357,8 @@ class SharedSequenceBandit:
     def _kernel_log_odds(self, theta) -> np.ndarray:
         """Phi of theta [..., d] (as :meth:`log_odds`, by the numba kernel)."""
         th = self.check_params(theta)
-        l1, l0 = _kern.shared_log_terms(self.features, np.ascontiguousarray(th.reshape(-1, self.d)), *self._kernel_args(),
-                                        self.T)
+        flat = np.ascontiguousarray(th.reshape(-1, self.d))
+        l1, l0 = _kern.shared_log_terms(self.features, flat, *self._kernel_args(), self.T)
         return (l1 - l0).reshape(th.shape[:-1])
 
     def _kernel_sampled_run(self, theta0, eta, u, stream, adv, *, normalized, steps, every, tail0, collapse_j):

@@ -8,6 +8,10 @@ w = Gap from the closed forms). All R runs (etas) go through one batched call of
 runs), timed alternately. For the exact direction the batched and the per-run results must agree
 (reported as max |J_final difference|); sampled runs draw from the same per-run seeds in both routes
 (agreement is a test, tests/test_bandits_sequence.py), so only their time is compared.
+
+:func:`length_point` times the eta* searches of the length experiment with the numba kernels against the
+numpy route of the same simulator (``backend=``), :func:`length_instance_time` one whole instance;
+``python -m benchmarks.sequence`` prints both (BENCHMARKS.md, "Sequence bandit").
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from bandits.sequence import SequenceDynamics, SharedSequenceBandit, TabularSequ
 
 from .timing import Stat, interleaved, ratio
 
-__all__ = ["SEQ_MODELS", "make_env", "sequence_point", "SequencePoint", "LengthPoint", "length_point", "length_instance_time", "main"]
+__all__ = ["SEQ_MODELS", "make_env", "sequence_point", "SequencePoint", "LengthPoint", "length_point",
+           "length_instance_time", "main"]
 
 SEQ_MODELS = ("shared", "shared+eos", "tabular")
 
@@ -163,7 +168,8 @@ def main(argv=None) -> int:
     for mode in ("sampled", "exact"):
         p = length_point(mode, Ts=Ts, repeats=reps)
         print(f"| {mode} | {','.join(map(str, p.Ts))} | {p.numba.median:.3f} {p.numba.spread()} | "
-              f"{p.numpy.median:.3f} {p.numpy.spread()} | {p.speedup.median:.1f}x {p.speedup.spread()} | {p.same_eta_star} |")
+              f"{p.numpy.median:.3f} {p.numpy.spread()} | {p.speedup.median:.1f}x {p.speedup.spread()} | "
+              f"{p.same_eta_star} |")
     for inst in (0, 1):
         wall, cpu = length_instance_time(inst)
         print(f"instance {inst} of `length --mode full` (60 cells x 2 streams, numba, 1 process): wall {wall:.1f} s, "

@@ -569,8 +569,9 @@ def test_shared_kernels_equal_the_numpy_route():
     methods = ["grpo", "rloo", "w_reinforce", "reinforce"]
     for i in range(12):
         variable = bool(i % 2)
-        env = SharedSequenceBandit.random(V=int(rng.integers(3, 9)), d=int(rng.integers(1, 5)), T=int(rng.integers(1, 11)),
-                                          rule=("AC", "MAJ")[i % 3 % 2], seed=i, variable_length=variable)
+        env = SharedSequenceBandit.random(V=int(rng.integers(3, 9)), d=int(rng.integers(1, 5)),
+                                          T=int(rng.integers(1, 11)), rule=("AC", "MAJ")[i % 3 % 2], seed=i,
+                                          variable_length=variable)
         th = float(rng.choice([0.3, 3.0, 300.0])) * rng.standard_normal((6, env.d))
         np.testing.assert_allclose(env._kernel_log_odds(th), env.log_odds(th), rtol=1e-12, atol=1e-12)
         dyn = SequenceDynamics(method=methods[i % 4], mode="sampled", group_size=int(rng.integers(2, 7)), steps=24,
