@@ -138,7 +138,8 @@ class Config:
 
     @classmethod
     def full(cls) -> "Config":
-        return cls()
+        """20 discovery and 100 confirmation instances per cell (the sequence kernels make 100 affordable)."""
+        return cls(confirmation=tuple(range(1000, 1100)))
 
     def __post_init__(self):
         if self.mode not in ("test", "quick", "full"):
