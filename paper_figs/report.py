@@ -10,6 +10,7 @@ test can check that the report quotes the run and nothing else.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -291,8 +292,10 @@ def main(argv: list[str]) -> int:
             found = [p] if p.is_file() else sorted(p.glob("**/claims.json"))
             if not found:
                 raise ValueError(f"--runs: no claims.json in {p}")
-            for f in found:
-                claims += read_claims(f)
+            for f in found:  # <out>/<experiment>-<mode>/claims.json: ids qualified by the experiment, as reproduce does
+                name = f.parent.name.rsplit("-", 1)[0]
+                claims += [c if c.id.startswith(("llm.", f"{name}.")) else dataclasses.replace(c, id=f"{name}.{c.id}")
+                           for c in read_claims(f)]
     elif not args.from_store:
         claims = read_claims(out)
     else:
