@@ -99,7 +99,7 @@ ax[0, 0].legend(frameon=False);
 # ## How far apart are the predictors?
 # The measured critical η* of exact GRPO (`gapdyn.find_eta_star`, the project's one estimator: a scan
 # with neighbouring η 1 % apart over the whole range, then bisection to 0.1 % on the first η whose run
-# collapses, J < `gapdyn.COLLAPSE_J` at any step; docs/evidence.md), the one-step sharp threshold, and
+# ends collapsed, J < `gapdyn.COLLAPSE_J` over the last quarter of the horizon; docs/evidence.md), the one-step sharp threshold, and
 # Theorem 1's worst-case step condition (`gapdyn.theorem1_step_bound` with the log-linear constants of
 # `gapdyn.loglinear_bound_constants`). Read the ratios: the worst-case bound is orders of magnitude
 # smaller than the measured step.

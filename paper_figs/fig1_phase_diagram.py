@@ -19,7 +19,7 @@ CAPTION = (
     "ordered by measured eta*). (a) exact GRPO: J after K steps over (eta, instance), with the measured critical "
     "eta* and the computable predictors at theta0 overlaid (one-step sharp line-search threshold, local curvature "
     "threshold, Theorem 1's step condition, the Phi-monotone edge; gapdyn.thresholds). (b) sampled GRPO (G = 8): "
-    "share of collapsed runs (J < 1e-3 at any step) over (eta, instance). The threshold against J "
+    "share of runs ending collapsed (J < 1e-3 over the last quarter of the horizon) over (eta, instance). The threshold against J "
     "(Theorem 3's (1 - J) law) is figure 2 (d)."
 )
 
