@@ -38,6 +38,19 @@ def _logaddexp(x, y):
     return tmp  # nan
 
 
+@njit(cache=True, inline="always")
+def _track(r, k, J, tail0, collapse_j, J_min, J_tmin, J_tmax, cstep):
+    """State k of run r: min J over the run, min / max over the last quarter (k >= tail0; gapdyn.tail_start)
+    and the first k with J < collapse_j (gapdyn.collapse)."""
+    if J < J_min[r]:
+        J_min[r] = J
+    if k >= tail0:
+        J_tmin[r] = min(J_tmin[r], J)
+        J_tmax[r] = max(J_tmax[r], J)
+    if cstep[r] < 0 and J < collapse_j:
+        cstep[r] = k
+
+
 @njit(cache=True)
 def _expit(x):
     """1 / (1 + exp(-x)), from the side that does not overflow."""
@@ -354,13 +367,7 @@ def partial_sampled_run(feat, theta0, eta, u, stream, adv, correct, k, scale, st
                 Phi = lJ - lJbar
                 fresh = False
             J = _expit(Phi)
-            if J < J_min[r]:
-                J_min[r] = J
-            if step + 1 >= tail0:
-                J_tmin[r] = min(J_tmin[r], J)
-                J_tmax[r] = max(J_tmax[r], J)
-            if cstep[r] < 0 and J < collapse_j:
-                cstep[r] = step + 1
+            _track(r, step + 1, J, tail0, collapse_j, J_min, J_tmin, J_tmax, cstep)
         J_out[r], Phi_out[r] = J, Phi
     return theta, rec_J, rec_Phi, J_out, Phi_out, J_min, J_tmin, J_tmax, cstep
 
@@ -535,13 +542,7 @@ def shared_sampled_run(feat, theta0, eta, u, stream, adv, is_corr, end, rule_ac,
                 Phi = lJ - lJbar
                 fresh = False
             J = _expit(Phi)
-            if J < J_min[r]:
-                J_min[r] = J
-            if step + 1 >= tail0:
-                J_tmin[r] = min(J_tmin[r], J)
-                J_tmax[r] = max(J_tmax[r], J)
-            if cstep[r] < 0 and J < collapse_j:
-                cstep[r] = step + 1
+            _track(r, step + 1, J, tail0, collapse_j, J_min, J_tmin, J_tmax, cstep)
         J_out[r], Phi_out[r] = J, Phi
     return theta, rec_J, rec_Phi, J_out, Phi_out, J_min, J_tmin, J_tmax, cstep
 
@@ -648,12 +649,6 @@ def tabular_sampled_run(z0, eta, u, stream, adv, correct, k, scale, steps, every
                 Phi = lJ - lJbar
                 fresh = False
             J = _expit(Phi)
-            if J < J_min[r]:
-                J_min[r] = J
-            if step + 1 >= tail0:
-                J_tmin[r] = min(J_tmin[r], J)
-                J_tmax[r] = max(J_tmax[r], J)
-            if cstep[r] < 0 and J < collapse_j:
-                cstep[r] = step + 1
+            _track(r, step + 1, J, tail0, collapse_j, J_min, J_tmin, J_tmax, cstep)
         J_out[r], Phi_out[r] = J, Phi
     return z, rec_J, rec_Phi, J_out, Phi_out, J_min, J_tmin, J_tmax, cstep
