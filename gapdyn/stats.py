@@ -125,6 +125,19 @@ def clopper_pearson_interval(k: int, n: int, *, confidence: float = 0.95) -> Est
 # --- bootstrap ---------------------------------------------------------------------------------
 
 
+def _row_aligned(arrays) -> tuple[list[np.ndarray], int]:
+    """The numeric arrays of a bootstrap, row-aligned along axis 0 (>= 2 rows), and their row count."""
+    if not arrays:
+        raise ValueError("arrays must hold at least one array")
+    data = [np.asarray(a) for a in arrays]
+    if any(not (np.issubdtype(a.dtype, np.number) or a.dtype == bool) for a in data):
+        raise ValueError("arrays must be numeric")
+    n_rows = data[0].shape[0] if data[0].ndim else 0
+    if n_rows < 2 or any(a.ndim == 0 or a.shape[0] != n_rows for a in data):
+        raise ValueError("arrays must share a first axis of length >= 2")
+    return data, n_rows
+
+
 def cluster_bootstrap(
     statistic: Callable[..., float],
     *arrays,
@@ -146,14 +159,7 @@ def cluster_bootstrap(
     if int(n_resamples) != n_resamples or n_resamples < 100:
         raise ValueError(f"n_resamples must be an integer >= 100, got {n_resamples!r}")
     c = _check_confidence(confidence)
-    if not arrays:
-        raise ValueError("arrays must hold at least one array")
-    data = [np.asarray(a) for a in arrays]
-    if any(not (np.issubdtype(a.dtype, np.number) or a.dtype == bool) for a in data):
-        raise ValueError("arrays must be numeric")
-    n_rows = data[0].shape[0] if data[0].ndim else 0
-    if n_rows < 2 or any(a.ndim == 0 or a.shape[0] != n_rows for a in data):
-        raise ValueError("arrays must share a first axis of length >= 2")
+    data, n_rows = _row_aligned(arrays)
     labels = np.arange(n_rows) if clusters is None else np.asarray(clusters)
     if labels.shape != (n_rows,):
         raise ValueError(f"clusters must have shape ({n_rows},), got {labels.shape}")
@@ -458,14 +464,7 @@ def bca_cluster_bootstrap(statistic: Callable[..., float], *arrays, clusters=Non
     B = _check_resamples(n_resamples)
     c = _check_confidence(confidence)
     bound = _check_bound(bound)
-    if not arrays:
-        raise ValueError("arrays must hold at least one array")
-    data = [np.asarray(a) for a in arrays]
-    if any(not (np.issubdtype(a.dtype, np.number) or a.dtype == bool) for a in data):
-        raise ValueError("arrays must be numeric")
-    n_rows = data[0].shape[0] if data[0].ndim else 0
-    if n_rows < 2 or any(a.ndim == 0 or a.shape[0] != n_rows for a in data):
-        raise ValueError("arrays must share a first axis of length >= 2")
+    data, n_rows = _row_aligned(arrays)
     G, inv = _cluster_labels(clusters, n_rows)
     members = [np.flatnonzero(inv == j) for j in range(G)]
 
