@@ -245,7 +245,7 @@ def readme_headline(claims: Iterable[gapdyn.Claim], *, claims_page: str = "docs/
             continue
         by = {v: [c.id for c in got if c.verdict == v] for v in ("holds", "does not hold", "inconclusive")}
         cell = lambda ids: f"{len(ids)}" + (f": {', '.join(ids)}" if 0 < len(ids) <= 4 else "")  # noqa: E731
-        lines.append(f"| {paper} | {statement.replace('|', '/')} | {cell(by['holds'])} | {cell(by['does not hold'])} "
+        lines.append(f"| {paper} | {statement.replace('|', chr(92) + '|')} | {cell(by['holds'])} | {cell(by['does not hold'])} "
                      f"| {len(by['inconclusive'])} |")
     counts = gapdyn.count_verdicts(shown)
     head = (f"{counts['holds']} claims hold, {counts['does not hold']} do not hold, {counts['inconclusive']} are "
