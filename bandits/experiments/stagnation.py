@@ -56,7 +56,7 @@ from bandits.engine import Dynamics, simulate
 from bandits.envs import ContextualBandit, make_bandit
 from bandits.schedules import Schedule
 
-from ._common import no_data, run_experiment, run_stats, steps_to
+from ._common import mean_estimate, no_data, run_experiment, run_stats, steps_to
 
 NAME = "stagnation"
 PARTS = ("single", "shared", "misalign", "controllers")
@@ -582,10 +582,13 @@ def _mean(x) -> float:
 def _bracket(lo_vals, hi_vals, rng, n_resamples) -> gapdyn.Estimate:
     """Mean of a bracketed quantity over instances: estimate mean(lo), interval from the bootstrap of
     mean(lo) (lower end) and of mean(hi) (upper end)."""
-    a = gapdyn.cluster_bootstrap(_mean, np.asarray(lo_vals, float), rng=rng, n_resamples=n_resamples)
-    b = gapdyn.cluster_bootstrap(_mean, np.asarray(hi_vals, float), rng=rng, n_resamples=n_resamples)
+    seed = int(rng.integers(2**31))
+    a = mean_estimate(np.asarray(lo_vals, float), seed=seed, natural=(0.0, 1.0))
+    b = mean_estimate(np.asarray(hi_vals, float), seed=seed, natural=(0.0, 1.0))
+    if a.method.startswith("no data") or b.method.startswith("no data"):
+        return a if a.method.startswith("no data") else b
     return gapdyn.Estimate(a.estimate, min(a.lo, b.lo), max(a.hi, b.hi), a.n, a.confidence,
-                           "cluster bootstrap of mean(lo) and mean(hi): bracket and sampling")
+                           "studentized cluster bootstrap of mean(lo) and mean(hi): bracket and sampling")
 
 
 def _spearman(x, y) -> float:
@@ -609,8 +612,8 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
 
     def add(cid, est, *, setting, statistic, reason="", **kw):
         source, statement = STATEMENTS[cid]
-        if est.method == "no data":
-            kw["reason"] = reason or "fewer than 2 instances in this block"
+        if est.method.startswith("no data"):
+            kw["reason"] = reason or est.method[len("no data: "):] or "fewer than 2 instances in this block"
         elif reason:
             kw["reason"] = reason
         claims.append(gapdyn.Claim.from_estimate(est, id=cid, source=source, statement=statement, setting=setting,
@@ -623,7 +626,7 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
         labels = np.arange(v.size) if clusters is None else np.asarray(clusters)
         if keep.sum() < 2 or np.unique(labels[keep]).size < 2:
             return no_data(*natural)
-        return gapdyn.cluster_bootstrap(_mean, v[keep], clusters=labels[keep], rng=rng, n_resamples=B)
+        return mean_estimate(v[keep], labels[keep], seed=int(rng.integers(2**31)), natural=natural)
 
     single = results[results["part"] == "single"] if "part" in results else results.iloc[:0]
     where = (f"one context, 100-arm log-linear (d=16), exact REINFORCE, etas {list(config.single_etas)}, "
@@ -704,8 +707,8 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
         if {"constant", "adaptive"} <= set(piv.columns) and piv.index.get_level_values(0).nunique() >= 2:
             x, y = piv["constant"].to_numpy(), piv["adaptive"].to_numpy()
             p = gapdyn.mcnemar_exact(x, y).p_value
-            est = gapdyn.cluster_bootstrap(_mean, x - y, clusters=piv.index.get_level_values(0).to_numpy(), rng=rng,
-                                           n_resamples=B)
+            est = mean_estimate(x - y, piv.index.get_level_values(0).to_numpy(), seed=int(rng.integers(2**31)),
+                                natural=(-1.0, 1.0))
     add("stagnation.adaptive_fewer_collapses", est, setting=where, p_value=p, p_adjusted=p,
         statistic="P(collapse | constant) - P(collapse | adaptive), paired runs")
     return claims
