@@ -33,7 +33,9 @@ def test_contract(name, test_runs):
     mod, res = test_runs[name]
     assert isinstance(res, ExperimentResult) and res.name == mod.NAME == name and res.mode == "test"
     assert mod.Config.quick().mode == "quick" and mod.Config.full().mode == "full"
-    assert mod.Config.quick().confirmation == () and mod.Config.full().confirmation == gapdyn.CONFIRMATION_SEEDS
+    conf = tuple(mod.Config.full().confirmation)  # 1000-1019, or from 1000 on where a claim's interval needs more
+    assert mod.Config.quick().confirmation == () and conf[:20] == gapdyn.CONFIRMATION_SEEDS
+    assert conf == tuple(range(1000, 1000 + len(conf)))
     assert set(mod.Config.full().instances).isdisjoint(mod.Config.full().confirmation)
     assert all(isinstance(c, gapdyn.Criterion) for c in mod.CRITERIA.values())
     cells = mod.cells(mod.Config.test(), mod.Config.test().instances)
