@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from . import stats
+from .io import atomic_write_text, write_with
 from .stats import Estimate
 
 __all__ = ["KINDS", "DGPS", "NS", "CoverageMethod", "COVERAGE_METHODS", "draw_means", "draw_slopes",
@@ -403,9 +404,9 @@ def _run(argv) -> int:
         table = coverage_table(reps=cfg.reps, rng=np.random.default_rng(cfg.seed), n_resamples=cfg.n_resamples,
                                seed=cfg.seed)
     Path(cfg.data).parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(cfg.data, index=False, float_format="%.10g")
+    write_with(cfg.data, lambda tmp: table.to_csv(tmp, index=False, float_format="%.10g"))
     Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(cfg.out).write_text(coverage_markdown(table, command=_command_line(cfg)))
+    atomic_write_text(cfg.out, coverage_markdown(table, command=_command_line(cfg)))
     _read_frozen.cache_clear()
     say("coverage", f"wrote {cfg.data} and {cfg.out}")
     return 0

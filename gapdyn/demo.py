@@ -6,7 +6,6 @@ what exact log-odds ascent does just below and just above the measured critical 
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -32,6 +31,7 @@ from . import (
 )
 from ._validate import check_seed
 from .cmdline import command, output_dir, parse, say
+from .io import atomic_write_json, check_output_path
 
 
 def ascent_run_stats(phi, r, etas, steps=200) -> RunStats:
@@ -98,6 +98,7 @@ class DemoConfig:
 def main(argv: list[str]) -> int:
     args = parse(DemoConfig, argv, prog="gapdyn demo")
     out = output_dir("demo", args.out)
+    check_output_path(out / "demo.json")  # refused before the work, not after
     print(f"{args.arms}-arm log-linear bandit, d = {args.dim}, {args.correct} correct arms, theta0 = 0\n")
     from tqdm.auto import tqdm
 
@@ -133,7 +134,7 @@ def main(argv: list[str]) -> int:
         found += int(np.isfinite(eta_c))
     out.mkdir(parents=True, exist_ok=True)
     path = out / "demo.json"
-    path.write_text(json.dumps({"config": asdict(args), "instances": record}, indent=1))
+    atomic_write_json(path, {"config": asdict(args), "instances": record}, indent=1)
     print(f"\ninstances with a finite critical eta: {found} of {args.seeds} "
           "(arXiv 2510.08539, Thm 2: a step above eta* collapses J; not every instance has a finite eta*)")
     say("demo", f"wrote {path}")

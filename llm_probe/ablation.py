@@ -35,6 +35,7 @@ import numpy as np
 
 from gapdyn.claims import (CONFIRMATION_SEEDS, Claim, ClaimSpec, Criterion, claims_markdown, claims_to_json,
                            criteria_hash, holm_adjust_claims)
+from gapdyn.io import atomic_write_json, atomic_write_text, write_with
 from gapdyn.stats import (
     Estimate,
     clopper_pearson_interval,
@@ -187,7 +188,7 @@ def prepare_warm(cfg: StudyConfig, out: Path):
     warmup(model, tok, SplitAddition(cfg.heldout_mod), steps=cfg.warmup_steps, batch_size=128, lr=1e-3, seed=0,
            progress=False)
     save_policy(model, tok, d)
-    (d / "warm.json").write_text(json.dumps({"warmup_steps": cfg.warmup_steps, "heldout_mod": cfg.heldout_mod}))
+    atomic_write_json(d / "warm.json", {"warmup_steps": cfg.warmup_steps, "heldout_mod": cfg.heldout_mod})
     return d
 
 
@@ -261,7 +262,7 @@ def run_one(cfg: StudyConfig, warm_dir, out: Path, method: str, lr: float, seed:
     _, _, correct = _heldout_eval(tr, passk_probs, cfg.passk_n, seed=778)
     ks = [k for k in (1, 2, 4, 8, 16, 32, 64) if k <= cfg.passk_n]
     passk = {str(k): float(np.mean([pass_at_k(cfg.passk_n, int(c), k) for c in correct])) for k in ks}
-    (d / "passk.json").write_text(json.dumps({"n": cfg.passk_n, "correct": correct.tolist(), "pass_at_k": passk}))
+    atomic_write_json(d / "passk.json", {"n": cfg.passk_n, "correct": correct.tolist(), "pass_at_k": passk})
     rows = [json.loads(ln) for ln in (d / "metrics.jsonl").read_text().splitlines() if ln.strip()]
     rewards = np.array([r.get("reward", np.nan) for r in rows], dtype=float)
     alerts = [asdict(a) for a in tr.detector.alerts]
@@ -276,7 +277,7 @@ def run_one(cfg: StudyConfig, warm_dir, out: Path, method: str, lr: float, seed:
                "wall_s": time.perf_counter() - t0}
     summary.update(_outcome_columns(*(outcome_from_rows(rows, summary, evals, window=w)
                                       for w in (OUTCOME_WINDOW, SENSITIVITY_WINDOW))))
-    (d / "done.json").write_text(json.dumps(summary, indent=1))
+    atomic_write_json(d / "done.json", summary, indent=1)
     return summary
 
 
@@ -321,7 +322,7 @@ def run_study(cfg: StudyConfig, out, *, n_jobs: int = 1, progress: bool = True) 
     """Every (method, lr, seed) of ``cfg`` (finished runs skipped), ``n_jobs`` processes; the run summaries."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "study.json").write_text(json.dumps(asdict(cfg), indent=1))
+    atomic_write_json(out / "study.json", asdict(cfg), indent=1)
     warm = prepare_warm(cfg, out)
     jobs = [(m, lr, s) for lr in cfg.lrs for m in cfg.methods for s in cfg.seeds]
     if n_jobs != 1:
@@ -581,12 +582,12 @@ def summarize(out) -> list[Claim]:
     runs = load_runs(out)
     if not len(runs):
         raise ValueError(f"no finished run under {out}/runs")
-    runs.drop(columns=["dir"]).to_csv(out / "runs.csv", index=False)
+    write_with(out / "runs.csv", lambda tmp: runs.drop(columns=["dir"]).to_csv(tmp, index=False))
     surv = survival_table(runs)
-    surv.to_csv(out / "survival.csv", index=False)
+    write_with(out / "survival.csv", lambda tmp: surv.to_csv(tmp, index=False))
     claims = study_claims(out, runs)
-    (out / "claims.json").write_text(claims_to_json(claims))
-    (out / "claims.md").write_text(claims_markdown(claims, columns=CLAIM_COLUMNS) + "\n")
+    atomic_write_text(out / "claims.json", claims_to_json(claims))
+    atomic_write_text(out / "claims.md", claims_markdown(claims, columns=CLAIM_COLUMNS) + "\n")
     return claims
 
 

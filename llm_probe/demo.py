@@ -22,6 +22,8 @@ import tyro
 
 import numpy as np
 
+from gapdyn.io import atomic_write_json, write_parquet, write_with
+
 __all__ = ["DemoConfig", "prepare_warm_model", "run_demo", "summarize_run", "RUN_COLUMNS", "demo_main"]
 
 RUN_COLUMNS = (
@@ -112,9 +114,9 @@ def prepare_warm_model(out_dir, *, arch="qwen2", seed=0, steps=400, batch=128, l
     wall = time.perf_counter() - t0
     acc = sampled_accuracy(model, tok, task, n=512, seed=seed)
     save_policy(model, tok, d)
-    meta.write_text(json.dumps({"arch": arch, "seed": seed, "steps": steps, "batch": batch, "lr": lr,
-                                "final_loss": losses[-1] if losses else None, "sampled_accuracy": acc,
-                                "wall_s": wall}, indent=1))
+    atomic_write_json(meta, {"arch": arch, "seed": seed, "steps": steps, "batch": batch, "lr": lr,
+                             "final_loss": losses[-1] if losses else None, "sampled_accuracy": acc,
+                             "wall_s": wall}, indent=1)
     return d, acc
 
 
@@ -182,18 +184,18 @@ def run_demo(cfg: DemoConfig) -> "object":
         results = [_one_run(cfg, str(warm_dir), m, lr, s)
                    for m, lr, s in tqdm(jobs, desc="demo runs", disable=not cfg.progress)]
     runs = pd.DataFrame([r for r, _ in results], columns=list(RUN_COLUMNS))
-    runs.to_csv(out / "runs.csv", index=False)
-    runs.to_parquet(out / "runs.parquet", index=False)
-    pd.concat([pd.read_parquet(Path(d) / "metrics.parquet") for _, d in results], ignore_index=True).to_parquet(
-        out / "metrics_all.parquet", index=False)
+    write_with(out / "runs.csv", lambda tmp: runs.to_csv(tmp, index=False))
+    write_parquet(out / "runs.parquet", runs)
+    write_parquet(out / "metrics_all.parquet",
+                  pd.concat([pd.read_parquet(Path(d) / "metrics.parquet") for _, d in results], ignore_index=True))
     base = json.loads((Path(results[0][1]) / "baseline.json").read_text()) if results else {}
     groups = []
     for (m, lr), g in runs.groupby(["method", "lr"], sort=False):
         groups.append({"method": m, "lr": lr, "runs": int(len(g)), "collapsed": int(g["collapsed"].sum()),
                        "reward_last25_mean": float(g["reward_last25"].mean()),
                        "reward_first25_mean": float(g["reward_first25"].mean())})
-    (out / "summary.json").write_text(json.dumps({"warm_sampled_accuracy": acc, "baseline": base, "steps": cfg.steps,
-                                                  "groups": groups}, indent=1))
+    atomic_write_json(out / "summary.json", {"warm_sampled_accuracy": acc, "baseline": base, "steps": cfg.steps,
+                                             "groups": groups}, indent=1)
     return runs
 
 

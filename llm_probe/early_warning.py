@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gapdyn.io import write_with
 from gapdyn.stats import roc_auc
 from gapdyn.taxonomy import BIN_NAMES
 
@@ -197,7 +198,7 @@ def main(argv=None, prog: str = "python -m llm_probe.early_warning") -> int:
     a = ap.parse_args(argv)
     steps = load_study_steps(a.study)
     tab = warning_table(steps)
-    tab.to_csv(Path(a.study) / "early_warning.csv", index=False)
+    write_with(Path(a.study) / "early_warning.csv", lambda tmp: tab.to_csv(tmp, index=False))
     import pandas as pd
 
     with pd.option_context("display.width", 250, "display.max_columns", 30, "display.precision", 3):
@@ -205,7 +206,7 @@ def main(argv=None, prog: str = "python -m llm_probe.early_warning") -> int:
     useful = tab[tab.useful & (tab.statistic != "reward (reference)")].statistic.tolist()
     print("AUC >= 0.8 at lead 5 with a zero-false-alarm warning >= 5 steps ahead:", useful or "none")
     by_lr = warning_table_by_lr(steps)
-    by_lr.to_csv(Path(a.study) / "early_warning_by_lr.csv", index=False)
+    write_with(Path(a.study) / "early_warning_by_lr.csv", lambda tmp: by_lr.to_csv(tmp, index=False))
     if len(by_lr):
         cols = ["lr", "statistic", "auc_L0", "auc_L5", "lo_L5", "hi_L5", "auc_L10", "warned_ge5", "n_collapsed",
                 "n_healthy", "useful"]

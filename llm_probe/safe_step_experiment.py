@@ -43,6 +43,7 @@ import numpy as np
 
 import gapdyn
 from gapdyn.claims import ClaimSpec, Criterion
+from gapdyn.io import atomic_write_json, atomic_write_text
 
 from .collapse import OUTCOME_WINDOW, SENSITIVITY_WINDOW, RunOutcome, run_outcome
 
@@ -191,9 +192,7 @@ def _one_run(exp: SafeStepExperiment, out: Path, warm_dir: str, method: str, arm
                 f"outcome_w{SENSITIVITY_WINDOW}": row_outcome(row, window=SENSITIVITY_WINDOW).label,
                 "alerted": out_.alerted, "collapsed": out_.collapsed,
                 "collapse_step": -1 if out_.onset is None else out_.onset})
-    tmp = done.with_name("run.json.tmp")
-    tmp.write_text(json.dumps(row))
-    tmp.replace(done)
+    atomic_write_json(done, row)
     return row
 
 
@@ -204,9 +203,9 @@ def run_experiment(exp: SafeStepExperiment, out, *, progress: bool = True, n_job
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "experiment.json").write_text(json.dumps(asdict(exp), indent=1))
+    atomic_write_json(out / "experiment.json", asdict(exp), indent=1)
     frozen = {"criteria_hash": CRITERIA_HASH, "criteria": {k: v.criterion.to_dict() for k, v in CRITERIA.items()}}
-    (out / "criteria.json").write_text(json.dumps(frozen, indent=1))  # the frozen criteria and hash, before any run
+    atomic_write_json(out / "criteria.json", frozen, indent=1)  # the frozen criteria and hash, before any run
     warm_dir, _ = prepare_warm_model(out / "warm", seed=exp.warm_seed, steps=exp.warmup_steps,
                                      num_threads=exp.num_threads)
     jobs = [(m, arm, lr, s) for s in exp.seeds for m in exp.methods for lr in (*exp.collapse_lrs, exp.safe_lr)
@@ -404,7 +403,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m llm_probe.safe_st
         warm_dir, _ = prepare_warm_model(out / "warm", seed=exp.warm_seed, steps=exp.warmup_steps,
                                          num_threads=exp.num_threads)
         cost = step_cost(exp, warm_dir, out, steps=a.cost_steps)
-        (out / "step_cost.json").write_text(json.dumps(cost, indent=1))
+        atomic_write_json(out / "step_cost.json", cost, indent=1)
         print(json.dumps(cost))
         return 0
     t0 = time.perf_counter()
@@ -414,9 +413,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m llm_probe.safe_st
         rows = run_experiment(exp, out, progress=a.progress, n_jobs=a.jobs)
     claims, summary = analyse(exp, rows)
     summary["wall_s_this_call"] = time.perf_counter() - t0
-    (out / "claims.json").write_text(gapdyn.claims_to_json(claims))
-    (out / "claims.md").write_text(gapdyn.claims_markdown(claims) if claims else "(no claims)\n")
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    atomic_write_text(out / "claims.json", gapdyn.claims_to_json(claims))
+    atomic_write_text(out / "claims.md", gapdyn.claims_markdown(claims) if claims else "(no claims)\n")
+    atomic_write_json(out / "summary.json", summary, indent=1)
     print(gapdyn.claims_markdown(claims) if claims else "(no claims)")
     for g in summary["groups"]:
         print(json.dumps({k: v for k, v in g.items() if not isinstance(v, list)}))

@@ -13,6 +13,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from gapdyn.io import atomic_write_text, write_with
+
 from .cli import FIGURES, figure_module
 
 __all__ = ["gallery_markdown", "DOC_PATH"]
@@ -77,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     text = gallery_markdown()
     if "--write" in argv:
-        DOC_PATH.write_text(text)
+        atomic_write_text(DOC_PATH, text)
         print(f"wrote {DOC_PATH}")
     if "--snapshot" in argv:
         out_dir = DOC_PATH.parents[1] / "gapdyn_out" / "reproduce"
@@ -88,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"not available yet: {missing} (run `gapdyn reproduce` first)", file=sys.stderr)
             return 3
         for n in FIGURES:
-            shutil.copyfile(out_dir / f"{n}.png", img_dir / f"{n}.png")
+            write_with(img_dir / f"{n}.png", lambda tmp, n=n: shutil.copyfile(out_dir / f"{n}.png", tmp))
         print(f"copied {len(FIGURES)} figures to {img_dir}")
     if "--write" in argv or "--snapshot" in argv:
         return 0

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 import gapdyn
+from gapdyn.io import atomic_write_text
 
 from ._common import NotAvailable, _import
 
@@ -83,7 +84,7 @@ def load_llm(mode: str, out_dir: Path, *, seed: int | None, progress: bool, n_jo
         quiet = contextlib.redirect_stderr(io.StringIO()) if not progress else contextlib.nullcontext()
         with quiet:  # the demo's own tqdm bars (and transformers' loading bars) write to stderr
             demo.run_demo(cfg)
-        stamp.write_text(want)
+        atomic_write_text(stamp, want)
     return read_llm_results(out_dir)
 
 

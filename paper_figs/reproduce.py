@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from . import report
 from gapdyn.cmdline import check_jobs, command, output_dir, parse, say
+from gapdyn.io import atomic_write_text
 
 from .cli import FIGURES, RunArgs, figure_module, make_figures, resolve_store
 from .data import NotAvailable, SourceFailed, Sources
@@ -90,7 +91,7 @@ def reproduce(*, mode: str = "quick", out_dir=None, store=None, seed=None, n_job
         captions={n: figure_module(n).CAPTION for n in FIGURES}, unavailable=unavailable,
     )
     path = out / "REPORT.md"
-    path.write_text(text)
+    atomic_write_text(path, text)
     shown = [c for c in report.decided_claims(claims) if c.counts_as_evidence]
     held = sum(c.verdict == "holds" for c in shown)
     log(f"{len([f for f in figures.values() if not isinstance(f, str)])}/{len(FIGURES)} figures, "

@@ -23,6 +23,8 @@ if not os.environ.get("MPLBACKEND") and "ipykernel" not in sys.modules:
 
 import matplotlib.pyplot as plt  # noqa: E402
 
+from gapdyn.io import check_output_path, write_with  # noqa: E402
+
 __all__ = [
     "OUT_DIR",
     "PALETTE",
@@ -188,8 +190,11 @@ def save_figure(fig, name: str, *, caption: str, title: str | None = None, out_d
     out.mkdir(parents=True, exist_ok=True)
     title = title or name
     paths = [out / f"{name}.png", out / f"{name}.pdf"]
-    fig.savefig(paths[0], dpi=SAVE_DPI["png"],
-                metadata={"Title": title, "Description": caption, "Software": "gapdyn paper_figs"})
-    fig.savefig(paths[1], metadata={"Title": title, "Subject": caption, "Creator": "gapdyn paper_figs"})
+    for p in paths:  # refuse a planted symlink before either file is written
+        check_output_path(p)
+    write_with(paths[0], lambda tmp: fig.savefig(tmp, format="png", dpi=SAVE_DPI["png"], metadata={
+        "Title": title, "Description": caption, "Software": "gapdyn paper_figs"}), what="figure")
+    write_with(paths[1], lambda tmp: fig.savefig(tmp, format="pdf", metadata={
+        "Title": title, "Subject": caption, "Creator": "gapdyn paper_figs"}), what="figure")
     plt.close(fig)
     return paths

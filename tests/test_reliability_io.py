@@ -469,3 +469,48 @@ def test_numeric_answers_are_the_text_a_correct_completion_writes(tmp_path):
         assert check_answer(f"so the answer is {ref}", ref) or len(ref) > 64  # long: compared as text
     assert load_jsonl_problems(p)[0].answer == "10000000000000000"
     assert check_answer("#### 10000000000000000", load_jsonl_problems(p)[0].answer)
+
+
+def test_reports_figures_and_demo_refuse_a_planted_symlink(tmp_path, capsys):
+    """The report writer, the figure save helper and ``gapdyn demo`` refuse a symlink at their output path (one
+    line, its target untouched, nothing else written); with the link gone the same call writes the file (the
+    demo's own run is tested elsewhere: here it is refused before its work)."""
+    import matplotlib.pyplot as plt
+
+    from gapdyn.demo import main as demo_main
+    from paper_figs import report, style
+
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    res = tmp_path / "results"
+    res.mkdir()
+    (res / "claims.json").symlink_to(victim)
+    with pytest.raises(gio.OutputPathError, match="claims.json: it is a symbolic link"):
+        report.write_results(res, [])
+    assert victim.read_text() == "keep" and sorted(p.name for p in res.iterdir()) == ["claims.json"]
+    (res / "claims.json").unlink()
+    assert report.write_results(res, []) == [res / "claims.json", res / "claims.csv"]
+    assert report.read_claims(res) == [] and not (res / "claims.json").is_symlink()
+
+    figs = tmp_path / "figs"
+    figs.mkdir()
+    fig, ax = plt.subplots()
+    ax.plot([0, 1])
+    (figs / "f.pdf").symlink_to(victim)  # the second file: the first must not be written either
+    with pytest.raises(gio.OutputPathError, match="f.pdf: it is a symbolic link"):
+        style.save_figure(fig, "f", caption="c", out_dir=figs)
+    assert victim.read_text() == "keep" and sorted(p.name for p in figs.iterdir()) == ["f.pdf"]
+    (figs / "f.pdf").unlink()
+    fig, ax = plt.subplots()
+    ax.plot([0, 1])
+    style.save_figure(fig, "f", caption="c", out_dir=figs)
+    assert (figs / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (figs / "f.pdf").read_bytes()[:5] == b"%PDF-"
+
+    demo = tmp_path / "demo"
+    demo.mkdir()
+    (demo / "demo.json").symlink_to(victim)
+    argv = ["--seeds", "1", "--out", str(demo), "--no-progress"]
+    capsys.readouterr()
+    assert demo_main(argv) == 2
+    _one_error_line(capsys.readouterr().err, "refusing to write", "demo.json", "symbolic link")
+    assert victim.read_text() == "keep" and sorted(p.name for p in demo.iterdir()) == ["demo.json"]
