@@ -39,6 +39,24 @@ def _logaddexp(x, y):
 
 
 @njit(cache=True, inline="always")
+def _draw_group(cdf, last, us, correct, k, tok, rew):
+    """One group: G responses of T tokens drawn by inverse cdf (tok [G, T]), reward 1 when at least k tokens are
+    the correct one (rew [G]); returns the number of correct responses."""
+    G, T = tok.shape
+    c = 0
+    for g in range(G):
+        n = 0
+        for t in range(T):
+            tk = _draw(cdf[t], last[t], us[g, t])
+            tok[g, t] = tk
+            if tk == correct:
+                n += 1
+        rew[g] = 1 if n >= k else 0
+        c += rew[g]
+    return c
+
+
+@njit(cache=True, inline="always")
 def _track(r, k, J, tail0, collapse_j, J_min, J_tmin, J_tmax, cstep):
     """State k of run r: min J over the run, min / max over the last quarter (k >= tail0; gapdyn.tail_start)
     and the first k with J < collapse_j (gapdyn.collapse)."""
@@ -329,17 +347,7 @@ def partial_sampled_run(feat, theta0, eta, u, stream, adv, correct, k, scale, st
             if not fresh:
                 _cdf_rows(p, cdf, last)
                 fresh = True
-            us = u[stream[r], step]
-            c = 0
-            for g in range(G):
-                n = 0
-                for t in range(T):
-                    tk = _draw(cdf[t], last[t], us[g, t])
-                    tok[g, t] = tk
-                    if tk == correct:
-                        n += 1
-                rew[g] = 1 if n >= k else 0
-                c += rew[g]
+            c = _draw_group(cdf, last, u[stream[r], step], correct, k, tok, rew)
             moves = False
             for g in range(G):
                 A[g] = adv[c, rew[g]]
@@ -617,17 +625,7 @@ def tabular_sampled_run(z0, eta, u, stream, adv, correct, k, scale, steps, every
             if not fresh:
                 _cdf_rows(p, cdf, last)
                 fresh = True
-            us = u[stream[r], step]
-            c = 0
-            for g in range(G):
-                n = 0
-                for t in range(T):
-                    tk = _draw(cdf[t], last[t], us[g, t])
-                    tok[g, t] = tk
-                    if tk == correct:
-                        n += 1
-                rew[g] = 1 if n >= k else 0
-                c += rew[g]
+            c = _draw_group(cdf, last, u[stream[r], step], correct, k, tok, rew)
             moves = False
             asum = 0.0
             for g in range(G):
