@@ -227,7 +227,10 @@ def readme_table(claims: Iterable[gapdyn.Claim]) -> str:
                 rows.append(row(f"{paper}: {statement}", c))
     mapped = {r[1] for r in rows}
     rows += [row("(not mapped to a paper statement)", c) for c in shown if c.id not in mapped]
-    note = ("Verdicts from the confirmation block (held-out seeds from 1000 on)." if has_conf else
+    mixed = has_conf and any(r[-1] == "discovery" for r in rows)
+    note = (("Verdicts from the confirmation block (held-out seeds from 1000 on)"
+             + ("; rows whose block is `discovery` come from a quick run and are indicative." if mixed else "."))
+            if has_conf else
             "**Indicative verdicts (quick mode):** only the discovery block ran; `gapdyn reproduce --mode full` "
             "adds the confirmation block that decides.")
     return note + "\n\n" + _md(rows, ["paper statement", "claim", "form", "estimate [interval]", "n used / planned",
