@@ -160,24 +160,19 @@ def cluster_bootstrap(
         raise ValueError(f"n_resamples must be an integer >= 100, got {n_resamples!r}")
     c = _check_confidence(confidence)
     data, n_rows = _row_aligned(arrays)
-    labels = np.arange(n_rows) if clusters is None else np.asarray(clusters)
-    if labels.shape != (n_rows,):
-        raise ValueError(f"clusters must have shape ({n_rows},), got {labels.shape}")
-    uniq, inverse = np.unique(labels, return_inverse=True)
-    if uniq.size < 2:
-        raise ValueError("clusters must contain at least 2 distinct clusters")
-    members = [np.flatnonzero(inverse == j) for j in range(uniq.size)]
+    G, inverse = _cluster_labels(clusters, n_rows)
+    members = [np.flatnonzero(inverse == j) for j in range(G)]
     point = float(statistic(*data))
     reps = np.empty(int(n_resamples))
     for b in range(reps.size):
-        pick = rng.integers(0, uniq.size, size=uniq.size)
+        pick = rng.integers(0, G, size=G)
         rows = np.concatenate([members[j] for j in pick])
         reps[b] = statistic(*(a[rows] for a in data))
     finite = reps[np.isfinite(reps)]
     if finite.size < reps.size / 2:
         raise ValueError(f"statistic was not finite on {reps.size - finite.size} of {reps.size} resamples")
     lo, hi = np.quantile(finite, [(1 - c) / 2, (1 + c) / 2])
-    return Estimate(point, float(lo), float(hi), int(uniq.size), c, "cluster bootstrap (percentile)")
+    return Estimate(point, float(lo), float(hi), G, c, "cluster bootstrap (percentile)")
 
 
 def ols_slope(x, y) -> float:
