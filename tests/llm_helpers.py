@@ -62,6 +62,14 @@ def warm_model():
     return model, tok
 
 
+def saved_warm_model(folder):
+    """:func:`warm_model` saved with ``llm_probe.save_policy`` into ``folder`` (a from_pretrained directory)."""
+    from llm_probe.model import save_policy
+
+    save_policy(*warm_model(), folder)
+    return folder
+
+
 def sampled_rollout(model, tok, *, B=3, G=4, T=5, seed=0, rewards=None):
     """Sample completions from ``model`` and overwrite the rewards with a mixed pattern (or ``rewards``)."""
     task = AdditionTask()

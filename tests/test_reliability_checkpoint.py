@@ -39,12 +39,9 @@ def _cfg(out, warm, steps=STEPS, **kw):
 
 @pytest.fixture(scope="module")
 def warm(tmp_path_factory):
-    from llm_probe.model import save_policy
-    from tests.llm_helpers import warm_model
+    from tests.llm_helpers import saved_warm_model
 
-    d = tmp_path_factory.mktemp("warm")
-    save_policy(*warm_model(), d)
-    return d
+    return saved_warm_model(tmp_path_factory.mktemp("warm"))
 
 
 @pytest.fixture(scope="module")
