@@ -248,7 +248,8 @@ class EtaStar:
     islands: (first, last) collapsing grid eta of each run of collapsing grid points.
     collapse_per_decade: (decade start, decade end, fraction of log eta that collapses).
     eta_star_loose, bracket_loose: eta* at the sensitivity level J < loose_threshold over the last quarter.
-    grid, outcomes, J_min, J_tail_max: the scan (read-only arrays); n_evaluations: etas simulated in total.
+    grid, outcomes, J_min, J_tail_max: the scan (the grid and its island scan merged in eta order; read-only
+      arrays); n_evaluations: etas simulated in total.
     Compared by identity (it holds arrays); compare ``to_dict()`` for equality.
     """
 
@@ -293,6 +294,34 @@ class EtaStar:
         }
 
 
+def _island_scan(run_stats: RunStatsFn, grid: np.ndarray, stats: RunStats, threshold: float,
+                 ratio: float) -> tuple[np.ndarray, RunStats, int]:
+    """Rescan the dip region below the first collapsing grid point at neighbour ratio ``ratio``.
+
+    A collapsed run has dipped (J_min <= J_tail_min), so every collapsing eta lies at or above the first
+    dip; between the grid point before the first dipping one and the first collapsing one the terminal
+    collapse set can have islands narrower than the grid's spacing. Returns the merged scan (sorted),
+    its stats and the number of etas added.
+    """
+    col, dp = is_collapsed(stats, threshold=threshold), has_dipped(stats, threshold=threshold)
+    if not col.any():
+        return grid, stats, 0
+    i, j = int(np.flatnonzero(col)[0]), int(np.flatnonzero(dp)[0])
+    a, b = float(grid[max(j - 1, 0)]), float(grid[i])
+    if i == 0 or j >= i or b / a <= ratio:  # no dip below the first collapsing point: bisection covers it
+        return grid, stats, 0
+    fine = eta_grid(a, b, max_ratio=ratio)[1:-1]
+    fine = fine[~np.isin(fine, grid)]
+    if fine.size == 0:
+        return grid, stats, 0
+    extra = _evaluate(run_stats, fine)
+    order = np.argsort(np.concatenate([grid, fine]), kind="stable")
+    merged = np.concatenate([grid, fine])[order]
+    cat = {n: np.concatenate([getattr(stats, n), getattr(extra, n)])[order]
+           for n in ("J_min", "J_tail_min", "J_tail_max")}
+    return merged, RunStats(**cat), int(fine.size)
+
+
 def _first_crossing(run_stats, hit_fn, grid, hits, rtol, max_iter, points):
     idx = np.flatnonzero(hits)
     if idx.size == 0:
@@ -315,6 +344,7 @@ def find_eta_star(
     refine_points: int = 9,
     threshold: float = COLLAPSE_J,
     loose_threshold: float = SENSITIVITY_J,
+    island_scan: bool = True,
 ) -> EtaStar:
     """eta* = inf{eta : the run at eta is collapsed} by full scan + bisection; eta_dip likewise for dips.
 
@@ -322,8 +352,11 @@ def find_eta_star(
     mapping with its three keys. eta_lo < eta_hi: the scanned range; max_ratio: largest ratio of
     neighbouring grid etas; rtol: relative width of the final brackets; refine_points: etas evaluated
     per refinement call (1 = plain bisection; the default 9 takes a 1 % bracket to 0.1 % in one call);
-    max_iter: refinement calls allowed per threshold. run_stats must be deterministic in eta (the same
-    seeds / common random numbers for every eta), otherwise scan and refinement disagree.
+    max_iter: refinement calls allowed per threshold. island_scan: rescan the dip region below the first
+    collapsing grid point at neighbour ratio 1 + rtol (the terminal collapse set is fragmented there, with
+    islands narrower than a 1 % grid; an island narrower than rtol can still be missed, which is the
+    estimator's stated resolution). run_stats must be deterministic in eta (the same seeds / common random
+    numbers for every eta), otherwise scan and refinement disagree.
     """
     lo, hi, r = _check_range(eta_lo, eta_hi, max_ratio)
     if not callable(run_stats):
@@ -334,6 +367,8 @@ def find_eta_star(
         raise ValueError(f"max_iter must be an integer in [1, 200], got {max_iter!r}")
     if isinstance(refine_points, bool) or int(refine_points) != refine_points or not (1 <= refine_points <= 1000):
         raise ValueError(f"refine_points must be an integer in [1, 1000], got {refine_points!r}")
+    if not isinstance(island_scan, (bool, np.bool_)):
+        raise ValueError(f"island_scan must be True or False, got {island_scan!r}")
     if not (0 < threshold <= loose_threshold < CONVERGED_J):
         raise ValueError(
             f"threshold and loose_threshold must satisfy 0 < threshold <= loose_threshold < {CONVERGED_J}, got "
@@ -341,6 +376,9 @@ def find_eta_star(
         )
     grid = eta_grid(lo, hi, max_ratio=r)
     stats = _evaluate(run_stats, grid)
+    added = 0
+    if island_scan:
+        grid, stats, added = _island_scan(run_stats, grid, stats, threshold, 1.0 + float(rtol))
     opts = (rtol, int(max_iter), int(refine_points))
 
     def collapsed(s, t=threshold):

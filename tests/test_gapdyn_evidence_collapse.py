@@ -261,3 +261,57 @@ def test_eta_star_is_the_first_collapse_and_eta_dip_the_first_dip(kind):
     assert res.dip_recover_share == pytest.approx(want)
     assert set(res.outcomes[(grid >= 0.02) & (grid < 0.2)]) == {"dipped"}
     assert set(res.outcomes[grid >= 0.2]) == {"collapsed"}
+
+
+def _fragmented(islands, dip_from):
+    """Runs that dip for eta >= dip_from and end collapsed only on the islands [a, b) (the terminal rule's
+    fragmented collapse set above the first dip)."""
+
+    def run_stats(etas):
+        e = np.asarray(etas, dtype=np.float64)
+        on = np.zeros(e.shape, bool)
+        for a, b in islands:
+            on |= (e >= a) & (e < b)
+        J_min = np.where(e >= dip_from, 0.0, 0.5)
+        tail = np.where(on, 0.0, np.where(e >= dip_from, 1.0, 0.5))
+        return g.RunStats(J_min, tail, tail)
+
+    return run_stats
+
+
+def test_island_scan_finds_an_island_between_two_grid_points():
+    grid = g.eta_grid(LO, HI)
+    k = int(np.searchsorted(grid, 0.03))
+    island = (grid[k] * 1.002, grid[k] * 1.006)  # 0.4 % wide, strictly inside one 1 % grid cell
+    f = _fragmented([island, (0.2, math.inf)], dip_from=0.02)
+    coarse = g.find_eta_star(f, LO, HI, island_scan=False)
+    fine = g.find_eta_star(f, LO, HI)
+    assert coarse.bracket[0] < 0.2 <= coarse.bracket[1]
+    assert fine.bracket[0] < island[0] <= fine.bracket[1] and fine.bracket[1] / fine.bracket[0] - 1 <= 1e-3
+    assert fine.n_evaluations > coarse.n_evaluations and np.all(np.diff(fine.grid) > 0)
+    assert fine.n_islands == 2
+
+
+@st.composite
+def _fragmented_sets(draw):
+    """Narrow islands (0.15 % to 2 % wide) above a dip at 0.01, then a collapse region from 0.5."""
+    start, islands = 0.01 * draw(st.floats(1.05, 2.0)), []
+    for _ in range(draw(st.integers(1, 8))):
+        width = draw(st.floats(1.0015, 1.02))
+        if start * width >= 0.45:
+            break
+        islands.append((start, start * width))
+        start *= width * draw(st.floats(1.002, 1.5))
+    return islands
+
+
+@given(_fragmented_sets(), st.floats(1.01, 1.6))
+def test_scaling_identity_holds_on_fragmented_collapse_sets(islands, c):
+    """The estimator's own test: a run family scaled by c has eta* scaled by c, islands narrower than the
+    1 % grid included (each island here is wider than the island scan's 0.1 % spacing)."""
+    f = _fragmented(islands + [(0.5, math.inf)], dip_from=0.01)
+    den = g.find_eta_star(f, LO, HI)
+    num = g.find_eta_star(lambda e: f(e / c), LO, HI)
+    check = g.check_eta_star_ratio(num, den, c)
+    assert check.holds, check.message
+    assert den.bracket[0] < islands[0][0] <= den.bracket[1] if islands else True
