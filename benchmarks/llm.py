@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from gapdyn.cmdline import command, parse
 from llm_probe import (
     AdditionTask,
     TinyQwenSpec,
@@ -400,18 +401,28 @@ def grpo_callback_times(setup: LLMSetup = LLMSetup(), rounds: int = 5, cycle: in
                              float(np.mean(mixed)) if mixed else 0.0, (load0, load_average()))
 
 
-def grpo_callback_main(argv=None) -> int:
+@dataclass
+class GRPOCallbackConfig:
+    """The probe cadence in trl.GRPOTrainer: ms per step, probes off / every K steps (BENCHMARKS.md, "Probe
+    cadence in GRPOTrainer")."""
+
+    rounds: int = 5
+    """Rounds; each builds one fresh trainer per configuration (their order rotates between rounds)."""
+    cycle: int = 10
+    """Timed steps per trainer and round; also the probe_every timed besides 1."""
+    prompts: int = LLMSetup.prompts_per_step
+    """Prompts per step B."""
+    group_size: int = LLMSetup.group_size
+    """Completions per prompt G."""
+    warmup_steps: int = LLMSetup.warmup_steps
+    """Supervised warm-up steps of the tiny Qwen before the RL steps."""
+
+
+@command("python -m benchmarks.llm")
+def grpo_callback_main(argv: list[str]) -> int:
     """``python -m benchmarks.llm [--rounds N] [--cycle K] [--prompts B] [--group-size G] [--warmup-steps S]``:
     :func:`grpo_callback_times`, printed (BENCHMARKS.md, "Probe cadence in GRPOTrainer")."""
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.llm", description=grpo_callback_main.__doc__)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--cycle", type=int, default=10)
-    ap.add_argument("--prompts", type=int, default=LLMSetup.prompts_per_step)
-    ap.add_argument("--group-size", type=int, default=LLMSetup.group_size)
-    ap.add_argument("--warmup-steps", type=int, default=LLMSetup.warmup_steps)
-    a = ap.parse_args(argv)
+    a = parse(GRPOCallbackConfig, argv, prog="python -m benchmarks.llm")
     setup = LLMSetup(prompts_per_step=a.prompts, group_size=a.group_size, warmup_steps=a.warmup_steps)
     res = grpo_callback_times(setup, rounds=a.rounds, cycle=a.cycle)
     print(f"trl.GRPOTrainer, tiny Qwen2 (hidden {setup.spec.hidden_size}, {setup.spec.num_hidden_layers} layers), "
@@ -428,9 +439,7 @@ def grpo_callback_main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    import sys
-
-    sys.exit(grpo_callback_main())
+    raise SystemExit(grpo_callback_main())
 
 
 class _PlainStepTrainer(Trainer):
@@ -575,17 +584,24 @@ def rl_step_times(model, tok, task, setup: LLMSetup = LLMSetup(), repeats: int =
                        float(ro.completion_mask.sum(-1).mean()))
 
 
-def rl_step_main(argv=None) -> int:
+@dataclass
+class RLStepConfig:
+    """The tiny-Qwen RL step, part by part, against its floor (BENCHMARKS.md, "Tiny-Qwen RL step")."""
+
+    repeats: int = 7
+    """Timed repeats of each step and part (alternating, in the same rounds)."""
+    warmup_steps: int = LLMSetup.warmup_steps
+    """Supervised warm-up steps of the tiny Qwen before the RL steps."""
+    grpo: bool = False
+    """Also time trl.GRPOTrainer's plain step (rounds=2)."""
+
+
+@command("rl_step_main")
+def rl_step_main(argv: list[str]) -> int:
     """``python -c "import sys; from benchmarks.llm import rl_step_main; sys.exit(rl_step_main())" [--repeats N]
     [--warmup-steps S]``: :func:`rl_step_times` (and GRPOTrainer's step with ``--grpo``), printed
     (BENCHMARKS.md, "Tiny-Qwen RL step")."""
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="rl_step_main", description=rl_step_main.__doc__)
-    ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--warmup-steps", type=int, default=LLMSetup.warmup_steps)
-    ap.add_argument("--grpo", action="store_true", help="also time trl.GRPOTrainer's plain step (rounds=2)")
-    a = ap.parse_args(argv)
+    a = parse(RLStepConfig, argv, prog="rl_step_main")
     setup = LLMSetup(warmup_steps=a.warmup_steps)
     load0 = load_average()
     model, tok, task, acc = warm_policy(setup)

@@ -19,11 +19,14 @@ dmu values of the routes are compared with the stream route's (max difference ov
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+from gapdyn.cmdline import command, optional, parse
 
 QWEN25_05B = dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
                   intermediate_size=4864, vocab_size=151936, tie_word_embeddings=True, max_position_embeddings=512)
@@ -79,19 +82,36 @@ def one(route: str, Q: int, G: int, T: int, threads: int) -> dict:
             "gap_matrix_MiB": round(Q * P * 4 / 2**20, 1), "dmu": [float(x) for x in dmu]}
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--prompts", type=int, nargs="+", default=[1, 2, 4])
-    ap.add_argument("--routes", nargs="+", default=["stream", "dense", "jvp"])
-    ap.add_argument("--dense-max", type=int, default=2, help="largest Q for the dense route (it needs Q x 1.9 GiB)")
-    ap.add_argument("--G", type=int, default=4)
-    ap.add_argument("--T", type=int, default=8)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", default=None, help="JSONL file to append the rows to")
-    ap.add_argument("--one", nargs=2, metavar=("ROUTE", "Q"), help=argparse.SUPPRESS)
-    a = ap.parse_args(argv)
+Route = Literal["stream", "dense", "jvp"]
+
+
+@dataclass
+class ProbeMemoryConfig:
+    """Peak memory and time of the per-prompt alignment routes on a Qwen2.5-0.5B-shaped model (CPU, float32)."""
+
+    prompts: tuple[int, ...] = (1, 2, 4)
+    """Prompt counts Q of the rollout (Q x G completions)."""
+    routes: tuple[Route, ...] = ("stream", "dense", "jvp")
+    """Routes to measure, each (route, Q) in a fresh process."""
+    dense_max: int = 2
+    """Largest Q for the dense route (it needs Q x 1.9 GiB)."""
+    G: int = 4
+    """Completions per prompt."""
+    T: int = 8
+    """Completion length (tokens)."""
+    threads: int = 1
+    """torch intra-op threads."""
+    out: Annotated[str | None, optional("FILE")] = None
+    """JSONL file to append the rows to."""
+    one: Annotated[tuple[Route, int] | None, optional("ROUTE Q")] = None
+    """Measure only this (route, Q) in this process and print its row as JSON (what each subprocess runs)."""
+
+
+@command("python -m benchmarks.probe_memory")
+def main(argv: list[str]) -> int:
+    a = parse(ProbeMemoryConfig, argv, prog="python -m benchmarks.probe_memory")
     if a.one:
-        print(json.dumps(one(a.one[0], int(a.one[1]), a.G, a.T, a.threads)))
+        print(json.dumps(one(a.one[0], a.one[1], a.G, a.T, a.threads)))
         return 0
     rows = []
     for Q in a.prompts:

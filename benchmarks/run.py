@@ -9,10 +9,14 @@ path against its reference is printed next to its speed (max |difference|).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from dataclasses import dataclass, replace
+from typing import Annotated
+
+import tyro
+
+from gapdyn.cmdline import UsageError, command, optional, parse
 
 from . import bandit as bb
 from . import roofline as rl
@@ -20,7 +24,7 @@ from . import sequence as sq
 from . import speed as sp
 from .timing import Stat, load_average, machine_info, ratio
 
-__all__ = ["Sizes", "FULL", "QUICK", "TINY", "run_all", "format_report", "main", "TARGETS"]
+__all__ = ["Sizes", "FULL", "QUICK", "TINY", "run_all", "format_report", "BenchConfig", "main", "TARGETS"]
 
 TARGETS = {"exact_vs_fused": 1.0, "sampled_vs_numpy": 30.0, "probe_overhead": 1.5, "probe_overhead_default": 1.5}
 
@@ -428,26 +432,38 @@ def _format_llm(res: dict) -> list[str]:
     return L
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (about a minute)")
-    ap.add_argument("--tiny", action="store_true", help="smoke-test sizes (seconds; numbers meaningless)")
-    ap.add_argument("--skip-llm", action="store_true", help="leave out section 3 (no torch import)")
-    ap.add_argument("--llm-only", action="store_true", help="only section 3 (llm_probe), 5 and its Targets")
-    ap.add_argument("--llm-every", type=int, default=None, metavar="N",
-                    help="probe_every timed (amortised) besides 1; default 10 (TrainConfig.probe_every's doc)")
-    ap.add_argument("--out", default=None, help="also write the report to this file")
-    ap.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
-    a = ap.parse_args(argv)
+@dataclass
+class BenchConfig:
+    """Print the benchmark table (BENCHMARKS.md): sections 0-5 and the targets, MET / MISSED."""
+
+    quick: bool = False
+    """Smaller sizes and fewer repeats (about a minute)."""
+    tiny: bool = False
+    """Smoke-test sizes (seconds; numbers meaningless)."""
+    skip_llm: bool = False
+    """Leave out section 3 (no torch import)."""
+    llm_only: bool = False
+    """Only section 3 (llm_probe), 5 and its Targets."""
+    llm_every: Annotated[int | None, optional("N", "10, --tiny 2")] = None
+    """probe_every timed (amortised) besides 1 (TrainConfig.probe_every's doc)."""
+    out: Annotated[str | None, optional("FILE")] = None
+    """Also write the report to this file."""
+    quiet: Annotated[bool, tyro.conf.arg(aliases=("-q",))] = False
+    """No progress lines on stderr."""
+
+
+@command("python -m benchmarks")
+def main(argv: list[str]) -> int:
+    a = parse(BenchConfig, argv, prog="python -m benchmarks")
     sizes = TINY if a.tiny else QUICK if a.quick else FULL
     if a.llm_every is not None:
         if a.llm_every < 1:
-            ap.error(f"--llm-every must be >= 1, got {a.llm_every}")
+            raise UsageError(f"--llm-every must be >= 1, got {a.llm_every}")
         sizes = replace(sizes, llm_every=a.llm_every)
     if a.llm_only and a.skip_llm:
-        ap.error("--llm-only and --skip-llm exclude each other")
+        raise UsageError("--llm-only and --skip-llm exclude each other")
     res = run_all(sizes, llm=not a.skip_llm, verbose=not a.quiet, bandits=not a.llm_only)
-    cmd = "python -m benchmarks " + " ".join(argv if argv is not None else sys.argv[1:])
+    cmd = "python -m benchmarks " + " ".join(argv)
     text = f"# gapdyn benchmarks ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})\ncommand: `{cmd.strip()}`\n\n"
     text += format_report(res)
     print(text)

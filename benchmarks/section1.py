@@ -8,14 +8,17 @@ left out (their tables print empty). About 1.5 minutes on the 2 shared cores.
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Annotated
+
+import tyro
+
+from gapdyn.cmdline import command, optional, parse
 
 from . import run as rb
 
-__all__ = ["bandit_sizes", "main"]
+__all__ = ["bandit_sizes", "Section1Config", "main"]
 
 
 def bandit_sizes(sizes: rb.Sizes) -> rb.Sizes:
@@ -23,16 +26,26 @@ def bandit_sizes(sizes: rb.Sizes) -> rb.Sizes:
     return replace(sizes, seq_T=(), scale_K=(), scale_C=(), scale_R=(), scale_G=())
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.section1", description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats")
-    ap.add_argument("--tiny", action="store_true", help="smoke-test sizes (seconds; numbers meaningless)")
-    ap.add_argument("--out", default=None, help="also write the report to this file")
-    ap.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
-    a = ap.parse_args(argv)
+@dataclass
+class Section1Config:
+    """The bandit engine's sections of the benchmark table (0, 1, 1b and section 4's per-method rows)."""
+
+    quick: bool = False
+    """Smaller sizes and fewer repeats."""
+    tiny: bool = False
+    """Smoke-test sizes (seconds; numbers meaningless)."""
+    out: Annotated[str | None, optional("FILE")] = None
+    """Also write the report to this file."""
+    quiet: Annotated[bool, tyro.conf.arg(aliases=("-q",))] = False
+    """No progress lines on stderr."""
+
+
+@command("python -m benchmarks.section1")
+def main(argv: list[str]) -> int:
+    a = parse(Section1Config, argv, prog="python -m benchmarks.section1")
     sizes = bandit_sizes(rb.TINY if a.tiny else rb.QUICK if a.quick else rb.FULL)
     res = rb.run_all(sizes, llm=False, verbose=not a.quiet)
-    cmd = "python -m benchmarks.section1 " + " ".join(argv if argv is not None else sys.argv[1:])
+    cmd = "python -m benchmarks.section1 " + " ".join(argv)
     text = f"# gapdyn benchmarks ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})\ncommand: `{cmd.strip()}`\n\n"
     text += rb.format_report(res)
     print(text)
@@ -43,4 +56,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bandits.sequence import SequenceDynamics, SharedSequenceBandit, TabularSequenceBandit, place_for_success_rate, simulate
+from gapdyn.cmdline import command, parse
 
 from .timing import Stat, interleaved, ratio
 
@@ -153,14 +154,20 @@ def length_instance_time(instance: int = 0) -> tuple[float, float]:
     return time.perf_counter() - t0, time.process_time() - c0
 
 
-def main(argv=None) -> int:
+@dataclass
+class SequenceConfig:
+    """The length experiment's cells, numba vs numpy, and the time of one full-mode instance."""
+
+    quick: bool = False
+    """One repeat, T <= 8."""
+
+
+@command("python -m benchmarks.sequence")
+def main(argv: list[str]) -> int:
     """python -m benchmarks.sequence [--quick]: the length cells, numba vs numpy, and one full instance."""
-    import argparse
     import os
 
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.sequence")
-    ap.add_argument("--quick", action="store_true", help="one repeat, T <= 8")
-    args = ap.parse_args(argv)
+    args = parse(SequenceConfig, argv, prog="python -m benchmarks.sequence")
     Ts = (1, 2, 4, 8) if args.quick else (1, 2, 4, 8, 16)
     reps = 1 if args.quick else 3
     print(f"load average before: {os.getloadavg()[0]:.2f}")

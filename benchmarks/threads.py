@@ -21,18 +21,22 @@ reported, not promised (a reduction split over two threads adds in another order
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
+
+from gapdyn.cmdline import command, optional, parse
 
 from .timing import load_average
 
-__all__ = ["CONFIGS", "weights_digest", "warm_digest", "run_config", "run_all", "format_report", "main"]
+__all__ = ["CONFIGS", "weights_digest", "warm_digest", "run_config", "run_all", "format_report", "ThreadsConfig",
+           "main"]
 
 CONFIGS = ((1, "PASSIVE"), (2, "PASSIVE"), (1, "unset"), (2, "unset"))
 """(threads, OMP_WAIT_POLICY) per subprocess, in the order of the first round."""
@@ -199,15 +203,27 @@ def _same(rows: list[dict], key: str) -> bool | None:
     return None if len(rows) < 2 else len({r.get(key) for r in rows}) == 1
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.threads", description=__doc__.splitlines()[0])
-    ap.add_argument("--warmup-steps", type=int, default=20, help="warm-up steps per configuration")
-    ap.add_argument("--rl-steps", type=int, default=3, help="timed RL steps per configuration (0: none)")
-    ap.add_argument("--rounds", type=int, default=2, help="rounds over the configurations (ABBA order)")
-    ap.add_argument("--small", action="store_true", help="hidden 32 (the tests' model) instead of the default")
-    ap.add_argument("--out", default=None, help="also write the report to this file")
-    ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
-    a = ap.parse_args(argv)
+@dataclass
+class ThreadsConfig:
+    """torch threads x the OpenMP wait policy on the tiny Qwen, each configuration in a fresh subprocess."""
+
+    warmup_steps: int = 20
+    """Warm-up steps per configuration."""
+    rl_steps: int = 3
+    """Timed RL steps per configuration (0: none)."""
+    rounds: int = 2
+    """Rounds over the configurations (ABBA order)."""
+    small: bool = False
+    """Hidden 32 (the tests' model) instead of the default."""
+    out: Annotated[str | None, optional("FILE")] = None
+    """Also write the report to this file."""
+    child: Annotated[int | None, optional("THREADS")] = None
+    """Run only this thread count in this process and print its row as JSON (what each subprocess runs)."""
+
+
+@command("python -m benchmarks.threads")
+def main(argv: list[str]) -> int:
+    a = parse(ThreadsConfig, argv, prog="python -m benchmarks.threads")
     if a.warmup_steps < 0 or a.rl_steps < 0:
         raise ValueError(f"--warmup-steps and --rl-steps must be >= 0, got {a.warmup_steps}, {a.rl_steps}")
     if a.child is not None:
@@ -215,7 +231,7 @@ def main(argv=None) -> int:
         return 0
     t0 = time.perf_counter()
     rows = run_all(warmup_steps=a.warmup_steps, rl_steps=a.rl_steps, rounds=a.rounds, small=a.small)
-    cmd = "python -m benchmarks.threads " + " ".join(argv if argv is not None else sys.argv[1:])
+    cmd = "python -m benchmarks.threads " + " ".join(argv)
     text = (f"# torch threads x OpenMP wait policy ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
             f"{os.cpu_count()} cores, wall {time.perf_counter() - t0:.0f} s)\ncommand: `{cmd.strip()}`\n\n"
             + format_report(rows, a.warmup_steps, a.rl_steps))

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Literal
 
 __all__ = ["Mode", "MODES", "OUT_ROOT", "UsageError", "Terminated", "command", "parse", "output_dir", "resolve_name",
-           "check_jobs", "say", "on_interrupt", "folder_setting", "exit_code", "EXIT_BAD_INPUT", "EXIT_WRITE_FAILED", "EXIT_SIGINT",
+           "check_jobs", "say", "on_interrupt", "folder_setting", "optional", "exit_code", "EXIT_BAD_INPUT", "EXIT_WRITE_FAILED", "EXIT_SIGINT",
            "EXIT_SIGTERM"]
 
 EXIT_BAD_INPUT = 2
@@ -142,6 +142,15 @@ def _one_line(text: str) -> str:
             lines.append(line)
     msg = " ".join(lines) or _BOX.sub(" ", text).strip() or "invalid arguments"
     return re.sub(r"^Error parsing [\w.]+: ", "", msg)
+
+
+def optional(metavar: str, default: str = ""):
+    """The tyro marker of an optional setting whose ``None`` means "not given": its help line reads
+    ``--flag METAVAR  <doc> (default: <default>)`` (no default text when ``default`` is empty) instead of
+    ``--flag {None}|STR ... (default: None)``. Use as ``out: Annotated[str | None, optional("FILE")] = None``."""
+    import tyro
+
+    return tyro.conf.arg(metavar=metavar, help_behavior_hint=f"(default: {default})" if default else "")
 
 
 def parse(cls, argv: Iterable[str], prog: str, description: str | None = None):

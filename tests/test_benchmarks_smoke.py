@@ -6,9 +6,13 @@ leave the training trajectory unchanged). No timing assertions."""
 
 from __future__ import annotations
 
+import importlib.util
+import re
+import shlex
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +25,7 @@ from benchmarks import roofline as rl
 from benchmarks import sequence as sq
 from benchmarks.run import TINY, format_report, main, run_all, targets
 from benchmarks.timing import Stat, interleaved, ratio
+from gapdyn.cmdline import UsageError, parse
 
 # the benchmarked workload (section 1), few steps: the reference loop costs ~4 ms per run-step here
 SHORT = replace(bb.WORKLOAD, steps=8, ref_runs=3, ref_steps=8)
@@ -136,6 +141,55 @@ def test_cli_main(capsys):
     assert "## Targets" in out and "### 1b." in out
     help_ = subprocess.run([sys.executable, "-m", "benchmarks", "--help"], capture_output=True, text=True, timeout=120)
     assert help_.returncode == 0 and "--quick" in help_.stdout
+
+
+# ---- the command lines (tyro, gapdyn.cmdline) ---------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCUMENTED = re.compile(r"python -m (benchmarks(?:\.\w+)?)((?:[ \t]+--?[\w-]+(?:[ \t]+[^\s#`|\[-][^\s#`|]*)*)*)"
+                        r"|(rl_step_main)\(\)\)\"((?:[ \t]+--?[\w-]+(?:[ \t]+[^\s#`|\[-][^\s#`|]*)*)*)")
+
+
+def _configs() -> dict:
+    """Module (or function) of each benchmark command -> the config dataclass its main parses."""
+    from benchmarks import probe_memory, section1, threads
+    from benchmarks.run import BenchConfig
+
+    out = {"benchmarks": BenchConfig, "benchmarks.section1": section1.Section1Config,
+           "benchmarks.sequence": sq.SequenceConfig, "benchmarks.threads": threads.ThreadsConfig,
+           "benchmarks.probe_memory": probe_memory.ProbeMemoryConfig}
+    if importlib.util.find_spec("torch") and importlib.util.find_spec("transformers"):
+        from benchmarks import llm
+
+        out |= {"benchmarks.llm": llm.GRPOCallbackConfig, "rl_step_main": llm.RLStepConfig}
+    return out
+
+
+def test_documented_benchmark_commands_parse():
+    """Every `python -m benchmarks...` command line of the docs parses with today's flags (and a misspelt flag
+    does not)."""
+    configs = _configs()
+    with pytest.raises(UsageError, match="--quik"):
+        parse(configs["benchmarks"], ["--quik"], prog="python -m benchmarks")
+    seen = []
+    for page in [*ROOT.glob("*.md"), *(ROOT / "docs").glob("*.md")]:
+        for m in DOCUMENTED.finditer(page.read_text(encoding="utf-8")):
+            name, args = (m[1], m[2]) if m[1] else (m[3], m[4])
+            if name in configs:
+                parse(configs[name], shlex.split(args), prog=name)  # a UsageError names the flag
+                seen.append((name, args.strip()))
+    flags = {a.split()[0] for _, a in seen if a}
+    assert {"--quick", "--skip-llm", "--llm-only", "--prompts"} <= flags, seen
+
+
+def test_benchmark_help_has_no_none_noise(capsys):
+    """--help shows `--out FILE` (gapdyn.cmdline.optional), not tyro's `{None}|STR ... (default: None)`."""
+    for name, cls in _configs().items():
+        with pytest.raises(SystemExit) as exc:
+            parse(cls, ["--help"], prog=name)
+        text = capsys.readouterr().out
+        assert exc.value.code == 0 and "--" in text, name
+        assert "{None}" not in text and "(default: None)" not in text, (name, text)
 
 
 # ---- llm_probe (torch) --------------------------------------------------------------------------
