@@ -7,13 +7,16 @@ The callback wraps the reward function (it sees each step's groups there), probe
 optimizer step and writes its gap/* metrics into TRL's own log rows (docs/llm_probe.md, "On a TRL run").
 """
 
-import argparse
 import tempfile
+from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
+import tyro
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
+from gapdyn.cmdline import optional
 from llm_probe.callback import GapProbeCallback
 from llm_probe.model import build_tiny_qwen, load_policy
 from llm_probe.tokenizer import build_char_tokenizer
@@ -26,14 +29,19 @@ def partial_credit(prompts, completions, answer, **kw):
     return [sum(x == y for x, y in zip(c.strip(), a)) / len(a) for c, a in zip(completions, answer)]
 
 
+@dataclass
+class Args:
+    """GRPO on two-digit additions with GapProbeCallback attached; prints its gap/* metrics."""
+
+    model: Annotated[str | None, optional("DIR", "build a tiny random Qwen2")] = None  # a local from_pretrained folder
+    steps: int = 30  # optimizer steps
+    probe_every: int = 10  # probe every k-th optimizer step
+    lr: float = 1e-3  # learning rate (TRL's default 1e-6 barely moves a random tiny model)
+    out: Annotated[str | None, optional("DIR", "a temporary folder")] = None  # GRPOConfig.output_dir
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", help="a local from_pretrained folder (default: build a tiny random Qwen2)")
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--probe-every", type=int, default=10)
-    ap.add_argument("--lr", type=float, default=1e-3)  # TRL's default 1e-6 barely moves a random tiny model
-    ap.add_argument("--out", default=None, help="output_dir (default: a temporary folder)")
-    a = ap.parse_args(argv)
+    a = tyro.cli(Args, args=argv)
     if a.model:
         model, tok = load_policy(a.model, device="cpu")  # a PolicyPair: pass .model and .tokenizer, not the pair
     else:

@@ -24,8 +24,10 @@
 # parameters: the test suite sets GAPDYN_NB_MODE=test (small sizes); "quick" by default, "full" for paper scale
 import os
 
+from gapdyn.cmdline import MODES
+
 MODE = os.environ.get("GAPDYN_NB_MODE", "quick")
-assert MODE in ("test", "quick", "full"), MODE
+assert MODE in MODES, MODE
 N_GROUPS = {"test": 300, "quick": 3000, "full": 30000}[MODE]
 
 # %%

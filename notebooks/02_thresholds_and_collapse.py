@@ -25,8 +25,10 @@
 # parameters: the test suite sets GAPDYN_NB_MODE=test (small sizes); "quick" by default, "full" for paper scale
 import os
 
+from gapdyn.cmdline import MODES
+
 MODE = os.environ.get("GAPDYN_NB_MODE", "quick")
-assert MODE in ("test", "quick", "full"), MODE
+assert MODE in MODES, MODE
 STEPS = {"test": 80, "quick": 300, "full": 1000}[MODE]
 N_ETAS = {"test": 13, "quick": 41, "full": 81}[MODE]
 N_SEEDS = {"test": 4, "quick": 16, "full": 64}[MODE]

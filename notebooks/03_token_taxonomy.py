@@ -24,8 +24,10 @@
 # parameters: the test suite sets GAPDYN_NB_MODE=test (small sizes); "quick" by default, "full" for paper scale
 import os
 
+from gapdyn.cmdline import MODES
+
 MODE = os.environ.get("GAPDYN_NB_MODE", "quick")
-assert MODE in ("test", "quick", "full"), MODE
+assert MODE in MODES, MODE
 N_TOKENS = {"test": 3000, "quick": 40000, "full": 200000}[MODE]
 
 # %%

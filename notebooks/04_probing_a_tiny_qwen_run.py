@@ -26,8 +26,10 @@
 import os
 import tempfile
 
+from gapdyn.cmdline import MODES
+
 MODE = os.environ.get("GAPDYN_NB_MODE", "quick")
-assert MODE in ("test", "quick", "full"), MODE
+assert MODE in MODES, MODE
 OUT = os.environ.get("GAPDYN_NB_LLM_DIR") or tempfile.mkdtemp(prefix="gapdyn_nb04_")
 
 # %%

@@ -13,20 +13,21 @@ its PNG figures in ``<out>/<name>_files/``. The first line of each page records 
 source, so the tests can tell when a page is older than its notebook.
 """
 
-from __future__ import annotations
-
-import argparse
 import hashlib
 import os
 import re
-import sys
 import tempfile
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
+
+import tyro
+
+from gapdyn.cmdline import MODES, Mode, UsageError, command, optional, parse
 
 HERE = Path(__file__).resolve().parent
 DOCS = HERE.parent / "docs" / "notebooks"
-MODES = ("test", "quick", "full")
 HEADER = re.compile(r"^<!-- rendered from notebooks/(?P<source>\S+) sha256=(?P<sha>[0-9a-f]{64}) mode=(?P<mode>\w+) -->$")
 
 
@@ -139,22 +140,30 @@ def render(path: Path, out_dir: Path = DOCS, *, mode: str = "quick") -> Path:
     return page
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python notebooks/render.py", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("names", nargs="*", help="notebook names (stems of notebooks/NN_*.py); default all")
-    ap.add_argument("--mode", default="quick", choices=MODES, help="sizes: test (seconds), quick (default), full")
-    ap.add_argument("--out", type=Path, default=DOCS, help="output folder (default docs/notebooks)")
-    args = ap.parse_args(argv)
+@dataclass
+class RenderConfig:
+    """Execute the tutorial notebooks and render them, figures included, to docs/notebooks/ (markdown + PNG)."""
+
+    names: Annotated[tuple[str, ...], tyro.conf.Positional, tyro.conf.arg(metavar="[NAME ...]", help_behavior_hint="")] = ()
+    """Notebook names (stems of notebooks/NN_*.py); default all."""
+    mode: Mode = "quick"
+    """Sizes: test (seconds), quick, full (paper scale)."""
+    out: Annotated[Path | None, optional("DIR", "docs/notebooks")] = None
+    """Output folder."""
+
+
+@command("python notebooks/render.py")
+def main(argv: list[str]) -> int:
+    args = parse(RenderConfig, argv, prog="python notebooks/render.py")
     known = {p.stem: p for p in sources()}
     unknown = [n for n in args.names if n not in known]
     if unknown:
-        ap.error(f"unknown notebooks {unknown}; known: {sorted(known)}")
+        raise UsageError(f"unknown notebooks {unknown}; known: {sorted(known)}")
     for name in args.names or sorted(known):
         print(f"rendering {name} (mode {args.mode}) ...", flush=True)
-        print(f"  wrote {render(known[name], args.out, mode=args.mode)}", flush=True)
+        print(f"  wrote {render(known[name], args.out or DOCS, mode=args.mode)}", flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

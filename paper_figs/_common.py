@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["MODES", "NotAvailable", "SourceFailed", "default_store", "check_mode"]
+from gapdyn.cmdline import MODES
 
-MODES = ("test", "quick", "full")
+__all__ = ["MODES", "NotAvailable", "SourceFailed", "default_store", "check_mode"]
 
 
 class NotAvailable(RuntimeError):

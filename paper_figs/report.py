@@ -15,14 +15,14 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import numpy as np
 import pandas as pd
 import tyro
 
 import gapdyn
-from gapdyn.cmdline import command, output_dir, parse, say
+from gapdyn.cmdline import Mode, command, output_dir, parse, say
 from gapdyn.io import atomic_write_text, check_output_path, write_with
 
 __all__ = ["fmt", "PAPER_CLAIMS", "CLAIM_COLUMNS", "covers", "decided_claims", "coverage_table",
@@ -268,7 +268,7 @@ class ClaimsArgs:
     """A `gapdyn reproduce` output folder (or a claims.json) to read (default ./gapdyn_out/reproduce)."""
     from_store: bool = False
     """Instead of reading claims.json: re-judge every experiment of --mode from the sweep store (cached runs)."""
-    mode: Literal["test", "quick", "full"] = "quick"
+    mode: Mode = "quick"
     """The experiments' sizes, with --from-store."""
     store: str | None = None
     """Sweep store for --from-store (default: the reproduction's, <out>/store)."""
