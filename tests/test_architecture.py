@@ -32,3 +32,50 @@ def test_public_api_names_exist():
                      "gap_alignment", "cumulative_alignment", "logodds_lower_bound", "expected_direction",
                      "sampled_direction", "sharp_step_threshold", "token_step_effects"):
         assert required in gapdyn.__all__
+
+
+# --- one command-line stack: tyro (gapdyn/cmdline.py), no argparse ----------------------------------------------
+
+REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+def _argparse_uses(source: str) -> list[int]:
+    """Lines of ``source`` that import argparse or use an ``argparse.`` attribute (code only, via ast: a word in a
+    string or a comment is not a use)."""
+    import ast
+
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "argparse" for a in node.names):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "argparse":
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "argparse":
+            lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+@pytest.mark.xfail(strict=False, reason="llm_probe's studies (llm_probe/experiments, offline.py) still parse with "
+                                        "argparse until their owner moves them to tyro")
+def test_no_python_file_uses_argparse():
+    """Every command parser uses tyro through gapdyn.cmdline (CONTRIBUTING.md, README "Command line")."""
+    assert _argparse_uses("import argparse\nx = 1\nargparse.ArgumentParser()") == [1, 3]  # the check can fail
+    assert _argparse_uses("'''import argparse'''  # argparse.ArgumentParser") == []
+    files = [p for d in REPO.iterdir() if d.name not in (".venv", ".git") and d.is_dir() for p in d.rglob("*.py")]
+    files += list(REPO.glob("*.py"))
+    assert len(files) > 100
+    bad = {str(p.relative_to(REPO)): ln for p in files if (ln := _argparse_uses(p.read_text(encoding="utf-8")))}
+    assert not bad, bad
+
+
+def test_safe_step_callback_is_a_plain_module_level_class():
+    """One class, defined at the top of llm_probe.safe_step_callback, reached by each documented import path."""
+    pytest.importorskip("trl")
+    import llm_probe
+    import llm_probe.safe_step as safe_step
+    from llm_probe.safe_step_callback import SafeStepCallback
+    from transformers import TrainerCallback
+
+    assert SafeStepCallback.__qualname__ == "SafeStepCallback"  # not built inside a function ("<locals>")
+    assert SafeStepCallback.__module__ == "llm_probe.safe_step_callback" and issubclass(SafeStepCallback, TrainerCallback)
+    assert llm_probe.SafeStepCallback is SafeStepCallback and safe_step.SafeStepCallback is SafeStepCallback
