@@ -52,10 +52,17 @@ TRL's sampler may emit the pad token inside a completion (ours never does, llm_p
 
 Distributed (``accelerate launch --num_processes N`` / ``torchrun``, DDP): each process's reward function sees
 only its own share of the generation batch, so at ``on_pre_optimizer_step`` the records of every rank are
-gathered (``torch.distributed.all_gather_object``, rank order, which is the order TRL groups rewards in) and
-every rank probes the whole batch; DDP has already averaged ``p.grad``, so every rank holds the same theta and
-the same numbers; rank 0 alone writes ``log_path`` / ``rollout_path``. FSDP and DeepSpeed shard the parameters
-(the probe needs each full parameter and its full gradient): ``on_train_begin`` refuses them.
+gathered (``torch.distributed.all_gather_object``, rank order, which is the order TRL groups rewards in); then
+each rank probes only the groups b with b % N == rank (whole groups: a group that straddled ranks is whole after
+the gather) and the per-prompt scalars (dmu_q, ||g_q||, Phi_hat_q changes; the headroom's per-completion x_n)
+are gathered back in the one-process order (llm_probe.sharding). DDP has already averaged ``p.grad``, so every
+rank holds the same theta and logs the one-process numbers; rank 0 alone writes ``log_path`` / ``rollout_path``.
+FSDP (FSDP2 ``fully_shard`` included) and DeepSpeed (ZeRO-3) shard parameters and gradients: the callback then
+measures only what forward passes give (:class:`llm_probe.sharding.ForwardProbe`: ``gap/dphi`` per prompt, the
+realised Phi_hat change, a forward-difference estimate of dmu with O(||delta||^2) error; ``gap/M_dphi``;
+``gap/headroom`` from forward-difference x_n; ``entropy*``, ``taxonomy/*``, ``cov_logp_adv`` at theta_k) and
+names the skipped metrics (gap norms, cosines, dmu, JVP checks: :data:`llm_probe.sharding.NEEDS_FULL_PARAMETERS`)
+once in a warning and in :attr:`GapProbeCallback.skipped`.
 """
 
 from __future__ import annotations
@@ -63,8 +70,8 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import logging
 import math
-import os
 import threading
 from pathlib import Path
 
@@ -77,6 +84,9 @@ from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
 from .gap_probe import ALIGNMENT_ROUTES, GapProbe
 from .model import check_model
 from .rollout import Rollout, encode_prompts
+from .sharding import NEEDS_FULL_PARAMETERS, ForwardProbe, owned_groups, sharded_kind, sharded_step_rule, sub_rollout
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["GapProbeCallback"]
 
@@ -137,6 +147,10 @@ class GapProbeCallback(TrainerCallback):
         self._theta_k: dict | None = None  # trainable parameters at theta_k of the probed step (headroom)
         self._ro: Rollout | None = None  # the probed step's rollout (headroom)
         self._lr = math.nan  # the probed step's learning rate
+        self._owned: torch.Tensor | None = None  # DDP: the groups this rank probes (llm_probe.sharding)
+        self._sharded: str | None = None  # "FSDP" / "DeepSpeed": forward-only probe (llm_probe.sharding)
+        self._fwd_stats: dict = {}  # ForwardProbe.before's token statistics of the probed step
+        self.skipped: tuple[str, ...] = ()  # metrics not measured in this run (sharded parameters)
 
     @property
     def M_batch(self) -> float:
@@ -191,9 +205,9 @@ class GapProbeCallback(TrainerCallback):
         return self._model is None or bool(getattr(self._model, "training", True))
 
     def on_train_begin(self, args, state, control, **kw):
-        _refuse_sharded(args)
         if kw.get("model") is not None:
             self._model = kw["model"]
+        self._set_sharded(sharded_kind(args, kw.get("model")))
         G = getattr(args, "num_generations", None)
         if G is not None:
             if self.G is None:
@@ -252,10 +266,23 @@ class GapProbeCallback(TrainerCallback):
         term = torch.tensor([bool(c) and c[-1] == self.tok.eos_token_id for c in cids])
         return Rollout([None] * (N // self.G), p_ids, p_mask, c_ids.to(device), c_mask.to(device), term, [""] * N, r)
 
+    def _set_sharded(self, kind: str | None) -> None:
+        """FSDP / DeepSpeed: the forward-only probe, and the metrics it skips named once (log and ``skipped``)."""
+        if kind is None or self._sharded is not None:
+            return
+        self._sharded = kind
+        self.skipped = NEEDS_FULL_PARAMETERS
+        logger.warning("GapProbeCallback under %s: parameters are sharded, so only forward-pass metrics are "
+                       "measured (gap/dphi, gap/M_dphi, gap/headroom from forward differences, entropy/*, taxonomy/*,"
+                       " cov_logp_adv); skipped (they need full parameters or gradients): %s", kind,
+                       ", ".join(self.skipped))
+
     def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
         if self.probe is None:
             check_model(model)
-            self.probe = GapProbe(model, self.params_spec, alignment=self.alignment)
+            self._set_sharded(sharded_kind(None, model))
+            self.probe = (ForwardProbe(model, c=self.c, delta=self.delta, headroom=self.headroom) if self._sharded
+                          else GapProbe(model, self.params_spec, alignment=self.alignment))
         if int(state.global_step) % self.probe_every:  # not probed (same decision on every rank): drop the records
             if self._rewards is not None:
                 self._rewards.check_complete()
@@ -266,7 +293,7 @@ class GapProbeCallback(TrainerCallback):
             return
         self.probe.cancel()
         self._steps_left, self._step_k = self._mu, int(state.global_step)
-        if self.headroom:
+        if self._sharded is None and self.headroom:
             self._theta_k = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
             self._ro = ro
             opt = kw.get("optimizer")
@@ -275,7 +302,14 @@ class GapProbeCallback(TrainerCallback):
         r_s = ro.rewards[scored]
         self._batch = {"reward": float(r_s.mean()) if len(r_s) else math.nan,
                        "frac_reward_zero_std": float((r_s.std(-1) == 0).float().mean()) if len(r_s) else math.nan}
-        self.probe.before(ro)
+        world = _world_size()
+        if self._sharded is not None:  # every rank forwards the whole batch (each forward is collective)
+            self._fwd_stats = self.probe.before(ro)
+        elif world > 1:  # DDP: this rank probes the groups b with b % world == rank (llm_probe.sharding)
+            self._owned = owned_groups(ro.B, _rank(), world)
+            self.probe.before(sub_rollout(ro, self._owned), shard_index=self._owned)
+        else:
+            self.probe.before(ro)
         if self.rollout_path is not None and _rank() == 0:
             with open(self.rollout_path, "a") as f:
                 for line in self._gathered:
@@ -288,12 +322,20 @@ class GapProbeCallback(TrainerCallback):
         self._steps_left -= 1
         if self._steps_left > 0:  # the net update of the mu steps on this batch is measured after the last
             return
+        if self._sharded is not None:
+            row = {"step": self._step_k, **self._batch, **self._fwd_stats, **self.probe.after()}
+            self._fwd_stats = {}
+            self._record(row)
+            return
         res = self.probe.after()
         row = {"step": self._step_k, **self._batch, "update_norm": res.update_norm,
                "grad_norm_probe": res.grad_norm, **res.metrics, **self._headroom(model),
                "gap/dmu_update": [] if res.dmu_update is None else res.dmu_update.tolist(),
                "gap/dmu_grad": [] if res.dmu_grad is None else res.dmu_grad.tolist(),
                "gap/norm": [] if res.gap_norms is None else res.gap_norms.tolist()}
+        self._record(row)
+
+    def _record(self, row: dict) -> None:
         self.history.append(row)
         self._unlogged.append(row)
         if self.log_path is not None and _rank() == 0:
@@ -310,7 +352,10 @@ class GapProbeCallback(TrainerCallback):
             return {"gap/headroom": math.nan, "gap/headroom_lr": math.nan}
         from .safe_step import step_rule  # torch.func; imported on the first probed step
 
-        h = step_rule(model, ro, theta_k, d, c=self.c, delta=self.delta).headroom
+        if self._owned is not None:  # DDP: x_n of this rank's groups, gathered (llm_probe.sharding)
+            h = sharded_step_rule(model, ro, self._owned, theta_k, d, c=self.c, delta=self.delta).headroom
+        else:
+            h = step_rule(model, ro, theta_k, d, c=self.c, delta=self.delta).headroom
         return {"gap/headroom": h, "gap/headroom_lr": self._lr * h}
 
     def summary(self, q: float = SUGGEST_QUANTILE, window: int = SUGGEST_WINDOW) -> dict:
@@ -493,23 +538,6 @@ def _world_size() -> int:
 def _rank() -> int:
     d = torch.distributed
     return d.get_rank() if d.is_available() and d.is_initialized() else 0
-
-
-def _refuse_sharded(args) -> None:
-    """ValueError for FSDP or DeepSpeed: they shard parameters and gradients; the probe supports DDP only."""
-    kind = None
-    if getattr(args, "deepspeed", None) or os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() in ("1", "true"):
-        kind = "DeepSpeed"
-    elif getattr(args, "fsdp", None) or os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true"):
-        kind = "FSDP"
-    else:
-        dist_type = str(getattr(getattr(args, "distributed_state", None), "distributed_type", ""))
-        kind = "FSDP" if "FSDP" in dist_type else "DeepSpeed" if "DEEPSPEED" in dist_type else None
-    if kind is not None:
-        raise ValueError(f"GapProbeCallback supports single-process and DDP training only, not {kind}: {kind} shards "
-                         "parameters and gradients, and the gap probe needs each full parameter and gradient. "
-                         "Run with plain data parallelism (accelerate launch --num_processes N, no FSDP/DeepSpeed "
-                         "config), or probe offline from saved checkpoints (gapdyn train offline).")
 
 
 def _summarise(rows: list[dict]) -> dict:

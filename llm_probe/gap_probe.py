@@ -73,6 +73,7 @@ class _Pending:
     probe_ro: object  # Rollout of the fixed probe prompts or None
     probe_gap: object  # GapEstimate or None
     stream: bool = False  # gaps recomputed one at a time in after(), at theta_k
+    shard_index: torch.Tensor | None = None  # [B] global group of each of ro's groups (this rank's share), or None
 
 
 class GapProbe:
@@ -109,14 +110,20 @@ class GapProbe:
         """True between :meth:`before` and :meth:`after` (or :meth:`cancel`)."""
         return self._pending is not None
 
-    def before(self, ro, *, probe_ro=None, seq_logp: torch.Tensor | None = None, theta_k: dict | None = None) -> None:
+    def before(self, ro, *, probe_ro=None, seq_logp: torch.Tensor | None = None, theta_k: dict | None = None,
+               shard_index: torch.Tensor | None = None) -> None:
         """Record step k at theta_k: call after backward and clipping, before ``optimizer.step()``.
 
         ro: the batch Rollout; probe_ro: the fixed probe prompts' Rollout at theta_k (or None);
         seq_logp [B*G]: log pi(o_n) of the batch from the training forward (the jvp route's Phi_hat(theta_k)
         without a forward of its own); theta_k: every named parameter at theta_k (reused, else cloned when a
-        forward-mode route needs it).
+        forward-mode route needs it); shard_index [B]: ``ro`` is this rank's share of a batch split by prompt
+        over the processes (llm_probe.sharding), shard_index[b] the global group of its group b: :meth:`after`
+        then gathers every rank's per-prompt scalars (a collective) and returns the whole batch's numbers.
         """
+        if shard_index is not None and (probe_ro is not None or len(shard_index) != ro.B):
+            raise ValueError(f"shard_index must hold one global group per group of ro ({ro.B}) and needs "
+                             f"probe_ro=None, got {len(shard_index)} entries")
         if probe_ro is not None and probe_ro.B != len(self.M_probe):
             raise ValueError(f"probe_ro holds {probe_ro.B} prompts, the probe tracks {len(self.M_probe)}")
         stream = self.alignment == "stream" or (
@@ -144,7 +151,7 @@ class GapProbe:
                     phi_old = prompt_objectives(self.model, ro, groups).cpu()
             probe_gap = per_prompt_gaps(self.model, probe_ro, self.params) if dot and probe_ro is not None else None
         self._pending = _Pending(ro, groups, old, theta_k if keep else None, ascent, batch_gap, phi_old, probe_ro,
-                                 probe_gap, stream)
+                                 probe_gap, stream, None if shard_index is None else torch.as_tensor(shard_index))
 
     def cancel(self) -> None:
         """Drop the step recorded by :meth:`before` (the step was skipped)."""
@@ -161,7 +168,7 @@ class GapProbe:
         ascent = flat(s.ascent) if s.batch_gap is not None else None
         delta_norm, ascent_norm = _norm(delta_d), _norm(s.ascent)
         out = {}
-        dmu_u = dmu_g = norms = None
+        dmu_u = dmu_g = norms = jv_diff = None
         if s.stream:
             with _eval_mode(self.model):
                 st = streamed_gap_stats(self.model, s.ro, self.params, {"u": delta_d, "g": s.ascent}, at=s.theta_k)
@@ -185,7 +192,7 @@ class GapProbe:
             if batch_jvp:  # both directions (update, -grad) in one vmap'd forward-mode pass at theta_k
                 jv_u, jv_g = jvp_alignment(self.model, s.ro, s.groups, s.old, [delta_d, s.ascent], base=s.theta_k)
                 if dmu_u is not None:
-                    out["gap/jvp_dot_maxdiff"] = float(torch.max((jv_u - dmu_u).abs()))
+                    jv_diff = (jv_u - dmu_u).abs()
                 else:
                     dmu_u, dmu_g = jv_u, jv_g
             if probe_jvp:
@@ -193,18 +200,40 @@ class GapProbe:
             gaps = s.batch_gap.gaps if s.batch_gap is not None else None
             if gaps is not None:
                 norms = s.batch_gap.norms
-            out.update(alignment_metrics("gap", dmu_u, dmu_g, gaps, delta_norm, ascent_norm, norms=norms))
+            dphi = None
             if dmu_u is not None and len(dmu_u):
-                self.M_batch += float(dmu_u.clamp(min=0).mean())
                 with torch.no_grad():  # realised change of Phi_hat on the same completions (first order: dmu)
-                    phi_new = prompt_objectives(self.model, s.ro, s.groups).cpu()
-                out["gap/dphi_mean"] = float((phi_new - s.phi_old).mean())
+                    dphi = prompt_objectives(self.model, s.ro, s.groups).cpu() - s.phi_old
+        if s.shard_index is not None:  # every rank's per-prompt scalars, in the one-process order
+            dmu_u, dmu_g, norms, dphi, jv_diff = self._gather(s, dmu_u, dmu_g, norms, dphi, jv_diff)
+            gaps = None
+        if jv_diff is not None and len(jv_diff):
+            out["gap/jvp_dot_maxdiff"] = float(torch.max(jv_diff))
+        out.update(alignment_metrics("gap", dmu_u, dmu_g, gaps, delta_norm, ascent_norm, norms=norms))
+        if dmu_u is not None and len(dmu_u):
+            self.M_batch += float(dmu_u.clamp(min=0).mean())
+            out["gap/dphi_mean"] = float(dphi.mean())
         out["gap/M_batch"] = self.M_batch
         prompts = []
         if s.probe_ro is not None:
             out_p, prompts = self._probe_prompts(s.probe_ro, probe_groups, dmu_probe)
             out.update(out_p)
         return ProbeResult(out, dmu_u, dmu_g, delta_norm, ascent_norm, prompts, norms)
+
+    def _gather(self, s, dmu_u, dmu_g, norms, dphi, jv_diff):
+        """The per-prompt scalars of every rank's share (llm_probe.sharding.gather_by_index), sorted by global
+        group: the values the one-process probe of the whole batch computes. A collective: every rank calls it."""
+        from .sharding import gather_by_index
+
+        empty = torch.zeros(0, dtype=torch.float64)
+        vals = {"dmu_u": dmu_u, "dmu_g": dmu_g, "dphi": dphi}
+        if self.alignment != "jvp":
+            vals["norms"] = norms
+        if self.alignment == "both":
+            vals["jv_diff"] = jv_diff
+        vals = {k: empty if v is None else v for k, v in vals.items()}
+        _, got = gather_by_index(s.shard_index[s.groups], vals)
+        return got["dmu_u"], got["dmu_g"], got.get("norms"), got["dphi"], got.get("jv_diff")
 
     def _probe_prompts(self, probe_ro, groups, dmu_probe):
         """M_q += [dmu_q]_+ over the fixed probe prompts (0 for a prompt without a mixed group)."""
