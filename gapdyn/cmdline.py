@@ -2,7 +2,8 @@
 
 Conventions (docs in README.md, "Command line"):
 
-- options are parsed by tyro from a config dataclass with a docstring under each field;
+- options are parsed by tyro from a config dataclass with a docstring under each field; a setting whose
+  ``None`` means "not given" is marked with :func:`optional` (help ``--out FILE``, not ``{None}|STR``);
 - the shared flags are ``--mode test|quick|full``, ``--jobs N``, ``--out DIR``, ``--progress/--no-progress``
   and ``--seed``, each where it applies;
 - a command writes under ``./gapdyn_out/<command>/`` of the working directory unless ``--out DIR`` is
