@@ -8,9 +8,9 @@ where u_k is the update direction of one of gapdyn's methods (``gapdyn.METHOD_NA
 (``method="gap"``: log-odds ascent, grad Phi = g+ - g-), optionally unit-normalised and/or passed through
 Adam, and eta_k follows a :class:`bandits.schedules.Schedule`. Directions:
 
-- ``mode="exact"``: the expected update E[w] = scalar(J, G) (g+ - g-) (gapdyn.expected_scalar: J(1-J),
+- ``gradient="exact"``: the expected update E[w] = scalar(J, G) (g+ - g-) (gapdyn.expected_scalar: J(1-J),
   (1-1/G) J(1-J), c_G(J), ...), per context;
-- ``mode="sampled"``: one group of G arms per context drawn by inverse CDF from pre-drawn uniforms
+- ``gradient="sampled"``: one group of G arms per context drawn by inverse CDF from pre-drawn uniforms
   (``numpy.random.default_rng(seed).random((C, G))`` per step, in step order: the plain loop of
   :mod:`bandits.reference` reproduces the stream), w = (1/G) sum_i A_i s(o_i) with gapdyn's advantage
   rules (re-implemented in numba; tests check them equal to ``gapdyn.group_advantages``).
@@ -27,7 +27,7 @@ uniform) its min over all states and its min and max over the last quarter.
 Speed: arms are sorted correct-first per context and padded with zero arms to a multiple of 8, so every pass
 over arms is a branch-free loop that vectorises without a scalar tail (exp included: :func:`_exp_shifted`);
 sums are re-associated (LLVM fast-math flags reassoc, contract, arcp); runs are done two at a time in lockstep
-(the logits and the Gap of both in one pass over the features); sampled mode needs no Gap: it carries the
+(the logits and the Gap of both in one pass over the features); sampled gradient needs no Gap: it carries the
 logits from step to step as z + eta Phi u (Delta mu = <cw, Phi u>, one pass over the features per step) and
 recomputes them from theta every 8 steps, so round-off does not accumulate; where a run's direction for a
 context is exactly 0 (a group with equal rewards under GRPO) its logits do not move, and the work that would
@@ -44,9 +44,11 @@ The first call after an install compiles the kernels (numba's on-disk cache keep
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import sys
+import warnings
 from dataclasses import dataclass, field
 
 import numba
@@ -55,18 +57,19 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 
 import gapdyn
-from gapdyn._validate import check_group_size, check_positive, check_seed
+from gapdyn._validate import check_group_size, check_int, check_positive, check_seed
 from gapdyn.collapse import tail_start
 from gapdyn.safe_step import NO_ASCENT_TOL
 
 from .envs import ContextualBandit
 from .schedules import SCHEDULES, Schedule
 
-__all__ = ["DIRECTIONS", "MODES", "Dynamics", "Trajectory", "simulate", "run_grid", "advantages_nb", "exact_scalar_nb",
+__all__ = ["DIRECTIONS", "GRADIENTS", "MODES", "Dynamics", "Trajectory", "simulate", "run_grid", "advantages_nb", "exact_scalar_nb",
            "draws_nb", "cdf_rows_nb", "ensure_compiled", "kernels_cached"]
 
 DIRECTIONS: tuple[str, ...] = tuple(gapdyn.METHOD_NAMES) + ("gap",)
-MODES = ("exact", "sampled")
+GRADIENTS = ("exact", "sampled")
+MODES = GRADIENTS  # the former name (bandits re-exports it)
 _CODE = {"reinforce": 0, "rloo": 1, "grpo": 2, "dr_grpo": 3, "wapo": 4, "psr": 5, "nsr": 6, "w_reinforce": 7, "gap": 8}
 _SCHED = {name: i for i, name in enumerate(SCHEDULES)}  # constant 0, decay 1, linesearch 2, adaptive 3
 # LLVM fast-math flags of the kernels: re-associated sums (reductions over arms vectorise), contractions
@@ -90,8 +93,9 @@ class Dynamics:
     """What one simulation does (everything but eta, seed and theta0).
 
     Attributes:
-        method: a gapdyn method name, or "gap" (w = g+ - g-, log-odds ascent; exact mode only).
-        mode: "exact" (expected update) or "sampled" (one group of G per context per step).
+        method: a gapdyn method name, or "gap" (w = g+ - g-, log-odds ascent; exact gradient only).
+        gradient: "exact" (expected update) or "sampled" (one group of G per context per step). The former
+            keyword ``mode`` still works for one release, with a DeprecationWarning.
         group_size: G >= 2 (also enters the exact scalars of dr_grpo, wapo, grpo).
         steps: number of updates.
         schedule: a Schedule or its kind ("constant", "decay", "linesearch", "adaptive").
@@ -103,7 +107,7 @@ class Dynamics:
     """
 
     method: str = "grpo"
-    mode: str = "exact"
+    gradient: str = "exact"
     group_size: int = 8
     steps: int = 1000
     schedule: Schedule | str = "constant"
@@ -119,15 +123,13 @@ class Dynamics:
     def __post_init__(self):
         if self.method not in DIRECTIONS:
             raise ValueError(f"method must be one of {DIRECTIONS}, got {self.method!r}")
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
-        if self.method == "gap" and self.mode != "exact":
-            raise ValueError("method 'gap' (log-odds ascent) needs mode='exact'")
+        if self.gradient not in GRADIENTS:
+            raise ValueError(f"gradient must be one of {GRADIENTS}, got {self.gradient!r}")
+        if self.method == "gap" and self.gradient != "exact":
+            raise ValueError("method 'gap' (log-odds ascent) needs gradient='exact'")
         check_group_size(self.group_size)
         for name in ("steps", "record_every"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+            check_int(getattr(self, name), name, minimum=1)
         if not isinstance(self.schedule, (Schedule, str)):
             raise ValueError(f"schedule must be a Schedule or one of {SCHEDULES}, got {self.schedule!r}")
         sched = self.schedule if isinstance(self.schedule, Schedule) else Schedule(self.schedule)
@@ -156,6 +158,29 @@ class Dynamics:
     def method_opts(self) -> dict:
         """Options for gapdyn.group_advantages / expected_scalar."""
         return method_opts(self.method, std=self.std, adv_eps=self.adv_eps, lam=self.lam)
+
+    @property
+    def mode(self) -> str:
+        """Deprecated name of :attr:`gradient` (removed in the next release)."""
+        warnings.warn("Dynamics.mode is deprecated; use Dynamics.gradient", DeprecationWarning, stacklevel=2)
+        return self.gradient
+
+
+_dynamics_fields_init = Dynamics.__init__
+
+
+@functools.wraps(_dynamics_fields_init)
+def _dynamics_init(self, *args, mode: str | None = None, **kwargs):
+    """Dynamics' generated __init__, also taking the deprecated keyword ``mode`` (= ``gradient``)."""
+    if mode is not None:
+        warnings.warn("Dynamics(mode=...) is deprecated; use Dynamics(gradient=...)", DeprecationWarning, stacklevel=2)
+        if "gradient" in kwargs or len(args) >= 2:
+            raise ValueError("pass gradient or its deprecated name mode, not both")
+        kwargs["gradient"] = mode
+    _dynamics_fields_init(self, *args, **kwargs)
+
+
+Dynamics.__init__ = _dynamics_init
 
 
 @dataclass(frozen=True)
@@ -282,7 +307,7 @@ def _advantages(method, r, A, bessel, eps, lam):
     elif method == 7:
         for i in range(G):
             A[i] = lam if r[i] > 0 else -1.0
-    else:  # no rule for this code (gap has none in sampled mode): simulate() refuses it before a run
+    else:  # no rule for this code (gap has none in sampled gradient): simulate() refuses it before a run
         for i in range(G):
             A[i] = math.nan
 
@@ -467,7 +492,7 @@ def _class_split(fnormS, npos_c, c, z_all, zmp, zmn, e, p_all, cw_all, want_p, w
     ip, im = 1.0 / Sp, -1.0 / Sn
     fp, fn = J * ip, -Jb * im  # pi_a = e_a exp(shift - lse) = e_a J / S+ on O+, e_a (1 - J) / S- on O-
     H, gs = 0.0, 0.0
-    if want_p and not want_gs:  # sampled mode: pi, no gs
+    if want_p and not want_gs:  # sampled gradient: pi, no gs
         for a in range(Kp):
             pos = a < npos
             cw_all[c, a] = e[a] * (ip if pos else im)
@@ -498,9 +523,9 @@ def _forward_pair(featST, fnormS, npos_c, K, c, theta, r0, r1, pb, z2, zm, e2, g
                   keep):
     """The forward pass of context c for the runs r0, r1 of a pair (featST [C, d, Kp], sorted and padded arms):
     with fresh, the logits of both in one pass over the features (else z2 already holds them), _class_split per
-    run and, with want_gs (exact mode), Gap = sum_a cw_a phi_a of both in one pass. fw[s, :, c] = (J, Jbar, Phi,
+    run and, with want_gs (exact gradient), Gap = sum_a cw_a phi_a of both in one pass. fw[s, :, c] = (J, Jbar, Phi,
     H, gs) of run slot s; cw2 (and with want_p p2, with want_gs gap2) are filled, except for a slot with
-    keep[s, c], whose logits have not moved since they were last filled (sampled mode; not fresh). The two slots
+    keep[s, c], whose logits have not moved since they were last filled (sampled gradient; not fresh). The two slots
     run the same operations, so a run's results do not depend on its partner or slot."""
     if fresh:
         _logits_pair(featST, c, theta, r0, r1, pb, z2)
@@ -586,7 +611,7 @@ def _logodds(featST, npos_c, K, c, th, zl):
 
 
 _ARM_PAD = 8  # the class-sorted per-arm rows are padded with zero arms to a multiple of this (one AVX-512 vector)
-_REFRESH = 8  # sampled mode: the logits carried as z + eta Phi u are recomputed from theta every this many steps
+_REFRESH = 8  # sampled gradient: the logits carried as z + eta Phi u are recomputed from theta every this many steps
 _CDF_PAD = 32  # the cdf rows are padded with +inf to a multiple of this (the count loop has no scalar tail)
 
 
@@ -662,15 +687,16 @@ def _search_right(cdf_all, c, x):
 
 
 @njit(cache=True, inline="always")
-def _draw(cdf_all, c, K, u):
+def _draw(cdf_all, c, K, u, p, rk):
     """The arm drawn by uniform u from the cdf of pi in the original arm order (cdf_all[c, :K], padded with
-    +inf): searchsorted(cdf, u * total, 'right'); a target rounded up to the total (u = 1, or u * total
-    rounding up) gives the last arm whose probability moves the cdf, so a zero-probability arm is never drawn
-    (bandits.reference.sample_arms)."""
+    +inf; arm a has mass p[rk[a]]): min(searchsorted(cdf, u * total, 'right'), the last arm with positive mass),
+    the numba twin of gapdyn.sampling.inverse_cdf_draw (tests/test_engine_fast.py checks them equal). The cap
+    (u = 1, or u * total rounding up to the total) walks back over zero-mass arms only, so a zero-probability
+    arm is never drawn."""
     a = _search_right(cdf_all, c, u * cdf_all[c, K - 1])
     if a > K - 1:
         a = K - 1
-        while a > 0 and cdf_all[c, a] == cdf_all[c, a - 1]:
+        while a > 0 and p[rk[a]] == 0.0:
             a -= 1
     return a
 
@@ -759,15 +785,15 @@ def _workspace(C, K, Kp, d, P, G):
     z2 = np.zeros((2, C, Kp))
     return (
         z2, np.zeros((2, C, Kp)), np.zeros((2, C, Kp)),  # z2, p2, cw2: logits, pi, cw per context
-        np.full((2, C, _padded(K)), np.inf),  # cdf2: sampled mode, cumsum of pi per context (+inf padding)
+        np.full((2, C, _padded(K)), np.inf),  # cdf2: sampled gradient, cumsum of pi per context (+inf padding)
         np.empty((2, C, d)), np.empty((2, 5, C)),  # gap2; fw: (J, Jbar, Phi, H, gs) per slot and context
-        np.empty((2, C, d + 1)),  # mphi2: E_pi[phi] and E_pi ||phi|| per slot (sampled mode)
+        np.empty((2, C, d + 1)),  # mphi2: E_pi[phi] and E_pi ||phi|| per slot (sampled gradient)
         np.empty((P, d)), np.zeros((2, P, d)), np.empty((2, C, G)),  # w; u2: direction per slot; rg2: group rewards
         np.zeros((2, Kp)), np.empty(P), np.empty(P), np.empty(K), np.empty(G), np.empty(G), np.empty(d),
         # ex2: exp(z - class max) per slot; wabs, eta, cdf, rv, A, trial
         np.zeros((2, C, G), np.int64), np.empty((2, 2)),  # idx2: drawn arms; zm: class maxima per slot
         np.zeros((1, Kp)),  # zl: the line search's logits at the trial point
-        np.zeros((2, C, Kp)), np.empty((2, C)),  # y2 = Phi u per slot (sampled mode); dm2: Delta mu per context
+        np.zeros((2, C, Kp)), np.empty((2, C)),  # y2 = Phi u per slot (sampled gradient); dm2: Delta mu per context
         np.zeros((2, C), np.bool_),  # mv2: whether y2[s, c] holds Phi u (else u = 0: the logits do not move)
         np.zeros((2, C), np.bool_),  # kp2: the forward pass (and cdf row) of slot s, context c kept from the last step
         np.zeros((2, C, G)), np.zeros((2, C), np.bool_),  # A2: the groups' advantages; nd2: E_pi[phi] needed
@@ -788,7 +814,7 @@ def _one_pair(
     Delta mu per context, then each run's step size and update. With r1 == r0 (the last run of an odd count) the
     second slot repeats the first's forward pass and is not used. ws is the pair's scratch (_workspace).
 
-    Exact mode: Delta mu = <u, Gap> with Gap from the forward pass. Sampled mode needs no Gap: y = Phi u (one
+    Exact gradient: Delta mu = <u, Gap> with Gap from the forward pass. Sampled gradient needs no Gap: y = Phi u (one
     pass over the features, both runs), Delta mu = sum_a cw_a y_a and the next logits z + eta y, recomputed
     from theta at every step kk with kk % _REFRESH == 0 (and at a call's first step, which simulate() keeps
     on such a step), so round-off does not accumulate over more than _REFRESH steps."""
@@ -915,7 +941,7 @@ def _track(r, kk, update, phi_prev, J_min, ndec, J_tail, Jbar, tail0, rec_every,
 @njit(cache=True, fastmath=_FASTMATH, _nrt=False)
 def _groups(rew, pmap, blk_ptr, rank, unif, k, r, method, G, bessel, aeps, lam, p_all, cdf_all, keep, idx, rg, A_all,
             need, rv):
-    """Sampled mode, run r, step k of the call: the cdf rows of pi (rows with keep: pi unchanged, kept), the
+    """Sampled gradient, run r, step k of the call: the cdf rows of pi (rows with keep: pi unchanged, kept), the
     G draws per context (idx), their rewards (rg) and advantages (A_all), and whether E_pi[phi] is needed:
     need[c] unless the scaled advantages f_i = A_i / (G nb) sum to 0 up to their round-off,
     |sum_i f_i| <= _ADV_SUM_TOL G sum_i |f_i| (grpo, rloo, dr_grpo: E_pi[phi] would multiply 0)."""
@@ -923,7 +949,7 @@ def _groups(rew, pmap, blk_ptr, rank, unif, k, r, method, G, bessel, aeps, lam, 
     _cdf_rows(p_all, rank, K, cdf_all, keep)  # cumsum of pi in the original arm order (the order of the draws)
     for c in range(C):  # all draws first: the searches are independent (no load waits on a previous draw)
         for i in range(G):
-            idx[c, i] = _draw(cdf_all, c, K, unif[r, k, c, i])
+            idx[c, i] = _draw(cdf_all, c, K, unif[r, k, c, i], p_all[c], rank[c])
     for c in range(C):
         pb = pmap[c]
         nb = blk_ptr[pb + 1] - blk_ptr[pb]
@@ -1012,7 +1038,7 @@ def _step(
     p_all, cw_all, Phic, u, dm_c, rg, idx, z_all, y_all, mv, eta, cdf, A, trial, zl,
 ):
     """Step size per block (the schedule), then the records of Delta mu = dm_c, ||u|| and eta, the cumulative
-    alignment M += eta [Delta mu]_+ and the update theta += eta u of run r at step kk; sampled mode also moves
+    alignment M += eta [Delta mu]_+ and the update theta += eta u of run r at step kk; sampled gradient also moves
     the logits: z += eta y (y = Phi u) where mv (else u = 0)."""
     P = theta.shape[1]
     C, K, d = feat.shape[0], feat.shape[1], feat.shape[2]
@@ -1127,13 +1153,14 @@ def _draw_batch(probs, u):
     out = np.empty(u.shape, np.int64)
     K = probs.shape[1]
     cdf = np.full((1, _padded(K)), np.inf)
+    rk = np.arange(K)
     for c in range(probs.shape[0]):
         acc = 0.0
         for a in range(K):
             acc += probs[c, a]
             cdf[0, a] = acc
         for i in range(u.shape[1]):
-            out[c, i] = _draw(cdf, 0, K, u[c, i])
+            out[c, i] = _draw(cdf, 0, K, u[c, i], probs[c], rk)
     return out
 
 
@@ -1146,7 +1173,7 @@ def _cdf_batch(probs, rank):
 
 
 def cdf_rows_nb(probs, rank=None) -> np.ndarray:
-    """The sampled engine's cdf rows [C, K]: cdf[c, a] = sum_{b <= a} probs[c, rank[c, b]] by four blocked running
+    """The sampled-gradient engine's cdf rows [C, K]: cdf[c, a] = sum_{b <= a} probs[c, rank[c, b]] by four blocked running
     sums (rank: identity by default; for tests against numpy.cumsum)."""
     p = np.ascontiguousarray(probs, dtype=np.float64)
     if p.ndim != 2 or p.shape[1] < 1 or not np.all(np.isfinite(p)) or np.any(p < 0):
@@ -1171,7 +1198,7 @@ def draws_nb(probs, u) -> np.ndarray:
 
 @njit(cache=True, fastmath=_FASTMATH)
 def _dispatch_known(method, sampled):
-    """Whether the kernels' dispatch has a rule for the method code: sampled mode reads _advantages, exact mode
+    """Whether the kernels' dispatch has a rule for the method code: sampled gradient reads _advantages, exact gradient
     _exact_scalar, and both end in a branch that gives NaN for a code without one."""
     if sampled:
         A = np.empty(2)
@@ -1182,11 +1209,11 @@ def _dispatch_known(method, sampled):
 
 def _method_code(method: str, sampled: bool) -> int:
     """The kernels' code of ``method`` (_CODE); ValueError naming the method when it has none or the kernels'
-    dispatch has no rule for it in this mode (_dispatch_known), so a run never takes another method's rule."""
+    dispatch has no rule for it for this gradient (_dispatch_known), so a run never takes another method's rule."""
     code = _CODE.get(method) if isinstance(method, str) else None
     if code is None or not _dispatch_known(code, bool(sampled)):
-        mode = "sampled" if sampled else "exact"
-        raise ValueError(f"method {method!r} has no rule in the engine's {mode} kernels (codes: {_CODE})")
+        kind = "sampled" if sampled else "exact"
+        raise ValueError(f"method {method!r} has no rule in the engine's {kind}-gradient kernels (codes: {_CODE})")
     return code
 
 
@@ -1315,8 +1342,8 @@ def ensure_compiled(progress: bool = True) -> bool:
     from .envs import make_bandit
 
     b = make_bandit(n_contexts=2, n_arms=4, dim=2, n_correct=1, seed=0)
-    for mode in MODES:
-        simulate(b, Dynamics(mode=mode, steps=2, group_size=2), eta=0.1, seed=0, threads=1)
+    for gradient in GRADIENTS:
+        simulate(b, Dynamics(gradient=gradient, steps=2, group_size=2), eta=0.1, seed=0, threads=1)
     return cached
 
 
@@ -1342,7 +1369,7 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
             Runs with equal seeds share their random stream (common random numbers across etas).
         theta0: start [P, d] or [R, P, d] (default 0).
         chunk: steps per kernel call (bounds the memory of the pre-drawn uniforms), rounded up to a multiple of
-            8 (sampled mode recomputes its carried logits every 8 steps and at a call's start: results do not
+            8 (sampled gradient recomputes its carried logits every 8 steps and at a call's start: results do not
             depend on the chunk).
         threads: numba threads over runs for this call (default: numba's current setting); results are
             bitwise identical for every thread count (each pair of runs is done by one thread).
@@ -1352,7 +1379,7 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
     if not isinstance(dyn, Dynamics):
         raise ValueError(f"dyn must be a Dynamics, got {type(dyn).__name__}")
     nthreads = _thread_count(threads)
-    code = _method_code(dyn.method, dyn.mode == "sampled")
+    code = _method_code(dyn.method, dyn.gradient == "sampled")
     eta0, seeds, theta = _runs(bandit, eta, seed, theta0)
     R, P, d = theta.shape
     C, G, T, every = bandit.n_contexts, dyn.group_size, dyn.steps, dyn.record_every
@@ -1386,7 +1413,7 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
     f_J, f_Phi = np.full((R, C), np.nan), np.full((R, C), np.nan)
     sched = dyn.schedule
     b1, b2 = dyn.adam_betas
-    rngs = [np.random.default_rng(int(s)) for s in seeds] if dyn.mode == "sampled" else None
+    rngs = [np.random.default_rng(int(s)) for s in seeds] if dyn.gradient == "sampled" else None
     chunk = -(-max(1, int(chunk)) // _REFRESH) * _REFRESH  # calls start on a step where the logits are recomputed
     # pairs of runs in round-robin order over the threads: prange hands each thread a contiguous block of this
     # list, so runs next to each other in the grid (similar step sizes, similar work) go to different threads
@@ -1410,7 +1437,7 @@ def simulate(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, theta0=Non
                 bandit.features, bandit.rewards, fnorm, pmap, blk_ptr, order, featS, featST, fnormS, npos, rank,
                 theta, am, av, M, phi_prev, J_min, ndec, J_tail, Jbar,
                 eta0, unif, start, n, int(last), pairs, tail_start(T),
-                code, dyn.mode == "sampled", G, dyn.std == "bessel", float(dyn.adv_eps), float(dyn.lam),
+                code, dyn.gradient == "sampled", G, dyn.std == "bessel", float(dyn.adv_eps), float(dyn.lam),
                 bool(dyn.normalize), _SCHED[sched.kind], float(sched.c), float(sched.delta), int(sched.max_halvings),
                 dyn.optimizer == "adam", float(b1), float(b2), float(dyn.adam_eps), every,
                 rec["J"], rec["Phi"], rec["dmu"], rec["M"], rec["wnorm"], rec["dPhi"], rec["entropy"], rec_eta,

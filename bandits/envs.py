@@ -13,24 +13,17 @@ frozen and its arrays are read-only.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import brentq
 
 import gapdyn
-from gapdyn._validate import as_float_array, as_rewards, check_open_unit, check_positive, check_seed
+from gapdyn._validate import as_float_array, as_rewards, check_int, check_open_unit, check_positive, check_seed
 
 __all__ = ["ContextualBandit", "make_bandit", "place_theta", "KINDS"]
 
 KINDS = ("loglinear", "tabular")
-
-
-def _check_int(value, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
 
 
 @dataclass(frozen=True)
@@ -147,12 +140,12 @@ def make_bandit(
         feature_scale: standard deviation of the Gaussian features.
         seed: the explicit seed of ``numpy.random.default_rng``.
     """
-    C = _check_int(n_contexts, "n_contexts", 1)
-    K = _check_int(n_arms, "n_arms", 2)
+    C = check_int(n_contexts, "n_contexts", minimum=1)
+    K = check_int(n_arms, "n_arms", minimum=2)
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-    d = K if kind == "tabular" else _check_int(dim, "dim", 1)
-    nc = _check_int(n_correct, "n_correct", 1)
+    d = K if kind == "tabular" else check_int(dim, "dim", minimum=1)
+    nc = check_int(n_correct, "n_correct", minimum=1)
     if nc >= K:
         raise ValueError(f"n_correct must be < n_arms = {K}, got {nc}")
     scale = check_positive(feature_scale, "feature_scale")

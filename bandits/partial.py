@@ -34,18 +34,13 @@ from functools import lru_cache
 import numpy as np
 from scipy.special import log_softmax, logsumexp
 
+from gapdyn._validate import check_int, check_seed
 from gapdyn.sampling import inverse_cdf_draw
 
 from . import _sequence_kernels as _kern
-from .sequence import RULES, SequenceSample, _prob_from_log, rule_reward
+from .sequence import RULES, SequenceEnv, SequenceSample, _prob_from_log, rule_reward
 
 __all__ = ["PartialSharingBandit", "position_features"]
-
-
-def _check_int(value, name: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
 
 
 @lru_cache(maxsize=64)
@@ -60,9 +55,9 @@ def _raw_features(seed: int, V: int, d: int, T: int) -> tuple[np.ndarray, np.nda
 
 def position_features(seed: int, *, V: int, d: int, T: int, rho: float) -> np.ndarray:
     """phi_t(v) = sqrt(rho) phi(v) + sqrt(1 - rho) psi_t(v) [T, V, d]; psi_t does not depend on T (nested in T)."""
-    _check_int(seed, "seed", 0)
+    check_seed(seed)
     for name, v in (("V", V), ("d", d), ("T", T)):
-        _check_int(v, name, 2 if name == "V" else 1)
+        check_int(v, name, minimum=2 if name == "V" else 1)
     if isinstance(rho, bool) or not isinstance(rho, (int, float, np.integer, np.floating)) or not 0 <= rho <= 1:
         raise ValueError(f"rho must be a number in [0, 1], got {rho!r}")
     phi, psi = _raw_features(int(seed), int(V), int(d), int(T))
@@ -70,7 +65,7 @@ def position_features(seed: int, *, V: int, d: int, T: int, rho: float) -> np.nd
 
 
 @dataclass(frozen=True, eq=False)
-class PartialSharingBandit:
+class PartialSharingBandit(SequenceEnv):
     """Fixed-length responses, position features [T, V, d], one theta [d], token ``correct`` right.
 
     Build with :meth:`random` (Gaussian features, sharing rho) or from explicit features.
@@ -90,7 +85,7 @@ class PartialSharingBandit:
         object.__setattr__(self, "features", f)
         if self.rule not in RULES:
             raise ValueError(f"rule must be one of {RULES}, got {self.rule!r}")
-        if not 0 <= _check_int(self.correct, "correct", 0) < f.shape[1]:
+        if not 0 <= check_int(self.correct, "correct", minimum=0) < f.shape[1]:
             raise ValueError(f"correct must be a token index in [0, {f.shape[1]}), got {self.correct}")
 
     @classmethod
@@ -209,14 +204,6 @@ class PartialSharingBandit:
         rg = np.arange(n.size).reshape(n.shape)[..., None]
         counts = np.bincount((rg * V + tok).ravel(), minlength=n.size * V).reshape(n.shape + (V,))
         return SequenceSample(counts, n, m, m.copy(), np.zeros_like(m), rule_reward(n, m, self.rule), score)
-
-    def sample(self, theta, group_size: int, rng: np.random.Generator) -> SequenceSample:
-        """G i.i.d. responses per leading index of theta (:meth:`draw` on ``rng.random``)."""
-        if not isinstance(rng, np.random.Generator):
-            raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
-        G = _check_int(group_size, "group_size", 1)
-        th = self.check_params(theta)
-        return self.draw(th, rng.random(th.shape[:-1] + (G, self.T)))
 
     # -- kernels of bandits.sequence.simulate (bandits._sequence_kernels; tested equal to the methods above) --
     def _kernel_exact(self, theta) -> dict[str, np.ndarray]:

@@ -126,7 +126,7 @@ def simulate_reference(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, 
             scores = gapdyn.loglinear_scores(phi, theta[pmap])  # [C, K, d]
             entropy = -np.sum(probs * gapdyn.log_softmax(logits), axis=-1)
             # direction per context
-            if dyn.mode == "exact":
+            if dyn.gradient == "exact":
                 if dyn.method == "gap":
                     scal = np.ones(C)
                 else:
@@ -169,7 +169,7 @@ def simulate_reference(bandit: ContextualBandit, dyn: Dynamics, *, eta, seed=0, 
                         max_halvings=sched.max_halvings, gap=gap[b].sum(axis=0),
                     )  # fmt: skip
                 else:
-                    if dyn.mode == "exact":
+                    if dyn.gradient == "exact":
                         try:
                             hess = gapdyn.logodds_hessian(probs[b], rew[b], scores[b])  # [n, d, d]
                         except ValueError:  # J is 0 or 1 in floating point: Cov+ - Cov- from the logits

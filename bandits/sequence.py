@@ -43,12 +43,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Literal
+from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 from scipy.special import expit, gammaln, log_softmax, logsumexp
 
 from gapdyn import COLLAPSE_J, METHOD_NAMES, expected_scalar, group_advantages
+from gapdyn._validate import check_int, check_seed
 from gapdyn.collapse import tail_start
 from gapdyn.sampling import inverse_cdf_draw
 
@@ -59,6 +60,7 @@ __all__ = [
     "SharedSequenceBandit",
     "TabularSequenceBandit",
     "SequenceSample",
+    "SequenceEnv",
     "rule_reward",
     "SequenceDynamics",
     "SequenceTrajectory",
@@ -80,12 +82,6 @@ def _check_rule(rule: str) -> str:
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
     return rule
-
-
-def _check_int(value, name: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
 
 
 def rule_reward(n, m, rule: str) -> np.ndarray:
@@ -118,6 +114,52 @@ class SequenceSample:
     score: np.ndarray
 
 
+@runtime_checkable
+class SequenceEnv(Protocol):
+    """What :func:`simulate` and :func:`sequence_sampled_direction` need of a sequence bandit: the declared
+    interface of :class:`SharedSequenceBandit`, :class:`TabularSequenceBandit` and
+    :class:`bandits.partial.PartialSharingBandit`. Parameters are [..., *param_shape]; each method maps the
+    leading axes elementwise. The three subclass it explicitly and share its :meth:`sample`."""
+
+    T: int
+    """Response length (the maximal length with an end token)."""
+
+    @property
+    def param_shape(self) -> tuple[int, ...]:
+        """Shape of one parameter point (theta [d] or logits z [T, V])."""
+        ...
+
+    def check_params(self, params) -> np.ndarray:
+        """params as a finite float64 array [..., *param_shape]; ValueError otherwise."""
+        ...
+
+    def exact(self, params) -> dict[str, np.ndarray]:
+        """J, Jbar, Phi, the Gap and E|o| per leading index (exact, no sampling)."""
+        ...
+
+    def success_rate(self, params) -> np.ndarray:
+        ...
+
+    def log_odds(self, params) -> np.ndarray:
+        ...
+
+    def gap(self, params) -> np.ndarray:
+        ...
+
+    def draw(self, params, u) -> SequenceSample:
+        """Responses from pre-drawn uniforms u [..., G, T] (inverse CDF, gapdyn.sampling.inverse_cdf_draw)."""
+        ...
+
+    def sample(self, params, group_size: int, rng: np.random.Generator) -> SequenceSample:
+        """G i.i.d. responses per leading index of params: :meth:`draw` on ``rng.random(batch + (G, T))``."""
+        if not isinstance(rng, np.random.Generator):
+            raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+        G = check_int(group_size, "group_size", minimum=1)
+        p = self.check_params(params)
+        batch = p.shape[: p.ndim - len(self.param_shape)]
+        return self.draw(p, rng.random(batch + (G, self.T)))
+
+
 # ---------------------------------------------------------------------------------------------
 # shared parameters
 
@@ -138,7 +180,7 @@ def _states(T: int, variable: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 @dataclass(frozen=True, eq=False)
-class SharedSequenceBandit:
+class SharedSequenceBandit(SequenceEnv):
     """One log-linear token policy p(v) ~ exp(phi(v) . theta) used at every position.
 
     features: [V, d] token features; correct: indices of the correct tokens; rule: "AC" or "MAJ";
@@ -164,9 +206,9 @@ class SharedSequenceBandit:
             raise ValueError(f"correct must be distinct token indices in [0, {V}), got {self.correct!r}")
         object.__setattr__(self, "correct", corr)
         _check_rule(self.rule)
-        object.__setattr__(self, "T", _check_int(self.T, "T", 1))
+        object.__setattr__(self, "T", check_int(self.T, "T", minimum=1))
         if self.end_token is not None:
-            e = _check_int(self.end_token, "end_token", 0)
+            e = check_int(self.end_token, "end_token", minimum=0)
             if e >= V or e in corr:
                 raise ValueError(f"end_token must be a token index in [0, {V}) that is not correct, got {e}")
             object.__setattr__(self, "end_token", e)
@@ -181,9 +223,9 @@ class SharedSequenceBandit:
         """Gaussian features N(0, scale^2) [V, d] from default_rng(seed); token 0 correct; end token V-1."""
         if not isinstance(variable_length, (bool, np.bool_)):
             raise ValueError(f"variable_length must be a bool, got {variable_length!r}")
-        _check_int(V, "V", 3 if variable_length else 2)
-        _check_int(d, "d", 1)
-        _check_int(seed, "seed", 0)
+        check_int(V, "V", minimum=3 if variable_length else 2)
+        check_int(d, "d", minimum=1)
+        check_seed(seed)
         if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)) or not np.isfinite(scale):
             raise ValueError(f"scale must be a finite real number, got {scale!r}")
         phi = scale * np.random.default_rng(seed).standard_normal((V, d))
@@ -336,14 +378,6 @@ class SharedSequenceBandit:
         score = counts @ self.features - L[..., None] * mu[..., None, :]
         return SequenceSample(counts, n, m, L, ended, rule_reward(n, m, self.rule), score)
 
-    def sample(self, theta, group_size: int, rng: np.random.Generator) -> SequenceSample:
-        """G i.i.d. responses per leading index of theta (:meth:`draw` on ``rng.random``)."""
-        if not isinstance(rng, np.random.Generator):
-            raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
-        G = _check_int(group_size, "group_size", 1)
-        th = self.check_params(theta)
-        return self.draw(th, rng.random(th.shape[:-1] + (G, self.T)))
-
     @property
     def param_shape(self) -> tuple[int, ...]:
         return (self.d,)
@@ -396,7 +430,7 @@ def _exact_from_states(logP, cond, r, L) -> dict[str, np.ndarray]:
 
 
 @dataclass(frozen=True)
-class TabularSequenceBandit:
+class TabularSequenceBandit(SequenceEnv):
     """Each position t has its own logits z_t [V] (parameters z [..., T, V]); token ``correct`` is right."""
 
     V: int
@@ -405,10 +439,10 @@ class TabularSequenceBandit:
     correct: int = 0
 
     def __post_init__(self):
-        _check_int(self.V, "V", 2)
-        _check_int(self.T, "T", 1)
+        check_int(self.V, "V", minimum=2)
+        check_int(self.T, "T", minimum=1)
         _check_rule(self.rule)
-        if not 0 <= _check_int(self.correct, "correct", 0) < self.V:
+        if not 0 <= check_int(self.correct, "correct", minimum=0) < self.V:
             raise ValueError(f"correct must be in [0, {self.V}), got {self.correct}")
 
     @property
@@ -511,14 +545,6 @@ class TabularSequenceBandit:
         counts = onehot.sum(-2, dtype=np.int64)
         return SequenceSample(counts, n, m, m.copy(), np.zeros_like(m), rule_reward(n, m, self.rule), score)
 
-    def sample(self, z, group_size: int, rng: np.random.Generator) -> SequenceSample:
-        """G responses per leading index of z (:meth:`draw` on ``rng.random``)."""
-        if not isinstance(rng, np.random.Generator):
-            raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
-        G = _check_int(group_size, "group_size", 1)
-        z = self.check_params(z)
-        return self.draw(z, rng.random(z.shape[:-2] + (G, self.T)))
-
     # -- kernels of simulate (bandits._sequence_kernels; tested equal to the methods above) ------------------
     def _kernel_log_odds(self, z) -> np.ndarray:
         """Phi of z [..., T, V] (as :meth:`log_odds`, by the numba kernel)."""
@@ -540,11 +566,6 @@ class TabularSequenceBandit:
 # dynamics
 
 
-Env = SharedSequenceBandit | TabularSequenceBandit
-"""The built-in environments; :class:`bandits.partial.PartialSharingBandit` has the same interface
-(check_params, exact, success_rate, log_odds, draw, sample, param_shape, T)."""
-
-
 def _direction_from_sample(smp: SequenceSample, method: str, group_size: int, length_normalized: bool,
                            shape: tuple[int, ...], opts: dict) -> np.ndarray:
     A = group_advantages(method, smp.reward, **opts)
@@ -564,7 +585,7 @@ def sequence_sampled_direction(method: str, env, params, *, group_size: int, rng
         raise ValueError(f"method must be one of {METHOD_NAMES}, got {method!r}")
     if not isinstance(length_normalized, (bool, np.bool_)):
         raise ValueError(f"length_normalized must be a bool, got {length_normalized!r}")
-    G = _check_int(group_size, "group_size", 2)
+    G = check_int(group_size, "group_size", minimum=2)
     params = env.check_params(params)
     smp = env.sample(params, G, rng)
     return _direction_from_sample(smp, method, G, bool(length_normalized), params.shape, opts)
@@ -574,17 +595,17 @@ def sequence_sampled_direction(method: str, env, params, *, group_size: int, rng
 class SequenceDynamics:
     """What one sequence-bandit simulation does (everything but eta, seed and theta0).
 
-    method: a gapdyn method name or "gap" (w = Gap = grad Phi: log-odds ascent, exact mode only), as
-    in :class:`bandits.engine.Dynamics`; mode: "exact" (w = E[w] = scalar(J, G) Gap, gapdyn.expected_scalar)
+    method: a gapdyn method name or "gap" (w = Gap = grad Phi: log-odds ascent, exact gradient only), as
+    in :class:`bandits.engine.Dynamics`; gradient: "exact" (w = E[w] = scalar(J, G) Gap, gapdyn.expected_scalar)
     or "sampled" (one group of G responses per run and step); group_size: G >= 2; steps: updates;
-    length_normalized: divide each response's score by |o| (exact mode: fixed length only, w / T);
+    length_normalized: divide each response's score by |o| (exact gradient: fixed length only, w / T);
     record_every: record J, Phi at steps 0, s, 2s, ...; std, adv_eps, lam: the method options of gapdyn.
     Every run takes all its steps: a run whose J dips can recover, and its outcome is read from the last
     quarter of its states (:class:`SequenceTrajectory`).
     """
 
     method: str = "grpo"
-    mode: str = "exact"
+    gradient: str = "exact"
     group_size: int = 8
     steps: int = 100
     length_normalized: bool = False
@@ -596,8 +617,8 @@ class SequenceDynamics:
     def __post_init__(self):
         from .engine import Dynamics
 
-        # the contextual engine's config validates the shared fields (method, mode, G, steps, options)
-        Dynamics(method=self.method, mode=self.mode, group_size=self.group_size, steps=self.steps,
+        # the contextual engine's config validates the shared fields (method, gradient, G, steps, options)
+        Dynamics(method=self.method, gradient=self.gradient, group_size=self.group_size, steps=self.steps,
                  record_every=self.record_every, std=self.std, adv_eps=self.adv_eps, lam=self.lam)
         if not isinstance(self.length_normalized, (bool, np.bool_)):
             raise ValueError(f"length_normalized must be a bool, got {self.length_normalized!r}")
@@ -685,7 +706,7 @@ def simulate(env, dyn: SequenceDynamics, *, eta, seed=0, theta0=None, backend: s
     :class:`bandits.partial.PartialSharingBandit`); dyn: the dynamics; eta: scalar or [R]; seed: int or
     [R]: run r's groups come from uniforms of numpy.random.default_rng(seed[r]) (G x T a step), and
     runs with equal seeds share them (common random numbers across etas); theta0: [*P] or [R, *P]
-    (default 0). Exact mode: w = scalar(J, G) Gap ("gap": w = Gap); sampled: w = (1/G) sum A_i s(o_i).
+    (default 0). Exact gradient: w = scalar(J, G) Gap ("gap": w = Gap); sampled: w = (1/G) sum A_i s(o_i).
     backend: "numba" (the kernels of bandits._sequence_kernels where the environment has them: every sampled
     step in one call, the exact J, Phi and Gap per step) or "numpy" (the environment's numpy methods); the
     two agree to round-off and draw the same tokens from the same stream (tests/test_bandits_sequence.py).
@@ -696,11 +717,11 @@ def simulate(env, dyn: SequenceDynamics, *, eta, seed=0, theta0=None, backend: s
         raise ValueError(f"backend must be 'numba' or 'numpy', got {backend!r}")
     eta0, seeds, params = _runs(env, eta, seed, theta0)
     R, pshape, G = params.shape[0], params.shape[1:], dyn.group_size
-    exact_mode = dyn.mode == "exact"
+    exact_mode = dyn.gradient == "exact"
     T = int(env.T)
     if dyn.length_normalized and exact_mode and getattr(env, "end_token", None) is not None:
         raise ValueError("length_normalized exact dynamics need fixed-length responses (E[A s/|o|] is not a "
-                         "scalar times the Gap when |o| varies); use mode='sampled'")
+                         "scalar times the Gap when |o| varies); use gradient='sampled'")
     opts = dyn.method_opts
     eta_b = eta0.reshape((R,) + (1,) * len(pshape))
     uniq, inverse = np.unique(seeds, return_inverse=True)
@@ -772,7 +793,7 @@ def _advantage_table(method: str, group_size: int, opts: dict) -> np.ndarray:
     return table
 
 
-def place_for_success_rate(env: Env, direction, J0: float, *, base=None, lo: float = -50.0, hi: float = 50.0) -> np.ndarray:
+def place_for_success_rate(env: SequenceEnv, direction, J0: float, *, base=None, lo: float = -50.0, hi: float = 50.0) -> np.ndarray:
     """params = base + alpha * direction with alpha found by bisection so that J(params) = J0.
 
     The bisection runs on the log-odds Phi (target logit J0 = log J0 - log(1 - J0)), not on J, so

@@ -54,7 +54,7 @@ class Workload:
                            n_correct=min(self.n_correct, self.n_arms - 1), seed=0)
 
     def dynamics(self, mode: str, steps: int | None = None) -> Dynamics:
-        return Dynamics(method=self.method, mode=mode, group_size=self.group_size, steps=steps or self.steps)
+        return Dynamics(method=self.method, gradient=mode, group_size=self.group_size, steps=steps or self.steps)
 
 
 WORKLOAD = Workload()

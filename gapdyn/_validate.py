@@ -95,6 +95,13 @@ def check_real_option(value, name: str, *, low: float = 0.0) -> float:
     return value
 
 
+def check_int(value, name: str, *, minimum: int = 0) -> int:
+    """An integer >= minimum as a Python int (numpy integers accepted; bools, floats and others: ValueError)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
 def check_group_size(group_size) -> int:
     """An integer group size G >= 2 (one sample has no baseline)."""
     if isinstance(group_size, bool) or not isinstance(group_size, numbers.Integral):

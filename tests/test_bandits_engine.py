@@ -75,7 +75,7 @@ def configurations(draw):
     methods = list(gapdyn.METHOD_NAMES) + (["gap"] if mode == "exact" else [])
     dyn = Dynamics(
         method=draw(st.sampled_from(methods)),
-        mode=mode,
+        gradient=mode,
         group_size=draw(st.integers(2, 6)),
         steps=draw(st.integers(1, 12)),
         schedule=Schedule(draw(st.sampled_from(["constant", "decay", "linesearch", "adaptive"])), max_halvings=12),
@@ -127,8 +127,8 @@ def test_engine_equals_reference_at_benchmark_shape():
     """C=32, K=100, d=16, G=8, sampled GRPO and exact REINFORCE with the adaptive controller."""
     b = make_bandit(n_contexts=32, seed=3)
     for dyn in (
-        Dynamics(method="grpo", mode="sampled", steps=15),
-        Dynamics(method="reinforce", mode="exact", steps=15, schedule="adaptive"),
+        Dynamics(method="grpo", gradient="sampled", steps=15),
+        Dynamics(method="reinforce", gradient="exact", steps=15, schedule="adaptive"),
     ):
         assert_same(simulate(b, dyn, eta=[0.5, 5.0], seed=[1, 2]), simulate_reference(b, dyn, eta=[0.5, 5.0], seed=[1, 2]))
 
@@ -138,7 +138,7 @@ def test_engine_equals_reference_at_benchmark_shape():
 
 def test_same_seed_bitwise_identical_and_chunk_invariant():
     b = make_bandit(n_contexts=4, n_arms=20, dim=5, seed=11)
-    dyn = Dynamics(method="wapo", mode="sampled", steps=40, schedule="adaptive", optimizer="adam")
+    dyn = Dynamics(method="wapo", gradient="sampled", steps=40, schedule="adaptive", optimizer="adam")
     a = simulate(b, dyn, eta=[0.1, 1.0, 10.0], seed=[5, 5, 6])
     c = simulate(b, dyn, eta=[0.1, 1.0, 10.0], seed=[5, 5, 6], chunk=7)
     for f in FIELDS + ("theta_final", "n_decrease"):
@@ -157,9 +157,9 @@ def test_exact_dynamics_is_mean_of_sampled(method):
     theta0 = np.random.default_rng(0).normal(size=(2, 3)) * 0.5
     N, eta = 20_000, 0.01
     for steps in (1, 3):
-        sampled = simulate(b, Dynamics(method=method, mode="sampled", steps=steps, group_size=4), eta=eta,
+        sampled = simulate(b, Dynamics(method=method, gradient="sampled", steps=steps, group_size=4), eta=eta,
                            seed=np.arange(N), theta0=theta0)  # fmt: skip
-        exact = simulate(b, Dynamics(method=method, mode="exact", steps=steps, group_size=4), eta=eta, theta0=theta0)
+        exact = simulate(b, Dynamics(method=method, gradient="exact", steps=steps, group_size=4), eta=eta, theta0=theta0)
         th = sampled.theta_final  # [N, P, d]
         se = th.std(axis=0) / np.sqrt(N)
         z = np.abs(th.mean(axis=0) - exact.theta_final[0]) / se
@@ -175,7 +175,7 @@ def test_small_eta_dphi_matches_eta_dmu(mode):
     theta0 = np.random.default_rng(1).normal(size=(5, 16)) * 0.2
     res = {}
     for eta in (1e-2, 1e-3):
-        t = simulate(b, Dynamics(method="dr_grpo", mode=mode, steps=1), eta=eta, seed=3, theta0=theta0)
+        t = simulate(b, Dynamics(method="dr_grpo", gradient=mode, steps=1), eta=eta, seed=3, theta0=theta0)
         res[eta] = np.abs(t.dPhi[0, 0] - eta * t.dmu[0, 0]), t.wnorm[0, 0]
     r1, r2 = res[1e-2][0], res[1e-3][0]
     moved = res[1e-2][1] > 0  # sampled groups with equal rewards give w = 0 and dPhi = 0 exactly
@@ -206,7 +206,7 @@ def _bracket(bandit, dyn, lo, hi, n=24, rounds=3):
 
 def test_threshold_is_sharp_and_reference_agrees():
     b = _threshold_instance()
-    dyn = Dynamics(method="grpo", mode="exact", steps=400)
+    dyn = Dynamics(method="grpo", gradient="exact", steps=400)
     lo, hi = _bracket(b, dyn, 5.0, 30.0)
     assert hi / lo < 1.001
     below = simulate_reference(b, dyn, eta=lo * 0.995)
@@ -220,7 +220,7 @@ def test_controllers_remove_collapses():
     for mode, seeds in (("exact", [0]), ("sampled", list(range(24)))):
         Jf = {}
         for sched in ("constant", "linesearch", "adaptive"):
-            dyn = Dynamics(method="grpo", mode=mode, steps=300, schedule=sched)
+            dyn = Dynamics(method="grpo", gradient=mode, steps=300, schedule=sched)
             Jf[sched] = simulate(b, dyn, eta=np.full(len(seeds), 20.0), seed=seeds).J_final[:, 0]
         assert np.mean(Jf["constant"] < 1e-3) > 0.0, mode
         assert np.all(Jf["linesearch"] > 0.99), mode
@@ -264,15 +264,15 @@ def test_bad_input_names_the_argument():
     with pytest.raises(ValueError, match="method"):
         Dynamics(method="ppo")
     with pytest.raises(ValueError, match="method"):
-        Dynamics(method="gap", mode="sampled")
+        Dynamics(method="gap", gradient="sampled")
     with pytest.raises(ValueError, match="n_arms"):
         make_bandit(n_arms=1)
     with pytest.raises(ValueError, match="n_arms"):
         ContextualBandit(np.zeros((1, 1, 2)), np.ones((1, 1)))
     with pytest.raises(ValueError, match="schedule"):
         Dynamics(schedule="cosine")
-    with pytest.raises(ValueError, match="mode"):
-        Dynamics(mode="approx")
+    with pytest.raises(ValueError, match="gradient"):
+        Dynamics(gradient="approx")
     with pytest.raises(ValueError, match="theta0"):
         simulate(b, Dynamics(), eta=1.0, theta0=np.zeros(3))
     with pytest.raises(ValueError, match="n_correct"):

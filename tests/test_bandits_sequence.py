@@ -283,7 +283,7 @@ def test_records_match_a_replay_in_segments(name, mode):
     """J recorded at step k equals J after replaying k steps (chained calls, same seed for exact runs);
     J_min and collapse_step agree with the records."""
     env, th0 = ENVS[name]()
-    dyn = SequenceDynamics(method="grpo" if mode == "sampled" else "gap", mode=mode, steps=6, group_size=4)
+    dyn = SequenceDynamics(method="grpo" if mode == "sampled" else "gap", gradient=mode, steps=6, group_size=4)
     tr = simulate(env, dyn, eta=[0.5, 30.0], seed=3, theta0=th0)
     path = np.concatenate([tr.J, tr.J_final[:, None]], axis=1)
     np.testing.assert_array_equal(tr.J_min, path.min(1))
@@ -300,7 +300,7 @@ def test_records_match_a_replay_in_segments(name, mode):
 def test_equal_seeds_share_the_stream_across_etas(name):
     """A batch of etas with one seed equals one call per eta (common random numbers); other seeds differ."""
     env, th0 = ENVS[name]()
-    dyn = SequenceDynamics(mode="sampled", steps=5, group_size=4)
+    dyn = SequenceDynamics(gradient="sampled", steps=5, group_size=4)
     etas = np.array([0.1, 1.0, 10.0])
     batch = simulate(env, dyn, eta=etas, seed=7, theta0=th0)
     for i, e in enumerate(etas):
@@ -317,8 +317,8 @@ def test_fixed_T_length_normalisation_is_eta_over_T(name):
     T = env.T
     etas = np.geomspace(0.5, 50, 4)
     for mode in ("exact", "sampled"):
-        a = simulate(env, SequenceDynamics(mode=mode, steps=8, length_normalized=True), eta=etas, seed=3, theta0=th0)
-        b = simulate(env, SequenceDynamics(mode=mode, steps=8), eta=etas / T, seed=3, theta0=th0)
+        a = simulate(env, SequenceDynamics(gradient=mode, steps=8, length_normalized=True), eta=etas, seed=3, theta0=th0)
+        b = simulate(env, SequenceDynamics(gradient=mode, steps=8), eta=etas / T, seed=3, theta0=th0)
         np.testing.assert_allclose(a.J, b.J, rtol=1e-9, atol=1e-12)
 
 
@@ -343,7 +343,7 @@ def test_a_run_that_dips_keeps_running_and_recovers(name):
 def test_sampled_direction_is_the_simulators_step():
     """sequence_sampled_direction with default_rng(seed) uniforms G x T gives the simulator's first step."""
     env, th0 = ENVS["partial"]()
-    tr = simulate(env, SequenceDynamics(mode="sampled", steps=1, group_size=4), eta=0.7, seed=11, theta0=th0)
+    tr = simulate(env, SequenceDynamics(gradient="sampled", steps=1, group_size=4), eta=0.7, seed=11, theta0=th0)
     w = sequence_sampled_direction("grpo", env, th0[None], group_size=4, rng=np.random.default_rng(11))
     np.testing.assert_allclose(tr.theta_final[0], th0 + 0.7 * w[0], rtol=1e-12, atol=1e-14)
 
@@ -381,7 +381,7 @@ BAD_INPUT = [
         (lambda: PartialSharingBandit.random(T=2, rho=0.5, rule="ANY"), "rule"),
         (lambda: PartialSharingBandit.random(T=2, rho=0.5).draw(np.zeros(4), np.zeros((3, 3))), "u"),
         (lambda: SequenceDynamics(method="ppo"), "method"),
-        (lambda: SequenceDynamics(method="gap", mode="sampled"), "gap"),
+        (lambda: SequenceDynamics(method="gap", gradient="sampled"), "gap"),
         (lambda: SequenceDynamics(length_normalized=1), "length_normalized"),
         (lambda: simulate(SharedSequenceBandit.random(T=2), SequenceDynamics(), eta=-1.0), "eta"),
         (lambda: simulate(SharedSequenceBandit.random(T=2), SequenceDynamics(), eta=[1.0, 2.0], seed=[1, 2, 3]),
@@ -418,7 +418,7 @@ def test_success_rate_from_log_space_sums_never_exceeds_one():
     finite-configuration property test: tabular, V = 5, T = 2, MAJ, log-odds ascent at eta = 10)."""
     env = TabularSequenceBandit(V=5, T=2, rule="MAJ")
     p0 = np.random.default_rng(0).normal(size=(2, 2, 5)) * 10.0
-    dyn = SequenceDynamics(method="gap", mode="exact", group_size=2, steps=10)
+    dyn = SequenceDynamics(method="gap", gradient="exact", group_size=2, steps=10)
     out = simulate(env, dyn, eta=np.array([10.0, 1.0]), seed=0, theta0=p0)
     assert np.all(out.J <= 1.0) and np.all(out.J_final <= 1.0) and np.all(out.J_final >= 0.0)
     ex = env.exact(out.theta_final)
@@ -510,7 +510,7 @@ def test_simulate_kernels_equal_numpy_backend(mode):
     methods = ["grpo", "rloo", "reinforce", "w_reinforce", "dr_grpo"] + (["gap"] if mode == "exact" else [])
     etas = np.geomspace(0.05, 3.0, 5) if mode == "exact" else np.geomspace(0.01, 0.1, 5)
     for i, (env, th, rng) in enumerate(_partial_configs(2, 12)):
-        dyn = SequenceDynamics(method=methods[i % len(methods)], mode=mode, group_size=int(rng.integers(2, 7)),
+        dyn = SequenceDynamics(method=methods[i % len(methods)], gradient=mode, group_size=int(rng.integers(2, 7)),
                                steps=24, record_every=int(rng.integers(1, 4)), length_normalized=bool(i % 3 == 0))
         seed = [3, 3, 5, 3, 7] if i % 2 else 4
         th0 = th[0] * min(0.3, 3.0 / np.abs(th[0]).max())  # logits of O(1-10): no amplification of round-off
@@ -522,7 +522,7 @@ def test_simulate_kernels_equal_numpy_backend(mode):
 def test_one_sampled_kernel_step_equals_numpy_at_large_steps():
     """One sampled step from random states at eta up to 30: the kernel's theta_1, Phi_1 are numpy's to 1e-12."""
     for i, (env, th, rng) in enumerate(_partial_configs(5, 20)):
-        dyn = SequenceDynamics(method=("grpo", "rloo", "w_reinforce")[i % 3], mode="sampled", group_size=4, steps=1)
+        dyn = SequenceDynamics(method=("grpo", "rloo", "w_reinforce")[i % 3], gradient="sampled", group_size=4, steps=1)
         etas = np.geomspace(0.1, 30.0, 5)
         a = simulate(env, dyn, eta=etas, seed=np.arange(5), theta0=th)
         b = simulate(env, dyn, eta=etas, seed=np.arange(5), theta0=th, backend="numpy")
@@ -574,7 +574,7 @@ def test_shared_kernels_equal_the_numpy_route():
                                           variable_length=variable)
         th = float(rng.choice([0.3, 3.0, 300.0])) * rng.standard_normal((6, env.d))
         np.testing.assert_allclose(env._kernel_log_odds(th), env.log_odds(th), rtol=1e-12, atol=1e-12)
-        dyn = SequenceDynamics(method=methods[i % 4], mode="sampled", group_size=int(rng.integers(2, 7)), steps=24,
+        dyn = SequenceDynamics(method=methods[i % 4], gradient="sampled", group_size=int(rng.integers(2, 7)), steps=24,
                                record_every=int(rng.integers(1, 4)), length_normalized=bool(i % 3 == 0))
         th0 = th[0] * min(1.0, 3.0 / np.abs(th[0]).max())
         seed = [3, 3, 5, 3, 7] if i % 4 < 2 else 4
@@ -582,7 +582,7 @@ def test_shared_kernels_equal_the_numpy_route():
         a = simulate(env, dyn, eta=etas, seed=seed, theta0=th0)
         b = simulate(env, dyn, eta=etas, seed=seed, theta0=th0, backend="numpy")
         _assert_same_trajectory(a, b, i)
-        one = SequenceDynamics(method=methods[i % 4], mode="sampled", group_size=4, steps=1)  # large steps: one step
+        one = SequenceDynamics(method=methods[i % 4], gradient="sampled", group_size=4, steps=1)  # large steps: one step
         a = simulate(env, one, eta=np.geomspace(0.1, 30.0, 6), seed=np.arange(6), theta0=th)
         b = simulate(env, one, eta=np.geomspace(0.1, 30.0, 6), seed=np.arange(6), theta0=th, backend="numpy")
         _assert_same_trajectory(a, b, f"{i} one step")
@@ -597,14 +597,14 @@ def test_tabular_kernels_equal_the_numpy_route():
         env = TabularSequenceBandit(V=int(rng.integers(2, 7)), T=int(rng.integers(1, 11)), rule=("AC", "MAJ")[i % 2])
         z = float(rng.choice([0.3, 3.0, 300.0])) * rng.standard_normal((6, env.T, env.V))
         np.testing.assert_allclose(env._kernel_log_odds(z), env.log_odds(z), rtol=1e-12, atol=1e-12)
-        dyn = SequenceDynamics(method=methods[i % 4], mode="sampled", group_size=int(rng.integers(2, 7)), steps=24,
+        dyn = SequenceDynamics(method=methods[i % 4], gradient="sampled", group_size=int(rng.integers(2, 7)), steps=24,
                                record_every=int(rng.integers(1, 4)), length_normalized=bool(i % 3 == 0))
         z0 = z[0] * min(1.0, 3.0 / np.abs(z[0]).max())
         seed = [3, 3, 5, 3, 7] if i % 4 < 2 else 4
         a = simulate(env, dyn, eta=np.geomspace(0.005, 0.05, 5), seed=seed, theta0=z0)
         b = simulate(env, dyn, eta=np.geomspace(0.005, 0.05, 5), seed=seed, theta0=z0, backend="numpy")
         _assert_same_trajectory(a, b, i)
-        one = SequenceDynamics(method=methods[i % 4], mode="sampled", group_size=4, steps=1)
+        one = SequenceDynamics(method=methods[i % 4], gradient="sampled", group_size=4, steps=1)
         a = simulate(env, one, eta=np.geomspace(0.1, 30.0, 6), seed=np.arange(6), theta0=z)
         b = simulate(env, one, eta=np.geomspace(0.1, 30.0, 6), seed=np.arange(6), theta0=z, backend="numpy")
         _assert_same_trajectory(a, b, f"{i} one step")

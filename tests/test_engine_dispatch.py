@@ -80,7 +80,7 @@ def test_exact_first_step_is_gapdyns_scalar_times_the_gap(method):
 def test_sampled_runs_of_every_code_equal_the_gapdyn_loop(method):
     """Sampled mode per code against bandits.reference (gapdyn.group_advantages on the same draws)."""
     b = _bandit()
-    dyn = Dynamics(method=method, mode="sampled", group_size=4, steps=6, std="bessel", lam=0.4)
+    dyn = Dynamics(method=method, gradient="sampled", group_size=4, steps=6, std="bessel", lam=0.4)
     fast = simulate(b, dyn, eta=[0.2, 1.5], seed=[3, 4])
     slow = simulate_reference(b, dyn, eta=[0.2, 1.5], seed=[3, 4])
     np.testing.assert_allclose(fast.J, slow.J, rtol=1e-11, atol=0)
@@ -108,13 +108,13 @@ def test_simulate_refuses_a_forged_method_or_code(monkeypatch):
     with pytest.raises(ValueError, match="method 'ppo'"):
         simulate(b, _forged(Dynamics(), method="ppo"), eta=1.0)
     with pytest.raises(ValueError, match="method 'gap'.*sampled"):
-        simulate(b, _forged(Dynamics(method="gap"), mode="sampled"), eta=1.0)
+        simulate(b, _forged(Dynamics(method="gap"), gradient="sampled"), eta=1.0)
     monkeypatch.setitem(engine._CODE, "ppo", 9)  # a registered name whose code the kernels have no branch for
     for mode in ("exact", "sampled"):
         with pytest.raises(ValueError, match="method 'ppo'"):
-            simulate(b, _forged(Dynamics(mode=mode), method="ppo"), eta=1.0)
+            simulate(b, _forged(Dynamics(gradient=mode), method="ppo"), eta=1.0)
         with pytest.raises(ValueError, match="method 'ppo'"):
-            simulate(b, _forged(Dynamics(mode=mode, schedule="adaptive", method="w_reinforce"), method="ppo"), eta=1.0)
+            simulate(b, _forged(Dynamics(gradient=mode, schedule="adaptive", method="w_reinforce"), method="ppo"), eta=1.0)
     with pytest.raises(ValueError, match="method 'ppo'"):
         advantages_nb("ppo", np.array([[0.0, 1.0]]))
     with pytest.raises(ValueError, match="method 'ppo'"):
@@ -156,6 +156,26 @@ def test_numba_safe_step_uses_gapdyns_no_ascent_tolerance():
         assert _gapdyn_rule(2.0, np.nextafter(edge, np.inf), 0.5, 1, sd, 1.0, 2.0) > 0.0
 
 
+def test_engine_safe_step_constants_are_gapdyns():
+    """The engine's adaptive step takes c and delta from its Schedule (the numba rule has no literals); their
+    defaults, and adaptive_step's, are gapdyn.safe_step's SAFE_STEP_C and SAFE_STEP_DELTA; a default adaptive run
+    equals one with those constants passed explicitly and differs from one with other constants (the kernel reads
+    them)."""
+    import inspect
+
+    from bandits.schedules import Schedule, adaptive_step
+
+    assert (Schedule("adaptive").c, Schedule("adaptive").delta) == (gss.SAFE_STEP_C, gss.SAFE_STEP_DELTA)
+    sig = inspect.signature(adaptive_step).parameters
+    assert (sig["c"].default, sig["delta"].default) == (gss.SAFE_STEP_C, gss.SAFE_STEP_DELTA)
+    b = _bandit()
+    runs = [simulate(b, Dynamics(gradient="sampled", group_size=4, steps=8, schedule=s), eta=[0.5, 40.0], seed=[3, 4])
+            for s in (Schedule("adaptive"), Schedule("adaptive", c=gss.SAFE_STEP_C, delta=gss.SAFE_STEP_DELTA),
+                      Schedule("adaptive", c=gss.SAFE_STEP_C / 4, delta=gss.SAFE_STEP_DELTA / 4))]
+    assert runs[0].theta_final.tobytes() == runs[1].theta_final.tobytes()
+    assert not np.array_equal(runs[0].theta_final, runs[2].theta_final)
+
+
 # --- seeds: unsigned 64-bit -------------------------------------------------------------------------------
 
 BIG = [2**63, 2**64 - 1]
@@ -163,7 +183,7 @@ BIG = [2**63, 2**64 - 1]
 
 def test_seeds_up_to_2_64_minus_1_are_kept_and_drive_the_draws():
     b = _bandit()
-    dyn = Dynamics(mode="sampled", group_size=4, steps=5)
+    dyn = Dynamics(gradient="sampled", group_size=4, steps=5)
     t = simulate(b, dyn, eta=1.0, seed=BIG)
     assert t.seed.dtype == np.uint64 and t.seed.tolist() == BIG
     ref = simulate_reference(b, dyn, eta=1.0, seed=BIG)  # draws from numpy.random.default_rng(seed) per run
@@ -218,3 +238,24 @@ def test_benchmark_comparison_covers_every_outcome_field():
         x.flat[np.flatnonzero(np.isfinite(x))[0]] += 0.25
         diff = compare_trajectories(t, dataclasses.replace(t, **{name: x}))
         assert diff.get(name, 0.0) == pytest.approx(0.25), name
+
+
+# --- the exact/sampled switch is `gradient`; `mode` is its deprecated name for one release -----------------
+
+
+def test_deprecated_mode_keyword_is_gradient_with_a_warning():
+    b = _bandit()
+    with pytest.warns(DeprecationWarning, match="gradient"):
+        old = Dynamics(method="rloo", mode="sampled", group_size=4, steps=5)
+    new = Dynamics(method="rloo", gradient="sampled", group_size=4, steps=5)
+    assert old == new and dataclasses.replace(old, steps=5) == new
+    assert Dynamics("rloo", "sampled", 4, 5) == new  # positional order unchanged
+    with pytest.warns(DeprecationWarning, match="gradient"):
+        assert new.mode == "sampled"
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="gradient"):
+        Dynamics(gradient="exact", mode="sampled")
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="gradient"):
+        Dynamics(mode="approx")
+    a, c = simulate(b, old, eta=[0.5, 3.0], seed=[1, 2]), simulate(b, new, eta=[0.5, 3.0], seed=[1, 2])
+    assert a.theta_final.tobytes() == c.theta_final.tobytes() and a.J.tobytes() == c.J.tobytes()
+    assert engine.MODES is engine.GRADIENTS == ("exact", "sampled")

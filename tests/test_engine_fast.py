@@ -37,7 +37,7 @@ RTOL_J = {("w_reinforce", "sampled", "adaptive"): 1e-6}
 def test_engine_equals_reference_to_1e12_on_J(method, mode, schedule):
     seed = int(np.random.SeedSequence().generate_state(1)[0] % 100_000)  # fresh every session
     b = make_bandit(n_contexts=3, n_arms=25, dim=6, n_correct=4, seed=seed)
-    dyn = Dynamics(method=method, mode=mode, steps=15, schedule=schedule, group_size=4)
+    dyn = Dynamics(method=method, gradient=mode, steps=15, schedule=schedule, group_size=4)
     eta, seeds = [0.05, 0.5, 2.0], [seed, seed + 1, seed + 2]
     fast = simulate(b, dyn, eta=eta, seed=seeds)
     slow = simulate_reference(b, dyn, eta=eta, seed=seeds)
@@ -61,7 +61,7 @@ def test_sampled_carried_logits_do_not_drift_over_a_long_run(kind, shared, metho
     that recomputed the logits every step missed 1e-12 on ~2 % of seeds there too)."""
     seed = int(np.random.SeedSequence().generate_state(1)[0] % 100_000)
     b = make_bandit(n_contexts=2, n_arms=20, dim=5, n_correct=3, kind=kind, shared=shared, seed=seed)
-    dyn = Dynamics(method=method, mode="sampled", steps=120, group_size=4)
+    dyn = Dynamics(method=method, gradient="sampled", steps=120, group_size=4)
     eta, seeds = [0.1, 1.0, 2.0], [seed, seed + 1, seed + 2]
     fast = simulate(b, dyn, eta=eta, seed=seeds)
     slow = simulate_reference(b, dyn, eta=eta, seed=seeds)
@@ -75,7 +75,7 @@ _THREADS_SCRIPT = textwrap.dedent("""
     assert numba.config.NUMBA_NUM_THREADS == 2
     b = make_bandit(n_contexts=4, n_arms=30, dim=5, n_correct=5, shared=True, seed=3)
     for mode, sched in (("exact", "constant"), ("sampled", "adaptive"), ("exact", "linesearch")):
-        dyn = Dynamics(method="grpo", mode=mode, steps=25, schedule=sched)
+        dyn = Dynamics(method="grpo", gradient=mode, steps=25, schedule=sched)
         eta, seed = np.geomspace(0.01, 20, 7), np.arange(7)
         one = simulate(b, dyn, eta=eta, seed=seed, threads=1)
         two = simulate(b, dyn, eta=eta, seed=seed, threads=2)
@@ -90,22 +90,18 @@ _THREADS_SCRIPT = textwrap.dedent("""
 
 def _searchsorted_draw(probs, u, cdf=None):
     """The draw by binary search (numpy.searchsorted, side='right') on the cdf (default: the sequential cumsum),
-    capped at the last arm that moves the cdf when u * total reaches the total: the independent route for
+    capped at the last arm with positive mass when u * total reaches the total: the independent route for
     engine.draws_nb."""
     cdf = np.cumsum(probs) if cdf is None else cdf
     a = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
-    if a == len(cdf):
-        a = len(cdf) - 1
-        while a > 0 and cdf[a] == cdf[a - 1]:
-            a -= 1
-    return a
+    return min(a, int(np.flatnonzero(np.asarray(probs) > 0)[-1]))
 
 
 def test_engine_draws_equal_searchsorted_on_adversarial_cdfs():
     """Every draw of the engine (a branch-free count of cdf entries <= u * total) equals searchsorted-right on
     the same cdf: ties from zero-probability arms (leading, inner, trailing), tiny masses, totals that round
     below 1, one arm, and uniforms at 0, 1, just below 1 and on (and one ulp around) every cdf boundary; and
-    equals bandits.reference.sample_arms where every positive mass moves the cdf."""
+    equals gapdyn.sampling.inverse_cdf_draw (through bandits.reference.sample_arms) everywhere."""
     from bandits.reference import sample_arms
     from tests.tables import check_table
 
@@ -135,11 +131,42 @@ def test_engine_draws_equal_searchsorted_on_adversarial_cdfs():
         bad = np.flatnonzero(got != want)
         assert bad.size == 0, [(us[i], got[i], want[i]) for i in bad[:5]]
         assert np.all(p[got] > 0)
-        cdf = np.cumsum(p)
-        if np.all(np.diff(np.concatenate([[0.0], cdf]))[p > 0] > 0):  # every positive mass moves the cdf
-            np.testing.assert_array_equal(got, sample_arms(p[None, :], us[None, :])[0])
+        np.testing.assert_array_equal(got, sample_arms(p[None, :], us[None, :])[0])
 
     check_table(rows, row)
+
+
+def test_kernel_twins_equal_inverse_cdf_draw_on_its_edge_cases():
+    """The two numba twins of gapdyn.sampling.inverse_cdf_draw (the contextual engine's draws_nb, the sequence
+    kernels' _draw on their _cdf_rows) give its indices on the same uniforms: u exactly on every cdf boundary
+    (as u * total), u = 1 and one ulp below 1 on a cdf summing to 1 - 1e-16 (ten masses 0.1), a trailing positive
+    mass too small to move the cdf (the cap must stop there, not at the last arm that moves it), and zero-mass
+    arms, which neither ever draws."""
+    from bandits import _sequence_kernels as sk
+    from gapdyn.sampling import inverse_cdf_draw
+
+    below_one = np.full(10, 0.1)
+    assert np.cumsum(below_one)[-1] == 1.0 - 1.1102230246251565e-16  # the total rounds below 1
+    cases = {
+        "sums to 1 - 1e-16": below_one, "negligible last mass": np.array([1.0, 1e-300]),
+        "negligible then zeros": np.array([0.0, 0.7, 0.3, 1e-300, 0.0]), "zeros around": np.array([0.0, 0.5, 0.0, 0.5, 0.0]),
+        "thirds": np.full(3, 1 / 3), "one arm": np.array([1.0]),
+    }  # fmt: skip
+    for name, p in cases.items():
+        cdf = np.cumsum(p)
+        us = [0.0, 1.0, np.nextafter(1.0, 0.0), 1.0 - 1e-16]
+        for x in cdf:
+            v = x / cdf[-1]  # v * total lands on (or within an ulp of) the boundary x
+            us += [v, np.nextafter(v, 0.0), np.nextafter(v, 2.0)]
+        us = np.clip(np.asarray(us), 0.0, 1.0)
+        want = inverse_cdf_draw(p, us)
+        assert np.all(p[want] > 0), name
+        np.testing.assert_array_equal(engine.draws_nb(p[None, :], us[None, :])[0], want, err_msg=name)
+        c2, last = np.empty((1, p.size)), np.empty(1, np.int64)
+        sk._cdf_rows(p[None, :], c2, last)
+        np.testing.assert_array_equal([sk._draw(c2[0], last[0], u) for u in us], want, err_msg=name)
+    # exactly on a boundary: u * total = F_k draws arm k + 1 (F_k <= target counts arm k as passed)
+    np.testing.assert_array_equal(engine.draws_nb([[0.25, 0.25, 0.5]], [[0.25, 0.5]])[0], [1, 2])
 
 
 @pytest.mark.parametrize("K", [1, 2, 3, 4, 5, 6, 7, 9, 13, 37, 100, 101, 130])
@@ -172,7 +199,7 @@ def test_blocked_cdf_rows_are_a_monotone_cumsum(K):
         us = np.clip(np.asarray(us), 0.0, 1.0)
         padded = np.full((1, engine._padded(K)), np.inf)
         padded[0, :K] = got
-        draws = np.array([engine._draw(padded, 0, K, u) for u in us])
+        draws = np.array([engine._draw(padded, 0, K, u, p, np.arange(K)) for u in us])
         assert np.all(p[draws] > 0)
         np.testing.assert_array_equal(draws, [_searchsorted_draw(p, u, got) for u in us])
 
@@ -259,7 +286,7 @@ def test_run_results_do_not_depend_on_its_lockstep_partner(mode, method, optimiz
     """Runs are done two at a time (features loaded once for both): every run gives the same bits alone, as the
     first or the second of a pair, and next to different partners."""
     b = make_bandit(n_contexts=3, n_arms=13, dim=6, n_correct=4, seed=3)
-    dyn = Dynamics(method=method, mode=mode, steps=25, schedule="adaptive", optimizer=optimizer, record_every=3)
+    dyn = Dynamics(method=method, gradient=mode, steps=25, schedule="adaptive", optimizer=optimizer, record_every=3)
     eta, seed = np.array([0.2, 3.0, 40.0, 0.7]), np.array([1, 2, 3, 4])
     full = simulate(b, dyn, eta=eta, seed=seed)
     for order in ([3, 0, 1, 2], [2], [1, 3, 0], [0, 2]):
@@ -306,7 +333,7 @@ BAD_DYNAMICS = [
     ("adam_eps", True), ("adam_eps", 0.0), ("lam", float("nan")), ("lam", -0.1), ("lam", "0.1"), ("lam", True),
     ("adv_eps", float("inf")), ("adv_eps", -1.0), ("adv_eps", None), ("normalize", "yes"), ("normalize", 1),
     ("std", "sample"), ("optimizer", "rmsprop"), ("schedule", 3), ("schedule", "cosine"), ("group_size", 1),
-    ("group_size", 2.5), ("steps", 0), ("steps", 1.0), ("record_every", 0), ("method", "ppo"), ("mode", "approx"),
+    ("group_size", 2.5), ("steps", 0), ("steps", 1.0), ("record_every", 0), ("method", "ppo"), ("gradient", "approx"),
 ]  # fmt: skip
 
 
@@ -321,7 +348,7 @@ def test_dynamics_rejects_bad_options_naming_the_field(field, value):
     "dyn,eta",
     [(Dynamics(steps=1), 1e307), (Dynamics(steps=1000), 1e297), (Dynamics(normalize=True, steps=10), 1e300),
      (Dynamics(optimizer="adam", steps=10), 1e299), (Dynamics(optimizer="adam", steps=5000, adam_betas=(0.99, 0.5)), 1.0),
-     (Dynamics(mode="sampled", schedule=Schedule("linesearch"), steps=5), [1.0, 1e305])],
+     (Dynamics(gradient="sampled", schedule=Schedule("linesearch"), steps=5), [1.0, 1e305])],
 )  # fmt: skip
 def test_overflowing_eta_is_rejected_naming_eta(dyn, eta):
     b = make_bandit(n_contexts=2, n_arms=5, dim=3, n_correct=2, seed=0)

@@ -27,7 +27,7 @@ def test_matched_etas_give_equal_first_steps(instance):
     b = mech.instance_bandit(instance)
     L = np.array([2.0, 20.0])
     for m, etas in mech.matched_step_etas(b, meth.MATCHED, 8, L).items():
-        tr = simulate(b, Dynamics(method=m, mode="exact", steps=1), eta=etas)
+        tr = simulate(b, Dynamics(method=m, gradient="exact", steps=1), eta=etas)
         np.testing.assert_allclose(np.linalg.norm(tr.theta_final[:, 0], axis=-1), L, rtol=1e-10)
 
 
@@ -117,7 +117,7 @@ def test_matched_runs_give_wapo_expected_step_along_the_trajectory(method):
     eta scalar_wapo(J_k) ||Gap(theta_k)||, both recomputed from theta_k with gapdyn's probabilities and Gap."""
     b = mech.instance_bandit(2)
     eta = np.array([30.0, 300.0])
-    tr = meth.matched_runs(b, method, eta=eta, seeds=np.zeros(2, np.int64), steps=12, group_size=8, mode="exact",
+    tr = meth.matched_runs(b, method, eta=eta, seeds=np.zeros(2, np.int64), steps=12, group_size=8, gradient="exact",
                            keep_theta=True)
     phi, r = b.features[0], b.rewards[0]
     for i in range(2):
@@ -139,8 +139,8 @@ def test_matched_exact_dr_grpo_follows_exact_wapo():
 
     b = mech.instance_bandit(0)
     eta = np.array([3.0, 100.0])
-    dr = meth.matched_runs(b, "dr_grpo", eta=eta, seeds=np.zeros(2, np.int64), steps=30, group_size=8, mode="exact")
-    wa = simulate(b, Dynamics(method="wapo", mode="exact", steps=30, group_size=8), eta=eta)
+    dr = meth.matched_runs(b, "dr_grpo", eta=eta, seeds=np.zeros(2, np.int64), steps=30, group_size=8, gradient="exact")
+    wa = simulate(b, Dynamics(method="wapo", gradient="exact", steps=30, group_size=8), eta=eta)
     np.testing.assert_allclose(dr.J[:, :30], wa.J[:, :, 0], atol=1e-10)
     np.testing.assert_allclose(dr.J[:, -1], wa.J_final[:, 0], atol=1e-10)
 
@@ -154,8 +154,8 @@ def test_matched_runs_share_uniforms_across_methods_and_validate():
     np.testing.assert_array_equal(a.J_tail_max[:, 0], st.J_tail_max)
     with pytest.raises(ValueError, match="eta"):
         meth.matched_runs(b, "wapo", eta=np.array([-1.0]), seeds=np.array([0]), steps=3, group_size=8)
-    with pytest.raises(ValueError, match="mode"):
-        meth.matched_runs(b, "wapo", mode="tabular", **kw)
+    with pytest.raises(ValueError, match="gradient"):
+        meth.matched_runs(b, "wapo", gradient="tabular", **kw)
 
 
 def test_paired_claim_clusters_by_instance():

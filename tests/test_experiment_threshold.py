@@ -43,7 +43,7 @@ def test_eta_star_estimator_reproduces_the_dr_grpo_identity(exact_rows, instance
 
 def test_stored_rows_rebuild_the_direct_search(exact_rows):
     b = mech.instance_bandit(CFG.instances[0])
-    dyn = Dynamics(method="reinforce", mode="exact", group_size=CFG.group_size, steps=CFG.steps,
+    dyn = Dynamics(method="reinforce", gradient="exact", group_size=CFG.group_size, steps=CFG.steps,
                    record_every=CFG.steps)
     direct, _, _ = mech.search_eta_star(b, dyn, b.zeros(), eta_lo=CFG.eta_lo, eta_hi=CFG.eta_hi,
                                         max_ratio=CFG.max_ratio, rtol=CFG.rtol)
@@ -61,10 +61,10 @@ def test_stored_rows_rebuild_the_direct_search(exact_rows):
 def test_search_labels_every_run_by_its_outcome_over_the_last_quarter():
     """Every grid eta's outcome agrees with the full trajectory of the same run (record_every = 1, a loop)."""
     b = mech.instance_bandit(CFG.instances[0])
-    dyn = Dynamics(method="grpo", mode="exact", group_size=CFG.group_size, steps=CFG.steps, record_every=CFG.steps)
+    dyn = Dynamics(method="grpo", gradient="exact", group_size=CFG.group_size, steps=CFG.steps, record_every=CFG.steps)
     res, _, _ = mech.search_eta_star(b, dyn, b.zeros(), eta_lo=CFG.eta_lo, eta_hi=CFG.eta_hi, max_ratio=1.05,
                                      rtol=1e-2)
-    full = simulate(b, Dynamics(method="grpo", mode="exact", group_size=CFG.group_size, steps=CFG.steps,
+    full = simulate(b, Dynamics(method="grpo", gradient="exact", group_size=CFG.group_size, steps=CFG.steps,
                                 record_every=1), eta=res.grid)
     J = np.concatenate([full.J[:, :, 0], full.J_final[:, :1]], axis=1)  # states 0..K
     K = CFG.steps
@@ -84,7 +84,7 @@ def test_trap_margin_is_the_huge_step_limit(instance, start):
     b = mech.instance_bandit(instance)
     th = mech.start_theta(b, start, scale=0.2)
     margin = mech.trap_margin(b, th)
-    tr = simulate(b, Dynamics(method="reinforce", mode="exact", steps=1), eta=[1e7], theta0=th)
+    tr = simulate(b, Dynamics(method="reinforce", gradient="exact", steps=1), eta=[1e7], theta0=th)
     assert tr.J_final[0, 0] == pytest.approx(0.0 if margin > 0 else 1.0, abs=1e-6)
 
 

@@ -36,7 +36,7 @@ def test_engine_tail_stats_equal_numpy_and_reference(kind, shared, mode, method,
     loop. Large step sizes make J move in the tail, so min and max differ there; steps=3 is a tail of the final
     state alone."""
     b = make_bandit(n_contexts=4, n_arms=10, dim=4, n_correct=3, kind=kind, shared=shared, seed=5)
-    dyn = Dynamics(method=method, mode=mode, group_size=4, steps=steps)
+    dyn = Dynamics(method=method, gradient=mode, group_size=4, steps=steps)
     eta, seed = np.array([0.1, 3.0, 30.0]), np.array([1, 2, 3])
     fast = simulate(b, dyn, eta=eta, seed=seed)
     Js = _states(fast.J, fast.J_final)  # [R, K + 1, C]
@@ -60,8 +60,8 @@ def test_engine_tail_stats_do_not_depend_on_record_every_or_chunk():
     """Tracked at every state: recording every 5 steps and kernel calls of 8 steps give the same bits."""
     b = make_bandit(n_contexts=3, n_arms=12, dim=4, n_correct=2, seed=2)
     eta, seed = [0.5, 20.0], [4, 5]
-    ref = simulate(b, Dynamics(mode="sampled", steps=30, group_size=4), eta=eta, seed=seed)
-    other = simulate(b, Dynamics(mode="sampled", steps=30, group_size=4, record_every=5), eta=eta, seed=seed, chunk=8)
+    ref = simulate(b, Dynamics(gradient="sampled", steps=30, group_size=4), eta=eta, seed=seed)
+    other = simulate(b, Dynamics(gradient="sampled", steps=30, group_size=4, record_every=5), eta=eta, seed=seed, chunk=8)
     for f in ("J_min",) + TAIL_FIELDS:
         assert getattr(ref, f).tobytes() == getattr(other, f).tobytes(), f
 
@@ -82,7 +82,7 @@ def test_sequence_tail_stats_equal_numpy(env_index, mode, method, steps):
     """bandits.sequence.simulate (shared, variable-length, tabular, partially shared envs): J_min, J_tail_min,
     J_tail_max equal numpy's over the record_every=1 states plus the final one, bit for bit."""
     env = _sequence_envs()[env_index]
-    dyn = SequenceDynamics(method=method, mode=mode, group_size=4, steps=steps)
+    dyn = SequenceDynamics(method=method, gradient=mode, group_size=4, steps=steps)
     tr = simulate_sequence(env, dyn, eta=[0.05, 2.0, 40.0], seed=[0, 1, 2])
     Js = _states(tr.J, tr.J_final)  # [R, K + 1]
     t0 = steps - steps // 4

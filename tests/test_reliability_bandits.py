@@ -54,7 +54,7 @@ ENTRY_POINTS = {
     "Dynamics": (Dynamics, (), dict(group_size=4, steps=3, adv_eps=0.0, lam=0.1, record_every=1, adam_eps=1e-8)),
     "Schedule": (S.Schedule, ("adaptive",), dict(c=1.0, delta=1.0, max_halvings=5)),
     "simulate": (simulate, (B, DYN), dict(eta=np.array([0.5, 2.0]), seed=np.array([0, 1]), theta0=np.zeros((2, 3)))),
-    "simulate_sampled": (simulate, (B, Dynamics(steps=4, mode="sampled", schedule="adaptive")),
+    "simulate_sampled": (simulate, (B, Dynamics(steps=4, gradient="sampled", schedule="adaptive")),
                          dict(eta=np.array([0.5, 2.0]), seed=np.array([0, 1]), theta0=np.zeros((2, 3)))),
     "simulate_reference": (simulate_reference, (B, DYN), dict(eta=np.array([0.5]), seed=np.array([0]), theta0=np.zeros((2, 3)))),
     "run_grid": (run_grid, (B, DYN), dict(etas=np.array([0.5, 2.0]), seeds=np.array([0, 1]))),
@@ -76,7 +76,7 @@ ENTRY_POINTS = {
     "TabularSequenceBandit.exact": (TAB.exact, (np.zeros((3, 4)),), {}),
     "TabularSequenceBandit.sample": (TAB.sample, (np.zeros((3, 4)), 4, _rng()), {}),
     "rule_reward": (Q.rule_reward, (np.array([1, 2]), np.array([2, 2]), "MAJ"), {}),
-    "simulate_sequence": (Q.simulate, (SEQ, Q.SequenceDynamics(mode="sampled", group_size=4, steps=3)),
+    "simulate_sequence": (Q.simulate, (SEQ, Q.SequenceDynamics(gradient="sampled", group_size=4, steps=3)),
                           dict(eta=np.array([0.5, 2.0]), seed=np.array([0, 1]), theta0=np.zeros((2, 3)))),
     "simulate_sequence_logodds": (Q.simulate, (SEQ, Q.SequenceDynamics(method="gap", steps=3)),
                                   dict(eta=1.0, theta0=np.zeros(3))),
@@ -262,8 +262,8 @@ STRUCTURAL = [
         lambda: make_bandit(n_correct=100, n_arms=100),
         lambda: make_bandit(n_arms=2.5),
         lambda: Dynamics(method="ppo"),  # unknown method names
-        lambda: Dynamics(method="gap", mode="sampled"),
-        lambda: Dynamics(mode="mc"),
+        lambda: Dynamics(method="gap", gradient="sampled"),
+        lambda: Dynamics(gradient="mc"),
         lambda: Dynamics(schedule="cosine"),
         lambda: Dynamics(optimizer="lion"),
         lambda: Dynamics(std="sample"),
@@ -285,8 +285,8 @@ STRUCTURAL = [
         lambda: Q.SharedSequenceBandit(np.ones((4, 2)), (0,), "ALL", 2),
         lambda: Q.SharedSequenceBandit(np.ones((4, 2)), (0,), "MAJ", 2, end_token=0),
         lambda: Q.SequenceDynamics(method="ppo"),
-        lambda: Q.SequenceDynamics(method="gap", mode="sampled"),
-        lambda: Q.SequenceDynamics(mode="newton"),
+        lambda: Q.SequenceDynamics(method="gap", gradient="sampled"),
+        lambda: Q.SequenceDynamics(gradient="newton"),
         lambda: Q.SequenceDynamics(group_size=1),
         lambda: Q.simulate(SEQ, "grpo", eta=1.0),  # not a SequenceDynamics
         lambda: Q.simulate(SEQ, Q.SequenceDynamics(), eta=[1.0, 2.0], theta0=np.zeros((3, 3))),  # R mismatch
@@ -353,14 +353,14 @@ def test_engine_with_J_within_1e12_of_0_or_1(J0, mode):
     b = make_bandit(n_contexts=1, n_arms=20, dim=4, n_correct=3, seed=2)
     th = place_theta(b, J0)
     target = np.log(J0) - np.log1p(-J0)
-    tr = simulate(b, Dynamics(method="grpo", mode=mode, steps=5), eta=[0.1, 10.0], seed=[0, 1], theta0=th)
+    tr = simulate(b, Dynamics(method="grpo", gradient=mode, steps=5), eta=[0.1, 10.0], seed=[0, 1], theta0=th)
     assert tr.Phi[0, 0, 0] == pytest.approx(target, abs=1e-7)  # place_theta's root, recorded at step 0
     assert tr.failure_final.shape == (2, 1)
     for f in ("J", "Phi", "dmu", "M", "wnorm", "dPhi", "entropy", "eta"):
         assert np.all(np.isfinite(getattr(tr, f))), f
     # 1 - J stays accurate near J = 1: failure_final = sigmoid(-Phi) is not 1 - J rounded to 0
     assert np.all(tr.failure_final > 0) and np.all(np.isfinite(tr.Phi_final))
-    ref = simulate_reference(b, Dynamics(method="grpo", mode=mode, steps=5), eta=[0.1, 10.0], seed=[0, 1], theta0=th)
+    ref = simulate_reference(b, Dynamics(method="grpo", gradient=mode, steps=5), eta=[0.1, 10.0], seed=[0, 1], theta0=th)
     np.testing.assert_allclose(tr.Phi, ref.Phi, rtol=1e-9, atol=1e-8)
 
 
@@ -520,7 +520,7 @@ def _digest(tr: Trajectory) -> str:
 )
 def test_engine_same_seed_is_bitwise_identical(method, mode, schedule, optimizer, normalize, shared, seed, chunk):
     b = make_bandit(n_contexts=3, n_arms=10, dim=4, n_correct=3, shared=shared, seed=seed % 97)
-    dyn = Dynamics(method=method, mode=mode, steps=12, schedule=schedule, optimizer=optimizer, normalize=normalize,
+    dyn = Dynamics(method=method, gradient=mode, steps=12, schedule=schedule, optimizer=optimizer, normalize=normalize,
                    record_every=2)
     kw = dict(eta=[0.3, 30.0], seed=[seed, seed + 1])
     a, c, d = simulate(b, dyn, **kw), simulate(b, dyn, **kw), simulate(b, dyn, chunk=chunk, **kw)
@@ -533,7 +533,7 @@ from bandits.engine import Dynamics, simulate
 from bandits.envs import make_bandit
 b = make_bandit(n_contexts=3, n_arms=10, dim=4, n_correct=3, seed=5)
 for mode in ("exact", "sampled"):
-    tr = simulate(b, Dynamics(method="wapo", mode=mode, steps=30, schedule="adaptive", optimizer="adam"), eta=[0.5, 50.0], seed=[7, 8])
+    tr = simulate(b, Dynamics(method="wapo", gradient=mode, steps=30, schedule="adaptive", optimizer="adam"), eta=[0.5, 50.0], seed=[7, 8])
     h = hashlib.sha256()
     for f in %r:
         h.update(np.ascontiguousarray(getattr(tr, f)).tobytes())
@@ -548,7 +548,7 @@ def test_engine_bitwise_identical_across_processes():
     b = make_bandit(n_contexts=3, n_arms=10, dim=4, n_correct=3, seed=5)
     here = []
     for mode in ("exact", "sampled"):
-        tr = simulate(b, Dynamics(method="wapo", mode=mode, steps=30, schedule="adaptive", optimizer="adam"),
+        tr = simulate(b, Dynamics(method="wapo", gradient=mode, steps=30, schedule="adaptive", optimizer="adam"),
                       eta=[0.5, 50.0], seed=[7, 8])
         here.append(f"{mode} {_digest(tr)}")
     assert out.stdout.split("\n")[:2] == here
@@ -557,7 +557,7 @@ def test_engine_bitwise_identical_across_processes():
 def test_sequence_simulate_same_seed_is_bitwise_identical():
     env = Q.SharedSequenceBandit.random(V=6, d=3, T=8, seed=1, variable_length=True)
     th = np.zeros((3, 3))
-    dyn = Q.SequenceDynamics(mode="sampled", group_size=4, steps=20, length_normalized=True)
+    dyn = Q.SequenceDynamics(gradient="sampled", group_size=4, steps=20, length_normalized=True)
     runs = [Q.simulate(env, dyn, eta=np.array([0.5, 5.0, 50.0]), seed=9, theta0=th) for _ in range(2)]
     for k in ("J", "Phi", "J_final", "J_min", "collapse_step", "theta_final"):
         np.testing.assert_array_equal(getattr(runs[0], k), getattr(runs[1], k), err_msg=k)
@@ -566,7 +566,7 @@ def test_sequence_simulate_same_seed_is_bitwise_identical():
 def bandit_cell(seed: int, eta: float, mode: str, steps: int = 30) -> pd.DataFrame:
     """A sweep cell running the real engine (used by the sweep determinism and interruption tests)."""
     b = make_bandit(n_contexts=2, n_arms=12, dim=4, n_correct=3, seed=seed)
-    tr = simulate(b, Dynamics(method="grpo", mode=mode, steps=steps, group_size=4), eta=eta, seed=seed)
+    tr = simulate(b, Dynamics(method="grpo", gradient=mode, steps=steps, group_size=4), eta=eta, seed=seed)
     return pd.DataFrame({"context": np.arange(2), "J_final": tr.J_final[0], "Phi_final": tr.Phi_final[0],
                          "M_final": tr.M_final[0], "n_decrease": tr.n_decrease[0]})
 
@@ -607,7 +607,7 @@ def test_engine_any_configuration_at_extreme_scales_is_finite(method, sampled, s
     th = rng.normal(size=(b.n_params, b.dim))
     th *= 10**log_scale / max(np.abs(b.logits(th)).max(), 1e-12)
     mode = "sampled" if sampled and method != "gap" else "exact"
-    dyn = Dynamics(method=method, mode=mode, steps=15, schedule=schedule, optimizer=optimizer, normalize=normalize,
+    dyn = Dynamics(method=method, gradient=mode, steps=15, schedule=schedule, optimizer=optimizer, normalize=normalize,
                    group_size=G)
     tr = simulate(b, dyn, eta=10**log_eta, seed=seed, theta0=th)
     for f in ("J", "Phi", "dmu", "M", "wnorm", "dPhi", "entropy", "eta", "J_final", "Phi_final", "theta_final"):
@@ -634,7 +634,7 @@ def test_sequence_simulate_any_configuration_is_finite(tabular, variable, V, T, 
     if direction != "sampled" and norm and variable and not tabular:
         norm = False  # exact 1/|o| needs fixed length (refused with a ValueError, tested above)
     dyn = Q.SequenceDynamics(method="gap" if direction == "gap" else method,
-                             mode="sampled" if direction == "sampled" else "exact", group_size=G, steps=10,
+                             gradient="sampled" if direction == "sampled" else "exact", group_size=G, steps=10,
                              length_normalized=norm)
     out = Q.simulate(env, dyn, eta=np.array([10**log_eta, 1.0]), seed=seed, theta0=p0)
     for k in ("J", "Phi", "J_final", "J_min", "theta_final"):

@@ -34,7 +34,7 @@ def sweep_cell(seed: int, eta: float, mode: str, sleep: float = 0.0) -> pd.DataF
     if sleep:
         time.sleep(sleep)
     b = make_bandit(n_contexts=2, n_arms=10, dim=3, n_correct=3, seed=seed)
-    tr = simulate(b, Dynamics(method="grpo", mode=mode, steps=20, group_size=4), eta=eta, seed=seed)
+    tr = simulate(b, Dynamics(method="grpo", gradient=mode, steps=20, group_size=4), eta=eta, seed=seed)
     return pd.DataFrame({"context": np.arange(2), "J_final": tr.J_final[0], "Phi_final": tr.Phi_final[0],
                          "M_final": tr.M_final[0], "n_decrease": tr.n_decrease[0]})
 

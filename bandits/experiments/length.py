@@ -152,7 +152,7 @@ class Config:
             raise ValueError(f"seeds must be >= 1, got {self.seeds!r}")
         if not 0 < self.eta_lo < self.eta_hi:
             raise ValueError(f"eta_lo and eta_hi must satisfy 0 < eta_lo < eta_hi, got {self.eta_lo}, {self.eta_hi}")
-        SequenceDynamics(method=self.method, mode=self.dynamics_mode, group_size=self.group_size, steps=self.steps)
+        SequenceDynamics(method=self.method, gradient=self.dynamics_mode, group_size=self.group_size, steps=self.steps)
 
 
 def cells(config: Config, instances) -> list[dict]:
@@ -188,7 +188,7 @@ def run_cell(
 ) -> pd.DataFrame:
     """eta* (gapdyn.find_eta_star on [eta_lo, eta_hi], x T for the 1/|o| twin) of each stream 0..seeds-1: one
     row per seed."""
-    dyn = SequenceDynamics(method=method, mode=dynamics_mode, group_size=group_size, steps=steps,
+    dyn = SequenceDynamics(method=method, gradient=dynamics_mode, group_size=group_size, steps=steps,
                            length_normalized=bool(normalized))
     try:
         env, theta0 = start(instance, rho, T, J0, V=V, d=d, rule=rule)

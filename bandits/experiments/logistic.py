@@ -190,7 +190,7 @@ def _thm1_rows(b, method: str, sampling: str, factors, steps: int, n_seeds: int,
     bound0 = float(gapdyn.theorem1_step_bound(float(w0 @ gap0) / np.linalg.norm(w0), L_o=L_o, G_o=G_o))
     seeds = np.arange(n_seeds) if sampling == "sampled" else np.arange(1)
     F, S = np.meshgrid(np.asarray(factors, float), seeds, indexing="ij")
-    dyn = Dynamics(method=method, mode=sampling, steps=steps, normalize=True, record_every=1)
+    dyn = Dynamics(method=method, gradient=sampling, steps=steps, normalize=True, record_every=1)
     tr = simulate(b, dyn, eta=F.ravel() * bound0, seed=S.ravel())
     Phi0 = float(logit(J0))
     rows = []
@@ -230,7 +230,7 @@ def run_cell(*, part, instance, etas, steps, n_records, n_seeds, identity_eta, i
             for sampling in ("exact", "sampled"):
                 seeds = np.arange(n_seeds) if sampling == "sampled" else np.arange(1)
                 E, S = np.meshgrid(np.asarray(etas, float), seeds, indexing="ij")
-                dyn = Dynamics(method=m, mode=sampling, steps=steps, record_every=max(1, steps // n_records))
+                dyn = Dynamics(method=m, gradient=sampling, steps=steps, record_every=max(1, steps // n_records))
                 tr = simulate(b, dyn, eta=E.ravel(), seed=S.ravel())
                 frames.append(_pairs(tr, J0, eta=E.ravel(), seed=S.ravel()).assign(method=m, sampling=sampling))
         return pd.concat(frames, ignore_index=True)

@@ -138,7 +138,7 @@ def lookahead_eta(bandit: ContextualBandit, method: str, G: int, theta0, grid) -
     from ._common import run_stats
 
     grid = np.asarray(grid, dtype=float)
-    tr = simulate(bandit, Dynamics(method=method, mode="exact", group_size=G, steps=2, record_every=2),
+    tr = simulate(bandit, Dynamics(method=method, gradient="exact", group_size=G, steps=2, record_every=2),
                   eta=grid, theta0=theta0)
     dec = tr.n_decrease[:, 0] > 0
     col = gapdyn.is_collapsed(run_stats(tr, 0))

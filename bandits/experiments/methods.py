@@ -221,7 +221,7 @@ def matched_ratio(method: str, J, G: int) -> np.ndarray:
     return gapdyn.expected_scalar("wapo", Jc, G) / gapdyn.expected_scalar(method, Jc, G)
 
 
-def matched_runs(bandit, method: str, *, eta, seeds, steps: int, group_size: int, mode: str = "sampled",
+def matched_runs(bandit, method: str, *, eta, seeds, steps: int, group_size: int, gradient: str = "sampled",
                  keep_theta: bool = False) -> MatchedTrajectory:
     """Runs of ``method`` at eta_m(k) = eta scalar_wapo(J_k) / scalar_m(J_k) (:func:`matched_ratio`).
 
@@ -230,15 +230,15 @@ def matched_runs(bandit, method: str, *, eta, seeds, steps: int, group_size: int
     per call from theta_k; sampled step k of seed s draws its group from default_rng(s * 10**6 + k), so runs
     of different methods on one seed share their uniforms step by step (common random numbers).
     """
-    if mode not in ("exact", "sampled"):
-        raise ValueError(f"mode must be 'exact' or 'sampled', got {mode!r}")
+    if gradient not in ("exact", "sampled"):
+        raise ValueError(f"gradient must be 'exact' or 'sampled', got {gradient!r}")
     if isinstance(steps, bool) or int(steps) != steps or not 1 <= steps < 10**6:
         raise ValueError(f"steps must be an integer in [1, 10**6), got {steps!r}")
     eta = np.asarray(eta, dtype=float)
     seeds = np.asarray(seeds, dtype=np.int64)
     if eta.ndim != 1 or eta.shape != seeds.shape or np.any(~np.isfinite(eta)) or np.any(eta <= 0):
         raise ValueError(f"eta must be positive and of the shape of seeds [R], got {eta.shape} and {seeds.shape}")
-    dyn = Dynamics(method=method, mode=mode, steps=1, group_size=group_size)
+    dyn = Dynamics(method=method, gradient=gradient, steps=1, group_size=group_size)
     R, T = eta.size, int(steps)
     th = np.broadcast_to(bandit.zeros(), (R,) + bandit.zeros().shape).copy()
     J = np.empty((R, T + 1))
@@ -301,18 +301,18 @@ def run_cell(*, kind, instance, steps, n_seeds, group_size, method=None, etas=No
         # the identity's other side: exact Dr. GRPO at eta (1 - J_k) against exact WAPO at eta (one seed)
         e1 = np.asarray(etas, float)
         dr = matched_runs(b, "dr_grpo", eta=e1, seeds=np.zeros(e1.size, np.int64), steps=steps,
-                          group_size=group_size, mode="exact")
-        wa = simulate(b, Dynamics(method="wapo", mode="exact", steps=steps, group_size=group_size), eta=e1)
+                          group_size=group_size, gradient="exact")
+        wa = simulate(b, Dynamics(method="wapo", gradient="exact", steps=steps, group_size=group_size), eta=e1)
         ident = pd.DataFrame({"eta": e1, "method": "exact_identity", "J_final": dr.J[:, -1],
                               "J_final_wapo_exact": wa.J_final[:, 0]})
         return pd.concat(frames + [ident], ignore_index=True)
     if kind not in ("exact", "sampled"):
         raise ValueError(f"kind must be 'exact', 'sampled' or 'matched', got {kind!r}")
-    dyn = Dynamics(method=method, mode=kind, steps=steps, group_size=group_size, lam=lam)
+    dyn = Dynamics(method=method, gradient=kind, steps=steps, group_size=group_size, lam=lam)
     df = _runs(b, dyn, etas, np.arange(n_seeds) if kind == "sampled" else np.arange(1))
     scale = {"dr_grpo": 1 - 1 / group_size, "w_reinforce": 1 + lam}.get(method)
     if kind == "exact" and scale is not None:  # the identity's other side: REINFORCE at the rescaled eta
-        ref = _runs(b, Dynamics(method="reinforce", mode="exact", steps=steps, group_size=group_size),
+        ref = _runs(b, Dynamics(method="reinforce", gradient="exact", steps=steps, group_size=group_size),
                     scale * np.asarray(etas, float), np.arange(1))
         df["J_final_rescaled_reinforce"] = ref["J_final"].to_numpy()
     return df

@@ -524,7 +524,7 @@ def _controllers(instance, controller_etas, controller_steps, n_seeds, delta, **
     E, S = np.meshgrid(np.asarray(controller_etas, float), np.arange(n_seeds), indexing="ij")
     rows = []
     for name, sch in (("constant", Schedule("constant")), ("adaptive", Schedule("adaptive", delta=delta))):
-        tr = simulate(b, Dynamics(method="grpo", mode="sampled", steps=controller_steps, schedule=sch),
+        tr = simulate(b, Dynamics(method="grpo", gradient="sampled", steps=controller_steps, schedule=sch),
                       eta=E.ravel(), seed=S.ravel())
         t9 = steps_to(tr.J[:, :, 0], tr.steps, 0.9)
         collapsed = gapdyn.is_collapsed(run_stats(tr, context=0))  # terminal rule (docs/evidence.md §6)
@@ -552,7 +552,7 @@ def trajectories(config: Config, *, instance: int = 0, etas=None) -> pd.DataFram
     frames = []
     for name, sch in (("constant", Schedule("constant")),
                       (f"adaptive (delta = {config.delta:g})", Schedule("adaptive", delta=config.delta))):
-        tr = simulate(b, Dynamics(method="grpo", mode="sampled", steps=config.controller_steps, schedule=sch),
+        tr = simulate(b, Dynamics(method="grpo", gradient="sampled", steps=config.controller_steps, schedule=sch),
                       eta=E.ravel(), seed=S.ravel())
         R, n = tr.J.shape[:2]
         frames.append(pd.DataFrame({"schedule": name, "eta": np.repeat(E.ravel(), n), "seed": np.repeat(S.ravel(), n),

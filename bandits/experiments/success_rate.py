@@ -176,13 +176,13 @@ class _Problem:
             phi, r = self.bandit.features[0], self.bandit.rewards[0]
             self.logodds = gapdyn.loglinear_logodds_fn(phi, r)
             self.theta0 = place_theta(self.bandit, config_like["J_start"])[0]
-            self._dyn = lambda steps: Dynamics(method="grpo", mode="exact", group_size=G, steps=steps)
+            self._dyn = lambda steps: Dynamics(method="grpo", gradient="exact", group_size=G, steps=steps)
         elif setting == "T=8":
             self.env = PartialSharingBandit.random(T=8, rho=config_like["rho"], seed=instance)
             self.logodds = lambda th: float(self.env.log_odds(th))
             u = self.env.gap(np.zeros(self.env.d))
             self.theta0 = place_for_success_rate(self.env, u / np.linalg.norm(u), config_like["J_start"])
-            self._dyn = lambda steps: SequenceDynamics(method="grpo", mode="exact", group_size=G, steps=steps)
+            self._dyn = lambda steps: SequenceDynamics(method="grpo", gradient="exact", group_size=G, steps=steps)
         else:
             raise ValueError(f"setting must be one of {SETTINGS}, got {setting!r}")
         self.setting, self.G = setting, G
@@ -210,7 +210,7 @@ class _Problem:
         if self.setting == "T=1":
             tr = simulate_contextual(self.bandit, self._dyn(steps), eta=etas, theta0=theta[None])
             return run_stats(tr, 0)
-        dyn = SequenceDynamics(method="grpo", mode="exact", group_size=self.G, steps=steps)
+        dyn = SequenceDynamics(method="grpo", gradient="exact", group_size=self.G, steps=steps)
         return run_stats(simulate_sequence(self.env, dyn, eta=etas, theta0=theta))
 
     def threshold(self, theta, w) -> float:
