@@ -72,7 +72,7 @@ def sequence_point(model: str, direction: str, T: int, *, runs: int = 16, steps:
     params = np.broadcast_to(start, (runs,) + start.shape).copy()
     nloop = min(loop_runs, runs)
     exact = direction != "sampled"  # "logodds": exact log-odds ascent, method "gap"
-    dyn = SequenceDynamics(method="gap" if exact else "grpo", mode="exact" if exact else "sampled",
+    dyn = SequenceDynamics(method="gap" if exact else "grpo", gradient="exact" if exact else "sampled",
                            group_size=group_size, steps=steps)
 
     def batched():
@@ -116,7 +116,7 @@ def length_point(mode: str = "sampled", *, instance: int = 0, rho: float = 0.5, 
     from bandits.experiments._common import run_stats
 
     cfg = L.Config.full()
-    dyn = SequenceDynamics(method=cfg.method, mode=mode, group_size=cfg.group_size, steps=cfg.steps)
+    dyn = SequenceDynamics(method=cfg.method, gradient=mode, group_size=cfg.group_size, steps=cfg.steps)
     starts, used = [], []
     for T in Ts:
         try:

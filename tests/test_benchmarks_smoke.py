@@ -67,7 +67,7 @@ def test_roofline_kernel_is_the_exact_update(fastmath, tol):
     eta = np.array([0.05, 0.5, 3.0])
     bandit = ContextualBandit(np.broadcast_to(featT.T, (C, K, d)).copy(),
                               np.broadcast_to((np.arange(K) < npos).astype(float), (C, K)).copy())
-    ref = simulate(bandit, Dynamics(method="reinforce", mode="exact", steps=T), eta=eta)
+    ref = simulate(bandit, Dynamics(method="reinforce", gradient="exact", steps=T), eta=eta)
     th = rl.ceiling_run(featT, npos, np.zeros((3, C, d)), eta, T, fastmath=fastmath)
     np.testing.assert_allclose(th, ref.theta_final, rtol=0, atol=tol)
     assert np.abs(th).max() > 1e-3  # it moved
@@ -118,7 +118,7 @@ def test_fused_reference_is_the_engine_update():
         w = replace(TINY.workload, n_contexts=4, n_arms=20, dim=5)
         b = make_bandit(n_contexts=4, n_arms=20, dim=5, n_correct=3, shared=shared, seed=5)
         eta = np.array([0.1, 1.0, 4.0])
-        eng = simulate(b, Dynamics(method=method, mode="exact", group_size=w.group_size, steps=30), eta=eta)
+        eng = simulate(b, Dynamics(method=method, gradient="exact", group_size=w.group_size, steps=30), eta=eta)
         fus = refs.fused_exact(b, method, w.group_size, eta, 30)
         np.testing.assert_allclose(fus, eng.theta_final, rtol=0, atol=1e-12 * max(1.0, np.abs(fus).max()))
         assert np.abs(fus).max() > 1e-3
@@ -130,7 +130,7 @@ def test_numpy_sampled_loop_is_the_sampled_update_in_expectation():
     b = make_bandit(n_contexts=2, n_arms=6, dim=3, n_correct=2, seed=1)
     seeds = np.arange(4000)
     th = refs.numpy_sampled(b, "rloo", 4, np.full(seeds.size, 1.0), seeds, 1)
-    ex = simulate(b, Dynamics(method="rloo", mode="exact", group_size=4, steps=1), eta=1.0).theta_final[0]
+    ex = simulate(b, Dynamics(method="rloo", gradient="exact", group_size=4, steps=1), eta=1.0).theta_final[0]
     se = th.std(axis=0) / np.sqrt(seeds.size)
     assert np.all(np.abs(th.mean(axis=0) - ex) <= 5 * se + 1e-12)
 
