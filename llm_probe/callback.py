@@ -154,6 +154,9 @@ class GapProbeCallback(TrainerCallback):
 
     @property
     def M_batch(self) -> float:
+        """sum over probed steps of mean_q [dmu_q]_+; NaN under FSDP / DeepSpeed (forward only: ``gap/M_dphi``)."""
+        if self._sharded is not None:
+            return math.nan
         return self.probe.M_batch if self.probe is not None else 0.0
 
     def attach(self, trainer) -> GapProbeCallback:
@@ -293,11 +296,11 @@ class GapProbeCallback(TrainerCallback):
             return
         self.probe.cancel()
         self._steps_left, self._step_k = self._mu, int(state.global_step)
+        opt = kw.get("optimizer")
+        self._lr = float(opt.param_groups[0]["lr"]) if opt is not None else math.nan
         if self._sharded is None and self.headroom:
             self._theta_k = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
             self._ro = ro
-            opt = kw.get("optimizer")
-            self._lr = float(opt.param_groups[0]["lr"]) if opt is not None else math.nan
         scored = ~torch.isnan(ro.rewards[:, 0])  # groups without an undecided completion
         r_s = ro.rewards[scored]
         self._batch = {"reward": float(r_s.mean()) if len(r_s) else math.nan,
@@ -324,6 +327,8 @@ class GapProbeCallback(TrainerCallback):
             return
         if self._sharded is not None:
             row = {"step": self._step_k, **self._batch, **self._fwd_stats, **self.probe.after()}
+            if "gap/headroom" in row:
+                row["gap/headroom_lr"] = self._lr * row["gap/headroom"]
             self._fwd_stats = {}
             self._record(row)
             return

@@ -148,7 +148,7 @@ class GapProbe:
                 phi_old = objectives_from_logprobs(ro.rewards, groups, seq_logp.detach()).cpu()
             else:
                 with torch.no_grad():
-                    phi_old = prompt_objectives(self.model, ro, groups).cpu()
+                    phi_old = prompt_objectives(self.model, ro, groups).cpu() if len(groups) else torch.zeros(0)
             probe_gap = per_prompt_gaps(self.model, probe_ro, self.params) if dot and probe_ro is not None else None
         self._pending = _Pending(ro, groups, old, theta_k if keep else None, ascent, batch_gap, phi_old, probe_ro,
                                  probe_gap, stream, None if shard_index is None else torch.as_tensor(shard_index))

@@ -163,6 +163,12 @@ def test_forward_route_unsharded_matches_gap_probe_and_step_rule():
     for key in ("entropy", "entropy/pos_adv", "entropy/neg_adv", "cov_logp_adv", "taxonomy/pos_peak", "taxonomy/neg_valley"):
         assert key in row
     assert sum(v for k, v in row.items() if k.startswith("taxonomy/") and not k.endswith("_kept")) == B * G * T
+    assert row["gap/headroom_lr"] == pytest.approx(LR * row["gap/headroom"])
+    summ = cb.summary()
+    assert summ["suggested_lr"] == pytest.approx(row["gap/headroom_lr"]) and summ["M_batch"] != summ["M_batch"]
+    logs = {}
+    cb.on_log(None, SimpleNamespace(log_history=[]), None, logs=logs)
+    assert logs["gap/M_dphi"] == row["gap/M_dphi"] and "gap/norm_mean" not in logs
 
 
 def assert_fsdp_rows(out: Path, nproc: int = 2, device: str = "cpu", rtol: float = 1e-5) -> None:
