@@ -60,7 +60,7 @@ rank holds the same theta and logs the one-process numbers; rank 0 alone writes 
 FSDP (FSDP2 ``fully_shard`` included) and DeepSpeed (ZeRO-3) shard parameters and gradients: the callback then
 measures only what forward passes give (:class:`llm_probe.sharding.ForwardProbe`: ``gap/dphi`` per prompt, the
 realised Phi_hat change, a forward-difference estimate of dmu with O(||delta||^2) error; ``gap/M_dphi``;
-``gap/headroom`` from forward-difference x_n; ``entropy*``, ``taxonomy/*``, ``cov_logp_adv`` at theta_k) and
+``gap/headroom`` from forward-difference x_n; ``entropy*``, ``taxonomy/*``, ``warn/cov_logp_adv`` at theta_k) and
 names the skipped metrics (gap norms, cosines, dmu, JVP checks: :data:`llm_probe.sharding.NEEDS_FULL_PARAMETERS`)
 once in a warning and in :attr:`GapProbeCallback.skipped`.
 """
@@ -277,7 +277,7 @@ class GapProbeCallback(TrainerCallback):
         self.skipped = NEEDS_FULL_PARAMETERS
         logger.warning("GapProbeCallback under %s: parameters are sharded, so only forward-pass metrics are "
                        "measured (gap/dphi, gap/M_dphi, gap/headroom from forward differences, entropy/*, taxonomy/*,"
-                       " cov_logp_adv); skipped (they need full parameters or gradients): %s", kind,
+                       " warn/cov_logp_adv); skipped (they need full parameters or gradients): %s", kind,
                        ", ".join(self.skipped))
 
     def on_pre_optimizer_step(self, args, state, control, model=None, **kw):

@@ -19,8 +19,8 @@ the realised change of the log-odds proxy, a forward-difference estimate of dmu_
 O(||delta||^2) (halving the step quarters it; tests/test_llm_fsdp.py); likewise x_n = log pi_{k+1}(o_n) -
 log pi_k(o_n) estimates the headroom's directional derivative (llm_probe.safe_step.completion_logprob_jvp).
 At theta_k: entropy split by advantage sign and WAPO taxonomy bins (:func:`llm_probe.probes.token_stats`),
-Cov(log pi, A) (:func:`llm_probe.warning.logp_adv_covariance`), advantages by gapdyn's ``grpo`` rule. What
-needs full parameters or gradients is skipped and named in :data:`NEEDS_FULL_PARAMETERS`.
+Cov(log pi, A) (:func:`llm_probe.warning.logp_adv_covariance`), advantages by gapdyn's ``grpo`` rule (population
+std). What needs full parameters or gradients is skipped and named in :data:`NEEDS_FULL_PARAMETERS`.
 """
 
 from __future__ import annotations
@@ -157,7 +157,9 @@ def _forward(model, ro):
     try:
         with torch.no_grad():
             logits = completion_logits(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
-            logp_all = torch.log_softmax(logits if logits.dtype in (torch.float32, torch.float64) else logits.float(), -1)
+            if logits.dtype not in (torch.float32, torch.float64):
+                logits = logits.float()
+            logp_all = torch.log_softmax(logits, -1)
     finally:
         _reshard(model)
         model.train(was)
@@ -222,9 +224,10 @@ class ForwardProbe:
         if scored.any():
             A[scored] = group_advantages("grpo", rewards[scored].double())
         A = A.reshape(-1)
-        m = ro.completion_mask * scored.repeat_interleave(ro.G).to(ro.completion_mask).unsqueeze(-1)  # unscored groups: left out
+        keep = scored.repeat_interleave(ro.G).to(ro.completion_mask).unsqueeze(-1)  # unscored groups: left out
+        m = ro.completion_mask * keep
         out = {k: v for k, v in token_stats(logp_all, ro.completion_ids, m, A.to(logp_all)).items()}
-        out["cov_logp_adv"] = logp_adv_covariance(tok, A, m)
+        out["warn/cov_logp_adv"] = logp_adv_covariance(tok, A, m)
         self._s = _Before(ro, mixed_groups(rewards), seq)
         return out
 

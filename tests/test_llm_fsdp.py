@@ -160,8 +160,31 @@ def test_forward_route_unsharded_matches_gap_probe_and_step_rule():
     assert float((dphi - dmu).abs().max()) < 0.2 * float(dmu.abs().max())  # first order: dphi ~ dmu
     assert row["gap/M_dphi"] == pytest.approx(float(dphi.clamp(min=0).mean()), rel=1e-6)
     assert row["gap/headroom"] == pytest.approx(full["gap/headroom"], rel=0.2)  # step_rule's x by JVP
-    for key in ("entropy", "entropy/pos_adv", "entropy/neg_adv", "cov_logp_adv", "taxonomy/pos_peak", "taxonomy/neg_valley"):
+    for key in ("taxonomy/pos_peak", "taxonomy/neg_valley"):
         assert key in row
+    # entropy by advantage sign and Cov(log pi, A) at theta_k, by a plain loop over tokens (numpy) on the
+    # model's own completion_logprobs (its entropy output), advantages (r - mean) / std per group (population)
+    import numpy as np
+
+    from llm_probe.model import completion_logprobs
+    from llm_probe.rollout import encode_prompts
+
+    model, tok = tiny("qwen2", seed=0)
+    model.eval()
+    prompts, cids, rewards = batch(tok)
+    p_ids, p_mask = encode_prompts(tok, prompts, "cpu")
+    c_ids = torch.tensor(cids)
+    with torch.no_grad():
+        lp, ent, _ = completion_logprobs(model, p_ids, p_mask, c_ids, torch.ones_like(c_ids, dtype=torch.float32),
+                                      return_entropy=True)
+    r = np.array(rewards).reshape(B, G)
+    A = ((r - r.mean(1, keepdims=True)) / r.std(1, keepdims=True)).reshape(-1)  # gapdyn grpo: population std
+    l_tok, a_tok, e_tok = lp.double().numpy().reshape(-1), np.repeat(A, T), ent.double().numpy().reshape(-1)
+    assert row["warn/cov_logp_adv"] == pytest.approx(float(np.mean((l_tok - l_tok.mean()) * (a_tok - a_tok.mean()))),
+                                                     rel=1e-4)
+    assert row["entropy"] == pytest.approx(float(e_tok.mean()), rel=1e-5)
+    assert row["entropy/pos_adv"] == pytest.approx(float(e_tok[a_tok > 0].mean()), rel=1e-5)
+    assert row["entropy/neg_adv"] == pytest.approx(float(e_tok[a_tok < 0].mean()), rel=1e-5)
     assert sum(v for k, v in row.items() if k.startswith("taxonomy/") and not k.endswith("_kept")) == B * G * T
     assert row["gap/headroom_lr"] == pytest.approx(LR * row["gap/headroom"])
     summ = cb.summary()
