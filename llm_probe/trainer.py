@@ -26,6 +26,7 @@ import sys
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -41,6 +42,7 @@ from .gap_probe import GapProbe
 from .probes import token_stats
 from .rollout import NonFinitePolicyError, check_prompts_fit, context_size, make_rollout
 from .sampler import fast_completion_logprobs
+from .seeds import derive_seed
 from .safe_step import SafeStepController
 from .tasks import AdditionTask, JsonlTask
 from .tokenizer import build_char_tokenizer
@@ -132,6 +134,7 @@ class Trainer:
         if cfg.probe_every < 0 or cfg.probe_prompts < 0 or cfg.checkpoint_every < 0:
             raise ValueError(f"probe_every, probe_prompts and checkpoint_every must be >= 0, got "
                              f"{cfg.probe_every}, {cfg.probe_prompts}, {cfg.checkpoint_every}")
+        seeds = {p: derive_seed(cfg.seed, p) for p in ("probe_sampler", "probe_prompts")}  # before any folder
         from .threads import use_threads
 
         use_threads(cfg.num_threads)  # None: the process's count (1 unless GAPDYN_TORCH_THREADS; threads.py)
@@ -152,11 +155,12 @@ class Trainer:
                               cfg.max_new_tokens)
         self.device = next(model.parameters()).device
         self.opt = _make_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
-        self.np_rng = np.random.default_rng(cfg.seed)
-        self.gen = torch.Generator().manual_seed(cfg.seed)
-        self.probe_gen = torch.Generator().manual_seed(cfg.seed + 1_000_003)
+        self.np_rng = np.random.default_rng(derive_seed(cfg.seed, "train"))
+        self.gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "train"))
+        self.probe_gen = torch.Generator().manual_seed(seeds["probe_sampler"])
         self.probe_problems = (
-            self.task.sample(np.random.default_rng(cfg.seed + 17), cfg.probe_prompts) if cfg.probe_prompts else []
+            self.task.sample(np.random.default_rng(seeds["probe_prompts"]), cfg.probe_prompts) if cfg.probe_prompts
+            else []
         )
         self.probe = GapProbe(model, cfg.probe_params, alignment=cfg.probe_alignment,
                               n_probe_prompts=len(self.probe_problems))
@@ -313,8 +317,8 @@ class Trainer:
     def measure_baseline(self, n_prompts: int = 64) -> tuple[float, float]:
         """(token entropy, sampled reward) of the current policy on fresh prompts, with generators of its own."""
         cfg = self.cfg
-        probs = self.task.sample(np.random.default_rng(cfg.seed + 29), n_prompts)
-        ro = self.rollout(probs, cfg.group_size, torch.Generator().manual_seed(cfg.seed + 31))
+        probs = self.task.sample(np.random.default_rng(derive_seed(cfg.seed, "baseline_prompts")), n_prompts)
+        ro = self.rollout(probs, cfg.group_size, torch.Generator().manual_seed(derive_seed(cfg.seed, "baseline_sampler")))
         _, ent, _ = completion_logprobs(self.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
                                         ro.completion_mask, return_entropy=True)
         mk = ro.completion_mask > 0
@@ -491,16 +495,24 @@ class Trainer:
         return tuple((st.st_ino, st.st_size, st.st_mtime_ns) if (st := _stat(p)) else None
                      for p in (self.ckpt_path, digest_path(self.ckpt_path)))
 
-    def run(self) -> dict:
+    def run(self, on_step: Callable[["Trainer", int, dict], None] | None = None, *, checkpoint: bool = True) -> dict:
         """Train until cfg.steps (or an early stop), holding the run folder's lock (llm_probe.checkpoint:
-        a second writer is refused); returns a summary dict."""
+        a second writer is refused); returns a summary dict.
+
+        ``on_step(trainer, k, m)`` runs after step k's row ``m`` is logged and before its checkpoint (a study's
+        held-out evaluation; it must leave the model and the generators as it found them). ``checkpoint=False``
+        writes no checkpoint (needs cfg.checkpoint_every == 0): a study that keeps only its logs."""
+        if on_step is not None and not callable(on_step):
+            raise ValueError(f"on_step must be callable or None, got {type(on_step).__name__}")
+        if not checkpoint and self.cfg.checkpoint_every:
+            raise ValueError(f"checkpoint=False needs checkpoint_every == 0, got {self.cfg.checkpoint_every}")
         with lock_run_folder(self.out):
             if self.cfg.resume and self._checkpoint_stamp() != self._stamp:
                 raise CheckpointError(f"the checkpoint in {self.out} was written by another process after this "
                                       f"trainer read it; build the trainer again to resume from it")
-            return self._run_locked()
+            return self._run_locked(on_step, checkpoint)
 
-    def _run_locked(self) -> dict:
+    def _run_locked(self, on_step=None, checkpoint: bool = True) -> dict:
         cfg = self.cfg
         if self._resume_from is not None:
             self._restore(*self._resume_from)
@@ -526,6 +538,8 @@ class Trainer:
                 m.setdefault("alerts", []).append(a.rule)
                 print(f"[{cfg.method} lr={cfg.lr:g} seed={cfg.seed}] {a}")
             self.log_step(k, m)
+            if on_step is not None:
+                on_step(self, k, m)
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix({n: f"{m[key]:.3f}" for n, key in (("reward", "reward"), ("H", "entropy")) if key in m})
@@ -536,7 +550,8 @@ class Trainer:
                 break
         if bar is not None:
             bar.close()
-        self.save_checkpoint()
+        if checkpoint:
+            self.save_checkpoint()
         atomic_write_text(self.out / "alerts.json", json.dumps([asdict(a) for a in self.detector.alerts], indent=1))
         return self.finish()
 

@@ -86,8 +86,9 @@ def sampled_accuracy(model, tokenizer, task, *, n: int = 256, G: int = 1, max_ne
                      temperature: float = 1.0) -> float:
     """Mean reward of sampled completions on n fresh problems (an estimate of J)."""
     from .rollout import make_rollout
+    from .seeds import derive_seed
 
-    rng = np.random.default_rng(seed + 7919)
+    rng = np.random.default_rng(derive_seed(seed, "accuracy_prompts"))
     gen = torch.Generator().manual_seed(seed)
     ro = make_rollout(model, tokenizer, task, task.sample(rng, n), G=max(G, 2), max_new_tokens=max_new_tokens,
                       generator=gen, temperature=temperature)
