@@ -64,7 +64,7 @@ def __getattr__(name):  # the TRL callback imports transformers.TrainerCallback:
 
         return GapProbeCallback
     if name == "SafeStepCallback":
-        from .safe_step import SafeStepCallback
+        from .safe_step_callback import SafeStepCallback
 
         return SafeStepCallback
     raise AttributeError(name)

@@ -11,7 +11,8 @@ theta_{k+1} = theta_k + a d in place. :func:`step_rule` computes x and the rule 
 :class:`llm_probe.GapProbeCallback`'s headroom meter (``gap/headroom``, which measures without rescaling) both
 call it, with the same defaults c = ``SAFE_STEP_C`` = 1 and delta = ``SAFE_STEP_DELTA`` = 2. The optimizer's own state (Adam's moments) is
 left as the optimizer wrote it. The same :class:`SafeStepController` serves ``gapdyn train --safe-step``
-(:class:`llm_probe.Trainer`) and a real ``trl.GRPOTrainer`` (:class:`SafeStepCallback`).
+(:class:`llm_probe.Trainer`) and a real ``trl.GRPOTrainer`` (:class:`llm_probe.safe_step_callback.SafeStepCallback`,
+also importable from here and from ``llm_probe``).
 
 Cost per step: one copy of the trainable parameters and one JVP over the step's completions (about two to
 three forwards of the batch); measured in docs/llm_probe.md ("Safe step").
@@ -31,7 +32,7 @@ from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
 
 from .model import check_model, completion_logprobs
 
-__all__ = ["SafeStepController", "SafeStepResult", "completion_logprob_jvp", "step_rule", "SafeStepCallback"]
+__all__ = ["SafeStepController", "SafeStepResult", "completion_logprob_jvp", "step_rule"]
 
 
 class _AtValues(torch.nn.Module):
@@ -162,76 +163,9 @@ class SafeStepController:
         return SafeStepResult(rule, norm, rule.a * norm)
 
 
-def _make_callback_class():
-    from transformers import TrainerCallback  # imported on first use of the callback only
-
-    from .callback import GapProbeCallback
-
-    class SafeStepCallback(TrainerCallback):
-        """The safe step controller on a ``trl.GRPOTrainer`` (works with gradient accumulation).
-
-        Wrap the reward function with :meth:`wrap_reward` (it records each generation batch's prompts, completion
-        ids and rewards, TRL's order: ``num_generations`` consecutive completions per prompt; a reward > 0 counts
-        as a success; several reward functions: :meth:`wrap_rewards`). Per optimizer step:
-        ``on_pre_optimizer_step`` records theta_k; ``on_optimizer_step`` builds
-        the step's Rollout from the records and calls :meth:`SafeStepController.after` (theta = theta_k + a d).
-        One row per step in :attr:`history` (``step``, ``reward`` and the ``safe/*`` metrics, ``safe/headroom`` = h
-        with ``safe/a`` = min(1, h)). Needs
-        ``num_iterations=1`` and ``steps_per_generation`` equal to the gradient-accumulation steps (checked at
-        ``on_train_begin``). Register it after any callback that must see the optimizer's own step.
-        """
-
-        def __init__(self, tokenizer, num_generations: int, *, c: float = SAFE_STEP_C,
-                     delta: float = SAFE_STEP_DELTA):
-            if isinstance(num_generations, bool) or not isinstance(num_generations, int) or num_generations < 2:
-                raise ValueError(f"num_generations must be an integer >= 2, got {num_generations!r}")
-            for name, v in (("c", c), ("delta", delta)):
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                    raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
-            self.c, self.delta = float(c), float(delta)
-            # reward recording and Rollout building only (its own probe never runs)
-            self._recorder = GapProbeCallback(tokenizer, num_generations, probe_every=1)
-            self.controller: SafeStepController | None = None
-            self.history: list[dict] = []
-
-        def wrap_reward(self, fn):
-            """A reward function with the same behaviour that also records each call's groups."""
-            return self._recorder.wrap_reward(fn)
-
-        def wrap_rewards(self, funcs, weights=None, *, success=None) -> list:
-            """Several reward functions, recorded once per batch: :meth:`GapProbeCallback.wrap_rewards`."""
-            return self._recorder.wrap_rewards(funcs, weights, success=success)
-
-        def on_train_begin(self, args, state, control, **kw):
-            self._recorder.on_train_begin(args, state, control, **kw)
-            mu = getattr(args, "num_iterations", 1)
-            if mu != 1:
-                raise ValueError(f"SafeStepCallback needs num_iterations == 1, got num_iterations={mu}: TRL then "
-                                 f"takes {mu} optimizer steps on each generation batch, the multiplier a is derived "
-                                 "for one step on fresh completions, and the steps after the first would be applied "
-                                 "unscaled")
-
-        def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
-            if self.controller is None:
-                self.controller = SafeStepController(model, c=self.c, delta=self.delta)
-            self.controller.before()
-
-        def on_optimizer_step(self, args, state, control, model=None, **kw):
-            if self.controller is None or not self.controller.pending:
-                return
-            ro = self._recorder.take_rollout(next(model.parameters()).device)
-            if ro is None:  # no recorded batch: leave the optimizer's step as it is
-                self.controller.cancel()
-                return
-            res = self.controller.after(ro)
-            self.history.append({"step": int(state.global_step), "reward": float(ro.rewards.mean()), **res.metrics})
-
-    return SafeStepCallback
-
-
-def __getattr__(name):  # SafeStepCallback subclasses transformers.TrainerCallback: build it on first use
+def __getattr__(name):  # the TRL callback (llm_probe.safe_step_callback) imports transformers: load it on first use
     if name == "SafeStepCallback":
-        cls = _make_callback_class()
-        globals()["SafeStepCallback"] = cls
-        return cls
+        from .safe_step_callback import SafeStepCallback
+
+        return SafeStepCallback
     raise AttributeError(name)
