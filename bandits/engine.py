@@ -687,16 +687,16 @@ def _search_right(cdf_all, c, x):
 
 
 @njit(cache=True, inline="always")
-def _draw(cdf_all, c, K, u, p, rk):
+def _draw(cdf_all, c, K, u, p_all, rank):
     """The arm drawn by uniform u from the cdf of pi in the original arm order (cdf_all[c, :K], padded with
-    +inf; arm a has mass p[rk[a]]): min(searchsorted(cdf, u * total, 'right'), the last arm with positive mass),
+    +inf; arm a has mass p_all[c, rank[c, a]]): min(searchsorted(cdf, u * total, 'right'), the last arm with positive mass),
     the numba twin of gapdyn.sampling.inverse_cdf_draw (tests/test_engine_fast.py checks them equal). The cap
     (u = 1, or u * total rounding up to the total) walks back over zero-mass arms only, so a zero-probability
     arm is never drawn."""
     a = _search_right(cdf_all, c, u * cdf_all[c, K - 1])
     if a > K - 1:
         a = K - 1
-        while a > 0 and p[rk[a]] == 0.0:
+        while a > 0 and p_all[c, rank[c, a]] == 0.0:
             a -= 1
     return a
 
@@ -949,7 +949,7 @@ def _groups(rew, pmap, blk_ptr, rank, unif, k, r, method, G, bessel, aeps, lam, 
     _cdf_rows(p_all, rank, K, cdf_all, keep)  # cumsum of pi in the original arm order (the order of the draws)
     for c in range(C):  # all draws first: the searches are independent (no load waits on a previous draw)
         for i in range(G):
-            idx[c, i] = _draw(cdf_all, c, K, unif[r, k, c, i], p_all[c], rank[c])
+            idx[c, i] = _draw(cdf_all, c, K, unif[r, k, c, i], p_all, rank)
     for c in range(C):
         pb = pmap[c]
         nb = blk_ptr[pb + 1] - blk_ptr[pb]
@@ -1153,14 +1153,14 @@ def _draw_batch(probs, u):
     out = np.empty(u.shape, np.int64)
     K = probs.shape[1]
     cdf = np.full((1, _padded(K)), np.inf)
-    rk = np.arange(K)
+    rk = np.arange(K).reshape(1, K)
     for c in range(probs.shape[0]):
         acc = 0.0
         for a in range(K):
             acc += probs[c, a]
             cdf[0, a] = acc
         for i in range(u.shape[1]):
-            out[c, i] = _draw(cdf, 0, K, u[c, i], probs[c], rk)
+            out[c, i] = _draw(cdf, 0, K, u[c, i], probs[c:c + 1], rk)
     return out
 
 

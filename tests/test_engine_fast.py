@@ -199,7 +199,7 @@ def test_blocked_cdf_rows_are_a_monotone_cumsum(K):
         us = np.clip(np.asarray(us), 0.0, 1.0)
         padded = np.full((1, engine._padded(K)), np.inf)
         padded[0, :K] = got
-        draws = np.array([engine._draw(padded, 0, K, u, p, np.arange(K)) for u in us])
+        draws = np.array([engine._draw(padded, 0, K, u, p[None, :], np.arange(K)[None, :]) for u in us])
         assert np.all(p[draws] > 0)
         np.testing.assert_array_equal(draws, [_searchsorted_draw(p, u, got) for u in us])
 
