@@ -144,6 +144,8 @@ def _run(args: RunConfig, argv: list[str]) -> int:
                   f"{n['inconclusive']} inconclusive; {n['identity']} identity and {n['derived']} derived rows "
                   "(shown, not counted); "
                   f"{len(res.results)} result rows; criteria hash {res.criteria_hash}")
+    if res.plan is not None:
+        say("bandit", f"{name}: {res.plan.note}")
     say("bandit", f"wrote {out}/ (results.parquet, claims.json, claims.csv, claims.md)")
     if args.strict and n["does not hold"]:
         return 1

@@ -11,7 +11,11 @@ experiments produce:
   y = a_g + b_g x + e, a_g ~ N(0, 1), b_g ~ N(1, 0.3²), e ~ N(0, 0.5²); the target is the mean slope 1
   (e.g. log eta* vs log T with instances as clusters);
 - proportions (n = trials): k ~ Binomial(n, p) for p in {0.05, 0.4, 0.95}; coverage is summed exactly
-  over k (Monte Carlo SE 0).
+  over k (Monte Carlo SE 0);
+- clustered proportions (n = clusters of 16 binary trials; the target is p̄ = E_g[p_g]): ``iid p=0.05``
+  (p_g = 0.05), ``beta p=0.05`` and ``beta p=0.4`` (p_g ~ Beta with that mean and intra-cluster
+  correlation 0.5), ``all-or-none p=0.05`` (p_g in {0, 1}: correlation 1), e.g. collapse of seeded runs
+  nested in instances.
 
 ``valid_at(method, n)`` (worst coverage over the DGPs at n >= nominal - tol) and ``min_valid_n`` read the
 committed measurement ``gapdyn/data/coverage.csv`` unless given a table; regenerate it, and
@@ -33,11 +37,14 @@ from .io import atomic_write_text, write_with
 from .stats import Estimate
 
 __all__ = ["KINDS", "DGPS", "NS", "CoverageMethod", "COVERAGE_METHODS", "draw_means", "draw_slopes",
+           "draw_clustered_events",
            "coverage_table", "valid_at", "min_valid_n", "frozen_table", "coverage_markdown", "main"]
 
-KINDS = ("mean", "slope", "proportion")
+KINDS = ("mean", "slope", "proportion", "clustered_proportion")
 DGPS = {"mean": ("normal", "lognormal", "correlated"), "slope": ("random_slope",),
-        "proportion": ("p=0.05", "p=0.4", "p=0.95")}
+        "proportion": ("p=0.05", "p=0.4", "p=0.95"),
+        "clustered_proportion": ("iid p=0.05", "beta p=0.05", "beta p=0.4", "all-or-none p=0.05")}
+TRIALS_PER_CLUSTER = 16
 NS = (4, 8, 10, 20, 40, 60)
 ROWS_PER_CLUSTER = 5
 ICC = 0.5
@@ -51,8 +58,8 @@ COLUMNS = ["method", "kind", "dgp", "n", "nominal", "bound", "coverage", "mc_se"
 class CoverageMethod:
     """An interval method under measurement.
 
-    kind: "mean" (interval(values, clusters, rng, B)), "slope" (interval(x, y, clusters, rng, B)) or
-    "proportion" (interval(k, n)); confidence: the nominal coverage; bound: "two-sided" or "upper"
+    kind: "mean" (interval(values, clusters, rng, B)), "slope" (interval(x, y, clusters, rng, B)),
+    "proportion" (interval(k, n)) or "clustered_proportion" (interval(events, clusters, rng, B)); confidence: the nominal coverage; bound: "two-sided" or "upper"
     (coverage of an upper limit is P(truth <= hi)).
     """
 
@@ -106,6 +113,10 @@ COVERAGE_METHODS: dict[str, CoverageMethod] = {m.name: m for m in (
     CoverageMethod("clopper_pearson", "proportion", lambda k, n: stats.clopper_pearson_interval(k, n)),
     CoverageMethod("clopper_pearson_upper", "proportion", lambda k, n: stats.clopper_pearson_upper(k, n),
                    bound="upper"),
+    CoverageMethod("pooled_clopper_pearson", "clustered_proportion",
+                   lambda e, c, rng, B: stats.clopper_pearson_interval(int(e.sum()), int(e.size))),
+    CoverageMethod("cluster_bounds_proportion", "clustered_proportion",
+                   lambda e, c, rng, B: stats.cluster_bounds_proportion(e, c)),
 )}
 """The measured methods, by name; a claim names one of these when it asks ``valid_at``."""
 
@@ -136,6 +147,23 @@ def draw_slopes(G: int, reps: int, rng: np.random.Generator) -> tuple[np.ndarray
     return x.reshape(reps, -1), y.reshape(reps, -1), np.repeat(np.arange(G), ROWS_PER_CLUSTER), SLOPE_MEAN
 
 
+def draw_clustered_events(dgp: str, G: int, reps: int,
+                          rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, float]:
+    """(events [reps, rows] of 0/1, clusters [rows], true p̄) for a clustered-proportion DGP (module doc)."""
+    if dgp not in DGPS["clustered_proportion"]:
+        raise ValueError(f"dgp must be one of {DGPS['clustered_proportion']}, got {dgp!r}")
+    family, p = dgp.split(" p=")
+    p = float(p)
+    if family == "iid":
+        pg = np.full((reps, G, 1), p)
+    elif family == "beta":  # ICC = 1 / (a + b + 1) = 0.5: a + b = 1
+        pg = rng.beta(p, 1.0 - p, size=(reps, G, 1))
+    else:
+        pg = (rng.random((reps, G, 1)) < p).astype(float)
+    events = (rng.random((reps, G, TRIALS_PER_CLUSTER)) < pg).astype(np.int8)
+    return events.reshape(reps, -1), np.repeat(np.arange(G), TRIALS_PER_CLUSTER), p
+
+
 # --- the measurement ----------------------------------------------------------------------------------
 
 
@@ -155,6 +183,9 @@ def _simulated_cells(methods, kind, dgp, n, reps, rng, B, seed) -> list[dict]:
     if kind == "mean":
         values, clusters, truth = draw_means(dgp, n, reps, rng)
         data = [(values[r], clusters) for r in range(reps)]
+    elif kind == "clustered_proportion":
+        events, clusters, truth = draw_clustered_events(dgp, n, reps, rng)
+        data = [(events[r], clusters) for r in range(reps)]
     else:
         x, y, clusters, truth = draw_slopes(n, reps, rng)
         data = [(x[r], y[r], clusters) for r in range(reps)]
@@ -226,6 +257,9 @@ def coverage_table(methods: Sequence[str | CoverageMethod] | None = None, ns: Se
     if reps < 1:
         raise ValueError("reps must be >= 1")
     B = stats._check_resamples(n_resamples)
+    # the clustered proportions draw from a spawned child stream, so adding them left the other kinds'
+    # draws unchanged and regenerating their rows alone (--methods) gives the same numbers as a full run
+    child = rng.spawn(1)[0]
     rows = []
     for kind in KINDS:
         km = [m for m in ms if m.kind == kind]
@@ -238,7 +272,8 @@ def coverage_table(methods: Sequence[str | CoverageMethod] | None = None, ns: Se
             continue
         for dgp in kind_dgps:
             for n in ns:
-                rows += _simulated_cells(km, kind, dgp, n, reps, rng, B, seed)
+                rows += _simulated_cells(km, kind, dgp, n, reps, child if kind == "clustered_proportion" else rng,
+                                         B, seed)
     if not rows:
         raise ValueError(f"dgps: none of {dgps!r} belongs to the kinds of the chosen methods")
     return pd.DataFrame(rows, columns=COLUMNS)
@@ -328,7 +363,8 @@ def coverage_markdown(table, *, command: str, tol: float = 0.02) -> str:
         "(proportions). The data-generating processes are described in the `gapdyn.coverage` module docstring: "
         "means on normal, lognormal (σ = 1) and correlated (5 rows per cluster, intra-cluster correlation 0.5) "
         "data; slopes with a random within-cluster slope (sd 0.3) and x drawn per cluster; proportions at "
-        "p = 0.05, 0.4, 0.95.",
+        "p = 0.05, 0.4, 0.95; clustered proportions with 16 binary trials per cluster (independent, beta with "
+        "intra-cluster correlation 0.5, all-or-none).",
         "",
         f"**Rule.** A method is *valid at n* when its worst coverage over the DGPs at n is at least nominal − {tol}; "
         "it is valid *from* n when it is valid at n and at every larger tabulated n.",
@@ -379,6 +415,8 @@ class CoverageConfig:
     """seed of the numpy Generator"""
     render_only: bool = False
     """re-render --out from the existing --data table without simulating (the table keeps its reps and seed)"""
+    methods: tuple[str, ...] = ()
+    """simulate only these methods and replace their rows in the existing --data table (default: all)"""
 
 
 def _command_line(cfg: CoverageConfig) -> str:
@@ -399,6 +437,16 @@ def _run(argv) -> int:
         table = pd.read_csv(cfg.data)
         cfg = CoverageConfig(out=cfg.out, data=cfg.data, reps=int(table["reps"].max()),
                              n_resamples=int(table["n_resamples"].max()), seed=int(table["seed"].iloc[0]))
+    elif cfg.methods:
+        _resolve(cfg.methods)
+        old = pd.read_csv(cfg.data)
+        if int(old["reps"].max()) != cfg.reps or int(old["seed"].iloc[0]) != cfg.seed:
+            raise ValueError(f"--methods: the table in {cfg.data} has reps {int(old['reps'].max())} and seed "
+                             f"{int(old['seed'].iloc[0])}; pass the same --reps and --seed")
+        say("coverage", f"simulating {', '.join(cfg.methods)} x DGPs x n = {list(NS)}, {cfg.reps} reps")
+        new = coverage_table(list(cfg.methods), reps=cfg.reps, rng=np.random.default_rng(cfg.seed),
+                             n_resamples=cfg.n_resamples, seed=cfg.seed)
+        table = pd.concat([old[~old["method"].isin(cfg.methods)], new], ignore_index=True)
     else:
         say("coverage", f"simulating {len(COVERAGE_METHODS)} methods x DGPs x n = {list(NS)}, {cfg.reps} reps")
         table = coverage_table(reps=cfg.reps, rng=np.random.default_rng(cfg.seed), n_resamples=cfg.n_resamples,

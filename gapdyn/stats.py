@@ -9,8 +9,9 @@ imported inside the functions so ``import gapdyn`` stays light.
 The methods whose coverage is measured (gapdyn.coverage, docs/coverage.md) for a claim to choose
 from: ``t_interval_cluster_means``, ``studentized_cluster_bootstrap_mean``, ``bca_cluster_mean`` /
 ``bca_cluster_bootstrap`` (means and other statistics), ``t_interval_cluster_slope``,
-``wild_cluster_bootstrap_slope``, ``bca_cluster_slope`` (OLS slopes), and ``clopper_pearson_upper``
-(one-sided bound on a proportion), each with a ``bound`` for one-sided limits.
+``wild_cluster_bootstrap_slope``, ``bca_cluster_slope`` (OLS slopes), ``clopper_pearson_upper``
+(one-sided bound on a proportion), each with a ``bound`` for one-sided limits, and
+``cluster_bounds_proportion`` (a proportion of trials nested in clusters).
 """
 
 from __future__ import annotations
@@ -624,6 +625,34 @@ def wild_cluster_bootstrap_slope(x, y, clusters, *, rng: np.random.Generator, we
         q_lo, q_hi = np.quantile(t_star, [1 - c, c], method="inverted_cdf")
         lo, hi = _one_or_two_sided(slope, se, float(q_lo), float(q_hi), bound)
     return Estimate(slope, float(lo), float(hi), G, c, f"wild cluster bootstrap-t, {weights} ({bound})")
+
+
+def cluster_bounds_proportion(events, clusters, *, confidence: float = 0.95) -> Estimate:
+    """P(event) of a trial in a random cluster, p̄ = E_g[p_g], from binary trials nested in clusters.
+
+    Valid whatever the within-cluster correlation: with G clusters, a_g = 1[every trial of g is an event]
+    and b_g = 1[some trial of g is one], E[a_g] <= p̄ <= E[b_g] (a_g implies the first trial is an event,
+    which implies b_g), and the G clusters are independent, so
+    [Clopper-Pearson lower(Σ a_g, G; α/2), Clopper-Pearson upper(Σ b_g, G; α/2)] covers p̄ with
+    probability >= confidence. Estimate: the mean of the per-cluster event shares. Conservative: its width
+    is that of G trials, not of the rows (the price of not modelling the correlation).
+    """
+    from scipy.stats import beta
+
+    c = _check_confidence(confidence)
+    e = np.asarray(events)
+    if e.ndim != 1 or e.size == 0:
+        raise ValueError(f"events must be a non-empty 1-D array of 0/1, got shape {e.shape}")
+    if not np.isin(e, (0, 1)).all():
+        raise ValueError("events must hold only 0/1 (or False/True) values")
+    e = e.astype(float)
+    G, inv = _cluster_labels(clusters, e.size)
+    share = np.bincount(inv, weights=e, minlength=G) / np.bincount(inv, minlength=G)
+    k_all, k_any = int(np.sum(share == 1.0)), int(np.sum(share > 0.0))
+    a = 1.0 - c
+    lo = 0.0 if k_all == 0 else float(beta.ppf(a / 2, k_all, G - k_all + 1))
+    hi = 1.0 if k_any == G else float(beta.ppf(1 - a / 2, k_any + 1, G - k_any))
+    return Estimate(float(share.mean()), lo, hi, G, c, "cluster bounds (Clopper-Pearson over clusters)")
 
 
 def clopper_pearson_upper(k: int, n: int, *, confidence: float = 0.95) -> Estimate:

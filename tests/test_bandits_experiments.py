@@ -103,3 +103,21 @@ def test_quick_mode_runs(name, tmp_path):
     mod = load(name)
     res = mod.run(mod.Config.quick(), store=tmp_path, backend="joblib", n_jobs=2, progress=False)
     assert sorted(c.id for c in res.claims) == sorted(mod.CRITERIA)
+
+
+def test_confirmation_block_is_sized_by_the_planned_n_of_the_primaries_within_the_budget():
+    from dataclasses import replace
+
+    from bandits.experiments._common import plan_confirmation
+
+    base = gapdyn.Claim.from_estimate(gapdyn.Estimate(0.1, 0.0, 0.2, 20, 0.95, "t"), id="a", source="s",
+                                      statement="x", setting="y", statistic="z", criterion_text="above 0",
+                                      criterion=gapdyn.Criterion.above(0.0), block="discovery", form="comparison")
+    explor = replace(base, id="b", n_planned=500)
+    assert plan_confirmation([replace(base, n_planned=60, primary=True), explor], n_max=100).n == 60
+    assert plan_confirmation([replace(base, n_planned=10, primary=True), explor], n_max=100).n == 40  # floor
+    over = plan_confirmation([replace(base, n_planned=900, primary=True)], n_max=100)
+    assert over.n == 100 and over.planned == 900 and "budget" in over.note
+    assert plan_confirmation([explor], n_max=100).n == 100  # no primary: every counted claim
+    assert plan_confirmation([replace(base, n_planned=70, form="derived")], n_max=100).n == 40  # derived: not counted
+    assert plan_confirmation([], n_max=30).n == 30  # a budget below the floor wins

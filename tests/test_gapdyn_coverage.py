@@ -270,3 +270,44 @@ def test_markdown_states_every_method_and_its_verdict():
     for m, text in verdicts.items():
         v = cov.min_valid_n(m, tab)
         assert text == str(v) if v is not None else text.startswith("never")
+
+
+# --- proportions of runs nested in instances ---------------------------------------------------------------
+
+
+def test_cluster_bounds_proportion_by_hand():
+    rng = np.random.default_rng(3)
+    labels = np.repeat(np.arange(9), 6)
+    events = (rng.random(labels.size) < np.repeat(rng.choice([0.0, 0.3, 1.0], 9), 6)).astype(int)
+    e = S.cluster_bounds_proportion(events, labels)
+    shares = [events[labels == g].mean() for g in range(9)]
+    k_all, k_any = sum(s == 1 for s in shares), sum(s > 0 for s in shares)
+    lo = 0.0 if k_all == 0 else beta.ppf(0.025, k_all, 9 - k_all + 1)
+    hi = 1.0 if k_any == 9 else beta.ppf(0.975, k_any + 1, 9 - k_any)
+    assert (e.estimate, e.lo, e.hi, e.n) == pytest.approx((np.mean(shares), lo, hi, 9))
+    with pytest.raises(ValueError, match="0/1"):
+        S.cluster_bounds_proportion(np.array([0, 2]), np.array([0, 1]))
+
+
+def test_cluster_bounds_cover_under_perfect_correlation_where_pooling_does_not():
+    """All-or-none instances (intra-cluster correlation 1): the pooled interval treats 16 G runs as independent."""
+    rng = np.random.default_rng(11)
+    events, labels, p = cov.draw_clustered_events("all-or-none p=0.05", 20, 400, rng)
+    hit_b = np.mean([(lambda e: e.lo <= p <= e.hi)(S.cluster_bounds_proportion(ev, labels)) for ev in events])
+    hit_p = np.mean([(lambda e: e.lo <= p <= e.hi)(S.clopper_pearson_interval(int(ev.sum()), ev.size))
+                     for ev in events])
+    assert hit_b >= 0.95 - 3 * math.sqrt(0.95 * 0.05 / 400)
+    assert hit_p < 0.8
+
+
+def test_clustered_proportion_is_gated_by_its_coverage_and_existence_is_bonferroni_adjusted():
+    from bandits.experiments._common import clustered_proportion, exists_on_some_instance
+
+    labels = np.repeat(np.arange(3), 10)
+    few = clustered_proportion(np.zeros(30, bool), labels)
+    assert few.method.startswith("no data") and "cluster_bounds_proportion" in few.method
+    events = np.zeros(30, bool)
+    events[10:14] = True  # instance 1: 4 of 10
+    ex = exists_on_some_instance(events, labels)
+    ref = S.clopper_pearson_interval(4, 10, confidence=1 - 0.05 / 3)
+    assert (ex.estimate, ex.lo, ex.hi, ex.n, ex.confidence) == pytest.approx((0.4, ref.lo, ref.hi, 10, 0.95))

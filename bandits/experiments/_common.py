@@ -86,6 +86,47 @@ def proportion(k, n, *, exact: bool = True) -> gapdyn.Estimate:
     return gapdyn.clopper_pearson_interval(int(k), int(n))
 
 
+CLUSTERED_PROPORTION_INTERVAL = "cluster_bounds_proportion"
+
+
+def clustered_proportion(events, clusters) -> gapdyn.Estimate:
+    """P(event) of a run on a random instance, runs (seeds, etas) nested in instances: the cluster bounds
+    of gapdyn.stats.cluster_bounds_proportion (valid whatever the within-instance correlation; a pooled
+    Clopper-Pearson over runs covers 0.2-0.5 under such correlation, docs/coverage.md), gated by its coverage."""
+    from gapdyn.coverage import valid_at
+
+    e = np.asarray(events, dtype=bool)
+    labels = np.asarray(clusters)
+    G = int(np.unique(labels).size) if e.size else 0
+    if G < 2:
+        return no_data(0.0, 1.0, f"fewer than 2 instances with runs ({G})")
+    if not valid_at(CLUSTERED_PROPORTION_INTERVAL, G):
+        return too_few(CLUSTERED_PROPORTION_INTERVAL, G, 0.0, 1.0)
+    return gapdyn.stats.cluster_bounds_proportion(e.astype(np.int8), labels)
+
+
+def exists_on_some_instance(events, clusters, *, confidence: float = 0.95) -> gapdyn.Estimate:
+    """An existence claim "P(event) > 0 on a realisable setting": the event share on the instance with the
+    most events, with its Clopper-Pearson interval at confidence 1 - (1 - confidence) / G (Bonferroni over the
+    G instances searched), so the family of G per-instance intervals covers at ``confidence``."""
+    from gapdyn.coverage import valid_at
+
+    e = np.asarray(events, dtype=bool)
+    labels = np.asarray(clusters)
+    if e.size == 0:
+        return no_data(0.0, 1.0, "no runs")
+    uniq, inv = np.unique(labels, return_inverse=True)
+    k = np.bincount(inv, weights=e.astype(float), minlength=uniq.size)
+    n = np.bincount(inv, minlength=uniq.size)
+    best = int(np.argmax(k / n))
+    if not valid_at(PROPORTION_INTERVAL, int(n[best])):
+        return too_few(PROPORTION_INTERVAL, int(n[best]), 0.0, 1.0)
+    c = 1.0 - (1.0 - confidence) / uniq.size
+    est = gapdyn.clopper_pearson_interval(int(k[best]), int(n[best]), confidence=c)
+    return gapdyn.Estimate(est.estimate, est.lo, est.hi, int(n[best]), confidence,
+                           f"Clopper-Pearson on instance {uniq[best]} (most events; Bonferroni over {uniq.size})")
+
+
 def mean_estimate(values, clusters=None, *, seed: int, natural: tuple[float, float]) -> gapdyn.Estimate:
     """Mean of per-cluster means with the studentized cluster bootstrap (default_rng(seed)), when that method
     is valid at the number of clusters (gapdyn.coverage.valid_at); otherwise not measured, with the reason."""
@@ -143,7 +184,8 @@ class ExperimentResult:
     results: every row, with a ``block`` column ("discovery" / "confirmation");
     claims: :class:`gapdyn.Claim` records of every block, Holm-adjusted within a block where they are tests,
     each stamped with ``criteria_hash`` (the hash of the module's frozen ``CRITERIA``);
-    replication: :func:`gapdyn.replication_table` of the two blocks (confirmation verdict, disagreement flagged).
+    replication: :func:`gapdyn.replication_table` of the two blocks (confirmation verdict, disagreement flagged);
+    plan: the confirmation block's :class:`BlockPlan` (None without one).
     """
 
     name: str
@@ -151,6 +193,7 @@ class ExperimentResult:
     results: pd.DataFrame
     claims: tuple
     criteria_hash: str
+    plan: BlockPlan | None = None
 
     def block(self, block: str) -> list:
         return [c for c in self.claims if c.block == block]
@@ -181,16 +224,61 @@ def stamp_claims(module, claims) -> list:
     return [dataclasses.replace(c, criteria_hash=h) for c in claims]
 
 
+CONFIRMATION_MIN = 40
+"""The smallest confirmation block: at least 20 instances, and the n from which the mean interval's coverage
+is nominal (MEAN_INTERVAL, docs/coverage.md)."""
+
+
+@dataclass(frozen=True)
+class BlockPlan:
+    """The confirmation block's size, planned from the discovery block (gapdyn.planner via each claim's
+    n_planned): n = min(max(planned, n_min), n_max), where planned is the largest n_planned of the counted
+    primary claims (of every counted claim when no primary has one) and n_max the instances the experiment's
+    budget allows (its config's confirmation seeds). note: one line for reports."""
+
+    n: int
+    planned: int | None
+    n_min: int
+    n_max: int
+    note: str
+
+
+def plan_confirmation(claims, *, n_min: int = CONFIRMATION_MIN, n_max: int) -> BlockPlan:
+    """:class:`BlockPlan` from the discovery block's claims."""
+    if not (isinstance(n_max, int) and n_max >= 1):
+        raise ValueError(f"n_max must be a positive integer, got {n_max!r}")
+    counted = [c for c in claims if c.counted and c.n_planned is not None]
+    primaries = [c for c in counted if c.primary]
+    pool = primaries or counted
+    planned = max((int(c.n_planned) for c in pool), default=None)
+    lo = min(n_min, n_max)
+    n = lo if planned is None else min(max(planned, lo), n_max)
+    who = "primary claims" if primaries else "counted claims"
+    if planned is None:
+        note = f"confirmation block: {n} instances (no {who[:-1]} has a planned n; the floor is {lo})"
+    elif planned > n_max:
+        note = (f"confirmation block: {n} instances, the budget (the planned n of the {who} is {planned}: "
+                "those above the budget are not decidable within it)")
+    else:
+        note = f"confirmation block: {n} instances (planned n of the {who}: {planned}; floor {lo})"
+    return BlockPlan(n=n, planned=planned, n_min=lo, n_max=n_max, note=note)
+
+
 def run_experiment(module, config, *, store=None, backend="joblib", n_jobs=-1, progress=True) -> ExperimentResult:
     """Run every block of an experiment through :func:`bandits.sweep.run_sweep` (resumable) and judge it.
 
     The criteria (``module.CRITERIA``) are frozen before any block runs; each block is analysed on its own
-    instances only: ``module.analyse(results_of_block, config, block=block) -> list[Claim]``.
+    instances only: ``module.analyse(results_of_block, config, block=block) -> list[Claim]``. The
+    confirmation block runs the first :func:`plan_confirmation` (discovery claims) ``.n`` of the config's
+    confirmation seeds (the seeds are the budget).
     """
     from bandits.sweep import run_sweep
 
-    frames, claims = [], []
+    frames, claims, plan = [], [], None
     for block, seeds in experiment_blocks(config):
+        if block == "confirmation":
+            plan = plan_confirmation([c for c in claims if c.block == "discovery"], n_max=len(seeds))
+            seeds = seeds[:plan.n]
         res = run_sweep(
             module.run_cell,
             module.cells(config, seeds),
@@ -209,6 +297,7 @@ def run_experiment(module, config, *, store=None, backend="joblib", n_jobs=-1, p
         results=pd.concat(frames, ignore_index=True),
         claims=tuple(claims),
         criteria_hash=gapdyn.criteria_hash(module.CRITERIA),
+        plan=plan,
     )
 
 

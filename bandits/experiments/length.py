@@ -142,8 +142,10 @@ class Config:
         return cls(confirmation=tuple(range(1000, 1100)))
 
     def __post_init__(self):
-        if self.mode not in ("test", "quick", "full"):
-            raise ValueError(f"mode must be 'test', 'quick' or 'full', got {self.mode!r}")
+        from gapdyn.cmdline import MODES
+
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         if not self.Ts or len(set(self.Ts)) != len(self.Ts) or any(int(T) != T or T < 1 for T in self.Ts):
             raise ValueError(f"Ts must be distinct integers >= 1, got {self.Ts!r}")
         if len(self.Ts) < 2:

@@ -54,6 +54,7 @@ from scipy.special import log_softmax
 from scipy.stats import rankdata
 
 import gapdyn
+from gapdyn.cmdline import MODES
 from gapdyn import Criterion
 from gapdyn.planner import plan_n, power_mean
 from bandits.engine import Dynamics, simulate
@@ -62,7 +63,6 @@ from . import mechanisms as mech
 from ._common import MEAN_INTERVAL, make_claim, mean_estimate, no_data, run_stats, steps_to
 
 NAME = "methods"
-MODES = ("test", "quick", "full")
 EXACT_DISTINCT = ("reinforce", "dr_grpo", "w_reinforce", "wapo", "grpo")
 """Distinct exact directions (RLOO, PSR, NSR follow REINFORCE's map exactly)."""
 SAMPLED_DISTINCT = ("reinforce", "rloo", "nsr", "dr_grpo", "w_reinforce", "wapo", "grpo")

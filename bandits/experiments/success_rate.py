@@ -143,8 +143,10 @@ class Config:
         return cls()
 
     def __post_init__(self):
-        if self.mode not in ("test", "quick", "full"):
-            raise ValueError(f"mode must be 'test', 'quick' or 'full', got {self.mode!r}")
+        from gapdyn.cmdline import MODES
+
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         lv = np.asarray(self.levels, float)
         if lv.size < 3 or np.any(np.diff(lv) <= 0) or lv[0] <= self.J_start or lv[-1] >= 1:
             raise ValueError(f"levels must be >= 3 increasing values in (J_start, 1), got {self.levels!r}")

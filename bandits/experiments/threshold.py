@@ -29,14 +29,15 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 import gapdyn
+from gapdyn.cmdline import MODES
 from gapdyn import COLLAPSE_J, Criterion
 from bandits.engine import Dynamics, simulate
 
 from . import mechanisms as mech
-from ._common import bootstrap, first_below, make_claim, no_data, proportion, run_experiment, run_stats, steps_to
+from ._common import (bootstrap, clustered_proportion, exists_on_some_instance, first_below, make_claim, no_data,
+                      proportion, run_experiment, run_stats, steps_to)
 
 NAME = "threshold"
-MODES = ("test", "quick", "full")
 
 
 CONFIRMATION = tuple(range(1000, 1040))
@@ -381,19 +382,25 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
 
     trap = gall["trap_margin"].to_numpy() > 0
     finite = gall["finite"].to_numpy()
-    add("trap_accuracy", proportion(int(np.sum(trap == finite)), len(gall)),
+    add("trap_accuracy", clustered_proportion(trap == finite, gall["instance"]),
         where + f", {config.n_starts} starts per instance",
-        f"accuracy of 'trap => finite eta*' over {len(gall)} (instance, start) cases (Clopper-Pearson)")
+        f"accuracy of 'trap => finite eta*' over {len(gall)} (instance, start) cases nested in instances "
+        "(Clopper-Pearson bounds over instances)")
     if finite.any() and (~finite).any():
         auc = gapdyn.roc_auc(gall["trap_margin"][finite], gall["trap_margin"][~finite])
-        txt = f"ROC AUC of the trap margin ({int(finite.sum())} finite vs {int((~finite).sum())} none; Hanley-McNeil)"
+        auc = no_data(0.0, 1.0, f"no interval method with measured coverage for an ROC AUC over cases nested in "
+                                f"instances (Hanley-McNeil treats the {len(gall)} cases as independent; AUC "
+                                f"{auc.estimate:.3f})")
+        txt = f"ROC AUC of the trap margin ({int(finite.sum())} finite vs {int((~finite).sum())} none)"
     else:
-        auc, txt = no_data(0.0, 1.0), "ROC AUC undefined: every case in one class"
+        auc, txt = no_data(0.0, 1.0, "ROC AUC undefined: every case in one class"), "ROC AUC of the trap margin"
     add("trap_auc", auc, where + f", {config.n_starts} starts per instance", txt)
     for cid, col in (("predictor_lookahead", "pred_2col"), ("predictor_sharp", "pred_sharp")):
         ok = _within_2x(fin[col], fin["eta_star"])
-        add(cid, proportion(int(ok.sum()), len(fin)), where + f", {config.n_starts} starts per instance",
-            f"share of cases with {col} / eta* in [0.5, 2] (Clopper-Pearson; n = {len(fin)})")
+        add(cid, clustered_proportion(np.asarray(ok, bool), fin["instance"]),
+            where + f", {config.n_starts} starts per instance",
+            f"share of the {len(fin)} cases with {col} / eta* in [0.5, 2] (cases nested in instances: "
+            "Clopper-Pearson bounds over instances)")
     _sampled_claims(results, config, block, seed, add)
     return claims
 
@@ -436,14 +443,16 @@ def _sampled_claims(results, config, block, seed, add) -> None:
                f"{sp['instance'].nunique()} instances ({block})")
     const = sp[sp["schedule"] == "constant"]
     top = const[const["eta"] == const["eta"].max()]
-    add("sampled_collapse", proportion(int(top["collapsed"].sum()), len(top), exact=False), setting,
-        f"P(collapse) at eta = {const['eta'].max():g} (Wilson; runs of all instances)")
+    add("sampled_collapse", exists_on_some_instance(top["collapsed"], top["instance"]), setting,
+        f"P(collapse) at eta = {const['eta'].max():g} on the instance with the most collapsed runs "
+        "(Clopper-Pearson over its seeds, Bonferroni over the instances)")
     key = ["instance", "eta", "seed"]
     base = const.set_index(key)["steps_to_09"]
     for s in ("adaptive", "linesearch"):
         g = sp[sp["schedule"] == s]
-        add(f"{s}_collapse", proportion(int(g["collapsed"].sum()), len(g)), setting + f", {s} schedule",
-            "P(collapse) over all runs (Clopper-Pearson)")
+        add(f"{s}_collapse", clustered_proportion(g["collapsed"], g["instance"]), setting + f", {s} schedule",
+            "P(collapse) of a run on a random instance (runs nested in instances: Clopper-Pearson bounds over "
+            "instances with none / every run collapsed)")
         ctl = g.set_index(key)["steps_to_09"].reindex(base.index)
         ok = np.isfinite(ctl.to_numpy()) & np.isfinite(base.to_numpy()) & (base.to_numpy() > 0)
         ratio = ctl.to_numpy()[ok] / base.to_numpy()[ok]
