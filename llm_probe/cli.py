@@ -3,16 +3,19 @@
     gapdyn train [--method grpo --lr 3e-4 --steps 100 ...]   one RLVR run (TrainConfig)
     gapdyn train warmup [--out DIR ...]                      build + warm up a tiny Qwen, save it (--init-from)
     gapdyn train demo [--out DIR --seeds 0 1 2 ...]          GRPO vs WAPO at a normal and a large lr (DemoConfig)
-    gapdyn train ablation [--mode test|quick|full] [--study ablation|warning] [--jobs N] [--out DIR]
+    gapdyn train ablation [--mode test|quick|full] [--study ablation|warning] [--seeds 0 1 ...] [--jobs N] [--out DIR]
                                                              the method ablation / early-warning study, with claims
-    gapdyn train early-warning --study DIR                   lead time and ROC AUC of the warn/* statistics
-    gapdyn train entropy --study DIR                         dH against -lr Cov(log pi, A) and the taxonomy cells
+    gapdyn train early-warning --from DIR                    lead time and ROC AUC of the warn/* statistics
+    gapdyn train entropy --from DIR                          dH against -lr Cov(log pi, A) and the taxonomy cells
     gapdyn train offline --before DIR --after DIR --rollouts F --out DIR
                                                              gaps and alignment from two checkpoints + a rollout JSONL
-    gapdyn train safe-step [--mode test|quick|full] [--jobs N] [--out DIR]
+    gapdyn train safe-step [--mode test|quick|full] [--seeds 0 1 ...] [--jobs N] [--out DIR]
                                                              the safe-step experiment (constant vs safe step)
 
-Outputs go to ``./gapdyn_out/train`` (``train-warmup``, ``train-demo``, ``train-ablation``) unless ``--out DIR``.
+The studies live in llm_probe.experiments; this module is their only command line (tyro, gapdyn.cmdline).
+Inputs are checked before any output folder is created, and an error names the flag (``--from``, ``--init-from``).
+Outputs go to ``./gapdyn_out/train`` (``train-warmup``, ``train-demo``, ``train-ablation``, ``train-safe-step``)
+unless ``--out DIR``.
 
 ``gapdyn train`` on a folder that holds a checkpoint continues it with ``--resume`` (it says "resumed at step N";
 the summary counts the steps this process ran and the run's total) and refuses without it (exit 2, saying how
@@ -33,11 +36,11 @@ from typing import Annotated, Literal
 
 import tyro
 
-from gapdyn.cmdline import command, on_interrupt, output_dir, parse, say
+from gapdyn.cmdline import Mode, command, on_interrupt, output_dir, parse, say
 
 from .config import check_settings
 
-__all__ = ["main", "WarmupConfig", "AblationArgs"]
+__all__ = ["main", "SUBCOMMANDS", "WarmupConfig", "AblationArgs", "StudyArgs", "OfflineArgs", "SafeStepArgs"]
 
 
 @dataclass
@@ -72,7 +75,7 @@ class WarmupConfig:
 def _warmup_main(argv: list[str]) -> int:
     cfg = parse(WarmupConfig, argv, prog="gapdyn train warmup")
     out = output_dir("train-warmup", cfg.out_dir)
-    from .demo import prepare_warm_model
+    from .experiments.demo import prepare_warm_model
 
     d, acc = prepare_warm_model(out, arch=cfg.arch, seed=cfg.seed, steps=cfg.steps, batch=cfg.batch, lr=cfg.lr,
                                 num_threads=cfg.num_threads, force=True, progress=cfg.progress)
@@ -85,19 +88,31 @@ class AblationArgs:
     """The llm_probe ablation (GRPO, Dr.GRPO, WAPO, PSR, NSR x learning rates x seeds) or the early-warning
     study, resumable (finished runs are skipped); prints its claims with intervals (docs/llm_probe.md)."""
 
-    mode: Literal["test", "quick", "full"] = "quick"
+    mode: Mode = "quick"
     """Sizes: test (seconds, machinery), quick (indicative, ~20 min on 2 cores), full (>= 10 seeds per arm)."""
     study: Literal["ablation", "warning"] = "ablation"
     """ablation: methods x lrs with survival, reward, entropy at matched accuracy, pass@k; warning: GRPO and
-    WAPO x 3 lrs with every-step probes (then `gapdyn train early-warning --study DIR`)."""
+    WAPO x 3 lrs with every-step probes (then `gapdyn train early-warning --from DIR`)."""
     out_dir: Annotated[str | None, tyro.conf.arg(name="out")] = None
     """Study folder (default ./gapdyn_out/train-ablation/<study>-<mode>)."""
     jobs: int = 1
     """Parallel runs (processes)."""
-    seed: int | None = None
-    """Run only this seed (None: the mode's seeds)."""
+    seeds: tuple[int, ...] | None = None
+    """Run only these seeds (None: the mode's seeds)."""
     progress: bool = True
     """Show progress."""
+
+
+def _check_seeds(seeds) -> tuple[int, ...] | None:
+    """``--seeds``: None, or at least one seed, each an integer in [0, 2^64 - 1], none twice."""
+    if seeds is None:
+        return None
+    from gapdyn._validate import check_seed
+
+    seeds = tuple(check_seed(s, "--seeds") for s in seeds)
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds must name at least one seed, none twice, got {list(seeds)}")
+    return seeds
 
 
 def _ablation_main(argv: list[str]) -> int:
@@ -105,16 +120,17 @@ def _ablation_main(argv: list[str]) -> int:
 
     from gapdyn.cmdline import check_jobs
 
-    from . import ablation
+    from .experiments import ablation
 
     args = parse(AblationArgs, argv, prog="gapdyn train ablation")
     check_jobs(args.jobs)
+    seeds = _check_seeds(args.seeds)
     key = args.mode if args.study == "ablation" else ("warning" if args.mode == "full" else "warning-quick")
     if args.study == "warning" and args.mode == "test":
         key = "test"
     cfg = ablation.CONFIGS[key]
-    if args.seed is not None:
-        cfg = replace(cfg, seeds=(int(args.seed),))
+    if seeds is not None:
+        cfg = replace(cfg, seeds=seeds)
     default = Path.cwd() / "gapdyn_out" / "train-ablation" / f"{args.study}-{args.mode}"
     out = output_dir("train-ablation", args.out_dir or default)
     t0 = time.perf_counter()
@@ -128,6 +144,160 @@ def _ablation_main(argv: list[str]) -> int:
                  f"{n['inconclusive']} inconclusive of {len(claims) - n['identity']} claims; "
                  f"wall {time.perf_counter() - t0:.0f} s")
     say("train", f"wrote {out}/ (runs.csv, survival.csv, claims.json, claims.md)")
+    return 0
+
+
+def saved_model_folder(path, flag: str) -> Path:
+    """``path`` as a Path when it is a folder holding a saved model (``save_pretrained``: config.json), else a
+    ValueError naming ``flag``; checked before any output folder is made."""
+    p = Path(path)
+    if not (p / "config.json").is_file():
+        why = "does not exist" if not p.exists() else ("is a file" if not p.is_dir() else "holds no config.json")
+        raise ValueError(f"{flag} must name a folder holding a saved model (save_pretrained: config.json, the "
+                         f"weights, the tokenizer), but {p} {why}")
+    return p
+
+
+def _study_folder(path) -> Path:
+    """``--from``: a study folder with finished runs (runs/*/done.json, written by ``gapdyn train ablation``)."""
+    p = Path(path)
+    if not p.is_dir() or not any(p.glob("runs/*/done.json")):
+        why = "does not exist" if not p.exists() else ("is a file" if not p.is_dir() else "has no finished run")
+        raise ValueError(f"--from must name a study folder of `gapdyn train ablation` with finished runs "
+                         f"(runs/*/done.json), but {p} {why} (no finished run to analyse)")
+    return p
+
+
+@dataclass
+class StudyArgs:
+    """A finished study to analyse (its tables are written into it)."""
+
+    from_dir: Annotated[str, tyro.conf.arg(name="from")]
+    """Study folder written by `gapdyn train ablation --out DIR` (for early-warning: --study warning)."""
+
+
+def _early_warning_main(argv: list[str]) -> int:
+    args = parse(StudyArgs, argv, prog="gapdyn train early-warning",
+                 description="Lead time and ROC AUC of the warn/* statistics of a finished study "
+                             "(writes early_warning.csv and early_warning_by_lr.csv into it).")
+    study = _study_folder(args.from_dir)
+    from .experiments import early_warning
+
+    early_warning.report(study)
+    return 0
+
+
+def _entropy_main(argv: list[str]) -> int:
+    args = parse(StudyArgs, argv, prog="gapdyn train entropy",
+                 description="dH against -lr Cov(log pi, A) and the taxonomy cells' mass of a finished study.")
+    study = _study_folder(args.from_dir)
+    from .experiments import entropy
+
+    entropy.report(study)
+    return 0
+
+
+@dataclass
+class OfflineArgs:
+    """Gradient-gap analysis of one recorded step from two checkpoints and its rollouts (llm_probe.offline)."""
+
+    before: str
+    """Saved model folder at theta_k (save_pretrained: model + tokenizer)."""
+    after: str
+    """Saved model folder at theta_{k+1}."""
+    rollouts: str
+    """JSONL of {prompt, completion, reward} (optionally completion_ids, step) of step k."""
+    out_dir: Annotated[str, tyro.conf.arg(name="out")]
+    """Output folder (offline_gap.json, per_prompt.jsonl); created after the inputs are checked."""
+    params: str = "all"
+    """'all', 'lm_head' or a regex on parameter names."""
+    route: str = "auto"
+    """Alignment route (llm_probe.measure.MEASURE_ROUTES)."""
+    device: str = "cpu"
+    """Device of the before model."""
+    dtype: str = "float32"
+    """Model dtype."""
+    append_eos: bool = False
+    """End every text completion with <eos>."""
+    step: int | None = None
+    """Use the lines with this 'step' (GapProbeCallback's rollout_path holds every step)."""
+
+
+def _offline_main(argv: list[str]) -> int:
+    args = parse(OfflineArgs, argv, prog="gapdyn train offline")
+    before, after = saved_model_folder(args.before, "--before"), saved_model_folder(args.after, "--after")
+    if not Path(args.rollouts).is_file():
+        raise ValueError(f"--rollouts must name a JSONL file, but {args.rollouts} is not a file")
+    from .measure import MEASURE_ROUTES
+
+    if args.route not in MEASURE_ROUTES:
+        raise ValueError(f"--route must be one of {list(MEASURE_ROUTES)}, got {args.route!r}")
+    out = output_dir("train-offline", args.out_dir)
+    from .offline import analyse, write_report
+
+    res = analyse(before, after, args.rollouts, params=args.params, route=args.route, device=args.device,
+                  dtype=args.dtype, append_eos=args.append_eos, step=args.step)
+    print(json.dumps(write_report(res, out, before=before, after=after, rollouts=args.rollouts)))
+    return 0
+
+
+@dataclass
+class SafeStepArgs:
+    """The safe-step experiment: constant vs safe step on the tiny Qwen, resumable, with claims (docs/llm_probe.md)."""
+
+    mode: Mode = "quick"
+    """Sizes: test (seconds, machinery), quick (indicative), full (the claims' size)."""
+    out_dir: Annotated[str | None, tyro.conf.arg(name="out")] = None
+    """Experiment folder (default ./gapdyn_out/train-safe-step/<mode>)."""
+    seeds: tuple[int, ...] | None = None
+    """Run only these seeds (None: the mode's seeds)."""
+    jobs: int = 1
+    """Parallel runs (joblib processes; -1: all cores)."""
+    analyse_only: bool = False
+    """No new runs: the claims from the finished runs in --out (e.g. while a run is in progress)."""
+    cost_steps: int = 0
+    """Only time this many interleaved steps without / with the safe step (no runs)."""
+    progress: bool = True
+    """Show progress."""
+
+
+def _safe_step_main(argv: list[str]) -> int:
+    from dataclasses import replace
+
+    from gapdyn.cmdline import check_jobs
+
+    args = parse(SafeStepArgs, argv, prog="gapdyn train safe-step")
+    check_jobs(args.jobs)
+    seeds = _check_seeds(args.seeds)
+    if isinstance(args.cost_steps, bool) or args.cost_steps < 0:
+        raise ValueError(f"--cost-steps must be an integer >= 0, got {args.cost_steps!r}")
+    out = output_dir("train-safe-step", args.out_dir or Path.cwd() / "gapdyn_out" / "train-safe-step" / args.mode)
+    if args.analyse_only and not any(out.glob("runs/*/run.json")):
+        raise ValueError(f"--analyse-only needs finished runs (runs/*/run.json) in --out, but {out} has none")
+    from .experiments import safe_step_experiment as sse
+
+    exp = sse.MODES[args.mode] if seeds is None else replace(sse.MODES[args.mode], seeds=seeds)
+    sse.run_and_report(exp, out, n_jobs=args.jobs, analyse_only=args.analyse_only, cost_steps=args.cost_steps,
+                       progress=args.progress)
+    return 0
+
+
+def _demo_main(argv: list[str]) -> int:
+    """``gapdyn train demo``: parse a DemoConfig, run the grid, print the runs table and a summary."""
+    from .experiments.demo import DemoConfig, run_demo
+
+    cfg = parse(DemoConfig, argv, prog="gapdyn train demo")
+    out = output_dir("train-demo", cfg.out_dir)
+    runs = run_demo(cfg)
+    import pandas as pd
+
+    with pd.option_context("display.width", 200, "display.max_columns", 12):
+        print(runs[["method", "lr", "seed", "reward_first25", "reward_last25", "entropy_last25", "length_last25",
+                    "M_mean_final", "collapsed", "collapse_rule", "collapse_step"]].to_string(index=False))
+    for (m, lr), g in runs.groupby(["method", "lr"], sort=False):
+        say("train", f"demo {m} lr={lr:g}: {int(g['collapsed'].sum())}/{len(g)} runs collapsed, "
+                     f"final reward {g['reward_last25'].mean():.3f}")
+    say("train", f"wrote {out}/ (runs.csv, runs.parquet, metrics_all.parquet, summary.json, one folder per run)")
     return 0
 
 
@@ -160,8 +330,11 @@ def _train_main(argv: list[str]) -> int:
     from .config import TrainConfig
 
     cfg = parse(TrainConfig, argv, prog="gapdyn train",
-                description="Online RLVR run of a tiny Qwen with gradient-gap probes "
-                            "(also: `gapdyn train demo`, `gapdyn train warmup`).")
+                description="Online RLVR run of a tiny Qwen with gradient-gap probes. Subcommands (each with "
+                            "--help): " + "; ".join(f"gapdyn train {name}: {what}"
+                                                   for name, (_, what) in SUBCOMMANDS.items()) + ".")
+    if cfg.init_from:
+        saved_model_folder(cfg.init_from, "--init-from")
     from .threads import configure_threads
 
     configure_threads(cfg.num_threads)
@@ -188,7 +361,7 @@ def _train_main(argv: list[str]) -> int:
         return f"last checkpoint {ckpt} at step {now[0]}; resume with: {_resume_command(argv)}"
 
     on_interrupt(interrupted)
-    from .demo import summarize_run
+    from .experiments.demo import summarize_run
     from .trainer import FaultError, train
     from .warmup import warmup_progress
 
@@ -225,22 +398,18 @@ def _train_main(argv: list[str]) -> int:
 @command("gapdyn train")
 def main(argv: list[str]) -> int:
     """Entry point; returns an exit code (1 when a run stops on repeated faults)."""
-    if argv and argv[0] == "demo":
-        from .demo import demo_main
-
-        return demo_main(argv[1:])
-    if argv and argv[0] == "warmup":
-        return _warmup_main(argv[1:])
-    if argv and argv[0] == "ablation":
-        return _ablation_main(argv[1:])
-    if argv and argv[0] in _ANALYSES:
-        import importlib
-
-        return importlib.import_module(f".{_ANALYSES[argv[0]]}", __package__).main(argv[1:],
-                                                                                  prog=f"gapdyn train {argv[0]}")
+    if argv and argv[0] in SUBCOMMANDS:
+        return SUBCOMMANDS[argv[0]][0](argv[1:])
     return _train_main(argv)
 
 
-_ANALYSES = {"early-warning": "early_warning", "entropy": "entropy", "offline": "offline",
-             "safe-step": "safe_step_experiment"}
-"""gapdyn train subcommand -> llm_probe module whose main(argv, prog) it runs."""
+SUBCOMMANDS: dict = {
+    "warmup": (_warmup_main, "build and warm up a tiny Qwen, save it (then --init-from DIR)"),
+    "demo": (_demo_main, "GRPO vs WAPO at a normal and a large learning rate"),
+    "ablation": (_ablation_main, "the method ablation or the early-warning study, with claims"),
+    "early-warning": (_early_warning_main, "lead time and ROC AUC of the warn/* statistics of a study (--from DIR)"),
+    "entropy": (_entropy_main, "dH against -lr Cov(log pi, A) and the taxonomy cells of a study (--from DIR)"),
+    "offline": (_offline_main, "gaps and alignment from two checkpoints and a rollout JSONL"),
+    "safe-step": (_safe_step_main, "the safe-step experiment (constant vs safe step), with claims"),
+}
+"""gapdyn train <name> -> (its main(argv) -> int, the line `gapdyn train --help` shows for it)."""

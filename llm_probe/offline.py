@@ -12,18 +12,17 @@ line per prompt: J_hat, mixed, phi, gap norm, dmu, cos) into ``--out``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from pathlib import Path
 
 import torch
 
-from .measure import MEASURE_ROUTES, measure
+from .measure import measure
 from .model import load_policy
 from .tasks import iter_jsonl_objects
 
-__all__ = ["main", "load_rollouts", "select_step", "analyse"]
+__all__ = ["load_rollouts", "select_step", "analyse", "write_report"]
 
 
 def load_rollouts(path: str | Path) -> list[dict]:
@@ -83,23 +82,11 @@ def analyse(before: str | Path, after: str | Path, rollouts: str | Path, *, para
     return res
 
 
-def main(argv=None, prog: str = "python -m llm_probe.offline") -> int:
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
-    ap.add_argument("--before", required=True, help="checkpoint directory at theta_k")
-    ap.add_argument("--after", required=True, help="checkpoint directory at theta_{k+1}")
-    ap.add_argument("--rollouts", required=True, help="JSONL of {prompt, completion, reward} of step k")
-    ap.add_argument("--out", required=True, help="output directory (created)")
-    ap.add_argument("--params", default="all", help="'all', 'lm_head' or a regex on parameter names")
-    ap.add_argument("--route", default="auto", choices=MEASURE_ROUTES)
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--append-eos", action="store_true", help="end every text completion with <eos>")
-    ap.add_argument("--step", type=int, default=None,
-                    help="use the lines with this 'step' (GapProbeCallback's rollout_path holds every step)")
-    a = ap.parse_args(argv)
-    res = analyse(a.before, a.after, a.rollouts, params=a.params, route=a.route, device=a.device, dtype=a.dtype,
-                  append_eos=a.append_eos, step=a.step)
-    out = Path(a.out)
+def write_report(res: dict, out: str | Path, *, before, after, rollouts) -> dict:
+    """``offline_gap.json`` (the summary, returned) and ``per_prompt.jsonl`` of an :func:`analyse` result in ``out``
+    (created); ``before``, ``after``, ``rollouts`` are recorded in the summary. The command line (``gapdyn train
+    offline``) is llm_probe.cli's."""
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     q_of = {int(b): q for q, b in enumerate(res["groups"].tolist())}
     with open(out / "per_prompt.jsonl", "w") as f:
@@ -110,13 +97,8 @@ def main(argv=None, prog: str = "python -m llm_probe.offline") -> int:
                 row.update(phi=float(res["phi"][q]), gap_norm=float(res["gap_norm"][q]), dmu=float(res["dmu"][q]),
                            cos=float(res["cos"][q]))
             f.write(json.dumps(row) + "\n")
-    summary = {"before": str(a.before), "after": str(a.after), "rollouts": str(a.rollouts), "route": res["route"],
+    summary = {"before": str(before), "after": str(after), "rollouts": str(rollouts), "route": res["route"],
                "n_prompts": len(res["prompts"]), "n_mixed": int(res["mixed"].sum()),
                "update_norm": res["update_norm"], "M_increment": res["M_increment"], **res["metrics"]}
     (out / "offline_gap.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(json.dumps(summary))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return summary

@@ -18,7 +18,7 @@
 # prompt, binary exact-match reward, GRPO vs WAPO at a normal and a large Adam learning rate. At every
 # probe step the trainer measures per-prompt Gradient Gaps, the alignment Δμ_q of the update with each,
 # the cumulative alignment M_q of fixed probe prompts, the entropy by advantage sign, the WAPO token
-# bins, and applies the toolkit's documented collapse rule. `llm_probe.demo.run_demo` runs the grid into
+# bins, and applies the toolkit's documented collapse rule. `llm_probe.experiments.demo.run_demo` runs the grid into
 # a temporary folder; this notebook reads it back (`paper_figs.data.read_llm_results`) and plots it.
 
 # %% tags=["parameters"]
@@ -34,7 +34,7 @@ OUT = os.environ.get("GAPDYN_NB_LLM_DIR") or tempfile.mkdtemp(prefix="gapdyn_nb0
 
 # %%
 # %matplotlib inline
-from llm_probe.demo import run_demo
+from llm_probe.experiments.demo import run_demo
 from paper_figs import data, plots
 from paper_figs.style import label, new_figure, set_style
 

@@ -180,7 +180,7 @@ class Sources:
             self.errors[key] = str(exc)
             raise
         except Exception as exc:  # noqa: BLE001
-            self.errors[key] = f"llm_probe.demo failed: {type(exc).__name__}: {exc}"
+            self.errors[key] = f"llm_probe.experiments.demo failed: {type(exc).__name__}: {exc}"
             raise SourceFailed(self.errors[key]) from exc
         self._cache[key] = out
         return out

@@ -1,6 +1,6 @@
 """Figure 7: the tiny-Qwen RLVR runs (GRPO vs WAPO at a normal and a large Adam lr) with their probes.
 
-Data: :meth:`paper_figs.data.Sources.llm` (llm_probe.demo.run_demo; reused from its output folder).
+Data: :meth:`paper_figs.data.Sources.llm` (llm_probe.experiments.demo.run_demo; reused from its output folder).
 Run alone: ``python -m paper_figs.fig7_llm_probe [--mode quick]``.
 """
 

@@ -1,4 +1,4 @@
-"""The tiny-Qwen runs behind figure 7 and notebook 04: llm_probe.demo's grid, cached in its output folder.
+"""The tiny-Qwen runs behind figure 7 and notebook 04: llm_probe.experiments.demo's grid, cached in its output folder.
 
 A finished folder is reused when its configuration matches (``paper_figs_config.json``); otherwise the
 demo runs. :func:`llm_claims` states WAPO's stability claim against the runs as :class:`gapdyn.Claim` records.
@@ -26,9 +26,9 @@ __all__ = ["LLMResults", "llm_demo_config", "load_llm", "read_llm_results", "llm
 
 
 class LLMResults(NamedTuple):
-    """The tiny-Qwen demo's outputs (llm_probe.demo.run_demo), as tables.
+    """The tiny-Qwen demo's outputs (llm_probe.experiments.demo.run_demo), as tables.
 
-    runs: one row per run (llm_probe.demo.RUN_COLUMNS); metrics: per-step metrics of every run
+    runs: one row per run (llm_probe.experiments.demo.RUN_COLUMNS); metrics: per-step metrics of every run
     (method, lr, seed, step, reward, entropy, entropy/pos_adv, entropy/neg_adv, taxonomy/<bin>, ...);
     probes: per (run, probe step, probe prompt) rows of probe_prompts.jsonl (J_hat, M, ...) with
     method, lr, seed; alerts: one row per alert (method, lr, seed, step, rule, value, threshold);
@@ -44,11 +44,11 @@ class LLMResults(NamedTuple):
 
 
 def llm_demo_config(mode: str, out_dir: Path, *, seed: int | None = None, n_jobs: int = 1):
-    """The llm_probe.demo.DemoConfig of a mode: "test" = 2 methods x 2 lrs x 2 seeds x 8 steps on a
+    """The llm_probe.experiments.demo.DemoConfig of a mode: "test" = 2 methods x 2 lrs x 2 seeds x 8 steps on a
     30-step warm-up (seconds); "quick" = 2 seeds x 60 steps (8 runs, about 3 CPU minutes); "full" = 5
     seeds x 300 steps and lr 5e-4 added (the GRPO/WAPO contrast lives near 5e-4; use
     >= 5 seeds). Everything else is llm_probe's default; ``n_jobs`` parallel runs (joblib)."""
-    demo = _import("llm_probe.demo", "the tiny-Qwen figure")
+    demo = _import("llm_probe.experiments.demo", "the tiny-Qwen figure")
     base = 0 if seed is None else int(seed)
     sizes = {
         "test": dict(seeds=(base, base + 1), steps=8, prompts_per_step=4, group_size=4, probe_every=2, probe_prompts=4,
@@ -66,7 +66,7 @@ def load_llm(mode: str, out_dir: Path, *, seed: int | None, progress: bool, n_jo
     A folder written by paper_figs carries ``paper_figs_config.json`` and is reused only for the same
     configuration; a finished folder without it (e.g. ``gapdyn train demo --out DIR``, passed with
     ``--llm-dir DIR``) is used as it is."""
-    demo = _import("llm_probe.demo", "the tiny-Qwen figure")
+    demo = _import("llm_probe.experiments.demo", "the tiny-Qwen figure")
     cfg = llm_demo_config(mode, out_dir, seed=seed, n_jobs=n_jobs)
     stamp = out_dir / "paper_figs_config.json"
     want = json.dumps({k: v for k, v in dataclasses.asdict(cfg).items() if k != "n_jobs"}, sort_keys=True,
@@ -89,7 +89,7 @@ def load_llm(mode: str, out_dir: Path, *, seed: int | None, progress: bool, n_jo
 
 
 def read_llm_results(out_dir) -> LLMResults:
-    """Read a finished ``llm_probe.demo`` output folder into :class:`LLMResults`."""
+    """Read a finished ``llm_probe.experiments.demo`` output folder into :class:`LLMResults`."""
     out_dir = Path(out_dir)
     if not (out_dir / "runs.parquet").exists():
         raise NotAvailable(f"no finished llm_probe demo in {out_dir} (runs.parquet missing)")
@@ -134,9 +134,9 @@ def llm_headline(res: LLMResults) -> dict:
 
 def llm_claims(res: LLMResults, *, n_resamples: int = 2000) -> list:
     """WAPO's stability claims on the demo's tiny-Qwen runs (a smoke test at CPU scale): per lr, runs paired
-    by seed, the claims of :func:`llm_probe.ablation.wapo_grpo_claims` (criteria and hash from
-    ``llm_probe.ablation.CRITERIA``), Holm over all of them; discovery block (seeds 0, 1, ...)."""
-    from llm_probe.ablation import CRITERIA_HASH, block_of, wapo_grpo_claims
+    by seed, the claims of :func:`llm_probe.experiments.ablation.wapo_grpo_claims` (criteria and hash from
+    ``llm_probe.experiments.ablation.CRITERIA``), Holm over all of them; discovery block (seeds 0, 1, ...)."""
+    from llm_probe.experiments.ablation import CRITERIA_HASH, block_of, wapo_grpo_claims
 
     runs = res.runs
     if not {"grpo", "wapo"} <= set(runs["method"]):

@@ -66,7 +66,7 @@ PAPER_CLAIMS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
 """Each statement of the two papers and the claim ids that test it: an exact id, or a prefix ending in "."
 (every claim of that experiment); an exact id also covers its settings "id@..." (the tiny-Qwen claims per lr).
 Statements without ids say where they are covered instead, or why not. The last rows are statements of other
-papers that the tiny-Qwen ablation (llm_probe.ablation) tests."""
+papers that the tiny-Qwen ablation (llm_probe.experiments.ablation) tests."""
 
 
 def covers(spec: str, claim_id: str) -> bool:

@@ -34,6 +34,51 @@ def test_public_api_names_exist():
         assert required in gapdyn.__all__
 
 
+# --- llm_probe: a library and its studies (llm_probe.experiments) ------------------------------------------------
+
+LLM_ROOT = __import__("pathlib").Path(__file__).resolve().parents[1] / "llm_probe"
+LLM_LIBRARY = sorted(p.stem for p in LLM_ROOT.glob("*.py") if p.stem not in ("cli", "__init__"))
+"""The library modules: every module of llm_probe outside experiments/, except the command line (cli.py)."""
+
+
+def _imported_names(path) -> set:
+    """Absolute names of the modules a file imports, static (ast): relative imports resolved against its package."""
+    import ast
+
+    package = ".".join(path.relative_to(LLM_ROOT.parent).parent.parts)
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            parent = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            base = ".".join(p for p in (parent, node.module) if p)
+            names |= {base} | {f"{base}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "experiments" in node.value:
+            names.add(node.value)  # importlib.import_module("...experiments...") and the like
+    return names
+
+
+def test_llm_probe_library_never_imports_its_experiments_statically():
+    assert {"trainer", "callback", "gap_probe", "safe_step", "offline"} <= set(LLM_LIBRARY)
+    for stem in (*LLM_LIBRARY, "__init__"):
+        bad = sorted(n for n in _imported_names(LLM_ROOT / f"{stem}.py") if "experiments" in n)
+        assert not bad, (stem, bad)
+
+
+@pytest.mark.slow  # ~13 s: imports torch, transformers and trl in a fresh process
+def test_llm_probe_library_never_imports_its_experiments_at_run_time():
+    """Importing every library module (and the package) loads no module of llm_probe.experiments."""
+    pytest.importorskip("torch")
+    mods = ", ".join(f"llm_probe.{m}" for m in LLM_LIBRARY)
+    code = (f"import sys, llm_probe, {mods}; llm_probe.GapProbeCallback, llm_probe.SafeStepCallback; "
+            "print(','.join(sorted(m for m in sys.modules if m.startswith('llm_probe.experiments'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+    # the same walk sees a study that imports one: the check can fail
+    assert "llm_probe.experiments.early_warning" in _imported_names(LLM_ROOT / "experiments" / "ablation.py")
+
+
 # --- one command-line stack: tyro (gapdyn/cmdline.py), no argparse ----------------------------------------------
 
 REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
@@ -55,8 +100,6 @@ def _argparse_uses(source: str) -> list[int]:
     return sorted(set(lines))
 
 
-@pytest.mark.xfail(strict=False, reason="llm_probe's studies (llm_probe/experiments, offline.py) still parse with "
-                                        "argparse until their owner moves them to tyro")
 def test_no_python_file_uses_argparse():
     """Every command parser uses tyro through gapdyn.cmdline (CONTRIBUTING.md, README "Command line")."""
     assert _argparse_uses("import argparse\nx = 1\nargparse.ArgumentParser()") == [1, 3]  # the check can fail

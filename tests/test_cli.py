@@ -79,10 +79,10 @@ SHARED = {  # subcommand argv -> the shared flags it must offer
     ("train", "warmup"): ("--out", "--progress", "--no-progress", "--seed"),
     ("train", "demo"): ("--out", "--jobs", "--progress", "--no-progress"),
     ("claims",): ("--out", "--mode"),
-    ("train", "ablation"): ("--mode", "--jobs", "--out", "--progress", "--no-progress", "--seed"),
-    ("train", "safe-step"): ("--mode", "--jobs", "--out", "--progress", "--no-progress"),
-    ("train", "early-warning"): ("--study",),
-    ("train", "entropy"): ("--study",),
+    ("train", "ablation"): ("--mode", "--jobs", "--out", "--progress", "--no-progress", "--seeds"),
+    ("train", "safe-step"): ("--mode", "--jobs", "--out", "--progress", "--no-progress", "--seeds"),
+    ("train", "early-warning"): ("--from",),
+    ("train", "entropy"): ("--from",),
     ("train", "offline"): ("--before", "--after", "--rollouts", "--out"),
 }
 RETIRED = ("--n-jobs", "--out-dir")
@@ -112,7 +112,8 @@ def test_every_registered_command_is_in_the_table():
 BAD = [  # (argv, a word the message must contain)
     (["nope"], "unknown command"),
     (["train", "safe-step", "--jobs", "0"], "jobs"),
-    (["train", "entropy", "--study", "no/such/study"], "no finished run"),
+    (["train", "entropy", "--from", "no/such/study"], "--from"),
+    (["train", "early-warning", "--from", "{file}"], "--from"),
     (["demo", "--arms", "1"], "arms"),
     (["demo", "--seeds", "0"], "seeds"),
     (["demo", "--correct", "100"], "correct"),
@@ -174,6 +175,10 @@ TRAIN_BAD = [
     (["ablation", "--jobs", "0"], "--jobs"),
     (["ablation", "--mode", "huge"], "--mode"),
     (["ablation", "--out", "{file}"], "--out"),
+    (["ablation", "--seeds", "-1"], "--seeds"),
+    (["safe-step", "--seeds", "1", "1"], "--seeds"),
+    (["--init-from", "no/such/model"], "--init-from"),
+    (["offline", "--before", "no/k", "--after", "no/k1", "--rollouts", "{file}", "--out", "o"], "--before"),
 ]
 
 
@@ -196,6 +201,22 @@ def test_bad_values_end_as_one_line(argv, word, capsys, tmp_path, monkeypatch):
     assert len(lines) == 1, (argv, err)
     assert word.lower() in lines[0].lower(), (argv, lines[0])
     assert "traceback" not in (out + err).lower()
+
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="needs the llm extra")
+def test_train_help_lists_every_subcommand_and_refusals_create_no_folder(capsys, tmp_path, monkeypatch):
+    """`gapdyn train --help` names each subcommand main() dispatches; a refused input leaves no output folder."""
+    from llm_probe.cli import SUBCOMMANDS
+
+    assert set(SUBCOMMANDS) == {a[1] for a in SHARED if a[0] == "train" and len(a) == 2}
+    rc, out, _ = _run(["train", "--help"], capsys)
+    assert rc == 0 and all(f"gapdyn train {name}" in out for name in SUBCOMMANDS)
+    monkeypatch.chdir(tmp_path)
+    for argv in (["train", "--init-from", "no/model", "--out", "r1"], ["train", "entropy", "--from", "r2"],
+                 ["train", "offline", "--before", "no", "--after", "no", "--rollouts", "f", "--out", "r3"],
+                 ["train", "safe-step", "--analyse-only", "--out", "r4"]):
+        assert _run(argv, capsys)[0] == 2, argv
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 @pytest.mark.skipif(not HAVE_TORCH, reason="needs the llm extra")

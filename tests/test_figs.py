@@ -289,7 +289,7 @@ def test_tiny_report_covers_every_experiment(tiny_run):
     claims = report.read_claims(out)
     from bandits.experiments import load
 
-    from llm_probe.ablation import CRITERIA as LLM_CRITERIA
+    from llm_probe.experiments.ablation import CRITERIA as LLM_CRITERIA
     from paper_figs.reproduce import _experiment_names
 
     known = set(LLM_CRITERIA)

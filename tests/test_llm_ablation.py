@@ -1,4 +1,4 @@
-"""Machinery of the method-ablation runner (llm_probe.ablation): pass@k against enumeration, the held-out split,
+"""Machinery of the method-ablation runner (llm_probe.experiments.ablation): pass@k against enumeration, the held-out split,
 resume (finished runs skipped), claims with finite intervals in test mode. No scientific outcome is asserted."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from gapdyn.claims import VERDICTS
-from llm_probe import ablation
-from llm_probe.ablation import CONFIGS, SplitAddition, entropy_at_matched_accuracy, pass_at_k, run_study, summarize
+from llm_probe.experiments import ablation
+from llm_probe.experiments.ablation import CONFIGS, SplitAddition, entropy_at_matched_accuracy, pass_at_k, run_study, summarize
 
 
 @pytest.mark.parametrize("n", [1, 2, 5, 8])
@@ -113,3 +113,54 @@ def test_block_of_seeds(seeds, block):
     assert ablation.block_of(seeds) == block
     assert ablation.block_of(CONFIGS["full"].seeds) == ablation.block_of(CONFIGS["warning"].seeds) == "confirmation"
     assert ablation.block_of(CONFIGS["quick"].seeds) == "discovery"
+
+
+def test_run_one_equals_the_hand_written_loop_it_replaced(tmp_path):
+    """run_one (Trainer.run with the held-out evaluation as its on_step hook) against the loop it used to copy:
+    train_step, collapse rule, log, evaluate every eval_every steps; the same rows, evaluations and pass@k."""
+    import llm_probe.experiments.ablation as ab
+    from llm_probe.config import TrainConfig
+    from llm_probe.seeds import STUDY_SEED, derive_seed
+    from llm_probe.trainer import Trainer
+
+    cfg = replace(CONFIGS["test"], seeds=(0,), steps=4, eval_every=3)
+    warm = ab.prepare_warm(cfg, tmp_path)
+    got = ab.run_one(cfg, warm, tmp_path, "grpo", 5e-4, 0)
+    d = tmp_path / "runs" / ab.run_name("grpo", 5e-4, 0)
+    read = lambda f: [json.loads(ln) for ln in f.read_text().splitlines() if ln.strip()]  # noqa: E731
+
+    ref_dir = tmp_path / "reference"
+    task = SplitAddition(cfg.heldout_mod)
+    tr = Trainer(TrainConfig(out_dir=str(ref_dir), method="grpo", lr=5e-4, seed=0, steps=cfg.steps,
+                             prompts_per_step=cfg.prompts_per_step, group_size=cfg.group_size,
+                             max_new_tokens=cfg.max_new_tokens, init_from=str(warm), probe_every=cfg.probe_every,
+                             probe_prompts=0, num_threads=1, progress=False, device="cpu"), task=task)
+    rng = np.random.default_rng(derive_seed(STUDY_SEED, "heldout_problems"))
+    eval_probs, passk_probs = task.heldout(rng, cfg.eval_prompts), task.heldout(rng, cfg.passk_prompts)
+    H0, R0 = tr.measure_baseline()
+    tr.detector.set_baseline(H0, R0)
+    evals = [ab._heldout_eval(tr, eval_probs, cfg.eval_samples, seed=derive_seed(STUDY_SEED, "heldout_eval"))[:2]]
+    while tr.step < cfg.steps:
+        k = tr.step
+        m = tr.train_step()
+        for a in tr.detector.update(k, m):
+            m.setdefault("alerts", []).append(a.rule)
+        tr.log_step(k, m)
+        if tr.step % cfg.eval_every == 0 or tr.step == cfg.steps:
+            evals.append(ab._heldout_eval(tr, eval_probs, cfg.eval_samples,
+                                          seed=derive_seed(STUDY_SEED, "heldout_eval"))[:2])
+    correct = ab._heldout_eval(tr, passk_probs, cfg.passk_n, seed=derive_seed(STUDY_SEED, "heldout_passk"))[2]
+
+    drop = lambda r: {k: v for k, v in r.items() if k != "step_time"}  # noqa: E731
+    ours, ref = [drop(r) for r in read(d / "metrics.jsonl")], [drop(r) for r in read(ref_dir / "metrics.jsonl")]
+    assert len(ours) == cfg.steps and [r.keys() for r in ours] == [r.keys() for r in ref]
+    for a, b in zip(ours, ref):
+        for key in a:
+            if isinstance(a[key], float):
+                assert a[key] == pytest.approx(b[key], abs=1e-12, nan_ok=True), key
+            else:
+                assert a[key] == b[key], key
+    assert [e["step"] for e in read(d / "eval.jsonl")] == [0, 3, 4]
+    np.testing.assert_allclose([(e["acc"], e["entropy"]) for e in read(d / "eval.jsonl")], evals, rtol=0, atol=1e-12)
+    assert json.loads((d / "passk.json").read_text())["correct"] == correct.tolist()
+    assert (got["H0"], got["R0"]) == (H0, R0) and not (d / "checkpoint.safetensors").exists()

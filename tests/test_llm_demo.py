@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import pytest
 
-from llm_probe.demo import RUN_COLUMNS, DemoConfig, run_demo
+from llm_probe.experiments.demo import RUN_COLUMNS, DemoConfig, run_demo
 from llm_probe.model import save_policy
 from tests.llm_helpers import warm_model
 

@@ -107,7 +107,9 @@ def test_measure_rejects_bad_input(adam_step):
 
 
 def test_offline_command_round_trip(adam_step, tmp_path):
-    from llm_probe.offline import main
+    from llm_probe.cli import main as train_main
+
+    main = lambda argv: train_main.__wrapped__(["offline", *argv])  # noqa: E731  (unwrapped: errors raise)
 
     before, after, tok, ro, res = adam_step
     save_policy(before, tok, tmp_path / "k")

@@ -165,7 +165,7 @@ def test_bad_inputs_name_the_argument(kwargs, name):
 # ---- the studies' tests and tables -----------------------------------------------------------------------------
 def test_one_sided_wilcoxon_equals_the_exact_signed_rank_null():
     """p = share of the 2^n sign vectors whose positive-rank sum is >= the observed one (no ties)."""
-    from llm_probe.ablation import one_sided_wilcoxon
+    from llm_probe.experiments.ablation import one_sided_wilcoxon
 
     rng = np.random.default_rng(2)
     for n in (3, 6, 9):
@@ -181,7 +181,7 @@ def test_one_sided_wilcoxon_equals_the_exact_signed_rank_null():
 def test_survival_table_counts_outcomes_and_keeps_failed_apart():
     import pandas as pd
 
-    from llm_probe.ablation import survival_table
+    from llm_probe.experiments.ablation import survival_table
 
     labels = ["collapsed", "collapsed", "recovered", "healthy", "failed"]
     runs = pd.DataFrame({"method": "grpo", "lr": 4e-4, "outcome": labels,
@@ -196,7 +196,7 @@ def test_survival_table_counts_outcomes_and_keeps_failed_apart():
 def test_wapo_grpo_claims_are_one_sided_primaries_on_terminal_outcomes():
     import pandas as pd
 
-    from llm_probe.ablation import CRITERIA, wapo_grpo_claims
+    from llm_probe.experiments.ablation import CRITERIA, wapo_grpo_claims
 
     seeds = range(8)
     g_col = [True, True, True, False, False, False, True, False]
@@ -223,8 +223,8 @@ def test_safe_step_criteria_are_frozen_and_hashed_at_import():
     import importlib
     import sys
 
-    sys.modules.pop("llm_probe.safe_step_experiment", None)
-    sse = importlib.import_module("llm_probe.safe_step_experiment")
+    sys.modules.pop("llm_probe.experiments.safe_step_experiment", None)
+    sse = importlib.import_module("llm_probe.experiments.safe_step_experiment")
     assert sse.CRITERIA_HASH == gapdyn.criteria_hash({k: v.criterion for k, v in sse.CRITERIA.items()})
     assert [k for k, v in sse.CRITERIA.items() if v.primary] == ["collapse_safe"]
     exp = replace(sse.MODES["test"], seeds=tuple(range(6)), steps=40, tail=10, window=3)
@@ -255,7 +255,7 @@ def _safe_rows(exp):
 def test_safe_step_collapse_rows_on_terminal_outcomes():
     """Counts of runs that end collapsed (recovered alerts not counted, the failed pair dropped), a one-sided
     Fisher p (safe fewer), Holm over the primaries only."""
-    from llm_probe.safe_step_experiment import MODES, analyse
+    from llm_probe.experiments.safe_step_experiment import MODES, analyse
 
     exp = replace(MODES["test"], seeds=tuple(range(6)), steps=40, tail=10, window=3)
     claims, summary = analyse(exp, _safe_rows(exp))
@@ -279,7 +279,7 @@ def test_early_warning_labels_come_from_the_outcome(tmp_path):
     """A constructed study: a run that ends collapsed (fall at step 30, first alert later), one that alerts and
     recovers, one healthy, one failed. Positives: the collapsed run at its onset (30, not the alert); negatives:
     the healthy and the recovered run; the failed run is in the frame but in no table."""
-    from llm_probe.early_warning import load_study_steps, warning_table
+    from llm_probe.experiments.early_warning import load_study_steps, warning_table
 
     fall = [R0] * 30 + [0.0] * 30
     dip = [R0] * 20 + [0.0] * 10 + [R0] * 30

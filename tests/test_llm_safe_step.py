@@ -189,11 +189,11 @@ def test_callback_on_real_grpo_trainer_with_accumulation(tmp_path):
     assert any(r["safe/n_mixed"] > 0 for r in cb.history)  # not vacuous: the rule saw a mixed group
 
 
-# --- the experiment's analysis (llm_probe.safe_step_experiment) -------------------------------------------
+# --- the experiment's analysis (llm_probe.experiments.safe_step_experiment) -------------------------------------------
 
 
 def test_steps_to_level_matches_a_loop():
-    from llm_probe.safe_step_experiment import steps_to_level
+    from llm_probe.experiments.safe_step_experiment import steps_to_level
 
     rng = np.random.default_rng(0)
     for _ in range(200):
@@ -226,13 +226,14 @@ def test_experiment_test_mode_runs_and_resumes(tmp_path, capsys):
     """``--mode test`` end to end: claims.json, one run.json per (arm, lr, seed); a second call re-runs nothing."""
     import json
 
-    from llm_probe.safe_step_experiment import MODES, main, run_dir
+    from llm_probe.cli import main
+    from llm_probe.experiments.safe_step_experiment import MODES, run_dir
 
-    assert main(["--mode", "test", "--out", str(tmp_path), "--no-progress"]) == 0
+    assert main(["safe-step", "--mode", "test", "--out", str(tmp_path), "--no-progress"]) == 0
     exp = MODES["test"]
     done = {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/run.json")}
     assert len(done) == len(exp.methods) * (len(exp.collapse_lrs) + 1) * len(exp.seeds) * 2
     assert json.loads((tmp_path / "claims.json").read_text())
     assert (run_dir(tmp_path, "grpo", "safe", exp.safe_lr, 0) / "run.json").exists()
-    assert main(["--mode", "test", "--out", str(tmp_path), "--no-progress"]) == 0
+    assert main(["safe-step", "--mode", "test", "--out", str(tmp_path), "--no-progress"]) == 0
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/run.json")} == done

@@ -10,8 +10,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llm_probe.early_warning import STATISTICS, lead_auc, lead_times, warning_table, warning_table_by_lr
-from llm_probe.entropy import mechanism_fit
+from llm_probe.experiments.early_warning import STATISTICS, lead_auc, lead_times, warning_table, warning_table_by_lr
+from llm_probe.experiments.entropy import mechanism_fit
 from llm_probe.model import completion_logprobs
 from llm_probe.warning import (
     group_curvature,

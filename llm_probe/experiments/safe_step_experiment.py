@@ -33,7 +33,6 @@ time to level of every arm are in ``DIR/summary.json``; nothing here is tuned to
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from dataclasses import asdict, dataclass, replace
@@ -45,10 +44,11 @@ import gapdyn
 from gapdyn.claims import ClaimSpec, Criterion
 from gapdyn.io import atomic_write_json, atomic_write_text
 
-from .collapse import OUTCOME_WINDOW, SENSITIVITY_WINDOW, RunOutcome, run_outcome
+from ..collapse import OUTCOME_WINDOW, SENSITIVITY_WINDOW, RunOutcome, run_outcome
+from ..seeds import STUDY_SEED, derive_seed
 
 __all__ = ["SafeStepExperiment", "MODES", "CRITERIA", "CRITERIA_HASH", "TEST_TEXT", "run_experiment", "analyse",
-           "row_outcome", "steps_to_level", "main"]
+           "row_outcome", "steps_to_level", "run_and_report"]
 
 ARMS = ("constant", "safe")
 SOURCE = "beyond the papers (safe step rule, docs/theory.md section 11)"
@@ -155,8 +155,8 @@ def _one_run(exp: SafeStepExperiment, out: Path, warm_dir: str, method: str, arm
     """Run (or skip, when finished) one (method, arm, lr, seed); returns its run.json row."""
     import pandas as pd
 
-    from .config import TrainConfig
-    from .trainer import FaultError, Trainer
+    from ..config import TrainConfig
+    from ..trainer import FaultError, Trainer
 
     d = run_dir(out, method, arm, lr, seed)
     done = d / "run.json"
@@ -230,8 +230,8 @@ def step_cost(exp: SafeStepExperiment, warm_dir, out, *, steps: int = 20, lr: fl
     """Time per train step without and with the safe step, interleaved (A B A B ...) so that machine load drifts
     hit both arms alike: two Trainers from the same warm model and seed, ``steps`` steps each, at ``lr``
     (default: the safe lr). Returns per-arm median seconds and the median of the per-pair ratios."""
-    from .config import TrainConfig
-    from .trainer import Trainer
+    from ..config import TrainConfig
+    from ..trainer import Trainer
 
     lr = exp.safe_lr if lr is None else lr
     trainers = {arm: Trainer(TrainConfig(
@@ -283,7 +283,7 @@ def analyse(exp: SafeStepExperiment, rows: list[dict]) -> tuple[list, dict]:
 
     Each row's outcome is recomputed here (:func:`row_outcome`); collapse rows count runs that end collapsed,
     failed runs apart; Holm over the primaries (gapdyn.holm_adjust_claims), the other tests unadjusted."""
-    rng = np.random.default_rng(12345)
+    rng = np.random.default_rng(derive_seed(STUDY_SEED, "claims_bootstrap"))
     rows = [{**r, "outcome": (o := row_outcome(r)).label, "alerted": o.alerted,
              "outcome_sens": row_outcome(r, window=SENSITIVITY_WINDOW).label} for r in rows]
     claims, summary = [], {"groups": [], "criteria_hash": CRITERIA_HASH}
@@ -377,40 +377,26 @@ def _time_stats(const, safe, exp, level=None) -> dict:
     return out
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m llm_probe.safe_step_experiment") -> int:
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
-    ap.add_argument("--mode", choices=tuple(MODES), default="quick")
-    ap.add_argument("--out", default="gapdyn_out/safe-step")
-    ap.add_argument("--seeds", type=int, default=None, help="override the number of seeds (0..n-1)")
-    ap.add_argument("--jobs", type=int, default=1, help="parallel runs (joblib processes)")
-    ap.add_argument("--analyse-only", action="store_true",
-                    help="no new runs: the claims from the finished runs in --out (e.g. while a run is in progress)")
-    ap.add_argument("--cost-steps", type=int, default=0,
-                    help="only time N interleaved steps without/with the safe step (step_cost); no runs")
-    ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="progress bars")
-    a = ap.parse_args(argv)
-    exp = MODES[a.mode]
-    if a.jobs == 0 or a.jobs < -1:
-        raise ValueError(f"--jobs must be >= 1 or -1 (all cores), got {a.jobs}")
-    if a.seeds is not None:
-        if a.seeds < 1:
-            raise ValueError(f"--seeds must be >= 1, got {a.seeds}")
-        exp = replace(exp, seeds=tuple(range(a.seeds)))
-    out = Path(a.out)
-    if a.cost_steps:
+def run_and_report(exp: SafeStepExperiment, out, *, n_jobs: int = 1, analyse_only: bool = False, cost_steps: int = 0,
+                   progress: bool = True) -> None:
+    """``gapdyn train safe-step`` (the command line is llm_probe.cli's): the runs of ``exp`` into ``out`` (or, with
+    ``analyse_only``, the finished ones already there), then claims.json, claims.md and summary.json, printed;
+    with ``cost_steps`` > 0 only :func:`step_cost` (``out``/step_cost.json), no runs."""
+    out = Path(out)
+    if cost_steps:
         from .demo import prepare_warm_model
 
         warm_dir, _ = prepare_warm_model(out / "warm", seed=exp.warm_seed, steps=exp.warmup_steps,
                                          num_threads=exp.num_threads)
-        cost = step_cost(exp, warm_dir, out, steps=a.cost_steps)
+        cost = step_cost(exp, warm_dir, out, steps=cost_steps)
         atomic_write_json(out / "step_cost.json", cost, indent=1)
         print(json.dumps(cost))
-        return 0
+        return
     t0 = time.perf_counter()
-    if a.analyse_only:
+    if analyse_only:
         rows = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*/run.json"))]
     else:
-        rows = run_experiment(exp, out, progress=a.progress, n_jobs=a.jobs)
+        rows = run_experiment(exp, out, progress=progress, n_jobs=n_jobs)
     claims, summary = analyse(exp, rows)
     summary["wall_s_this_call"] = time.perf_counter() - t0
     atomic_write_text(out / "claims.json", gapdyn.claims_to_json(claims))
@@ -419,8 +405,3 @@ def main(argv: list[str] | None = None, prog: str = "python -m llm_probe.safe_st
     print(gapdyn.claims_markdown(claims) if claims else "(no claims)")
     for g in summary["groups"]:
         print(json.dumps({k: v for k, v in g.items() if not isinstance(v, list)}))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """Entropy mechanics of recorded runs: does dH follow -eta Cov(log pi, A), and which taxonomy cell drives it?
 
-    gapdyn train entropy --study DIR      # an llm_probe.ablation output folder
+    gapdyn train entropy --from DIR      # a finished study folder of gapdyn train ablation
 
 Cui et al. (arXiv 2505.22617): for softmax logits under vanilla policy gradient, the entropy change of one step is
 dH ~ -eta Cov_{a~pi}(log pi(a), pi(a) A(a)) (per state, averaged over states). Per probe step the trainer logs the
@@ -13,7 +13,6 @@ dH (slope of dH on the share) and compares the shares of collapsed and healthy r
 
 from __future__ import annotations
 
-import argparse
 import math
 
 import numpy as np
@@ -21,7 +20,7 @@ import numpy as np
 from gapdyn.stats import bootstrap_slope
 from gapdyn.taxonomy import BIN_NAMES
 
-__all__ = ["mechanism_rows", "mechanism_fit", "cell_mass_table", "main"]
+__all__ = ["mechanism_rows", "mechanism_fit", "cell_mass_table", "report"]
 
 MASS_COLS = tuple(f"warn/mass_{n}" for n in BIN_NAMES)
 
@@ -76,13 +75,12 @@ def cell_mass_table(steps, *, rng: np.random.Generator, n_resamples: int = 1000,
     return pd.DataFrame(rows)
 
 
-def main(argv=None, prog: str = "python -m llm_probe.entropy") -> int:
+def report(study) -> None:
+    """``gapdyn train entropy --from DIR``: print the mechanism fits and the cell-mass table of a finished study
+    (the command line is llm_probe.cli's)."""
     from .early_warning import load_study_steps
 
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
-    ap.add_argument("--study", required=True)
-    a = ap.parse_args(argv)
-    steps = load_study_steps(a.study)
+    steps = load_study_steps(study)
     rng = np.random.default_rng(0)
     for key, e in {**mechanism_fit(steps, rng=rng), **mechanism_fit(steps, rng=rng, by="method")}.items():
         print(f"dH on -lr*Cov [{key}]: slope {e.estimate:.4g} (95% {e.lo:.4g}, {e.hi:.4g}), runs {e.n}")
@@ -90,8 +88,3 @@ def main(argv=None, prog: str = "python -m llm_probe.entropy") -> int:
 
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.precision", 4):
         print(cell_mass_table(steps, rng=rng).to_string(index=False))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,9 +1,9 @@
 """Do per-step statistics warn of collapse? Lead time and ROC AUC across seeds and learning rates.
 
-    gapdyn train early-warning --study DIR      # DIR: an llm_probe.ablation study (mode warning)
+    gapdyn train early-warning --from DIR      # DIR: a finished study of gapdyn train ablation --study warning
 
 Each run (``DIR/runs/*``: metrics.jsonl + done.json + eval.jsonl) is labelled by what it ends as
-(llm_probe.collapse.run_outcome, via llm_probe.ablation.outcome_from_rows): a run that ends collapsed is a
+(llm_probe.collapse.run_outcome, via llm_probe.experiments.ablation.outcome_from_rows): a run that ends collapsed is a
 positive with onset c = the first step of its final collapse (llm_probe.collapse.collapse_onset: from c on the
 running mean of the reward never reaches 0.25 R0 again), not the first alert, which lags it; runs that do not end
 collapsed (healthy, and recovered: alerted but recovered) are the negatives ("healthy" below); failed runs (stopped
@@ -23,7 +23,6 @@ that has at least 2 collapsed and 2 healthy runs (a stratification added after t
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from pathlib import Path
@@ -34,10 +33,10 @@ from gapdyn.io import write_with
 from gapdyn.stats import roc_auc
 from gapdyn.taxonomy import BIN_NAMES
 
-from .warning import signed_cumulative_alignment
+from ..warning import signed_cumulative_alignment
 
 __all__ = ["STATISTICS", "load_study_steps", "statistic_series", "lead_auc", "lead_times", "warning_table",
-           "warning_table_by_lr", "main"]
+           "warning_table_by_lr", "report"]
 
 # name -> (column, rolling window, direction that warns: +1 high values, -1 low values, rationale)
 STATISTICS = {
@@ -192,13 +191,12 @@ def warning_table_by_lr(steps, leads=(0, 5, 10), min_runs: int = 2):
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
-def main(argv=None, prog: str = "python -m llm_probe.early_warning") -> int:
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
-    ap.add_argument("--study", required=True, help="an llm_probe.ablation output folder")
-    a = ap.parse_args(argv)
-    steps = load_study_steps(a.study)
+def report(study) -> None:
+    """``gapdyn train early-warning --from DIR``: write DIR/early_warning.csv and DIR/early_warning_by_lr.csv, print
+    both tables (the command line is llm_probe.cli's)."""
+    steps = load_study_steps(study)
     tab = warning_table(steps)
-    write_with(Path(a.study) / "early_warning.csv", lambda tmp: tab.to_csv(tmp, index=False))
+    write_with(Path(study) / "early_warning.csv", lambda tmp: tab.to_csv(tmp, index=False))
     import pandas as pd
 
     with pd.option_context("display.width", 250, "display.max_columns", 30, "display.precision", 3):
@@ -206,7 +204,7 @@ def main(argv=None, prog: str = "python -m llm_probe.early_warning") -> int:
     useful = tab[tab.useful & (tab.statistic != "reward (reference)")].statistic.tolist()
     print("AUC >= 0.8 at lead 5 with a zero-false-alarm warning >= 5 steps ahead:", useful or "none")
     by_lr = warning_table_by_lr(steps)
-    write_with(Path(a.study) / "early_warning_by_lr.csv", lambda tmp: by_lr.to_csv(tmp, index=False))
+    write_with(Path(study) / "early_warning_by_lr.csv", lambda tmp: by_lr.to_csv(tmp, index=False))
     if len(by_lr):
         cols = ["lr", "statistic", "auc_L0", "auc_L5", "lo_L5", "hi_L5", "auc_L10", "warned_ge5", "n_collapsed",
                 "n_healthy", "useful"]
@@ -215,9 +213,4 @@ def main(argv=None, prog: str = "python -m llm_probe.early_warning") -> int:
             print(by_lr[cols].to_string(index=False))
     else:
         print("\nno lr has >= 2 collapsed and >= 2 healthy runs: no within-lr table")
-    print(f"wrote {Path(a.study) / 'early_warning.csv'}, {Path(a.study) / 'early_warning_by_lr.csv'}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    print(f"wrote {Path(study) / 'early_warning.csv'}, {Path(study) / 'early_warning_by_lr.csv'}")

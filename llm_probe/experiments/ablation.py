@@ -1,6 +1,6 @@
 """Method ablation on the tiny Qwen: survival, reward, entropy at matched accuracy, held-out pass@k, as gapdyn Claims.
 
-    python -m llm_probe.ablation --mode quick --out runs/ablation        # or --mode test | full | warning
+    gapdyn train ablation --mode quick --out runs/ablation     # or --mode test | full; --study warning
 
 One run folder per (method, lr, seed) under ``<out>/runs/``; a folder with ``done.json`` is skipped, so a killed
 study resumes where it stopped (an unfinished run restarts from its first step). Every run starts from one
@@ -24,7 +24,6 @@ reward) are Holm-adjusted among themselves, every other row is exploratory (unad
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import time
@@ -43,11 +42,12 @@ from gapdyn.stats import (
     paired_bootstrap_difference,
 )
 
-from .collapse import OUTCOME_WINDOW, SENSITIVITY_WINDOW, RunOutcome, run_outcome
+from ..collapse import OUTCOME_WINDOW, SENSITIVITY_WINDOW, RunOutcome, run_outcome
+from ..seeds import STUDY_SEED, derive_seed
 
 __all__ = ["StudyConfig", "CONFIGS", "SplitAddition", "pass_at_k", "run_study", "run_one", "summarize",
            "CRITERIA", "CRITERIA_HASH", "TEST_TEXT", "wapo_grpo_claims", "block_of", "folder_outcome",
-           "outcome_from_rows", "read_evals", "survival_table", "one_sided_wilcoxon", "main"]
+           "outcome_from_rows", "read_evals", "survival_table", "one_sided_wilcoxon"]
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ CONFIGS = {
                                  probe_every=1, eval_every=20, eval_prompts=16, passk_prompts=4, passk_n=8),
 }
 """test: machinery (seconds); quick: indicative (one lr below, one inside the stability window); full: >= 10 seeds
-over the window; warning: the early-warning study (llm_probe.early_warning), every step probed. full and warning
+over the window; warning: the early-warning study (llm_probe.experiments.early_warning), every step probed. full and warning
 run the confirmation seeds (gapdyn.CONFIRMATION_SEEDS, 1000-1009: instances the quick studies never saw) and their
 claims carry block "confirmation"; the other modes run discovery seeds. DAPO takes mu = 4
 optimizer steps per sampled batch (its recipe reuses each rollout batch for several updates, Yu et al. 2025,
@@ -118,7 +118,7 @@ class SplitAddition:
     name = "addition-split"
 
     def __init__(self, mod: int = 20):
-        from .tasks import AdditionTask
+        from ..tasks import AdditionTask
 
         if int(mod) < 2:
             raise ValueError(f"mod must be >= 2, got {mod}")
@@ -128,7 +128,7 @@ class SplitAddition:
         return (7 * a + 3 * b) % self.mod == 0
 
     def _draw(self, rng, n, keep):
-        from .tasks import Problem
+        from ..tasks import Problem
 
         out = []
         while len(out) < n:
@@ -173,9 +173,9 @@ def prepare_warm(cfg: StudyConfig, out: Path):
     """The shared warm model, warmed up on the split task's training pairs; reused when present."""
     import torch
 
-    from .model import TinyQwenSpec, build_tiny_qwen, save_policy
-    from .tokenizer import build_char_tokenizer
-    from .warmup import warmup
+    from ..model import TinyQwenSpec, build_tiny_qwen, save_policy
+    from ..tokenizer import build_char_tokenizer
+    from ..warmup import warmup
 
     d = out / "warm"
     if (d / "warm.json").exists():
@@ -196,7 +196,7 @@ def _heldout_eval(trainer, problems, samples: int, seed: int) -> tuple[float, fl
     """(sampled accuracy, mean token entropy, correct count per prompt) of ``samples`` completions per problem."""
     import torch
 
-    from .model import completion_logprobs
+    from ..model import completion_logprobs
 
     model = trainer.model
     was = model.training
@@ -215,9 +215,9 @@ def _heldout_eval(trainer, problems, samples: int, seed: int) -> tuple[float, fl
 def run_one(cfg: StudyConfig, warm_dir, out: Path, method: str, lr: float, seed: int) -> dict:
     """Train one (method, lr, seed) run into ``out/runs/<name>`` (skipped when done.json exists); its summary.
 
-    The loop is Trainer.run's (train_step, collapse rule, log) plus held-out evaluations; no checkpoint."""
-    from .config import TrainConfig
-    from .trainer import FaultError, Trainer
+    The loop is :meth:`Trainer.run`'s, with the held-out evaluations as its ``on_step`` hook; no checkpoint."""
+    from ..config import TrainConfig
+    from ..trainer import FaultError, Trainer
 
     d = out / "runs" / run_name(method, lr, seed)
     if (d / "done.json").exists():
@@ -234,32 +234,28 @@ def run_one(cfg: StudyConfig, warm_dir, out: Path, method: str, lr: float, seed:
                      probe_every=cfg.probe_every, probe_prompts=0, num_threads=1, progress=False, device="cpu")
     t0 = time.perf_counter()
     tr = Trainer(tc, task=task)
-    rng = np.random.default_rng(12345)  # the same held-out problems for every run
+    rng = np.random.default_rng(derive_seed(STUDY_SEED, "heldout_problems"))  # the same for every run
     eval_probs = task.heldout(rng, cfg.eval_prompts)
     passk_probs = task.heldout(rng, cfg.passk_prompts)
-    H0, R0 = tr.measure_baseline()
-    tr.detector.set_baseline(H0, R0)
     evals, fault = [], None
 
-    def evaluate(step):
-        acc, ent, _ = _heldout_eval(tr, eval_probs, cfg.eval_samples, seed=777)
+    def evaluate(step):  # its own generators: the training trajectory is the same with or without it
+        acc, ent, _ = _heldout_eval(tr, eval_probs, cfg.eval_samples, seed=derive_seed(STUDY_SEED, "heldout_eval"))
         evals.append({"step": step, "acc": acc, "entropy": ent})
         with open(d / "eval.jsonl", "a") as f:
             f.write(json.dumps(evals[-1]) + "\n")
 
+    def after_step(trainer, k, m):
+        if trainer.step % cfg.eval_every == 0 or trainer.step == cfg.steps:
+            evaluate(trainer.step)
+
     evaluate(0)
     try:
-        while tr.step < cfg.steps:
-            k = tr.step
-            m = tr.train_step()
-            for a in tr.detector.update(k, m):
-                m.setdefault("alerts", []).append(a.rule)
-            tr.log_step(k, m)
-            if tr.step % cfg.eval_every == 0 or tr.step == cfg.steps:
-                evaluate(tr.step)
+        tr.run(on_step=after_step, checkpoint=False)  # measures H0, R0 for the collapse rule before step 0
     except FaultError as exc:
         fault = str(exc)
-    _, _, correct = _heldout_eval(tr, passk_probs, cfg.passk_n, seed=778)
+    H0, R0 = tr.detector.baseline()
+    _, _, correct = _heldout_eval(tr, passk_probs, cfg.passk_n, seed=derive_seed(STUDY_SEED, "heldout_passk"))
     ks = [k for k in (1, 2, 4, 8, 16, 32, 64) if k <= cfg.passk_n]
     passk = {str(k): float(np.mean([pass_at_k(cfg.passk_n, int(c), k) for c in correct])) for k in ks}
     atomic_write_json(d / "passk.json", {"n": cfg.passk_n, "correct": correct.tolist(), "pass_at_k": passk})
@@ -589,31 +585,3 @@ def summarize(out) -> list[Claim]:
     atomic_write_text(out / "claims.json", claims_to_json(claims))
     atomic_write_text(out / "claims.md", claims_markdown(claims, columns=CLAIM_COLUMNS) + "\n")
     return claims
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llm_probe.ablation", description=__doc__.splitlines()[0])
-    ap.add_argument("--mode", choices=tuple(CONFIGS), default="quick")
-    ap.add_argument("--out", default="gapdyn_out/ablation")
-    ap.add_argument("--seeds", type=int, nargs="*", default=None, help="override the mode's seeds")
-    ap.add_argument("--jobs", type=int, default=1, help="parallel runs (processes)")
-    a = ap.parse_args(argv)
-    cfg = CONFIGS[a.mode] if a.seeds is None else replace(CONFIGS[a.mode], seeds=tuple(a.seeds))
-    t0 = time.perf_counter()
-    if a.jobs < 1:
-        raise ValueError(f"--jobs must be >= 1, got {a.jobs}")
-    run_study(cfg, a.out, n_jobs=a.jobs)
-    claims = summarize(a.out)
-    import pandas as pd
-
-    with pd.option_context("display.width", 200, "display.max_columns", 20):
-        print(pd.read_csv(Path(a.out) / "survival.csv").to_string(index=False))
-    for c in claims:
-        print(f"{c.id} [{c.setting}]: {c.estimate:+.4g} ({c.interval[0]:+.4g}, {c.interval[1]:+.4g}) "
-              f"p_adj={c.p_adjusted} -> {c.verdict}")
-    print(f"wall {time.perf_counter() - t0:.0f} s; wrote {a.out}/ (runs.csv, survival.csv, claims.json, claims.md)")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

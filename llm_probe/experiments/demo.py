@@ -24,7 +24,7 @@ import numpy as np
 
 from gapdyn.io import atomic_write_json, write_parquet, write_with
 
-__all__ = ["DemoConfig", "prepare_warm_model", "run_demo", "summarize_run", "RUN_COLUMNS", "demo_main"]
+__all__ = ["DemoConfig", "prepare_warm_model", "run_demo", "summarize_run", "RUN_COLUMNS"]
 
 RUN_COLUMNS = (
     "method", "lr", "seed", "steps_run", "reward_first25", "reward_last25", "reward_min_roll10", "entropy_first",
@@ -73,7 +73,7 @@ class DemoConfig:
     def __post_init__(self):
         from gapdyn.cmdline import check_jobs
 
-        from .config import check_settings
+        from ..config import check_settings
 
         inf = float("inf")
         check_settings(self, {"steps": ("int", 1, inf, True, False), "prompts_per_step": ("int", 1, inf, True, False),
@@ -95,11 +95,11 @@ def prepare_warm_model(out_dir, *, arch="qwen2", seed=0, steps=400, batch=128, l
                        force=False, progress=False):
     """Build + warm up + save a tiny Qwen in out_dir (reused unless force); returns (dir, sampled accuracy).
     num_threads: torch threads (None: the process's count, 1 unless GAPDYN_TORCH_THREADS; llm_probe.threads)."""
-    from .model import TinyQwenSpec, build_tiny_qwen, save_policy
-    from .tasks import AdditionTask
-    from .threads import use_threads
-    from .tokenizer import build_char_tokenizer
-    from .warmup import sampled_accuracy, warmup
+    from ..model import TinyQwenSpec, build_tiny_qwen, save_policy
+    from ..tasks import AdditionTask
+    from ..threads import use_threads
+    from ..tokenizer import build_char_tokenizer
+    from ..warmup import sampled_accuracy, warmup
 
     use_threads(num_threads)
     d = Path(out_dir)
@@ -150,8 +150,8 @@ def summarize_run(df, alerts: list, wall_s: float) -> dict:
 def _one_run(cfg: DemoConfig, warm_dir: str, method: str, lr: float, seed: int) -> tuple[dict, str]:
     import pandas as pd
 
-    from .config import TrainConfig
-    from .trainer import Trainer
+    from ..config import TrainConfig
+    from ..trainer import Trainer
 
     run_dir = Path(cfg.out_dir) / f"{method}_lr{lr:g}_s{seed}"
     tc = TrainConfig(out_dir=str(run_dir), method=method, lr=lr, seed=seed, steps=cfg.steps,
@@ -197,22 +197,3 @@ def run_demo(cfg: DemoConfig) -> "object":
     atomic_write_json(out / "summary.json", {"warm_sampled_accuracy": acc, "baseline": base, "steps": cfg.steps,
                                              "groups": groups}, indent=1)
     return runs
-
-
-def demo_main(argv: list[str]) -> int:
-    """``gapdyn train demo``: parse a DemoConfig, run the grid, print the runs table and a summary."""
-    from gapdyn.cmdline import output_dir, parse, say
-
-    cfg = parse(DemoConfig, argv, prog="gapdyn train demo")
-    out = output_dir("train-demo", cfg.out_dir)
-    runs = run_demo(cfg)
-    import pandas as pd
-
-    with pd.option_context("display.width", 200, "display.max_columns", 12):
-        print(runs[["method", "lr", "seed", "reward_first25", "reward_last25", "entropy_last25", "length_last25",
-                    "M_mean_final", "collapsed", "collapse_rule", "collapse_step"]].to_string(index=False))
-    for (m, lr), g in runs.groupby(["method", "lr"], sort=False):
-        say("train", f"demo {m} lr={lr:g}: {int(g['collapsed'].sum())}/{len(g)} runs collapsed, "
-                     f"final reward {g['reward_last25'].mean():.3f}")
-    say("train", f"wrote {out}/ (runs.csv, runs.parquet, metrics_all.parquet, summary.json, one folder per run)")
-    return 0
