@@ -11,8 +11,9 @@ session and is killed as a group on timeout; workers end with os._exit(0) once t
 
 The same launch then runs tests/test_llm_fsdp.py's FSDP2 step in the two processes (checked there).
 
-This file is also the worker script: ``torchrun --nproc_per_node 2 tests/test_llm_distributed.py OUT_DIR [bench]``
-(``bench``: the probe time per rank against one process, :func:`bench_worker`)."""
+This file is also the worker script: ``torchrun --nproc_per_node 2 tests/test_llm_distributed.py OUT_DIR
+[bench|empty]`` (``bench``: the probe time per rank against one process, :func:`bench_worker`; ``empty``: a rank
+that owns no prompt group, :func:`empty_rank_worker`)."""
 
 from __future__ import annotations
 
@@ -140,6 +141,37 @@ def bench_worker(out: Path) -> None:
         t_share, _ = timed(GapProbeCallback(tok, num_generations=BENCH["G"], probe_every=1), 0, N // world)
         (out / "bench_one.json").write_text(json.dumps({"time": t_one, "share_alone": t_share, "row": row1,
                                                         "load": os.getloadavg()}))
+
+
+EMPTY = dict(B=1, G=4, T=5)  # one prompt group on two ranks: rank 1 owns none (owned_groups(1, 1, 2) is empty)
+EMPTY_ROUTES = ("dot", "jvp")  # the gathered scalars differ by route (GapProbe._gather)
+
+
+def empty_rank_worker(out: Path) -> None:
+    """One probed step per route in :data:`EMPTY_ROUTES` of GapProbeCallback (headroom on) on 2 ranks (gloo)
+    sharing the one group of the batch: each rank's reward function scores half of its completions, the gather
+    makes the group whole, rank 0 probes it and rank 1 probes nothing but still joins every gather."""
+    import torch.distributed as dist
+
+    from llm_probe.callback import GapProbeCallback
+    from tests.llm_helpers import tiny
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model, tok = tiny("qwen2", seed=0)
+    theta0 = {n: p.detach().clone() for n, p in model.named_parameters()}
+    prompts, cids, rewards, grads, theta_next = synthetic_batch(model, **EMPTY)
+    lo, hi = rank * len(cids) // world, (rank + 1) * len(cids) // world
+    rows = {}
+    for alignment in EMPTY_ROUTES:
+        model.load_state_dict(theta0, strict=False)
+        cb = GapProbeCallback(tok, num_generations=EMPTY["G"], probe_every=1, alignment=alignment)
+        rows[alignment] = drive_step(cb, model, prompts[lo:hi], cids[lo:hi], rewards[lo:hi], grads=grads,
+                                     theta_next=theta_next, k=0)
+    (out / f"empty{rank}.json").write_text(json.dumps(rows))
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def drive_step(cb, model, prompts, cids, rewards, *, grads, theta_next, k: int, lr: float = 1e-2):
@@ -318,6 +350,29 @@ def test_shard_index_path_equals_plain_probe_in_one_process(alignment):
     torch.testing.assert_close(res["share"].dmu_update, res["plain"].dmu_update[1:2], rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.slow  # a second two-process launch: 110 s wall at load 9 on the 2-core machine
+@pytest.mark.llm
+def test_rank_without_prompt_groups_logs_the_one_process_numbers(tmp_path):
+    """Fewer prompt groups than ranks (1 group, 2 ranks): the rank that owns no group logs what the owning rank
+    logs, and both what one process logs on the whole batch (same theta_k, gradient, theta_{k+1}), per route."""
+    pytest.importorskip("accelerate")
+    from llm_probe.callback import GapProbeCallback
+    from llm_probe.sharding import owned_groups
+    from tests.llm_helpers import tiny
+
+    assert owned_groups(EMPTY["B"], 0, 2).tolist() == [0] and owned_groups(EMPTY["B"], 1, 2).numel() == 0
+    out = launch_twice(Path(__file__).resolve(), tmp_path, "empty")
+    ranks = [json.loads((out / f"empty{r}.json").read_text()) for r in range(2)]
+    for alignment in EMPTY_ROUTES:
+        model, tok = tiny("qwen2", seed=0)
+        prompts, cids, rewards, grads, theta_next = synthetic_batch(model, **EMPTY)
+        ref = drive_step(GapProbeCallback(tok, num_generations=EMPTY["G"], probe_every=1, alignment=alignment),
+                         model, prompts, cids, rewards, grads=grads, theta_next=theta_next, k=0)
+        assert ref["gap/n_prompts"] == 1 and math.isfinite(ref["gap/headroom"])  # not vacuous
+        for r in ranks:
+            assert_rows_close(r[alignment], ref)
+
+
 def test_callback_names_what_fsdp_and_deepspeed_skip(monkeypatch, caplog):
     pytest.importorskip("trl")
     from llm_probe.callback import GapProbeCallback
@@ -339,7 +394,8 @@ def test_callback_names_what_fsdp_and_deepspeed_skip(monkeypatch, caplog):
 
 
 if __name__ == "__main__":
-    (bench_worker if sys.argv[2:] == ["bench"] else worker)(Path(sys.argv[1]))
+    {"bench": bench_worker, "empty": empty_rank_worker}.get(sys.argv[2] if sys.argv[2:] else "", worker)(
+        Path(sys.argv[1]))
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # results are written; skip interpreter teardown (the gloo group's threads can abort it)
