@@ -152,12 +152,13 @@ DOCUMENTED = re.compile(r"python -m (benchmarks(?:\.\w+)?)((?:[ \t]+--?[\w-]+(?:
 
 def _configs() -> dict:
     """Module (or function) of each benchmark command -> the config dataclass its main parses."""
-    from benchmarks import probe_memory, section1, threads
+    from benchmarks import probe_memory, real_size, section1, threads
     from benchmarks.run import BenchConfig
 
     out = {"benchmarks": BenchConfig, "benchmarks.section1": section1.Section1Config,
            "benchmarks.sequence": sq.SequenceConfig, "benchmarks.threads": threads.ThreadsConfig,
-           "benchmarks.probe_memory": probe_memory.ProbeMemoryConfig}
+           "benchmarks.probe_memory": probe_memory.ProbeMemoryConfig,
+           "benchmarks.real_size": real_size.RealSizeConfig}
     if importlib.util.find_spec("torch") and importlib.util.find_spec("transformers"):
         from benchmarks import llm
 
@@ -235,3 +236,20 @@ def test_peak_memory_sees_an_allocation():
 
     peak, _ = peak_memory(f)
     assert peak >= 8 * 2**20
+
+
+@pytest.mark.llm
+def test_real_size_benchmark_on_a_tiny_model():
+    """benchmarks.real_size's parts run in this process on the tiny model of its family (--tiny): the probe's
+    dmu_q = <delta, g_q> (streamed gaps) agrees with the realised change of Phi_hat_q (forward difference, an
+    independent route; first order, lr 1e-6), and every part has a time and a peak >= its start."""
+    pytest.importorskip("transformers")
+    from benchmarks.real_size import RealSizeConfig, format_report, measure
+
+    r = measure(RealSizeConfig(prompts=2, G=4, T=8, tiny=True))
+    assert r["n_prompts"] == 2 and len(r["dmu_update"]) == 2 and r["optimizer"] == "adamw"
+    assert r["dphi_mean"] == pytest.approx(r["dmu_update_mean"], rel=5e-2)
+    for part in ("plain", "before", "after", "headroom", "opt_step"):
+        assert r[f"{part}_s"] > 0 and r[f"{part}_peak_MiB"] >= r["base_MiB"] * 0.9, part
+    text = format_report({**r, "load_before": [0.0] * 3, "load_after": [0.0] * 3, "wall_s": 1.0})
+    assert "| probe: all three |" in text
