@@ -26,26 +26,26 @@ _EXTRAS = {"torch": "llm", "transformers": "llm", "trl": "llm", "tokenizers": "l
 """Top-level module of a missing dependency -> the extra of pyproject.toml that installs it."""
 
 
-def _checkout_commands() -> dict[str, EntryPoint]:
-    """The group as declared by the pyproject.toml of a source checkout this package runs from (so a
-    checkout on PYTHONPATH whose installed metadata is older still sees its own subcommands)."""
+def checkout_entry_points(group: str) -> dict[str, EntryPoint]:
+    """An entry-point group as declared by the pyproject.toml of a source checkout this package runs from
+    (so a checkout on PYTHONPATH whose installed metadata is older still sees its own entries)."""
     path = Path(__file__).resolve().parents[1] / "pyproject.toml"
     if not path.is_file():
         return {}
     try:
         import tomllib
 
-        table = tomllib.loads(path.read_text(encoding="utf-8"))["project"]["entry-points"][GROUP]
+        table = tomllib.loads(path.read_text(encoding="utf-8"))["project"]["entry-points"][group]
     except (ImportError, KeyError, TypeError, ValueError, OSError):
         return {}
-    return {name: EntryPoint(name, value, GROUP) for name, value in table.items()}
+    return {name: EntryPoint(name, value, group) for name, value in table.items()}
 
 
 def commands() -> dict[str, EntryPoint]:
     """The registered subcommands, by name (sorted): the installed entry points of group
     ``gapdyn.commands``, updated by the declaration of the source checkout when there is one."""
     found = {ep.name: ep for ep in entry_points(group=GROUP)}
-    found.update(_checkout_commands())
+    found.update(checkout_entry_points(GROUP))
     return dict(sorted(found.items()))
 
 

@@ -1,17 +1,21 @@
 """Bandit experiments: each = environment + sweep (plain data, explicit seeds) + analysis.
 
-Every experiment module ``bandits.experiments.<name>`` provides (bsuite-style; docs/evidence.md):
+Every experiment module ``bandits.experiments.<name>`` defines ``EXPERIMENT``, a
+:class:`gapdyn.experiment.Experiment` (the one protocol of the bandit experiments and the tiny-Qwen
+studies; docs/evidence.md), frozen at import:
 
-- ``NAME``; ``Config``: a frozen dataclass with ``mode`` in {"test", "quick", "full"}, ``instances`` (the
-  discovery block's seeds, default 0-19) and ``confirmation`` (the confirmation block's seeds: 1000-1019 in
-  full mode, empty otherwise); ``Config.test()`` / ``Config.quick()`` / ``Config.full()``.
-- ``CRITERIA: dict[str, gapdyn.Criterion]``: the criterion of every claim, written from the paper's
-  statement before any run (its hash is stamped on every claim).
-- ``cells(config, instances) -> list[dict]``: the sweep for one block as plain JSON-serialisable dicts.
-- ``run_cell(**cell) -> pandas.DataFrame``: one cell's tidy rows (deterministic given the cell).
+- ``name``; ``claims``: the :class:`gapdyn.ClaimSpec` of every claim (source, statement, form, criterion),
+  written from the paper's statement before any run and hashed at import (the hash is stamped on every claim);
+- ``config``: a frozen dataclass with ``mode`` in gapdyn.cmdline.MODES, ``instances`` (the discovery block's
+  seeds) and ``confirmation`` (the confirmation block's seeds, the budget: full mode only), with the
+  constructors ``Config.test()`` / ``Config.quick()`` / ``Config.full()``;
+- ``cells(config, instances) -> list[dict]``: the sweep for one block as plain JSON-serialisable dicts;
+- ``run_cell(**cell) -> pandas.DataFrame``: one cell's tidy rows (deterministic given the cell);
 - ``analyse(results, config, *, block) -> list[gapdyn.Claim]``: the claims of one block, from its rows only.
-- ``run(config, *, store=None, backend="joblib", n_jobs=-1, progress=True) -> ExperimentResult``,
-  implemented with :func:`bandits.experiments._common.run_experiment` (discovery, then confirmation).
+
+The module's ``run(config, *, store=None, backend="joblib", n_jobs=-1, progress=True) -> ExperimentResult``
+passes ``EXPERIMENT`` to :func:`bandits.experiments._common.run_experiment` (discovery, then a confirmation
+block sized by the planner).
 
 Modules are imported lazily by name so that ``import bandits`` stays cheap.
 """

@@ -163,17 +163,19 @@ def bootstrap(statistic, *arrays, clusters=None, seed: int, natural: tuple[float
                              "docs/coverage.md")
 
 
-def make_claim(module, claim_id: str, est: gapdyn.Estimate, *, block: str, setting: str, statistic: str,
+def make_claim(specs, claim_id: str, est: gapdyn.Estimate, *, block: str, setting: str, statistic: str,
                p_value: float | None = None) -> gapdyn.Claim:
-    """A claim of ``module`` judged by ``module.CRITERIA[claim_id]``; source and statement from
-    ``module.STATEMENTS[claim_id]`` (written with the criteria, before any run). A test's p_adjusted starts
-    as its p-value; :func:`stamp_claims` replaces it by the Holm-adjusted one over the block."""
-    source, statement = module.STATEMENTS[claim_id]
-    crit = module.CRITERIA[claim_id]
+    """A claim judged by its frozen :class:`gapdyn.ClaimSpec` (``specs``: the experiment's
+    ``{claim id: ClaimSpec}``, written before any run): source, statement, form and criterion come from the
+    spec. A test's p_adjusted starts as its p-value; :func:`stamp_claims` replaces it by the Holm-adjusted
+    one over the block."""
+    if claim_id not in specs:
+        raise ValueError(f"claim {claim_id!r} is not declared (declared: {sorted(specs)})")
+    spec = specs[claim_id]
     return gapdyn.Claim.from_estimate(
-        est, id=claim_id, source=source, statement=statement, setting=setting, statistic=statistic,
-        criterion_text=crit.describe(), criterion=crit, block=block, p_value=p_value, p_adjusted=p_value,
-        form=module.FORMS[claim_id],
+        est, id=claim_id, source=spec.source, statement=spec.statement, setting=setting, statistic=statistic,
+        criterion_text=spec.criterion_text, criterion=spec.criterion, block=block, p_value=p_value,
+        p_adjusted=p_value, form=spec.form, primary=spec.primary,
     )
 
 
@@ -217,11 +219,10 @@ def experiment_blocks(config) -> list[tuple[str, tuple[int, ...]]]:
     return blocks
 
 
-def stamp_claims(module, claims) -> list:
-    """Holm-adjust a block's test claims and stamp the hash of the module's frozen CRITERIA."""
-    h = gapdyn.criteria_hash(module.CRITERIA)
+def stamp_claims(experiment, claims) -> list:
+    """Holm-adjust a block's test claims and stamp the hash of the experiment's frozen criteria."""
     claims = gapdyn.holm_adjust_claims(list(claims))
-    return [dataclasses.replace(c, criteria_hash=h) for c in claims]
+    return [dataclasses.replace(c, criteria_hash=experiment.criteria_hash) for c in claims]
 
 
 CONFIRMATION_MIN = 40
@@ -247,7 +248,7 @@ def plan_confirmation(claims, *, n_min: int = CONFIRMATION_MIN, n_max: int) -> B
     """:class:`BlockPlan` from the discovery block's claims."""
     if not (isinstance(n_max, int) and n_max >= 1):
         raise ValueError(f"n_max must be a positive integer, got {n_max!r}")
-    counted = [c for c in claims if c.counted and c.n_planned is not None]
+    counted = [c for c in claims if c.counts_as_evidence and c.n_planned is not None]
     primaries = [c for c in counted if c.primary]
     pool = primaries or counted
     planned = max((int(c.n_planned) for c in pool), default=None)
@@ -264,12 +265,14 @@ def plan_confirmation(claims, *, n_min: int = CONFIRMATION_MIN, n_max: int) -> B
     return BlockPlan(n=n, planned=planned, n_min=lo, n_max=n_max, note=note)
 
 
-def run_experiment(module, config, *, store=None, backend="joblib", n_jobs=-1, progress=True) -> ExperimentResult:
-    """Run every block of an experiment through :func:`bandits.sweep.run_sweep` (resumable) and judge it.
+def run_experiment(experiment, config, *, store=None, backend="joblib", n_jobs=-1,
+                   progress=True) -> ExperimentResult:
+    """Run every block of a :class:`gapdyn.experiment.Experiment` through :func:`bandits.sweep.run_sweep`
+    (resumable) and judge it.
 
-    The criteria (``module.CRITERIA``) are frozen before any block runs; each block is analysed on its own
-    instances only: ``module.analyse(results_of_block, config, block=block) -> list[Claim]``. The
-    confirmation block runs the first :func:`plan_confirmation` (discovery claims) ``.n`` of the config's
+    The criteria were frozen and hashed when the experiment was constructed (at import, before any block
+    runs); each block is analysed on its own instances only (``experiment.analyse(rows, config, block=...)``).
+    The confirmation block runs the first :func:`plan_confirmation` (discovery claims) ``.n`` of the config's
     confirmation seeds (the seeds are the budget).
     """
     from bandits.sweep import run_sweep
@@ -280,9 +283,9 @@ def run_experiment(module, config, *, store=None, backend="joblib", n_jobs=-1, p
             plan = plan_confirmation([c for c in claims if c.block == "discovery"], n_max=len(seeds))
             seeds = seeds[:plan.n]
         res = run_sweep(
-            module.run_cell,
-            module.cells(config, seeds),
-            name=f"{module.NAME}-{config.mode}-{block}",
+            experiment.run_cell,
+            experiment.cells(config, seeds),
+            name=f"{experiment.name}-{config.mode}-{block}",
             store=store,
             backend=backend,
             n_jobs=n_jobs,
@@ -290,24 +293,25 @@ def run_experiment(module, config, *, store=None, backend="joblib", n_jobs=-1, p
         )
         res = res.assign(block=block)
         frames.append(res)
-        claims += stamp_claims(module, module.analyse(res, config, block=block))
+        claims += stamp_claims(experiment, experiment.analyse(res, config, block=block))
     return ExperimentResult(
-        name=module.NAME,
+        name=experiment.name,
         mode=config.mode,
         results=pd.concat(frames, ignore_index=True),
         claims=tuple(claims),
-        criteria_hash=gapdyn.criteria_hash(module.CRITERIA),
+        criteria_hash=experiment.criteria_hash,
         plan=plan,
     )
 
 
-def run_cells_serial(module, config, instances=None) -> pd.DataFrame:
-    """All cells of one block (default: discovery) in-process, without the sweep machinery (tests, debugging)."""
+def run_cells_serial(experiment, config, instances=None) -> pd.DataFrame:
+    """All cells of one block (default: discovery) in-process, without the sweep machinery (tests, debugging).
+    ``experiment``: a gapdyn.experiment.Experiment (or anything with its ``cells`` and ``run_cell``)."""
     frames = []
-    cells = module.cells(config) if instances is None and not hasattr(config, "instances") else \
-        module.cells(config, tuple(config.instances if instances is None else instances))
+    cells = experiment.cells(config) if instances is None and not hasattr(config, "instances") else \
+        experiment.cells(config, tuple(config.instances if instances is None else instances))
     for cell in cells:
-        df = module.run_cell(**cell)
+        df = experiment.run_cell(**cell)
         for k, v in cell.items():
             if k not in df.columns:
                 df[k] = [v] * len(df) if not isinstance(v, (list, tuple, dict)) else [str(v)] * len(df)

@@ -31,13 +31,13 @@ the same trajectories.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 import gapdyn
+from gapdyn.experiment import Experiment, claim_specs
 from gapdyn.claims import EQUIVALENCE_CONFIDENCE
 
 from ..partial import PartialSharingBandit
@@ -156,6 +156,10 @@ class Config:
             raise ValueError(f"eta_lo and eta_hi must satisfy 0 < eta_lo < eta_hi, got {self.eta_lo}, {self.eta_hi}")
         SequenceDynamics(method=self.method, gradient=self.dynamics_mode, group_size=self.group_size, steps=self.steps)
 
+
+
+SPECS = claim_specs(STATEMENTS, CRITERIA, FORMS, primary=())
+"""Every claim's frozen gapdyn.ClaimSpec (the tables above, verbatim), by claim id."""
 
 def cells(config: Config, instances) -> list[dict]:
     """One cell per (instance, rho, J0, T, normalised); the 1/|o| twin only at rho = IDENTITY_RHO."""
@@ -315,7 +319,7 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn
                        f"T in {list(config.Ts)}, {horizon}; eta in [{config.eta_lo:g}, {config.eta_hi:g}], "
                        f"grid ratio {config.max_ratio:g}; {_counts(sub, used)}")
             est, reason = _slope_estimate(used)
-            claim = make_claim(sys.modules[__name__], cid, est, block=block, setting=setting,
+            claim = make_claim(SPECS, cid, est, block=block, setting=setting,
                                statistic="censored (Tobit) within-series slope of log eta* on log T, fixed effect "
                                          "per (instance, seed), 90 % CR1 sandwich t interval over instances")
             if reason:
@@ -338,11 +342,11 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn
             d = np.log(both["eta_star_norm"].to_numpy()) - np.log(both["eta_star_raw"].to_numpy())
             est = within_slope_estimate(x, d, series=both["series"].to_numpy(), instance=both["instance"].to_numpy(),
                                         rng=rng, n_resamples=config.n_boot)
-            claims.append(make_claim(sys.modules[__name__], _norm_id(J0), est, block=block, setting=setting,
+            claims.append(make_claim(SPECS, _norm_id(J0), est, block=block, setting=setting,
                                      statistic=statistic))
         else:
             est = gapdyn.Estimate(1.0, 1.0, 1.0, 1, 0.95, "no data")
-            claims.append(replace(make_claim(sys.modules[__name__], _norm_id(J0), est, block=block, setting=setting,
+            claims.append(replace(make_claim(SPECS, _norm_id(J0), est, block=block, setting=setting,
                                              statistic=statistic),
                                   measured=False, reason="fewer than 2 instances with both eta* at >= 2 T"))
     return claims
@@ -350,5 +354,9 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn
 
 def run(config: Config, *, store=None, backend: str = "joblib", n_jobs: int = -1, progress: bool = True):
     """ExperimentResult through :func:`bandits.experiments._common.run_experiment` (resumable with a store)."""
-    return run_experiment(sys.modules[__name__], config, store=store, backend=backend, n_jobs=n_jobs,
+    return run_experiment(EXPERIMENT, config, store=store, backend=backend, n_jobs=n_jobs,
                           progress=progress)
+
+
+EXPERIMENT = Experiment(name=NAME, claims=SPECS, config=Config, cells=cells, run_cell=run_cell, analyse=analyse)
+"""This experiment in the one protocol (gapdyn.experiment.Experiment)."""

@@ -41,7 +41,6 @@ the limit is Clopper-Pearson's over instances (:func:`violation_estimate`).
 from __future__ import annotations
 
 import dataclasses
-import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,6 +48,7 @@ import pandas as pd
 from scipy.special import logit
 
 import gapdyn
+from gapdyn.experiment import Experiment, claim_specs
 from gapdyn.planner import plan_n, power_mean
 from gapdyn.stats import Estimate, clopper_pearson_upper, ols_slope
 from bandits.engine import Dynamics, simulate
@@ -132,6 +132,10 @@ class Config:
                    thm1_factors=(0.01, 0.1, 0.5, 1.0, 10.0, 100.0, 1e3, 1e4), thm1_steps=20000,
                    confirmation=CONFIRMATION)
 
+
+
+SPECS = claim_specs(STATEMENTS, CRITERIA, FORMS, primary=())
+"""Every claim's frozen gapdyn.ClaimSpec (the tables above, verbatim), by claim id."""
 
 def cells(config: Config, instances=None) -> list[dict]:
     seeds = config.instances if instances is None else instances
@@ -329,7 +333,7 @@ def _planned(shares) -> tuple[int | None, str]:
 
 def _bound_claim(cid: str, shares, cons: float | None, *, block: str, setting: str, statistic: str) -> gapdyn.Claim:
     est, reason = violation_estimate(shares)
-    claim = make_claim(sys.modules[__name__], cid, est, block=block, setting=setting, statistic=statistic)
+    claim = make_claim(SPECS, cid, est, block=block, setting=setting, statistic=statistic)
     n_planned, note = _planned(shares)
     return dataclasses.replace(claim, reason=reason or note, n_planned=n_planned,
                                conservativeness=cons if claim.measured else None)
@@ -379,7 +383,6 @@ def _mean(x) -> float:
 
 
 def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") -> list[gapdyn.Claim]:
-    module = sys.modules[__name__]
     rng = np.random.default_rng(0)
     n_inst = int(results["instance"].nunique())
     base = f"100-arm log-linear bandit (d=16), {n_inst} instances ({block})"
@@ -401,8 +404,7 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
     if len(ident) >= 2:
         per_inst = ident.groupby("instance")["slope"].mean().to_numpy()
         est = gapdyn.cluster_bootstrap(_mean, per_inst, rng=rng, n_resamples=config.bootstrap)
-        claims.append(make_claim(
-            module, "logistic.exact_slope_identity", est, block=block,
+        claims.append(make_claim(SPECS, "logistic.exact_slope_identity", est, block=block,
             setting=f"{base}, exact {', '.join(METHODS)}, eta = {config.identity_eta:g}, "
                     f"{config.identity_steps} steps",
             statistic="mean over instances and methods of the OLS slope of logit J on M"))
@@ -411,7 +413,7 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
                f"f in {list(config.thm1_factors)}, {config.thm1_steps} steps")
     k, n = int(th["viol_meeting"].sum()), int(th["pairs_meeting"].sum())
     est = Estimate(k / n, k / n, k / n, n, 0.95, "exact count") if n else no_data(0.0, 1.0)
-    claim = make_claim(module, "logistic.thm1_bound_meeting", est, block=block, setting=setting,
+    claim = make_claim(SPECS, "logistic.thm1_bound_meeting", est, block=block, setting=setting,
                        statistic=f"share of the pairs whose prefix met the step condition that violate the bound "
                                  f"(exact count, {k} of {n}: a code check)")
     claims.append(claim if n else dataclasses.replace(claim, reason="no pair met the step condition"))
@@ -432,5 +434,9 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
 
 def run(config: Config, *, store=None, backend="joblib", n_jobs=-1, progress=True):
     """ExperimentResult of both blocks (discovery, and confirmation in full mode)."""
-    return run_experiment(sys.modules[__name__], config, store=store, backend=backend, n_jobs=n_jobs,
+    return run_experiment(EXPERIMENT, config, store=store, backend=backend, n_jobs=n_jobs,
                           progress=progress)
+
+
+EXPERIMENT = Experiment(name=NAME, claims=SPECS, config=Config, cells=cells, run_cell=run_cell, analyse=analyse)
+"""This experiment in the one protocol (gapdyn.experiment.Experiment)."""

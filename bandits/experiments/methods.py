@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import sys
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -54,6 +53,7 @@ from scipy.special import log_softmax
 from scipy.stats import rankdata
 
 import gapdyn
+from gapdyn.experiment import Experiment, claim_specs
 from gapdyn.cmdline import MODES
 from gapdyn import Criterion
 from gapdyn.planner import plan_n, power_mean
@@ -175,6 +175,10 @@ FORMS: dict[str, str] = {
 }
 """The form of each claim's statement (gapdyn.FORMS)."""
 
+
+
+SPECS = claim_specs(STATEMENTS, CRITERIA, FORMS, primary=PRIMARY)
+"""Every claim's frozen gapdyn.ClaimSpec (the tables above, verbatim), by claim id."""
 
 def cells(config: Config, instances=None) -> list[dict]:
     instances = config.instances if instances is None else instances
@@ -474,14 +478,13 @@ def summary(results: pd.DataFrame) -> pd.DataFrame:
 
 
 def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") -> list:
-    mod = sys.modules[__name__]
     n_inst = results["instance"].nunique()
     G = config.group_size
     where = f"K=100, d=16, theta0 = 0, G={G}, horizon {config.steps}, {n_inst} instances ({block})"
     claims = []
 
     def add(cid, est, setting, statistic, p_value=None, reason="", n_planned=None):
-        c = make_claim(mod, cid, est, block=block, setting=setting, statistic=statistic, p_value=p_value)
+        c = make_claim(SPECS, cid, est, block=block, setting=setting, statistic=statistic, p_value=p_value)
         if reason:
             c = replace(c, measured=False, reason=reason)
         claims.append(replace(c, primary=cid in PRIMARY, n_planned=n_planned))
@@ -573,5 +576,9 @@ def run(config: Config, *, store=None, backend="joblib", n_jobs=-1, progress=Tru
     """ExperimentResult of both blocks through bandits.sweep.run_sweep (resumable with ``store``)."""
     from ._common import run_experiment
 
-    return run_experiment(sys.modules[__name__], config, store=store, backend=backend, n_jobs=n_jobs,
+    return run_experiment(EXPERIMENT, config, store=store, backend=backend, n_jobs=n_jobs,
                           progress=progress)
+
+
+EXPERIMENT = Experiment(name=NAME, claims=SPECS, config=Config, cells=cells, run_cell=run_cell, analyse=analyse)
+"""This experiment in the one protocol (gapdyn.experiment.Experiment)."""

@@ -41,7 +41,6 @@ cluster bootstraps over instances unless stated.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -52,6 +51,7 @@ from scipy.spatial import ConvexHull
 from scipy.special import expit
 
 import gapdyn
+from gapdyn.experiment import Experiment, claim_specs
 from bandits.engine import Dynamics, simulate
 from bandits.envs import ContextualBandit, make_bandit
 from bandits.schedules import Schedule
@@ -139,26 +139,6 @@ FORMS: dict[str, str] = {
     "stagnation.adaptive_fewer_collapses": "comparison",
 }
 """The form of each claim's statement (gapdyn.FORMS)."""
-CRITERION_TEXT = {
-    "stagnation.single.tail_exponent": "no plateau: 1 - J ~ k^-b with b = 1 (interval inside [0.9, 1.1])",
-    "stagnation.single.fail_halves": "J still improves: 1 - J halves from K/2 to K (ratio below 0.75)",
-    "stagnation.single.gradsum_tail_share": "sum of eta ||grad J||^2 has converged: share added over [K/2, K] "
-                                            "below 0.05",
-    "stagnation.single.M_tail_increment": "M keeps growing (log 2 per doubling): M_K - M_{K/2} above 0.25",
-    **{cid: f"a fixed eta stalls: mean over instances of the stall gap (J* - max J over the last quarter for "
-            f"stalled runs, 0 for every other outcome) above {STALL_MARGIN:g}" for cid in _PLATEAU_IDS.values()},
-    **{f"stagnation.optimum_below_one.{s}": "the plateau below 1 is unrealisability: J* below 0.99 "
-                                            "(interval spans the J* bracket)" for s in SETTINGS},
-    "stagnation.larger_eta_escapes": "the larger eta ends lower (the paper's direction), all shared instances: "
-                                     "J_final(smallest eta) - J_final(largest eta) above 0",
-    "stagnation.orthogonal_no_learning": "no alignment, no learning: J_K - J_0 at a = pi/2 (M = 0) inside "
-                                         "[-0.05, 0.05]",
-    "stagnation.misaligned_follows_M": "learning follows M: Spearman rank correlation across angles of "
-                                       "logit J_K - logit J_0 with M_K above 0.5",
-    "stagnation.adaptive_fewer_collapses": "the adaptive controller collapses less than a constant step: "
-                                           "difference of collapse rates above 0, exact McNemar p < 0.05 (Holm)",
-}
-"""The criterion of every claim in words, printed literally."""
 
 
 @dataclass(frozen=True)
@@ -203,6 +183,10 @@ class Config:
                    controller_steps=400, controller_etas=(1.0, 10.0, 100.0, 1000.0, 10000.0), n_seeds=16,
                    confirmation=tuple(range(1000, 1040)))  # 40: the mean interval covers from n = 40
 
+
+
+SPECS = claim_specs(STATEMENTS, CRITERIA, FORMS, primary=())
+"""Every claim's frozen gapdyn.ClaimSpec (the tables above, verbatim), by claim id."""
 
 def cells(config: Config, instances=None) -> list[dict]:
     seeds = config.instances if instances is None else instances
@@ -611,14 +595,15 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
     claims: list[gapdyn.Claim] = []
 
     def add(cid, est, *, setting, statistic, reason="", **kw):
-        source, statement = STATEMENTS[cid]
+        spec = SPECS[cid]
         if est.method.startswith("no data"):
             kw["reason"] = reason or est.method[len("no data: "):] or "fewer than 2 instances in this block"
         elif reason:
             kw["reason"] = reason
-        claims.append(gapdyn.Claim.from_estimate(est, id=cid, source=source, statement=statement, setting=setting,
-                                                 statistic=statistic, criterion_text=CRITERION_TEXT[cid],
-                                                 criterion=CRITERIA[cid], block=block, form=FORMS[cid], **kw))
+        claims.append(gapdyn.Claim.from_estimate(est, id=cid, source=spec.source, statement=spec.statement,
+                                                 setting=setting, statistic=statistic,
+                                                 criterion_text=spec.criterion_text, criterion=spec.criterion,
+                                                 block=block, form=spec.form, **kw))
 
     def boot(values, natural, clusters=None) -> gapdyn.Estimate:
         v = np.asarray(values, float)
@@ -716,5 +701,9 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
 
 def run(config: Config, *, store=None, backend="joblib", n_jobs=-1, progress=True):
     """ExperimentResult of both blocks (discovery, and confirmation in full mode)."""
-    return run_experiment(sys.modules[__name__], config, store=store, backend=backend, n_jobs=n_jobs,
+    return run_experiment(EXPERIMENT, config, store=store, backend=backend, n_jobs=n_jobs,
                           progress=progress)
+
+
+EXPERIMENT = Experiment(name=NAME, claims=SPECS, config=Config, cells=cells, run_cell=run_cell, analyse=analyse)
+"""This experiment in the one protocol (gapdyn.experiment.Experiment)."""

@@ -30,13 +30,13 @@ bandits.partial (rho = 0.5, V = 10, d = 4, rule MAJ; trajectory by bandits.seque
 
 from __future__ import annotations
 
-import sys
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 import gapdyn
+from gapdyn.experiment import Experiment, claim_specs
 
 from ..engine import Dynamics
 from ..engine import simulate as simulate_contextual
@@ -157,6 +157,10 @@ class Config:
         if self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {self.max_steps!r}")
 
+
+
+SPECS = claim_specs(STATEMENTS, CRITERIA, FORMS, primary=())
+"""Every claim's frozen gapdyn.ClaimSpec (the tables above, verbatim), by claim id."""
 
 def cells(config: Config, instances) -> list[dict]:
     common = {k: v for k, v in asdict(config).items() if k not in ("mode", "instances", "confirmation", "n_boot")}
@@ -350,7 +354,6 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn
     from gapdyn.coverage import min_valid_n, valid_at
     from gapdyn.stats import clopper_pearson_upper
 
-    mod = sys.modules[__name__]
     rng = np.random.default_rng([29, 0 if block == "discovery" else 1])
     claims = []
     for setting in SETTINGS:
@@ -382,11 +385,11 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn
             reason = ("no state reached" if n == 0 else
                       f"too few states for a valid interval (n = {n}; clopper_pearson_upper valid from n = {m})")
             est = gapdyn.Estimate(0.0, 0.0, 1.0, 1, 0.95, "no data")
-            claims.append(replace(make_claim(mod, cid, est, block=block, setting=setting_text, statistic=statistic),
+            claims.append(replace(make_claim(SPECS, cid, est, block=block, setting=setting_text, statistic=statistic),
                                   measured=False, reason=reason))
         else:
             est = clopper_pearson_upper(k, n)
-            claims.append(replace(make_claim(mod, cid, est, block=block, setting=setting_text, statistic=statistic),
+            claims.append(replace(make_claim(SPECS, cid, est, block=block, setting=setting_text, statistic=statistic),
                                   conservativeness=cons, n_planned=_planned_n(k, n)))
         g = distinct_states(sub[(sub["measure"] == "sharp_grpo") & (sub["status"] == "ok")])
         h = distinct_states(sub[(sub["measure"] == "sharp_gap") & (sub["status"] == "ok")])
@@ -398,11 +401,11 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn
             lr = np.log(both["eta_local_grpo"] * both["scalar_grpo"] / both["eta_local_gap"]).to_numpy()
             est = gapdyn.cluster_bootstrap(np.mean, lr, clusters=both["instance"].to_numpy(), rng=rng,
                                            n_resamples=config.n_boot)
-            claims.append(make_claim(mod, _identity_id(setting), est, block=block, setting=id_setting,
+            claims.append(make_claim(SPECS, _identity_id(setting), est, block=block, setting=id_setting,
                                      statistic=statistic))
         else:
             est = gapdyn.Estimate(0.0, 0.0, 0.0, 1, 0.95, "no data")
-            claims.append(replace(make_claim(mod, _identity_id(setting), est, block=block, setting=id_setting,
+            claims.append(replace(make_claim(SPECS, _identity_id(setting), est, block=block, setting=id_setting,
                                              statistic=statistic), measured=False,
                                   reason=f"fewer than 2 instances with both one-step thresholds finite "
                                          f"({both['instance'].nunique()})"))
@@ -411,5 +414,9 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn
 
 def run(config: Config, *, store=None, backend: str = "joblib", n_jobs: int = -1, progress: bool = True):
     """ExperimentResult through :func:`bandits.experiments._common.run_experiment` (resumable with a store)."""
-    return run_experiment(sys.modules[__name__], config, store=store, backend=backend, n_jobs=n_jobs,
+    return run_experiment(EXPERIMENT, config, store=store, backend=backend, n_jobs=n_jobs,
                           progress=progress)
+
+
+EXPERIMENT = Experiment(name=NAME, claims=SPECS, config=Config, cells=cells, run_cell=run_cell, analyse=analyse)
+"""This experiment in the one protocol (gapdyn.experiment.Experiment)."""

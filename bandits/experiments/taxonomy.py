@@ -17,15 +17,15 @@ Claims:
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 import gapdyn
+from gapdyn.experiment import Experiment, claim_specs
 
-from ._common import run_experiment
+from ._common import make_claim, run_experiment
 
 NAME = "taxonomy"
 
@@ -44,13 +44,16 @@ FORMS: dict[str, str] = {
     "taxonomy.misses_near_boundary": "derived",
 }
 """The form of each claim's statement (gapdyn.FORMS)."""
-CRITERION_TEXT = {
-    "taxonomy.bin_predicts_sign": "the bin predicts the sign of dH for the large majority of sampled tokens: "
-                                  "share above 0.9",
-    "taxonomy.valley_never_disagrees": "valley tokens never disagree (true by construction: 0 disagreements)",
-    "taxonomy.misses_near_boundary": "the misses sit just above p_s = C: share of misses with 0 <= p_s - C < "
-                                     "margin above 0.9",
+STATEMENTS: dict[str, tuple[str, str]] = {
+    "taxonomy.bin_predicts_sign": (_SOURCE, "the WAPO bin (peak/valley x sign of A) predicts the exact sign of the "
+                                            "first-order dH for the large majority of sampled tokens"),
+    "taxonomy.valley_never_disagrees": (_SOURCE + "; derived (docs/theory.md §9.1)",
+                                        "valley tokens (p_s < C) never disagree with the exact sign of dH"),
+    "taxonomy.misses_near_boundary": (_SOURCE, "the tokens whose bin mispredicts sit just above the boundary "
+                                               "p_s = C"),
 }
+SPECS = claim_specs(STATEMENTS, CRITERIA, FORMS)
+"""Every claim's frozen gapdyn.ClaimSpec, by claim id."""
 
 
 @dataclass(frozen=True)
@@ -148,33 +151,28 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
     setting = (f"random softmax positions, V={config.vocab}, logit scale log-uniform in "
                f"[{config.sigma_lo:g}, {config.sigma_hi:g}], {results['instance'].nunique()} instances x "
                f"{config.n_tokens} tokens ({block})")
-    common = dict(setting=setting, block=block)
-    claims = [gapdyn.Claim.from_estimate(
-        gapdyn.wilson_interval(n - s["n_misses"], n), id="taxonomy.bin_predicts_sign", source=_SOURCE,
-        statement="the WAPO bin (peak/valley x sign of A) predicts the exact sign of the first-order dH",
-        statistic="share of sampled tokens whose bin predicts sign(dH) (Wilson)",
-        criterion_text=CRITERION_TEXT["taxonomy.bin_predicts_sign"],
-        criterion=CRITERIA["taxonomy.bin_predicts_sign"], previously_measured="~0.97",
-        form=FORMS["taxonomy.bin_predicts_sign"], **common)]
+    claims = [make_claim(SPECS, "taxonomy.bin_predicts_sign", gapdyn.wilson_interval(n - s["n_misses"], n),
+                         block=block, setting=setting,
+                         statistic="share of sampled tokens whose bin predicts sign(dH) (Wilson)")]
+    valley = SPECS["taxonomy.valley_never_disagrees"]
     claims.append(gapdyn.Claim(
-        id="taxonomy.valley_never_disagrees", source=_SOURCE + "; derived (docs/theory.md §9.1)",
-        statement="valley tokens (p_s < C) never disagree with the exact sign of dH",
+        id="taxonomy.valley_never_disagrees", source=valley.source, statement=valley.statement, setting=setting,
         statistic="count of valley tokens whose bin mispredicts sign(dH)",
         estimate=float(s["valley_mispredicted"]), interval=(float(s["valley_mispredicted"]),) * 2, n=n,
-        criterion_text=CRITERION_TEXT["taxonomy.valley_never_disagrees"],
-        criterion=CRITERIA["taxonomy.valley_never_disagrees"], **common))
+        criterion_text=valley.criterion_text, criterion=valley.criterion, block=block, form=valley.form))
     if s["n_misses"]:
-        claims.append(gapdyn.Claim.from_estimate(
-            gapdyn.wilson_interval(s["misses_near_boundary"], s["n_misses"]), id="taxonomy.misses_near_boundary",
-            source=_SOURCE, statement="the tokens whose bin mispredicts sit just above the boundary p_s = C",
-            statistic=f"share of misses with 0 <= p_s - C < {config.miss_margin:g} (Wilson)",
-            criterion_text=CRITERION_TEXT["taxonomy.misses_near_boundary"],
-            criterion=CRITERIA["taxonomy.misses_near_boundary"], form=FORMS["taxonomy.misses_near_boundary"],
-            **common))
+        claims.append(make_claim(SPECS, "taxonomy.misses_near_boundary",
+                                 gapdyn.wilson_interval(s["misses_near_boundary"], s["n_misses"]), block=block,
+                                 setting=setting,
+                                 statistic=f"share of misses with 0 <= p_s - C < {config.miss_margin:g} (Wilson)"))
     return claims
 
 
 def run(config: Config, *, store=None, backend="joblib", n_jobs=-1, progress=True):
     """ExperimentResult of both blocks (discovery, and confirmation in full mode)."""
-    return run_experiment(sys.modules[__name__], config, store=store, backend=backend, n_jobs=n_jobs,
+    return run_experiment(EXPERIMENT, config, store=store, backend=backend, n_jobs=n_jobs,
                           progress=progress)
+
+
+EXPERIMENT = Experiment(name=NAME, claims=SPECS, config=Config, cells=cells, run_cell=run_cell, analyse=analyse)
+"""This experiment in the one protocol (gapdyn.experiment.Experiment)."""

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -29,6 +28,7 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 import gapdyn
+from gapdyn.experiment import Experiment, claim_specs
 from gapdyn.cmdline import MODES
 from gapdyn import COLLAPSE_J, Criterion
 from bandits.engine import Dynamics, simulate
@@ -187,6 +187,10 @@ _SAMPLED_KEYS = ("n_arms", "dim", "n_correct", "group_size", "n_seeds", "sampled
                  "schedules", "record_every")
 
 
+
+SPECS = claim_specs(STATEMENTS, CRITERIA, FORMS, primary=())
+"""Every claim's frozen gapdyn.ClaimSpec (the tables above, verbatim), by claim id."""
+
 def cells(config: Config, instances=None) -> list[dict]:
     """Exact cells (instance, start, method) and one sampled cell per instance, as plain dicts."""
     instances = config.instances if instances is None else instances
@@ -322,7 +326,6 @@ def _within_2x(pred, eta) -> np.ndarray:
 
 def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") -> list:
     """The claims of one block (its rows only)."""
-    mod = sys.modules[__name__]
     G = config.group_size
     cs = critical_steps(results, start=None)
     n_inst = cs["instance"].nunique()
@@ -333,7 +336,7 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
     claims = []
 
     def add(cid, est, setting, statistic, p_value=None):
-        claims.append(make_claim(mod, cid, est, block=block, setting=setting, statistic=statistic, p_value=p_value))
+        claims.append(make_claim(SPECS, cid, est, block=block, setting=setting, statistic=statistic, p_value=p_value))
 
     g0 = cs[(cs["method"] == "grpo") & (cs["start"] == 0)].set_index("instance")
     fin0 = g0[g0["finite"]]
@@ -466,5 +469,9 @@ def _sampled_claims(results, config, block, seed, add) -> None:
 
 def run(config: Config, *, store=None, backend="joblib", n_jobs=-1, progress=True):
     """ExperimentResult of both blocks through bandits.sweep.run_sweep (resumable with ``store``)."""
-    return run_experiment(sys.modules[__name__], config, store=store, backend=backend, n_jobs=n_jobs,
+    return run_experiment(EXPERIMENT, config, store=store, backend=backend, n_jobs=n_jobs,
                           progress=progress)
+
+
+EXPERIMENT = Experiment(name=NAME, claims=SPECS, config=Config, cells=cells, run_cell=run_cell, analyse=analyse)
+"""This experiment in the one protocol (gapdyn.experiment.Experiment)."""

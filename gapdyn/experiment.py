@@ -1,0 +1,105 @@
+"""One experiment protocol for the bandit experiments and the tiny-Qwen studies (docs/evidence.md).
+
+An :class:`Experiment` is what the claim machinery needs of a study, frozen at import: its name, the
+:class:`~gapdyn.claims.ClaimSpec` of every claim it can make (source, statement, form, criterion: written
+before any run, hashed at construction), its sizes (a config class with ``test`` / ``quick`` / ``full``
+constructors), and three functions: ``cells(config, instances) -> list[dict]`` (the sweep of one block as
+plain JSON-serialisable dicts), ``run_cell(**cell) -> DataFrame`` (one cell's rows, deterministic given the
+cell) and ``analyse(results, config, *, block) -> list[Claim]`` (a block's claims from its rows only).
+Running it (blocks, the planner's confirmation size, Holm, the hash stamp) is the runner's part; the sweep
+backend is passed in (``bandits.experiments._common.run_experiment``).
+
+Packages register experiments through the entry-point group ``gapdyn.experiments`` of their
+pyproject.toml (``name = "module:EXPERIMENT"``); :func:`registry` lists them for ``gapdyn claims`` and
+``gapdyn reproduce``. gapdyn imports neither ``bandits`` nor ``llm_probe``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from .claims import ClaimSpec, Criterion, criteria_hash
+from .cmdline import MODES
+
+__all__ = ["Experiment", "claim_specs", "registry", "GROUP"]
+
+GROUP = "gapdyn.experiments"
+
+
+def claim_specs(statements: Mapping[str, tuple[str, str]], criteria: Mapping[str, Criterion],
+                forms: Mapping[str, str], *, primary: Sequence[str] = ()) -> dict[str, ClaimSpec]:
+    """{claim id: ClaimSpec} from the three tables an experiment writes before any run: (source, statement),
+    criterion and form by claim id (the same ids in each), and the ids of its primary comparisons."""
+    ids = set(statements)
+    if set(criteria) != ids or set(forms) != ids:
+        raise ValueError(f"statements, criteria and forms must name the same claims; differ on "
+                         f"{sorted(ids ^ set(criteria) | ids ^ set(forms))}")
+    unknown = set(primary) - ids
+    if unknown:
+        raise ValueError(f"primary names claims that are not declared: {sorted(unknown)}")
+    return {cid: ClaimSpec(source=statements[cid][0], statement=statements[cid][1], form=forms[cid],
+                           criterion=criteria[cid], primary=cid in set(primary)) for cid in statements}
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A study in the one protocol (module doc). ``claims`` is frozen (read-only) at construction and its
+    criteria hashed there, before any run; ``criteria_hash`` is stamped on every claim the study makes."""
+
+    name: str
+    claims: Mapping[str, ClaimSpec]
+    config: type
+    cells: Callable[..., list]
+    run_cell: Callable[..., Any]
+    analyse: Callable[..., list]
+    modes: tuple[str, ...] = MODES
+    criteria_hash: str = field(init=False)
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise ValueError(f"name must be an identifier-like string, got {self.name!r}")
+        if not isinstance(self.claims, Mapping) or not self.claims:
+            raise ValueError("claims must be a non-empty mapping claim id -> ClaimSpec")
+        bad = [k for k, v in self.claims.items() if not isinstance(v, ClaimSpec)]
+        if bad:
+            raise ValueError(f"claims must map to ClaimSpec; not so for {bad}")
+        for fn in ("cells", "run_cell", "analyse"):
+            if not callable(getattr(self, fn)):
+                raise ValueError(f"{fn} must be callable")
+        missing = [m for m in self.modes if not callable(getattr(self.config, m, None))]
+        if not self.modes or set(self.modes) - set(MODES) or missing:
+            raise ValueError(f"modes must be a subset of {MODES}, each a constructor of config; missing {missing}")
+        object.__setattr__(self, "claims", MappingProxyType(dict(self.claims)))
+        object.__setattr__(self, "criteria_hash", criteria_hash(self.criteria))
+
+    @property
+    def criteria(self) -> dict[str, Criterion]:
+        """{claim id: criterion}."""
+        return {k: v.criterion for k, v in self.claims.items()}
+
+    def spec(self, claim_id: str) -> ClaimSpec:
+        """The ClaimSpec of ``claim_id`` (ValueError naming the experiment for an undeclared claim)."""
+        if claim_id not in self.claims:
+            raise ValueError(f"{self.name}: claim {claim_id!r} is not declared (declared: {sorted(self.claims)})")
+        return self.claims[claim_id]
+
+    def configure(self, mode: str):
+        """The config of ``mode`` (one of ``modes``)."""
+        if mode not in self.modes:
+            raise ValueError(f"mode must be one of {self.modes}, got {mode!r}")
+        return getattr(self.config, mode)()
+
+
+def registry() -> dict[str, Any]:
+    """The registered experiments by name (entry points of group ``gapdyn.experiments``, updated by the
+    declaration of the source checkout when there is one), as entry points: ``.load()`` imports one."""
+    from importlib.metadata import entry_points
+
+    from .cli import checkout_entry_points
+
+    found = {ep.name: ep for ep in entry_points(group=GROUP)}
+    found.update(checkout_entry_points(GROUP))
+    return dict(found)
