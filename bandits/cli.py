@@ -34,7 +34,8 @@ import tyro
 
 import gapdyn
 
-from gapdyn.cmdline import Mode, UsageError, check_jobs, command, on_interrupt, output_dir, parse, resolve_name, say
+from gapdyn.cmdline import (Mode, UsageError, check_jobs, command, on_interrupt, optional, output_dir, parse,
+                            resolve_name, say)
 from gapdyn.io import atomic_write_text, check_output_path, write_parquet, write_with
 
 __all__ = ["main", "claims_report", "RunConfig", "experiment_config"]
@@ -53,17 +54,17 @@ class RunConfig:
     """Experiment name or an unambiguous prefix of it (see `gapdyn bandit list`)."""
     mode: Mode = "quick"
     """Sizes: test (smallest, seconds), quick (seconds to minutes), full (the real run)."""
-    out: str | None = None
+    out: Annotated[str | None, optional("DIR")] = None
     """Result store; the run writes into <out>/<experiment>-<mode>/ (default ./gapdyn_out/bandit)."""
     jobs: int = 1
     """Workers (joblib) / CPUs (local ray); -1 = all cores."""
-    seed: int | None = None
+    seed: Annotated[int | None, optional("INT")] = None
     """Base seed of the sampled runs (None: the experiment's default); instance seeds stay fixed."""
     progress: bool = True
     """Show the sweep's progress bar."""
     backend: Literal["serial", "joblib", "ray"] = "joblib"
     """Where the cells run."""
-    ray_address: str | None = None
+    ray_address: Annotated[str | None, optional("ADDRESS")] = None
     """Ray cluster address (default: $RAY_ADDRESS or a local cluster)."""
     strict: bool = False
     """Exit 1 if any claim does not hold."""

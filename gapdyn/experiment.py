@@ -56,6 +56,8 @@ class Experiment:
     run_cell: Callable[..., Any]
     analyse: Callable[..., list]
     modes: tuple[str, ...] = MODES
+    command: str = ""
+    """the command line that runs it (e.g. ``gapdyn bandit run threshold``; default ``gapdyn bandit run <name>``)"""
     criteria_hash: str = field(init=False)
 
     def __post_init__(self):
@@ -72,6 +74,9 @@ class Experiment:
         missing = [m for m in self.modes if not callable(getattr(self.config, m, None))]
         if not self.modes or set(self.modes) - set(MODES) or missing:
             raise ValueError(f"modes must be a subset of {MODES}, each a constructor of config; missing {missing}")
+        if not isinstance(self.command, str):
+            raise ValueError(f"command must be a string, got {self.command!r}")
+        object.__setattr__(self, "command", self.command or f"gapdyn bandit run {self.name}")
         object.__setattr__(self, "claims", MappingProxyType(dict(self.claims)))
         object.__setattr__(self, "criteria_hash", criteria_hash(self.criteria))
 

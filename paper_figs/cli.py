@@ -19,8 +19,9 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
-from gapdyn.cmdline import Mode, check_jobs, command, folder_setting, output_dir, parse, resolve_name, say
+from gapdyn.cmdline import Mode, check_jobs, command, folder_setting, optional, output_dir, parse, resolve_name, say
 
 from .data import NotAvailable, SourceFailed, Sources, default_store
 from .style import SAVE_DPI
@@ -84,13 +85,13 @@ class RunArgs:
 
     mode: Mode = "quick"
     """Sizes: test (seconds), quick (CPU minutes), full (paper scale; hours)."""
-    out: str | None = None
+    out: Annotated[str | None, optional("DIR")] = None
     """Output folder (default ./gapdyn_out/<command>)."""
-    store: str | None = None
+    store: Annotated[str | None, optional("DIR")] = None
     """Sweep store of cached results (default $GAPDYN_STORE, <out>/store with --out, else ./gapdyn_out/store)."""
     jobs: int = 1
     """Local processes for the sweeps; -1 = all cores."""
-    seed: int | None = None
+    seed: Annotated[int | None, optional("INT")] = None
     """Base seed of the runs that take one (length experiment, taxonomy table, tiny-Qwen seeds); the
     contextual experiments use fixed instance seeds."""
     progress: bool = True
@@ -103,7 +104,7 @@ class FigsConfig(RunArgs):
 
     only: tuple[str, ...] = ()
     """Figures to make (default all); a name or an unambiguous prefix: fig1, fig5, fig7_llm."""
-    llm_dir: str | None = None
+    llm_dir: Annotated[str | None, optional("DIR")] = None
     """Tiny-Qwen run outputs (default <store>/llm_probe/<mode>)."""
     list: bool = False
     """List the figures and their captions, then exit."""

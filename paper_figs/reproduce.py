@@ -34,11 +34,20 @@ EXPERIMENT_ORDER = ("threshold", "length", "success_rate", "stagnation", "logist
 
 
 def _experiment_names() -> tuple[str, ...]:
+    """Every registered study (gapdyn.experiment.registry), EXPERIMENT_ORDER first."""
+    from gapdyn.experiment import registry
+
+    names = tuple(registry())
+    return tuple(n for n in EXPERIMENT_ORDER if n in names) + tuple(n for n in names if n not in EXPERIMENT_ORDER)
+
+
+def _runs_here(name: str) -> bool:
+    """Whether the reproduction runs this study (the bandit experiments); the others have their own command."""
     try:
         from bandits.experiments import EXPERIMENTS
     except ImportError:
-        return EXPERIMENT_ORDER
-    return tuple(n for n in EXPERIMENT_ORDER if n in EXPERIMENTS) + tuple(n for n in EXPERIMENTS if n not in EXPERIMENT_ORDER)
+        return False
+    return name in EXPERIMENTS
 
 
 def reproduce(*, mode: str = "quick", out_dir=None, store=None, seed=None, n_jobs: int = 1, progress: bool = True,
@@ -63,7 +72,12 @@ def reproduce(*, mode: str = "quick", out_dir=None, store=None, seed=None, n_job
     bar = tqdm(stages, desc="gapdyn reproduce", unit="step", disable=not progress, file=sys.stderr)
     for kind, name in bar:
         bar.set_postfix_str(f"{kind} {name}")
-        if kind == "experiment":
+        if kind == "experiment" and not _runs_here(name):
+            from gapdyn.experiment import registry
+
+            unavailable[f"experiment {name}"] = (f"not part of this run: `{registry()[name].load().command}` "
+                                                 "runs it")
+        elif kind == "experiment":
             try:
                 claims += sources.claims(name)
             except SourceFailed as exc:
