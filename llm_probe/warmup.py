@@ -1,21 +1,40 @@
-"""Supervised warm-up so a random tiny model starts RL with 0 < J < 1.
+"""Supervised warm-up so a random tiny model starts RL with 0 < J < 1, and the one cache of warmed models.
 
 Cross-entropy on the answer tokens and <eos> of "prompt + answer + <eos>" (prompt tokens unscored).
 400 steps, batch 128, Adam 1e-3 (~13 s on a laptop CPU) gives ~27% sampled accuracy on two-digit
 addition (69% greedy), so groups of G = 8 have mixed rewards.
+
+:func:`warm_model` is the one way a study or a run gets a warmed tiny Qwen: built and warmed once per
+settings (model shape, tokenizer alphabet, task, steps, batch, lr, seed, dtype, torch threads, torch
+version; :func:`warm_settings`), cached in ``<out root>/warm/<key>/`` (``./gapdyn_out`` unless given;
+key = :func:`warm_key`), written into a temporary folder and renamed into place once complete (the
+completion marker ``warm.json`` inside), under a lock so that two processes never warm the same model at
+once. A folder without the marker is rebuilt. ``--init-from DIR`` skips it with one's own model.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import hashlib
+import json
+import os
+import shutil
+import time
+import uuid
+from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from .threads import use_threads
 
-__all__ = ["supervised_batch", "warmup", "warmup_progress", "sampled_accuracy"]
+__all__ = ["supervised_batch", "warmup", "warmup_progress", "sampled_accuracy", "warm_model", "warm_settings",
+           "warm_key", "warm_root", "task_key", "WARM_MARKER"]
+
+WARM_MARKER = "warm.json"
+"""Written last into a warm-model folder: its settings, final loss and wall time (no marker: incomplete)."""
 
 _SHOW_PROGRESS: contextvars.ContextVar[bool] = contextvars.ContextVar("warmup_progress", default=False)
 
@@ -94,3 +113,144 @@ def sampled_accuracy(model, tokenizer, task, *, n: int = 256, G: int = 1, max_ne
                       generator=gen, temperature=temperature)
     return float(ro.rewards.mean())
 
+
+
+# ---- the one warm-up cache -----------------------------------------------------------------------------------
+def task_key(task) -> str:
+    """What identifies a task's training problems in the cache key: its ``cache_key`` attribute, else
+    ``addition:<lo>-<hi>`` (AdditionTask) or ``jsonl:<sha256 of its problems>`` (JsonlTask)."""
+    from .tasks import AdditionTask, JsonlTask
+
+    key = getattr(task, "cache_key", None)
+    if isinstance(key, str) and key:
+        return key
+    if isinstance(task, AdditionTask):
+        return f"addition:{task.lo}-{task.hi}"
+    if isinstance(task, JsonlTask):
+        blob = json.dumps([[p.prompt, p.answer] for p in task.problems])
+        return "jsonl:" + hashlib.sha256(blob.encode()).hexdigest()
+    raise ValueError(f"task must be an AdditionTask, a JsonlTask or define a string cache_key, got "
+                     f"{type(task).__name__}")
+
+
+def warm_settings(spec=None, task=None, *, steps: int = 400, batch_size: int = 128, lr: float = 1e-3,
+                  seed: int = 0, alphabet: str | None = None, dtype: str = "float32",
+                  num_threads: int | None = None) -> dict:
+    """Everything the warmed bits depend on, as a JSON-able dict (spec: a TinyQwenSpec, default shape;
+    task: default AdditionTask; alphabet: the tokenizer's, default the arithmetic one; num_threads: the torch
+    thread count, None: the process's): a reduction over another thread count adds in another order."""
+    from .model import TinyQwenSpec
+    from .tasks import AdditionTask
+    from .tokenizer import ARITHMETIC_ALPHABET
+
+    spec = TinyQwenSpec() if spec is None else spec
+    if not isinstance(spec, TinyQwenSpec):
+        raise ValueError(f"spec must be a TinyQwenSpec, got {type(spec).__name__}")
+    if isinstance(steps, bool) or int(steps) != steps or steps < 0:
+        raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
+    if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    if not (isinstance(lr, (int, float)) and 0 < lr < float("inf")):
+        raise ValueError(f"lr must be finite and > 0, got {lr!r}")
+    threads = torch.get_num_threads() if num_threads is None else int(num_threads)
+    return {"model": asdict(spec), "alphabet": ARITHMETIC_ALPHABET if alphabet is None else str(alphabet),
+            "task": task_key(AdditionTask() if task is None else task), "steps": int(steps),
+            "batch_size": int(batch_size), "lr": float(lr), "seed": int(seed), "dtype": str(dtype),
+            "threads": threads, "torch": torch.__version__}
+
+
+def warm_key(settings: dict) -> str:
+    """SHA-256 (first 16 hex digits) of the canonical JSON of :func:`warm_settings`."""
+    if not isinstance(settings, dict) or "model" not in settings:
+        raise ValueError("settings must be a dict from warm_settings")
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def warm_root(root=None) -> Path:
+    """``<root>/warm`` with root ``./gapdyn_out`` of the working directory unless given (gapdyn.cmdline)."""
+    from gapdyn.cmdline import OUT_ROOT
+
+    return Path(Path.cwd() / OUT_ROOT if root in (None, "") else root) / "warm"
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """An exclusive advisory lock on ``path`` (fcntl.flock; created), held for the block."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _seconds_per_step(folder: Path, settings: dict) -> float | None:
+    """Measured seconds per warm-up step of a finished warm model of the same shape, batch and threads."""
+    same = ("model", "batch_size", "threads", "dtype")
+    rates = []
+    for f in folder.glob(f"*/{WARM_MARKER}"):
+        try:
+            m = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        s = m.get("settings", {})
+        if all(s.get(k) == settings[k] for k in same) and s.get("steps") and m.get("wall_s"):
+            rates.append(m["wall_s"] / s["steps"])
+    return float(np.median(rates)) if rates else None
+
+
+def _complete(d: Path) -> bool:
+    return (d / WARM_MARKER).is_file() and (d / "config.json").is_file()
+
+
+def warm_model(spec=None, task=None, *, steps: int = 400, batch_size: int = 128, lr: float = 1e-3, seed: int = 0,
+               alphabet: str | None = None, dtype: str = "float32", num_threads: int | None = None, root=None,
+               progress: bool | None = None, announce: bool = True) -> Path:
+    """The folder of the warmed tiny Qwen of these settings (:func:`warm_settings`): ``<root>/warm/<key>/``
+    (:func:`warm_root`, :func:`warm_key`), built and warmed (:func:`warmup`) on first use, reused after.
+    Load it with ``load_policy`` / ``--init-from``. announce: say which (cached or warming, with the time
+    expected at the measured rate of earlier warm-ups)."""
+    from gapdyn.cmdline import say
+    from gapdyn.io import atomic_write_json
+
+    from .model import TinyQwenSpec, build_tiny_qwen, save_policy
+    from .tasks import AdditionTask
+    from .tokenizer import build_char_tokenizer
+
+    use_threads(num_threads)
+    spec = TinyQwenSpec() if spec is None else spec
+    task = AdditionTask() if task is None else task
+    settings = warm_settings(spec, task, steps=steps, batch_size=batch_size, lr=lr, seed=seed, alphabet=alphabet,
+                             dtype=dtype)
+    folder = warm_root(root)
+    d = folder / warm_key(settings)
+    if not _complete(d):
+        with _locked(folder / f"{d.name}.lock"):
+            if not _complete(d):  # another process may have finished it while this one waited
+                if d.exists():  # incomplete (no marker): never used, rebuilt
+                    shutil.rmtree(d)
+                rate = _seconds_per_step(folder, settings)
+                if announce:
+                    eta = f": ~{rate * settings['steps']:.0f} s" if rate is not None else ""
+                    say("train", f"warming up once{eta}; cached at {d}")
+                tok = build_char_tokenizer(settings["alphabet"])
+                model = build_tiny_qwen(tok, spec, seed=seed, dtype=dtype)
+                t0 = time.perf_counter()
+                losses = warmup(model, tok, task, steps=steps, batch_size=batch_size, lr=lr, seed=seed,
+                                progress=progress)
+                wall = time.perf_counter() - t0
+                tmp = d.with_name(f"{d.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+                try:
+                    save_policy(model, tok, tmp)
+                    atomic_write_json(tmp / WARM_MARKER, {"settings": settings, "wall_s": wall,
+                                                          "final_loss": losses[-1] if losses else None}, indent=1)
+                    os.rename(tmp, d)
+                finally:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                return d
+    if announce:
+        say("train", f"using the cached warm model at {d}")
+    return d

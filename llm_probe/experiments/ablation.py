@@ -123,6 +123,7 @@ class SplitAddition:
         if int(mod) < 2:
             raise ValueError(f"mod must be >= 2, got {mod}")
         self.base, self.mod = AdditionTask(), int(mod)
+        self.cache_key = f"addition-split:{self.base.lo}-{self.base.hi}:{self.mod}"  # llm_probe.warmup.task_key
 
     def is_heldout(self, a: int, b: int) -> bool:
         return (7 * a + 3 * b) % self.mod == 0
