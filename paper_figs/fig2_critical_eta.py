@@ -27,8 +27,9 @@ CAPTION = (
     "checkpoints of J along exact-GRPO trajectories (success_rate experiment; T = 1: contextual 100-arm "
     "bandit, T = 8: token model rho = 0.5): the one-step threshold along E[w_GRPO] (filled) and eta* of GRPO "
     "restarted at the checkpoint (open), relative to the first checkpoint of the trajectory, against 1 - J "
-    "(descriptive, no fitted line); the dashed reference has slope +1, the shape of Theorem 3's sufficient step "
-    "(1 - J)/T; the legend gives the bound claim: the share of states where a step inside it ended collapsed."
+    "(descriptive, no fitted line); the dotted reference has slope +1, the shape of Theorem 3's sufficient step "
+    "(1 - J)/T; the legend gives the bound claim: the share of states where a step inside it ended collapsed. "
+    "Each legend lists only what is drawn; a series without points is named in the legend's title (\"not drawn\")."
 )
 
 _RHO_COLOURS = ("#0072B2", "#56B4E9", "#009E73", "#E69F00", "#D55E00")
@@ -82,8 +83,8 @@ def draw(sources: Sources):
         markers = {k: "o" if "one step" in k else "s" for k in slopes}
         styles = {k: "-" if "one step" in k else "--" for k in slopes}
         plots.plot_loglog_slopes(pts, a, x="one_minus_J", y="eta_rel", hue="series", slopes=slopes, colors=colours,
-                                 markers=markers, linestyles=styles, bars=False, reference=1.0)
-        a.legend(frameon=False, fontsize=7, loc="upper left", bbox_to_anchor=(-0.15, -0.17), ncol=1)
+                                 markers=markers, linestyles=styles, bars=False, reference=1.0,
+                                 legend_kw=dict(loc="upper left", bbox_to_anchor=(-0.15, -0.17), ncol=1))
         a.set_xlabel(r"failure rate $1 - J$ at the checkpoint")
         a.set_ylabel(r"$\eta_{\mathrm{local}} / \eta_{\mathrm{local}}(\mathrm{first\ checkpoint})$")
     except NotAvailable as exc:

@@ -16,20 +16,25 @@ CAPTION = (
     "Tests, on a ~124k-parameter Qwen2 trained online on 2-digit addition (llm_probe), WAPO's stability claim "
     "and the gradient-gap probes: GRPO vs WAPO at a normal and a large Adam learning rate, several seeds. "
     "(a) mean reward per step (colour: method, line style: lr). (b, c) token entropy of completions with "
-    "positive (solid) and negative (dashed) advantage at each lr. (d) per probe prompt and probe step: accuracy "
-    "against cumulative alignment M_q (colour: lr), the logistic fit on the normal-lr runs and Theorem 1's bound "
-    "sigmoid(logit J0 + M/2) at their median initial accuracy. "
-    "(e) share of completion tokens in each WAPO bin. (f) each run's collapse alerts (llm_probe's documented rule)."
+    "positive (solid) and negative (dashed) advantage at each lr; a series without such completions draws no line "
+    "and is named in the legend's title (WAPO's advantage max(r - p_hat, 0) is never negative, so WAPO has no "
+    "A < 0 line). (d) per probe prompt and probe step: accuracy against cumulative alignment M_q (colour: lr), "
+    "the logistic fit on the normal-lr runs and, dashed, Theorem 1's lower bound J >= sigmoid(logit J0 + M/2) "
+    "(Suk & Duan, arXiv 2510.08539, Thm 1) at their median initial accuracy J0, for reference: it is proved "
+    "under the theorem's step condition, which these Adam steps are not checked against. "
+    "(e) share of completion tokens in each WAPO bin. (f) each run's collapse alerts (llm_probe's documented rule). "
+    "Reward, accuracy and shares are fractions, drawn on [0, 1]."
 )
 
 
-def make(sources: Sources, out_dir=None):
-    res = sources.llm()
+def draw(res):
+    """The figure (not saved) from a :class:`paper_figs.llm.LLMResults`."""
     m = res.metrics
     lrs = sorted(m["lr"].unique())
     fig, ax = new_figure(2, 3, width=4.6, height=3.5)
     plots.plot_run_curves(m, ax[0, 0], y="reward")
     ax[0, 0].set_ylabel(label("reward"))
+    ax[0, 0].set_ylim(0, 1)
     plots.plot_entropy_by_sign(m, ax[0, 1], lr=lrs[0])
     ax[0, 1].set_title(f"entropy by advantage sign, lr {lrs[0]:g}")
     plots.plot_entropy_by_sign(m, ax[0, 2], lr=lrs[-1])
@@ -40,7 +45,11 @@ def make(sources: Sources, out_dir=None):
     for a, letter in zip(ax.ravel(), "abcdef"):
         panel_label(a, letter)
     fig.tight_layout()
-    return save_figure(fig, NAME, caption=CAPTION, title=TITLE, out_dir=out_dir)
+    return fig
+
+
+def make(sources: Sources, out_dir=None):
+    return save_figure(draw(sources.llm()), NAME, caption=CAPTION, title=TITLE, out_dir=out_dir)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -85,38 +85,43 @@ def plot_phase_diagram(df: pd.DataFrame, ax, *, x: str = "eta", y: str = "K", va
 def plot_loglog_slopes(df: pd.DataFrame, ax, *, x: str, y: str, hue: str, slopes: dict,
                        colors: dict | Sequence[str] = ("#0072B2", "#D55E00", "#009E73", "#CC79A7"),
                        markers: dict | None = None, linestyles: dict | None = None, bars: bool = True,
-                       reference: float | None = None):
+                       reference: float | None = None, legend_kw: dict | None = None):
     """Points y(x) on log-log axes per ``hue`` group, each with a GIVEN slope (no fitting here).
 
     ``slopes``: {group: (slope or None, legend text)}, e.g. an experiment's claim. A slope is drawn
-    through the group's geometric-mean point; None draws no line and puts the text in the legend (so do
-    groups of ``slopes`` without points). ``bars``: mean over rows sharing an x with min-max bars, else
-    every row as a point. ``reference`` draws a guide of that slope. Returns {group: legend text}.
+    through the group's geometric-mean point and labelled with the text; without a line the group's
+    points carry the text. The legend lists exactly the drawn artists: a group without points is named
+    in the legend's title ("not drawn: <text>"), never with a marker. ``bars``: mean over rows sharing an
+    x with min-max bars, else every row as a point. ``reference`` draws a guide of that slope;
+    ``legend_kw`` goes to ``ax.legend``. Returns {group: legend text}.
     """
     _require(df, [x, y, hue], "plot_loglog_slopes")
     df = df[np.isfinite(df[y].to_numpy(float)) & (df[y] > 0) & (df[x] > 0)]
     names = list(slopes) + [k for k in sorted(df[hue].unique(), key=str) if k not in slopes]
-    shown = {}
+    shown, not_drawn = {}, []
     for i, name in enumerate(names):
         g = df[df[hue] == name]
         col = colors.get(name, "#000000") if isinstance(colors, dict) else colors[i % len(colors)]
         mk = (markers or {}).get(name, "o")
         ls = (linestyles or {}).get(name, "-")
         slope, text = slopes.get(name, (None, str(name)))
-        if len(g):
-            if bars:
-                st = g.groupby(x)[y].agg(["mean", "min", "max"])
-                ax.errorbar(st.index, st["mean"], yerr=[st["mean"] - st["min"], st["max"] - st["mean"]], fmt=mk,
-                            color=col, ms=5, capsize=2, mfc="white" if mk != "o" else col)
-            else:
-                ax.plot(g[x], g[y], mk, color=col, ms=3.5, alpha=0.6, mfc="white" if mk != "o" else col)
-        if slope is not None and g[x].nunique() >= 2:
+        shown[name] = text
+        if not len(g):
+            not_drawn.append(text)
+            continue
+        line = slope is not None and g[x].nunique() >= 2
+        point_label = None if line else text
+        if bars:
+            st = g.groupby(x)[y].agg(["mean", "min", "max"])
+            ax.errorbar(st.index, st["mean"], yerr=[st["mean"] - st["min"], st["max"] - st["mean"]], fmt=mk,
+                        color=col, ms=5, capsize=2, mfc="white" if mk != "o" else col, label=point_label)
+        else:
+            ax.plot(g[x], g[y], mk, color=col, ms=3.5, alpha=0.6, mfc="white" if mk != "o" else col, ls="none",
+                    label=point_label)
+        if line:
             lx, ly = np.log(g[x].to_numpy(float)), np.log(g[y].to_numpy(float))
             xx = np.geomspace(g[x].min(), g[x].max(), 50)
             ax.plot(xx, np.exp(ly.mean() + slope * (np.log(xx) - lx.mean())), color=col, ls=ls, label=text)
-        else:
-            ax.plot([], [], color=col, marker=mk, ls="none", label=text, mfc="white" if mk != "o" else col)
-        shown[name] = text
     if reference is not None and len(df):
         x0 = float(df[x].min())
         y0 = float(df.loc[df[x] == x0, y].median())
@@ -125,7 +130,9 @@ def plot_loglog_slopes(df: pd.DataFrame, ax, *, x: str, y: str, hue: str, slopes
     ax.set_xscale("log")
     ax.set_yscale("log")
     _plain_log_ticks(ax)
-    ax.legend(frameon=False, fontsize=7)
+    title = "\n".join(f"not drawn: {t}" for t in not_drawn) or None
+    ax.legend(**({"frameon": False, "fontsize": 7, "title": title, "title_fontsize": 7, "alignment": "left"}
+                 | (legend_kw or {})))
     return shown
 
 

@@ -45,32 +45,48 @@ def plot_run_curves(metrics: pd.DataFrame, ax, *, y: str = "reward", smooth: int
 
 
 def plot_entropy_by_sign(metrics: pd.DataFrame, ax, *, lr: float | None = None, smooth: int = 5):
-    """Mean token entropy of completions with A > 0 (solid) and A < 0 (dashed), per method, at one lr."""
+    """Mean token entropy of completions with A > 0 (solid) and A < 0 (dashed), per method, at one lr.
+
+    A series with no finite value (no completion of that sign, e.g. WAPO's A = max(r - p_hat, 0) is never
+    negative) draws no line: the legend lists the drawn lines and names the others in its title. Returns
+    the labels of the series not drawn."""
     cols = ["entropy/pos_adv", "entropy/neg_adv"]
     _require(metrics, ["step", "method", "lr", *cols], "plot_entropy_by_sign")
     d = metrics if lr is None else metrics[np.isclose(metrics["lr"], lr)]
+    missing = []
     for m, g in d.groupby("method", sort=True):
         for col, ls, sgn in zip(cols, ("-", "--"), (">", "<")):
             mean = _smooth(g.groupby("step")[col].mean(), smooth)
-            ax.plot(mean.index, mean.to_numpy(), color=method_color(m), ls=ls, label=f"{method_label(m)}, $A {sgn} 0$")
+            name = f"{method_label(m)}, $A {sgn} 0$"
+            if not np.isfinite(mean.to_numpy(float)).any():
+                missing.append(name)
+                continue
+            ax.plot(mean.index, mean.to_numpy(), color=method_color(m), ls=ls, label=name)
     ax.set_xlabel(label("step"))
     ax.set_ylabel(label("H"))
-    ax.legend(frameon=False, fontsize=8)
-    return ax
+    title = f"no completions: {', '.join(missing)}" if missing else None
+    if ax.get_lines():
+        ax.legend(frameon=False, fontsize=8, title=title, title_fontsize=7)
+    elif title:
+        ax.text(0.5, 0.5, title.replace(": ", ":\n", 1), transform=ax.transAxes, ha="center", va="center", fontsize=8)
+    return missing
 
 
 def plot_prompt_alignment(probes: pd.DataFrame, ax, *, hue: str = "lr"):
     """Per probe prompt and probe step: accuracy J_hat against its cumulative alignment M_q (colour: ``hue``).
 
     The logistic fit (gapdyn.fit_logistic_accuracy) uses the smallest ``hue`` value only (the stable
-    runs); Theorem 1's bound sigmoid(logit J0 + M/2) is drawn at the median initial J_hat of those
-    prompts. Returns the fit, or None when no fit is possible (e.g. every accuracy 0)."""
+    runs); Theorem 1's bound J >= sigmoid(logit J0 + M/2) (Suk & Duan, arXiv 2510.08539, Thm 1; proved
+    under its step condition) is drawn at the median initial J_hat of those prompts, labelled with its
+    formula. Accuracy is a fraction: the y axis is [0, 1]. Returns the fit, or None when no fit is
+    possible (e.g. every accuracy 0)."""
     _require(probes, ["step", "J_hat", "M", hue], "plot_prompt_alignment")
     keys = sorted(probes[hue].unique())
     cols = ["#0072B2", "#D55E00", "#009E73", "#CC79A7"]
     for i, k in enumerate(keys):
         g = probes[probes[hue] == k]
-        ax.scatter(g["M"], g["J_hat"], s=6, alpha=0.3, color=cols[i % 4], label=f"{hue} {k:g}", rasterized=True)
+        ax.scatter(g["M"], g["J_hat"], s=6, alpha=0.3, color=cols[i % 4], label=f"{hue} {k:g}", rasterized=True,
+                   clip_on=False)
     base = probes[probes[hue] == keys[0]] if keys else probes
     fit = None
     try:
@@ -82,19 +98,19 @@ def plot_prompt_alignment(probes: pd.DataFrame, ax, *, hue: str = "lr"):
                 label=f"fit ({hue} {keys[0]:g}): $\\sigma({fit.slope:.2f}M {fit.intercept:+.2f})$")
         J0 = float(np.clip(base[base["step"] == base["step"].min()]["J_hat"].median(), 0.01, 0.99))
         ax.plot(mm, gapdyn.logodds_lower_bound(J0, mm), color="black", ls="--", lw=1.5,
-                label=f"Thm 1 bound at median $J_0$ = {J0:.2f}")
+                label=f"Suk & Duan Thm 1 bound $\\sigma(\\mathrm{{logit}}\\,J_0 + M/2)$, $J_0$ = {J0:.2f}")
     except (RuntimeError, ValueError, TypeError) as exc:  # curve_fit failure on degenerate data
         ax.text(0.5, 0.5, f"no logistic fit:\n{exc}", transform=ax.transAxes, ha="center")
     ax.set_xlabel(label("M_q"))
     ax.set_ylabel(r"per-prompt accuracy $\hat J_q$ (fraction)")
-    ax.set_ylim(-0.02, 1.5)
-    ax.set_yticks([0, 0.25, 0.5, 0.75, 1.0])
-    ax.legend(frameon=False, fontsize=7, loc="upper center", ncol=2)
+    ax.set_ylim(0, 1)
+    ax.legend(frameon=False, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     return fit
 
 
 def plot_bin_shares(metrics: pd.DataFrame, ax, *, smooth: int = 5):
-    """Share of completion tokens in each WAPO bin over steps (colour: bin; line style: method)."""
+    """Share of completion tokens in each WAPO bin over steps (colour: bin; line style: method); a share
+    is a fraction, the y axis is [0, 1]. A (bin, method) without tokens at any step draws no line."""
     cols = [f"taxonomy/{b}" for b in BIN_COLORS]
     _require(metrics, ["step", "method", *cols], "plot_bin_shares")
     for i, (m, g) in enumerate(metrics.groupby("method", sort=True)):
@@ -102,12 +118,17 @@ def plot_bin_shares(metrics: pd.DataFrame, ax, *, smooth: int = 5):
         tot = counts.sum(axis=1).replace(0, np.nan)
         for b, col in zip(BIN_COLORS, cols):
             share = _smooth(counts[col] / tot, smooth)
+            if not np.isfinite(share.to_numpy(float)).any():
+                continue
             ax.plot(share.index, share.to_numpy(), color=BIN_COLORS[b], ls=_LR_STYLES[i % 4],
                     label=f"{b} ({method_label(m)})")
     ax.set_xlabel(label("step"))
     ax.set_ylabel("share of completion tokens")
-    ax.set_ylim(0, 1.45)
-    ax.legend(frameon=False, fontsize=7, ncol=2, loc="upper center")
+    ax.set_ylim(0, 1)
+    if ax.get_lines():
+        ax.legend(frameon=False, fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.2))
+    else:
+        ax.text(0.5, 0.5, "no tokens with A != 0 to bin", transform=ax.transAxes, ha="center", va="center", fontsize=8)
     return ax
 
 

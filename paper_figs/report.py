@@ -32,6 +32,8 @@ CLAIM_COLUMNS = ("id", "block", "form", "source", "statistic", "estimate", "lo",
                  "verdict", "why", "p_adjusted")
 """Columns of the claim tables in REPORT.md."""
 
+_NEEDS_ABLATION = "not run: needs `gapdyn train ablation`"
+"""What the report says for claim ids that only the tiny-Qwen study (``gapdyn train ablation``) makes."""
 _UNIT_TESTS = "checked by the unit tests (closed form vs finite differences / Monte Carlo), not in this run"
 _NO_CPU = "not reproducible on a CPU (model scale); the tiny-Qwen runs are the stand-in"
 
@@ -105,9 +107,9 @@ def coverage_table(claims: Iterable[gapdyn.Claim]) -> list[list[str]]:
             rows.append([paper, statement, "-", note or "not tested"])
             continue
         got = [c for c in shown if any(covers(s, c.id) for s in specs)]
+        absent = [s for s in specs if s.startswith("llm.") and not any(covers(s, c.id) for c in got)]
         if not got:
-            where = ("`gapdyn train ablation` (the tiny-Qwen study), not part of this run"
-                     if all(s.startswith("llm.") for s in specs) else "not in this run")
+            where = _NEEDS_ABLATION if len(absent) == len(specs) else "not in this run"
             rows.append([paper, statement, ", ".join(specs), where])
             continue
         counts = gapdyn.count_verdicts(got)
@@ -115,6 +117,8 @@ def coverage_table(claims: Iterable[gapdyn.Claim]) -> list[list[str]]:
         apart = [f"{counts[k]} {k}" for k in ("identity", "derived") if counts[k]]
         if apart:
             text += f" (+{', '.join(apart)}: shown, not counted)"
+        if absent:
+            text += f"; {', '.join(absent)}: {_NEEDS_ABLATION}"
         rows.append([paper, statement, ", ".join(c.id for c in got), text])
     return rows
 
@@ -145,7 +149,13 @@ def _md(rows: list[list[str]], header: list[str]) -> str:
 
 
 def _claims_md(claims: list[gapdyn.Claim]) -> str:
-    return gapdyn.markdown_table(gapdyn.claims_table(claims), CLAIM_COLUMNS)
+    """The claim table; an unmeasured claim shows "not measured: <reason>" where its estimate would be and no
+    interval (never a placeholder number)."""
+    table = gapdyn.claims_table(claims).astype({"estimate": object})
+    for i, c in enumerate(claims):
+        if not c.measured:
+            table.loc[i, ["estimate", "lo", "hi"]] = [f"not measured: {c.reason}", math.nan, math.nan]
+    return gapdyn.markdown_table(table, CLAIM_COLUMNS)
 
 
 _MODE_NOTE = {
@@ -216,7 +226,7 @@ def readme_table(claims: Iterable[gapdyn.Claim]) -> str:
             pct = f"{c.confidence * 100:g} %"
             value = f"{fmt(c.estimate)} [{fmt(c.interval[0])}, {fmt(c.interval[1])}] ({pct})"
         else:
-            value = "not measured"
+            value = f"not measured: {c.reason}"
         n = f"{c.n}" + ("" if c.n_planned is None else f" / {c.n_planned} planned")
         return [label, c.id, c.form, value, n, c.criterion_text, c.verdict, c.why, c.block]
 

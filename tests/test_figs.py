@@ -271,7 +271,7 @@ def test_tiny_report_quotes_the_claims_of_this_run(tiny_run):
             assert _close(r[col["estimate"]], c.estimate) and _close(r[col["lo"]], c.interval[0])
             assert _close(r[col["hi"]], c.interval[1])
         else:  # no placeholder numbers: the row says why
-            assert r[col["estimate"]] == r[col["lo"]] == r[col["hi"]] == "" and "not measured" in r[col["why"]]
+            assert r[col["estimate"]] == f"not measured: {c.reason}" and r[col["lo"]] == r[col["hi"]] == ""
     counted = text.split("## Identity and derived rows")[0]
     assert not any(r[0] == c.id for c in claims if not c.counts_as_evidence for r in _report_rows(counted))
     # the claims are those of the sweep results stored by this run: re-judged from the store, they agree
@@ -339,6 +339,63 @@ def _drawn_slope(ax, text: str) -> float:
     return float((y[-1] - y[0]) / (x[-1] - x[0]))
 
 
+def _legend_entries(ax) -> list[str]:
+    leg = ax.get_legend()
+    return sorted(t.get_text() for t in leg.get_texts()) if leg is not None else []
+
+
+def _legend_notes(ax) -> list[str]:
+    """The lines of a legend's title (where plots name the series they could not draw)."""
+    leg = ax.get_legend()
+    return leg.get_title().get_text().splitlines() if leg is not None and leg.get_title().get_text() else []
+
+
+def _drawn_labels(ax) -> list[str]:
+    """Labels of the artists on ``ax`` that show at least one finite point (lines, scatters, error bars)."""
+    from matplotlib.collections import PathCollection
+    from matplotlib.container import ErrorbarContainer
+    from matplotlib.lines import Line2D
+
+    out = []
+    for art in [*ax.get_lines(), *ax.collections, *ax.containers]:
+        lab = art.get_label()
+        if not lab or lab.startswith("_"):
+            continue
+        if isinstance(art, ErrorbarContainer):
+            xy = np.column_stack([np.asarray(v, float) for v in art[0].get_data()])
+        elif isinstance(art, Line2D):
+            xy = np.column_stack([np.asarray(v, float) for v in art.get_data()])
+        elif isinstance(art, PathCollection):
+            xy = np.asarray(art.get_offsets(), float)
+        else:
+            continue
+        if xy.size and np.isfinite(xy).all(axis=1).any():
+            out.append(lab)
+    return sorted(out)
+
+
+def test_loglog_slopes_legend_lists_exactly_the_drawn_artists():
+    """A group without points gets no legend marker (it is named in the legend's title); a group with points
+    but no slope labels its points; a slope labels its line. Checked on the matplotlib objects."""
+    from paper_figs import plots
+    from paper_figs.style import new_figure
+
+    df = pd.DataFrame({"T": [1, 2, 4, 1, 2, 4], "y": [1.0, 0.5, 0.25, 1.0, 0.9, np.nan],
+                       "g": ["a", "a", "a", "b", "b", "b"]})
+    slopes = {"a": (-1.0, "a: slope -1.00"), "b": (None, "b: no slope"), "c": (None, "c: no points")}
+    fig, axes = new_figure(1, 1)
+    ax = axes[0, 0]
+    plots.plot_loglog_slopes(df, ax, x="T", y="y", hue="g", slopes=slopes, reference=-1.0)
+    assert _legend_entries(ax) == _drawn_labels(ax) == sorted(["a: slope -1.00", "b: no slope", "slope -1 guide"])
+    assert _legend_notes(ax) == ["not drawn: c: no points"]
+    (line,) = [ln for ln in ax.get_lines() if ln.get_label() == "a: slope -1.00"]
+    x, y = (np.log(np.asarray(v, float)) for v in line.get_data())
+    assert (y[-1] - y[0]) / (x[-1] - x[0]) == pytest.approx(-1.0, rel=1e-12)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
 def test_fig2_draws_four_panels_with_the_claims_slopes(tiny_run):
     """Figure 2 from the tiny run's store: no panel marked unavailable, and every slope it prints and draws is
     the length / success_rate claim's (read back from the legend and the line), matched by id."""
@@ -359,7 +416,9 @@ def test_fig2_draws_four_panels_with_the_claims_slopes(tiny_run):
     for ax in fig.axes:
         assert not any(t.get_text().startswith(("not available", "error:")) for t in ax.texts), ax.get_title()
         assert ax.get_legend() is not None, ax.get_title()
-        labels.append([t.get_text() for t in ax.get_legend().get_texts()])
+        assert _legend_entries(ax) == _drawn_labels(ax), ax.get_title()  # no marker for what is not plotted
+        labels.append([t.get_text() for t in ax.get_legend().get_texts()]
+                      + [n.removeprefix("not drawn: ") for n in _legend_notes(ax)])
     drawn = 0
     for ax, texts in zip(fig.axes[:3], labels[:3]):
         J0 = float(re.search(r"J0 = ([\d.]+)", ax.get_title()).group(1))
@@ -427,3 +486,65 @@ def test_readme_headline_counts_the_decided_evidence_rows():
     assert text.startswith("0 claims hold, 1 do not hold, 1 are inconclusive (1 identity and 1 derived rows")
     row = next(ln for ln in text.splitlines() if "taxonomy" in ln or "token taxonomy" in ln)
     assert "| 0 | 1: taxonomy.a | 0 |" in row
+
+
+def _synthetic_llm_results(seed: int = 0, steps: int = 30):
+    """GRPO and WAPO runs at two lrs and two seeds, in the tables of paper_figs.llm.LLMResults: WAPO has no
+    A < 0 completions (its advantage max(r - p_hat, 0) is never negative), so its A < 0 entropy is NaN and its
+    negative bins are empty, as in the real runs."""
+    from paper_figs.llm import LLMResults
+
+    rng = np.random.default_rng(seed)
+    bins = ("pos_peak", "pos_valley", "neg_peak", "neg_valley")
+    rows, probes, runs = [], [], []
+    for method in ("grpo", "wapo"):
+        for lr in (3e-4, 1e-3):
+            for s in (0, 1):
+                for k in range(steps):
+                    n = rng.integers(1, 50, size=4) * (np.array([1, 1, 0, 0]) if method == "wapo" else 1)
+                    rows.append({"step": k, "method": method, "lr": lr, "seed": s, "reward": rng.uniform(0, 1),
+                                 "entropy/pos_adv": rng.uniform(0.3, 1.2),
+                                 "entropy/neg_adv": np.nan if method == "wapo" else rng.uniform(0.3, 1.2),
+                                 **{f"taxonomy/{b}": int(v) for b, v in zip(bins, n)}})
+                    if k % 5 == 0:
+                        probes += [{"step": k, "J_hat": rng.integers(0, 9) / 8, "M": k * rng.uniform(0, 0.3),
+                                    "method": method, "lr": lr, "seed": s} for _ in range(4)]
+                runs.append({"method": method, "lr": lr, "seed": s, "steps_run": steps, "collapsed": False})
+    alerts = pd.DataFrame([{"method": "grpo", "lr": 1e-3, "seed": 0, "step": 7, "rule": "reward_collapse",
+                            "value": 0.0, "threshold": 0.05}])
+    return LLMResults(pd.DataFrame(runs), pd.DataFrame(rows), pd.DataFrame(probes), alerts, {}, Path("."))
+
+
+def test_fig7_legends_fraction_axes_and_bound_line():
+    """Figure 7 on constructed runs: every legend lists exactly the drawn artists (WAPO's absent A < 0 series is
+    named in the legend's title, not drawn), the fraction panels (reward, accuracy, bin shares) span [0, 1] and
+    hold their data, and the dashed bound is Theorem 1's sigmoid(logit J0 + M/2) (checked against scipy at the
+    J0 its label states), with its formula in the label and its source in the caption."""
+    from scipy.special import expit, logit
+
+    from paper_figs import fig7_llm_probe
+
+    res = _synthetic_llm_results()
+    fig = fig7_llm_probe.draw(res)
+    a, b, c, d, e, f = fig.axes
+    for ax in fig.axes:
+        assert _legend_entries(ax) == _drawn_labels(ax), ax.get_title()
+    for ax in (b, c):
+        drawn = _drawn_labels(ax)
+        assert len(drawn) == 3 and not any("WAPO" in t and "<" in t for t in drawn)
+        assert _legend_notes(ax) == ["no completions: WAPO, $A < 0$"]
+    for ax in (a, d, e):  # fractions on [0, 1], every drawn point inside
+        assert ax.get_ylim() == (0.0, 1.0), ax.get_ylabel()
+        ys = np.concatenate([np.asarray(ln.get_ydata(), float) for ln in ax.get_lines()]
+                            + [np.asarray(col.get_offsets(), float)[:, 1] for col in ax.collections])
+        ys = ys[np.isfinite(ys)]
+        assert ys.size and ys.min() >= 0 and ys.max() <= 1
+    (bound,) = [ln for ln in d.get_lines() if "Thm 1" in ln.get_label()]
+    assert r"\sigma(\mathrm{logit}\,J_0 + M/2)" in bound.get_label() and "Suk & Duan" in bound.get_label()
+    J0 = float(re.search(r"J_0\$ = ([\d.]+)", bound.get_label()).group(1))
+    M, J = (np.asarray(v, float) for v in bound.get_data())
+    np.testing.assert_allclose(J, expit(logit(J0) + M / 2), atol=5e-3)  # J0 printed to 2 decimals
+    assert "sigmoid(logit J0 + M/2)" in fig7_llm_probe.CAPTION and "arXiv 2510.08539" in fig7_llm_probe.CAPTION
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
