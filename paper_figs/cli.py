@@ -1,7 +1,7 @@
 """``gapdyn figs``: regenerate the paper figures (PNG + PDF) into ``./gapdyn_out/figs`` or ``--out``.
 
-    gapdyn figs                       all figures, quick mode (CPU, minutes)
-    gapdyn figs --mode full           paper-scale sweeps (hours; use a cluster via the sweep store)
+    gapdyn figs                       all figures, quick mode (CPU)
+    gapdyn figs --mode full           paper-scale sweeps (use a cluster via the sweep store)
     gapdyn figs --only fig5           one figure (same as python -m paper_figs.fig5_taxonomy)
     gapdyn figs --list                the figures and their captions
 
@@ -84,7 +84,7 @@ class RunArgs:
     """The flags `gapdyn figs` and `gapdyn reproduce` share."""
 
     mode: Mode = "quick"
-    """Sizes: test (seconds), quick (CPU minutes), full (paper scale; hours)."""
+    """Sizes: test (the smallest, what the test suite runs), quick (CPU), full (paper scale; resumable)."""
     out: Annotated[str | None, optional("DIR")] = None
     """Output folder (default ./gapdyn_out/<command>)."""
     store: Annotated[str | None, optional("DIR")] = None

@@ -6,8 +6,8 @@ experiment for the configuration of a mode and caches what ran (the sweep store 
 completed cells are loaded, not recomputed).
 
 Modes (the experiments' own classmethods):
-- ``"test"``: ``Config.test()`` (the test suite, seconds per experiment);
-- ``"quick"``: the experiments' ``Config.quick()`` (CPU, minutes for everything);
+- ``"test"``: ``Config.test()`` (the smallest sizes: what the test suite runs);
+- ``"quick"``: the experiments' ``Config.quick()`` (sized for a CPU);
 - ``"full"``: ``Config.full()`` (the paper-scale sweeps; use a cluster).
 
 When a package a figure needs is not built yet, :class:`NotAvailable` is raised with the reason,

@@ -25,8 +25,8 @@ _INTRO = """## Figures and the quick reproduction
 
 ```bash
 gapdyn reproduce            # the quick CPU reproduction: all figures + gapdyn_out/reproduce/REPORT.md
-gapdyn reproduce --mode test   # the smallest sizes (about a minute; what the test suite runs)
-gapdyn reproduce --mode full --jobs -1   # paper-scale sweeps (hours; resumable through the sweep store)
+gapdyn reproduce --mode test   # the smallest sizes (what the test suite runs)
+gapdyn reproduce --mode full --jobs -1   # paper-scale sweeps (resumable through the sweep store)
 gapdyn figs                 # only the figures (quick mode), into gapdyn_out/figs; python -m paper_figs is the same
 gapdyn figs --only fig5     # one figure (a name or an unambiguous prefix; also python -m paper_figs.fig5_taxonomy)
 ```

@@ -1,8 +1,8 @@
-"""``gapdyn reproduce``: the one-command quick reproduction on a CPU (about ten minutes).
+"""``gapdyn reproduce``: the one-command quick reproduction on a CPU.
 
     gapdyn reproduce              quick mode: every bandit experiment, the tiny-Qwen demo, all figures,
                                   ./gapdyn_out/reproduce/REPORT.md (or --out DIR)
-    gapdyn reproduce --tiny       the smallest sizes (seconds; what the test suite runs)
+    gapdyn reproduce --tiny       the smallest sizes (what the test suite runs)
     gapdyn reproduce --mode full  paper-scale sweeps (long; resumable through the sweep store)
 
 Steps: (1) run each bandit experiment (``bandits.experiments.<name>.run``; cells already in the
