@@ -31,9 +31,9 @@ gapdyn figs                 # only the figures (quick mode), into gapdyn_out/fig
 gapdyn figs --only fig5     # one figure (a name or an unambiguous prefix; also python -m paper_figs.fig5_taxonomy)
 ```
 
-`gapdyn reproduce` took 5 to 9 min wall-clock (about 2 min of CPU time) on a 2-core machine shared with
-other jobs; most of it is the 8 tiny-Qwen runs. A rerun reuses the stored results (under a minute). It
-prints where it writes, a progress bar, then what it wrote. Outputs go under the working directory
+`gapdyn reproduce` (quick) has not been timed on this round's code; `gapdyn reproduce --mode test --no-progress`
+took 298 s wall-clock (61 s of CPU) on a 2-core machine shared with other jobs (load 7 to 9). A rerun reuses
+the stored results. It prints where it writes, a progress bar, then what it wrote. Outputs go under the working directory
 (`--out DIR` to choose the folder):
 
 | output | what |
