@@ -45,7 +45,7 @@ class LLMResults(NamedTuple):
 
 def llm_demo_config(mode: str, out_dir: Path, *, seed: int | None = None, n_jobs: int = 1):
     """The llm_probe.experiments.demo.DemoConfig of a mode: "test" = 2 methods x 2 lrs x 2 seeds x 8 steps on a
-    30-step warm-up (seconds); "quick" = 2 seeds x 60 steps (8 runs, about 3 CPU minutes); "full" = 5
+    30-step warm-up; "quick" = 2 seeds x 60 steps (8 runs); "full" = 5
     seeds x 300 steps and lr 5e-4 added (the GRPO/WAPO contrast lives near 5e-4; use
     >= 5 seeds). Everything else is llm_probe's default; ``n_jobs`` parallel runs (joblib)."""
     demo = _import("llm_probe.experiments.demo", "the tiny-Qwen figure")

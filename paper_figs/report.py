@@ -114,6 +114,7 @@ def coverage_table(claims: Iterable[gapdyn.Claim]) -> list[list[str]]:
             continue
         counts = gapdyn.count_verdicts(got)
         text = "; ".join(f"{k}: {v}" for k, v in counts.items() if v and k not in ("identity", "derived"))
+        text = text or "no counted claim"
         apart = [f"{counts[k]} {k}" for k in ("identity", "derived") if counts[k]]
         if apart:
             text += f" (+{', '.join(apart)}: shown, not counted)"
@@ -190,7 +191,8 @@ def render_report(*, mode: str, seconds: float, seed, claims: Iterable[gapdyn.Cl
                 + ".", "",
                 _claims_md(counted), ""]
     else:
-        out += ["(no claims: no experiment was available)", ""]
+        out += ["(no counted claims: every claim of this run is an identity or derived row)" if shown else
+                "(no claims: no experiment was available)", ""]
     out += ["## Identity and derived rows (true by construction, or consequences of the model's own equations; "
             "shown, never counted)", ""]
     out += [_claims_md(identities) if identities else "(none in this run)", ""]

@@ -240,7 +240,7 @@ def test_tiny_reproduction_writes_only_under_the_working_directory(tiny_run):
     out, rc, printed, before = tiny_run
     cwd = out.parents[1]
     assert [p.name for p in cwd.iterdir()] == ["gapdyn_out"]
-    assert {p.name for p in (cwd / "gapdyn_out").iterdir()} == {"reproduce", "store"}
+    assert {p.name for p in (cwd / "gapdyn_out").iterdir()} == {"reproduce", "store", "warm"}  # warm: llm_probe.warmup
     assert str(out) in printed.splitlines()[0], "the command must say where it writes, first"
     assert _package_files() == before, "the run wrote into the package folder"
 

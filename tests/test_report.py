@@ -103,6 +103,14 @@ def test_statements_only_the_ablation_tests_say_it_is_needed():
     assert "needs `gapdyn train ablation`" not in _render(CLAIMS + [methods] + llm)
 
 
+def test_a_statement_with_only_identity_rows_says_none_is_counted():
+    text = _render([c for c in CLAIMS if c.id in APART])
+    (cov,) = [r for r in _rows(text) if r[0] == "WAPO" and r[1].startswith("token taxonomy")]
+    assert cov[3] == "no counted claim (+2 identity, 2 derived: shown, not counted)"
+    counted = text.split("## Identity and derived rows")[0]
+    assert "Summary:" not in counted and "every claim of this run is an identity or derived row" in counted
+
+
 def test_statements_without_claims_in_the_run_are_not_blamed_on_the_ablation():
     rows = {r[1]: r for r in _rows(_render([])) if len(r) == 4}
     (thm2,) = [r for s, r in rows.items() if s.startswith("Theorem 2")]
