@@ -32,10 +32,10 @@ Claims (docs/evidence.md §7: each criterion follows its statement's form):
 - ``logistic.thm1_bound_beyond`` (form ``bound``, beyond the papers): the violation share of the pairs after
   the step condition first failed, with the same interval, criterion and conservativeness as the slope rows.
 
-Bound rows are decided on one-sided 95 % limits: the reported interval is the two-sided 90 % t interval,
-whose upper end is the one-sided 95 % upper limit ("holds" when it lies below 5 %) and whose lower end is the
-one-sided 95 % lower limit ("does not hold" when it is at or above 5 %). Where no instance has a violation,
-the limit is Clopper-Pearson's over instances (:func:`violation_estimate`).
+Bound rows are decided on the 95 % interval of the mean violation share over instances (studentized cluster
+bootstrap, valid from 40 instances: "holds" when it lies below 5 %, "does not hold" when it lies at or above).
+Where violations are too sparse for the bootstrap, the upper limit is Clopper-Pearson's over instances on the
+share of instances with a violation (:func:`violation_estimate`).
 """
 
 from __future__ import annotations
@@ -282,11 +282,10 @@ def conservativeness(ratio, violates) -> float | None:
 def violation_estimate(shares) -> tuple[Estimate, str]:
     """(estimate, reason) for a bound row from its per-instance violation shares.
 
-    Mean of the shares with a two-sided 90 % Student-t interval on the instance means (gapdyn.stats.
-    t_interval_cluster_means), clipped to [0, 1]: each end is a one-sided 95 % limit. When no instance has a
-    violation the t interval has zero width; the mean share is then at most P(an instance has a violation),
-    bounded by the one-sided 95 % Clopper-Pearson limit over instances, 1 - 0.05^(1/G) (and symmetrically
-    when every pair violates). Not measured (no data, with the reason) for fewer than two instances or other
+    Mean of the shares with the 95 % studentized cluster bootstrap interval of the instance means (valid from
+    n = 40, docs/coverage.md), clipped to [0, 1]. When no instance has a violation the interval has zero
+    width; the mean share is then at most P(an instance has a violation), bounded by the one-sided 95 %
+    Clopper-Pearson limit over instances, 1 - 0.05^(1/G) (and symmetrically when every pair violates). Not measured (no data, with the reason) for fewer than two instances or other
     shares with no spread.
     """
     s = np.asarray(shares, float)
@@ -398,7 +397,9 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
             setting=f"{base}, sampled {m}, etas {list(config.etas)}, {config.n_seeds} seeds, {config.steps} steps, "
                     f"every run ({int(runs.sum())} of {runs.size} collapsed), {len(p)} pairs",
             statistic="mean over instances of the share of (run, recorded step >= 1) pairs violating "
-                      "J_k >= sigmoid(logit J0 + M_k/2) (90 % t interval on instance means); conservativeness: "
+                      "J_k >= sigmoid(logit J0 + M_k/2) (95 % interval over instances: studentized cluster "
+                      "bootstrap, or the Clopper-Pearson bound over instances when violations are sparse); "
+                      "conservativeness: "
                       "median (logit J_k - logit J0) / (M_k/2) over non-violating pairs"))
     ident = identity_slopes(results)
     if len(ident) >= 2:
@@ -426,7 +427,8 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
         float(np.median(ratios)) if ratios.size else None, block=block,
         setting=f"{setting}, steps after the condition first failed, {int(per['pairs_beyond'].sum())} pairs",
         statistic="mean over instances of the share of (run, step) pairs after the step condition first failed "
-                  "violating J_k >= sigmoid(logit J0 + M_k/2) (90 % t interval on instance means); "
+                  "violating J_k >= sigmoid(logit J0 + M_k/2) (95 % interval over instances: studentized cluster "
+                  "bootstrap, or the Clopper-Pearson bound over instances when violations are sparse); "
                   "conservativeness: median over runs of the run's median (logit J_k - logit J0) / (M_k/2) over "
                   "its non-violating pairs"))
     return claims
