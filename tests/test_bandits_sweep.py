@@ -93,7 +93,7 @@ _KILL_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("backend", ["serial", "joblib"])
+@pytest.mark.parametrize("backend", ["serial", pytest.param("joblib", marks=pytest.mark.slow)])
 def test_sigkill_then_resume_gives_uninterrupted_result(tmp_path, backend):
     rng = np.random.default_rng(7 if backend == "serial" else 8)
     cells = [{"seed": s, "n": 4, "sleep": 0.02} for s in range(60)]
@@ -209,6 +209,7 @@ def test_canonical_cell_rejects_non_identifier_keys():
         CellStore("/tmp", "../x")
 
 
+@pytest.mark.slow  # a local ray cluster starts in ~10-30 s; the joblib and serial backends stay in the default suite
 def test_ray_backend_matches_serial(tmp_path):
     ray = pytest.importorskip("ray", reason="backend='ray' needs ray (pip install 'gapdyn[cluster]')")
     cells = _cells(6)
@@ -353,7 +354,7 @@ def test_two_writers_into_one_store_match_a_single_writer(tmp_path, single_write
     pd.testing.assert_frame_equal(_sorted_results(shared), _sorted_results(ref_store))
 
 
-@pytest.mark.parametrize("writers", [1, 2])
+@pytest.mark.parametrize("writers", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_sigkill_of_writers_then_resume_is_byte_identical(tmp_path, writers, single_writer):
     """SIGKILL every writer at a random moment (with two writers, at two moments); resume; compare bytes."""
     rng = np.random.default_rng(11 + writers)

@@ -96,6 +96,7 @@ def test_taxonomy_sign_by_finite_differences():
     assert (np.sign(fd[big]) == eff.entropy_sign[big]).all()
 
 
+@pytest.mark.slow  # a fresh interpreter renders one figure; the figures themselves are tested in-process
 def test_a_figure_script_runs_on_its_own(tmp_path):
     mod = figure_module("fig5_taxonomy")
     proc = subprocess.run(
