@@ -45,7 +45,8 @@ __all__ = ["main", "SUBCOMMANDS", "WarmupConfig", "AblationArgs", "StudyArgs", "
 
 @dataclass
 class WarmupConfig:
-    """Build a tiny Qwen, warm it up on the addition task, save model + tokenizer (load with --init-from)."""
+    """Build a tiny Qwen, warm it up on the addition task (once: the warm model is cached in
+    ./gapdyn_out/warm/<key>/, llm_probe.warmup.warm_model), save model + tokenizer (load with --init-from)."""
 
     out_dir: Annotated[str, tyro.conf.arg(name="out")] = "gapdyn_out/train-warmup"
     """Folder to save into."""
@@ -78,7 +79,7 @@ def _warmup_main(argv: list[str]) -> int:
     from .experiments.demo import prepare_warm_model
 
     d, acc = prepare_warm_model(out, arch=cfg.arch, seed=cfg.seed, steps=cfg.steps, batch=cfg.batch, lr=cfg.lr,
-                                num_threads=cfg.num_threads, force=True, progress=cfg.progress)
+                                num_threads=cfg.num_threads, progress=cfg.progress)
     say("train", f"warm model saved in {d} (sampled accuracy {acc:.3f}); use it with --init-from {d}")
     return 0
 

@@ -46,7 +46,7 @@ from .seeds import derive_seed
 from .safe_step import SafeStepController
 from .tasks import AdditionTask, JsonlTask
 from .tokenizer import build_char_tokenizer
-from .warmup import warmup
+from .warmup import task_key, warm_model, warmup
 from .warning import step_warning_metrics
 
 __all__ = ["Trainer", "FaultError", "build_policy", "make_task", "train"]
@@ -74,7 +74,9 @@ def _device(name: str) -> torch.device:
 
 
 def build_policy(cfg: TrainConfig, task):
-    """(model, tokenizer): loaded from cfg.init_from, or a tiny Qwen built and warmed up on ``task``."""
+    """(model, tokenizer): loaded from cfg.init_from, or a tiny Qwen warmed up on ``task``: the warm model of
+    these settings from the one cache (llm_probe.warmup.warm_model, ``./gapdyn_out/warm/<key>/``); a task the
+    cache cannot key (llm_probe.warmup.task_key) is warmed in memory by the same warm-up."""
     dev = _device(cfg.device)
     if cfg.init_from:
         model, tok = load_policy(cfg.init_from, dtype=cfg.dtype, device=dev)
@@ -82,6 +84,15 @@ def build_policy(cfg: TrainConfig, task):
     alphabet = "0123456789+=- "
     if isinstance(task, JsonlTask):
         alphabet = "".join(sorted({c for p in task.problems for c in p.prompt + p.answer} | set(alphabet)))
+    if cfg.warmup_steps:
+        try:
+            task_key(task)
+        except ValueError:
+            pass
+        else:
+            d = warm_model(TinyQwenSpec(arch=cfg.arch), task, steps=cfg.warmup_steps, batch_size=cfg.warmup_batch,
+                           lr=cfg.warmup_lr, seed=cfg.seed, alphabet=alphabet, dtype=cfg.dtype, device=dev)
+            return tuple(load_policy(d, dtype=cfg.dtype, device=dev))
     tok = build_char_tokenizer(alphabet)
     model = build_tiny_qwen(tok, TinyQwenSpec(arch=cfg.arch), seed=cfg.seed, dtype=cfg.dtype, device=dev)
     if cfg.warmup_steps:

@@ -134,11 +134,12 @@ def task_key(task) -> str:
 
 
 def warm_settings(spec=None, task=None, *, steps: int = 400, batch_size: int = 128, lr: float = 1e-3,
-                  seed: int = 0, alphabet: str | None = None, dtype: str = "float32",
+                  seed: int = 0, alphabet: str | None = None, dtype: str = "float32", device="cpu",
                   num_threads: int | None = None) -> dict:
     """Everything the warmed bits depend on, as a JSON-able dict (spec: a TinyQwenSpec, default shape;
-    task: default AdditionTask; alphabet: the tokenizer's, default the arithmetic one; num_threads: the torch
-    thread count, None: the process's): a reduction over another thread count adds in another order."""
+    task: default AdditionTask; alphabet: the tokenizer's, default the arithmetic one; device: where it trains
+    (its type); num_threads: the torch thread count, None: the process's): a reduction over another thread
+    count or device adds in another order."""
     from .model import TinyQwenSpec
     from .tasks import AdditionTask
     from .tokenizer import ARITHMETIC_ALPHABET
@@ -156,7 +157,7 @@ def warm_settings(spec=None, task=None, *, steps: int = 400, batch_size: int = 1
     return {"model": asdict(spec), "alphabet": ARITHMETIC_ALPHABET if alphabet is None else str(alphabet),
             "task": task_key(AdditionTask() if task is None else task), "steps": int(steps),
             "batch_size": int(batch_size), "lr": float(lr), "seed": int(seed), "dtype": str(dtype),
-            "threads": threads, "torch": torch.__version__}
+            "device": torch.device(device).type, "threads": threads, "torch": torch.__version__}
 
 
 def warm_key(settings: dict) -> str:
@@ -189,7 +190,7 @@ def _locked(path: Path):
 
 def _seconds_per_step(folder: Path, settings: dict) -> float | None:
     """Measured seconds per warm-up step of a finished warm model of the same shape, batch and threads."""
-    same = ("model", "batch_size", "threads", "dtype")
+    same = ("model", "batch_size", "threads", "dtype", "device")
     rates = []
     for f in folder.glob(f"*/{WARM_MARKER}"):
         try:
@@ -207,8 +208,8 @@ def _complete(d: Path) -> bool:
 
 
 def warm_model(spec=None, task=None, *, steps: int = 400, batch_size: int = 128, lr: float = 1e-3, seed: int = 0,
-               alphabet: str | None = None, dtype: str = "float32", num_threads: int | None = None, root=None,
-               progress: bool | None = None, announce: bool = True) -> Path:
+               alphabet: str | None = None, dtype: str = "float32", device="cpu", num_threads: int | None = None,
+               root=None, progress: bool | None = None, announce: bool = True) -> Path:
     """The folder of the warmed tiny Qwen of these settings (:func:`warm_settings`): ``<root>/warm/<key>/``
     (:func:`warm_root`, :func:`warm_key`), built and warmed (:func:`warmup`) on first use, reused after.
     Load it with ``load_policy`` / ``--init-from``. announce: say which (cached or warming, with the time
@@ -224,7 +225,7 @@ def warm_model(spec=None, task=None, *, steps: int = 400, batch_size: int = 128,
     spec = TinyQwenSpec() if spec is None else spec
     task = AdditionTask() if task is None else task
     settings = warm_settings(spec, task, steps=steps, batch_size=batch_size, lr=lr, seed=seed, alphabet=alphabet,
-                             dtype=dtype)
+                             dtype=dtype, device=device)
     folder = warm_root(root)
     d = folder / warm_key(settings)
     if not _complete(d):
@@ -237,7 +238,7 @@ def warm_model(spec=None, task=None, *, steps: int = 400, batch_size: int = 128,
                     eta = f": ~{rate * settings['steps']:.0f} s" if rate is not None else ""
                     say("train", f"warming up once{eta}; cached at {d}")
                 tok = build_char_tokenizer(settings["alphabet"])
-                model = build_tiny_qwen(tok, spec, seed=seed, dtype=dtype)
+                model = build_tiny_qwen(tok, spec, seed=seed, dtype=dtype, device=torch.device(device))
                 t0 = time.perf_counter()
                 losses = warmup(model, tok, task, steps=steps, batch_size=batch_size, lr=lr, seed=seed,
                                 progress=progress)

@@ -55,7 +55,7 @@ def test_entropy_at_matched_accuracy_uses_the_first_evaluation_at_the_common_lev
 
 def test_study_resumes_and_claims_have_finite_intervals(tmp_path, monkeypatch):
     cfg = CONFIGS["test"]
-    first = run_study(cfg, tmp_path, progress=False)
+    first = run_study(cfg, tmp_path, progress=False, root=tmp_path)
     assert len(first) == len(cfg.methods) * len(cfg.lrs) * len(cfg.seeds)
     mu = dict(cfg.num_iterations)
     assert mu.get("dapo", 1) > 1 and all(r["num_iterations"] == mu.get(r["method"], 1) for r in first)
@@ -69,14 +69,14 @@ def test_study_resumes_and_claims_have_finite_intervals(tmp_path, monkeypatch):
             raise AssertionError("a finished run was trained again")
 
     monkeypatch.setattr(llm_probe.trainer, "Trainer", Boom)
-    again = run_study(cfg, tmp_path, progress=False)
+    again = run_study(cfg, tmp_path, progress=False, root=tmp_path)
     assert again == first
     assert stamps == {p: p.stat().st_mtime_ns for p in tmp_path.glob("runs/*/metrics.jsonl")}
     monkeypatch.undo()
     # an unfinished run (no done.json) is trained again, from its first step
     victim = tmp_path / "runs" / ablation.run_name(cfg.methods[0], cfg.lrs[0], cfg.seeds[0]) / "done.json"
     victim.unlink()
-    run_study(replace(cfg), tmp_path, progress=False)
+    run_study(replace(cfg), tmp_path, progress=False, root=tmp_path)
     assert victim.exists()
     rows = [json.loads(ln) for ln in (victim.parent / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(cfg.steps))
@@ -105,6 +105,20 @@ def test_study_resumes_and_claims_have_finite_intervals(tmp_path, monkeypatch):
     assert not any(c.primary for c in claims if not c.id.startswith(("llm.wapo_fewer", "llm.wapo_higher")))
     passk = json.loads(victim.parent.joinpath("passk.json").read_text())
     assert set(passk["pass_at_k"]) == {str(k) for k in (1, 2, 4) if k <= cfg.passk_n}
+
+    # the protocol (EXPERIMENT): its analyse of the folders' rows makes the front end's claims, and one cell run
+    # by run_cell (another folder, the same cached warm model) gives the front end's row for that run
+    exp = ablation.EXPERIMENT
+    rows = ablation.load_runs(tmp_path)
+    again = exp.analyse(rows.sample(frac=1.0, random_state=1), cfg, block="discovery")
+    assert [c.to_dict() for c in again] == [c.to_dict() for c in claims]
+    assert all(c.criteria_hash == exp.criteria_hash for c in claims)
+    cell = exp.cells(cfg, cfg.seeds[:1])[0]
+    got = exp.run_cell(**cell, root=tmp_path).iloc[0].to_dict()
+    want = rows[(rows.method == cell["method"]) & (rows.lr == cell["lr"]) & (rows.seed == cell["seed"])].iloc[0]
+    skip = {"dir", "wall_s"}
+    assert {k: v for k, v in got.items() if k not in skip} == {k: v for k, v in want.to_dict().items() if k not in skip}
+    assert got["dir"] != want["dir"]
 
 
 @pytest.mark.parametrize("seeds, block", [((1000, 1009), "confirmation"), ((0, 1), "discovery"),

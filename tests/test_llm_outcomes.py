@@ -228,10 +228,11 @@ def test_safe_step_criteria_are_frozen_and_hashed_at_import():
     assert sse.CRITERIA_HASH == gapdyn.criteria_hash({k: v.criterion for k, v in sse.CRITERIA.items()})
     assert [k for k, v in sse.CRITERIA.items() if v.primary] == ["collapse_safe"]
     exp = replace(sse.MODES["test"], seeds=tuple(range(6)), steps=40, tail=10, window=3)
-    claims, summary = sse.analyse(exp, _safe_rows(exp))
-    assert claims and summary["criteria_hash"] == sse.CRITERIA_HASH
+    claims, summary = sse.analyse_rows(exp, _safe_rows(exp))
+    assert claims and summary["criteria_hash"] == sse.CRITERIA_HASH == sse.EXPERIMENT.criteria_hash
     for c in claims:
-        fam = c.id.rsplit("_", 2)[0]
+        fam = c.id.split("@")[0]
+        assert c.statement == sse.SPECS[fam].statement and c.source == sse.SPECS[fam].source
         assert c.criteria_hash == sse.CRITERIA_HASH and c.criterion == sse.CRITERIA[fam].criterion
         assert c.criterion_text.endswith(sse.CRITERIA[fam].criterion.describe())
 
@@ -255,21 +256,21 @@ def _safe_rows(exp):
 def test_safe_step_collapse_rows_on_terminal_outcomes():
     """Counts of runs that end collapsed (recovered alerts not counted, the failed pair dropped), a one-sided
     Fisher p (safe fewer), Holm over the primaries only."""
-    from llm_probe.experiments.safe_step_experiment import MODES, analyse
+    from llm_probe.experiments.safe_step_experiment import MODES, analyse_rows
 
     exp = replace(MODES["test"], seeds=tuple(range(6)), steps=40, tail=10, window=3)
-    claims, summary = analyse(exp, _safe_rows(exp))
+    claims, summary = analyse_rows(exp, _safe_rows(exp))
     by = {c.id: c for c in claims}
     lr = exp.collapse_lrs[0]
     n, kc, ks = 5, 4, 1  # seed 5 dropped (its safe run failed)
     cp = gapdyn.clopper_pearson_interval(kc, n)
-    const, safe = by[f"collapse_constant_grpo_lr{lr:g}"], by[f"collapse_safe_grpo_lr{lr:g}"]
+    const, safe = by[f"collapse_constant@grpo_lr{lr:g}"], by[f"collapse_safe@grpo_lr{lr:g}"]
     assert const.interval == (cp.lo, cp.hi) and const.form == "existence" and not const.primary
     p = gapdyn.fisher_exact_test(np.array([[ks, n - ks], [kc, n - kc]]), alternative="less").p_value
     assert safe.primary and safe.estimate == pytest.approx(ks / n) and safe.p_value == pytest.approx(p)
     primaries = [c for c in claims if c.primary]
     assert [c.p_adjusted for c in primaries] == pytest.approx(list(gapdyn.holm_adjust([c.p_value for c in primaries])))
-    fr = by[f"final_reward_grpo_lr{lr:g}"]
+    fr = by[f"final_reward@grpo_lr{lr:g}"]
     assert not fr.primary and fr.p_adjusted == fr.p_value
     g = next(g for g in summary["groups"] if g["lr"] == lr)
     assert (g["alerted_constant"], g["recovered_constant"], g["failed_safe"]) == (6, 2, 1)

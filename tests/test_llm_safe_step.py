@@ -203,9 +203,11 @@ def test_steps_to_level_matches_a_loop():
         assert steps_to_level(r, level, w) == expect  # continuous draws: no ties at the level
 
 
-def test_gapdyn_train_safe_step_cli(tmp_path, capsys):
+def test_gapdyn_train_safe_step_cli(tmp_path, capsys, monkeypatch):
     """``gapdyn train --method grpo --lr 1e-3 --safe-step`` runs; each step logs the rule (safe/a in [0, 1])."""
     import json
+
+    monkeypatch.chdir(tmp_path)  # the warm-up cache lives under ./gapdyn_out
 
     from llm_probe.cli import main
     from llm_probe.config import TrainConfig
@@ -222,9 +224,11 @@ def test_gapdyn_train_safe_step_cli(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_experiment_test_mode_runs_and_resumes(tmp_path, capsys):
+def test_experiment_test_mode_runs_and_resumes(tmp_path, capsys, monkeypatch):
     """``--mode test`` end to end: claims.json, one run.json per (arm, lr, seed); a second call re-runs nothing."""
     import json
+
+    monkeypatch.chdir(tmp_path)  # the warm-up cache lives under ./gapdyn_out
 
     from llm_probe.cli import main
     from llm_probe.experiments.safe_step_experiment import MODES, run_dir

@@ -9,12 +9,13 @@ import time
 import pytest
 import torch
 
-from llm_probe.model import build_tiny_qwen, save_policy
+from llm_probe.model import TinyQwenSpec, build_tiny_qwen, save_policy
 from llm_probe.tasks import AdditionTask
 from llm_probe.tokenizer import build_char_tokenizer
 from tests.llm_helpers import SMALL
 
 wu = importlib.import_module("llm_probe.warmup")  # the package's ``warmup`` attribute is the function
+warmup_by_hand = wu.warmup  # unpatched
 
 FAST = dict(spec=SMALL, steps=3, batch_size=8, lr=1e-3, seed=0, num_threads=1)
 
@@ -129,3 +130,22 @@ def test_bad_settings_name_the_argument():
                      (dict(spec="big"), "spec"), (dict(task=object()), "task")):
         with pytest.raises(ValueError, match=name):
             wu.warm_settings(**kw)
+
+
+def test_trainer_warm_up_goes_through_the_cache_and_equals_a_warm_up_by_hand(tmp_path, monkeypatch, counted):
+    """build_policy (no --init-from) takes the cached warm model: the same weights as building and warming by
+    hand, and a second trainer of the same settings does not warm again."""
+    from llm_probe.config import TrainConfig
+    from llm_probe.trainer import build_policy
+
+    monkeypatch.chdir(tmp_path)  # the cache lives under ./gapdyn_out
+    cfg = TrainConfig(out_dir=str(tmp_path / "run"), warmup_steps=3, warmup_batch=8, seed=2, num_threads=1,
+                      device="cpu")
+    model, tok = build_policy(cfg, AdditionTask())
+    assert counted == [0, 1, 2] and len(list((tmp_path / "gapdyn_out" / "warm").glob(f"*/{wu.WARM_MARKER}"))) == 1
+    ref = build_tiny_qwen(build_char_tokenizer(), TinyQwenSpec(), seed=2)
+    warmup_by_hand(ref, build_char_tokenizer(), AdditionTask(), steps=3, batch_size=8, lr=cfg.warmup_lr, seed=2)
+    for (n, a), (_, b) in zip(model.state_dict().items(), ref.state_dict().items()):
+        assert torch.equal(a, b), n
+    build_policy(cfg, AdditionTask())
+    assert counted == [0, 1, 2]

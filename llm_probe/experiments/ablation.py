@@ -4,7 +4,8 @@
 
 One run folder per (method, lr, seed) under ``<out>/runs/``; a folder with ``done.json`` is skipped, so a killed
 study resumes where it stopped (an unfinished run restarts from its first step). Every run starts from one
-shared warm model (``<out>/warm``) trained on the split addition task, whose held-out problems
+shared warm model (llm_probe.warmup.warm_model: ``./gapdyn_out/warm/<key>/``, or ``init_from``) trained on the
+split addition task, whose held-out problems
 (:class:`SplitAddition`: one pair (a, b) in ``heldout_mod``) RL training never samples.
 
 Per run: metrics.jsonl (trainer rows, with the ``warn/*`` statistics of llm_probe.warning), eval.jsonl (held-out
@@ -18,7 +19,7 @@ collapses.
 
 ``summarize`` writes runs.csv, survival.csv (alerted / recovered / ends collapsed / failed per arm, a
 Clopper-Pearson interval on the collapse rate of the runs that did not fail) and claims.json / claims.md: the
-claims of :data:`CRITERIA`, frozen before any run; the pre-declared primaries (WAPO vs GRPO collapse and final
+claims of :data:`SPECS`, frozen before any run; the pre-declared primaries (WAPO vs GRPO collapse and final
 reward) are Holm-adjusted among themselves, every other row is exploratory (unadjusted); every test is one-sided.
 """
 
@@ -27,7 +28,8 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, replace
+import hashlib
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -42,12 +44,16 @@ from gapdyn.stats import (
     paired_bootstrap_difference,
 )
 
+from . import StudyExperiment
 from ..collapse import OUTCOME_WINDOW, SENSITIVITY_WINDOW, RunOutcome, run_outcome
 from ..seeds import STUDY_SEED, derive_seed
 
 __all__ = ["StudyConfig", "CONFIGS", "SplitAddition", "pass_at_k", "run_study", "run_one", "summarize",
-           "CRITERIA", "CRITERIA_HASH", "TEST_TEXT", "wapo_grpo_claims", "block_of", "folder_outcome",
+           "SPECS", "CRITERIA", "CRITERIA_HASH", "EXPERIMENT", "NAME", "cells", "run_cell", "analyse", "run_row", "TEST_TEXT", "wapo_grpo_claims", "block_of", "folder_outcome",
            "outcome_from_rows", "read_evals", "survival_table", "one_sided_wilcoxon"]
+
+
+NAME = "llm_ablation"
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,8 @@ class StudyConfig:
     heldout_mod: int = 20  # one (a, b) pair in heldout_mod is held out
     small_model: bool = False  # the tests' 2-layer model (test mode only)
     optimizer: str = "adam"
+    init_from: str | None = None  # a saved model to start every run from (no warm-up); None: the cached warm one
+    mode: str = ""  # the size's name (test, quick, full) for the protocol's configure
 
     def __post_init__(self):
         for n in ("steps", "prompts_per_step", "max_new_tokens", "eval_every", "eval_prompts", "eval_samples",
@@ -86,17 +94,39 @@ class StudyConfig:
         if not self.methods or not self.lrs or not self.seeds:
             raise ValueError("methods, lrs and seeds must each hold at least one value")
 
+    @property
+    def instances(self) -> tuple[int, ...]:
+        """The seeds when they are discovery seeds (:func:`block_of`), else none."""
+        return tuple(self.seeds) if block_of(self.seeds) == "discovery" else ()
+
+    @property
+    def confirmation(self) -> tuple[int, ...]:
+        """The seeds when they are confirmation seeds (full and warning), else none."""
+        return tuple(self.seeds) if block_of(self.seeds) == "confirmation" else ()
+
+    @classmethod
+    def test(cls) -> StudyConfig:
+        return CONFIGS["test"]
+
+    @classmethod
+    def quick(cls) -> StudyConfig:
+        return CONFIGS["quick"]
+
+    @classmethod
+    def full(cls) -> StudyConfig:
+        return CONFIGS["full"]
+
 
 CONFIGS = {
-    "test": StudyConfig(methods=("grpo", "wapo", "dapo"), lrs=(5e-4,), seeds=(0, 1), steps=3, prompts_per_step=4,
+    "test": StudyConfig(mode="test", methods=("grpo", "wapo", "dapo"), lrs=(5e-4,), seeds=(0, 1), steps=3, prompts_per_step=4,
                         group_size=4, probe_every=1, warmup_steps=5, eval_every=2, eval_prompts=4, eval_samples=2,
                         passk_prompts=3, passk_n=4, small_model=True),
-    "quick": StudyConfig(lrs=(3e-4, 5e-4), seeds=(0, 1, 2), steps=40, eval_every=10, eval_prompts=32,
+    "quick": StudyConfig(mode="quick", lrs=(3e-4, 5e-4), seeds=(0, 1, 2), steps=40, eval_every=10, eval_prompts=32,
                          passk_prompts=16, passk_n=64),
-    "full": StudyConfig(lrs=(3e-4, 4e-4, 5e-4), seeds=CONFIRMATION_SEEDS[:10], steps=100, probe_every=10),
-    "warning": StudyConfig(methods=("grpo", "wapo"), lrs=(3e-4, 4e-4, 5e-4), seeds=CONFIRMATION_SEEDS[:10], steps=100,
+    "full": StudyConfig(mode="full", lrs=(3e-4, 4e-4, 5e-4), seeds=CONFIRMATION_SEEDS[:10], steps=100, probe_every=10),
+    "warning": StudyConfig(mode="full", methods=("grpo", "wapo"), lrs=(3e-4, 4e-4, 5e-4), seeds=CONFIRMATION_SEEDS[:10], steps=100,
                            probe_every=1, eval_every=25, passk_prompts=8, passk_n=8),
-    "warning-quick": StudyConfig(methods=("grpo", "wapo"), lrs=(3e-4, 4e-4, 5e-4), seeds=(0, 1, 2), steps=40,
+    "warning-quick": StudyConfig(mode="quick", methods=("grpo", "wapo"), lrs=(3e-4, 4e-4, 5e-4), seeds=(0, 1, 2), steps=40,
                                  probe_every=1, eval_every=20, eval_prompts=16, passk_prompts=4, passk_n=8),
 }
 """test: machinery (seconds); quick: indicative (one lr below, one inside the stability window); full: >= 10 seeds
@@ -170,27 +200,23 @@ def run_name(method: str, lr: float, seed: int) -> str:
     return f"{method}_lr{lr:g}_s{seed}"
 
 
-def prepare_warm(cfg: StudyConfig, out: Path):
-    """The shared warm model, warmed up on the split task's training pairs; reused when present."""
-    import torch
+def warm_spec(cfg: StudyConfig):
+    """The shape of the study's tiny Qwen: the tests' 2-layer model when ``small_model``, else the default."""
+    from ..model import TinyQwenSpec
 
-    from ..model import TinyQwenSpec, build_tiny_qwen, save_policy
-    from ..tokenizer import build_char_tokenizer
-    from ..warmup import warmup
-
-    d = out / "warm"
-    if (d / "warm.json").exists():
-        return d
-    tok = build_char_tokenizer()
-    spec = TinyQwenSpec(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+    return TinyQwenSpec(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                         num_key_value_heads=2, head_dim=8) if cfg.small_model else TinyQwenSpec()
-    torch.manual_seed(0)
-    model = build_tiny_qwen(tok, spec, seed=0)
-    warmup(model, tok, SplitAddition(cfg.heldout_mod), steps=cfg.warmup_steps, batch_size=128, lr=1e-3, seed=0,
-           progress=False)
-    save_policy(model, tok, d)
-    atomic_write_json(d / "warm.json", {"warmup_steps": cfg.warmup_steps, "heldout_mod": cfg.heldout_mod})
-    return d
+
+
+def prepare_warm(cfg: StudyConfig, root=None) -> Path:
+    """The shared warm model (``cfg.init_from`` when given), else the one cached by llm_probe.warmup.warm_model
+    (warmed up on the split task's training pairs, under ``root``: default ./gapdyn_out)."""
+    from ..warmup import warm_model
+
+    if cfg.init_from:
+        return Path(cfg.init_from)
+    return warm_model(warm_spec(cfg), SplitAddition(cfg.heldout_mod), steps=cfg.warmup_steps, batch_size=128,
+                      lr=1e-3, seed=0, root=root, progress=False)
 
 
 def _heldout_eval(trainer, problems, samples: int, seed: int) -> tuple[float, float, np.ndarray]:
@@ -315,13 +341,14 @@ def _outcome_columns(out: RunOutcome, sens: RunOutcome) -> dict:
             "first_alert_rule": out.alerts[0][1] if out.alerts else ""}
 
 
-def run_study(cfg: StudyConfig, out, *, n_jobs: int = 1, progress: bool = True) -> list[dict]:
-    """Every (method, lr, seed) of ``cfg`` (finished runs skipped), ``n_jobs`` processes; the run summaries."""
+def run_study(cfg: StudyConfig, out, *, n_jobs: int = 1, progress: bool = True, root=None) -> list[dict]:
+    """Every (method, lr, seed) of ``cfg`` (finished runs skipped), ``n_jobs`` processes; the run summaries.
+    root: where the warm model is cached (:func:`prepare_warm`)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "study.json", asdict(cfg), indent=1)
-    warm = prepare_warm(cfg, out)
-    jobs = [(m, lr, s) for lr in cfg.lrs for m in cfg.methods for s in cfg.seeds]
+    warm = prepare_warm(cfg, root)
+    jobs = [(c["method"], c["lr"], c["seed"]) for c in cells(cfg)]
     if n_jobs != 1:
         from joblib import Parallel, delayed
 
@@ -340,7 +367,7 @@ def run_study(cfg: StudyConfig, out, *, n_jobs: int = 1, progress: bool = True) 
 # ---- claims --------------------------------------------------------------------------------------------------
 WAPO_SRC = "WAPO (arXiv 2606.16154)"
 BEYOND = "beyond the papers"
-CRITERIA = {
+SPECS = {
     "llm.wapo_fewer_collapses": ClaimSpec(WAPO_SRC, "WAPO ends collapsed less often than GRPO at equal lr",
                                           "comparison", Criterion.above(0.0, alpha=0.05), primary=True),
     "llm.wapo_higher_reward": ClaimSpec(WAPO_SRC, "WAPO's final reward exceeds GRPO's at equal lr (paired by seed)",
@@ -363,6 +390,7 @@ CRITERIA = {
                                          "Entropy change follows -eta Cov(log pi, A) in sign", "law",
                                          Criterion.above(0.0)),
 }
+CRITERIA = SPECS  # the older name (paper_figs, tests)
 """claim id -> ClaimSpec (source, statement, form, Criterion, primary), frozen at import, before any run. The
 primaries, WAPO vs GRPO collapse and final reward at every lr of the study, are Holm-adjusted among themselves;
 the other rows are exploratory (p unadjusted)."""
@@ -382,8 +410,8 @@ TEST_TEXT = {
                                "run-cluster bootstrap interval",
 }
 """What each claim measures and how it is tested; its criterion text is ``TEST_TEXT[id]: Criterion.describe()``."""
-CRITERIA_HASH = criteria_hash({cid: spec.criterion for cid, spec in CRITERIA.items()})
-"""Stamped on every claim of a study (gapdyn.criteria_hash), computed at import."""
+CRITERIA_HASH = criteria_hash({cid: spec.criterion for cid, spec in SPECS.items()})
+"""Stamped on every claim of a study (gapdyn.criteria_hash), computed at import (= EXPERIMENT.criteria_hash)."""
 
 
 def load_runs(out) -> "object":
@@ -391,16 +419,20 @@ def load_runs(out) -> "object":
     recomputed from the run's files by the current rule (:func:`folder_outcome`), whatever done.json stored."""
     import pandas as pd
 
-    rows = []
-    for f in sorted(Path(out, "runs").glob("*/done.json")):
-        r = json.loads(f.read_text())
-        for k, v in r.pop("passk").items():
-            r[f"pass@{k}"] = v
-        r.pop("alerts", None)
-        r.update(_outcome_columns(*(folder_outcome(f.parent, window=w) for w in (OUTCOME_WINDOW, SENSITIVITY_WINDOW))))
-        r["dir"] = str(f.parent)
-        rows.append(r)
-    return pd.DataFrame(rows)
+    return pd.DataFrame([run_row(f.parent) for f in sorted(Path(out, "runs").glob("*/done.json"))])
+
+
+def run_row(d) -> dict:
+    """The row of one finished run folder (:func:`load_runs`): done.json, passk expanded, no alerts, the outcome
+    columns recomputed from its files, and ``dir``."""
+    d = Path(d)
+    r = json.loads((d / "done.json").read_text())
+    for k, v in r.pop("passk").items():
+        r[f"pass@{k}"] = v
+    r.pop("alerts", None)
+    r.update(_outcome_columns(*(folder_outcome(d, window=w) for w in (OUTCOME_WINDOW, SENSITIVITY_WINDOW))))
+    r["dir"] = str(d)
+    return r
 
 
 def _paired(runs, a: str, b: str, col: str, lr: float):
@@ -468,7 +500,7 @@ def one_sided_wilcoxon(x, y) -> float:
 
 
 def _claim(cid, setting, statistic, est: Estimate, p=None, n=None, lr=None) -> Claim:
-    spec = CRITERIA[cid]
+    spec = SPECS[cid]
     return Claim(id=cid if lr is None else f"{cid}@lr{lr:g}", source=spec.source, statement=spec.statement,
                  setting=setting, statistic=statistic, estimate=est.estimate, interval=(est.lo, est.hi),
                  n=n or est.n, criterion_text=f"{TEST_TEXT[cid]}: {spec.criterion_text}", criterion=spec.criterion,
@@ -504,8 +536,12 @@ def wapo_grpo_claims(runs, lr: float, *, rng, n_boot: int = 2000) -> list[Claim]
     return claims + ([c] if c else [])
 
 
-def study_claims(out, runs=None, *, n_boot: int = 2000, seed: int = 0) -> list[Claim]:
-    """The CRITERIA claims on a finished (or partial) study; Holm over the primaries, the rest exploratory."""
+def study_claims(out=None, runs=None, *, n_boot: int = 2000, seed: int = 0, block: str | None = None) -> list[Claim]:
+    """The SPECS claims on a finished (or partial) study (its folder ``out``, or its rows ``runs`` whose ``dir``
+    columns name the run folders); Holm over the primaries, the rest exploratory. block: default
+    :func:`block_of` the seeds."""
+    if out is None and runs is None:
+        raise ValueError("give out (a study folder) or runs (its rows)")
     runs = load_runs(out) if runs is None else runs
     rng = np.random.default_rng(seed)
     claims = []
@@ -537,11 +573,13 @@ def study_claims(out, runs=None, *, n_boot: int = 2000, seed: int = 0) -> list[C
         from .early_warning import load_study_steps
         from .entropy import mechanism_fit
 
-        fit = mechanism_fit(load_study_steps(out), rng=rng, n_resamples=n_boot).get("all")
+        fit = mechanism_fit(load_study_steps(list(runs["dir"]) if out is None else out), rng=rng,
+                            n_resamples=n_boot).get("all")
         if fit is not None and all(map(math.isfinite, (fit.estimate, fit.lo, fit.hi))):
             claims.append(_claim("llm.entropy_follows_cov", f"all arms, {fit.n} runs, probe steps",
                                  "OLS slope of dH_same on -lr*Cov(log pi, A)", fit))
-    block = block_of(runs.seed) if len(runs) else "discovery"
+    if block is None:
+        block = block_of(runs.seed) if len(runs) else "discovery"
     return holm_adjust_claims([replace(c, block=block, criteria_hash=CRITERIA_HASH) for c in claims])
 
 
@@ -586,3 +624,56 @@ def summarize(out) -> list[Claim]:
     atomic_write_text(out / "claims.json", claims_to_json(claims))
     atomic_write_text(out / "claims.md", claims_markdown(claims, columns=CLAIM_COLUMNS) + "\n")
     return claims
+
+
+# ---- the one experiment protocol (gapdyn.experiment) ---------------------------------------------------------
+GRID = ("methods", "lrs", "seeds", "mode")
+"""The StudyConfig fields that are the grid (and its name); every other field is a run setting."""
+
+
+def cells(config: StudyConfig, instances=None) -> list[dict]:
+    """One cell per (method, lr, seed) in :func:`run_study`'s order (instances: the seeds), each with the run
+    settings (``study``: every StudyConfig field but :data:`GRID`)."""
+    seeds = config.seeds if instances is None else tuple(instances)
+    study = {f.name: getattr(config, f.name) for f in fields(config) if f.name not in GRID}
+    study["num_iterations"] = [list(p) for p in study["num_iterations"]]
+    return [{"method": m, "lr": lr, "seed": int(s), "study": study} for lr in config.lrs for m in config.methods
+            for s in seeds]
+
+
+def _study_config(study: dict, method: str, lr: float, seed: int) -> StudyConfig:
+    return StudyConfig(**{**study, "num_iterations": tuple(tuple(p) for p in study["num_iterations"])},
+                       methods=(method,), lrs=(lr,), seeds=(seed,))
+
+
+def cell_folder(study: dict, root=None) -> Path:
+    """``<root>/llm_ablation/<hash of the run settings>``: root the warm-up cache's (llm_probe.warmup.warm_root)."""
+    from ..warmup import warm_root
+
+    key = hashlib.sha256(json.dumps(study, sort_keys=True).encode()).hexdigest()[:16]
+    return warm_root(root).parent / NAME / key
+
+
+def run_cell(*, method: str, lr: float, seed: int, study: dict, root=None):
+    """One run (:func:`run_one`, skipped when finished) from the shared warm model (:func:`prepare_warm`), in
+    ``cell_folder(study)/runs/<name>``; its :func:`run_row` as a one-row DataFrame."""
+    import pandas as pd
+
+    cfg = _study_config(study, method, lr, seed)
+    out = cell_folder(study, root)
+    run_one(cfg, prepare_warm(cfg, root), out, method, lr, seed)
+    return pd.DataFrame([run_row(out / "runs" / run_name(method, lr, seed))])
+
+
+def analyse(results, config: StudyConfig, *, block: str = "discovery") -> list[Claim]:
+    """The claims of a block from its rows (:func:`run_cell`; the entropy law reads the folders in ``dir``)."""
+    if not len(results):
+        return []
+    runs = results.assign(_name=[Path(d).name for d in results["dir"]]).sort_values("_name")  # load_runs' order
+    return [replace(c, block=block) for c in study_claims(runs=runs.drop(columns="_name").reset_index(drop=True),
+                                                          block=block)]
+
+
+EXPERIMENT = StudyExperiment(name=NAME, claims=SPECS, config=StudyConfig, cells=cells, run_cell=run_cell, analyse=analyse,
+                             command="gapdyn train ablation --mode full")
+"""This study in the one protocol (gapdyn.experiment.Experiment)."""

@@ -2,8 +2,8 @@
 
     gapdyn train demo --out gapdyn_out/train-demo --seeds 0 1 2 --steps 150
 
+Every run starts from the warm model of the one cache (llm_probe.warmup.warm_model: ``./gapdyn_out/warm/<key>/``).
 Writes into out_dir (``--out``, default ``./gapdyn_out/train-demo``; documented in docs/llm_probe.md):
-- ``warm/``: the warmed-up model + tokenizer (reused when present);
 - ``<method>_lr<lr>_s<seed>/``: each run's metrics.jsonl / metrics.parquet / probe_prompts.jsonl / alerts.json;
 - ``runs.csv`` and ``runs.parquet``: one row per run (columns in RUN_COLUMNS);
 - ``metrics_all.parquet``: every run's per-step metrics stacked (method, lr, seed columns);
@@ -59,6 +59,9 @@ class DemoConfig:
     """Warm-up steps of the shared tiny model."""
     warm_seed: int = 0
     """Seed of the shared warm model."""
+    init_from: str | None = None
+    """Start every run from this saved model instead of the cached warm one (its warm-up skipped); a saved model
+    in ``<out>/warm`` is used the same way."""
     stop_on_collapse: bool = False
     """Stop each run at its first alert (faster; collapse is absorbing with binary rewards)."""
     num_threads: int = 1
@@ -91,33 +94,35 @@ class DemoConfig:
                 raise ValueError(f"--seeds must be integers >= 0, got {s!r}")
 
 
-def prepare_warm_model(out_dir, *, arch="qwen2", seed=0, steps=400, batch=128, lr=1e-3, num_threads=None,
-                       force=False, progress=False):
-    """Build + warm up + save a tiny Qwen in out_dir (reused unless force); returns (dir, sampled accuracy).
+def prepare_warm_model(out_dir=None, *, arch="qwen2", seed=0, steps=400, batch=128, lr=1e-3, num_threads=None,
+                       progress=False, root=None):
+    """The warm tiny Qwen of these settings from the one cache (llm_probe.warmup.warm_model, under ``root``:
+    default ./gapdyn_out); returns (its folder, sampled accuracy on 512 problems, stored beside it once).
+    out_dir: also save a copy there (for ``--init-from``), and return that folder.
     num_threads: torch threads (None: the process's count, 1 unless GAPDYN_TORCH_THREADS; llm_probe.threads)."""
-    from ..model import TinyQwenSpec, build_tiny_qwen, save_policy
-    from ..tasks import AdditionTask
-    from ..threads import use_threads
-    from ..tokenizer import build_char_tokenizer
-    from ..warmup import sampled_accuracy, warmup
+    import shutil
 
-    use_threads(num_threads)
-    d = Path(out_dir)
-    meta = d / "warmup.json"
-    if meta.exists() and (d / "config.json").exists() and not force:
-        return d, json.loads(meta.read_text())["sampled_accuracy"]
-    tok = build_char_tokenizer()
-    task = AdditionTask()
-    model = build_tiny_qwen(tok, TinyQwenSpec(arch=arch), seed=seed)
-    t0 = time.perf_counter()
-    losses = warmup(model, tok, task, steps=steps, batch_size=batch, lr=lr, seed=seed, progress=progress)
-    wall = time.perf_counter() - t0
-    acc = sampled_accuracy(model, tok, task, n=512, seed=seed)
-    save_policy(model, tok, d)
-    atomic_write_json(meta, {"arch": arch, "seed": seed, "steps": steps, "batch": batch, "lr": lr,
-                             "final_loss": losses[-1] if losses else None, "sampled_accuracy": acc,
-                             "wall_s": wall}, indent=1)
-    return d, acc
+    from ..model import TinyQwenSpec, load_policy
+    from ..tasks import AdditionTask
+    from ..warmup import sampled_accuracy, warm_model
+
+    d = warm_model(TinyQwenSpec(arch=arch), AdditionTask(), steps=steps, batch_size=batch, lr=lr, seed=seed,
+                   num_threads=num_threads, root=root, progress=progress)
+    acc_file = d / "sampled_accuracy.json"
+    if acc_file.exists():
+        acc = json.loads(acc_file.read_text())["sampled_accuracy"]
+    else:
+        model, tok = load_policy(d)
+        acc = sampled_accuracy(model, tok, AdditionTask(), n=512, seed=seed)
+        atomic_write_json(acc_file, {"n": 512, "seed": seed, "sampled_accuracy": acc})
+    if out_dir is None:
+        return d, acc
+    dest = Path(out_dir)
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in d.iterdir():
+        if f.is_file():
+            shutil.copyfile(f, dest / f.name)
+    return dest, acc
 
 
 def summarize_run(df, alerts: list, wall_s: float) -> dict:
@@ -171,8 +176,14 @@ def run_demo(cfg: DemoConfig) -> "object":
 
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    warm_dir, acc = prepare_warm_model(out / "warm", seed=cfg.warm_seed, steps=cfg.warmup_steps,
-                                       num_threads=cfg.num_threads, progress=cfg.progress)
+    given = Path(cfg.init_from) if cfg.init_from else out / "warm"
+    if (given / "config.json").is_file():
+        warm_dir = given
+        meta = [json.loads(f.read_text()) for f in (given / "warmup.json", given / "sampled_accuracy.json") if f.exists()]
+        acc = meta[-1].get("sampled_accuracy", float("nan")) if meta else float("nan")
+    else:
+        warm_dir, acc = prepare_warm_model(seed=cfg.warm_seed, steps=cfg.warmup_steps, num_threads=cfg.num_threads,
+                                           progress=cfg.progress)
     jobs = [(m, lr, s) for lr in cfg.lrs for m in cfg.methods for s in cfg.seeds]
     if cfg.n_jobs != 1:
         from joblib import Parallel, delayed

@@ -57,13 +57,16 @@ def load_study_steps(study) -> "object":
     """All runs' step rows with run, method, lr, seed, outcome (llm_probe.collapse.RUN_OUTCOMES), collapsed (the run
     ends collapsed), collapse_step (the onset of its final collapse, -1 if none), M_pos, M_neg, neg_mass_share
     (negative-advantage cells' share of the step's gradient mass) columns. Failed runs are kept (outcome
-    "failed", collapsed False); the warning tables leave them out."""
+    "failed", collapsed False); the warning tables leave them out. study: a study folder (its runs/*/), or the
+    run folders themselves."""
     import pandas as pd
 
     from .ablation import outcome_from_rows, read_evals
 
     frames = []
-    for i, f in enumerate(sorted(Path(study, "runs").glob("*/done.json"))):
+    done_files = (sorted(Path(study, "runs").glob("*/done.json")) if isinstance(study, (str, Path)) else
+                  [Path(d) / "done.json" for d in study])
+    for i, f in enumerate(done_files):
         done = json.loads(f.read_text())
         rows = [json.loads(ln) for ln in (f.parent / "metrics.jsonl").read_text().splitlines() if ln.strip()]
         df = pd.DataFrame([{k: v for k, v in r.items() if k != "alerts"} for r in rows])

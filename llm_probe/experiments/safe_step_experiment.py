@@ -33,10 +33,12 @@ time to level of every arm are in ``DIR/summary.json``; nothing here is tuned to
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -44,15 +46,19 @@ import gapdyn
 from gapdyn.claims import ClaimSpec, Criterion
 from gapdyn.io import atomic_write_json, atomic_write_text
 
+from . import StudyExperiment
 from ..collapse import OUTCOME_WINDOW, SENSITIVITY_WINDOW, RunOutcome, run_outcome
 from ..seeds import STUDY_SEED, derive_seed
 
-__all__ = ["SafeStepExperiment", "MODES", "CRITERIA", "CRITERIA_HASH", "TEST_TEXT", "run_experiment", "analyse",
-           "row_outcome", "steps_to_level", "run_and_report"]
+__all__ = ["SafeStepExperiment", "MODES", "SPECS", "CRITERIA", "CRITERIA_HASH", "TEST_TEXT", "EXPERIMENT", "NAME",
+           "run_experiment", "analyse", "analyse_rows", "cells", "run_cell", "row_outcome", "steps_to_level",
+           "run_and_report"]
+
+NAME = "llm_safe_step"
 
 ARMS = ("constant", "safe")
 SOURCE = "beyond the papers (safe step rule, docs/theory.md section 11)"
-CRITERIA = {
+SPECS = {
     "collapse_constant": ClaimSpec(SOURCE, "at a collapse lr most constant-step runs end collapsed (the premise)",
                                    "existence", Criterion.above(0.5)),
     "collapse_safe": ClaimSpec(SOURCE, "with the safe step fewer than half of the runs at a collapse lr end "
@@ -63,7 +69,9 @@ CRITERIA = {
     "not_slower": ClaimSpec(SOURCE, "at a safe lr the safe step reaches the reward level no more than 10 % later",
                             "comparison", Criterion.below(1.1)),
 }
-"""Claim family -> ClaimSpec, frozen at import (before any run); a claim's id is ``<family>_<method>_lr<lr>``."""
+"""Claim family -> ClaimSpec, frozen at import (before any run); a claim's id is ``<family>@<method>_lr<lr>``."""
+CRITERIA = SPECS
+"""The same table under its older name."""
 TEST_TEXT = {
     "collapse_constant": "P(ends collapsed), constant step, Clopper-Pearson 95 %",
     "collapse_safe": "P(ends collapsed), safe step, Clopper-Pearson 95 %; p: one-sided Fisher exact (safe fewer) "
@@ -72,12 +80,12 @@ TEST_TEXT = {
     "not_slower": "mean steps to level, safe / constant, paired bootstrap 95 % upper bound",
 }
 """How each family is measured; its criterion text is ``TEST_TEXT[family]: Criterion.describe()``."""
-CRITERIA_HASH = gapdyn.criteria_hash({k: spec.criterion for k, spec in CRITERIA.items()})
-"""gapdyn.criteria_hash of :data:`CRITERIA`, computed at import and stamped on every claim."""
+CRITERIA_HASH = gapdyn.criteria_hash({k: spec.criterion for k, spec in SPECS.items()})
+"""gapdyn.criteria_hash of :data:`SPECS`, computed at import and stamped on every claim (= EXPERIMENT.criteria_hash)."""
 
 
 def _spec_fields(family: str) -> dict:
-    spec = CRITERIA[family]
+    spec = SPECS[family]
     return dict(source=spec.source, criterion=spec.criterion, form=spec.form, primary=spec.primary,
                 criterion_text=f"{TEST_TEXT[family]}: {spec.criterion_text}", criteria_hash=CRITERIA_HASH)
 
@@ -100,6 +108,8 @@ def row_outcome(row: dict, *, window: int = OUTCOME_WINDOW) -> RunOutcome:
 class SafeStepExperiment:
     """Grid and settings of the experiment (see the module docstring)."""
 
+    mode: str = "full"
+    """The size's name (test, quick, full)."""
     methods: tuple[str, ...] = ("grpo", "wapo")
     collapse_lrs: tuple[float, ...] = (1e-3, 5e-4)
     """Adam learning rates where most constant-step runs collapse."""
@@ -137,13 +147,30 @@ class SafeStepExperiment:
         if self.tail > self.steps or self.window > self.steps:
             raise ValueError(f"tail and window must be <= steps ({self.steps})")
 
+    @property
+    def instances(self) -> tuple[int, ...]:
+        """The seeds: one block (the protocol's discovery block)."""
+        return tuple(self.seeds)
+
+    @classmethod
+    def test(cls) -> SafeStepExperiment:
+        return MODES["test"]
+
+    @classmethod
+    def quick(cls) -> SafeStepExperiment:
+        return MODES["quick"]
+
+    @classmethod
+    def full(cls) -> SafeStepExperiment:
+        return MODES["full"]
+
 
 MODES = {
-    "test": SafeStepExperiment(methods=("grpo",), collapse_lrs=(1e-3,), seeds=(0, 1), steps=3, prompts_per_step=2,
-                               group_size=4, warmup_steps=5, tail=2, window=2, n_resamples=200),
-    "quick": SafeStepExperiment(methods=("grpo",), collapse_lrs=(1e-3,), seeds=(0, 1, 2), steps=40,
+    "test": SafeStepExperiment(mode="test", methods=("grpo",), collapse_lrs=(1e-3,), seeds=(0, 1), steps=3,
+                               prompts_per_step=2, group_size=4, warmup_steps=5, tail=2, window=2, n_resamples=200),
+    "quick": SafeStepExperiment(mode="quick", methods=("grpo",), collapse_lrs=(1e-3,), seeds=(0, 1, 2), steps=40,
                                 prompts_per_step=8, tail=10, window=5),
-    "full": SafeStepExperiment(),
+    "full": SafeStepExperiment(mode="full"),
 }
 
 
@@ -152,7 +179,8 @@ def run_dir(out: Path, method: str, arm: str, lr: float, seed: int) -> Path:
 
 
 def _one_run(exp: SafeStepExperiment, out: Path, warm_dir: str, method: str, arm: str, lr: float, seed: int) -> dict:
-    """Run (or skip, when finished) one (method, arm, lr, seed); returns its run.json row."""
+    """Run (or skip, when finished) one (method, arm, lr, seed); returns its run.json row. ``exp``: anything with
+    the run settings of :data:`RUN_SETTINGS` (a SafeStepExperiment)."""
     import pandas as pd
 
     from ..config import TrainConfig
@@ -204,9 +232,9 @@ def run_experiment(exp: SafeStepExperiment, out, *, progress: bool = True, n_job
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "experiment.json", asdict(exp), indent=1)
-    frozen = {"criteria_hash": CRITERIA_HASH, "criteria": {k: v.criterion.to_dict() for k, v in CRITERIA.items()}}
+    frozen = {"criteria_hash": CRITERIA_HASH, "criteria": {k: v.criterion.to_dict() for k, v in SPECS.items()}}
     atomic_write_json(out / "criteria.json", frozen, indent=1)  # the frozen criteria and hash, before any run
-    warm_dir, _ = prepare_warm_model(out / "warm", seed=exp.warm_seed, steps=exp.warmup_steps,
+    warm_dir, _ = prepare_warm_model(seed=exp.warm_seed, steps=exp.warmup_steps,
                                      num_threads=exp.num_threads)
     jobs = [(m, arm, lr, s) for s in exp.seeds for m in exp.methods for lr in (*exp.collapse_lrs, exp.safe_lr)
             for arm in ARMS]
@@ -278,8 +306,8 @@ def _counts(runs) -> dict:
             f"collapsed_w{SENSITIVITY_WINDOW}": sum(r["outcome_sens"] == "collapsed" for r in runs)}
 
 
-def analyse(exp: SafeStepExperiment, rows: list[dict]) -> tuple[list, dict]:
-    """(claims, summary) from the run rows, judged against the frozen :data:`CRITERIA` (module docstring).
+def analyse_rows(exp: SafeStepExperiment, rows: list[dict], *, block: str = "discovery") -> tuple[list, dict]:
+    """(claims, summary) from the run rows, judged against the frozen :data:`SPECS` (module docstring).
 
     Each row's outcome is recomputed here (:func:`row_outcome`); collapse rows count runs that end collapsed,
     failed runs apart; Holm over the primaries (gapdyn.holm_adjust_claims), the other tests unadjusted."""
@@ -311,9 +339,9 @@ def analyse(exp: SafeStepExperiment, rows: list[dict]) -> tuple[list, dict]:
                     ratio = gapdyn.bootstrap_ratio(np.array(st["steps_safe"], float), np.array(st["steps_constant"], float),
                                                    rng=rng, n_resamples=exp.n_resamples)
                     claims.append(gapdyn.Claim.from_estimate(
-                        ratio, id=f"not_slower_{m}_lr{exp.safe_lr:g}",
+                        ratio, id=f"not_slower@{m}_lr{exp.safe_lr:g}",
                         setting=f"{setting}; {m}, lr={exp.safe_lr:g}, {n} seeds; level {level:.3f}",
-                        statement=f"{CRITERIA['not_slower'].statement} ({m})",
+                        statement=SPECS["not_slower"].statement,
                         statistic="mean steps to level, safe / constant (paired bootstrap)", **_spec_fields("not_slower")))
             else:
                 g["not_testable"] = (f"constant-step final reward {R_final:.3f} <= R0 {baseline_reward:.3f}: no rise, "
@@ -332,12 +360,12 @@ def analyse(exp: SafeStepExperiment, rows: list[dict]) -> tuple[list, dict]:
             fisher = gapdyn.fisher_exact_test(np.array([[ks, n - ks], [kc, n - kc]]), alternative="less")
             where = f"{setting}; {m}, lr={lr:g}, {n} seeds (failed runs apart)"
             claims.append(gapdyn.Claim.from_estimate(
-                cp_c, id=f"collapse_constant_{m}_lr{lr:g}", setting=where,
-                statement=f"{CRITERIA['collapse_constant'].statement} ({m}, lr={lr:g})",
+                cp_c, id=f"collapse_constant@{m}_lr{lr:g}", setting=where,
+                statement=SPECS["collapse_constant"].statement,
                 statistic="P(ends collapsed), constant step (Clopper-Pearson)", **_spec_fields("collapse_constant")))
             claims.append(gapdyn.Claim.from_estimate(
-                cp_s, id=f"collapse_safe_{m}_lr{lr:g}", setting=where, p_value=fisher.p_value,
-                p_adjusted=fisher.p_value, statement=f"{CRITERIA['collapse_safe'].statement} ({m}, lr={lr:g})",
+                cp_s, id=f"collapse_safe@{m}_lr{lr:g}", setting=where, p_value=fisher.p_value,
+                p_adjusted=fisher.p_value, statement=SPECS["collapse_safe"].statement,
                 statistic="P(ends collapsed), safe step (Clopper-Pearson); p: one-sided Fisher exact vs constant",
                 **_spec_fields("collapse_safe")))
             fc, fs = np.array([final[id(r)] for r in const]), np.array([final[id(r)] for r in safe])
@@ -347,8 +375,8 @@ def analyse(exp: SafeStepExperiment, rows: list[dict]) -> tuple[list, dict]:
                 diff = gapdyn.paired_bootstrap_difference(fs, fc, rng=rng, n_resamples=exp.n_resamples)
                 p = one_sided_wilcoxon(fs, fc)
                 claims.append(gapdyn.Claim.from_estimate(
-                    diff, id=f"final_reward_{m}_lr{lr:g}", setting=where, p_value=p, p_adjusted=p,
-                    statement=f"{CRITERIA['final_reward'].statement} ({m}, lr={lr:g})",
+                    diff, id=f"final_reward@{m}_lr{lr:g}", setting=where, p_value=p, p_adjusted=p,
+                    statement=SPECS["final_reward"].statement,
                     statistic=f"mean final reward (last {exp.tail} steps), safe - constant (paired bootstrap)",
                     **_spec_fields("final_reward")))
             summary["groups"].append({
@@ -358,7 +386,7 @@ def analyse(exp: SafeStepExperiment, rows: list[dict]) -> tuple[list, dict]:
                 "cp_constant": [cp_c.lo, cp_c.hi], "cp_safe": [cp_s.lo, cp_s.hi], "fisher_p_one_sided": fisher.p_value,
                 "final_constant": fc.tolist(), "final_safe": fs.tolist(),
                 **_time_stats(const, safe, exp, level), "level": level})
-    return gapdyn.holm_adjust_claims(claims), summary
+    return [replace(c, block=block) for c in gapdyn.holm_adjust_claims(claims)], summary
 
 
 def _time_stats(const, safe, exp, level=None) -> dict:
@@ -386,7 +414,7 @@ def run_and_report(exp: SafeStepExperiment, out, *, n_jobs: int = 1, analyse_onl
     if cost_steps:
         from .demo import prepare_warm_model
 
-        warm_dir, _ = prepare_warm_model(out / "warm", seed=exp.warm_seed, steps=exp.warmup_steps,
+        warm_dir, _ = prepare_warm_model(seed=exp.warm_seed, steps=exp.warmup_steps,
                                          num_threads=exp.num_threads)
         cost = step_cost(exp, warm_dir, out, steps=cost_steps)
         atomic_write_json(out / "step_cost.json", cost, indent=1)
@@ -397,7 +425,7 @@ def run_and_report(exp: SafeStepExperiment, out, *, n_jobs: int = 1, analyse_onl
         rows = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*/run.json"))]
     else:
         rows = run_experiment(exp, out, progress=progress, n_jobs=n_jobs)
-    claims, summary = analyse(exp, rows)
+    claims, summary = analyse_rows(exp, rows)
     summary["wall_s_this_call"] = time.perf_counter() - t0
     atomic_write_text(out / "claims.json", gapdyn.claims_to_json(claims))
     atomic_write_text(out / "claims.md", gapdyn.claims_markdown(claims) if claims else "(no claims)\n")
@@ -405,3 +433,57 @@ def run_and_report(exp: SafeStepExperiment, out, *, n_jobs: int = 1, analyse_onl
     print(gapdyn.claims_markdown(claims) if claims else "(no claims)")
     for g in summary["groups"]:
         print(json.dumps({k: v for k, v in g.items() if not isinstance(v, list)}))
+
+
+# ---- the one experiment protocol (gapdyn.experiment) ---------------------------------------------------------
+RUN_SETTINGS = ("steps", "prompts_per_step", "group_size", "warmup_steps", "warm_seed", "c", "delta", "num_threads")
+"""The settings one run depends on (the rest of a SafeStepExperiment is the grid and the analysis)."""
+
+
+def cells(config: SafeStepExperiment, instances=None) -> list[dict]:
+    """One cell per (method, arm, lr, seed) in :func:`run_experiment`'s order (instances: the seeds), each with
+    the run settings of :data:`RUN_SETTINGS`."""
+    seeds = config.seeds if instances is None else tuple(instances)
+    settings = {k: getattr(config, k) for k in RUN_SETTINGS}
+    return [{"method": m, "arm": arm, "lr": lr, "seed": int(s), "settings": settings} for s in seeds
+            for m in config.methods for lr in (*config.collapse_lrs, config.safe_lr) for arm in ARMS]
+
+
+def cell_folder(settings: dict, root=None) -> Path:
+    """``<root>/llm_safe_step/<hash of the run settings>``: root the warm-up cache's (llm_probe.warmup.warm_root)."""
+    from ..warmup import warm_root
+
+    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+    return warm_root(root).parent / NAME / key
+
+
+def run_cell(*, method: str, arm: str, lr: float, seed: int, settings: dict, root=None):
+    """One run (:func:`_one_run`, skipped when finished) from the cached warm model, in
+    ``cell_folder(settings)/runs/<method>_<arm>_lr<lr>_s<seed>``; one row: method, arm, lr, seed, outcome,
+    collapsed, alerted, fault and ``run_json`` (the whole run.json row, for :func:`analyse`)."""
+    import pandas as pd
+
+    from ..model import TinyQwenSpec
+    from ..tasks import AdditionTask
+    from ..warmup import warm_model
+
+    if set(settings) != set(RUN_SETTINGS):
+        raise ValueError(f"settings must hold exactly {RUN_SETTINGS}, got {sorted(settings)}")
+    run = SimpleNamespace(**settings)
+    warm = warm_model(TinyQwenSpec(), AdditionTask(), steps=run.warmup_steps, seed=run.warm_seed,
+                      num_threads=run.num_threads, root=root)
+    row = _one_run(run, cell_folder(settings, root), str(warm), method, arm, lr, seed)
+    return pd.DataFrame([{"method": method, "arm": arm, "lr": lr, "seed": seed, "outcome": row["outcome"],
+                          "collapsed": bool(row["collapsed"]), "alerted": bool(row["alerted"]),
+                          "fault": row["fault"] or "", "run_json": json.dumps(row)}])
+
+
+def analyse(results, config: SafeStepExperiment, *, block: str = "discovery") -> list:
+    """The claims of a block from its rows (:func:`run_cell`'s ``run_json``), by :func:`analyse_rows`."""
+    rows = [json.loads(r) for r in results["run_json"]] if len(results) else []
+    return analyse_rows(config, rows, block=block)[0] if rows else []
+
+
+EXPERIMENT = StudyExperiment(name=NAME, claims=SPECS, config=SafeStepExperiment, cells=cells, run_cell=run_cell,
+                             analyse=analyse, command="gapdyn train safe-step --mode full")
+"""This experiment in the one protocol (gapdyn.experiment.Experiment)."""
