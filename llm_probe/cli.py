@@ -36,7 +36,7 @@ from typing import Annotated, Literal
 
 import tyro
 
-from gapdyn.cmdline import Mode, command, on_interrupt, output_dir, parse, say
+from gapdyn.cmdline import Mode, command, on_interrupt, optional, output_dir, parse, say
 
 from .config import check_settings
 
@@ -100,6 +100,9 @@ class AblationArgs:
     """Parallel runs (processes)."""
     seeds: tuple[int, ...] | None = None
     """Run only these seeds (None: the mode's seeds)."""
+    init_from: Annotated[str | None, optional("DIR")] = None
+    """Start every run from this saved model (skips the warm-up; default: the cached warm model,
+    ./gapdyn_out/warm/<key>/)."""
     progress: bool = True
     """Show progress."""
 
@@ -132,6 +135,8 @@ def _ablation_main(argv: list[str]) -> int:
     cfg = ablation.CONFIGS[key]
     if seeds is not None:
         cfg = replace(cfg, seeds=seeds)
+    if args.init_from:
+        cfg = replace(cfg, init_from=str(saved_model_folder(args.init_from, "--init-from").resolve()))
     default = Path.cwd() / "gapdyn_out" / "train-ablation" / f"{args.study}-{args.mode}"
     out = output_dir("train-ablation", args.out_dir or default)
     t0 = time.perf_counter()
@@ -258,6 +263,9 @@ class SafeStepArgs:
     """No new runs: the claims from the finished runs in --out (e.g. while a run is in progress)."""
     cost_steps: int = 0
     """Only time this many interleaved steps without / with the safe step (no runs)."""
+    init_from: Annotated[str | None, optional("DIR")] = None
+    """Start every run from this saved model (skips the warm-up; default: the cached warm model,
+    ./gapdyn_out/warm/<key>/)."""
     progress: bool = True
     """Show progress."""
 
@@ -272,12 +280,14 @@ def _safe_step_main(argv: list[str]) -> int:
     seeds = _check_seeds(args.seeds)
     if isinstance(args.cost_steps, bool) or args.cost_steps < 0:
         raise ValueError(f"--cost-steps must be an integer >= 0, got {args.cost_steps!r}")
+    init_from = str(saved_model_folder(args.init_from, "--init-from").resolve()) if args.init_from else None
     out = output_dir("train-safe-step", args.out_dir or Path.cwd() / "gapdyn_out" / "train-safe-step" / args.mode)
     if args.analyse_only and not any(out.glob("runs/*/run.json")):
         raise ValueError(f"--analyse-only needs finished runs (runs/*/run.json) in --out, but {out} has none")
     from .experiments import safe_step_experiment as sse
 
-    exp = sse.MODES[args.mode] if seeds is None else replace(sse.MODES[args.mode], seeds=seeds)
+    exp = replace(sse.MODES[args.mode], init_from=init_from)
+    exp = exp if seeds is None else replace(exp, seeds=seeds)
     sse.run_and_report(exp, out, n_jobs=args.jobs, analyse_only=args.analyse_only, cost_steps=args.cost_steps,
                        progress=args.progress)
     return 0

@@ -241,3 +241,32 @@ def test_experiment_test_mode_runs_and_resumes(tmp_path, capsys, monkeypatch):
     assert (run_dir(tmp_path, "grpo", "safe", exp.safe_lr, 0) / "run.json").exists()
     assert main(["safe-step", "--mode", "test", "--out", str(tmp_path), "--no-progress"]) == 0
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/run.json")} == done
+
+
+def test_safe_step_cell_from_init_from_equals_the_front_end_run(tmp_path, monkeypatch):
+    """The protocol's run_cell (its own folder) and the front end's run of the same (method, arm, lr, seed) from
+    the same --init-from model give the same run.json (wall time aside); --init-from skips the warm-up."""
+    import dataclasses
+    import json
+
+    from llm_probe.experiments import safe_step_experiment as sse
+    from llm_probe.model import save_policy
+
+    monkeypatch.chdir(tmp_path)
+    model, tok = warm_model()
+    save_policy(model, tok, tmp_path / "mine")
+    import importlib
+
+    wu = importlib.import_module("llm_probe.warmup")
+    monkeypatch.setattr(wu, "warmup", lambda *a, **k: (_ for _ in ()).throw(AssertionError("warmed up")))
+    exp = dataclasses.replace(sse.MODES["test"], seeds=(0,), steps=2, tail=1, window=1,
+                              init_from=str(tmp_path / "mine"))
+    cell = next(c for c in sse.cells(exp) if c["arm"] == "safe")
+    got = sse.run_cell(**cell)
+    row = json.loads(got["run_json"].iloc[0])
+    d = sse.run_dir(tmp_path / "front", cell["method"], "safe", cell["lr"], 0)
+    want = sse._one_run(exp, tmp_path / "front", exp.init_from, cell["method"], "safe", cell["lr"], 0)
+    drop = ("wall_s", "step_time")
+    assert {k: v for k, v in row.items() if k not in drop} == {k: v for k, v in want.items() if k not in drop}
+    assert (d / "run.json").exists() and not (tmp_path / "gapdyn_out" / "warm").exists()
+    assert got["outcome"].iloc[0] == row["outcome"] and sse.cell_folder(cell["settings"]).is_relative_to(tmp_path)

@@ -22,6 +22,7 @@ import tyro
 
 import numpy as np
 
+from gapdyn.cmdline import optional
 from gapdyn.io import atomic_write_json, write_parquet, write_with
 
 __all__ = ["DemoConfig", "prepare_warm_model", "run_demo", "summarize_run", "RUN_COLUMNS"]
@@ -59,7 +60,7 @@ class DemoConfig:
     """Warm-up steps of the shared tiny model."""
     warm_seed: int = 0
     """Seed of the shared warm model."""
-    init_from: str | None = None
+    init_from: Annotated[str | None, optional("DIR")] = None
     """Start every run from this saved model instead of the cached warm one (its warm-up skipped); a saved model
     in ``<out>/warm`` is used the same way."""
     stop_on_collapse: bool = False

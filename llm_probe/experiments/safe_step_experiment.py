@@ -121,6 +121,8 @@ class SafeStepExperiment:
     group_size: int = 8
     warmup_steps: int = 400
     warm_seed: int = 0
+    init_from: str | None = None
+    """A saved model every run starts from (no warm-up); None: the cached warm model (llm_probe.warmup.warm_model)."""
     c: float = 1.0
     """The controller's fraction of the model-optimal step (default of the rule)."""
     delta: float = 2.0
@@ -234,10 +236,9 @@ def run_experiment(exp: SafeStepExperiment, out, *, progress: bool = True, n_job
     atomic_write_json(out / "experiment.json", asdict(exp), indent=1)
     frozen = {"criteria_hash": CRITERIA_HASH, "criteria": {k: v.criterion.to_dict() for k, v in SPECS.items()}}
     atomic_write_json(out / "criteria.json", frozen, indent=1)  # the frozen criteria and hash, before any run
-    warm_dir, _ = prepare_warm_model(seed=exp.warm_seed, steps=exp.warmup_steps,
-                                     num_threads=exp.num_threads)
-    jobs = [(m, arm, lr, s) for s in exp.seeds for m in exp.methods for lr in (*exp.collapse_lrs, exp.safe_lr)
-            for arm in ARMS]
+    warm_dir = exp.init_from or prepare_warm_model(seed=exp.warm_seed, steps=exp.warmup_steps,
+                                                   num_threads=exp.num_threads)[0]
+    jobs = [(c["method"], c["arm"], c["lr"], c["seed"]) for c in cells(exp)]
     if n_jobs != 1:
         from joblib import Parallel, delayed
 
@@ -414,8 +415,8 @@ def run_and_report(exp: SafeStepExperiment, out, *, n_jobs: int = 1, analyse_onl
     if cost_steps:
         from .demo import prepare_warm_model
 
-        warm_dir, _ = prepare_warm_model(seed=exp.warm_seed, steps=exp.warmup_steps,
-                                         num_threads=exp.num_threads)
+        warm_dir = exp.init_from or prepare_warm_model(seed=exp.warm_seed, steps=exp.warmup_steps,
+                                                       num_threads=exp.num_threads)[0]
         cost = step_cost(exp, warm_dir, out, steps=cost_steps)
         atomic_write_json(out / "step_cost.json", cost, indent=1)
         print(json.dumps(cost))
@@ -436,7 +437,8 @@ def run_and_report(exp: SafeStepExperiment, out, *, n_jobs: int = 1, analyse_onl
 
 
 # ---- the one experiment protocol (gapdyn.experiment) ---------------------------------------------------------
-RUN_SETTINGS = ("steps", "prompts_per_step", "group_size", "warmup_steps", "warm_seed", "c", "delta", "num_threads")
+RUN_SETTINGS = ("steps", "prompts_per_step", "group_size", "warmup_steps", "warm_seed", "init_from", "c", "delta",
+                "num_threads")
 """The settings one run depends on (the rest of a SafeStepExperiment is the grid and the analysis)."""
 
 
@@ -470,8 +472,8 @@ def run_cell(*, method: str, arm: str, lr: float, seed: int, settings: dict, roo
     if set(settings) != set(RUN_SETTINGS):
         raise ValueError(f"settings must hold exactly {RUN_SETTINGS}, got {sorted(settings)}")
     run = SimpleNamespace(**settings)
-    warm = warm_model(TinyQwenSpec(), AdditionTask(), steps=run.warmup_steps, seed=run.warm_seed,
-                      num_threads=run.num_threads, root=root)
+    warm = run.init_from or warm_model(TinyQwenSpec(), AdditionTask(), steps=run.warmup_steps, seed=run.warm_seed,
+                                       num_threads=run.num_threads, root=root)
     row = _one_run(run, cell_folder(settings, root), str(warm), method, arm, lr, seed)
     return pd.DataFrame([{"method": method, "arm": arm, "lr": lr, "seed": seed, "outcome": row["outcome"],
                           "collapsed": bool(row["collapsed"]), "alerted": bool(row["alerted"]),
