@@ -18,10 +18,11 @@ every group (every group mixed, so every prompt is probed). One fresh subprocess
   (timed apart: not the probe's), then :meth:`GapProbe.after` and the headroom
   (:func:`llm_probe.safe_step.step_rule`, one forward-mode pass over the batch).
 
-Time: ``time.perf_counter`` around each part. Memory: resident set size from /proc/self/status (Linux): VmRSS
-after ``malloc_trim(0)`` at the start of a part, and the part's peak VmHWM, reset through /proc/self/clear_refs
-before it (where /proc is missing: ``resource`` ru_maxrss, the whole process's peak); ``ru_maxrss`` of the process
-is reported too. A ratio is probe / plain of the same process (one load for both).
+Time: wall (``time.perf_counter``) and CPU seconds of the process (``time.process_time``: with 1 thread, less
+sensitive to a shared machine's load than wall time) around each part. Memory: resident set size from
+/proc/self/status (Linux): VmRSS after ``malloc_trim(0)`` at the start of a part, and the part's peak VmHWM,
+reset through /proc/self/clear_refs before it (where /proc is missing: ``resource`` ru_maxrss, the peak since the
+process started). A ratio is probe / plain of the same process.
 """
 
 from __future__ import annotations
@@ -141,11 +142,11 @@ class _Part:
         except OSError:
             pass
         self.rss0 = _status_mib("VmRSS")
-        self.t0 = time.perf_counter()
+        self.t0, self.c0 = time.perf_counter(), time.process_time()
         return self
 
     def __exit__(self, *exc):
-        self.wall = time.perf_counter() - self.t0
+        self.wall, self.cpu = time.perf_counter() - self.t0, time.process_time() - self.c0
         peak = _status_mib("VmHWM")
         self.peak = _maxrss_mib() if peak is None else peak
         return False
@@ -203,11 +204,11 @@ def measure(cfg: RealSizeConfig) -> dict:
         h = step_rule(model, ro, theta_k, d).headroom
         del d
     m = out.metrics
+    for name, part in (("plain", plain), ("opt_step", step), ("before", before), ("after", after),
+                       ("headroom", head)):
+        row.update({f"{name}_s": part.wall, f"{name}_cpu_s": part.cpu, f"{name}_start_MiB": part.rss0,
+                    f"{name}_peak_MiB": part.peak})
     row.update(
-        plain_s=plain.wall, plain_start_MiB=plain.rss0, plain_peak_MiB=plain.peak,
-        opt_step_s=step.wall, opt_step_peak_MiB=step.peak,
-        before_s=before.wall, before_peak_MiB=before.peak, after_s=after.wall, after_peak_MiB=after.peak,
-        headroom_s=head.wall, headroom_peak_MiB=head.peak, maxrss_MiB=_maxrss_mib(),
         n_prompts=m.get("gap/n_prompts", 0), dmu_update=out.dmu_update.tolist(),
         dmu_update_mean=m.get("gap/dmu_update_mean"), dphi_mean=m.get("gap/dphi_mean"), headroom=h)
     return row
@@ -236,25 +237,25 @@ def format_report(r: dict) -> str:
     """Markdown: the table of parts (seconds, ratio to plain, peak RSS and its excess over base) and the
     probe's numbers."""
     gib = lambda mib: f"{mib / 1024:.2f}"  # noqa: E731
-    probe_s = r["before_s"] + r["after_s"] + r["headroom_s"]
-    probe_peak = max(r["before_peak_MiB"], r["after_peak_MiB"], r["headroom_peak_MiB"])
+    parts = (("plain: forward + backward of the GRPO loss", ("plain",)), ("optimizer.step()", ("opt_step",)),
+             ("probe: theta_k copy + GapProbe.before (stream)", ("before",)),
+             ("probe: GapProbe.after (stream)", ("after",)), ("probe: headroom (step_rule, forward-mode)", ("headroom",)),
+             ("probe: all three", ("before", "after", "headroom")))
     base = r["base_MiB"]
-    rows = [("plain: forward + backward of the GRPO loss", r["plain_s"], r["plain_peak_MiB"]),
-            ("optimizer.step()", r["opt_step_s"], r["opt_step_peak_MiB"]),
-            ("probe: theta_k copy + GapProbe.before (stream)", r["before_s"], r["before_peak_MiB"]),
-            ("probe: GapProbe.after (stream)", r["after_s"], r["after_peak_MiB"]),
-            ("probe: headroom (step_rule, forward-mode)", r["headroom_s"], r["headroom_peak_MiB"]),
-            ("probe: all three", probe_s, probe_peak)]
     lines = [f"P = {r['P']:,} parameters, batch {r['prompts']} prompts x {r['G']} completions of {r['T']} tokens "
              f"(prompts {r['prompt_len']} tokens), float32, {r['threads']} thread(s), optimizer {r['optimizer']}; "
              f"load average (1, 5, 15 min) before {', '.join(f'{x:.2f}' for x in r['load_before'])}, after "
              f"{', '.join(f'{x:.2f}' for x in r['load_after'])}; wall {r['wall_s']:.0f} s (model build "
              f"{r['build_s']:.0f} s)", "",
              f"base (model + gradients + optimizer state, no activations): {gib(base)} GiB RSS", "",
-             "| part | s | / plain | peak RSS GiB | peak - base GiB |", "|---|---|---|---|---|"]
-    for name, s, peak in rows:
-        lines.append(f"| {name} | {s:.1f} | {s / r['plain_s']:.2f} | {gib(peak)} | {gib(peak - base)} |")
-    lines += ["", f"process ru_maxrss {gib(r['maxrss_MiB'])} GiB; probe: {r['n_prompts']} prompts, dmu_update_mean "
+             "| part | wall s | / plain | CPU s | / plain | RSS at start GiB | peak RSS GiB | peak - base GiB |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, keys in parts:
+        s, c = sum(r[f"{k}_s"] for k in keys), sum(r[f"{k}_cpu_s"] for k in keys)
+        start, peak = r[f"{keys[0]}_start_MiB"], max(r[f"{k}_peak_MiB"] for k in keys)
+        lines.append(f"| {name} | {s:.1f} | {s / r['plain_s']:.2f} | {c:.1f} | {c / r['plain_cpu_s']:.2f} | "
+                     f"{gib(start)} | {gib(peak)} | {gib(peak - base)} |")
+    lines += ["", f"probe: {r['n_prompts']} prompts, dmu_update_mean "
               f"{r['dmu_update_mean']:.3e}, dphi_mean {r['dphi_mean']:.3e} (first order: equal), headroom "
               f"{r['headroom']:.3g}"]
     return "\n".join(lines)
