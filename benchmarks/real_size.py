@@ -239,7 +239,8 @@ def format_report(r: dict) -> str:
     gib = lambda mib: f"{mib / 1024:.2f}"  # noqa: E731
     parts = (("plain: forward + backward of the GRPO loss", ("plain",)), ("optimizer.step()", ("opt_step",)),
              ("probe: theta_k copy + GapProbe.before (stream)", ("before",)),
-             ("probe: GapProbe.after (stream)", ("after",)), ("probe: headroom (step_rule, forward-mode)", ("headroom",)),
+             ("probe: GapProbe.after (stream)", ("after",)),
+             ("probe: headroom (step_rule, forward-mode)", ("headroom",)),
              ("probe: all three", ("before", "after", "headroom")))
     base = r["base_MiB"]
     lines = [f"P = {r['P']:,} parameters, batch {r['prompts']} prompts x {r['G']} completions of {r['T']} tokens "
