@@ -167,10 +167,20 @@ def warm_key(settings: dict) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
+WARM_CACHE_ENV = "GAPDYN_WARM_CACHE"
+"""Environment variable naming the warm-model cache folder itself (overrides ``<root>/warm`` when no root is
+given; the test suite points it at one temporary folder per session)."""
+
+
 def warm_root(root=None) -> Path:
-    """``<root>/warm`` with root ``./gapdyn_out`` of the working directory unless given (gapdyn.cmdline)."""
+    """``<root>/warm`` with root ``./gapdyn_out`` of the working directory unless given (gapdyn.cmdline);
+    ``$GAPDYN_WARM_CACHE`` names the folder instead when set and no root is given."""
+    import os
+
     from gapdyn.cmdline import OUT_ROOT
 
+    if root in (None, "") and os.environ.get(WARM_CACHE_ENV):
+        return Path(os.environ[WARM_CACHE_ENV])
     return Path(Path.cwd() / OUT_ROOT if root in (None, "") else root) / "warm"
 
 

@@ -11,6 +11,12 @@ import sys
 
 # Read by OpenMP once, when torch is first imported (llm_probe/threads.py): set before any test module imports it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# One warm-model cache per test session (llm_probe.warmup): shared by the tests and their subprocesses, never
+# the checkout's ./gapdyn_out/warm (a cache left by an earlier session or older code is not reused).
+if "GAPDYN_WARM_CACHE" not in os.environ:
+    import tempfile
+
+    os.environ["GAPDYN_WARM_CACHE"] = tempfile.mkdtemp(prefix="gapdyn-warm-")
 
 import numpy as np
 import pytest

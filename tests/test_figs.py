@@ -241,7 +241,9 @@ def test_tiny_reproduction_writes_only_under_the_working_directory(tiny_run):
     out, rc, printed, before = tiny_run
     cwd = out.parents[1]
     assert [p.name for p in cwd.iterdir()] == ["gapdyn_out"]
-    assert {p.name for p in (cwd / "gapdyn_out").iterdir()} == {"reproduce", "store", "warm"}  # warm: llm_probe.warmup
+    made = {p.name for p in (cwd / "gapdyn_out").iterdir()}
+    assert {"reproduce", "store"} <= made <= {"reproduce", "store", "warm"}  # warm: llm_probe.warmup (unless
+    # $GAPDYN_WARM_CACHE points elsewhere, as in this suite)
     assert str(out) in printed.splitlines()[0], "the command must say where it writes, first"
     assert _package_files() == before, "the run wrote into the package folder"
 
@@ -294,7 +296,11 @@ def test_tiny_report_covers_every_experiment(tiny_run):
     from paper_figs.reproduce import _experiment_names
 
     known = set(LLM_CRITERIA)
+    from paper_figs.reproduce import _runs_here
+
     for name in _experiment_names():
+        if not _runs_here(name):  # a registered study with its own command (the tiny-Qwen studies)
+            continue
         ids = {i if i.startswith(f"{name}.") else f"{name}.{i}" for i in load(name).CRITERIA}
         known |= ids
         assert ids & {c.id for c in claims}, f"no claims from experiment {name!r}"

@@ -139,6 +139,7 @@ def test_trainer_warm_up_goes_through_the_cache_and_equals_a_warm_up_by_hand(tmp
     from llm_probe.trainer import build_policy
 
     monkeypatch.chdir(tmp_path)  # the cache lives under ./gapdyn_out
+    monkeypatch.delenv(wu.WARM_CACHE_ENV, raising=False)  # (the suite points it at a session folder)
     cfg = TrainConfig(out_dir=str(tmp_path / "run"), warmup_steps=3, warmup_batch=8, seed=2, num_threads=1,
                       device="cpu")
     model, tok = build_policy(cfg, AdditionTask())
