@@ -53,7 +53,7 @@ set_style()
 
 # %%
 bandit = bandits.make_bandit(seed=2)
-exact = bandits.Dynamics(method="grpo", mode="exact", steps=STEPS)
+exact = bandits.Dynamics(method="grpo", gradient="exact", steps=STEPS)
 curves = data.trajectory_frame(*bandits.run_grid(bandit, exact, etas=[1.0, 10.0, 100.0, 300.0, 3000.0], seeds=[0]))
 
 # %%
@@ -70,7 +70,7 @@ ax[0, 0].legend(frameon=False);
 
 # %%
 etas = np.geomspace(0.1, 1e4, N_ETAS)
-sampled = bandits.Dynamics(method="grpo", mode="sampled", steps=STEPS)
+sampled = bandits.Dynamics(method="grpo", gradient="sampled", steps=STEPS)
 exact_grid = bandits.run_grid(bandit, exact, etas=etas, seeds=[0])
 sampled_grid = bandits.run_grid(bandit, sampled, etas=etas, seeds=np.arange(N_SEEDS))
 
