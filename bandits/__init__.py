@@ -18,14 +18,14 @@ import importlib
 
 _MODULES: dict[str, tuple[str, ...]] = {
     "bandits.envs": ("ContextualBandit", "make_bandit", "place_theta", "KINDS"),
-    "bandits.engine": ("DIRECTIONS", "MODES", "Dynamics", "Trajectory", "simulate", "run_grid"),
+    "bandits.engine": ("DIRECTIONS", "GRADIENTS", "MODES", "Dynamics", "Trajectory", "simulate", "run_grid"),
     "bandits.reference": ("simulate_reference", "sample_arms"),
     "bandits.schedules": (
         "SCHEDULES", "Schedule", "AdamState", "adam_init", "adam_direction", "schedule_step", "decaying_step",
         "line_search_step", "group_alignment_curvature", "adaptive_step",
     ),
     "bandits.sequence": (
-        "RULES", "SharedSequenceBandit", "TabularSequenceBandit", "SequenceSample", "rule_reward",
+        "RULES", "SequenceEnv", "SharedSequenceBandit", "TabularSequenceBandit", "SequenceSample", "rule_reward",
         "place_for_success_rate", "SequenceDynamics", "SequenceTrajectory",
         "sequence_sampled_direction",
     ),

@@ -40,6 +40,7 @@ from .collapse import (
     is_collapsed,
 )
 from .directions import expected_direction, sample_group, sampled_direction
+from .experiment import Experiment
 from .gap import (
     conditional_scores,
     failure_rate,
@@ -123,6 +124,7 @@ __all__ = [
     "CONFIRMATION_SEEDS",
     "Claim",
     "ClaimSpec",
+    "Experiment",
     "COUNTED_FORMS",
     "FORMS",
     "Criterion",
