@@ -1,6 +1,6 @@
 """Gradient-Gap probes on a real trl.GRPOTrainer run: copy this file and swap in your model, data and reward.
 
-    python examples/trl_grpo_probe.py                      # a tiny random Qwen2 built here, CPU, ~seconds
+    python examples/trl_grpo_probe.py                      # a tiny random Qwen2 built here, CPU
     python examples/trl_grpo_probe.py --model DIR          # any local from_pretrained folder (never downloaded)
 
 The callback wraps the reward function (it sees each step's groups there), probes every ``probe_every``-th
