@@ -423,6 +423,8 @@ def studentized_cluster_bootstrap_mean(values, clusters=None, *, rng: np.random.
     with np.errstate(divide="ignore", invalid="ignore"):
         t_star = (res.mean(axis=1) - point) / (res.std(axis=1, ddof=1) / math.sqrt(G))
     t_star = t_star[~np.isnan(t_star)]
+    if t_star.size == 0:  # every cluster mean equal: no resample has a t statistic, the interval is undefined
+        return Estimate(point, math.nan, math.nan, G, c, f"studentized cluster bootstrap ({bound}): no spread")
     tail = (1 - c) / 2 if bound == "two-sided" else 1 - c
     q_lo, q_hi = np.quantile(t_star, [tail, 1 - tail], method="inverted_cdf")
     lo, hi = _one_or_two_sided(point, se, float(q_lo), float(q_hi), bound)

@@ -311,3 +311,12 @@ def test_clustered_proportion_is_gated_by_its_coverage_and_existence_is_bonferro
     ex = exists_on_some_instance(events, labels)
     ref = S.clopper_pearson_interval(4, 10, confidence=1 - 0.05 / 3)
     assert (ex.estimate, ex.lo, ex.hi, ex.n, ex.confidence) == pytest.approx((0.4, ref.lo, ref.hi, 10, 0.95))
+
+
+def test_studentized_bootstrap_without_spread_has_no_interval_and_the_claim_says_so():
+    from bandits.experiments._common import mean_estimate
+
+    e = S.studentized_cluster_bootstrap_mean(np.zeros(45), np.arange(45), rng=np.random.default_rng(0))
+    assert e.estimate == 0 and math.isnan(e.lo) and math.isnan(e.hi)
+    m = mean_estimate(np.zeros(45), np.arange(45), seed=0, natural=(0.0, 1.0))
+    assert m.method.startswith("no data") and "same value" in m.method
