@@ -188,6 +188,28 @@ def _count_pmf(lq, lw, pre, linear):
 
 
 @njit(cache=True)
+def _suffix_pmf(lq, lw, suf, linear):
+    """Suffix pmfs of the correct count: suf[t, j] = P(#correct among positions > t = j), [T, T + 1], as
+    probabilities (linear) or their logs (the twin of :func:`_count_pmf`)."""
+    T = lq.shape[0]
+    if linear:
+        suf[:, :] = 0.0
+        suf[T - 1, 0] = 1.0
+        for t in range(T - 1, 0, -1):
+            q, w = math.exp(lq[t]), math.exp(lw[t])
+            suf[t - 1, 0] = suf[t, 0] * w
+            for j in range(1, T - t + 1):  # suf[t - 1] counts the T - t positions > t - 1
+                suf[t - 1, j] = suf[t, j] * w + suf[t, j - 1] * q
+        return
+    suf[:, :] = -np.inf
+    suf[T - 1, 0] = 0.0
+    for t in range(T - 1, 0, -1):
+        suf[t - 1, 0] = suf[t, 0] + lw[t]
+        for j in range(1, T - t + 1):
+            suf[t - 1, j] = _logaddexp(suf[t, j] + lw[t], suf[t, j - 1] + lq[t])
+
+
+@njit(cache=True)
 def _log_sum_range(a, lo, hi, linear):
     """log sum_{lo <= i < hi} of a (linear) or of exp(a) (log space)."""
     if not linear:
@@ -236,21 +258,7 @@ def partial_exact(feat, theta, correct, k):
     lJ, lJbar, gap = np.empty(R), np.empty(R), np.zeros((R, d))
     for r in range(R):
         lJ[r], lJbar[r], linear = _partial_logodds_one(feat, theta[r], correct, k, logp, p, lq, lw, pre)
-        if linear:
-            suf[:, :] = 0.0
-            suf[T - 1, 0] = 1.0
-            for t in range(T - 1, 0, -1):
-                q, w = math.exp(lq[t]), math.exp(lw[t])
-                suf[t - 1, 0] = suf[t, 0] * w
-                for j in range(1, T - t + 1):  # suf[t - 1] counts the T - t positions > t - 1
-                    suf[t - 1, j] = suf[t, j] * w + suf[t, j - 1] * q
-        else:
-            suf[:, :] = -np.inf
-            suf[T - 1, 0] = 0.0
-            for t in range(T - 1, 0, -1):
-                suf[t - 1, 0] = suf[t, 0] + lw[t]
-                for j in range(1, T - t + 1):
-                    suf[t - 1, j] = _logaddexp(suf[t, j] + lw[t], suf[t, j - 1] + lq[t])
+        _suffix_pmf(lq, lw, suf, linear)
         inv_JJbar = math.exp(-lJ[r] - lJbar[r])
         for t in range(T):
             if linear:  # q_t (1 - q_t) P(N_{-t} = k - 1) / (J (1 - J)), products of positive normal numbers
@@ -385,9 +393,9 @@ def partial_sampled_run(feat, theta0, eta, u, stream, adv, correct, k, scale, st
 
 
 @njit(cache=True)
-def _shared_logodds_one(feat, theta, is_corr, end, rule_ac, T, logp, p, lgam):
-    """(log J, log(1 - J)) of one theta: log-space sums over the states (n, m, ended) of the module doc of
-    bandits.sequence, log P = log C(m, n) + n log q + (m - n) log w + ended log e; fills logp and p."""
+def _shared_logmass(feat, theta, is_corr, end, logp, p):
+    """(log q, log w, log e): the log masses of the correct set, the other non-end tokens and the end token
+    (-inf without one) under p = softmax(feat . theta); fills logp and p."""
     V, d = feat.shape
     zmax = -np.inf
     for v in range(V):
@@ -418,6 +426,14 @@ def _shared_logodds_one(feat, theta, is_corr, end, rule_ac, T, logp, p, lgam):
             sw += math.exp(logp[v] - mw)
     lq, lw = mq + math.log(sq), mw + math.log(sw)
     le = logp[end] if end >= 0 else -np.inf
+    return lq, lw, le
+
+
+@njit(cache=True)
+def _shared_logodds_one(feat, theta, is_corr, end, rule_ac, T, logp, p, lgam):
+    """(log J, log(1 - J)) of one theta: log-space sums over the states (n, m, ended) of the module doc of
+    bandits.sequence, log P = log C(m, n) + n log q + (m - n) log w + ended log e; fills logp and p."""
+    lq, lw, le = _shared_logmass(feat, theta, is_corr, end, logp, p)
     # two passes over the states: the maxima, then the shifted sums
     m1, m0 = -np.inf, -np.inf
     for pas in range(2):
@@ -460,6 +476,89 @@ def shared_log_terms(feat, theta, is_corr, end, rule_ac, T):
     for r in range(R):
         l1[r], l0[r] = _shared_logodds_one(feat, theta[r], is_corr, end, rule_ac, T, logp, p, lgam)
     return l1, l0
+
+
+@njit(cache=True)
+def _lse_where(a, win, want):
+    """log sum of exp(a[s]) over the s with win[s] == want (-inf if none or all -inf)."""
+    m = -np.inf
+    for s in range(a.shape[0]):
+        if win[s] == want and a[s] > m:
+            m = a[s]
+    if m == -np.inf:
+        return -np.inf
+    acc = 0.0
+    for s in range(a.shape[0]):
+        if win[s] == want:
+            acc += math.exp(a[s] - m)
+    return m + math.log(acc)
+
+
+@njit(cache=True)
+def shared_exact(feat, theta, is_corr, end, rule_ac, T):
+    """(log J [R], log(1 - J) [R], Gap [R, d]) for theta [R, d]: SharedSequenceBandit.exact's state sums,
+    g+- = sum_s P(s | r = +-) E[s | state s] with E[s | n, m, ended] = n mu_c + (m - n) mu_w + ended phi_e - L mu
+    (bandits.sequence module doc), collected per class as E[n | r], E[m - n | r], P(ended | r), E[L | r]
+    before the features; log P normalised over the states as there."""
+    R = theta.shape[0]
+    V, d = feat.shape
+    variable = end >= 0
+    S = (T + 1) * (T + 2) // 2 if variable else T + 1
+    ns, ms, es, win = np.empty(S, np.int64), np.empty(S, np.int64), np.empty(S, np.int64), np.empty(S, np.int64)
+    s = 0
+    for m in range(T + 1) if variable else range(T, T + 1):  # the order of bandits.sequence._states
+        for n in range(m + 1):
+            ns[s], ms[s], es[s] = n, m, 1 if (variable and m < T) else 0
+            win[s] = 1 if (m >= 1 and (n == m if rule_ac else 2 * n >= m)) else 0
+            s += 1
+    lgam = np.empty(T + 1)
+    for i in range(T + 1):
+        lgam[i] = math.lgamma(i + 1.0)
+    logp, p, lP = np.empty(V), np.empty(V), np.empty(S)
+    mu_c, mu_w, mu, phi_e = np.empty(d), np.empty(d), np.empty(d), np.zeros(d)
+    if variable:
+        phi_e[:] = feat[end]
+    lJ, lJbar, gap = np.empty(R), np.empty(R), np.zeros((R, d))
+    for r in range(R):
+        lq, lw, le = _shared_logmass(feat, theta[r], is_corr, end, logp, p)
+        for s in range(S):
+            n, m = ns[s], ms[s]
+            lp = lgam[m] - lgam[n] - lgam[m - n]
+            if n > 0:
+                lp += n * lq
+            if m - n > 0:
+                lp += (m - n) * lw
+            if es[s] > 0:
+                lp += le
+            lP[s] = lp
+        lZ = _lse_range(lP, 0, S)
+        for s in range(S):
+            lP[s] -= lZ
+        lJ[r], lJbar[r] = _lse_where(lP, win, 1), _lse_where(lP, win, 0)
+        mu_c[:], mu_w[:], mu[:] = 0.0, 0.0, 0.0
+        for v in range(V):
+            wc = math.exp(logp[v] - lq) if is_corr[v] else 0.0
+            ww = math.exp(logp[v] - lw) if (not is_corr[v] and v != end) else 0.0
+            for j in range(d):
+                mu_c[j] += wc * feat[v, j]
+                mu_w[j] += ww * feat[v, j]
+                mu[j] += p[v] * feat[v, j]
+        for cls in (1, 0):
+            lc = lJ[r] if cls == 1 else lJbar[r]
+            if lc == -np.inf:  # an empty class: its conditional mean is 0, as numpy's nan_to_num makes it
+                continue
+            En, Ew, Ee, EL = 0.0, 0.0, 0.0, 0.0
+            for s in range(S):
+                if win[s] == cls:
+                    ps = math.exp(lP[s] - lc)
+                    En += ps * ns[s]
+                    Ew += ps * (ms[s] - ns[s])
+                    Ee += ps * es[s]
+                    EL += ps * (ms[s] + es[s])
+            sign = 1.0 if cls == 1 else -1.0
+            for j in range(d):
+                gap[r, j] += sign * (En * mu_c[j] + Ew * mu_w[j] + Ee * phi_e[j] - EL * mu[j])
+    return lJ, lJbar, gap
 
 
 @njit(cache=True)
@@ -592,6 +691,40 @@ def tabular_log_terms(z, correct, k):
     for r in range(R):
         lJ[r], lJbar[r] = _tabular_logodds_one(z[r], correct, k, logp, p, lq, lw, pre)
     return lJ, lJbar
+
+
+@njit(cache=True)
+def tabular_exact(z, correct, k):
+    """(log J [R], log(1 - J) [R], Gap [R, T, V]) for logits z [R, T, V]: TabularSequenceBandit.exact, block t
+    of the Gap (P(x_t = 1 | r = 1) - P(x_t = 1 | r = 0)) (e_c - u_t) with P(x_t = 1 | r = 1) = q_t P(N_{-t} >= k - 1)
+    / J, P(x_t = 1 | r = 0) = q_t P(N_{-t} < k - 1) / (1 - J), the pmf of N_{-t} the convolution of the prefix
+    and suffix pmfs (linear or log space as :func:`partial_exact`), u_t = p_t on the wrong tokens / (1 - q_t)."""
+    R, T, V = z.shape
+    logp, p, lq, lw = np.empty((T, V)), np.empty((T, V)), np.empty(T), np.empty(T)
+    pre, suf, loo, tmp = np.empty((T + 1, T + 1)), np.empty((T, T + 1)), np.empty(T), np.empty(T)
+    lJ, lJbar, gap = np.empty(R), np.empty(R), np.zeros((R, T, V))
+    for r in range(R):
+        lJ[r], lJbar[r] = _tabular_logodds_one(z[r], correct, k, logp, p, lq, lw, pre)
+        linear = _linear_ok(lq, lw)
+        _suffix_pmf(lq, lw, suf, linear)
+        for t in range(T):
+            for j in range(T):  # loo[j] = P(N_{-t} = j) = sum_i pre[t, i] suf[t, j - i], i <= t, j - i <= T - 1 - t
+                lo, hi = max(0, j - (T - 1 - t)), min(j, t)
+                if linear:
+                    acc = 0.0
+                    for i in range(lo, hi + 1):
+                        acc += pre[t, i] * suf[t, j - i]
+                    loo[j] = acc
+                else:
+                    for i in range(lo, hi + 1):
+                        tmp[i - lo] = pre[t, i] + suf[t, j - i]
+                    loo[j] = _lse_range(tmp, 0, hi - lo + 1)
+            a1 = math.exp(lq[t] + _log_sum_range(loo, k - 1, T, linear) - lJ[r])
+            a0 = math.exp(lq[t] + _log_sum_range(loo, 0, k - 1, linear) - lJbar[r])
+            g = a1 - a0
+            for v in range(V):
+                gap[r, t, v] = g if v == correct else -(g * math.exp(logp[t, v] - lw[t]))
+    return lJ, lJbar, gap
 
 
 @njit(cache=True)

@@ -395,6 +395,12 @@ class SharedSequenceBandit(SequenceEnv):
         l1, l0 = _kern.shared_log_terms(self.features, flat, *self._kernel_args(), self.T)
         return (l1 - l0).reshape(th.shape[:-1])
 
+    def _kernel_exact(self, theta) -> dict[str, np.ndarray]:
+        """J, Phi and the Gap of theta [R, d] (as :meth:`exact`, by bandits._sequence_kernels.shared_exact)."""
+        lJ, lJbar, gap = _kern.shared_exact(self.features, np.ascontiguousarray(theta, dtype=np.float64),
+                                            *self._kernel_args(), self.T)
+        return {"J": _prob_from_log(lJ), "Phi": lJ - lJbar, "gap": gap}
+
     def _kernel_sampled_run(self, theta0, eta, u, stream, adv, *, normalized, steps, every, tail0, collapse_j):
         """Every sampled step of R runs in one kernel call (bandits._sequence_kernels.shared_sampled_run)."""
         th = np.ascontiguousarray(theta0, dtype=np.float64)
@@ -552,6 +558,11 @@ class TabularSequenceBandit(SequenceEnv):
         lJ, lJbar = _kern.tabular_log_terms(np.ascontiguousarray(z.reshape((-1, self.T, self.V))), self.correct,
                                             self._k())
         return (lJ - lJbar).reshape(z.shape[:-2])
+
+    def _kernel_exact(self, z) -> dict[str, np.ndarray]:
+        """J, Phi and the Gap of z [R, T, V] (as :meth:`exact`, by bandits._sequence_kernels.tabular_exact)."""
+        lJ, lJbar, gap = _kern.tabular_exact(np.ascontiguousarray(z, dtype=np.float64), self.correct, self._k())
+        return {"J": _prob_from_log(lJ), "Phi": lJ - lJbar, "gap": gap}
 
     def _kernel_sampled_run(self, theta0, eta, u, stream, adv, *, normalized, steps, every, tail0, collapse_j):
         """Every sampled step of R runs in one kernel call (bandits._sequence_kernels.tabular_sampled_run)."""

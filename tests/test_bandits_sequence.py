@@ -8,10 +8,13 @@ import itertools
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import gapdyn
 from bandits.partial import PartialSharingBandit, position_features
 from bandits.sequence import (
+    RULES,
     SequenceDynamics,
     SharedSequenceBandit,
     TabularSequenceBandit,
@@ -608,3 +611,120 @@ def test_tabular_kernels_equal_the_numpy_route():
         a = simulate(env, one, eta=np.geomspace(0.1, 30.0, 6), seed=np.arange(6), theta0=z)
         b = simulate(env, one, eta=np.geomspace(0.1, 30.0, 6), seed=np.arange(6), theta0=z, backend="numpy")
         _assert_same_trajectory(a, b, f"{i} one step")
+
+
+# ---------------------------------------------------------------------------------------------
+# the exact kernels of the shared and tabular models (shared_exact, tabular_exact) vs their numpy ``exact``
+
+_SCALES = st.sampled_from([0.3, 3.0, 30.0, 300.0])  # logits of O(0.1) to O(1e3): both DP paths, J near 0 and 1
+
+
+@st.composite
+def _shared_problems(draw):
+    variable = draw(st.booleans())
+    env = SharedSequenceBandit.random(V=draw(st.integers(3, 8)), d=draw(st.integers(1, 4)), T=draw(st.integers(1, 10)),
+                                      rule=draw(st.sampled_from(RULES)), seed=draw(st.integers(0, 10**6)),
+                                      variable_length=variable)
+    th = draw(_SCALES) * np.random.default_rng(draw(st.integers(0, 10**6))).standard_normal((3, env.d))
+    return env, th
+
+
+@st.composite
+def _tabular_problems(draw):
+    V = draw(st.integers(2, 6))
+    env = TabularSequenceBandit(V=V, T=draw(st.integers(1, 10)), rule=draw(st.sampled_from(RULES)),
+                                correct=draw(st.integers(0, V - 1)))
+    z = draw(_SCALES) * np.random.default_rng(draw(st.integers(0, 10**6))).standard_normal((3, env.T, env.V))
+    return env, z
+
+
+def _check_shared_exact(env, th):
+    """J, Phi to 1e-12 and the Gap to 1e-10 relative; the Gap's floor is 1e-12 of |g+| + |g-|, the two
+    conditional means whose difference it is (the cancellation both routes share)."""
+    a, b = env._kernel_exact(th), env.exact(th)
+    np.testing.assert_allclose(a["J"], b["J"], rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(a["Phi"], b["Phi"], rtol=1e-12, atol=1e-12)
+    floor = 1e-12 * (np.abs(b["g_plus"]) + np.abs(b["g_minus"]))
+    assert np.all(np.abs(a["gap"] - b["gap"]) <= 1e-10 * np.abs(b["gap"]) + floor), (a["gap"], b["gap"])
+
+
+def _check_tabular_exact(env, z):
+    """Block t of the Gap is g_t (e_c - u_t): g_t = P(x_t = 1 | r = 1) - P(x_t = 1 | r = 0) to 1e-10 relative,
+    u_t to 1e-10. g_t's floor is the precision of the two probabilities (<= 1) whose difference it is: each is
+    exp(log q_t + log P(N_{-t} ...) - log J), an exponent known to ~ulp |log J| + |log(1 - J)| ~ ulp |Phi|
+    (1e-12 + 1e-13 |Phi| here; AC at logits of 300 puts |Phi| near 3e3 and both probabilities near 1)."""
+    a, b = env._kernel_exact(z), env.exact(z)
+    np.testing.assert_allclose(a["J"], b["J"], rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(a["Phi"], b["Phi"], rtol=1e-12, atol=1e-12)
+    c = env.correct
+    ga, gb = a["gap"][..., c], b["gap"][..., c]
+    floor = 1e-12 + 1e-13 * np.abs(b["Phi"])[:, None]
+    assert np.all(np.abs(ga - gb) <= 1e-10 * np.abs(gb) + floor), np.max(np.abs(ga - gb) / floor)
+    wrong = np.arange(env.V) != c
+    ok = (ga != 0) & (gb != 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ua, ub = -a["gap"][..., wrong] / ga[..., None], -b["gap"][..., wrong] / gb[..., None]
+    np.testing.assert_allclose(ua[ok], ub[ok], rtol=1e-10, atol=1e-300)
+    floor_all = np.broadcast_to(floor[..., None], a["gap"].shape)
+    assert np.all(np.abs(a["gap"] - b["gap"])[~ok] <= floor_all[~ok])  # |entries| <= |g_t| there
+
+
+@settings(max_examples=25, deadline=None)
+@given(_shared_problems())
+def test_shared_exact_kernel_equals_numpy(problem):
+    """shared_exact (fixed and variable length, AC and MAJ) equals SharedSequenceBandit.exact."""
+    _check_shared_exact(*problem)
+
+
+@settings(max_examples=25, deadline=None)
+@given(_tabular_problems())
+def test_tabular_exact_kernel_equals_numpy(problem):
+    """tabular_exact equals TabularSequenceBandit.exact."""
+    _check_tabular_exact(*problem)
+
+
+@pytest.mark.slow
+@settings(max_examples=400, deadline=None)
+@given(_shared_problems(), _tabular_problems())
+def test_exact_kernels_equal_numpy_many(shared, tabular):
+    _check_shared_exact(*shared)
+    _check_tabular_exact(*tabular)
+
+
+def _exact_runs(seed: int, n: int):
+    """n random shared / tabular problems with exact dynamics (every method, 1/|o| at fixed length)."""
+    rng = np.random.default_rng(seed)
+    methods = ["grpo", "rloo", "reinforce", "w_reinforce", "dr_grpo", "gap"]
+    for i in range(n):
+        if i % 2:
+            variable = bool(i % 4 == 1)
+            env = SharedSequenceBandit.random(V=int(rng.integers(3, 9)), d=int(rng.integers(1, 5)),
+                                              T=int(rng.integers(1, 11)), rule=RULES[i % 3 % 2], seed=i,
+                                              variable_length=variable)
+            th = rng.standard_normal(env.d)
+        else:
+            variable = False
+            env = TabularSequenceBandit(V=int(rng.integers(2, 7)), T=int(rng.integers(1, 11)), rule=RULES[i % 3 % 2])
+            th = rng.standard_normal((env.T, env.V))
+        dyn = SequenceDynamics(method=methods[i % 6], gradient="exact", group_size=int(rng.integers(2, 7)), steps=24,
+                               record_every=int(rng.integers(1, 4)), length_normalized=not variable and i % 3 == 0)
+        yield env, dyn, th * min(0.3, 3.0 / np.abs(th).max())
+
+
+@pytest.mark.parametrize("n", [pytest.param(8, id="default"), pytest.param(60, id="many", marks=pytest.mark.slow)])
+def test_simulate_exact_shared_tabular_kernels_equal_numpy_backend(n):
+    """Exact simulate with backend="numba" (shared_exact / tabular_exact per step) equals backend="numpy" on
+    random shared and tabular problems, every method and "gap": 24 steps at etas 0.05..1 and one step at etas
+    0.1..30, every field to 1e-12. Longer runs at large etas are kept out: log-odds ascent that overshoots
+    amplifies round-off (5x a step from step 4 at eta = 1.4, shared, end token, AC), as any change of
+    summation order would."""
+    for i, (env, dyn, th0) in enumerate(_exact_runs(11, n)):
+        etas = np.geomspace(0.05, 1.0, 5)
+        a = simulate(env, dyn, eta=etas, theta0=th0)
+        b = simulate(env, dyn, eta=etas, theta0=th0, backend="numpy")
+        _assert_same_trajectory(a, b, (i, type(env).__name__))
+        one = dataclasses.replace(dyn, steps=1, record_every=1)
+        big = np.geomspace(0.1, 30.0, 5)
+        a = simulate(env, one, eta=big, theta0=th0 / min(0.3, 3.0 / np.abs(th0).max()))
+        b = simulate(env, one, eta=big, theta0=th0 / min(0.3, 3.0 / np.abs(th0).max()), backend="numpy")
+        _assert_same_trajectory(a, b, (i, type(env).__name__, "one step"))
