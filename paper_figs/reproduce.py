@@ -67,16 +67,16 @@ def reproduce(*, mode: str = "quick", out_dir=None, store=None, seed=None, n_job
     experiments = _experiment_names()
     stages = [("experiment", n) for n in experiments] + [("llm", "llm_probe")] + [("figure", f) for f in FIGURES]
     unavailable: dict[str, str] = {}
+    elsewhere: dict[str, str] = {}  # registered studies this run does not run -> their command
     claims: list = []
     figures: dict[str, object] = {}
     bar = tqdm(stages, desc="gapdyn reproduce", unit="step", disable=not progress, file=sys.stderr)
     for kind, name in bar:
         bar.set_postfix_str(f"{kind} {name}")
-        if kind == "experiment" and not _runs_here(name):
+        if kind == "experiment" and not _runs_here(name):  # a study with its own command: not a failure
             from gapdyn.experiment import registry
 
-            unavailable[f"experiment {name}"] = (f"not part of this run: `{registry()[name].load().command}` "
-                                                 "runs it")
+            elsewhere[name] = registry()[name].load().command
         elif kind == "experiment":
             try:
                 claims += sources.claims(name)
@@ -112,6 +112,8 @@ def reproduce(*, mode: str = "quick", out_dir=None, store=None, seed=None, n_job
         f"{held}/{len(shown)} claims hold, {seconds:.0f} s")
     for k, v in unavailable.items():
         log(f"{k}: {v.splitlines()[0]}")
+    for k, v in elsewhere.items():
+        log(f"study {k}: not part of this run (`{v}` runs it)")
     log(f"figures: {out}/fig*.png|pdf")
     log(f"report:  {path}")
     log(f"claims:  {out / 'results' / 'claims.json'}")

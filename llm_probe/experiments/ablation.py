@@ -647,11 +647,11 @@ def _study_config(study: dict, method: str, lr: float, seed: int) -> StudyConfig
 
 
 def cell_folder(study: dict, root=None) -> Path:
-    """``<root>/llm_ablation/<hash of the run settings>``: root the warm-up cache's (llm_probe.warmup.warm_root)."""
-    from ..warmup import warm_root
+    """``<root>/llm_ablation/<hash of the run settings>``: root ./gapdyn_out unless given."""
+    from gapdyn.cmdline import OUT_ROOT
 
     key = hashlib.sha256(json.dumps(study, sort_keys=True).encode()).hexdigest()[:16]
-    return warm_root(root).parent / NAME / key
+    return Path(Path.cwd() / OUT_ROOT if root in (None, "") else root) / NAME / key
 
 
 def run_cell(*, method: str, lr: float, seed: int, study: dict, root=None):

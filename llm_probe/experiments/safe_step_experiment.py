@@ -452,11 +452,11 @@ def cells(config: SafeStepExperiment, instances=None) -> list[dict]:
 
 
 def cell_folder(settings: dict, root=None) -> Path:
-    """``<root>/llm_safe_step/<hash of the run settings>``: root the warm-up cache's (llm_probe.warmup.warm_root)."""
-    from ..warmup import warm_root
+    """``<root>/llm_safe_step/<hash of the run settings>``: root ./gapdyn_out unless given."""
+    from gapdyn.cmdline import OUT_ROOT
 
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
-    return warm_root(root).parent / NAME / key
+    return Path(Path.cwd() / OUT_ROOT if root in (None, "") else root) / NAME / key
 
 
 def run_cell(*, method: str, arm: str, lr: float, seed: int, settings: dict, root=None):
