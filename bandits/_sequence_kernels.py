@@ -9,6 +9,8 @@ round-off (tests/test_bandits_sequence.py compares every kernel with the numpy r
 configurations). Draws follow :func:`gapdyn.sampling.inverse_cdf_draw` bit for bit (same cumsum, the count
 of F_k <= u F_K capped at the last positive-mass token): a zero-probability token is never drawn.
 
+Exact runs take J, Phi and the Gap of every step from :func:`partial_exact`, :func:`shared_exact` or
+:func:`tabular_exact` (the expected scalar of gapdyn.expected_scalar stays in simulate's Python loop).
 Sampled runs take every step inside one kernel call (:func:`partial_sampled_run`): binary rewards make a
 group's advantages a function of (its number of correct responses c, own reward r) only, so the advantages
 come from a table A[c, r] built by gapdyn.group_advantages (no advantage rule is re-written here); a run whose

@@ -11,7 +11,8 @@ runs), timed alternately. For the exact direction the batched and the per-run re
 
 :func:`length_point` times the eta* searches of the length experiment with the numba kernels against the
 numpy route of the same simulator (``backend=``), :func:`length_instance_time` one whole instance;
-``python -m benchmarks.sequence`` prints both (BENCHMARKS.md, "Sequence bandit").
+:func:`exact_point` exact runs of the shared and tabular models, numba (``shared_exact``, ``tabular_exact``) vs
+numpy; ``python -m benchmarks.sequence`` prints all three (BENCHMARKS.md, "Sequence bandit").
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from gapdyn.cmdline import command, parse
 from .timing import Stat, interleaved, ratio
 
 __all__ = ["SEQ_MODELS", "make_env", "sequence_point", "SequencePoint", "LengthPoint", "length_point",
-           "length_instance_time", "main"]
+           "ExactPoint", "exact_point", "length_instance_time", "main"]
 
 SEQ_MODELS = ("shared", "shared+eos", "tabular")
 
@@ -139,6 +140,30 @@ def length_point(mode: str = "sampled", *, instance: int = 0, rho: float = 0.5, 
     return LengthPoint(mode, tuple(used), t["numba"], t["numpy"], ratio(t["numpy"], t["numba"]), same)
 
 
+@dataclass(frozen=True)
+class ExactPoint:
+    model: str  # one of SEQ_MODELS
+    T: int
+    numba: Stat  # seconds for one exact simulate call, backend="numba" (shared_exact / tabular_exact per step)
+    numpy: Stat  # the same call, backend="numpy"
+    speedup: Stat
+    maxdiff: float  # max |J_final numba - numpy|
+
+
+def exact_point(model: str, T: int, *, runs: int = 64, steps: int = 100, repeats: int = 3) -> ExactPoint:
+    """Exact GRPO (G = 8) of ``runs`` etas 0.01..1 from :func:`make_env`'s start, numba vs numpy, interleaved."""
+    env, start = make_env(model, T)
+    dyn = SequenceDynamics(method="grpo", gradient="exact", group_size=8, steps=steps)
+    etas = np.geomspace(0.01, 1.0, runs)
+
+    def go(backend):
+        return lambda: simulate(env, dyn, eta=etas, theta0=start, backend=backend)
+
+    maxdiff = float(np.max(np.abs(go("numba")().J_final - go("numpy")().J_final)))
+    t = interleaved({"numba": go("numba"), "numpy": go("numpy")}, repeats=repeats, warmup=0)
+    return ExactPoint(model, T, t["numba"], t["numpy"], ratio(t["numpy"], t["numba"]), maxdiff)
+
+
 def length_instance_time(instance: int = 0) -> tuple[float, float]:
     """(wall, CPU) seconds for every cell of one instance of `length --mode full` (run_cell as the experiment
     calls it; the CPU time is what a loaded machine does not inflate)."""
@@ -177,6 +202,13 @@ def main(argv: list[str]) -> int:
         print(f"| {mode} | {','.join(map(str, p.Ts))} | {p.numba.median:.3f} {p.numba.spread()} | "
               f"{p.numpy.median:.3f} {p.numpy.spread()} | {p.speedup.median:.1f}x {p.speedup.spread()} | "
               f"{p.same_eta_star} |")
+    print("\n| exact GRPO, 64 etas x 100 steps | T | numba s | numpy s | numpy / numba | max dJ |\n"
+          "|---|---|---|---|---|---|")
+    for model in SEQ_MODELS:
+        for T in (4, 16) if not args.quick else (4,):
+            p = exact_point(model, T, repeats=reps)
+            print(f"| {model} | {T} | {p.numba.median:.3f} {p.numba.spread()} | {p.numpy.median:.3f} "
+                  f"{p.numpy.spread()} | {p.speedup.median:.1f}x {p.speedup.spread()} | {p.maxdiff:.1e} |")
     for inst in (0, 1):
         wall, cpu = length_instance_time(inst)
         print(f"instance {inst} of `length --mode full` (60 cells x 2 streams, numba, 1 process): wall {wall:.1f} s, "
