@@ -51,8 +51,11 @@ def test_rendered_page_is_current(path):
     assert not missing, f"{page.name} links missing figures {missing}"
 
 
-@pytest.mark.parametrize("path", SOURCES, ids=[p.stem for p in SOURCES])
+@pytest.mark.parametrize("path", [pytest.param(p, marks=() if i == 0 else pytest.mark.slow)
+                                  for i, p in enumerate(SOURCES)], ids=[p.stem for p in SOURCES])
 def test_notebook_executes(path, tmp_path):
+    """The first notebook runs in the default suite, the others under `slow` (each page's code cells are checked
+    current against its notebook in the default suite: test_rendered_page_is_current)."""
     nb = render.execute(render.load(path), tmp_path, mode="test", timeout=240)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors, errors

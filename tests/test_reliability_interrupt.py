@@ -101,6 +101,7 @@ def _kill_sweep_repeatedly(tmp_path, n_seeds, sleep, backend, n_kills, seed):
     assert _n_cells(cells_dir) == len(cells)
 
 
+@pytest.mark.slow  # random kill points; the fixed-point kill-and-resume tests stay in the default suite
 @pytest.mark.timeout(300)
 def test_sweep_killed_at_three_random_points_resumes_to_the_uninterrupted_result(tmp_path):
     _kill_sweep_repeatedly(tmp_path, n_seeds=8, sleep=0.03, backend="serial", n_kills=3, seed=2026)
@@ -214,6 +215,7 @@ def _safe_rows_count(path: Path) -> int:
         return 0
 
 
+@pytest.mark.slow  # random kill points; the fixed-point kill-and-resume tests stay in the default suite
 @pytest.mark.llm
 @pytest.mark.timeout(400)
 def test_training_killed_at_two_random_points_resumes_to_the_uninterrupted_run(tmp_path, warm_dir):
