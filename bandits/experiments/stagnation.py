@@ -691,11 +691,15 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
                              aggfunc="first").astype(float)
         if {"constant", "adaptive"} <= set(piv.columns) and piv.index.get_level_values(0).nunique() >= 2:
             x, y = piv["constant"].to_numpy(), piv["adaptive"].to_numpy()
-            p = gapdyn.mcnemar_exact(x, y).p_value
-            est = mean_estimate(x - y, piv.index.get_level_values(0).to_numpy(), seed=int(rng.integers(2**31)),
-                                natural=(-1.0, 1.0))
+            inst = piv.index.get_level_values(0).to_numpy()
+            # runs are nested in instances: the test's units are instances (exact sign test on the sign of each
+            # instance's mean paired difference, two-sided), not the pooled runs
+            dm = pd.Series(x - y).groupby(inst).mean().to_numpy()
+            p = gapdyn.mcnemar_exact((dm > 0).astype(float), (dm < 0).astype(float)).p_value
+            est = mean_estimate(x - y, inst, seed=int(rng.integers(2**31)), natural=(-1.0, 1.0))
     add("stagnation.adaptive_fewer_collapses", est, setting=where, p_value=p, p_adjusted=p,
-        statistic="P(collapse | constant) - P(collapse | adaptive), paired runs")
+        statistic="P(collapse | constant) - P(collapse | adaptive), paired runs, mean over instances "
+                  "(studentized cluster bootstrap); p: exact two-sided sign test over instances")
     return claims
 
 
