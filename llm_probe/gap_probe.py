@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .model import eval_mode as _eval_mode
 from .probes import (
     alignment_metrics,
     dot_alignment,
@@ -263,18 +264,3 @@ def _norm(tensors: dict) -> float:
 
 def _dtype(tensors: dict) -> torch.dtype:
     return torch.float64 if any(t.dtype == torch.float64 for t in tensors.values()) else torch.float32
-
-
-class _eval_mode:
-    """Context manager: ``model.eval()`` inside, the previous train/eval mode restored on exit."""
-
-    def __init__(self, model):
-        self.model = model
-
-    def __enter__(self):
-        self.was_training = self.model.training
-        self.model.eval()
-
-    def __exit__(self, *exc):
-        self.model.train(self.was_training)
-        return False

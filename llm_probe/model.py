@@ -10,6 +10,7 @@ forward helpers every other module uses:
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -30,6 +31,7 @@ __all__ = [
     "sequence_logprob",
     "position_ids_from_mask",
     "forward_inputs",
+    "eval_mode",
 ]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -196,3 +198,15 @@ def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completi
 def sequence_logprob(model, prompt_ids, prompt_mask, completion_ids, completion_mask):
     """log pi(o | q) = sum_t log pi(o_t | q, o_<t) over the completion mask, [B]."""
     return completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask).sum(-1)
+
+
+@contextlib.contextmanager
+def eval_mode(model):
+    """``model.eval()`` inside the block (no dropout in a probe's forwards); the previous train/eval mode is
+    restored on exit, also when the block raises."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)

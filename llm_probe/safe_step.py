@@ -30,7 +30,7 @@ from torch.func import functional_call, jvp
 import gapdyn
 from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
 
-from .model import check_model, completion_logprobs
+from .model import check_model, completion_logprobs, eval_mode
 
 __all__ = ["SafeStepController", "SafeStepResult", "completion_logprob_jvp", "step_rule"]
 
@@ -78,12 +78,8 @@ def step_rule(model, ro, theta_k: dict[str, torch.Tensor], d: dict[str, torch.Te
     rollout's prompts, success = reward > 0; then :func:`gapdyn.safe_step_multiplier`. A non-finite x (the
     proposal left the finite range) gives a = h = 0 and NaN estimates. Nothing is changed in ``model``.
     """
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         x = completion_logprob_jvp(model, ro, theta_k, d)
-    finally:
-        model.train(was_training)
     B, G = ro.rewards.shape
     rewards = (ro.rewards.detach().reshape(-1) > 0).to(torch.float64).cpu().numpy()
     groups = np.repeat(np.arange(B), G)  # prompt-major rows (llm_probe.rollout)

@@ -35,7 +35,7 @@ import torch
 from gapdyn.methods import group_advantages
 from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA, safe_step_multiplier
 
-from .model import completion_logits
+from .model import completion_logits, eval_mode
 from .probes import mixed_groups, objectives_from_logprobs, token_stats
 from .warning import logp_adv_covariance
 
@@ -101,12 +101,8 @@ def sharded_step_rule(model, ro, owned: torch.Tensor, theta_k: dict, d: dict, *,
     mine = sub_rollout(ro, owned)
     x = torch.zeros(0, dtype=torch.float64)
     if mine.B:
-        was = model.training
-        model.eval()
-        try:
+        with eval_mode(model):
             x = completion_logprob_jvp(model, mine, theta_k, d)
-        finally:
-            model.train(was)
     rows = (owned.view(-1, 1) * G + torch.arange(G)).reshape(-1)
     x = gather_by_index(rows, {"x": x})[1]["x"].numpy()
     if not np.all(np.isfinite(x)):  # as step_rule
@@ -151,18 +147,17 @@ def _reshard(model) -> None:
 def _forward(model, ro):
     """(seq log pi(o_n) [N] float64 CPU, token log-probs [N, T, V], token log pi [N, T]) at the current
     parameters (no grad, eval; FSDP2: gathered afresh and resharded after)."""
-    was = model.training
-    model.eval()
-    _reshard(model)
-    try:
-        with torch.no_grad():
-            logits = completion_logits(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
-            if logits.dtype not in (torch.float32, torch.float64):
-                logits = logits.float()
-            logp_all = torch.log_softmax(logits, -1)
-    finally:
+    with eval_mode(model):
         _reshard(model)
-        model.train(was)
+        try:
+            with torch.no_grad():
+                logits = completion_logits(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
+                                           ro.completion_mask)
+                if logits.dtype not in (torch.float32, torch.float64):
+                    logits = logits.float()
+                logp_all = torch.log_softmax(logits, -1)
+        finally:
+            _reshard(model)
     tok = logp_all.gather(-1, ro.completion_ids.unsqueeze(-1)).squeeze(-1) * ro.completion_mask
     return tok.sum(-1).double().cpu(), logp_all, tok
 

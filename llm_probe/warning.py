@@ -25,7 +25,7 @@ import torch
 
 from gapdyn.taxonomy import BIN_NAMES, collision_probability, token_bin_index
 
-from .model import completion_logprobs
+from .model import completion_logprobs, eval_mode
 
 __all__ = ["logp_adv_covariance", "cell_gradient_mass", "group_curvature", "sequence_logp_change",
            "step_warning_metrics", "after_step_metrics", "signed_cumulative_alignment", "WARN_STATS"]
@@ -91,14 +91,9 @@ def group_curvature(x: torch.Tensor, rewards: torch.Tensor) -> dict:
 
 
 def _forward_at_current(model, ro):
-    was = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            logp, ent, _ = completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
-                                               ro.completion_mask, return_entropy=True)
-    finally:
-        model.train(was)
+    with eval_mode(model), torch.no_grad():
+        logp, ent, _ = completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
+                                           ro.completion_mask, return_entropy=True)
     return logp, ent
 
 

@@ -223,18 +223,13 @@ def _heldout_eval(trainer, problems, samples: int, seed: int) -> tuple[float, fl
     """(sampled accuracy, mean token entropy, correct count per prompt) of ``samples`` completions per problem."""
     import torch
 
-    from ..model import completion_logprobs
+    from ..model import completion_logprobs, eval_mode
 
     model = trainer.model
-    was = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            ro = trainer.rollout(problems, samples, torch.Generator().manual_seed(seed))
-            _, ent, _ = completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
-                                            ro.completion_mask, return_entropy=True)
-    finally:
-        model.train(was)
+    with eval_mode(model), torch.no_grad():
+        ro = trainer.rollout(problems, samples, torch.Generator().manual_seed(seed))
+        _, ent, _ = completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
+                                        ro.completion_mask, return_entropy=True)
     mk = ro.completion_mask > 0
     return float(ro.rewards.mean()), float(ent[mk].mean()), ro.rewards.sum(-1).numpy().astype(int)
 
