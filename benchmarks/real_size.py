@@ -41,7 +41,7 @@ from typing import Annotated, Literal
 from gapdyn.cmdline import command, optional, parse
 
 from .probe_memory import QWEN25_05B
-from .timing import load_average
+from .timing import emit_report, load_average
 
 __all__ = ["RealSizeConfig", "measure", "run", "format_report", "main"]
 
@@ -276,12 +276,8 @@ def main(argv: list[str]) -> int:
         print(json.dumps(measure(a)))
         return 0
     r = run(a)
-    cmd = ("python -m benchmarks.real_size " + " ".join(argv)).strip()
-    text = (f"# Probe cost at real size ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-            f"{os.cpu_count()} cores)\ncommand: `{cmd}`\n\n" + format_report(r))
-    print(text)
-    if a.out:
-        Path(a.out).write_text(text + "\n")
+    emit_report("Probe cost at real size", "python -m benchmarks.real_size " + " ".join(argv), format_report(r),
+                a.out, details=(f"{os.cpu_count()} cores",))
     return 0
 
 

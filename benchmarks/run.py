@@ -22,7 +22,7 @@ from . import bandit as bb
 from . import roofline as rl
 from . import sequence as sq
 from . import speed as sp
-from .timing import Stat, load_average, machine_info, ratio
+from .timing import Stat, emit_report, load_average, machine_info, ratio
 
 __all__ = ["Sizes", "FULL", "QUICK", "TINY", "run_all", "format_report", "BenchConfig", "main", "TARGETS"]
 
@@ -463,11 +463,5 @@ def main(argv: list[str]) -> int:
     if a.llm_only and a.skip_llm:
         raise UsageError("--llm-only and --skip-llm exclude each other")
     res = run_all(sizes, llm=not a.skip_llm, verbose=not a.quiet, bandits=not a.llm_only)
-    cmd = "python -m benchmarks " + " ".join(argv)
-    text = f"# gapdyn benchmarks ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})\ncommand: `{cmd.strip()}`\n\n"
-    text += format_report(res)
-    print(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text)
+    emit_report("gapdyn benchmarks", "python -m benchmarks " + " ".join(argv), format_report(res), a.out)
     return 0

@@ -8,7 +8,6 @@ left out (their tables print empty). About 1.5 minutes on the 2 shared cores.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
 from typing import Annotated
 
@@ -17,6 +16,7 @@ import tyro
 from gapdyn.cmdline import command, optional, parse
 
 from . import run as rb
+from .timing import emit_report
 
 __all__ = ["bandit_sizes", "Section1Config", "main"]
 
@@ -45,13 +45,7 @@ def main(argv: list[str]) -> int:
     a = parse(Section1Config, argv, prog="python -m benchmarks.section1")
     sizes = bandit_sizes(rb.TINY if a.tiny else rb.QUICK if a.quick else rb.FULL)
     res = rb.run_all(sizes, llm=False, verbose=not a.quiet)
-    cmd = "python -m benchmarks.section1 " + " ".join(argv)
-    text = f"# gapdyn benchmarks ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})\ncommand: `{cmd.strip()}`\n\n"
-    text += rb.format_report(res)
-    print(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text)
+    emit_report("gapdyn benchmarks", "python -m benchmarks.section1 " + " ".join(argv), rb.format_report(res), a.out)
     return 0
 
 

@@ -33,7 +33,7 @@ from typing import Annotated
 
 from gapdyn.cmdline import command, optional, parse
 
-from .timing import load_average
+from .timing import emit_report, load_average
 
 __all__ = ["CONFIGS", "weights_digest", "warm_digest", "run_config", "run_all", "format_report", "ThreadsConfig",
            "main"]
@@ -231,13 +231,9 @@ def main(argv: list[str]) -> int:
         return 0
     t0 = time.perf_counter()
     rows = run_all(warmup_steps=a.warmup_steps, rl_steps=a.rl_steps, rounds=a.rounds, small=a.small)
-    cmd = "python -m benchmarks.threads " + " ".join(argv)
-    text = (f"# torch threads x OpenMP wait policy ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-            f"{os.cpu_count()} cores, wall {time.perf_counter() - t0:.0f} s)\ncommand: `{cmd.strip()}`\n\n"
-            + format_report(rows, a.warmup_steps, a.rl_steps))
-    print(text)
-    if a.out:
-        Path(a.out).write_text(text + "\n")
+    emit_report("torch threads x OpenMP wait policy", "python -m benchmarks.threads " + " ".join(argv),
+                format_report(rows, a.warmup_steps, a.rl_steps), a.out,
+                details=(f"{os.cpu_count()} cores", f"wall {time.perf_counter() - t0:.0f} s"))
     return 0
 
 

@@ -148,3 +148,15 @@ def machine_info() -> dict[str, str]:
     la = load_average()
     info["load"] = f"{la[0]:.2f} {la[1]:.2f} {la[2]:.2f} (1/5/15 min)"
     return info
+
+
+def emit_report(title: str, command: str, body: str, out=None, *, details: tuple[str, ...] = ()) -> str:
+    """The report of one benchmark command: ``# <title> (<UTC time>[, details])``, ``command: `<command>```, a
+    blank line and ``body``; printed, and written to ``out`` (newline-terminated) when given. Returns the text."""
+    head = ", ".join((time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), *details))
+    text = f"# {title} ({head})\ncommand: `{command.strip()}`\n\n" + body
+    print(text)
+    if out:
+        with open(out, "w") as f:
+            f.write(text if text.endswith("\n") else text + "\n")
+    return text
