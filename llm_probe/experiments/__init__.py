@@ -8,20 +8,21 @@
 
 The library (``llm_probe.*`` outside this package) never imports it (tests/test_architecture.py). Import a study
 as a submodule: ``from llm_probe.experiments import ablation``. ``ablation`` and ``safe_step_experiment`` are
-also studies of the one experiment protocol (:class:`StudyExperiment`, registered as ``llm_ablation`` and
-``llm_safe_step`` in the ``gapdyn.experiments`` entry points).
+also studies of the one experiment protocol (:class:`gapdyn.Experiment`, registered as ``llm_ablation`` and
+``llm_safe_step`` in the ``gapdyn.experiments`` entry points); each run of them sits in :func:`cell_folder`.
 """
 
-from dataclasses import dataclass
+import hashlib
+import json
+from pathlib import Path
 
-from gapdyn.experiment import Experiment
-
-__all__ = ["ablation", "demo", "early_warning", "entropy", "safe_step_experiment", "StudyExperiment"]
+__all__ = ["ablation", "demo", "early_warning", "entropy", "safe_step_experiment", "cell_folder"]
 
 
-@dataclass(frozen=True)
-class StudyExperiment(Experiment):
-    """A gapdyn.experiment.Experiment with the command line that runs it at full size (``gapdyn reproduce``
-    names it for the studies it does not run itself)."""
+def cell_folder(study: str, settings: dict, root=None) -> Path:
+    """``<root>/<study>/<hash of the run settings>`` (the first 16 hex digits of the SHA-256 of their canonical
+    JSON): root ./gapdyn_out of the working directory unless given."""
+    from gapdyn.cmdline import OUT_ROOT
 
-    command: str = ""
+    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+    return Path(Path.cwd() / OUT_ROOT if root in (None, "") else root) / study / key

@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import math
 import time
-import hashlib
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
@@ -36,6 +35,7 @@ import numpy as np
 
 from gapdyn.claims import (CONFIRMATION_SEEDS, Claim, ClaimSpec, Criterion, claims_markdown, claims_to_json,
                            criteria_hash, holm_adjust_claims)
+from gapdyn.experiment import Experiment
 from gapdyn.io import atomic_write_json, atomic_write_text, write_with
 from gapdyn.stats import (
     Estimate,
@@ -44,7 +44,7 @@ from gapdyn.stats import (
     paired_bootstrap_difference,
 )
 
-from . import StudyExperiment
+from . import cell_folder as _cell_folder
 from ..collapse import OUTCOME_WINDOW, SENSITIVITY_WINDOW, RunOutcome, run_outcome
 from ..seeds import STUDY_SEED, derive_seed
 
@@ -642,11 +642,8 @@ def _study_config(study: dict, method: str, lr: float, seed: int) -> StudyConfig
 
 
 def cell_folder(study: dict, root=None) -> Path:
-    """``<root>/llm_ablation/<hash of the run settings>``: root ./gapdyn_out unless given."""
-    from gapdyn.cmdline import OUT_ROOT
-
-    key = hashlib.sha256(json.dumps(study, sort_keys=True).encode()).hexdigest()[:16]
-    return Path(Path.cwd() / OUT_ROOT if root in (None, "") else root) / NAME / key
+    """This study's folder of one run's settings (:func:`llm_probe.experiments.cell_folder`)."""
+    return _cell_folder(NAME, study, root)
 
 
 def run_cell(*, method: str, lr: float, seed: int, study: dict, root=None):
@@ -669,6 +666,6 @@ def analyse(results, config: StudyConfig, *, block: str = "discovery") -> list[C
                                                           block=block)]
 
 
-EXPERIMENT = StudyExperiment(name=NAME, claims=SPECS, config=StudyConfig, cells=cells, run_cell=run_cell, analyse=analyse,
-                             command="gapdyn train ablation --mode full")
+EXPERIMENT = Experiment(name=NAME, claims=SPECS, config=StudyConfig, cells=cells, run_cell=run_cell, analyse=analyse,
+                        command="gapdyn train ablation --mode full")
 """This study in the one protocol (gapdyn.experiment.Experiment)."""

@@ -33,7 +33,6 @@ time to level of every arm are in ``DIR/summary.json``; nothing here is tuned to
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass, replace
@@ -44,9 +43,10 @@ import numpy as np
 
 import gapdyn
 from gapdyn.claims import ClaimSpec, Criterion
+from gapdyn.experiment import Experiment
 from gapdyn.io import atomic_write_json, atomic_write_text
 
-from . import StudyExperiment
+from . import cell_folder as _cell_folder
 from ..collapse import OUTCOME_WINDOW, SENSITIVITY_WINDOW, RunOutcome, run_outcome
 from ..seeds import STUDY_SEED, derive_seed
 
@@ -452,11 +452,8 @@ def cells(config: SafeStepExperiment, instances=None) -> list[dict]:
 
 
 def cell_folder(settings: dict, root=None) -> Path:
-    """``<root>/llm_safe_step/<hash of the run settings>``: root ./gapdyn_out unless given."""
-    from gapdyn.cmdline import OUT_ROOT
-
-    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
-    return Path(Path.cwd() / OUT_ROOT if root in (None, "") else root) / NAME / key
+    """This study's folder of one run's settings (:func:`llm_probe.experiments.cell_folder`)."""
+    return _cell_folder(NAME, settings, root)
 
 
 def run_cell(*, method: str, arm: str, lr: float, seed: int, settings: dict, root=None):
@@ -486,6 +483,6 @@ def analyse(results, config: SafeStepExperiment, *, block: str = "discovery") ->
     return analyse_rows(config, rows, block=block)[0] if rows else []
 
 
-EXPERIMENT = StudyExperiment(name=NAME, claims=SPECS, config=SafeStepExperiment, cells=cells, run_cell=run_cell,
-                             analyse=analyse, command="gapdyn train safe-step --mode full")
+EXPERIMENT = Experiment(name=NAME, claims=SPECS, config=SafeStepExperiment, cells=cells, run_cell=run_cell,
+                        analyse=analyse, command="gapdyn train safe-step --mode full")
 """This experiment in the one protocol (gapdyn.experiment.Experiment)."""
