@@ -144,7 +144,7 @@ def mean_estimate(values, clusters=None, *, seed: int, natural: tuple[float, flo
         return too_few(MEAN_INTERVAL, G, *natural)
     est = studentized_cluster_bootstrap_mean(v, labels, rng=np.random.default_rng(seed))
     if not all(math.isfinite(x) for x in (est.estimate, est.lo, est.hi)):
-        means = np.array([v[labels == g].mean() for g in np.unique(labels)])
+        _, means = gapdyn.stats._values_and_clusters(v, labels)
         if np.ptp(means) == 0:
             return no_data(*natural, f"no interval: every one of the {G} instances has the same value "
                                      f"({float(means[0]):.4g})")
