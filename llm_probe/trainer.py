@@ -43,7 +43,7 @@ from .probes import token_stats
 from .rollout import NonFinitePolicyError, check_prompts_fit, context_size, make_rollout
 from .sampler import fast_completion_logprobs
 from .seeds import derive_seed
-from .safe_step import SafeStepController
+from .safe_step import SafeStepController, step_rule
 from .tasks import AdditionTask, JsonlTask
 from .tokenizer import build_char_tokenizer
 from .warmup import task_key, warm_model, warmup
@@ -383,6 +383,8 @@ class Trainer:
             return self._fault(k, m, "non-finite weights after the update")
         if self.safe is not None:  # theta_{k+1} = theta_k + a (theta' - theta_k), llm_probe.safe_step
             m.update(self.safe.after(ro, theta_k=theta_k).metrics)
+        elif probing:  # the headroom meter: the same rule, measured on the step taken, nothing rescaled
+            m.update(self._headroom(ro, theta_k))
         with torch.no_grad():
             m["update_norm"] = float(torch.sqrt(sum(((p - theta_k[n]) ** 2).sum() for n, p in self.model.named_parameters())))
         if probing:  # 6. alignment of the real change with the gaps at theta_k
@@ -396,6 +398,17 @@ class Trainer:
         return m
 
     # ---- the step's helpers: faults, clipping, probe rows -----------------------------------------
+    def _headroom(self, ro, theta_k: dict) -> dict:
+        """``gap/headroom`` h = min(delta / sd_hat, c dmu_hat / kappa_hat) of the step just taken (the safe step
+        rule before its cap, llm_probe.safe_step.step_rule; docs/theory.md section 11) and ``gap/headroom_lr`` =
+        lr h, the learning rate at which the rule's bound would bind (the keys of llm_probe.GapProbeCallback)."""
+        params = {n: p for n, p in self.model.named_parameters() if p.requires_grad}
+        th = {n: theta_k[n] for n in params}
+        d = {n: p.detach() - th[n] for n, p in params.items()}
+        rule = step_rule(self.model, ro, th, d, c=self.cfg.safe_step_c, delta=self.cfg.safe_step_delta)
+        lr = float(self.opt.param_groups[0]["lr"])
+        return {"gap/headroom": float(rule.headroom), "gap/headroom_lr": lr * float(rule.headroom)}
+
     def _backward(self, loss) -> str | None:
         """loss.backward() into cleared gradients; the fault's reason when the loss or a gradient is not finite."""
         self.opt.zero_grad(set_to_none=True)

@@ -296,3 +296,23 @@ def test_num_iterations_checks():
         TrainConfig(num_iterations=0)
     with pytest.raises(ValueError, match="safe-step needs --num-iterations 1"):
         TrainConfig(num_iterations=2, safe_step=True)
+
+
+def test_headroom_meter_equals_the_controllers_rule_on_the_same_step(tmp_path):
+    """The trainer's headroom meter (gap/headroom on probed steps, nothing rescaled) at step 0 equals the safe step
+    controller's pre-cap headroom on the same batch and proposal, and min(delta / sd_hat, c dmu_hat / kappa_hat)
+    formed by hand from the controller's estimates; unprobed steps carry none; gap/headroom_lr = lr h."""
+    model, tok = warm_model()
+    meter = Trainer(_cfg(tmp_path / "m", probe_every=2, steps=3, lr=1e-2), model=model, tokenizer=tok)
+    meter.run()
+    model2, tok2 = warm_model()
+    ctl = Trainer(_cfg(tmp_path / "c", probe_every=0, steps=1, lr=1e-2, safe_step=True), model=model2, tokenizer=tok2)
+    ctl.run()
+    rows = [json.loads(x) for x in (tmp_path / "m" / "metrics.jsonl").read_text().splitlines()]
+    c0 = json.loads((tmp_path / "c" / "metrics.jsonl").read_text().splitlines()[0])
+    assert [("gap/headroom" in r) for r in rows] == [True, False, True]
+    h0 = rows[0]["gap/headroom"]
+    assert np.isfinite(h0) and c0["safe/n_mixed"] > 0, "no mixed group: the check would be vacuous"
+    by_hand = min(2.0 / c0["safe/sd_hat"], 1.0 * c0["safe/dmu_hat"] / c0["safe/kappa_hat"])
+    assert h0 == pytest.approx(c0["safe/headroom"], rel=1e-6) and h0 == pytest.approx(by_hand, rel=1e-6)
+    assert rows[0]["gap/headroom_lr"] == pytest.approx(1e-2 * h0, rel=1e-12)

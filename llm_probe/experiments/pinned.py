@@ -1,0 +1,95 @@
+"""The pinned warm checkpoints: the bytes every confirmation study starts from, committed with their sha256.
+
+A warm model built on another machine, torch build or thread count differs in its low bits (a reduction adds in
+another order), and a run's outcome can follow such bits. The confirmation studies therefore start from a
+committed checkpoint, not from the warm-up cache: ``llm_probe/experiments/warm/<name>/`` (a saved tiny Qwen and
+its char tokenizer, loaded with ``llm_probe.load_policy``), its ``model.safetensors`` checked against
+:data:`PINNED_SHA256` on every use. Each was made once by :func:`pin` (llm_probe.warmup.warm_model with the
+study's warm-up settings: split addition, 400 steps, batch 128, Adam 1e-3, seed 0, 1 torch thread)::
+
+    python -c "from llm_probe.experiments.pinned import pin; pin('tiny')"   # prints the sha256 to commit
+
+Shapes (:data:`SHAPES`): ``tiny`` is the ablation's default model (hidden 64, 2 layers, 125,632 parameters);
+``wide`` is 4x wider (hidden 256, intermediate 1024, 8/4 heads, 2 layers) for the size check of the WAPO-vs-GRPO
+primaries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+from pathlib import Path
+
+__all__ = ["SHAPES", "PINNED_SHA256", "PINNED_ROOT", "pinned_warm", "pin", "file_sha256", "warm_spec_of"]
+
+PINNED_ROOT = Path(__file__).resolve().parent / "warm"
+"""Where the pinned checkpoints live (one folder per shape name)."""
+
+SHAPES = {
+    "tiny": dict(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2),
+    "wide": dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=8,
+                 num_key_value_heads=4),
+}
+"""Shape name -> llm_probe.TinyQwenSpec fields (the rest: TinyQwenSpec's defaults)."""
+
+PINNED_SHA256 = {
+    "tiny": "1e6157f69ae7d570bb8510c067e7b2b03f559617f27dec0734d81e144a79fdb9",
+    "wide": "",
+}
+"""Shape name -> sha256 of the committed ``model.safetensors`` (empty: not pinned yet)."""
+
+WARM_SETTINGS = dict(steps=400, batch_size=128, lr=1e-3, seed=0)
+"""The warm-up of every pinned checkpoint (llm_probe.warmup.warm_model's arguments)."""
+
+
+def file_sha256(path) -> str:
+    """Hex sha256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def warm_spec_of(name: str):
+    """The llm_probe.TinyQwenSpec of a shape name (:data:`SHAPES`)."""
+    from ..model import TinyQwenSpec
+
+    if name not in SHAPES:
+        raise ValueError(f"name must be one of {sorted(SHAPES)}, got {name!r}")
+    return TinyQwenSpec(**SHAPES[name])
+
+
+def pinned_warm(name: str = "tiny") -> Path:
+    """The folder of the pinned checkpoint ``name``, after checking its model.safetensors against
+    :data:`PINNED_SHA256` (ValueError when it is missing, not pinned or differs)."""
+    warm_spec_of(name)
+    d = PINNED_ROOT / name
+    want = PINNED_SHA256.get(name, "")
+    f = d / "model.safetensors"
+    if not want or not f.is_file():
+        raise ValueError(f"no pinned checkpoint {name!r} under {d} (make it with pin({name!r}))")
+    got = file_sha256(f)
+    if got != want:
+        raise ValueError(f"the pinned checkpoint {f} has sha256 {got}, not the committed {want}")
+    return d
+
+
+def pin(name: str = "tiny", *, root=None) -> str:
+    """Warm the shape ``name`` (:data:`WARM_SETTINGS`, 1 torch thread, the split addition task of the ablation)
+    and copy the saved model into ``PINNED_ROOT/name`` (or ``root/name``); returns (and prints) its sha256."""
+    from ..warmup import warm_model
+    from .ablation import SplitAddition
+
+    spec = warm_spec_of(name)
+    dest = (PINNED_ROOT if root is None else Path(root)) / name
+    with tempfile.TemporaryDirectory() as tmp:
+        src = warm_model(spec, SplitAddition(), num_threads=1, root=tmp, progress=False, **WARM_SETTINGS)
+        if dest.exists():
+            shutil.rmtree(dest)
+        shutil.copytree(src, dest)
+    sha = file_sha256(dest / "model.safetensors")
+    print(f"{name}: {dest / 'model.safetensors'} sha256 {sha}")
+    return sha
