@@ -15,7 +15,11 @@ experiments produce:
 - clustered proportions (n = clusters of 16 binary trials; the target is p̄ = E_g[p_g]): ``iid p=0.05``
   (p_g = 0.05), ``beta p=0.05`` and ``beta p=0.4`` (p_g ~ Beta with that mean and intra-cluster
   correlation 0.5), ``all-or-none p=0.05`` (p_g in {0, 1}: correlation 1), e.g. collapse of seeded runs
-  nested in instances.
+  nested in instances;
+- two proportions (n = runs per arm, n in TWO_PROPORTION_NS): independent arms of n Bernoulli(p_a) and
+  n Bernoulli(p_b) outcomes for (p_a, p_b) in {(0.05, 0.05), (0.3, 0.1), (0.5, 0.2), (0.1, 0)}; the target
+  is p_a - p_b (e.g. "arm A ends collapsed more often than arm B"). The paired bootstrap resamples rows
+  (run i of arm a with run i of arm b) as the studies do for runs paired by seed.
 
 ``valid_at(method, n)`` (worst coverage over the DGPs at n >= nominal - tol) and ``min_valid_n`` read the
 committed measurement ``gapdyn/data/coverage.csv`` unless given a table; regenerate it, and
@@ -37,15 +41,19 @@ from .io import atomic_write_text, write_with
 from .stats import Estimate
 
 __all__ = ["KINDS", "DGPS", "NS", "CoverageMethod", "COVERAGE_METHODS", "draw_means", "draw_slopes",
-           "draw_clustered_events",
+           "draw_clustered_events", "draw_two_proportions", "NS_BY_KIND",
            "coverage_table", "valid_at", "min_valid_n", "frozen_table", "coverage_markdown", "main"]
 
-KINDS = ("mean", "slope", "proportion", "clustered_proportion")
+KINDS = ("mean", "slope", "proportion", "clustered_proportion", "two_proportions")
 DGPS = {"mean": ("normal", "lognormal", "correlated"), "slope": ("random_slope",),
         "proportion": ("p=0.05", "p=0.4", "p=0.95"),
-        "clustered_proportion": ("iid p=0.05", "beta p=0.05", "beta p=0.4", "all-or-none p=0.05")}
+        "clustered_proportion": ("iid p=0.05", "beta p=0.05", "beta p=0.4", "all-or-none p=0.05"),
+        "two_proportions": ("p_a=0.05 p_b=0.05", "p_a=0.3 p_b=0.1", "p_a=0.5 p_b=0.2", "p_a=0.1 p_b=0")}
 TRIALS_PER_CLUSTER = 16
 NS = (4, 8, 10, 20, 40, 60)
+TWO_PROPORTION_NS = (10, 20, 30, 50, 80)
+NS_BY_KIND = {**{kind: NS for kind in KINDS}, "two_proportions": TWO_PROPORTION_NS}
+"""The tabulated n of each kind (``coverage_table``'s default)."""
 ROWS_PER_CLUSTER = 5
 ICC = 0.5
 SLOPE_MEAN, SLOPE_SD, NOISE_SD = 1.0, 0.3, 0.5
@@ -59,7 +67,9 @@ class CoverageMethod:
     """An interval method under measurement.
 
     kind: "mean" (interval(values, clusters, rng, B)), "slope" (interval(x, y, clusters, rng, B)),
-    "proportion" (interval(k, n)) or "clustered_proportion" (interval(events, clusters, rng, B)); confidence: the nominal coverage; bound: "two-sided" or "upper"
+    "proportion" (interval(k, n)), "clustered_proportion" (interval(events, clusters, rng, B)) or
+    "two_proportions" (interval(x, y, rng, B), x and y the 0/1 outcomes of arms a and b, row i of each a pair);
+    confidence: the nominal coverage; bound: "two-sided" or "upper"
     (coverage of an upper limit is P(truth <= hi)).
     """
 
@@ -91,6 +101,26 @@ def _percentile_cluster_slope(x, y, clusters, rng, B) -> Estimate:
     return Estimate(stats.ols_slope(x, y), float(lo), float(hi), G, 0.95, "cluster bootstrap (percentile)")
 
 
+def _percentile_paired_difference(x, y, rng, B) -> Estimate:
+    """stats.paired_bootstrap_difference(x, y) without the Python loop: the same rng.integers(0, n, n) draws
+    of pairs, the resample statistic mean(x - y) over the picked pairs."""
+    d = np.asarray(x, dtype=float) - np.asarray(y, dtype=float)
+    reps = d[rng.integers(0, d.size, size=(B, d.size))].mean(axis=1)
+    lo, hi = np.quantile(reps, [0.025, 0.975])
+    return Estimate(float(d.mean()), float(lo), float(hi), d.size, 0.95, "cluster bootstrap (percentile)")
+
+
+def _percentile_two_sample_difference(x, y, rng, B) -> Estimate:
+    """Percentile bootstrap of mean(x) - mean(y) resampling each arm on its own (independent arms):
+    the B resamples of arm a (n_a rows each), then the B of arm b (Efron & Tibshirani 1993, §8.3)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    reps_a = x[rng.integers(0, x.size, size=(B, x.size))].mean(axis=1)
+    reps = reps_a - y[rng.integers(0, y.size, size=(B, y.size))].mean(axis=1)
+    lo, hi = np.quantile(reps, [0.025, 0.975])
+    return Estimate(float(x.mean() - y.mean()), float(lo), float(hi), min(x.size, y.size), 0.95,
+                    "two-sample bootstrap (percentile)")
+
+
 COVERAGE_METHODS: dict[str, CoverageMethod] = {m.name: m for m in (
     CoverageMethod("t_cluster_means", "mean", lambda v, c, rng, B: stats.t_interval_cluster_means(v, c)),
     CoverageMethod("percentile_cluster_mean", "mean", _percentile_cluster_mean),
@@ -117,6 +147,10 @@ COVERAGE_METHODS: dict[str, CoverageMethod] = {m.name: m for m in (
                    lambda e, c, rng, B: stats.clopper_pearson_interval(int(e.sum()), int(e.size))),
     CoverageMethod("cluster_bounds_proportion", "clustered_proportion",
                    lambda e, c, rng, B: stats.cluster_bounds_proportion(e, c)),
+    CoverageMethod("newcombe_difference", "two_proportions",
+                   lambda x, y, rng, B: stats.newcombe_difference(int(x.sum()), x.size, int(y.sum()), y.size)),
+    CoverageMethod("percentile_paired_difference", "two_proportions", _percentile_paired_difference),
+    CoverageMethod("percentile_two_sample_difference", "two_proportions", _percentile_two_sample_difference),
 )}
 """The measured methods, by name; a claim names one of these when it asks ``valid_at``."""
 
@@ -164,6 +198,18 @@ def draw_clustered_events(dgp: str, G: int, reps: int,
     return events.reshape(reps, -1), np.repeat(np.arange(G), TRIALS_PER_CLUSTER), p
 
 
+def draw_two_proportions(dgp: str, n: int, reps: int,
+                         rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, float]:
+    """(x, y [reps, n] of 0/1, true p_a - p_b): n independent Bernoulli(p_a) and Bernoulli(p_b) outcomes
+    per arm for a two-proportions DGP (module doc)."""
+    if dgp not in DGPS["two_proportions"]:
+        raise ValueError(f"dgp must be one of {DGPS['two_proportions']}, got {dgp!r}")
+    p_a, p_b = (float(part.split("=")[1]) for part in dgp.split())
+    x = (rng.random((reps, n)) < p_a).astype(np.int8)
+    y = (rng.random((reps, n)) < p_b).astype(np.int8)
+    return x, y, p_a - p_b
+
+
 # --- the measurement ----------------------------------------------------------------------------------
 
 
@@ -186,6 +232,9 @@ def _simulated_cells(methods, kind, dgp, n, reps, rng, B, seed) -> list[dict]:
     elif kind == "clustered_proportion":
         events, clusters, truth = draw_clustered_events(dgp, n, reps, rng)
         data = [(events[r], clusters) for r in range(reps)]
+    elif kind == "two_proportions":
+        x, y, truth = draw_two_proportions(dgp, n, reps, rng)
+        data = [(x[r], y[r]) for r in range(reps)]
     else:
         x, y, clusters, truth = draw_slopes(n, reps, rng)
         data = [(x[r], y[r], clusters) for r in range(reps)]
@@ -236,7 +285,7 @@ def _resolve(methods) -> list[CoverageMethod]:
     return out
 
 
-def coverage_table(methods: Sequence[str | CoverageMethod] | None = None, ns: Sequence[int] = NS, *,
+def coverage_table(methods: Sequence[str | CoverageMethod] | None = None, ns: Sequence[int] | None = None, *,
                    reps: int = 2000, rng: np.random.Generator, n_resamples: int = 999,
                    dgps: Sequence[str] | None = None, seed=None):
     """Coverage of each method on each DGP of its kind at each n, as a pandas DataFrame.
@@ -244,36 +293,39 @@ def coverage_table(methods: Sequence[str | CoverageMethod] | None = None, ns: Se
     Columns: method, kind, dgp, n, nominal, bound, coverage, mc_se = √(c(1-c)/reps) (0 for the exact
     proportion sums), mean_width (hi - lo; hi - estimate for an upper limit), reps, n_resamples (bootstrap
     draws per interval), seed (a label stored with the rows). One data set per (DGP, n, rep) is shared by
-    all methods of a kind. ``dgps`` restricts the DGPs (default: all of each kind).
+    all methods of a kind. ``dgps`` restricts the DGPs (default: all of each kind); ``ns`` the n of every
+    kind (default: each kind's own, ``NS_BY_KIND``).
     """
     import pandas as pd
 
     rng = stats._check_rng(rng)
     ms = _resolve(methods)
-    ns = [stats._as_count(n, "ns") for n in ns]
-    if not ns or min(ns) < 3:
-        raise ValueError(f"ns must be integers >= 3, got {ns!r}")
+    if ns is not None:
+        ns = [stats._as_count(n, "ns") for n in ns]
+        if not ns or min(ns) < 3:
+            raise ValueError(f"ns must be integers >= 3, got {ns!r}")
     reps = stats._as_count(reps, "reps")
     if reps < 1:
         raise ValueError("reps must be >= 1")
     B = stats._check_resamples(n_resamples)
-    # the clustered proportions draw from a spawned child stream, so adding them left the other kinds'
-    # draws unchanged and regenerating their rows alone (--methods) gives the same numbers as a full run
-    child = rng.spawn(1)[0]
+    # the clustered proportions and the two proportions draw from spawned child streams (children 0 and 1),
+    # so adding them left the other kinds' draws unchanged and regenerating a kind's rows alone (--methods,
+    # every method of the kind) gives the same numbers as a full run
+    streams = dict(zip(("clustered_proportion", "two_proportions"), rng.spawn(2)))
     rows = []
     for kind in KINDS:
         km = [m for m in ms if m.kind == kind]
         if not km:
             continue
         kind_dgps = [d for d in DGPS[kind] if dgps is None or d in dgps]
+        kind_ns = NS_BY_KIND[kind] if ns is None else ns
         if kind == "proportion":
-            for n in ns:
+            for n in kind_ns:
                 rows += [r for r in _exact_proportion_cells(km, n, seed) if r["dgp"] in kind_dgps]
             continue
         for dgp in kind_dgps:
-            for n in ns:
-                rows += _simulated_cells(km, kind, dgp, n, reps, child if kind == "clustered_proportion" else rng,
-                                         B, seed)
+            for n in kind_ns:
+                rows += _simulated_cells(km, kind, dgp, n, reps, streams.get(kind, rng), B, seed)
     if not rows:
         raise ValueError(f"dgps: none of {dgps!r} belongs to the kinds of the chosen methods")
     return pd.DataFrame(rows, columns=COLUMNS)
@@ -349,22 +401,23 @@ def coverage_markdown(table, *, command: str, tol: float = 0.02) -> str:
     reps = int(table.loc[table["reps"] > 0, "reps"].max()) if (table["reps"] > 0).any() else 0
     B = int(table["n_resamples"].max())
     seed = table["seed"].iloc[0]
-    ns = sorted(set(int(n) for n in table["n"]))
     lines = [
         "# Coverage of the interval methods",
         "",
         f"Generated by `{command}` (seed {seed}); do not edit by hand. The same numbers are committed as",
         "`gapdyn/data/coverage.csv`, which `gapdyn.coverage.valid_at` and `min_valid_n` read.",
         "",
-        f"Means and slopes: {reps} simulated data sets per cell (Monte Carlo SE ≈ √(0.95·0.05/{reps}) = "
+        f"Means, slopes and two proportions: {reps} simulated data sets per cell (Monte Carlo SE ≈ √(0.95·0.05/{reps}) = "
         f"{math.sqrt(0.95 * 0.05 / max(reps, 1)):.4f} at nominal coverage), {B} bootstrap draws per interval "
         "(fewer than the functions' default 1999, to keep the run short). Proportions: coverage summed exactly "
-        "over the binomial law (no Monte Carlo error). n is the number of clusters (means, slopes) or trials "
-        "(proportions). The data-generating processes are described in the `gapdyn.coverage` module docstring: "
+        "over the binomial law (no Monte Carlo error). n is the number of clusters (means, slopes), trials "
+        "(proportions) or runs per arm (two proportions). The data-generating processes are described in the `gapdyn.coverage` module docstring: "
         "means on normal, lognormal (σ = 1) and correlated (5 rows per cluster, intra-cluster correlation 0.5) "
         "data; slopes with a random within-cluster slope (sd 0.3) and x drawn per cluster; proportions at "
         "p = 0.05, 0.4, 0.95; clustered proportions with 16 binary trials per cluster (independent, beta with "
-        "intra-cluster correlation 0.5, all-or-none).",
+        "intra-cluster correlation 0.5, all-or-none); two proportions p_a - p_b from two independent arms "
+        "of n runs each at (p_a, p_b) = (0.05, 0.05), (0.3, 0.1), (0.5, 0.2), (0.1, 0), the paired bootstrap "
+        "pairing run i of arm a with run i of arm b.",
         "",
         f"**Rule.** A method is *valid at n* when its worst coverage over the DGPs at n is at least nominal − {tol}; "
         "it is valid *from* n when it is valid at n and at every larger tabulated n.",
@@ -377,7 +430,7 @@ def coverage_markdown(table, *, command: str, tol: float = 0.02) -> str:
     methods = list(dict.fromkeys(table["method"]))
     for m in methods:
         r = table[table["method"] == m].iloc[0]
-        never = f"never (n ≤ {max(ns)})"
+        never = f"never (n ≤ {int(table.loc[table['method'] == m, 'n'].max())})"
         v = min_valid_n(m, table, tol=tol)
         per_dgp = []
         for d in dict.fromkeys(table.loc[table["method"] == m, "dgp"]):
@@ -385,13 +438,15 @@ def coverage_markdown(table, *, command: str, tol: float = 0.02) -> str:
             per_dgp.append(f"{d}: {'never' if vd is None else vd}")
         lines.append(f"| {r.kind} | `{m}` | {r.bound} | {r.nominal:.2f} | {never if v is None else v} | "
                      f"{', '.join(per_dgp)} |")
-    lines += ["", "## Worst coverage over the DGPs, by n", "",
-              "| method | " + " | ".join(f"n = {n}" for n in ns) + " |",
-              "|---|" + "---|" * len(ns)]
+    lines += ["", "## Worst coverage over the DGPs, by n"]
+    grids = {}  # one table per grid of tabulated n (the kinds' NS_BY_KIND), in the methods' order
     for m in methods:
-        rows = table[table["method"] == m]
-        worst = rows.groupby("n")["coverage"].min()
-        lines.append(f"| `{m}` | " + " | ".join(f"{worst[n]:.3f}" if n in worst.index else "" for n in ns) + " |")
+        grids.setdefault(tuple(sorted(set(int(n) for n in table.loc[table["method"] == m, "n"]))), []).append(m)
+    for ns, grid_methods in grids.items():
+        lines += ["", "| method | " + " | ".join(f"n = {n}" for n in ns) + " |", "|---|" + "---|" * len(ns)]
+        for m in grid_methods:
+            worst = table[table["method"] == m].groupby("n")["coverage"].min()
+            lines.append(f"| `{m}` | " + " | ".join(f"{worst[n]:.3f}" for n in ns) + " |")
     lines += ["", "## Every cell", "", "| method | dgp | n | coverage | MC SE | mean width |",
               "|---|---|---|---|---|---|"]
     for r in table.itertuples():
@@ -443,12 +498,12 @@ def _run(argv) -> int:
         if int(old["reps"].max()) != cfg.reps or int(old["seed"].iloc[0]) != cfg.seed:
             raise ValueError(f"--methods: the table in {cfg.data} has reps {int(old['reps'].max())} and seed "
                              f"{int(old['seed'].iloc[0])}; pass the same --reps and --seed")
-        say("coverage", f"simulating {', '.join(cfg.methods)} x DGPs x n = {list(NS)}, {cfg.reps} reps")
+        say("coverage", f"simulating {', '.join(cfg.methods)} x DGPs x each kind's n, {cfg.reps} reps")
         new = coverage_table(list(cfg.methods), reps=cfg.reps, rng=np.random.default_rng(cfg.seed),
                              n_resamples=cfg.n_resamples, seed=cfg.seed)
         table = pd.concat([old[~old["method"].isin(cfg.methods)], new], ignore_index=True)
     else:
-        say("coverage", f"simulating {len(COVERAGE_METHODS)} methods x DGPs x n = {list(NS)}, {cfg.reps} reps")
+        say("coverage", f"simulating {len(COVERAGE_METHODS)} methods x DGPs x each kind's n, {cfg.reps} reps")
         table = coverage_table(reps=cfg.reps, rng=np.random.default_rng(cfg.seed), n_resamples=cfg.n_resamples,
                                seed=cfg.seed)
     Path(cfg.data).parent.mkdir(parents=True, exist_ok=True)

@@ -10,8 +10,9 @@ The methods whose coverage is measured (gapdyn.coverage, docs/coverage.md) for a
 from: ``t_interval_cluster_means``, ``studentized_cluster_bootstrap_mean``, ``bca_cluster_mean`` /
 ``bca_cluster_bootstrap`` (means and other statistics), ``t_interval_cluster_slope``,
 ``wild_cluster_bootstrap_slope``, ``bca_cluster_slope`` (OLS slopes), ``clopper_pearson_upper``
-(one-sided bound on a proportion), each with a ``bound`` for one-sided limits, and
-``cluster_bounds_proportion`` (a proportion of trials nested in clusters).
+(one-sided bound on a proportion), each with a ``bound`` for one-sided limits,
+``cluster_bounds_proportion`` (a proportion of trials nested in clusters) and ``newcombe_difference``
+(the difference of two proportions).
 """
 
 from __future__ import annotations
@@ -76,12 +77,12 @@ def _as_count(v, name: str) -> int:
     return int(x)
 
 
-def _check_count(k, n) -> tuple[int, int]:
-    k, n = _as_count(k, "k"), _as_count(n, "n")
+def _check_count(k, n, k_name: str = "k", n_name: str = "n") -> tuple[int, int]:
+    k, n = _as_count(k, k_name), _as_count(n, n_name)
     if n < 1:
-        raise ValueError(f"n must be a positive integer, got {n!r}")
+        raise ValueError(f"{n_name} must be a positive integer, got {n!r}")
     if k > n:
-        raise ValueError(f"k must be an integer in [0, n={n}], got {k!r}")
+        raise ValueError(f"{k_name} must be an integer in [0, {n_name}={n}], got {k!r}")
     return k, n
 
 
@@ -121,6 +122,27 @@ def clopper_pearson_interval(k: int, n: int, *, confidence: float = 0.95) -> Est
     lo = 0.0 if k == 0 else float(beta.ppf(a / 2, k, n - k + 1))
     hi = 1.0 if k == n else float(beta.ppf(1 - a / 2, k + 1, n - k))
     return Estimate(k / n, lo, hi, n, c, "clopper-pearson")
+
+
+def newcombe_difference(k_a: int, n_a: int, k_b: int, n_b: int, *, confidence: float = 0.95) -> Estimate:
+    """Difference of two independent proportions p_a - p_b with Newcombe's hybrid score interval.
+
+    From the Wilson intervals [l_a, u_a] of k_a/n_a and [l_b, u_b] of k_b/n_b (``wilson_interval``),
+    D = p̂_a - p̂_b, lo = D - √((p̂_a - l_a)² + (u_b - p̂_b)²), hi = D + √((u_a - p̂_a)² + (p̂_b - l_b)²)
+    (Newcombe 1998, Statistics in Medicine 17:873, method 10). Always inside [-1, 1]; unlike a Wald or
+    percentile-bootstrap interval it does not collapse to a point when both arms show 0 (or n) events.
+    Arms assumed independent; for arms paired by seed it ignores the pairing (conservative when the
+    outcomes of a pair are positively correlated). Coverage by n: docs/coverage.md. n = min(n_a, n_b),
+    the per-arm count the coverage table is indexed by.
+    """
+    k_a, n_a = _check_count(k_a, n_a, "k_a", "n_a")
+    k_b, n_b = _check_count(k_b, n_b, "k_b", "n_b")
+    c = _check_confidence(confidence)
+    a, b = wilson_interval(k_a, n_a, confidence=c), wilson_interval(k_b, n_b, confidence=c)
+    d = a.estimate - b.estimate
+    lo = d - math.hypot(a.estimate - a.lo, b.hi - b.estimate)
+    hi = d + math.hypot(a.hi - a.estimate, b.estimate - b.lo)
+    return Estimate(d, max(-1.0, lo), min(1.0, hi), min(n_a, n_b), c, "newcombe hybrid score (method 10)")
 
 
 # --- bootstrap ---------------------------------------------------------------------------------

@@ -51,6 +51,13 @@ def small_2x2_tables(draw, max_count: int = 12):
 
 
 @st.composite
+def two_arm_counts(draw, max_n: int = 120):
+    """(k_a, n_a, k_b, n_b): event counts of two arms, 0 <= k <= n, 1 <= n <= max_n (two proportions)."""
+    n_a, n_b = draw(st.integers(1, max_n)), draw(st.integers(1, max_n))
+    return draw(st.integers(0, n_a)), n_a, draw(st.integers(0, n_b)), n_b
+
+
+@st.composite
 def island_sets(draw, max_islands: int = 6, min_width: float = 1.02, min_gap: float = 1.03):
     """Disjoint collapsing islands [(a, b), ...] inside [1e-3, 10] in increasing order.
 

@@ -8,8 +8,11 @@ import pandas as pd
 import pytest
 from scipy.stats import beta, binom, binomtest, norm, t
 
+from hypothesis import given
+
 from gapdyn import coverage as cov
 from gapdyn import stats as S
+from tests.strategies import two_arm_counts
 
 
 def clustered(G=8, m=5, seed=0):
@@ -219,7 +222,8 @@ def test_valid_at_and_min_valid_n_on_a_constructed_table():
 
 def test_frozen_table_holds_every_method_dgp_and_n():
     tab = cov.frozen_table()
-    expected = {(m.name, d, n) for m in cov.COVERAGE_METHODS.values() for d in cov.DGPS[m.kind] for n in cov.NS}
+    expected = {(m.name, d, n) for m in cov.COVERAGE_METHODS.values() for d in cov.DGPS[m.kind]
+                for n in cov.NS_BY_KIND[m.kind]}
     assert set(zip(tab["method"], tab["dgp"], tab["n"])) == expected and len(tab) == len(expected)
     for m in cov.COVERAGE_METHODS.values():
         rows = tab[tab["method"] == m.name]
@@ -239,7 +243,8 @@ def test_frozen_proportion_cells_are_current_exactly():
 
 @pytest.mark.parametrize("method, dgp, n, reps", [("t_cluster_means", "lognormal", 8, 1000),
                                                   ("wild_webb_slope", "random_slope", 10, 400),
-                                                  ("bca_cluster_mean", "correlated", 4, 200)])
+                                                  ("bca_cluster_mean", "correlated", 4, 200),
+                                                  ("percentile_paired_difference", "p_a=0.1 p_b=0", 20, 400)])
 def test_frozen_simulated_cell_is_current_within_monte_carlo_error(method, dgp, n, reps):
     tab = cov.frozen_table()
     row = tab[(tab["method"] == method) & (tab["dgp"] == dgp) & (tab["n"] == n)].iloc[0]
@@ -320,3 +325,83 @@ def test_studentized_bootstrap_without_spread_has_no_interval_and_the_claim_says
     assert e.estimate == 0 and math.isnan(e.lo) and math.isnan(e.hi)
     m = mean_estimate(np.zeros(45), np.arange(45), seed=0, natural=(0.0, 1.0))
     assert m.method.startswith("no data") and "same value" in m.method
+
+
+# --- the difference of two proportions ---------------------------------------------------------------------
+
+
+def wilson_roots(k, n, z):
+    """Wilson limits as the roots of the score equation (k/n - p)² = z² p (1 - p) / n, by numpy."""
+    p = k / n
+    r = np.sort(np.roots([1 + z * z / n, -(2 * p + z * z / n), p * p]).real)
+    return max(0.0, r[0]), min(1.0, r[1])
+
+
+@pytest.mark.parametrize("counts, published", [  # Newcombe (1998), Table II, method 10
+    ((56, 70, 48, 80), (0.0524, 0.3339)), ((9, 10, 3, 10), (0.1705, 0.8090)), ((6, 7, 2, 7), (0.0582, 0.8062)),
+    ((5, 56, 0, 29), (-0.0381, 0.1926)), ((0, 10, 0, 20), (-0.1611, 0.2775)), ((0, 10, 0, 10), (-0.2775, 0.2775)),
+    ((10, 10, 0, 20), (0.6791, 1.0)), ((10, 10, 0, 10), (0.6075, 1.0))])
+def test_newcombe_difference_against_the_papers_table_and_the_score_roots(counts, published):
+    k_a, n_a, k_b, n_b = counts
+    e = S.newcombe_difference(*counts)
+    assert (e.lo, e.hi) == pytest.approx(published, abs=5e-5)
+    z = norm.ppf(0.975)
+    (la, ua), (lb, ub) = wilson_roots(k_a, n_a, z), wilson_roots(k_b, n_b, z)
+    pa, pb = k_a / n_a, k_b / n_b
+    assert (e.estimate, e.lo, e.hi, e.n) == pytest.approx(
+        (pa - pb, pa - pb - math.hypot(pa - la, ub - pb), pa - pb + math.hypot(ua - pa, pb - lb), min(n_a, n_b)),
+        abs=1e-9)
+    assert S.newcombe_difference(*counts, confidence=0.8).hi <= e.hi
+
+
+@given(two_arm_counts())
+def test_newcombe_difference_is_ordered_bounded_and_symmetric(counts):
+    k_a, n_a, k_b, n_b = counts
+    e = S.newcombe_difference(k_a, n_a, k_b, n_b)
+    assert -1.0 <= e.lo <= e.estimate <= e.hi <= 1.0 and e.lo < e.hi
+    swapped = S.newcombe_difference(k_b, n_b, k_a, n_a)  # p_b - p_a
+    assert (swapped.estimate, swapped.lo, swapped.hi) == pytest.approx((-e.estimate, -e.hi, -e.lo), abs=1e-12)
+    flipped = S.newcombe_difference(n_a - k_a, n_a, n_b - k_b, n_b)  # non-events: (1-p_a) - (1-p_b)
+    assert (flipped.lo, flipped.hi) == pytest.approx((-e.hi, -e.lo), abs=1e-12)
+
+
+@pytest.mark.parametrize("args, kwargs, match", [
+    ((5, 4, 1, 4), {}, "k_a"), ((1, 0, 1, 4), {}, "n_a"), ((1, 4, 1.5, 4), {}, "k_b"), ((1, 4, 1, -2), {}, "n_b"),
+    ((1, "4", 1, 4), {}, "n_a"), ((1, 4, 5, 4), {}, "k_b"), ((1, 4, 1, 4), {"confidence": 1.2}, "confidence")])
+def test_newcombe_difference_rejects_bad_input_by_name(args, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        S.newcombe_difference(*args, **kwargs)
+
+
+def test_difference_bootstraps_equal_their_loop_references():
+    rng = np.random.default_rng(4)
+    x, y = (rng.random(17) < 0.4).astype(int), (rng.random(17) < 0.2).astype(int)
+    for B in (100, 257):
+        loop = S.paired_bootstrap_difference(x, y, rng=np.random.default_rng(B), n_resamples=B)
+        fast = cov._percentile_paired_difference(x, y, np.random.default_rng(B), B)
+        assert (fast.estimate, fast.lo, fast.hi) == pytest.approx((loop.estimate, loop.lo, loop.hi), rel=1e-12)
+    y = y[:11]  # unequal arms
+    draws = np.random.default_rng(7)
+    ia = [draws.integers(0, 17, size=17) for _ in range(199)]  # arm a's resamples, then arm b's
+    ib = [draws.integers(0, 11, size=11) for _ in range(199)]
+    reps = [x[i].mean() - y[j].mean() for i, j in zip(ia, ib)]
+    fast = cov._percentile_two_sample_difference(x, y, np.random.default_rng(7), 199)
+    assert (fast.estimate, fast.lo, fast.hi) == pytest.approx(
+        (x.mean() - y.mean(), *np.quantile(reps, [0.025, 0.975])), rel=1e-12)
+
+
+def test_frozen_newcombe_coverage_agrees_with_the_exact_double_binomial_sum():
+    """Σ_{k_a, k_b} Binom(k_a; n, p_a) Binom(k_b; n, p_b) 1[p_a - p_b in the interval] vs the simulated rows."""
+    tab = cov.frozen_table()
+    rows = tab[tab["method"] == "newcombe_difference"]
+    for n in (10, 20, 30):
+        ks = np.arange(n + 1)
+        ests = [[S.newcombe_difference(int(i), n, int(j), n) for j in ks] for i in ks]
+        lo = np.array([[e.lo for e in row] for row in ests])
+        hi = np.array([[e.hi for e in row] for row in ests])
+        for dgp in cov.DGPS["two_proportions"]:
+            p_a, p_b = (float(s.split("=")[1]) for s in dgp.split())
+            w = np.outer(binom.pmf(ks, n, p_a), binom.pmf(ks, n, p_b))
+            exact = w[(lo <= p_a - p_b) & (p_a - p_b <= hi)].sum()
+            r = rows[(rows["dgp"] == dgp) & (rows["n"] == n)].iloc[0]
+            assert abs(r.coverage - exact) <= 4 * math.sqrt(max(exact * (1 - exact), 1e-3) / r.reps), (dgp, n, exact)
