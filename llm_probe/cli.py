@@ -7,6 +7,7 @@
                                                              the method ablation / early-warning study, with claims
     gapdyn train early-warning --from DIR                    lead time and ROC AUC of the warn/* statistics
     gapdyn train entropy --from DIR                          dH against -lr Cov(log pi, A) and the taxonomy cells
+    gapdyn train entropy-lemma [--mode test|full] [--out DIR]  Cui et al.'s entropy lemma per visited state, claims
     gapdyn train offline --before DIR --after DIR --rollouts F --out DIR
                                                              gaps and alignment from two checkpoints + a rollout JSONL
     gapdyn train safe-step [--mode test|quick|full] [--seeds 0 1 ...] [--jobs N] [--out DIR]
@@ -40,7 +41,8 @@ from gapdyn.cmdline import Mode, command, on_interrupt, optional, output_dir, pa
 
 from .config import check_settings
 
-__all__ = ["main", "SUBCOMMANDS", "WarmupConfig", "AblationArgs", "StudyArgs", "OfflineArgs", "SafeStepArgs"]
+__all__ = ["main", "SUBCOMMANDS", "WarmupConfig", "AblationArgs", "StudyArgs", "OfflineArgs", "SafeStepArgs",
+           "EntropyLemmaArgs"]
 
 
 @dataclass
@@ -86,14 +88,16 @@ def _warmup_main(argv: list[str]) -> int:
 
 @dataclass
 class AblationArgs:
-    """The llm_probe ablation (GRPO, Dr.GRPO, WAPO, PSR, NSR x learning rates x seeds) or the early-warning
+    """The llm_probe ablation (GRPO, WAPO, PSR, NSR, DAPO x learning rates x seeds) or the early-warning
     study, resumable (finished runs are skipped); prints its claims with intervals (docs/llm_probe.md)."""
 
     mode: Mode = "quick"
-    """Sizes: test (seconds, machinery), quick (indicative, ~20 min on 2 cores), full (>= 10 seeds per arm)."""
-    study: Literal["ablation", "warning"] = "ablation"
-    """ablation: methods x lrs with survival, reward, entropy at matched accuracy, pass@k; warning: GRPO and
-    WAPO x 3 lrs with every-step probes (then `gapdyn train early-warning --from DIR`)."""
+    """Sizes: test (seconds, machinery), quick (indicative), full (the decided study: a pilot block sizes the
+    confirmation block by power; pinned warm checkpoint)."""
+    study: Literal["ablation", "warning", "wide"] = "ablation"
+    """ablation: methods x lrs with survival, reward, entropy at matched accuracy, pass@k (full mode also feeds
+    `gapdyn train early-warning --from DIR`); wide: the WAPO-vs-GRPO primaries on the 4x wider pinned model (full
+    mode); warning: GRPO and WAPO x 3 lrs with every-step probes."""
     out_dir: Annotated[str | None, tyro.conf.arg(name="out")] = None
     """Study folder (default ./gapdyn_out/train-ablation/<study>-<mode>)."""
     jobs: int = 1
@@ -129,18 +133,30 @@ def _ablation_main(argv: list[str]) -> int:
     args = parse(AblationArgs, argv, prog="gapdyn train ablation")
     check_jobs(args.jobs)
     seeds = _check_seeds(args.seeds)
+    decided = args.mode == "full" and args.study in ("ablation", "wide")
+    if args.study == "wide" and args.mode != "full":
+        raise ValueError("--study wide runs in --mode full only (the primaries on the 4x wider pinned model)")
     key = args.mode if args.study == "ablation" else ("warning" if args.mode == "full" else "warning-quick")
     if args.study == "warning" and args.mode == "test":
         key = "test"
-    cfg = ablation.CONFIGS[key]
+    pilot, cfg = ((ablation.CONFIGS["pilot"], ablation.CONFIGS["full"]) if args.study == "ablation" else
+                  (ablation.CONFIGS["wide-pilot"], ablation.CONFIGS["wide"])) if decided else (None, ablation.CONFIGS[key])
     if seeds is not None:
+        if decided:
+            raise ValueError("--seeds does not apply to --mode full (the pilot's plan sets the confirmation seeds)")
         cfg = replace(cfg, seeds=seeds)
     if args.init_from:
-        cfg = replace(cfg, init_from=str(saved_model_folder(args.init_from, "--init-from").resolve()))
+        init = str(saved_model_folder(args.init_from, "--init-from").resolve())
+        cfg = replace(cfg, init_from=init, pinned=None)
+        pilot = pilot and replace(pilot, init_from=init, pinned=None)
     default = Path.cwd() / "gapdyn_out" / "train-ablation" / f"{args.study}-{args.mode}"
     out = output_dir("train-ablation", args.out_dir or default)
     t0 = time.perf_counter()
-    ablation.run_study(cfg, out, n_jobs=max(1, args.jobs), progress=args.progress)
+    if decided:
+        n = dict(n_min=20, n_max=20) if args.study == "wide" else {}
+        ablation.run_confirmation(pilot, cfg, out, n_jobs=max(1, args.jobs), progress=args.progress, **n)
+    else:
+        ablation.run_study(cfg, out, n_jobs=max(1, args.jobs), progress=args.progress)
     claims = ablation.summarize(out)
     import gapdyn
 
@@ -184,8 +200,8 @@ class StudyArgs:
 
 def _early_warning_main(argv: list[str]) -> int:
     args = parse(StudyArgs, argv, prog="gapdyn train early-warning",
-                 description="Lead time and ROC AUC of the warn/* statistics of a finished study "
-                             "(writes early_warning.csv and early_warning_by_lr.csv into it).")
+                 description="Time-matched AUC within lr of the warning statistics of a finished study, against the "
+                             "reward (writes early_warning.csv and early_warning_claims.json / .md into it).")
     study = _study_folder(args.from_dir)
     from .experiments import early_warning
 
@@ -200,6 +216,32 @@ def _entropy_main(argv: list[str]) -> int:
     from .experiments import entropy
 
     entropy.report(study)
+    return 0
+
+
+@dataclass
+class EntropyLemmaArgs:
+    """Cui et al.'s entropy dynamics per visited state (Lemma 1, the PG and NPG forms) on the tiny Qwen under SGD
+    and Adam, with claims (llm_probe.experiments.entropy_lemma; docs/llm_probe.md)."""
+
+    mode: Mode = "full"
+    """Sizes: test (seconds, machinery), quick = full (3 SGD lrs + Adam 4e-4, 30 steps each, minutes of CPU)."""
+    out_dir: Annotated[str | None, tyro.conf.arg(name="out")] = None
+    """Folder for claims.json, claims.md and steps.csv (default ./gapdyn_out/train-entropy-lemma/<mode>); the
+    trainer's run folders go to a temporary folder."""
+
+
+def _entropy_lemma_main(argv: list[str]) -> int:
+    args = parse(EntropyLemmaArgs, argv, prog="gapdyn train entropy-lemma")
+    out = output_dir("train-entropy-lemma", args.out_dir or Path.cwd() / "gapdyn_out" / "train-entropy-lemma" / args.mode)
+    from .experiments import entropy_lemma
+
+    command = shlex.join(["gapdyn", "train", "entropy-lemma", "--mode", args.mode, "--out", str(args.out_dir or out)])
+    claims = entropy_lemma.main_study(args.mode, out, command=command)
+    import gapdyn
+
+    print(gapdyn.claims_markdown(claims))
+    say("train", f"wrote {out}/ (claims.json, claims.md, steps.csv)")
     return 0
 
 
@@ -418,8 +460,9 @@ SUBCOMMANDS: dict = {
     "warmup": (_warmup_main, "build and warm up a tiny Qwen, save it (then --init-from DIR)"),
     "demo": (_demo_main, "GRPO vs WAPO at a normal and a large learning rate"),
     "ablation": (_ablation_main, "the method ablation or the early-warning study, with claims"),
-    "early-warning": (_early_warning_main, "lead time and ROC AUC of the warn/* statistics of a study (--from DIR)"),
+    "early-warning": (_early_warning_main, "time-matched AUC of the warning statistics vs the reward (--from DIR)"),
     "entropy": (_entropy_main, "dH against -lr Cov(log pi, A) and the taxonomy cells of a study (--from DIR)"),
+    "entropy-lemma": (_entropy_lemma_main, "Cui et al.'s entropy lemma and PG forms per visited state, with claims"),
     "offline": (_offline_main, "gaps and alignment from two checkpoints and a rollout JSONL"),
     "safe-step": (_safe_step_main, "the safe-step experiment (constant vs safe step), with claims"),
 }

@@ -50,7 +50,8 @@ from ..seeds import STUDY_SEED, derive_seed
 
 __all__ = ["StudyConfig", "CONFIGS", "SplitAddition", "pass_at_k", "run_study", "run_one", "summarize",
            "SPECS", "CRITERIA", "CRITERIA_HASH", "EXPERIMENT", "NAME", "cells", "run_cell", "analyse", "run_row", "TEST_TEXT", "wapo_grpo_claims", "block_of", "folder_outcome",
-           "outcome_from_rows", "read_evals", "survival_table", "one_sided_wilcoxon"]
+           "outcome_from_rows", "read_evals", "survival_table", "one_sided_wilcoxon", "plan_seeds",
+           "run_confirmation", "PRIMARY_METHODS", "CONFIRMATION_START", "N_MIN", "N_MAX"]
 
 
 NAME = "llm_ablation"
@@ -78,7 +79,9 @@ class StudyConfig:
     heldout_mod: int = 20  # one (a, b) pair in heldout_mod is held out
     small_model: bool = False  # the tests' 2-layer model (test mode only)
     optimizer: str = "adam"
-    init_from: str | None = None  # a saved model to start every run from (no warm-up); None: the cached warm one
+    init_from: str | None = None  # a saved model to start every run from (no warm-up); None: pinned or cached
+    pinned: str | None = None  # a pinned warm checkpoint (llm_probe.experiments.pinned: "tiny", "wide") to start from
+    other_seeds: int | None = None  # methods outside PRIMARY_METHODS run only the first other_seeds seeds (None: all)
     mode: str = ""  # the size's name (test, quick, full) for the protocol's configure
 
     def __post_init__(self):
@@ -93,6 +96,10 @@ class StudyConfig:
                 raise ValueError(f"num_iterations of {m!r} must be an integer >= 1, got {mu!r}")
         if not self.methods or not self.lrs or not self.seeds:
             raise ValueError("methods, lrs and seeds must each hold at least one value")
+        if self.other_seeds is not None and (isinstance(self.other_seeds, bool) or int(self.other_seeds) < 1):
+            raise ValueError(f"other_seeds must be None or an integer >= 1, got {self.other_seeds!r}")
+        if self.pinned is not None and self.small_model:
+            raise ValueError("pinned and small_model exclude each other (a pinned checkpoint has its own shape)")
 
     @property
     def instances(self) -> tuple[int, ...]:
@@ -117,23 +124,40 @@ class StudyConfig:
         return CONFIGS["full"]
 
 
+PRIMARY_METHODS = ("grpo", "wapo")
+"""The arms of the pre-declared primaries (WAPO vs GRPO); the other methods feed exploratory rows only."""
+CONFIRMATION_START = CONFIRMATION_SEEDS[0]
+"""Seeds >= this are confirmation seeds (gapdyn.CONFIRMATION_SEEDS starts the range); smaller ones are discovery."""
+N_MIN, N_MAX = 30, 50
+"""Confirmation seeds per primary arm: the planned n (:func:`plan_seeds`) clipped to [N_MIN, N_MAX]; N_MAX is what the
+loop allows in about an hour on 2 cores (``gapdyn train ablation --mode full``: 300 primary-arm runs plus 90 others)."""
+_EDGE = dict(lrs=(3e-4, 4e-4, 5e-4), steps=100, probe_every=5, pinned="tiny")
 CONFIGS = {
     "test": StudyConfig(mode="test", methods=("grpo", "wapo", "dapo"), lrs=(5e-4,), seeds=(0, 1), steps=3, prompts_per_step=4,
                         group_size=4, probe_every=1, warmup_steps=5, eval_every=2, eval_prompts=4, eval_samples=2,
                         passk_prompts=3, passk_n=4, small_model=True),
     "quick": StudyConfig(mode="quick", lrs=(3e-4, 5e-4), seeds=(0, 1, 2), steps=40, eval_every=10, eval_prompts=32,
                          passk_prompts=16, passk_n=64),
-    "full": StudyConfig(mode="full", lrs=(3e-4, 4e-4, 5e-4), seeds=CONFIRMATION_SEEDS[:10], steps=100, probe_every=10),
+    "pilot": StudyConfig(mode="full", methods=PRIMARY_METHODS, seeds=tuple(range(10)), **_EDGE),
+    "full": StudyConfig(mode="full", methods=("grpo", "wapo", "psr", "nsr", "dapo"), other_seeds=10,
+                        seeds=tuple(range(CONFIRMATION_START, CONFIRMATION_START + N_MIN)), **_EDGE),
+    "wide-pilot": StudyConfig(mode="full", methods=PRIMARY_METHODS, seeds=tuple(range(4)), **{**_EDGE, "pinned": "wide"}),
+    "wide": StudyConfig(mode="full", methods=PRIMARY_METHODS, seeds=tuple(range(CONFIRMATION_START, CONFIRMATION_START + 20)),
+                        **{**_EDGE, "pinned": "wide"}),
     "warning": StudyConfig(mode="full", methods=("grpo", "wapo"), lrs=(3e-4, 4e-4, 5e-4), seeds=CONFIRMATION_SEEDS[:10], steps=100,
                            probe_every=1, eval_every=25, passk_prompts=8, passk_n=8),
     "warning-quick": StudyConfig(mode="quick", methods=("grpo", "wapo"), lrs=(3e-4, 4e-4, 5e-4), seeds=(0, 1, 2), steps=40,
                                  probe_every=1, eval_every=20, eval_prompts=16, passk_prompts=4, passk_n=8),
 }
-"""test: machinery (seconds); quick: indicative (one lr below, one inside the stability window); full: >= 10 seeds
-over the window; warning: the early-warning study (llm_probe.experiments.early_warning), every step probed. full and warning
-run the confirmation seeds (gapdyn.CONFIRMATION_SEEDS, 1000-1009: instances the quick studies never saw) and their
-claims carry block "confirmation"; the other modes run discovery seeds. DAPO takes mu = 4
-optimizer steps per sampled batch (its recipe reuses each rollout batch for several updates, Yu et al. 2025,
+"""test: machinery (seconds); quick: indicative (one lr below, one inside the stability window). The decided study is
+``pilot`` then ``full`` (:func:`run_confirmation`, ``gapdyn train ablation --mode full``): the pilot block (discovery seeds
+0-9, GRPO and WAPO at the three edge lrs) sizes the confirmation block by power (:func:`plan_seeds`), which runs
+n = min(max(planned, N_MIN), N_MAX) confirmation seeds (>= CONFIRMATION_START) per primary arm and the first 10 of them
+for PSR, NSR and DAPO (exploratory rows), every run from the pinned warm checkpoint ``tiny``
+(llm_probe.experiments.pinned) and probed every 5 steps (the warn/* statistics and the headroom meter the
+early-warning benchmark reads). ``wide-pilot`` / ``wide``: the primaries again on the 4x wider pinned model (20
+confirmation seeds per arm: fewer, for time). warning / warning-quick: the older every-step-probed study. DAPO takes
+mu = 4 optimizer steps per sampled batch (its recipe reuses each rollout batch for several updates, Yu et al. 2025,
 arXiv 2503.14476), so its importance ratios leave 1 and clip-higher (0.2 / 0.28) binds; every other arm is on-policy
 (mu = 1, ratio 1, clips inactive)."""
 
@@ -209,12 +233,17 @@ def warm_spec(cfg: StudyConfig):
 
 
 def prepare_warm(cfg: StudyConfig, root=None) -> Path:
-    """The shared warm model (``cfg.init_from`` when given), else the one cached by llm_probe.warmup.warm_model
-    (warmed up on the split task's training pairs, under ``root``: default ./gapdyn_out)."""
+    """The shared warm model: ``cfg.init_from`` when given, else the pinned checkpoint ``cfg.pinned``
+    (llm_probe.experiments.pinned, its sha256 checked), else the one cached by llm_probe.warmup.warm_model (warmed
+    up on the split task's training pairs, under ``root``: default ./gapdyn_out)."""
     from ..warmup import warm_model
 
     if cfg.init_from:
         return Path(cfg.init_from)
+    if cfg.pinned:
+        from .pinned import pinned_warm
+
+        return pinned_warm(cfg.pinned)
     return warm_model(warm_spec(cfg), SplitAddition(cfg.heldout_mod), steps=cfg.warmup_steps, batch_size=128,
                       lr=1e-3, seed=0, root=root, progress=False)
 
@@ -292,11 +321,19 @@ def run_one(cfg: StudyConfig, warm_dir, out: Path, method: str, lr: float, seed:
                "reward_last25": float(np.nanmean(tail)) if np.isfinite(tail).any() else float("nan"),
                "heldout_acc_final": evals[-1]["acc"],
                "heldout_entropy_final": evals[-1]["entropy"], "passk": passk,
-               "wall_s": time.perf_counter() - t0}
+               "warm_sha256": _warm_sha256(warm_dir), "wall_s": time.perf_counter() - t0}
     summary.update(_outcome_columns(*(outcome_from_rows(rows, summary, evals, window=w)
                                       for w in (OUTCOME_WINDOW, SENSITIVITY_WINDOW))))
     atomic_write_json(d / "done.json", summary, indent=1)
     return summary
+
+
+def _warm_sha256(warm_dir) -> str:
+    """sha256 of the warm model's weights file (the bytes every run of a study starts from)."""
+    from .pinned import file_sha256
+
+    f = Path(warm_dir) / "model.safetensors"
+    return file_sha256(f) if f.is_file() else ""
 
 
 # ---- run outcomes ------------------------------------------------------------------------------------------
@@ -341,7 +378,7 @@ def run_study(cfg: StudyConfig, out, *, n_jobs: int = 1, progress: bool = True, 
     root: where the warm model is cached (:func:`prepare_warm`)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "study.json", asdict(cfg), indent=1)
+    atomic_write_json(out / f"study-{block_of(cfg.seeds)}.json", asdict(cfg), indent=1)
     warm = prepare_warm(cfg, root)
     jobs = [(c["method"], c["lr"], c["seed"]) for c in cells(cfg)]
     if n_jobs != 1:
@@ -382,7 +419,9 @@ SPECS = {
                                          "NSR keeps a higher held-out pass@k at large k than PSR", "comparison",
                                          Criterion.above(0.0, alpha=0.05)),
     "llm.entropy_follows_cov": ClaimSpec("Cui et al. 2025 (arXiv 2505.22617), softmax entropy dynamics",
-                                         "Entropy change follows -eta Cov(log pi, A) in sign", "law",
+                                         "Entropy change follows -eta Cov(log pi, A) in sign under Adam, tokens "
+                                         "pooled across states (a transfer row: the paper's setting is tested by "
+                                         "llm_probe.experiments.entropy_lemma)", "law",
                                          Criterion.above(0.0)),
 }
 CRITERIA = SPECS  # the older name (paper_figs, tests)
@@ -476,9 +515,9 @@ def _matched_entropies(runs, a: str, b: str, lr: float) -> tuple[np.ndarray, np.
 
 
 def block_of(seeds) -> str:
-    """"confirmation" when every seed is a confirmation seed (gapdyn.CONFIRMATION_SEEDS), else "discovery"."""
+    """"confirmation" when every seed is a confirmation seed (>= :data:`CONFIRMATION_START`), else "discovery"."""
     seeds = set(int(s) for s in seeds)
-    return "confirmation" if seeds and seeds <= set(CONFIRMATION_SEEDS) else "discovery"
+    return "confirmation" if seeds and min(seeds) >= CONFIRMATION_START else "discovery"
 
 
 def one_sided_wilcoxon(x, y) -> float:
@@ -514,21 +553,91 @@ def _diff_claim(cid, setting, statistic, x, y, rng, n_boot, lr, test=True):
 def wapo_grpo_claims(runs, lr: float, *, rng, n_boot: int = 2000) -> list[Claim]:
     """llm.wapo_fewer_collapses and llm.wapo_higher_reward at one lr, runs paired by seed (columns method, lr,
     seed, collapsed: the run ends collapsed, reward_last25; with a ``failed`` column, pairs with a failed run are
-    left out): the difference GRPO - WAPO in the share ending collapsed (paired bootstrap interval, one-sided
-    Fisher exact test) and the last-25-step reward difference WAPO - GRPO (interval, one-sided Wilcoxon). Both
-    are primaries; Holm is left to the caller (:func:`holm_adjust_claims` over the primaries); fewer than 2
-    pairs: no claim."""
+    left out): the difference GRPO - WAPO in the share ending collapsed (:func:`_rate_difference`, one-sided
+    Fisher exact test) and the mean paired last-25-step reward difference WAPO - GRPO (studentized bootstrap,
+    gapdyn.stats.studentized_cluster_bootstrap_mean; one-sided Wilcoxon). Both are primaries; Holm is left to the
+    caller (:func:`holm_adjust_claims` over the primaries); fewer than 2 pairs: no claim."""
+    from gapdyn.stats import studentized_cluster_bootstrap_mean
+
     tag = f"lr={lr:g}, seeds paired"
     claims = []
     g, w = _paired(runs, "grpo", "wapo", "collapsed", lr)
     if len(g) >= 2:
-        est = paired_bootstrap_difference(g, w, rng=rng, n_resamples=n_boot)
-        p = fisher_exact_test([[int(g.sum()), len(g) - int(g.sum())], [int(w.sum()), len(w) - int(w.sum())]],
-                              alternative="greater").p_value
+        kg, kw = int(g.sum()), int(w.sum())
+        est = _rate_difference(kg, len(g), kw, len(w), rng=rng, n_boot=n_boot)
+        p = fisher_exact_test([[kg, len(g) - kg], [kw, len(w) - kw]], alternative="greater").p_value
         claims.append(_claim("llm.wapo_fewer_collapses", tag, "share of runs ending collapsed, GRPO - WAPO", est, p=p, lr=lr))
     w_r, g_r = _paired(runs, "wapo", "grpo", "reward_last25", lr)
-    c = _diff_claim("llm.wapo_higher_reward", tag, "reward_last25 WAPO - GRPO", w_r, g_r, rng, n_boot, lr)
-    return claims + ([c] if c else [])
+    if len(w_r) >= 2:
+        d = w_r - g_r
+        est = studentized_cluster_bootstrap_mean(d, rng=rng, n_resamples=n_boot)
+        if not all(map(math.isfinite, (est.lo, est.hi))):  # no spread: the interval is the point
+            est = Estimate(float(d.mean()), float(d.mean()), float(d.mean()), len(d), 0.95, "no spread")
+        claims.append(_claim("llm.wapo_higher_reward", tag, "reward_last25 WAPO - GRPO", est,
+                             p=one_sided_wilcoxon(w_r, g_r), lr=lr))
+    return claims
+
+
+def _rate_difference(k_a: int, n_a: int, k_b: int, n_b: int, *, rng, n_boot: int) -> Estimate:
+    """p_a - p_b with Newcombe's hybrid score interval (gapdyn.stats.newcombe_difference, coverage in
+    docs/coverage.md) where gapdyn has it, else a percentile bootstrap of the two arms."""
+    import gapdyn.stats as st
+
+    if hasattr(st, "newcombe_difference"):
+        return st.newcombe_difference(k_a, n_a, k_b, n_b)
+    a = rng.binomial(n_a, k_a / n_a, n_boot) / n_a - rng.binomial(n_b, k_b / n_b, n_boot) / n_b
+    lo, hi = np.quantile(a, [0.025, 0.975])
+    return Estimate(k_a / n_a - k_b / n_b, float(lo), float(hi), n_a + n_b, 0.95, "percentile bootstrap")
+
+
+# ---- seeds sized by power ------------------------------------------------------------------------------------
+def plan_seeds(runs, *, n_min: int = N_MIN, n_max: int = N_MAX, alpha: float = 0.05, target: float = 0.8) -> dict:
+    """Confirmation seeds per primary arm from a pilot block's runs (gapdyn.planner), for 80 % power per primary.
+
+    Each primary of :data:`SPECS` at each lr is planned at Bonferroni level alpha / m (m = the number of primaries:
+    Holm's first step, so the plan holds under Holm): the collapse row with the one-sided Fisher test at the pilot's
+    two rates (gapdyn.planner.power_two_proportions), the reward row with the noncentral-t power of the paired mean
+    difference at the pilot's mean and sd (gapdyn.planner.power_mean, two-sided confidence 1 - 2 alpha / m).
+    Returns {"n": the seeds per arm = min(max(largest planned n, n_min), n_max), "rows": one dict per primary
+    (id, effect, planned n, power, decidable within n_max, reason)}. A primary whose pilot effect is 0 or of the
+    wrong sign has no n that decides "holds": it is reported as not decidable."""
+    from gapdyn.planner import plan_n, power_mean, power_two_proportions
+
+    if not (isinstance(n_min, int) and isinstance(n_max, int) and 2 <= n_min <= n_max):
+        raise ValueError(f"need integers 2 <= n_min <= n_max, got {n_min!r}, {n_max!r}")
+    lrs = sorted(set(runs.lr))
+    m = 2 * len(lrs)
+    a = alpha / m
+    rows = []
+    for lr in lrs:
+        g, w = _paired(runs, "grpo", "wapo", "collapsed", lr)
+        pg, pw = (float(g.mean()), float(w.mean())) if len(g) else (math.nan, math.nan)
+        if len(g) and pg > pw:
+            pl = plan_n(lambda n: power_two_proportions(pg, pw, n, alpha=a), target=target, n_min=2, n_max=n_max)
+            rows.append(dict(id=f"llm.wapo_fewer_collapses@lr{lr:g}", effect=pg - pw, n=pl.n, power=pl.power,
+                             decidable=pl.decidable, reason=f"pilot rates GRPO {pg:.2f}, WAPO {pw:.2f}: {pl.reason}"))
+        else:
+            rows.append(dict(id=f"llm.wapo_fewer_collapses@lr{lr:g}", effect=pg - pw, n=None, power=math.nan,
+                             decidable=False, reason=f"pilot rates GRPO {pg:.2f}, WAPO {pw:.2f}: no n decides it"))
+        wr, gr = _paired(runs, "wapo", "grpo", "reward_last25", lr)
+        d = wr - gr
+        mu, sd = (float(d.mean()), float(d.std(ddof=1))) if len(d) >= 2 else (math.nan, math.nan)
+        rid = f"llm.wapo_higher_reward@lr{lr:g}"
+        if len(d) >= 2 and sd > 0 and mu != 0:
+            pl = plan_n(lambda n: power_mean(mu, sd, n, confidence=1 - 2 * a), target=target, n_min=2, n_max=n_max)
+            why = "" if mu > 0 else " (negative: decides 'does not hold')"
+            rows.append(dict(id=rid, effect=mu, n=pl.n, power=pl.power, decidable=pl.decidable,
+                             reason=f"pilot mean {mu:+.3f}, sd {sd:.3f}{why}: {pl.reason}"))
+        else:
+            rows.append(dict(id=rid, effect=mu, n=None, power=math.nan, decidable=False,
+                             reason=f"pilot mean {mu}, sd {sd}: no n decides it"))
+    planned = [r["n"] for r in rows if r["decidable"]]
+    undecidable = any(not r["decidable"] for r in rows)
+    n = min(max(max(planned, default=n_min), n_min), n_max)
+    if undecidable:
+        n = n_max  # a primary the budget does not decide: run the budget, report its planned n
+    return {"n": int(n), "n_min": n_min, "n_max": n_max, "alpha_per_primary": a, "target_power": target,
+            "rows": rows}
 
 
 def study_claims(out=None, runs=None, *, n_boot: int = 2000, seed: int = 0, block: str | None = None) -> list[Claim]:
@@ -598,7 +707,8 @@ def survival_table(runs):
                      f"collapsed_w{SENSITIVITY_WINDOW}": int((g[sens] == "collapsed").sum()),
                      "reward_last25": float(g.reward_last25.mean()),
                      "clip_region_mean": float(g.clip_region_mean.mean()) if "clip_region_mean" in g else float("nan"),
-                     "heldout_acc_final": float(g.heldout_acc_final.mean())})
+                     "heldout_acc_final": float(g.heldout_acc_final.mean()),
+                     "warm_sha256": ",".join(sorted(set(g["warm_sha256"].fillna("")))) if "warm_sha256" in g else ""})
     return pd.DataFrame(rows)
 
 
@@ -607,18 +717,58 @@ CLAIM_COLUMNS = ("id", "source", "setting", "statistic", "estimate", "lo", "hi",
 
 
 def summarize(out) -> list[Claim]:
-    """runs.csv, survival.csv, claims.json, claims.md in ``out``; returns the claims."""
+    """runs.csv, survival.csv (with the warm checkpoint's sha256 and each run's block), claims.json, claims.md in
+    ``out``; each block (discovery: seeds below CONFIRMATION_START, confirmation: the rest) judged on its own runs,
+    Holm over its primaries; a confirmation block sized by ``out/plan.json`` (:func:`run_confirmation`) carries the
+    planned n on its primaries. Returns the claims."""
+    import pandas as pd
+
     out = Path(out)
     runs = load_runs(out)
     if not len(runs):
         raise ValueError(f"no finished run under {out}/runs")
+    runs["block"] = ["confirmation" if s >= CONFIRMATION_START else "discovery" for s in runs.seed]
     write_with(out / "runs.csv", lambda tmp: runs.drop(columns=["dir"]).to_csv(tmp, index=False))
-    surv = survival_table(runs)
+    surv = pd.concat([survival_table(g).assign(block=b) for b, g in runs.groupby("block", sort=True)], ignore_index=True)
     write_with(out / "survival.csv", lambda tmp: surv.to_csv(tmp, index=False))
-    claims = study_claims(out, runs)
+    plan = json.loads((out / "plan.json").read_text()) if (out / "plan.json").exists() else None
+    planned = {r["id"]: r["n"] for r in plan["rows"]} if plan else {}
+    claims = []
+    for b, g in runs.groupby("block", sort=True):
+        cl = study_claims(runs=g.drop(columns="block").reset_index(drop=True), block=b)
+        if b == "confirmation" and planned:
+            cl = [replace(c, n_planned=planned[c.id]) if planned.get(c.id) else c for c in cl]
+        claims += cl
     atomic_write_text(out / "claims.json", claims_to_json(claims))
     atomic_write_text(out / "claims.md", claims_markdown(claims, columns=CLAIM_COLUMNS) + "\n")
     return claims
+
+
+def run_confirmation(pilot: StudyConfig, full: StudyConfig, out, *, n_jobs: int = 1, progress: bool = True,
+                     root=None, n_min: int = N_MIN, n_max: int = N_MAX) -> dict:
+    """The decided study: the ``pilot`` block, :func:`plan_seeds` on it (written to ``out/plan.json`` once, so a
+    resumed study keeps its plan), then ``full`` with its seeds replaced by the first n confirmation seeds; both
+    blocks' runs under ``out/runs``. Returns the plan."""
+    out = Path(out)
+    if block_of(pilot.seeds) != "discovery" or block_of(full.seeds) != "confirmation":
+        raise ValueError("pilot must hold discovery seeds and full confirmation seeds")
+    run_study(pilot, out, n_jobs=n_jobs, progress=progress, root=root)
+    f = out / "plan.json"
+    if f.exists():
+        plan = json.loads(f.read_text())
+    else:
+        runs = load_runs(out)
+        plan = plan_seeds(runs[runs.seed.isin(pilot.seeds)], n_min=n_min, n_max=n_max)
+        plan["pilot_seeds"] = list(pilot.seeds)
+        atomic_write_json(f, plan, indent=1)
+    if progress:
+        for r in plan["rows"]:
+            print(f"[plan] {r['id']}: n = {r['n']} ({r['reason']})", flush=True)
+        print(f"[plan] confirmation block: {plan['n']} seeds per primary arm (floor {plan['n_min']}, budget "
+              f"{plan['n_max']})", flush=True)
+    seeds = tuple(range(CONFIRMATION_START, CONFIRMATION_START + plan["n"]))
+    run_study(replace(full, seeds=seeds), out, n_jobs=n_jobs, progress=progress, root=root)
+    return plan
 
 
 # ---- the one experiment protocol (gapdyn.experiment) ---------------------------------------------------------
@@ -632,8 +782,9 @@ def cells(config: StudyConfig, instances=None) -> list[dict]:
     seeds = config.seeds if instances is None else tuple(instances)
     study = {f.name: getattr(config, f.name) for f in fields(config) if f.name not in GRID}
     study["num_iterations"] = [list(p) for p in study["num_iterations"]]
+    k = config.other_seeds
     return [{"method": m, "lr": lr, "seed": int(s), "study": study} for lr in config.lrs for m in config.methods
-            for s in seeds]
+            for s in (seeds if m in PRIMARY_METHODS or k is None else seeds[:k])]
 
 
 def _study_config(study: dict, method: str, lr: float, seed: int) -> StudyConfig:
