@@ -1,13 +1,12 @@
 """Run outcomes of tiny-Qwen runs (llm_probe.collapse.run_outcome) and their use by the studies: labels on
 constructed reward trajectories and on the committed trainer runs (tests/data), the 10-step sensitivity variant,
-the onset of the final collapse against a plain loop, one-sided tests against enumeration, the safe-step
-criteria frozen at import. Machinery only: no scientific outcome is asserted."""
+the onset of the final collapse against a plain loop, one-sided tests against enumeration.
+Machinery only: no scientific outcome is asserted."""
 
 from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -215,65 +214,6 @@ def test_wapo_grpo_claims_are_one_sided_primaries_on_terminal_outcomes():
     assert rew.p_value == pytest.approx(1 / 2**7)  # every pair favours WAPO: the smallest exact one-sided p
     assert col.criterion_text.endswith(CRITERIA["llm.wapo_fewer_collapses"].criterion.describe())
     assert not CRITERIA["llm.wapo_passk_not_lower"].primary and not CRITERIA["llm.nsr_passk_above_psr"].primary
-
-
-def test_safe_step_criteria_are_frozen_and_hashed_at_import():
-    """The criteria exist and are hashed at module level (before analyse or any run); every claim carries that
-    hash and its criterion text ends with Criterion.describe()."""
-    import importlib
-    import sys
-
-    sys.modules.pop("llm_probe.experiments.safe_step_experiment", None)
-    sse = importlib.import_module("llm_probe.experiments.safe_step_experiment")
-    assert sse.CRITERIA_HASH == gapdyn.criteria_hash({k: v.criterion for k, v in sse.CRITERIA.items()})
-    assert [k for k, v in sse.CRITERIA.items() if v.primary] == ["collapse_safe"]
-    exp = replace(sse.MODES["test"], seeds=tuple(range(6)), steps=40, tail=10, window=3)
-    claims, summary = sse.analyse_rows(exp, _safe_rows(exp))
-    assert claims and summary["criteria_hash"] == sse.CRITERIA_HASH == sse.EXPERIMENT.criteria_hash
-    for c in claims:
-        fam = c.id.split("@")[0]
-        assert c.statement == sse.SPECS[fam].statement and c.source == sse.SPECS[fam].source
-        assert c.criteria_hash == sse.CRITERIA_HASH and c.criterion == sse.CRITERIA[fam].criterion
-        assert c.criterion_text.endswith(sse.CRITERIA[fam].criterion.describe())
-
-
-def _safe_rows(exp):
-    """Constant arm: seeds 0-3 fall to 0 at step 15 (alert and end collapsed), seeds 4-5 alert and recover; safe arm:
-    seed 0 ends collapsed, seed 5 failed; every other run healthy."""
-    rows = []
-    fall, dip, ok = [R0] * 15 + [0.0] * 25, [R0] * 15 + [0.0] * 10 + [R0] * 15, [R0] * 40
-    for lr in (*exp.collapse_lrs, exp.safe_lr):
-        for s in exp.seeds:
-            for arm, rew, alerts, fault in (
-                    ("constant", fall if s < 4 else dip, [{"step": 18, "rule": "reward_collapse"}], None),
-                    ("safe", fall if s == 0 else ok, [{"step": 18, "rule": "reward_collapse"}] if s == 0 else [],
-                     "stopped at step 20" if s == 5 else None)):
-                rows.append({"method": "grpo", "arm": arm, "lr": lr, "seed": s, "reward": rew, "alerts": alerts,
-                             "fault": fault, "step_time": [0.1] * 40, "a_mean": 0.5, "wall_s": 1.0, "R0": R0})
-    return rows
-
-
-def test_safe_step_collapse_rows_on_terminal_outcomes():
-    """Counts of runs that end collapsed (recovered alerts not counted, the failed pair dropped), a one-sided
-    Fisher p (safe fewer), Holm over the primaries only."""
-    from llm_probe.experiments.safe_step_experiment import MODES, analyse_rows
-
-    exp = replace(MODES["test"], seeds=tuple(range(6)), steps=40, tail=10, window=3)
-    claims, summary = analyse_rows(exp, _safe_rows(exp))
-    by = {c.id: c for c in claims}
-    lr = exp.collapse_lrs[0]
-    n, kc, ks = 5, 4, 1  # seed 5 dropped (its safe run failed)
-    cp = gapdyn.clopper_pearson_interval(kc, n)
-    const, safe = by[f"collapse_constant@grpo_lr{lr:g}"], by[f"collapse_safe@grpo_lr{lr:g}"]
-    assert const.interval == (cp.lo, cp.hi) and const.form == "existence" and not const.primary
-    p = gapdyn.fisher_exact_test(np.array([[ks, n - ks], [kc, n - kc]]), alternative="less").p_value
-    assert safe.primary and safe.estimate == pytest.approx(ks / n) and safe.p_value == pytest.approx(p)
-    primaries = [c for c in claims if c.primary]
-    assert [c.p_adjusted for c in primaries] == pytest.approx(list(gapdyn.holm_adjust([c.p_value for c in primaries])))
-    fr = by[f"final_reward@grpo_lr{lr:g}"]
-    assert not fr.primary and fr.p_adjusted == fr.p_value
-    g = next(g for g in summary["groups"] if g["lr"] == lr)
-    assert (g["alerted_constant"], g["recovered_constant"], g["failed_safe"]) == (6, 2, 1)
 
 
 def test_early_warning_labels_come_from_the_outcome(tmp_path):

@@ -3,6 +3,8 @@ computation of its rule, and the TRL callback on a real 3-step GRPOTrainer run (
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -225,48 +227,240 @@ def test_gapdyn_train_safe_step_cli(tmp_path, capsys, monkeypatch):
 
 @pytest.mark.slow
 def test_experiment_test_mode_runs_and_resumes(tmp_path, capsys, monkeypatch):
-    """``--mode test`` end to end: claims.json, one run.json per (arm, lr, seed); a second call re-runs nothing."""
-    import json
-
-    monkeypatch.chdir(tmp_path)  # the warm-up cache lives under ./gapdyn_out
+    """``--mode test`` end to end from the pinned checkpoint: pilot, plan.json, confirmation, the outputs with the
+    checkpoint's sha256; a second call re-runs nothing and keeps the plan."""
+    monkeypatch.chdir(tmp_path)
+    import pandas as pd
 
     from llm_probe.cli import main
-    from llm_probe.experiments.safe_step_experiment import MODES, run_dir
+    from llm_probe.experiments.pinned import PINNED_SHA256
+    from llm_probe.experiments.safe_step_experiment import MODES
 
     assert main(["safe-step", "--mode", "test", "--out", str(tmp_path), "--no-progress"]) == 0
-    exp = MODES["test"]
-    done = {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/run.json")}
-    assert len(done) == len(exp.methods) * (len(exp.collapse_lrs) + 1) * len(exp.seeds) * 2
+    exp, plan = MODES["test"], json.loads((tmp_path / "plan.json").read_text())
+    done = {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/done.json")}
+    assert len(done) == 2 * (2 * len(exp.seeds) + sum(plan["used"].values()))
+    for f in ("runs.csv", "survival.csv"):
+        assert set(pd.read_csv(tmp_path / f).warm_sha256) == {PINNED_SHA256["tiny"]}
     assert json.loads((tmp_path / "claims.json").read_text())
-    assert (run_dir(tmp_path, "grpo", "safe", exp.safe_lr, 0) / "run.json").exists()
     assert main(["safe-step", "--mode", "test", "--out", str(tmp_path), "--no-progress"]) == 0
-    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/run.json")} == done
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/done.json")} == done
+    assert json.loads((tmp_path / "plan.json").read_text()) == plan
 
 
 def test_safe_step_cell_from_init_from_equals_the_front_end_run(tmp_path, monkeypatch):
-    """The protocol's run_cell (its own folder) and the front end's run of the same (method, arm, lr, seed) from
-    the same --init-from model give the same run.json (wall time aside); --init-from skips the warm-up."""
+    """The protocol's run_cell (its own folder) and the study's run_one of the same (arm, lr, seed) from the same
+    --init-from model give the same run row (times aside); the pinned checkpoint is not read."""
     import dataclasses
-    import json
 
+    from llm_probe.experiments import pinned
     from llm_probe.experiments import safe_step_experiment as sse
     from llm_probe.model import save_policy
 
     monkeypatch.chdir(tmp_path)
     model, tok = warm_model()
     save_policy(model, tok, tmp_path / "mine")
-    import importlib
-
-    wu = importlib.import_module("llm_probe.warmup")
-    monkeypatch.setattr(wu, "warmup", lambda *a, **k: (_ for _ in ()).throw(AssertionError("warmed up")))
-    exp = dataclasses.replace(sse.MODES["test"], seeds=(0,), steps=2, tail=1, window=1,
+    monkeypatch.setattr(pinned, "pinned_warm", lambda *a, **k: (_ for _ in ()).throw(AssertionError("pinned read")))
+    exp = dataclasses.replace(sse.MODES["test"], steps=2, tail=1, window=1, eval_every=1,
                               init_from=str(tmp_path / "mine"))
-    cell = next(c for c in sse.cells(exp) if c["arm"] == "safe")
-    got = sse.run_cell(**cell)
-    row = json.loads(got["run_json"].iloc[0])
-    d = sse.run_dir(tmp_path / "front", cell["method"], "safe", cell["lr"], 0)
-    want = sse._one_run(exp, tmp_path / "front", exp.init_from, cell["method"], "safe", cell["lr"], 0)
-    drop = ("wall_s", "step_time")
-    assert {k: v for k, v in row.items() if k not in drop} == {k: v for k, v in want.items() if k not in drop}
-    assert (d / "run.json").exists() and not (tmp_path / "gapdyn_out" / "warm").exists()
-    assert got["outcome"].iloc[0] == row["outcome"] and sse.cell_folder(cell["settings"]).is_relative_to(tmp_path)
+    cell = next(c for c in sse.cells(exp, (0,)) if c["arm"] == "safe")
+    got = sse.run_cell(**cell).iloc[0].to_dict()
+    sse.run_one(exp, exp.init_from, tmp_path / "front", "safe", cell["lr"], 0)
+    want = sse.run_row(tmp_path / "front" / "runs" / sse.run_name(exp.method, "safe", cell["lr"], 0))
+    drop = ("wall_s", "cpu_s", "dir", "reward")
+    assert {k: v for k, v in got.items() if k not in drop} == {k: v for k, v in want.items() if k not in drop}
+    assert json.loads(got["reward"]) == want["reward"] and len(want["reward"]) == 2
+    assert [e["step"] for e in read_evals_of(want["dir"])] == [0, 1, 2]
+    assert sse.cell_folder(cell["settings"]).is_relative_to(tmp_path)
+
+
+def read_evals_of(d):
+    from llm_probe.experiments.ablation import read_evals
+
+    return read_evals(d)
+
+
+# --- the study's analysis on constructed run folders (fast) -----------------------------------------------------
+R0 = 0.4
+FALL = [R0] * 15 + [0.0] * 25  # ends collapsed (reward); held-out falls too
+DIP = [R0] * 15 + [0.0] * 10 + [R0] * 15  # alerts, recovers
+OK = [R0] * 40
+
+
+def _write_run(root, arm, lr, seed, rewards, *, alert=None, heldout=(0.5, 0.5), fault=None, a_mean=1.0):
+    d = root / "runs" / f"grpo_{arm}_lr{lr:g}_s{seed}"
+    d.mkdir(parents=True)
+    rows = [{"step": k, "reward": r, **({"alerts": ["reward_collapse"]} if k == alert else {})}
+            for k, r in enumerate(rewards)]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (d / "eval.jsonl").write_text(json.dumps({"step": 0, "acc": heldout[0], "entropy": 1.0}) + "\n"
+                                  + json.dumps({"step": len(rewards), "acc": heldout[1], "entropy": 1.0}) + "\n")
+    (d / "done.json").write_text(json.dumps({"method": "grpo", "arm": arm, "lr": lr, "seed": seed, "fault": fault,
+                                             "steps_run": len(rewards), "a_mean": a_mean, "wall_s": 1.0,
+                                             "cpu_s": 2.0 if arm == "safe" else 1.0}))
+
+
+def _exp():
+    from llm_probe.experiments.safe_step_experiment import MODES
+
+    return dataclasses_replace(MODES["test"], seeds=tuple(range(6)), steps=40, tail=10, window=3)
+
+
+def dataclasses_replace(obj, **kw):
+    import dataclasses
+
+    return dataclasses.replace(obj, **kw)
+
+
+def _study(root, seeds=range(6)):
+    """Collapse lr: constant seeds 0-3 end collapsed, 4 alerts and recovers, 5 falls in reward but keeps its held-out
+    accuracy (not collapsed); safe seed 0 ends collapsed, seed 5 failed, the rest healthy. Safe lr: the constant arm
+    reaches the level late (a ramp from step 20), the safe arm early (from step 5 + seed)."""
+    exp = _exp()
+    for s in seeds:
+        const = FALL if s < 4 or s == 5 else DIP
+        _write_run(root, "constant", exp.collapse_lr, s, const, alert=18,
+                   heldout=(0.5, 0.5) if s in (4, 5) else (0.5, 0.0))
+        _write_run(root, "safe", exp.collapse_lr, s, FALL if s == 0 else OK, alert=18 if s == 0 else None,
+                   heldout=(0.5, 0.0) if s == 0 else (0.5, 0.4), fault="stopped at step 20" if s == 5 else None,
+                   a_mean=0.5)
+        ramp = lambda k0: [R0] * k0 + [min(0.8, R0 + 0.05 * (k - k0)) for k in range(k0, 40)]  # noqa: E731
+        _write_run(root, "constant", exp.safe_lr, s, ramp(20 + s % 3))
+        _write_run(root, "safe", exp.safe_lr, s, ramp(5 + s))
+    return exp
+
+
+def test_outcome_columns_and_survival_from_run_folders(tmp_path):
+    """Outcomes recomputed from the files with the held-out rule (a reward collapse with held-out accuracy kept is
+    not collapsed), alerts counted apart, failed runs apart; survival.csv per arm and lr with the checkpoint hash."""
+    import pandas as pd
+
+    from llm_probe.experiments.safe_step_experiment import load_runs, summarize
+
+    exp = _study(tmp_path)
+    runs = load_runs(tmp_path).set_index(["arm", "lr", "seed"])
+    lr = exp.collapse_lr
+    assert [runs.loc[("constant", lr, s), "outcome"] for s in range(6)] == ["collapsed"] * 4 + ["recovered",
+                                                                                                "recovered"]
+    assert [runs.loc[("safe", lr, s), "outcome"] for s in range(6)] == ["collapsed"] + ["healthy"] * 4 + ["failed"]
+    assert runs.loc[("constant", lr, 0), "collapse_step"] == 15 and runs.loc[("safe", lr, 1), "collapse_step"] == -1
+    assert runs.loc[("constant", lr, 4), "reward_last25"] == pytest.approx(0.6 * R0)
+    summarize(exp, tmp_path, warm_sha256="abc")
+    surv = pd.read_csv(tmp_path / "survival.csv").set_index(["block", "arm", "lr"])
+    row = surv.loc[("discovery", "constant", lr)]
+    assert (row.n, row.alerted, row.recovered, row.collapsed, row.failed) == (6, 6, 2, 4, 0)
+    row = surv.loc[("discovery", "safe", lr)]
+    assert (row.n, row.alerted, row.recovered, row.collapsed, row.failed) == (6, 1, 0, 1, 1)
+    assert row.cp_hi == pytest.approx(gapdyn.clopper_pearson_interval(1, 5).hi)
+    assert set(surv.warm_sha256) == {"abc"} and set(pd.read_csv(tmp_path / "runs.csv").warm_sha256) == {"abc"}
+
+
+def test_claims_holm_over_the_primaries_only(tmp_path):
+    """fewer_collapses: Newcombe interval and one-sided Fisher on the non-failed pairs; not_slower: Fieller and the
+    margin t test; Holm over these two only, the exploratory rows unadjusted; ids stable, the frozen hash on each."""
+    from llm_probe.experiments import safe_step_experiment as sse
+
+    exp = _study(tmp_path)
+    claims, summary = sse.analyse_rows(exp, sse.load_runs(tmp_path), n_planned={exp.collapse_lr: 40})
+    by = {c.id: c for c in claims}
+    assert set(by) == {f"{f}@grpo_lr{exp.collapse_lr if f != 'not_slower' else exp.safe_lr:g}" for f in sse.SPECS}
+    n, kc, ks = 5, 4, 1  # seed 5 dropped (its safe run failed)
+    fc = by[f"fewer_collapses@grpo_lr{exp.collapse_lr:g}"]
+    nw = gapdyn.stats.newcombe_difference(kc, n, ks, n)
+    assert (fc.estimate, fc.interval, fc.n, fc.n_planned) == (pytest.approx(3 / 5), (nw.lo, nw.hi), 5, 40)
+    assert fc.p_value == pytest.approx(gapdyn.fisher_exact_test([[kc, n - kc], [ks, n - ks]],
+                                                                alternative="greater").p_value)
+    prim = [c for c in claims if c.primary]
+    assert sorted(c.id.split("@")[0] for c in prim) == sorted(sse.PRIMARIES) == ["fewer_collapses", "not_slower"]
+    assert [c.p_adjusted for c in prim] == pytest.approx(list(gapdyn.holm_adjust([c.p_value for c in prim])))
+    for c in claims:
+        assert c.criteria_hash == sse.CRITERIA_HASH and c.criterion == sse.SPECS[c.id.split("@")[0]].criterion
+        if not c.primary and c.p_value is not None:
+            assert c.p_adjusted == c.p_value
+    ns = by[f"not_slower@grpo_lr{exp.safe_lr:g}"]
+    g = summary["safe_lr"]
+    assert g["level"] == pytest.approx(0.5 * (R0 + 0.8)) and g["reached_constant"] == g["reached_safe"] == 6
+    assert ns.estimate == pytest.approx(g["steps_safe"] / g["steps_constant"]) and ns.estimate < 1
+
+
+def test_fieller_interval_inverts_the_paired_t_test():
+    """rho is inside the Fieller 95 % interval exactly when the two-sided paired t test of num - rho den does not
+    reject at 0.05 (scipy, a scan); the margin p is that test's one-sided half."""
+    from scipy.stats import ttest_1samp
+
+    from llm_probe.experiments.safe_step_experiment import fieller_paired_ratio, one_sided_margin_t
+
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        n = int(rng.integers(4, 30))
+        den = rng.uniform(20, 60, n)
+        num = den * rng.uniform(0.4, 1.4) + rng.normal(0, 8, n)
+        est = fieller_paired_ratio(num, den)
+        for rho in np.linspace(est.lo - 0.3, est.hi + 0.3, 61):
+            inside = ttest_1samp(num - rho * den, 0.0).pvalue >= 0.05
+            if min(abs(rho - est.lo), abs(rho - est.hi)) > 1e-6:
+                assert inside == (est.lo <= rho <= est.hi)
+        p = ttest_1samp(num - 1.1 * den, 0.0).pvalue
+        assert one_sided_margin_t(num, den, 1.1) == pytest.approx(p / 2 if num.mean() < 1.1 * den.mean() else 1 - p / 2)
+    with pytest.raises(ValueError, match="num and den"):
+        fieller_paired_ratio([1.0], [2.0])
+
+
+def test_planner_wiring_on_a_known_effect():
+    """make_plan's planned n equals a plain scan of the planner's power functions at alpha / 2 primaries; used n is
+    min(max(planned, floor), affordable); the planned t-test power agrees with a Monte Carlo of the margin test."""
+    from scipy.stats import t as student_t
+
+    from gapdyn.planner import power_mean, power_two_proportions
+    from llm_probe.experiments.safe_step_experiment import MODES, allocate, make_plan
+
+    exp = dataclasses_replace(MODES["full"], n_floor=30, budget_cpu_s=3000.0)
+    pilot = {"p_constant": 0.7, "p_safe": 0.25, "d_mean": -6.0, "d_sd": 15.0}
+    cost = {exp.collapse_lr: 40.0, exp.safe_lr: 30.0}
+    plan = make_plan(exp, pilot, cost, cpu_spent=600.0)
+    na = next(n for n in range(2, 500) if power_two_proportions(0.7, 0.25, n, alpha=0.025) >= 0.8)
+    nb = next(n for n in range(2, 500) if power_mean(-6.0, 15.0, n, confidence=0.95) >= 0.8)
+    assert plan["planned"] == {f"{exp.collapse_lr:g}": na, f"{exp.safe_lr:g}": nb}
+    want = {exp.collapse_lr: max(na, 30), exp.safe_lr: max(nb, 30)}
+    assert plan["used"] == {f"{k:g}": v for k, v in allocate(want, cost, 2400.0).items()}
+    assert sum(plan["used"][f"{k:g}"] * c for k, c in cost.items()) <= 2400.0
+    rng = np.random.default_rng(0)  # Monte Carlo: the one-sided t test at 0.025 on nb normal differences
+    d = rng.normal(-6.0, 15.0, (20000, nb))
+    tstat = d.mean(1) / (d.std(1, ddof=1) / np.sqrt(nb))
+    assert np.mean(tstat < student_t.ppf(0.025, nb - 1)) == pytest.approx(0.8, abs=0.03)
+    none = make_plan(exp, {"p_constant": 0.2, "p_safe": 0.4}, cost, cpu_spent=0.0)
+    assert none["planned"][f"{exp.collapse_lr:g}"] == 500 and "not decidable" in none["planned_reason"][
+        f"{exp.collapse_lr:g}"]
+
+
+def test_allocate_fits_the_budget():
+    from llm_probe.experiments.safe_step_experiment import allocate
+
+    assert allocate({"a": 30, "b": 30}, {"a": 2.0, "b": 1.0}, 1000) == {"a": 30, "b": 30}
+    got = allocate({"a": 100, "b": 30}, {"a": 2.0, "b": 1.0}, 100)
+    assert got == {"b": 30, "a": 35} and 2 * got["a"] + got["b"] <= 100
+    with pytest.raises(ValueError, match="cost"):
+        allocate({"a": 1}, {"a": 0.0}, 10)
+
+
+def test_criteria_are_frozen_at_import_and_written_before_any_run(tmp_path, monkeypatch):
+    """SPECS and their hash exist at module level, before any run; run_study writes criteria.json (that hash) before
+    its first run_one."""
+    import importlib
+    import sys
+
+    sys.modules.pop("llm_probe.experiments.safe_step_experiment", None)
+    sse = importlib.import_module("llm_probe.experiments.safe_step_experiment")
+    assert sse.CRITERIA_HASH == gapdyn.criteria_hash({k: v.criterion for k, v in sse.SPECS.items()})
+    assert sse.CRITERIA_HASH == sse.EXPERIMENT.criteria_hash and sse.PRIMARIES == ("fewer_collapses", "not_slower")
+    seen = []
+
+    def first_run(*a, **k):
+        seen.append(json.loads((tmp_path / "criteria.json").read_text())["criteria_hash"])
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(sse, "warm_folder", lambda exp: (tmp_path, "sha"))
+    monkeypatch.setattr(sse, "run_one", first_run)
+    with pytest.raises(RuntimeError, match="stop"):
+        sse.run_study(sse.MODES["test"], tmp_path, progress=False)
+    assert seen == [sse.CRITERIA_HASH]

@@ -1,39 +1,49 @@
 """Experiment: the safe step controller (docs/theory.md, section 11) on the tiny Qwen, as claim records.
 
-    gapdyn train safe-step --mode quick|full --out DIR
+    gapdyn train safe-step --mode quick|full --out DIR        # one process, resumable
 
-Arms: ``constant`` (the optimizer's own step) and ``safe`` (the same run with ``--safe-step``: each Adam step
-scaled by the multiplier a of gapdyn.safe_step_multiplier). Every (method, lr, arm, seed) is one run of
-:class:`llm_probe.Trainer` from one shared warm model, in ``DIR/runs/<method>_<arm>_lr<lr>_s<seed>/``; a run
-with ``run.json`` is finished and skipped on a re-run, an interrupted one resumes from its checkpoint.
+Arms: ``constant`` (Adam's own step) and ``safe`` (the same run with ``--safe-step``: each Adam step scaled by the
+multiplier a of gapdyn.safe_step_multiplier). Every run starts from the pinned warm checkpoint
+(llm_probe.experiments.pinned.pinned_warm, warmed on the split addition task, so the task is
+``SplitAddition(20)`` of the ablation, whose held-out pairs RL never samples) and keeps, per run folder
+``DIR/runs/<method>_<arm>_lr<lr>_s<seed>/``: metrics.jsonl, eval.jsonl (held-out sampled accuracy and token
+entropy every ``eval_every`` steps, the ablation's ``_heldout_eval``) and done.json; a folder with done.json is
+finished and skipped, an unfinished one restarts.
 
-Claims (gapdyn.Claim; criteria frozen at import in :data:`CRITERIA`, hashed in :data:`CRITERIA_HASH` and
-written to ``DIR/criteria.json`` before any run; ``DIR/claims.json`` and ``DIR/claims.md``):
+Two blocks. The pilot (discovery seeds) measures the effects; :func:`make_plan` turns them into the
+confirmation size with gapdyn.planner (power 0.8 at alpha / number of primaries) under a CPU budget, written
+once to ``DIR/plan.json``; the confirmation block (seeds 1000, 1001, ...) runs ``n = min(max(planned, 30),
+affordable)`` seeds per lr. Outputs (:func:`summarize`): runs.csv, survival.csv (alerted / recovered / ends
+collapsed / failed per block, arm and lr), claims.json, claims.md; runs.csv and survival.csv carry the warm
+checkpoint's sha256 (``warm_sha256``).
 
-- ``collapse_constant_<method>_lr<lr>``: at a collapse lr, most constant-step runs end collapsed (the premise,
-  an existence row): Clopper-Pearson 95 % interval of P(ends collapsed) above 0.5.
-- ``collapse_safe_<method>_lr<lr>`` (the primaries): with the controller, fewer than half end collapsed and fewer
-  than without: Clopper-Pearson interval of P(ends collapsed | safe) below 0.5, and a one-sided Fisher exact test
-  (safe fewer) against the constant arm with p < 0.05, Holm-adjusted over the primaries.
-- ``final_reward_<method>_lr<lr>`` (exploratory): final reward (mean of the last ``tail`` steps) safe minus
-  constant, paired by seed: paired bootstrap 95 % interval above 0 and one-sided Wilcoxon p < 0.05.
-- ``not_slower_<method>_lr<lr>`` (at the safe lr): steps to reach the level L = (R0 + R_final) / 2, R0 the warm
-  model's reward, R_final the constant arm's mean final reward: ratio of mean steps (safe /
-  constant, paired by seed, bootstrap) with upper 95 % bound below 1.1 ("not slower than 10 %"); R0 is the
-  mean over the constant arm's seeds of each run's baseline.json (the same warm model). Steps to level:
-  first step at which the rolling mean reward over ``window`` steps reaches L; a run that never does counts
-  the horizon (censored: it understates the slower arm's steps). Undefined, and reported as such, when
-  R_final <= R0.
+Claims (:data:`SPECS`, frozen at import, hashed in :data:`CRITERIA_HASH`, written to ``DIR/criteria.json``
+before any run). Primaries (Holm over these two only, every test one-sided):
 
-Collapse: what the run ends as (llm_probe.collapse.run_outcome: the last-25-step reward below 0.25 of the mean of
-the first 10 steps; alerts are events, counted apart as "alerted"); a run stopped on numerical faults is ``failed``, left out
-of the collapse counts and reported apart (pairs with a failed run are dropped). Wall times and the steps/wall
-time to level of every arm are in ``DIR/summary.json``; nothing here is tuned to make a claim pass.
+- ``fewer_collapses@<method>_lr<collapse lr>``: fewer runs end collapsed with the safe step than with the
+  constant step: P(collapsed | constant) - P(collapsed | safe), Newcombe hybrid score interval
+  (gapdyn.stats.newcombe_difference), p: one-sided Fisher exact.
+- ``not_slower@<method>_lr<safe lr>``: the safe step reaches the reward level no more than 10 % later: mean steps to
+  level, safe / constant, paired by seed; Fieller interval (:func:`fieller_paired_ratio`), p: one-sided t test
+  of safe - 1.1 constant < 0.
+
+Exploratory (p unadjusted): ``collapse_constant`` (the premise: most constant-step runs end collapsed,
+Clopper-Pearson), ``final_reward`` and ``final_heldout`` (safe - constant at the collapse lr, paired bootstrap,
+one-sided Wilcoxon).
+
+Outcome: llm_probe.collapse.run_outcome with the held-out accuracies (a run ends collapsed when its last-25-step
+reward is below 0.25 R0 and its final held-out accuracy below 0.25 of its initial one), recomputed from the
+run's files by llm_probe.experiments.ablation.folder_outcome; alerts are events, counted apart; failed runs
+(numerical faults) are reported apart and their pairs dropped. Steps to level: the first step whose rolling
+mean reward over ``window`` steps reaches L = (R0 + R_peak) / 2, R0 the mean of the constant runs' first-10-step
+rewards, R_peak the mean over constant runs of their largest rolling mean; a run that never does counts the
+horizon (censored). Undefined, and reported as such, when R_peak <= R0.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -42,116 +52,126 @@ from types import SimpleNamespace
 import numpy as np
 
 import gapdyn
-from gapdyn.claims import ClaimSpec, Criterion
+from gapdyn.claims import Claim, ClaimSpec, Criterion, claims_markdown, claims_to_json, holm_adjust_claims
 from gapdyn.experiment import Experiment
-from gapdyn.io import atomic_write_json, atomic_write_text
+from gapdyn.io import atomic_write_json, atomic_write_text, write_with
+from gapdyn.planner import plan_n, power_mean, power_two_proportions
 
 from . import cell_folder as _cell_folder
-from ..collapse import OUTCOME_WINDOW, SENSITIVITY_WINDOW, RunOutcome, run_outcome
+from ..collapse import SENSITIVITY_WINDOW
 from ..seeds import STUDY_SEED, derive_seed
 
 __all__ = ["SafeStepExperiment", "MODES", "SPECS", "CRITERIA", "CRITERIA_HASH", "TEST_TEXT", "EXPERIMENT", "NAME",
-           "run_experiment", "analyse", "analyse_rows", "cells", "run_cell", "row_outcome", "steps_to_level",
-           "run_and_report"]
+           "PRIMARIES", "run_study", "run_one", "load_runs", "summarize", "analyse", "analyse_rows", "cells",
+           "run_cell", "steps_to_level", "fieller_paired_ratio", "one_sided_margin_t", "make_plan", "allocate",
+           "survival", "run_and_report", "step_cost"]
 
 NAME = "llm_safe_step"
-
 ARMS = ("constant", "safe")
 SOURCE = "beyond the papers (safe step rule, docs/theory.md section 11)"
+MARGIN = 1.1
+"""Non-inferiority margin of ``not_slower``: safe / constant steps to level below 1.1."""
 SPECS = {
+    "fewer_collapses": ClaimSpec(SOURCE, "at a collapse lr fewer runs end collapsed with the safe step than with "
+                                 "the constant step", "comparison", Criterion.above(0.0, alpha=0.05), primary=True),
+    "not_slower": ClaimSpec(SOURCE, "at a safe lr the safe step reaches the reward level no more than 10 % later",
+                            "comparison", Criterion.below(MARGIN, alpha=0.05), primary=True),
     "collapse_constant": ClaimSpec(SOURCE, "at a collapse lr most constant-step runs end collapsed (the premise)",
                                    "existence", Criterion.above(0.5)),
-    "collapse_safe": ClaimSpec(SOURCE, "with the safe step fewer than half of the runs at a collapse lr end "
-                               "collapsed, and fewer than with the constant step", "comparison",
-                               Criterion.below(0.5, alpha=0.05), primary=True),
     "final_reward": ClaimSpec(SOURCE, "at a collapse lr the safe step ends with a higher reward (paired by seed)",
                               "comparison", Criterion.above(0.0, alpha=0.05)),
-    "not_slower": ClaimSpec(SOURCE, "at a safe lr the safe step reaches the reward level no more than 10 % later",
-                            "comparison", Criterion.below(1.1)),
+    "final_heldout": ClaimSpec(SOURCE, "at a collapse lr the safe step ends with a higher held-out accuracy "
+                               "(paired by seed)", "comparison", Criterion.above(0.0, alpha=0.05)),
 }
 """Claim family -> ClaimSpec, frozen at import (before any run); a claim's id is ``<family>@<method>_lr<lr>``."""
 CRITERIA = SPECS
 """The same table under its older name."""
+PRIMARIES = tuple(k for k, v in SPECS.items() if v.primary)
+"""The pre-declared primaries; the planner works at alpha / len(PRIMARIES)."""
 TEST_TEXT = {
+    "fewer_collapses": "P(ends collapsed | constant) - P(ends collapsed | safe), Newcombe hybrid score 95 %; "
+                       "p: one-sided Fisher exact (safe fewer), Holm over the primaries",
+    "not_slower": "mean steps to level, safe / constant (paired by seed), Fieller 95 %; p: one-sided t test of "
+                  "safe - 1.1 constant < 0, Holm over the primaries",
     "collapse_constant": "P(ends collapsed), constant step, Clopper-Pearson 95 %",
-    "collapse_safe": "P(ends collapsed), safe step, Clopper-Pearson 95 %; p: one-sided Fisher exact (safe fewer) "
-                     "vs the constant arm, Holm over the primaries",
-    "final_reward": "mean final reward, safe - constant, paired bootstrap 95 %; p: one-sided Wilcoxon (safe higher)",
-    "not_slower": "mean steps to level, safe / constant, paired bootstrap 95 % upper bound",
+    "final_reward": "mean final reward (last 25 steps), safe - constant, paired bootstrap 95 %; p: one-sided "
+                    "Wilcoxon (safe higher), unadjusted",
+    "final_heldout": "final held-out accuracy, safe - constant, paired bootstrap 95 %; p: one-sided Wilcoxon "
+                     "(safe higher), unadjusted",
 }
 """How each family is measured; its criterion text is ``TEST_TEXT[family]: Criterion.describe()``."""
 CRITERIA_HASH = gapdyn.criteria_hash({k: spec.criterion for k, spec in SPECS.items()})
 """gapdyn.criteria_hash of :data:`SPECS`, computed at import and stamped on every claim (= EXPERIMENT.criteria_hash)."""
 
 
-def _spec_fields(family: str) -> dict:
-    spec = SPECS[family]
-    return dict(source=spec.source, criterion=spec.criterion, form=spec.form, primary=spec.primary,
-                criterion_text=f"{TEST_TEXT[family]}: {spec.criterion_text}", criteria_hash=CRITERIA_HASH)
-
-
-def row_outcome(row: dict, *, window: int = OUTCOME_WINDOW) -> RunOutcome:
-    """The run outcome (llm_probe.collapse.run_outcome) of a run.json row: its per-step rewards, alerts (step,
-    rule) and fault. Rows written before alerts were stored carry only ``collapsed`` (any alert) and
-    ``collapse_step`` (the first alert): that alert is taken as the run's one alert event."""
-    if not isinstance(row, dict) or "reward" not in row:
-        raise ValueError("row must be a run.json row with a 'reward' list")
-    if "alerts" in row:
-        alerts = row["alerts"]
-    else:
-        alerts = [{"step": max(int(row.get("collapse_step", 0)), 0), "rule": "alert"}] if row.get("collapsed") else []
-    rewards = [np.nan if v is None else v for v in row["reward"]] or [np.nan]
-    return run_outcome(rewards, alerts=alerts, fault=bool(row.get("fault")), window=window)
-
-
 @dataclass(frozen=True)
 class SafeStepExperiment:
-    """Grid and settings of the experiment (see the module docstring)."""
+    """Grid, run settings and the sizing rule of the study (module docstring)."""
 
     mode: str = "full"
     """The size's name (test, quick, full)."""
-    methods: tuple[str, ...] = ("grpo", "wapo")
-    collapse_lrs: tuple[float, ...] = (1e-3, 5e-4)
-    """Adam learning rates where most constant-step runs collapse."""
+    method: str = "grpo"
+    collapse_lr: float = 5e-4
+    """Adam lr where the constant step ends collapsed most (ablation and earlier safe-step runs)."""
     safe_lr: float = 3e-4
-    """A learning rate where constant-step runs learn (the 'not slower' claim)."""
-    seeds: tuple[int, ...] = tuple(range(10))
-    steps: int = 150
+    """Adam lr where constant-step runs mostly survive (the ``not_slower`` claim)."""
+    seeds: tuple[int, ...] = tuple(range(8))
+    """The pilot (discovery) seeds."""
+    confirmation_start: int = 1000
+    """First confirmation seed (seeds confirmation_start, confirmation_start + 1, ...)."""
+    n_floor: int = 30
+    """Confirmation seeds per lr at least (before the budget cap)."""
+    budget_cpu_s: float = 1200.0
+    """CPU seconds the whole study may take (pilot included); caps the confirmation size."""
+    power: float = 0.8
+    alpha: float = 0.05
+    steps: int = 100
     prompts_per_step: int = 16
     group_size: int = 8
-    warmup_steps: int = 400
-    warm_seed: int = 0
+    max_new_tokens: int = 6
+    eval_every: int = 25
+    eval_prompts: int = 64
+    eval_samples: int = 4
+    heldout_mod: int = 20
+    warm: str = "tiny"
+    """Pinned warm checkpoint (llm_probe.experiments.pinned); warmed on SplitAddition(20)."""
     init_from: str | None = None
-    """A saved model every run starts from (no warm-up); None: the cached warm model (llm_probe.warmup.warm_model)."""
+    """A saved model every run starts from instead of the pinned one (tests, front-end checks)."""
     c: float = 1.0
     """The controller's fraction of the model-optimal step (default of the rule)."""
     delta: float = 2.0
     """The controller's trust region (default of the rule)."""
     tail: int = 25
-    """Final reward: mean over the last ``tail`` steps."""
     window: int = 10
-    """Steps to level: rolling mean over this many steps."""
-    num_threads: int = 1
     n_resamples: int = 4000
 
     def __post_init__(self):
-        if not self.methods or not self.collapse_lrs or len(self.seeds) < 1:
-            raise ValueError("methods, collapse_lrs and seeds must be non-empty")
-        for name in ("steps", "prompts_per_step", "tail", "window", "num_threads", "n_resamples"):
+        if len(self.seeds) < 2 or any(s >= self.confirmation_start for s in self.seeds):
+            raise ValueError(f"seeds must hold >= 2 pilot seeds below confirmation_start, got {self.seeds}")
+        for name in ("steps", "prompts_per_step", "max_new_tokens", "eval_every", "eval_prompts", "eval_samples",
+                     "tail", "window", "n_resamples", "n_floor"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-        if self.group_size < 2:
-            raise ValueError(f"group_size must be >= 2, got {self.group_size}")
-        for lr in (*self.collapse_lrs, self.safe_lr):
-            if not (isinstance(lr, float) and 0 < lr < float("inf")):
+        if self.group_size < 2 or self.heldout_mod < 2:
+            raise ValueError("group_size and heldout_mod must be >= 2")
+        for lr in (self.collapse_lr, self.safe_lr):
+            if not (isinstance(lr, float) and 0 < lr < math.inf):
                 raise ValueError(f"learning rates must be finite floats > 0, got {lr!r}")
+        if self.collapse_lr == self.safe_lr:
+            raise ValueError("collapse_lr and safe_lr must differ")
+        if not (self.budget_cpu_s > 0 and 0 < self.power < 1 and 0 < self.alpha < 1):
+            raise ValueError("budget_cpu_s must be > 0, power and alpha in (0, 1)")
         if self.tail > self.steps or self.window > self.steps:
             raise ValueError(f"tail and window must be <= steps ({self.steps})")
 
     @property
+    def lrs(self) -> tuple[float, float]:
+        return (self.collapse_lr, self.safe_lr)
+
+    @property
     def instances(self) -> tuple[int, ...]:
-        """The seeds: one block (the protocol's discovery block)."""
+        """The pilot seeds (the protocol's discovery block)."""
         return tuple(self.seeds)
 
     @classmethod
@@ -168,119 +188,115 @@ class SafeStepExperiment:
 
 
 MODES = {
-    "test": SafeStepExperiment(mode="test", methods=("grpo",), collapse_lrs=(1e-3,), seeds=(0, 1), steps=3,
-                               prompts_per_step=2, group_size=4, warmup_steps=5, tail=2, window=2, n_resamples=200),
-    "quick": SafeStepExperiment(mode="quick", methods=("grpo",), collapse_lrs=(1e-3,), seeds=(0, 1, 2), steps=40,
-                                prompts_per_step=8, tail=10, window=5),
+    "test": SafeStepExperiment(mode="test", seeds=(0, 1), n_floor=2, budget_cpu_s=30.0, steps=3, prompts_per_step=2,
+                               group_size=4, eval_every=2, eval_prompts=4, eval_samples=2, tail=2, window=2,
+                               n_resamples=200),
+    "quick": SafeStepExperiment(mode="quick", seeds=(0, 1, 2), n_floor=3, budget_cpu_s=300.0, steps=40,
+                                prompts_per_step=8, eval_every=20, eval_prompts=16, tail=10, window=5),
     "full": SafeStepExperiment(mode="full"),
 }
+"""test: machinery (seconds); quick: indicative; full: the claims' size (GRPO, collapse lr 5e-4, safe lr 3e-4,
+100 steps, 8 pilot seeds, confirmation sized by the planner within 20 CPU-minutes)."""
 
 
-def run_dir(out: Path, method: str, arm: str, lr: float, seed: int) -> Path:
-    return Path(out) / "runs" / f"{method}_{arm}_lr{lr:g}_s{seed}"
+# ---- runs ----------------------------------------------------------------------------------------------------
+def run_name(method: str, arm: str, lr: float, seed: int) -> str:
+    return f"{method}_{arm}_lr{lr:g}_s{seed}"
 
 
-def _one_run(exp: SafeStepExperiment, out: Path, warm_dir: str, method: str, arm: str, lr: float, seed: int) -> dict:
-    """Run (or skip, when finished) one (method, arm, lr, seed); returns its run.json row. ``exp``: anything with
-    the run settings of :data:`RUN_SETTINGS` (a SafeStepExperiment)."""
-    import pandas as pd
+def warm_folder(exp) -> tuple[Path, str]:
+    """(folder, sha256 of its model.safetensors): ``exp.init_from`` when given, else the pinned checkpoint."""
+    from .pinned import file_sha256, pinned_warm
+
+    d = Path(exp.init_from) if exp.init_from else pinned_warm(exp.warm)
+    return d, file_sha256(d / "model.safetensors")
+
+
+def run_one(exp, warm_dir, out, arm: str, lr: float, seed: int) -> dict:
+    """Train one (arm, lr, seed) run of ``exp.method`` into ``out/runs/<name>`` (skipped when done.json exists);
+    its done.json. The held-out evaluations (ablation._heldout_eval on the same held-out problems for every run,
+    own generators) run as Trainer.run's ``on_step`` hook; no checkpoint (an unfinished run restarts)."""
+    import torch
 
     from ..config import TrainConfig
     from ..trainer import FaultError, Trainer
+    from .ablation import SplitAddition, _heldout_eval
 
-    d = run_dir(out, method, arm, lr, seed)
-    done = d / "run.json"
-    if done.exists():
-        return json.loads(done.read_text())
-    tc = TrainConfig(out_dir=str(d), method=method, lr=lr, seed=seed, steps=exp.steps,
-                     prompts_per_step=exp.prompts_per_step, group_size=exp.group_size, init_from=warm_dir,
-                     probe_every=0, probe_prompts=0, num_threads=exp.num_threads, progress=False, device="cpu",
-                     checkpoint_every=10, resume=True, safe_step=arm == "safe", safe_step_c=exp.c,
+    d = Path(out) / "runs" / run_name(exp.method, arm, lr, seed)
+    if (d / "done.json").exists():
+        return json.loads((d / "done.json").read_text())
+    d.mkdir(parents=True, exist_ok=True)
+    for f in ("metrics.jsonl", "eval.jsonl"):
+        (d / f).unlink(missing_ok=True)
+    torch.set_num_threads(1)
+    task = SplitAddition(exp.heldout_mod)
+    tc = TrainConfig(out_dir=str(d), method=exp.method, lr=lr, seed=seed, steps=exp.steps,
+                     prompts_per_step=exp.prompts_per_step, group_size=exp.group_size,
+                     max_new_tokens=exp.max_new_tokens, init_from=str(warm_dir), probe_every=0, probe_prompts=0,
+                     num_threads=1, progress=False, device="cpu", safe_step=arm == "safe", safe_step_c=exp.c,
                      safe_step_delta=exp.delta)
-    t0 = time.perf_counter()
-    tr = Trainer(tc)
+    t0, c0 = time.perf_counter(), time.process_time()
+    tr = Trainer(tc, task=task)
+    eval_probs = task.heldout(np.random.default_rng(derive_seed(STUDY_SEED, "heldout_problems")), exp.eval_prompts)
+    evals, fault = [], None
+
+    def evaluate(step):
+        acc, ent, _ = _heldout_eval(tr, eval_probs, exp.eval_samples, seed=derive_seed(STUDY_SEED, "heldout_eval"))
+        evals.append({"step": step, "acc": acc, "entropy": ent})
+        with open(d / "eval.jsonl", "a") as f:
+            f.write(json.dumps(evals[-1]) + "\n")
+
+    def after_step(trainer, k, m):
+        if trainer.step % exp.eval_every == 0 or trainer.step == exp.steps:
+            evaluate(trainer.step)
+
+    evaluate(0)
     try:
-        tr.run()
-        fault = None
+        tr.run(on_step=after_step, checkpoint=False)
     except FaultError as exc:  # stopped on numerical faults: the run is "failed", reported apart
         fault = str(exc)
-        tr.finish()
-    wall = time.perf_counter() - t0
-    df = pd.read_parquet(d / "metrics.parquet")
-    alerts = [{"step": int(a.step), "rule": a.rule} for a in tr.detector.alerts]
-    if "reward" not in df:
-        df["reward"] = np.nan
-    if "step_time" not in df:
-        df["step_time"] = 0.0
-    row = {"method": method, "arm": arm, "lr": lr, "seed": seed, "steps_run": int(len(df)), "alerts": alerts,
-           "fault": fault, "reward": [None if np.isnan(v) else float(v) for v in df["reward"].astype(float)],
-           "step_time": df["step_time"].fillna(0.0).tolist(),
-           "a_mean": float(df["safe/a"].mean()) if "safe/a" in df else 1.0, "wall_s": wall,
-           "R0": float(json.loads((d / "baseline.json").read_text())["reward"])}
-    out_ = row_outcome(row)
-    row.update({"outcome": out_.label,
-                f"outcome_w{SENSITIVITY_WINDOW}": row_outcome(row, window=SENSITIVITY_WINDOW).label,
-                "alerted": out_.alerted, "collapsed": out_.collapsed,
-                "collapse_step": -1 if out_.onset is None else out_.onset})
-    atomic_write_json(done, row)
-    return row
+    rows = [json.loads(ln) for ln in (d / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+    a = [r["safe/a"] for r in rows if "safe/a" in r]
+    done = {"method": exp.method, "arm": arm, "lr": lr, "seed": seed, "steps_run": len(rows), "fault": fault,
+            "a_mean": float(np.mean(a)) if a else 1.0, "wall_s": time.perf_counter() - t0,
+            "cpu_s": time.process_time() - c0}
+    atomic_write_json(d / "done.json", done, indent=1)
+    return done
 
 
-def run_experiment(exp: SafeStepExperiment, out, *, progress: bool = True, n_jobs: int = 1) -> list[dict]:
-    """Every run of the grid (finished ones are read back, not re-run); returns their rows. Order: seed by seed
-    over every (method, lr) with both arms, so a partial run leaves every group with the same paired seeds."""
-    from .demo import prepare_warm_model
+def run_row(d) -> dict:
+    """One finished run folder as a row: done.json, the outcome columns recomputed from its files
+    (ablation.folder_outcome, ablation._outcome_columns), reward_last25, heldout_acc_first / _final, the per-step
+    rewards (``reward``, not written to runs.csv) and ``dir``."""
+    from ..collapse import OUTCOME_WINDOW
+    from .ablation import _outcome_columns, folder_outcome, read_evals
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "experiment.json", asdict(exp), indent=1)
-    frozen = {"criteria_hash": CRITERIA_HASH, "criteria": {k: v.criterion.to_dict() for k, v in SPECS.items()}}
-    atomic_write_json(out / "criteria.json", frozen, indent=1)  # the frozen criteria and hash, before any run
-    warm_dir = exp.init_from or prepare_warm_model(seed=exp.warm_seed, steps=exp.warmup_steps,
-                                                   num_threads=exp.num_threads)[0]
-    jobs = [(c["method"], c["arm"], c["lr"], c["seed"]) for c in cells(exp)]
-    if n_jobs != 1:
-        from joblib import Parallel, delayed
-
-        return list(Parallel(n_jobs=n_jobs, verbose=10 if progress else 0)(
-            delayed(_one_run)(exp, out, str(warm_dir), m, arm, lr, s) for m, arm, lr, s in jobs))
-    rows = []
-    for i, (m, arm, lr, s) in enumerate(jobs):
-        t0 = time.perf_counter()
-        row = _one_run(exp, out, str(warm_dir), m, arm, lr, s)
-        rows.append(row)
-        if progress:
-            print(f"[safe-step {i + 1}/{len(jobs)}] {m} {arm} lr={lr:g} seed={s}: outcome={row['outcome']} "
-                  f"final={np.mean(row['reward'][-exp.tail:]):.3f} ({time.perf_counter() - t0:.0f} s)", flush=True)
-    return rows
+    d = Path(d)
+    r = json.loads((d / "done.json").read_text())
+    rows = [json.loads(ln) for ln in (d / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+    rew = [float(x.get("reward", np.nan)) for x in sorted(rows, key=lambda x: x["step"])]
+    ev = sorted(read_evals(d), key=lambda e: e["step"])
+    tail = np.array(rew[-OUTCOME_WINDOW:] or [np.nan])
+    r.update(_outcome_columns(*(folder_outcome(d, window=w) for w in (OUTCOME_WINDOW, SENSITIVITY_WINDOW))))
+    r.update(reward_last25=float(np.nanmean(tail)) if np.isfinite(tail).any() else math.nan,
+             heldout_acc_first=ev[0]["acc"] if ev else math.nan, heldout_acc_final=ev[-1]["acc"] if ev else math.nan,
+             reward=rew, dir=str(d))
+    return r
 
 
-def step_cost(exp: SafeStepExperiment, warm_dir, out, *, steps: int = 20, lr: float | None = None) -> dict:
-    """Time per train step without and with the safe step, interleaved (A B A B ...) so that machine load drifts
-    hit both arms alike: two Trainers from the same warm model and seed, ``steps`` steps each, at ``lr``
-    (default: the safe lr). Returns per-arm median seconds and the median of the per-pair ratios."""
-    from ..config import TrainConfig
-    from ..trainer import Trainer
+def load_runs(out):
+    """One row per finished run under ``out/runs`` (:func:`run_row`), with its block ("discovery" below
+    ``confirmation_start`` 1000, else "confirmation")."""
+    import pandas as pd
 
-    lr = exp.safe_lr if lr is None else lr
-    trainers = {arm: Trainer(TrainConfig(
-        out_dir=str(Path(out) / f"cost_{arm}"), method=exp.methods[0], lr=lr, seed=0, steps=steps,
-        prompts_per_step=exp.prompts_per_step, group_size=exp.group_size, init_from=str(warm_dir), probe_every=0,
-        probe_prompts=0, num_threads=exp.num_threads, progress=False, device="cpu", safe_step=arm == "safe",
-        safe_step_c=exp.c, safe_step_delta=exp.delta)) for arm in ARMS}
-    times = {arm: [] for arm in ARMS}
-    for _ in range(steps):
-        for arm in ARMS:
-            t0 = time.perf_counter()
-            trainers[arm].train_step()
-            times[arm].append(time.perf_counter() - t0)
-    ratio = np.array(times["safe"]) / np.array(times["constant"])
-    return {"method": exp.methods[0], "lr": lr, "steps": steps, "B": exp.prompts_per_step, "G": exp.group_size,
-            "median_s_constant": float(np.median(times["constant"])), "median_s_safe": float(np.median(times["safe"])),
-            "median_ratio": float(np.median(ratio)), "ratio_q25_q75": [float(np.quantile(ratio, 0.25)),
-                                                                         float(np.quantile(ratio, 0.75))]}
+    rows = [run_row(f.parent) for f in sorted(Path(out, "runs").glob("*/done.json"))]
+    df = pd.DataFrame(rows)
+    if len(df):
+        df["block"] = np.where(df.seed >= MODES["full"].confirmation_start, "confirmation", "discovery")
+    return df
 
 
+# ---- statistics ----------------------------------------------------------------------------------------------
 def steps_to_level(reward, level: float, window: int) -> int | None:
     """First step k (0-based, k >= window - 1) whose rolling mean over the last ``window`` rewards is >= level;
     None if never."""
@@ -292,163 +308,365 @@ def steps_to_level(reward, level: float, window: int) -> int | None:
     return int(hit[0] + window - 1) if hit.size else None
 
 
-def _paired(rows, method, lr):
-    """(constant rows, safe rows) of (method, lr) paired by seed; seeds where either run failed are left out."""
-    by = {(r["arm"], r["seed"]): r for r in rows if r["method"] == method and r["lr"] == lr}
-    seeds = sorted(s for (a, s) in by if a == "constant" and ("safe", s) in by
-                   and "failed" not in (by[("constant", s)]["outcome"], by[("safe", s)]["outcome"]))
-    return [by[("constant", s)] for s in seeds], [by[("safe", s)] for s in seeds]
+def _pair_arrays(num, den):
+    x, y = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    if x.ndim != 1 or x.shape != y.shape or x.size < 2 or not np.all(np.isfinite(x) & np.isfinite(y)):
+        raise ValueError(f"num and den must be finite 1-D arrays of one length >= 2, got shapes {x.shape}, {y.shape}")
+    return x, y
 
 
-def _counts(runs) -> dict:
-    labels = [r["outcome"] for r in runs]
-    return {"n": len(runs), "alerted": sum(r["alerted"] for r in runs), "recovered": labels.count("recovered"),
-            "collapsed": labels.count("collapsed"), "failed": labels.count("failed"),
-            f"collapsed_w{SENSITIVITY_WINDOW}": sum(r["outcome_sens"] == "collapsed" for r in runs)}
+def fieller_paired_ratio(num, den, *, confidence: float = 0.95) -> gapdyn.Estimate:
+    """Fieller interval for mean(num) / mean(den), pairs (num_i, den_i): the rho whose paired t statistic of
+    num - rho den stays within t* = t_{(1+confidence)/2, n-1}, i.e. a rho^2 - 2 b rho + c <= 0 with
+    a = den_bar^2 - q s_dd, b = num_bar den_bar - q s_nd, c = num_bar^2 - q s_nn, q = t*^2 / n (Fieller 1954,
+    J. R. Stat. Soc. B 16:175). Exact under normal pairs; unbounded (ValueError) when a <= 0 (den_bar not
+    distinguishable from 0). hi < m exactly when the two-sided t test of num - m den rejects with its mean < 0."""
+    from scipy.stats import t
+
+    x, y = _pair_arrays(num, den)
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence!r}")
+    n = x.size
+    q = float(t.ppf(0.5 + confidence / 2, n - 1)) ** 2 / n
+    S = np.cov(np.vstack([x, y]), ddof=1)
+    a = y.mean() ** 2 - q * S[1, 1]
+    b = x.mean() * y.mean() - q * S[0, 1]
+    c = x.mean() ** 2 - q * S[0, 0]
+    if a <= 0:
+        raise ValueError("the Fieller interval is unbounded: mean(den) is not distinguishable from 0")
+    root = math.sqrt(max(b * b - a * c, 0.0))
+    return gapdyn.Estimate(float(x.mean() / y.mean()), (b - root) / a, (b + root) / a, n, confidence,
+                           "Fieller, paired")
 
 
-def analyse_rows(exp: SafeStepExperiment, rows: list[dict], *, block: str = "discovery") -> tuple[list, dict]:
-    """(claims, summary) from the run rows, judged against the frozen :data:`SPECS` (module docstring).
+def one_sided_margin_t(num, den, margin: float) -> float:
+    """One-sided p of H1: mean(num) < margin mean(den), the paired t test of num - margin den (no spread: 0 when
+    the mean difference is < 0, else 1)."""
+    from scipy.stats import ttest_1samp
 
-    Each row's outcome is recomputed here (:func:`row_outcome`); collapse rows count runs that end collapsed,
-    failed runs apart; Holm over the primaries (gapdyn.holm_adjust_claims), the other tests unadjusted."""
-    rng = np.random.default_rng(derive_seed(STUDY_SEED, "claims_bootstrap"))
-    rows = [{**r, "outcome": (o := row_outcome(r)).label, "alerted": o.alerted,
-             "outcome_sens": row_outcome(r, window=SENSITIVITY_WINDOW).label} for r in rows]
-    claims, summary = [], {"groups": [], "criteria_hash": CRITERIA_HASH}
-    final = {id(r): float(np.nanmean(np.array(r["reward"][-exp.tail:], dtype=float))) for r in rows
-             if r["outcome"] != "failed"}
-    setting = (f"tiny Qwen2 (warm, {exp.warmup_steps} supervised steps), Adam, B={exp.prompts_per_step}, "
-               f"G={exp.group_size}, {exp.steps} steps, c={exp.c:g}, delta={exp.delta:g}")
-    for m in exp.methods:
-        every = [r for r in rows if r["method"] == m and r["lr"] == exp.safe_lr]
-        const, safe = _paired(rows, m, exp.safe_lr)
-        n = len(const)
-        level = None
-        if n:
-            fc = np.array([final[id(r)] for r in const])
-            R_final = float(fc.mean())
-            baseline_reward = float(np.mean([r["R0"] for r in const]))  # the warm model's reward, per-seed samples
-            level = 0.5 * (baseline_reward + R_final)
-            g = {"method": m, "lr": exp.safe_lr, "n": n, "R0": baseline_reward, "R_final_constant": R_final, "level": level,
-                 "final_constant": fc.tolist(), "final_safe": [final[id(r)] for r in safe],
-                 **{f"{k}_{arm}": v for arm in ARMS for k, v in _counts([r for r in every if r["arm"] == arm]).items()}}
-            if R_final > baseline_reward:
-                st = _time_stats(const, safe, exp, level)
-                g.update(st)
-                if n >= 2:
-                    ratio = gapdyn.bootstrap_ratio(np.array(st["steps_safe"], float), np.array(st["steps_constant"], float),
-                                                   rng=rng, n_resamples=exp.n_resamples)
-                    claims.append(gapdyn.Claim.from_estimate(
-                        ratio, id=f"not_slower@{m}_lr{exp.safe_lr:g}",
-                        setting=f"{setting}; {m}, lr={exp.safe_lr:g}, {n} seeds; level {level:.3f}",
-                        statement=SPECS["not_slower"].statement,
-                        statistic="mean steps to level, safe / constant (paired bootstrap)", **_spec_fields("not_slower")))
-            else:
-                g["not_testable"] = (f"constant-step final reward {R_final:.3f} <= R0 {baseline_reward:.3f}: no rise, "
-                                     "so no level between start and end")
-                g.update(_time_stats(const, safe, exp))
-                level = None
-            summary["groups"].append(g)
-        for lr in exp.collapse_lrs:
-            every = [r for r in rows if r["method"] == m and r["lr"] == lr]
-            const, safe = _paired(rows, m, lr)
-            n = len(const)
-            if n == 0:
-                continue
-            kc, ks = sum(r["outcome"] == "collapsed" for r in const), sum(r["outcome"] == "collapsed" for r in safe)
-            cp_c, cp_s = gapdyn.clopper_pearson_interval(kc, n), gapdyn.clopper_pearson_interval(ks, n)
-            fisher = gapdyn.fisher_exact_test(np.array([[ks, n - ks], [kc, n - kc]]), alternative="less")
-            where = f"{setting}; {m}, lr={lr:g}, {n} seeds (failed runs apart)"
-            claims.append(gapdyn.Claim.from_estimate(
-                cp_c, id=f"collapse_constant@{m}_lr{lr:g}", setting=where,
-                statement=SPECS["collapse_constant"].statement,
-                statistic="P(ends collapsed), constant step (Clopper-Pearson)", **_spec_fields("collapse_constant")))
-            claims.append(gapdyn.Claim.from_estimate(
-                cp_s, id=f"collapse_safe@{m}_lr{lr:g}", setting=where, p_value=fisher.p_value,
-                p_adjusted=fisher.p_value, statement=SPECS["collapse_safe"].statement,
-                statistic="P(ends collapsed), safe step (Clopper-Pearson); p: one-sided Fisher exact vs constant",
-                **_spec_fields("collapse_safe")))
-            fc, fs = np.array([final[id(r)] for r in const]), np.array([final[id(r)] for r in safe])
-            if n >= 2:
-                from .ablation import one_sided_wilcoxon
-
-                diff = gapdyn.paired_bootstrap_difference(fs, fc, rng=rng, n_resamples=exp.n_resamples)
-                p = one_sided_wilcoxon(fs, fc)
-                claims.append(gapdyn.Claim.from_estimate(
-                    diff, id=f"final_reward@{m}_lr{lr:g}", setting=where, p_value=p, p_adjusted=p,
-                    statement=SPECS["final_reward"].statement,
-                    statistic=f"mean final reward (last {exp.tail} steps), safe - constant (paired bootstrap)",
-                    **_spec_fields("final_reward")))
-            summary["groups"].append({
-                "method": m, "lr": lr, "n": n, "collapsed_constant": kc, "collapsed_safe": ks,
-                **{f"{k}_{arm}": v for arm in ARMS for k, v in _counts([r for r in every if r["arm"] == arm]).items()
-                   if k != "collapsed"},
-                "cp_constant": [cp_c.lo, cp_c.hi], "cp_safe": [cp_s.lo, cp_s.hi], "fisher_p_one_sided": fisher.p_value,
-                "final_constant": fc.tolist(), "final_safe": fs.tolist(),
-                **_time_stats(const, safe, exp, level), "level": level})
-    return [replace(c, block=block) for c in gapdyn.holm_adjust_claims(claims)], summary
+    x, y = _pair_arrays(num, den)
+    dd = x - margin * y
+    if np.ptp(dd) == 0:
+        return 0.0 if dd[0] < 0 else 1.0
+    return float(ttest_1samp(dd, 0.0, alternative="less").pvalue)
 
 
-def _time_stats(const, safe, exp, level=None) -> dict:
-    """Steps and wall time (sum of step times) to the level per arm (horizon when never reached), wall per run."""
-    out = {"wall_constant": [r["wall_s"] for r in const], "wall_safe": [r["wall_s"] for r in safe],
-           "step_time_constant": float(np.mean([np.mean(r["step_time"]) for r in const])),
-           "step_time_safe": float(np.mean([np.mean(r["step_time"]) for r in safe])),
-           "a_mean_safe": float(np.mean([r["a_mean"] for r in safe]))}
-    if level is None:
-        return out
-    for arm, runs in (("constant", const), ("safe", safe)):
-        k = [steps_to_level(r["reward"], level, exp.window) for r in runs]
-        out[f"reached_{arm}"] = sum(v is not None for v in k)
-        out[f"steps_{arm}"] = [exp.steps if v is None else v + 1 for v in k]  # steps taken until reaching it
-        out[f"wall_to_level_{arm}"] = [float(np.sum(r["step_time"][:s])) for r, s in zip(runs, out[f"steps_{arm}"])]
+def _spec_fields(family: str) -> dict:
+    spec = SPECS[family]
+    return dict(source=spec.source, criterion=spec.criterion, form=spec.form, primary=spec.primary,
+                statement=spec.statement, criterion_text=f"{TEST_TEXT[family]}: {spec.criterion_text}",
+                criteria_hash=CRITERIA_HASH)
+
+
+def _paired(runs, lr: float):
+    """Rows of (constant, safe) at lr paired by seed, pairs with a failed run left out (columns method, arm, lr,
+    seed, failed)."""
+    g = runs[(runs.lr == lr) & ~runs.failed.astype(bool)]
+    c, s = g[g.arm == "constant"].set_index("seed"), g[g.arm == "safe"].set_index("seed")
+    common = sorted(set(c.index) & set(s.index))
+    return c.loc[common], s.loc[common]
+
+
+def level_of(const_rewards, window: int) -> tuple[float, float, float]:
+    """(R0, R_peak, L): R0 the mean over constant runs of their first-10-step reward, R_peak the mean of their
+    largest ``window``-step rolling mean, L = (R0 + R_peak) / 2."""
+    from ..collapse import OUTCOME_BASELINE_STEPS
+
+    r0 = float(np.mean([np.nanmean(r[:OUTCOME_BASELINE_STEPS]) for r in const_rewards]))
+    peak = float(np.mean([np.max(np.convolve(r, np.ones(window) / window, "valid")) for r in const_rewards]))
+    return r0, peak, 0.5 * (r0 + peak)
+
+
+def _steps(rewards, level, exp) -> np.ndarray:
+    """Steps taken until the level (the horizon when never reached)."""
+    return np.array([exp.steps if (k := steps_to_level(r, level, exp.window)) is None else k + 1 for r in rewards],
+                    dtype=float)
+
+
+def pilot_effects(exp, runs) -> dict:
+    """What the planner needs from a block: collapse rates per arm at the collapse lr; the paired differences
+    safe - 1.1 constant of the steps to level at the safe lr (mean, sd); measured on non-failed pairs."""
+    c, s = _paired(runs, exp.collapse_lr)
+    out = {"n_collapse": len(c), "p_constant": float(c.collapsed.mean()) if len(c) else math.nan,
+           "p_safe": float(s.collapsed.mean()) if len(s) else math.nan}
+    c, s = _paired(runs, exp.safe_lr)
+    out["n_safe_lr"] = len(c)
+    if len(c) >= 2:
+        R0, peak, L = level_of(list(c.reward), exp.window)
+        out.update(R0=R0, R_peak=peak, level=L)
+        if peak > R0:
+            dd = _steps(s.reward, L, exp) - MARGIN * _steps(c.reward, L, exp)
+            out.update(d_mean=float(dd.mean()), d_sd=float(dd.std(ddof=1)))
     return out
+
+
+def make_plan(exp, pilot, cpu_per_seed: dict, cpu_spent: float) -> dict:
+    """Confirmation seeds per lr: planned n from the pilot (gapdyn.planner at alpha / len(PRIMARIES), power
+    ``exp.power``): one-sided Fisher of the collapse rates (power_two_proportions) and the t test of safe - 1.1
+    constant (power_mean at confidence 1 - 2 alpha / len(PRIMARIES): its one-sided half); used n =
+    min(max(planned, n_floor), affordable) by :func:`allocate` with the CPU left of ``exp.budget_cpu_s``."""
+    a = exp.alpha / len(PRIMARIES)
+    n_max = 500
+    pc, ps = pilot.get("p_constant", math.nan), pilot.get("p_safe", math.nan)
+    if math.isfinite(pc) and math.isfinite(ps) and pc > ps:
+        pa = plan_n(lambda n: power_two_proportions(pc, ps, n, alpha=a), target=exp.power, n_min=2, n_max=n_max)
+    else:
+        pa = None
+    dm, dsd = pilot.get("d_mean"), pilot.get("d_sd")
+    if dm is not None and dm < 0 and dsd and dsd > 0:
+        pb = plan_n(lambda n: power_mean(dm, dsd, n, value=0.0, confidence=1 - 2 * a), target=exp.power, n_min=2,
+                    n_max=n_max)  # a two-sided interval at 1 - 2a: the one-sided test at a
+    elif dm is not None and dm < 0:  # no spread in the pilot: any n decides
+        pb = SimpleNamespace(n=2, power=1.0, decidable=True, reason="no spread in the pilot's differences")
+    else:
+        pb = None
+    planned = {exp.collapse_lr: pa.n if pa else n_max, exp.safe_lr: pb.n if pb else n_max}
+    want = {lr: max(planned[lr], exp.n_floor) for lr in exp.lrs}
+    left = exp.budget_cpu_s - cpu_spent
+    used = allocate(want, cpu_per_seed, left)
+    return {"alpha_per_primary": a, "power_target": exp.power, "pilot": pilot,
+            "planned": {f"{lr:g}": planned[lr] for lr in exp.lrs},
+            "planned_reason": {f"{exp.collapse_lr:g}": pa.reason if pa else "pilot shows no effect: not decidable",
+                               f"{exp.safe_lr:g}": pb.reason if pb else "pilot shows no effect: not decidable"},
+            "n_floor": exp.n_floor, "used": {f"{lr:g}": used[lr] for lr in exp.lrs},
+            "cpu_per_seed": {f"{lr:g}": cpu_per_seed[lr] for lr in exp.lrs}, "cpu_spent_pilot": cpu_spent,
+            "budget_cpu_s": exp.budget_cpu_s}
+
+
+def allocate(want: dict, cost: dict, budget: float) -> dict:
+    """Seeds per key within ``budget``: all of ``want`` when it fits; otherwise the cheaper want gets at most half
+    the budget and the other what is left (each capped at its want, at least 0)."""
+    if set(want) != set(cost) or any(cost[k] <= 0 for k in cost):
+        raise ValueError("want and cost must have the same keys and cost must be > 0")
+    budget = max(float(budget), 0.0)
+    if sum(want[k] * cost[k] for k in want) <= budget:
+        return dict(want)
+    out, left = {}, budget
+    keys = sorted(want, key=lambda k: want[k] * cost[k])
+    for i, k in enumerate(keys):
+        share = left / (len(keys) - i)
+        out[k] = int(min(want[k], share // cost[k]))
+        left -= out[k] * cost[k]
+    return out
+
+
+# ---- claims --------------------------------------------------------------------------------------------------
+def analyse_rows(exp, runs, *, block: str = "discovery", n_planned: dict | None = None) -> tuple[list, dict]:
+    """(claims, summary) of one block's rows (:func:`load_runs` columns) judged against the frozen :data:`SPECS`;
+    Holm over the primaries only (gapdyn.holm_adjust_claims), the other tests unadjusted. n_planned: lr ->
+    the planner's n (stamped on the claims at that lr)."""
+    from gapdyn.stats import (clopper_pearson_interval, fisher_exact_test, newcombe_difference,
+                              paired_bootstrap_difference)
+    from .ablation import one_sided_wilcoxon
+
+    rng = np.random.default_rng(derive_seed(STUDY_SEED, "claims_bootstrap"))
+    n_planned = n_planned or {}
+    m = exp.method
+    setting = (f"tiny Qwen2, pinned warm checkpoint '{exp.warm}', split addition (held-out pairs), Adam, "
+               f"B={exp.prompts_per_step}, G={exp.group_size}, {exp.steps} steps, c={exp.c:g}, delta={exp.delta:g}")
+    claims, summary = [], {"block": block, "criteria_hash": CRITERIA_HASH}
+    lr = exp.collapse_lr
+    c, s = _paired(runs, lr)
+    n = len(c)
+    where = f"{setting}; {m}, lr={lr:g}, {n} seeds (failed pairs apart)"
+    plan = n_planned.get(lr)
+    if n >= 2:
+        kc, ks = int(c.collapsed.sum()), int(s.collapsed.sum())
+        p = fisher_exact_test([[kc, n - kc], [ks, n - ks]], alternative="greater").p_value
+        claims.append(Claim.from_estimate(newcombe_difference(kc, n, ks, n), id=f"fewer_collapses@{m}_lr{lr:g}",
+                                          setting=where, p_value=p, p_adjusted=p, n_planned=plan,
+                                          statistic="share ending collapsed, constant - safe",
+                                          **_spec_fields("fewer_collapses")))
+        claims.append(Claim.from_estimate(clopper_pearson_interval(kc, n), id=f"collapse_constant@{m}_lr{lr:g}",
+                                          setting=where, n_planned=plan, statistic="P(ends collapsed), constant",
+                                          **_spec_fields("collapse_constant")))
+        for fam, col, what in (("final_reward", "reward_last25", "last-25-step reward"),
+                               ("final_heldout", "heldout_acc_final", "final held-out accuracy")):
+            xs, xc = s[col].to_numpy(float), c[col].to_numpy(float)
+            pw = one_sided_wilcoxon(xs, xc)
+            claims.append(Claim.from_estimate(
+                paired_bootstrap_difference(xs, xc, rng=rng, n_resamples=exp.n_resamples), id=f"{fam}@{m}_lr{lr:g}",
+                setting=where, p_value=pw, p_adjusted=pw, n_planned=plan, statistic=f"{what}, safe - constant",
+                **_spec_fields(fam)))
+        summary["collapse_lr"] = {"lr": lr, "n": n, "collapsed_constant": kc, "collapsed_safe": ks,
+                                  "fisher_p": p, "a_mean_safe": float(s.a_mean.mean())}
+    lr = exp.safe_lr
+    c, s = _paired(runs, lr)
+    n = len(c)
+    if n >= 2:
+        R0, peak, L = level_of(list(c.reward), exp.window)
+        g = {"lr": lr, "n": n, "R0": R0, "R_peak": peak, "level": L, "a_mean_safe": float(s.a_mean.mean())}
+        if peak > R0:
+            sc, ss = _steps(c.reward, L, exp), _steps(s.reward, L, exp)
+            g.update(steps_constant=float(sc.mean()), steps_safe=float(ss.mean()),
+                     reached_constant=int((sc < exp.steps).sum()), reached_safe=int((ss < exp.steps).sum()))
+            where = f"{setting}; {m}, lr={lr:g}, {n} seeds; level {L:.3f} (R0 {R0:.3f}, R_peak {peak:.3f})"
+            try:
+                est = fieller_paired_ratio(ss, sc)
+            except ValueError as exc:
+                g["not_testable"] = str(exc)
+            else:
+                p = one_sided_margin_t(ss, sc, MARGIN)
+                claims.append(Claim.from_estimate(est, id=f"not_slower@{m}_lr{lr:g}", setting=where, p_value=p,
+                                                  p_adjusted=p, n_planned=n_planned.get(lr),
+                                                  statistic="mean steps to level, safe / constant",
+                                                  **_spec_fields("not_slower")))
+        else:
+            g["not_testable"] = f"R_peak {peak:.3f} <= R0 {R0:.3f}: no rise, no level between them"
+        summary["safe_lr"] = g
+    return [replace(x, block=block) for x in holm_adjust_claims(claims)], summary
+
+
+def survival(runs):
+    """Per (block, arm, lr): runs, alerted, recovered, ends collapsed, failed, collapse rate of the runs that did not
+    fail with its Clopper-Pearson interval, the 10-step sensitivity count, reward and held-out accuracy at the end
+    (llm_probe.experiments.ablation.survival_table, once per (block, arm))."""
+    import pandas as pd
+
+    from .ablation import survival_table
+
+    parts = []
+    for (block, arm), g in runs.groupby(["block", "arm"], sort=True):
+        t = survival_table(g.drop(columns=["arm"]))
+        t.insert(0, "arm", arm)
+        t.insert(0, "block", block)
+        parts.append(t)
+    return pd.concat(parts, ignore_index=True)
+
+
+def summarize(exp, out, *, plan: dict | None = None, warm_sha256: str = "") -> list[Claim]:
+    """runs.csv, survival.csv (both with ``warm_sha256``), claims.json, claims.md (per block, Holm within each) and
+    summary.json in ``out``; returns the claims."""
+    out = Path(out)
+    runs = load_runs(out)
+    if not len(runs):
+        raise ValueError(f"no finished run under {out}/runs")
+    runs["warm_sha256"] = warm_sha256
+    write_with(out / "runs.csv", lambda tmp: runs.drop(columns=["dir", "reward"]).to_csv(tmp, index=False))
+    surv = survival(runs)
+    surv["warm_sha256"] = warm_sha256
+    write_with(out / "survival.csv", lambda tmp: surv.to_csv(tmp, index=False))
+    planned = {float(k): v for k, v in (plan or {}).get("planned", {}).items()}
+    claims, summary = [], {}
+    for block in ("discovery", "confirmation"):
+        g = runs[runs.block == block]
+        if len(g):
+            cl, summary[block] = analyse_rows(exp, g, block=block,
+                                              n_planned=planned if block == "confirmation" else None)
+            claims += cl
+    atomic_write_text(out / "claims.json", claims_to_json(claims))
+    atomic_write_text(out / "claims.md", (claims_markdown(claims) if claims else "(no claims)") + "\n")
+    atomic_write_json(out / "summary.json", summary, indent=1)
+    return claims
+
+
+# ---- the study -----------------------------------------------------------------------------------------------
+def _pairs(exp, out, warm_dir, seeds_by_lr: dict, progress: bool, tag: str) -> None:
+    """Both arms of every (lr, seed), seed by seed (a partial block leaves every lr with paired seeds)."""
+    jobs = [(lr, s) for s in sorted({s for v in seeds_by_lr.values() for s in v}) for lr in exp.lrs
+            if s in seeds_by_lr.get(lr, ())]
+    for i, (lr, s) in enumerate(jobs):
+        for arm in ARMS:
+            r = run_one(exp, warm_dir, out, arm, lr, s)
+            if progress:
+                print(f"[safe-step {tag} {i + 1}/{len(jobs)}] {exp.method} {arm} lr={lr:g} seed={s}: "
+                      f"cpu {r['cpu_s']:.0f} s, wall {r['wall_s']:.0f} s", flush=True)
+
+
+def run_study(exp: SafeStepExperiment, out, *, progress: bool = True) -> dict:
+    """Pilot, plan (``out/plan.json``, made once), confirmation; returns the plan. Resumable: finished runs are
+    read back, the plan is read back when it exists."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "experiment.json", asdict(exp), indent=1)
+    atomic_write_json(out / "criteria.json", {"criteria_hash": CRITERIA_HASH, "primaries": list(PRIMARIES),
+                                              "criteria": {k: v.criterion.to_dict() for k, v in SPECS.items()}},
+                      indent=1)  # the frozen criteria, before any run
+    warm_dir, sha = warm_folder(exp)
+    _pairs(exp, out, warm_dir, {lr: exp.seeds for lr in exp.lrs}, progress, "pilot")
+    plan_file = out / "plan.json"
+    if plan_file.exists():
+        plan = json.loads(plan_file.read_text())
+    else:
+        runs = load_runs(out)
+        pilot = runs[runs.block == "discovery"]
+        cost = {lr: float(pilot[pilot.lr == lr].groupby("seed").cpu_s.sum().mean()) for lr in exp.lrs}
+        plan = make_plan(exp, pilot_effects(exp, pilot), cost, float(pilot.cpu_s.sum()))
+        plan["warm_sha256"] = sha
+        atomic_write_json(plan_file, plan, indent=1)
+    if progress:
+        print(json.dumps({k: plan[k] for k in ("planned", "used", "cpu_per_seed", "cpu_spent_pilot")}), flush=True)
+    seeds = {lr: tuple(range(exp.confirmation_start, exp.confirmation_start + plan["used"][f"{lr:g}"]))
+             for lr in exp.lrs}
+    _pairs(exp, out, warm_dir, seeds, progress, "confirmation")
+    return plan
 
 
 def run_and_report(exp: SafeStepExperiment, out, *, n_jobs: int = 1, analyse_only: bool = False, cost_steps: int = 0,
                    progress: bool = True) -> None:
-    """``gapdyn train safe-step`` (the command line is llm_probe.cli's): the runs of ``exp`` into ``out`` (or, with
-    ``analyse_only``, the finished ones already there), then claims.json, claims.md and summary.json, printed;
-    with ``cost_steps`` > 0 only :func:`step_cost` (``out``/step_cost.json), no runs."""
+    """``gapdyn train safe-step`` (the command line is llm_probe.cli's): the study into ``out`` (or, with
+    ``analyse_only``, the claims of the finished runs there), then :func:`summarize`'s files, printed; with
+    ``cost_steps`` > 0 only :func:`step_cost` (``out``/step_cost.json). One process (n_jobs must be 1)."""
+    if n_jobs != 1:
+        raise ValueError(f"n_jobs must be 1 (the study's CPU budget is measured in one process), got {n_jobs}")
     out = Path(out)
     if cost_steps:
-        from .demo import prepare_warm_model
-
-        warm_dir = exp.init_from or prepare_warm_model(seed=exp.warm_seed, steps=exp.warmup_steps,
-                                                       num_threads=exp.num_threads)[0]
-        cost = step_cost(exp, warm_dir, out, steps=cost_steps)
+        cost = step_cost(exp, warm_folder(exp)[0], out, steps=cost_steps)
         atomic_write_json(out / "step_cost.json", cost, indent=1)
         print(json.dumps(cost))
         return
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     if analyse_only:
-        rows = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*/run.json"))]
+        plan = json.loads((out / "plan.json").read_text()) if (out / "plan.json").exists() else None
     else:
-        rows = run_experiment(exp, out, progress=progress, n_jobs=n_jobs)
-    claims, summary = analyse_rows(exp, rows)
-    summary["wall_s_this_call"] = time.perf_counter() - t0
-    atomic_write_text(out / "claims.json", gapdyn.claims_to_json(claims))
-    atomic_write_text(out / "claims.md", gapdyn.claims_markdown(claims) if claims else "(no claims)\n")
-    atomic_write_json(out / "summary.json", summary, indent=1)
-    print(gapdyn.claims_markdown(claims) if claims else "(no claims)")
-    for g in summary["groups"]:
-        print(json.dumps({k: v for k, v in g.items() if not isinstance(v, list)}))
+        plan = run_study(exp, out, progress=progress)
+    claims = summarize(exp, out, plan=plan, warm_sha256=warm_folder(exp)[1])
+    print(claims_markdown(claims) if claims else "(no claims)")
+    if plan:
+        print(f"planned n per lr {plan['planned']}, used {plan['used']}")
+    print(f"this call: wall {time.perf_counter() - t0:.0f} s, cpu {time.process_time() - c0:.0f} s")
+
+
+def step_cost(exp: SafeStepExperiment, warm_dir, out, *, steps: int = 20, lr: float | None = None) -> dict:
+    """Time per train step without and with the safe step, interleaved (A B A B ...) so that machine load drifts
+    hit both arms alike: two Trainers from the same warm model and seed, ``steps`` steps each, at ``lr``
+    (default: the safe lr). Returns per-arm median seconds and the median of the per-pair ratios."""
+    from ..config import TrainConfig
+    from ..trainer import Trainer
+    from .ablation import SplitAddition
+
+    lr = exp.safe_lr if lr is None else lr
+    trainers = {arm: Trainer(TrainConfig(
+        out_dir=str(Path(out) / f"cost_{arm}"), method=exp.method, lr=lr, seed=0, steps=steps,
+        prompts_per_step=exp.prompts_per_step, group_size=exp.group_size, init_from=str(warm_dir), probe_every=0,
+        probe_prompts=0, num_threads=1, progress=False, device="cpu", safe_step=arm == "safe",
+        safe_step_c=exp.c, safe_step_delta=exp.delta), task=SplitAddition(exp.heldout_mod)) for arm in ARMS}
+    times = {arm: [] for arm in ARMS}
+    for _ in range(steps):
+        for arm in ARMS:
+            t0 = time.perf_counter()
+            trainers[arm].train_step()
+            times[arm].append(time.perf_counter() - t0)
+    ratio = np.array(times["safe"]) / np.array(times["constant"])
+    return {"method": exp.method, "lr": lr, "steps": steps, "B": exp.prompts_per_step, "G": exp.group_size,
+            "median_s_constant": float(np.median(times["constant"])), "median_s_safe": float(np.median(times["safe"])),
+            "median_ratio": float(np.median(ratio)), "ratio_q25_q75": [float(np.quantile(ratio, 0.25)),
+                                                                         float(np.quantile(ratio, 0.75))]}
 
 
 # ---- the one experiment protocol (gapdyn.experiment) ---------------------------------------------------------
-RUN_SETTINGS = ("steps", "prompts_per_step", "group_size", "warmup_steps", "warm_seed", "init_from", "c", "delta",
-                "num_threads")
-"""The settings one run depends on (the rest of a SafeStepExperiment is the grid and the analysis)."""
+RUN_SETTINGS = ("method", "steps", "prompts_per_step", "group_size", "max_new_tokens", "eval_every", "eval_prompts",
+                "eval_samples", "heldout_mod", "warm", "init_from", "c", "delta")
+"""The settings one run depends on (the rest of a SafeStepExperiment is the grid, the sizing and the analysis)."""
 
 
 def cells(config: SafeStepExperiment, instances=None) -> list[dict]:
-    """One cell per (method, arm, lr, seed) in :func:`run_experiment`'s order (instances: the seeds), each with
-    the run settings of :data:`RUN_SETTINGS`."""
+    """One cell per (arm, lr, seed) in :func:`run_study`'s order (instances: the seeds), each with the run
+    settings of :data:`RUN_SETTINGS`."""
     seeds = config.seeds if instances is None else tuple(instances)
     settings = {k: getattr(config, k) for k in RUN_SETTINGS}
-    return [{"method": m, "arm": arm, "lr": lr, "seed": int(s), "settings": settings} for s in seeds
-            for m in config.methods for lr in (*config.collapse_lrs, config.safe_lr) for arm in ARMS]
+    return [{"arm": arm, "lr": lr, "seed": int(s), "settings": settings} for s in seeds for lr in config.lrs
+            for arm in ARMS]
 
 
 def cell_folder(settings: dict, root=None) -> Path:
@@ -456,31 +674,27 @@ def cell_folder(settings: dict, root=None) -> Path:
     return _cell_folder(NAME, settings, root)
 
 
-def run_cell(*, method: str, arm: str, lr: float, seed: int, settings: dict, root=None):
-    """One run (:func:`_one_run`, skipped when finished) from the cached warm model, in
-    ``cell_folder(settings)/runs/<method>_<arm>_lr<lr>_s<seed>``; one row: method, arm, lr, seed, outcome,
-    collapsed, alerted, fault and ``run_json`` (the whole run.json row, for :func:`analyse`)."""
+def run_cell(*, arm: str, lr: float, seed: int, settings: dict, root=None):
+    """One run (:func:`run_one`, skipped when finished) from the warm checkpoint, in
+    ``cell_folder(settings)/runs/<name>``; its :func:`run_row` (reward list as JSON) as a one-row DataFrame."""
     import pandas as pd
-
-    from ..model import TinyQwenSpec
-    from ..tasks import AdditionTask
-    from ..warmup import warm_model
 
     if set(settings) != set(RUN_SETTINGS):
         raise ValueError(f"settings must hold exactly {RUN_SETTINGS}, got {sorted(settings)}")
     run = SimpleNamespace(**settings)
-    warm = run.init_from or warm_model(TinyQwenSpec(), AdditionTask(), steps=run.warmup_steps, seed=run.warm_seed,
-                                       num_threads=run.num_threads, root=root)
-    row = _one_run(run, cell_folder(settings, root), str(warm), method, arm, lr, seed)
-    return pd.DataFrame([{"method": method, "arm": arm, "lr": lr, "seed": seed, "outcome": row["outcome"],
-                          "collapsed": bool(row["collapsed"]), "alerted": bool(row["alerted"]),
-                          "fault": row["fault"] or "", "run_json": json.dumps(row)}])
+    out = cell_folder(settings, root)
+    run_one(run, warm_folder(run)[0], out, arm, lr, seed)
+    row = run_row(out / "runs" / run_name(run.method, arm, lr, seed))
+    row["reward"] = json.dumps(row["reward"])
+    return pd.DataFrame([row])
 
 
 def analyse(results, config: SafeStepExperiment, *, block: str = "discovery") -> list:
-    """The claims of a block from its rows (:func:`run_cell`'s ``run_json``), by :func:`analyse_rows`."""
-    rows = [json.loads(r) for r in results["run_json"]] if len(results) else []
-    return analyse_rows(config, rows, block=block)[0] if rows else []
+    """The claims of a block from its rows (:func:`run_cell`), by :func:`analyse_rows`."""
+    if not len(results):
+        return []
+    runs = results.assign(reward=[json.loads(r) if isinstance(r, str) else r for r in results["reward"]])
+    return analyse_rows(config, runs, block=block)[0]
 
 
 EXPERIMENT = Experiment(name=NAME, claims=SPECS, config=SafeStepExperiment, cells=cells, run_cell=run_cell,
