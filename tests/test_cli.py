@@ -83,6 +83,7 @@ SHARED = {  # subcommand argv -> the shared flags it must offer
     ("train", "safe-step"): ("--mode", "--jobs", "--out", "--progress", "--no-progress", "--seeds"),
     ("train", "early-warning"): ("--from",),
     ("train", "entropy"): ("--from",),
+    ("train", "entropy-lemma"): ("--mode", "--out"),
     ("train", "offline"): ("--before", "--after", "--rollouts", "--out"),
 }
 RETIRED = ("--n-jobs", "--out-dir")
