@@ -1,4 +1,4 @@
-"""Cui et al.'s entropy dynamics, tested per visited state on the tiny Qwen (SGD at 3 lrs, Adam at 4e-4).
+"""Cui et al.'s entropy dynamics, tested per visited state on the tiny Qwen (SGD at 5 lrs, Adam at 4e-4).
 
     gapdyn train entropy-lemma --mode full --out docs/verdicts/llm-entropy-lemma
 
