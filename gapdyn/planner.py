@@ -76,7 +76,10 @@ def power_mean(effect: float, sd: float, n: int, *, value: float = 0.0, confiden
     df = n - 1
     crit = float(t.ppf(0.5 + c / 2, df))
     delta = (effect - value) * math.sqrt(n) / sd
-    return float(nct.sf(crit, df, delta) + nct.cdf(-crit, df, delta))
+    p = float(nct.sf(crit, df, delta) + nct.cdf(-crit, df, delta))
+    if not math.isfinite(p):  # scipy's nct fails far in the tail (|delta| >> crit): P(|T| > crit) -> 1 there
+        p = float(nct.sf(crit, df, min(abs(delta), 37.0)))
+    return p
 
 
 def power_equivalence(effect: float, sd: float, n: int, *, lo: float, hi: float, confidence: float = 0.90) -> float:

@@ -178,3 +178,58 @@ def test_run_one_equals_the_hand_written_loop_it_replaced(tmp_path):
     np.testing.assert_allclose([(e["acc"], e["entropy"]) for e in read(d / "eval.jsonl")], evals, rtol=0, atol=1e-12)
     assert json.loads((d / "passk.json").read_text())["correct"] == correct.tolist()
     assert (got["H0"], got["R0"]) == (H0, R0) and not (d / "checkpoint.safetensors").exists()
+
+
+_TIMES = ("step_time", "wall_s")
+
+
+def _run_records(out):
+    """Every run's metrics rows and summary with the wall-clock fields removed (name -> (rows, done))."""
+    recs = {}
+    for d in sorted((out / "runs").iterdir()):
+        rows = [{k: v for k, v in json.loads(x).items() if k not in _TIMES}
+                for x in (d / "metrics.jsonl").read_text().splitlines()]
+        done = {k: v for k, v in json.loads((d / "done.json").read_text()).items() if k not in _TIMES}
+        recs[d.name] = (rows, done, (d / "eval.jsonl").read_text(), (d / "passk.json").read_text())
+    return recs
+
+
+def test_study_is_bit_identical_across_jobs_and_thread_settings(tmp_path, monkeypatch):
+    """A small slice of the study (GRPO x 2 seeds, 3 steps) run in one process and in 2 worker processes with
+    GAPDYN_TORCH_THREADS=2 in the environment gives the same rows bit for bit (every float equal; only the wall
+    times differ): each run fixes its own torch threads to 1 and takes its randomness from seeded generators."""
+    cfg = replace(CONFIGS["test"], methods=("grpo",))
+    run_study(cfg, tmp_path / "one", progress=False, root=tmp_path)
+    monkeypatch.setenv("GAPDYN_TORCH_THREADS", "2")
+    run_study(cfg, tmp_path / "two", n_jobs=2, progress=False, root=tmp_path)
+    a, b = _run_records(tmp_path / "one"), _run_records(tmp_path / "two")
+    assert len(a) == 2 and a.keys() == b.keys()
+    for name in a:
+        assert a[name] == b[name], name
+    assert len({a[n][1]["warm_sha256"] for n in a}) == 1 and len(a["grpo_lr0.0005_s0"][1]["warm_sha256"]) == 64
+
+
+def test_plan_seeds_on_a_known_effect():
+    """plan_seeds on a constructed pilot: the collapse row's n is the smallest n whose one-sided Fisher power at
+    alpha / m reaches 0.8 (checked against gapdyn.planner directly), a zero effect is not decidable and sends the
+    confirmation block to the budget, and the clipping to [n_min, n_max] holds."""
+    import pandas as pd
+
+    from gapdyn.planner import power_two_proportions
+
+    rows = []
+    for s in range(10):  # lr 4e-4: GRPO collapses on 6 of 10 seeds, WAPO on 1; rewards WAPO +0.1 +- noise
+        for m, col, rew in (("grpo", s < 6, 0.3 + 0.01 * s), ("wapo", s < 1, 0.4 + 0.012 * s)):
+            rows.append(dict(method=m, lr=4e-4, seed=s, collapsed=col, reward_last25=rew, failed=False))
+    runs = pd.DataFrame(rows)
+    plan = ablation.plan_seeds(runs, n_min=5, n_max=200)
+    col = next(r for r in plan["rows"] if r["id"] == "llm.wapo_fewer_collapses@lr0.0004")
+    a = 0.05 / 2
+    n = col["n"]
+    assert power_two_proportions(0.6, 0.1, n, alpha=a) >= 0.8 > power_two_proportions(0.6, 0.1, n - 1, alpha=a)
+    assert plan["n"] == max(r["n"] for r in plan["rows"]) and 5 <= plan["n"] <= 200
+    flat = runs.assign(collapsed=False)
+    p2 = ablation.plan_seeds(flat, n_min=5, n_max=60)
+    assert not p2["rows"][0]["decidable"] and p2["n"] == 60
+    with pytest.raises(ValueError, match="n_min"):
+        ablation.plan_seeds(runs, n_min=50, n_max=10)
