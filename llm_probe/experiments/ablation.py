@@ -82,6 +82,7 @@ class StudyConfig:
     init_from: str | None = None  # a saved model to start every run from (no warm-up); None: pinned or cached
     pinned: str | None = None  # a pinned warm checkpoint (llm_probe.experiments.pinned: "tiny", "wide") to start from
     other_seeds: int | None = None  # methods outside PRIMARY_METHODS run only the first other_seeds seeds (None: all)
+    other_lrs: tuple | None = None  # ... and only these lrs (None: all)
     mode: str = ""  # the size's name (test, quick, full) for the protocol's configure
 
     def __post_init__(self):
@@ -128,9 +129,11 @@ PRIMARY_METHODS = ("grpo", "wapo")
 """The arms of the pre-declared primaries (WAPO vs GRPO); the other methods feed exploratory rows only."""
 CONFIRMATION_START = CONFIRMATION_SEEDS[0]
 """Seeds >= this are confirmation seeds (gapdyn.CONFIRMATION_SEEDS starts the range); smaller ones are discovery."""
-N_MIN, N_MAX = 30, 50
-"""Confirmation seeds per primary arm: the planned n (:func:`plan_seeds`) clipped to [N_MIN, N_MAX]; N_MAX is what the
-loop allows in about an hour on 2 cores (``gapdyn train ablation --mode full``: 300 primary-arm runs plus 90 others)."""
+N_MIN, N_MAX = 30, 30
+"""Confirmation seeds per primary arm: the planned n (:func:`plan_seeds`) clipped to [N_MIN, N_MAX]. N_MAX is what
+the loop allowed in about an hour on the shared 2 cores of this session (measured: 50-60 s per 100-step run per
+worker at load 10-15; ``gapdyn train ablation --mode full``: 180 primary-arm runs plus 30 others); a primary whose
+planned n is larger is reported as not decidable at the feasible n."""
 _EDGE = dict(lrs=(3e-4, 4e-4, 5e-4), steps=100, probe_every=5, pinned="tiny")
 CONFIGS = {
     "test": StudyConfig(mode="test", methods=("grpo", "wapo", "dapo"), lrs=(5e-4,), seeds=(0, 1), steps=3, prompts_per_step=4,
@@ -139,11 +142,12 @@ CONFIGS = {
     "quick": StudyConfig(mode="quick", lrs=(3e-4, 5e-4), seeds=(0, 1, 2), steps=40, eval_every=10, eval_prompts=32,
                          passk_prompts=16, passk_n=64),
     "pilot": StudyConfig(mode="full", methods=PRIMARY_METHODS, seeds=tuple(range(10)), **_EDGE),
-    "full": StudyConfig(mode="full", methods=("grpo", "wapo", "psr", "nsr", "dapo"), other_seeds=10,
+    "full": StudyConfig(mode="full", methods=("grpo", "wapo", "psr", "nsr", "dapo"), other_seeds=10, other_lrs=(4e-4,),
                         seeds=tuple(range(CONFIRMATION_START, CONFIRMATION_START + N_MIN)), **_EDGE),
-    "wide-pilot": StudyConfig(mode="full", methods=PRIMARY_METHODS, seeds=tuple(range(4)), **{**_EDGE, "pinned": "wide"}),
+    "wide-pilot": StudyConfig(mode="full", methods=PRIMARY_METHODS, seeds=tuple(range(4)),
+                              **{**_EDGE, "pinned": "wide", "lrs": (4e-4,)}),
     "wide": StudyConfig(mode="full", methods=PRIMARY_METHODS, seeds=tuple(range(CONFIRMATION_START, CONFIRMATION_START + 20)),
-                        **{**_EDGE, "pinned": "wide"}),
+                        **{**_EDGE, "pinned": "wide", "lrs": (4e-4,)}),
     "warning": StudyConfig(mode="full", methods=("grpo", "wapo"), lrs=(3e-4, 4e-4, 5e-4), seeds=CONFIRMATION_SEEDS[:10], steps=100,
                            probe_every=1, eval_every=25, passk_prompts=8, passk_n=8),
     "warning-quick": StudyConfig(mode="quick", methods=("grpo", "wapo"), lrs=(3e-4, 4e-4, 5e-4), seeds=(0, 1, 2), steps=40,
@@ -153,9 +157,9 @@ CONFIGS = {
 ``pilot`` then ``full`` (:func:`run_confirmation`, ``gapdyn train ablation --mode full``): the pilot block (discovery seeds
 0-9, GRPO and WAPO at the three edge lrs) sizes the confirmation block by power (:func:`plan_seeds`), which runs
 n = min(max(planned, N_MIN), N_MAX) confirmation seeds (>= CONFIRMATION_START) per primary arm and the first 10 of them
-for PSR, NSR and DAPO (exploratory rows), every run from the pinned warm checkpoint ``tiny``
+for PSR, NSR and DAPO at lr 4e-4 (exploratory rows), every run from the pinned warm checkpoint ``tiny``
 (llm_probe.experiments.pinned) and probed every 5 steps (the warn/* statistics and the headroom meter the
-early-warning benchmark reads). ``wide-pilot`` / ``wide``: the primaries again on the 4x wider pinned model (20
+early-warning benchmark reads). ``wide-pilot`` / ``wide``: the primaries again on the 4x wider pinned model at lr 4e-4 (20
 confirmation seeds per arm: fewer, for time). warning / warning-quick: the older every-step-probed study. DAPO takes
 mu = 4 optimizer steps per sampled batch (its recipe reuses each rollout batch for several updates, Yu et al. 2025,
 arXiv 2503.14476), so its importance ratios leave 1 and clip-higher (0.2 / 0.28) binds; every other arm is on-policy
@@ -782,8 +786,9 @@ def cells(config: StudyConfig, instances=None) -> list[dict]:
     seeds = config.seeds if instances is None else tuple(instances)
     study = {f.name: getattr(config, f.name) for f in fields(config) if f.name not in GRID}
     study["num_iterations"] = [list(p) for p in study["num_iterations"]]
-    k = config.other_seeds
+    k, olr = config.other_seeds, config.other_lrs
     return [{"method": m, "lr": lr, "seed": int(s), "study": study} for lr in config.lrs for m in config.methods
+            if m in PRIMARY_METHODS or olr is None or lr in olr
             for s in (seeds if m in PRIMARY_METHODS or k is None else seeds[:k])]
 
 
