@@ -220,7 +220,7 @@ def test_early_warning_labels_come_from_the_outcome(tmp_path):
     """A constructed study: a run that ends collapsed (fall at step 30, first alert later), one that alerts and
     recovers, one healthy, one failed. Positives: the collapsed run at its onset (30, not the alert); negatives:
     the healthy and the recovered run; the failed run is in the frame but in no table."""
-    from llm_probe.experiments.early_warning import load_study_steps, warning_table
+    from llm_probe.experiments.early_warning import PRIMARY, load_study_steps, report, warning_table
 
     fall = [R0] * 30 + [0.0] * 30
     dip = [R0] * 20 + [0.0] * 10 + [R0] * 30
@@ -244,5 +244,10 @@ def test_early_warning_labels_come_from_the_outcome(tmp_path):
     assert sorted(by.outcome) == ["collapsed", "failed", "healthy", "recovered"]
     col = by[by.outcome == "collapsed"].iloc[0]
     assert col.collapse_step == 30 and _detect(fall)[0].step > 30  # the onset, not the first alert
-    tab = warning_table(steps).set_index("statistic")
-    assert (tab.loc["curv_gap", "n_collapsed"], tab.loc["curv_gap", "n_healthy"]) == (1, 2)
+    tab = warning_table(steps, n_permutations=99, n_boot=99)
+    row = tab[tab.lr == "all"].set_index("statistic").loc["curv_gap"]
+    assert (row["n_collapsed"], row["n_negative"]) == (1, 2) and row["auc_L0"] == 0.5  # curv_gap = step everywhere: ties
+    report(tmp_path)  # the CLI's files: the table and the claims (json round-trips, verdicts re-decided)
+    assert (tmp_path / "early_warning.csv").exists() and (tmp_path / "early_warning_claims.md").exists()
+    claims = gapdyn.claims_from_json((tmp_path / "early_warning_claims.json").read_text())
+    assert {c.id for c in claims if c.primary} == {f"llm.warning.{n}_beats_reward" for n in PRIMARY}

@@ -1,4 +1,5 @@
-"""Machinery of the early-warning and entropy-mechanics statistics (llm_probe.warning, .early_warning, .entropy):
+"""Machinery of the early-warning and entropy-mechanics statistics (llm_probe.warning, .entropy; the benchmark
+itself, llm_probe.experiments.early_warning, is tests/test_llm_early_warning.py):
 each statistic against an independent route (loop, autograd, constructed streams with a known answer)."""
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llm_probe.experiments.early_warning import STATISTICS, lead_auc, lead_times, warning_table, warning_table_by_lr
 from llm_probe.experiments.entropy import mechanism_fit
 from llm_probe.model import completion_logprobs
 from llm_probe.warning import (
@@ -118,56 +118,6 @@ def test_signed_cumulative_alignment_matches_running_sums():
     pos, neg = signed_cumulative_alignment(df)
     np.testing.assert_allclose(pos, [0.5, 0.5, 1.0, 1.0, 1.5])
     np.testing.assert_allclose(neg, [-0.2, -0.2, -0.45, -0.45, -0.65])
-
-
-def _constructed_study(n_col=6, n_healthy=6, steps=40, rise=12):
-    """Collapsed runs: warn/curv_gap jumps from 0 to 1 at c - rise (c = 20 + run); healthy runs stay at 0 +- 0.05."""
-    rows = []
-    rng = np.random.default_rng(0)
-    for run in range(n_col + n_healthy):
-        collapsed = run < n_col
-        c = 20 + run if collapsed else -1
-        for k in range(steps):
-            v = (1.0 if collapsed and k >= c - rise else 0.0) + rng.uniform(-0.05, 0.05)
-            rows.append({"run": run, "step": k, "collapsed": collapsed, "collapse_step": c, "lr": 1e-3,
-                         "warn/curv_gap": v, "reward": 0.5})
-    return pd.DataFrame(rows)
-
-
-def test_lead_time_and_auc_on_a_constructed_stream():
-    """Known answer: on the jump step the window-5 rolling mean is >= (1 - 5 * 0.05) / 5 = 0.15, above every
-    healthy value (<= 0.05), so AUC = 1 at leads <= rise and every collapsed run is warned exactly rise steps
-    ahead with zero false alarms."""
-    assert STATISTICS["curv_gap"][1] == 5 and STATISTICS["curv_gap"][2] == 1
-    steps = _constructed_study()
-    for lead in (0, 5, 9):
-        e = lead_auc(steps, "curv_gap", lead)
-        assert e.estimate == 1.0 and e.n == 12 and 0 <= e.lo <= e.hi <= 1
-    assert lead_auc(steps, "curv_gap", 30) is None  # no collapsed run has a step 30 before its collapse
-    lt = lead_times(steps, "curv_gap")
-    assert lt["threshold"] <= 0.05 and lt["leads"] == [12.0] * 6
-    tab = warning_table(steps).set_index("statistic")
-    assert tab.loc["curv_gap", "useful"] and tab.loc["curv_gap", "warned_ge5"] == 6
-    assert np.isnan(tab.loc["cov_logp_adv", "auc_L5"])  # column absent: no score
-
-
-def test_a_statistic_that_tracks_the_lr_separates_pooled_runs_but_not_within_an_lr():
-    """curv_gap = 1 in every run at lr 1e-3 (4 collapsed, 4 healthy) and 0 at lr 3e-4 (6 healthy): pooled, each
-    positive beats the 6 runs at 3e-4 and ties the 4 others, AUC = (6 + 4/2) / 10 = 0.8; within lr 1e-3 all
-    scores tie, AUC = 0.5; lr 3e-4 has no collapsed run and gets no row."""
-    rows = []
-    for run in range(14):
-        lr, collapsed = (1e-3, run < 4) if run < 8 else (3e-4, False)
-        for k in range(30):
-            rows.append({"run": run, "step": k, "collapsed": collapsed, "collapse_step": 20 if collapsed else -1,
-                         "lr": lr, "warn/curv_gap": 1.0 if lr == 1e-3 else 0.0, "reward": 0.5})
-    steps = pd.DataFrame(rows)
-    assert lead_auc(steps, "curv_gap", 5).estimate == pytest.approx(0.8)
-    by_lr = warning_table_by_lr(steps)
-    assert set(by_lr.lr) == {1e-3}
-    row = by_lr.set_index("statistic").loc["curv_gap"]
-    assert row["auc_L5"] == pytest.approx(0.5) and row["n_collapsed"] == 4 and row["n_healthy"] == 4
-    assert warning_table_by_lr(steps[steps.lr == 3e-4]).empty
 
 
 def test_mechanism_fit_recovers_a_constructed_slope():
