@@ -157,7 +157,7 @@ def _ablation_main(argv: list[str]) -> int:
         ablation.run_confirmation(pilot, cfg, out, n_jobs=max(1, args.jobs), progress=args.progress, **n)
     else:
         ablation.run_study(cfg, out, n_jobs=max(1, args.jobs), progress=args.progress)
-    claims = ablation.summarize(out)
+    claims = ablation.summarize(out, model="wide" if args.study == "wide" else "")
     import gapdyn
 
     print(gapdyn.claims_markdown(claims))

@@ -79,6 +79,7 @@ ENTRY_POINTS = {
     "safe_step_headroom": (g.safe_step_headroom, (0.5, 1.0, 2.0), {"c": 1.0, "delta": 2.0}),
     # evidence layer (gapdyn.stats, gapdyn.collapse, gapdyn.claims)
     "wilson_interval": (g.wilson_interval, (3, 10), {}),
+    "newcombe_difference": (g.newcombe_difference, (3, 10, 1, 12), {}),
     "clopper_pearson_interval": (g.clopper_pearson_interval, (3, 10), {}),
     "cluster_bootstrap": (g.cluster_bootstrap, (np.mean, np.arange(6.0)), {"rng": np.random.default_rng(1)}),
     "bootstrap_slope": (g.bootstrap_slope, (np.arange(6.0), Z), {"rng": np.random.default_rng(1)}),

@@ -720,11 +720,12 @@ CLAIM_COLUMNS = ("id", "source", "setting", "statistic", "estimate", "lo", "hi",
                  "verdict")
 
 
-def summarize(out) -> list[Claim]:
+def summarize(out, *, model: str = "") -> list[Claim]:
     """runs.csv, survival.csv (with the warm checkpoint's sha256 and each run's block), claims.json, claims.md in
     ``out``; each block (discovery: seeds below CONFIRMATION_START, confirmation: the rest) judged on its own runs,
     Holm over its primaries; a confirmation block sized by ``out/plan.json`` (:func:`run_confirmation`) carries the
-    planned n on its primaries. Returns the claims."""
+    planned n on its primaries. model: a pinned shape name other than the default (e.g. "wide") put into every
+    claim id (``<id>@wide_lr4e-04``) and setting, so the two sizes' rows stay apart. Returns the claims."""
     import pandas as pd
 
     out = Path(out)
@@ -742,6 +743,8 @@ def summarize(out) -> list[Claim]:
         cl = study_claims(runs=g.drop(columns="block").reset_index(drop=True), block=b)
         if b == "confirmation" and planned:
             cl = [replace(c, n_planned=planned[c.id]) if planned.get(c.id) else c for c in cl]
+        if model:
+            cl = [replace(c, id=c.id.replace("@lr", f"@{model}_lr"), setting=f"{model} model, {c.setting}") for c in cl]
         claims += cl
     atomic_write_text(out / "claims.json", claims_to_json(claims))
     atomic_write_text(out / "claims.md", claims_markdown(claims, columns=CLAIM_COLUMNS) + "\n")
