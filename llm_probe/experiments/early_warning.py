@@ -53,9 +53,9 @@ from gapdyn.taxonomy import BIN_NAMES
 from ..warning import signed_cumulative_alignment
 
 __all__ = ["Statistic", "STATISTICS", "PRIMARY", "BASELINE", "LEADS", "PRIMARY_LEAD", "SPECS", "CRITERIA_HASH",
-           "N_PERMUTATIONS", "N_BOOT", "SEED", "load_study_steps", "statistic_series", "score_at", "matched_auc",
-           "lead_auc", "label_permutations", "lead_times", "warning_table", "warning_claims", "simulate_steps",
-           "true_matched_auc", "bootstrap_coverage", "report"]
+           "N_PERMUTATIONS", "N_BOOT", "SEED", "MatchedAUC", "load_study_steps", "statistic_series", "score_at",
+           "matched_auc", "lead_auc", "label_permutations", "lead_times", "warning_table", "warning_claims",
+           "simulate_steps", "true_matched_auc", "bootstrap_coverage", "report"]
 
 
 class Statistic(NamedTuple):
@@ -527,7 +527,7 @@ def bootstrap_coverage(groups=((20, 80), (50, 50), (80, 20)), *, deltas=(1.0, 0.
     sims = {f"sim{j}": Statistic(f"sim{j}", 1, +1, "synthetic") for j in range(len(deltas))}
     hit_auc = hit_diff = 0
     for _ in range(n_sets):
-        df = simulate_steps(rng, groups, deltas=deltas, tau=tau, sigma=sigma)
+        df = _Runs(simulate_steps(rng, groups, deltas=deltas, tau=tau, sigma=sigma))
         s = int(rng.integers(2**31))
         e = matched_auc(df, sims["sim0"], lead, n_permutations=1, n_boot=n_boot, seed=s)
         d = matched_auc(df, sims["sim0"], lead, versus=sims["sim1"], n_permutations=1, n_boot=n_boot, seed=s)
