@@ -327,8 +327,8 @@ class GRPOCallbackTimes:
     load: tuple  # load average (1, 5, 15 min) before and after
 
 
-def grpo_callback_times(setup: LLMSetup = LLMSetup(), rounds: int = 5, cycle: int = 10, model_tok=None
-                        ) -> GRPOCallbackTimes:
+def grpo_callback_times(setup: LLMSetup = LLMSetup(), rounds: int = 5, cycle: int = 10, model_tok=None, *,
+                        probes: bool = True) -> GRPOCallbackTimes:
     """Seconds per optimizer step of a real ``trl.GRPOTrainer`` (our warmed tiny Qwen, exact-match reward, Adam
     3e-4, B = ``prompts_per_step`` x G completions of ``max_new_tokens``), plain and with
     :class:`llm_probe.GapProbeCallback` (default settings: dot route, headroom on) at probe_every = 1 and at
@@ -336,7 +336,8 @@ def grpo_callback_times(setup: LLMSetup = LLMSetup(), rounds: int = 5, cycle: in
     same model and seed (probing never changes training: checked on TRL's logged reward and loss), runs
     ``cycle + 1`` steps and times steps 1..cycle (``on_step_begin`` -> ``on_step_end``: generation, loss,
     backward, optimizer and the callback's hooks), so probe_every = cycle pays for exactly one probe (step
-    ``cycle``). The configs' order rotates from round to round; ratios are taken within a round."""
+    ``cycle``). The configs' order rotates from round to round; ratios are taken within a round. ``probes=False``:
+    the plain trainer only (its step time)."""
     from datasets import Dataset
     from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback
@@ -382,7 +383,7 @@ def grpo_callback_times(setup: LLMSetup = LLMSetup(), rounds: int = 5, cycle: in
         mixed = [r["gap/n_prompts"] for r in cb.history] if cb is not None else []
         return sum(timer.times[k] for k in range(1, cycle + 1)) / cycle, logged, mixed
 
-    configs = {"plain": None, "probe_every=1": 1, f"probe_every={cycle}": cycle}
+    configs = {"plain": None, "probe_every=1": 1, f"probe_every={cycle}": cycle} if probes else {"plain": None}
     names = list(configs)
     load0 = load_average()
     per = {c: [] for c in names}
@@ -395,7 +396,7 @@ def grpo_callback_times(setup: LLMSetup = LLMSetup(), rounds: int = 5, cycle: in
             if r:
                 for c in names:
                     per[c].append(got[c][0])
-                mixed += got["probe_every=1"][2]
+                mixed += got["probe_every=1"][2] if probes else []
     t = {c: Stat(tuple(v)) for c, v in per.items()}
     return GRPOCallbackTimes(setup, cycle, t, {c: ratio(t[c], t["plain"]) for c in names}, bool(same),
                              float(np.mean(mixed)) if mixed else 0.0, (load0, load_average()))

@@ -108,10 +108,12 @@ class LengthPoint:
 
 
 def length_point(mode: str = "sampled", *, instance: int = 0, rho: float = 0.5, J0: float = 0.1,
-                 Ts: tuple[int, ...] = (1, 2, 4, 8, 16), repeats: int = 3) -> LengthPoint:
+                 Ts: tuple[int, ...] = (1, 2, 4, 8, 16), repeats: int = 3, max_ratio: float | None = None
+                 ) -> LengthPoint:
     """Time of the eta* searches of `gapdyn bandit run length --mode full` cells (one stream each:
-    gapdyn.find_eta_star over ``simulate`` on the full configuration's scan, 1e-2..1e3 at ratio 1.01) with
-    backend="numba" vs "numpy", interleaved; the starts (placements) are made once, outside the timing."""
+    gapdyn.find_eta_star over ``simulate`` on the full configuration's scan, 1e-2..1e3 at ratio 1.01, or at
+    ``max_ratio``: a coarser scan, for smoke tests) with backend="numba" vs "numpy", interleaved; the starts
+    (placements) are made once, outside the timing."""
     import gapdyn
     from bandits.experiments import length as L
     from bandits.experiments._common import run_stats
@@ -130,7 +132,7 @@ def length_point(mode: str = "sampled", *, instance: int = 0, rho: float = 0.5, 
         def go():
             return [gapdyn.find_eta_star(
                 lambda e, env=env, th=th: run_stats(simulate(env, dyn, eta=e, seed=0, theta0=th, backend=backend)),
-                cfg.eta_lo, cfg.eta_hi, max_ratio=cfg.max_ratio) for env, th in starts]
+                cfg.eta_lo, cfg.eta_hi, max_ratio=max_ratio or cfg.max_ratio) for env, th in starts]
         return go
 
     a, b = searches("numba")(), searches("numpy")()

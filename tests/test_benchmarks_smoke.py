@@ -112,6 +112,30 @@ def test_report_without_llm():
     assert set(targets(res)) == {"exact_vs_fused", "sampled_vs_numpy"}
 
 
+def test_targets_table_takes_per_round_ratios_and_bounds():
+    """The warm-up target is the per-round ratio of benchmarks.threads rows (a failed row is left out), and the
+    verdict flips at the bound; the table prints every target once with MET / MISSED."""
+    from benchmarks.run import Target, format_targets
+
+    def rows(t_unset):
+        return [{"round": k, "threads": n, "policy": pol, "warmup_s": t}
+                for k, (t1, t2) in enumerate(zip((2.0, 1.0), t_unset)) for n, pol, t in ((1, "PASSIVE", t1),
+                                                                                          (2, "unset", t2))] + [
+            {"round": 1, "threads": 2, "policy": "PASSIVE", "error": "timed out"}]
+    met = targets({"threads": rows((5.0, 3.0))})["warmup_threads"]
+    assert met.measured.values == (2.5, 3.0) and met.met
+    missed = targets({"threads": rows((3.0, 1.9))})["warmup_threads"]
+    assert missed.measured.values == (1.5, 1.9) and not missed.met
+    assert Target("x", Stat((1.5,)), 1.5, True, "").met and not Target("x", Stat((1.51,)), 1.5, True, "").met
+    t = Stat((2.0, 3.0, 40.0))  # the sequence target: numpy / numba per round
+    seq = targets({"length": sq.LengthPoint("sampled", (1, 4), t.inverse(), t, ratio(t, t.inverse()), False)})
+    assert seq["sequence_numba"].measured.values == (4.0, 9.0, 1600.0) and not seq["sequence_numba"].met  # median
+    assert "same eta*: NO" in seq["sequence_numba"].why
+    text = "\n".join(format_targets({"threads": rows((3.0, 1.9)), "load_before": (1.0,) * 3,
+                                      "load_after": (2.0,) * 3, "wall_s": 1.0}))
+    assert text.count("MISSED") == 1 and re.search(r"\| 1\.70x \[-12%,\+12%\] \| >= 2x +\| MISSED \|", text)
+
+
 def test_fused_reference_is_the_engine_update():
     """benchmarks.references.fused_exact is the engine's exact constant-step SGD dynamics (shared blocks too)."""
     for shared, method in ((False, "grpo"), (True, "rloo")):
