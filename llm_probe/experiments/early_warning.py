@@ -556,10 +556,9 @@ def report(study) -> None:
             "vs_p_L10", "warned_ge5", "n_collapsed", "n_negative"]
     with pd.option_context("display.width", 250, "display.max_columns", 30, "display.precision", 3):
         print(tab[cols].to_string(index=False))
-    for c in claims:
-        if c.primary:
-            print(f"{c.id}: {c.estimate:+.3f} [{c.interval[0]:+.3f}, {c.interval[1]:+.3f}] p_adj="
-                  f"{c.p_adjusted if c.p_adjusted is not None else math.nan:.3g} -> {c.verdict}")
+    for c in (c for c in claims if c.primary):
+        print(f"{c.id}: {c.estimate:+.3f} [{c.interval[0]:+.3f}, {c.interval[1]:+.3f}] p_adj={c.p_adjusted:.3g} "
+              f"-> {c.verdict}" if c.measured else f"{c.id}: {c.why}")
     print(f"wrote {study / 'early_warning.csv'}, {study / 'early_warning_claims.json'}, "
           f"{study / 'early_warning_claims.md'}")
 
