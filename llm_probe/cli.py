@@ -5,7 +5,7 @@
     gapdyn train demo [--out DIR --seeds 0 1 2 ...]          GRPO vs WAPO at a normal and a large lr (DemoConfig)
     gapdyn train ablation [--mode test|quick|full] [--study ablation|warning] [--seeds 0 1 ...] [--jobs N] [--out DIR]
                                                              the method ablation / early-warning study, with claims
-    gapdyn train early-warning --from DIR                    lead time and ROC AUC of the warn/* statistics
+    gapdyn train early-warning --from DIR                    time-matched AUC of the warning statistics vs the reward
     gapdyn train entropy --from DIR                          dH against -lr Cov(log pi, A) and the taxonomy cells
     gapdyn train entropy-lemma [--mode test|full] [--out DIR]  Cui et al.'s entropy lemma per visited state, claims
     gapdyn train offline --before DIR --after DIR --rollouts F --out DIR

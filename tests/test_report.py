@@ -115,3 +115,33 @@ def test_statements_without_claims_in_the_run_are_not_blamed_on_the_ablation():
     rows = {r[1]: r for r in _rows(_render([])) if len(r) == 4}
     (thm2,) = [r for s, r in rows.items() if s.startswith("Theorem 2")]
     assert thm2[3] == "not in this run"
+
+
+def test_llm_block_renders_committed_study_outputs(tmp_path):
+    """The README's tiny-Qwen block from a constructed study folder: the confirmation rows of survival.csv (the
+    discovery rows left out), the command / wall / hash line, and each primary with its numbers and verdict."""
+    import json
+
+    import pandas as pd
+
+    import gapdyn
+    from paper_figs.report import llm_block
+
+    d = tmp_path / "llm-ablation-full"
+    d.mkdir()
+    pd.DataFrame([dict(block="discovery", method="grpo", lr=4e-4, n=10, alerted=9, recovered=3, collapsed=6, failed=0,
+                       rate=0.6, cp_lo=0.26, cp_hi=0.88, reward_last25=0.1),
+                  dict(block="confirmation", method="grpo", lr=4e-4, n=30, alerted=21, recovered=7, collapsed=14,
+                       failed=1, rate=14 / 29, cp_lo=0.29, cp_hi=0.67, reward_last25=0.2)]).to_csv(d / "survival.csv")
+    c = gapdyn.Claim(id="llm.wapo_fewer_collapses@lr0.0004", source="WAPO", statement="s", setting="lr=4e-4",
+                     statistic="share", estimate=0.3, interval=(0.1, 0.5), n=30, criterion_text="c",
+                     criterion=gapdyn.Criterion.above(0.0, alpha=0.05), block="confirmation", p_value=0.001,
+                     p_adjusted=0.006, form="comparison", primary=True, n_planned=88)
+    (d / "claims.json").write_text(gapdyn.claims_to_json([c]))
+    (d / "run.json").write_text(json.dumps({"title": "WAPO vs GRPO", "command": "gapdyn train ablation --mode full",
+                                            "wall_min": 61.4, "load": "2-3", "warm_sha256": "ab" * 32}))
+    text = llm_block([d])
+    assert "**WAPO vs GRPO** (`gapdyn train ablation --mode full`; 61 min wall, load 2-3" in text
+    assert "abababababab…" in text and "| 30 | 21 | 7 | 14 | 1 |" in text and "| 10 | 9 |" not in text
+    assert "`llm.wapo_fewer_collapses@lr0.0004`: 0.3 [0.1, 0.5], p (Holm) 0.006, n 30 / 88 planned → **holds**" in text
+    assert llm_block([tmp_path / "nothing"]).startswith("No tiny-Qwen study")
