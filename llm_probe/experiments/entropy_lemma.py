@@ -68,7 +68,7 @@ SRC = "Cui et al. 2025 (arXiv 2505.22617)"
 SPECS = {
     "llm.entropy_lemma": ClaimSpec(
         f"{SRC}, Lemma 1", "Per visited state, the entropy change of one step equals -Cov_{a~pi}(log pi, dz) to "
-        "first order (dz: the realised logit change)", "law", Criterion.equivalence(0.8, 1.2)),
+        "first order (dz: the realised logit change)", "derived", Criterion.equivalence(0.8, 1.2)),
     "llm.entropy_pg_form_sgd": ClaimSpec(
         f"{SRC}, Theorem 1 (tabular softmax, plain PG), on a network under SGD",
         "Per visited state, the entropy change of an SGD step follows -eta Cov(log pi, pi A) in sign", "law",
@@ -79,7 +79,7 @@ SPECS = {
         Criterion.above(0.0)),
     "llm.entropy_lemma_adam": ClaimSpec(
         f"{SRC}, Lemma 1, under Adam (exploratory)",
-        "Per visited state, the entropy change of an Adam step equals -Cov(log pi, dz) to first order", "law",
+        "Per visited state, the entropy change of an Adam step equals -Cov(log pi, dz) to first order", "derived",
         Criterion.equivalence(0.8, 1.2)),
     "llm.entropy_pg_form_adam": ClaimSpec(
         f"{SRC}, Theorem 1 transferred to Adam (exploratory: beyond the paper's setting)",
@@ -91,7 +91,10 @@ SPECS = {
         Criterion.above(0.0)),
 }
 """claim id -> ClaimSpec, frozen at import before any run (ids get ``@<run>`` suffixes: one row per run and, for
-Adam, per step block ``step0`` / ``later``)."""
+Adam, per step block ``step0`` / ``later``). The lemma rows are of form "derived": Lemma 1 is a first-order Taylor
+identity of the softmax entropy, so its rows say whether a step is small enough for the first order to describe it
+(a check of the regime and of the measurement), shown and never counted as evidence about the dynamics; the PG
+forms are the statements about training dynamics."""
 TEST_TEXT = {
     "llm.entropy_lemma": "OLS slope of the exact dH(s) on -Cov_pi(log pi, dz) over the run's visited states, "
                          "CR1 t interval, step clusters",
