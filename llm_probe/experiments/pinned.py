@@ -36,7 +36,7 @@ SHAPES = {
 
 PINNED_SHA256 = {
     "tiny": "1e6157f69ae7d570bb8510c067e7b2b03f559617f27dec0734d81e144a79fdb9",
-    "wide": "",
+    "wide": "0fd9fdc2b5bc19ac143d56cbebe52fdbfcf8166ba33e6b7163dfc50a9b4cfb48",
 }
 """Shape name -> sha256 of the committed ``model.safetensors`` (empty: not pinned yet)."""
 
