@@ -55,7 +55,7 @@ from ..warning import signed_cumulative_alignment
 __all__ = ["Statistic", "STATISTICS", "PRIMARY", "BASELINE", "LEADS", "PRIMARY_LEAD", "SPECS", "CRITERIA_HASH",
            "N_PERMUTATIONS", "N_BOOT", "SEED", "MatchedAUC", "load_study_steps", "statistic_series", "score_at",
            "matched_auc", "lead_auc", "label_permutations", "lead_times", "warning_table", "warning_claims",
-           "simulate_steps", "true_matched_auc", "bootstrap_coverage", "report"]
+           "simulate_steps", "true_matched_auc", "bootstrap_coverage", "study_runs", "report"]
 
 
 class Statistic(NamedTuple):
@@ -539,17 +539,34 @@ def bootstrap_coverage(groups=((20, 80), (50, 50), (80, 20)), *, deltas=(1.0, 0.
             "se_diff": se(hit_diff)}
 
 
+def study_runs(study, methods=("grpo", "wapo")) -> tuple[list[Path], str]:
+    """The run folders the benchmark reads: the study's runs of ``methods`` (the pre-declared design: GRPO and WAPO),
+    and of those only the confirmation block's (seeds >= llm_probe.experiments.ablation.CONFIRMATION_START) when
+    the study has one; returns (folders, block)."""
+    from .ablation import CONFIRMATION_START
+
+    done = [f.parent for f in sorted(Path(study, "runs").glob("*/done.json"))]
+    keep = [d for d in done if d.name.split("_lr")[0] in methods]
+    seed = {d: int(d.name.rsplit("_s", 1)[1]) for d in keep}
+    conf = [d for d in keep if seed[d] >= CONFIRMATION_START]
+    return (conf, "confirmation") if conf else (keep, "discovery")
+
+
 def report(study) -> None:
     """``gapdyn train early-warning --from DIR``: write DIR/early_warning.csv (:func:`warning_table`) and
-    DIR/early_warning_claims.json / .md (:func:`warning_claims`), print both (the command line is llm_probe.cli's)."""
+    DIR/early_warning_claims.json / .md (:func:`warning_claims`) on the runs :func:`study_runs` selects, print both
+    (the command line is llm_probe.cli's)."""
     import pandas as pd
 
     study = Path(study)
-    steps = load_study_steps(study)
+    runs, block = study_runs(study)
+    if not runs:
+        raise ValueError(f"no finished GRPO or WAPO run under {study}/runs")
+    steps = load_study_steps(runs)
     steps = _Runs(steps)
     tab = warning_table(steps)
     write_with(study / "early_warning.csv", lambda tmp: tab.to_csv(tmp, index=False))
-    claims = warning_claims(steps)
+    claims = [replace(c, block=block) for c in warning_claims(steps)]
     atomic_write_text(study / "early_warning_claims.json", claims_to_json(claims))
     atomic_write_text(study / "early_warning_claims.md", claims_markdown(claims) + "\n")
     cols = ["lr", "statistic", "role", "auc_L0", "auc_L5", "auc_L10", "lo_L10", "hi_L10", "p_L10", "vs_reward_L10",
@@ -559,7 +576,8 @@ def report(study) -> None:
     for c in (c for c in claims if c.primary):
         print(f"{c.id}: {c.estimate:+.3f} [{c.interval[0]:+.3f}, {c.interval[1]:+.3f}] p_adj={c.p_adjusted:.3g} "
               f"-> {c.verdict}" if c.measured else f"{c.id}: {c.why}")
-    print(f"wrote {study / 'early_warning.csv'}, {study / 'early_warning_claims.json'}, "
+    print(f"{len(runs)} runs ({block} block, GRPO and WAPO); wrote {study / 'early_warning.csv'}, "
+          f"{study / 'early_warning_claims.json'}, "
           f"{study / 'early_warning_claims.md'}")
 
 
