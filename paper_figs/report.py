@@ -71,7 +71,8 @@ PAPER_CLAIMS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("beyond the papers (docs/theory.md section 11)", "the safe step rule keeps runs at a collapse lr from ending "
      "collapsed without slowing learning at a safe lr", ("safe_step.",), ""),
     ("beyond the papers", "a per-step statistic of the probe warns of the final collapse earlier than the falling "
-     "reward", ("llm.warning.",), ""),
+     "reward", tuple(f"llm.warning.{x}_beats_reward" for x in ("M_pos", "headroom_lr", "frac_reward_zero_std",
+                                                               "cov_logp_adv")), ""),
 )
 """Each statement of the two papers and the claim ids that test it: an exact id, or a prefix ending in "."
 (every claim of that experiment); an exact id also covers its settings "id@..." (the tiny-Qwen claims per lr).
@@ -271,9 +272,12 @@ def readme_headline(claims: Iterable[gapdyn.Claim], *, claims_page: str = "docs/
         cell = lambda ids: f"{len(ids)}" + (f": {', '.join(ids)}" if 0 < len(ids) <= 4 else "")  # noqa: E731
         lines.append(f"| {paper} | {statement.replace('|', chr(92) + '|')} | {cell(by['holds'])} | {cell(by['does not hold'])} "
                      f"| {len(by['inconclusive'])} |")
-    counts = gapdyn.count_verdicts(shown)
+    mapped = [c for c in shown if any(covers(s, c.id) for _, _, specs, _ in PAPER_CLAIMS for s in specs)]
+    counts = gapdyn.count_verdicts(mapped)
+    extra = len(shown) - len(mapped)
     head = (f"{counts['holds']} claims hold, {counts['does not hold']} do not hold, {counts['inconclusive']} are "
-            f"inconclusive ({counts['identity']} identity and {counts['derived']} derived rows shown, not counted). "
+            f"inconclusive ({counts['identity']} identity and {counts['derived']} derived rows shown, not counted"
+            + (f"; {extra} exploratory rows that test no paper statement are listed apart" if extra else "") + "). "
             f"Every row, with its form, estimate, interval, n used / planned, criterion and why an inconclusive row "
             f"is inconclusive: [{Path(claims_page).name}]({claims_page}).")
     return head + "\n\n" + "\n".join(lines)
@@ -284,10 +288,11 @@ LLM_MARKERS = ("<!-- llm-table: generated, do not edit by hand -->", "<!-- /llm-
 
 
 def llm_block(folders: Iterable[Path]) -> str:
-    """The README's tiny-Qwen block from committed study folders (each: survival.csv, claims.json, and run.json
-    with the command, wall time, load and warm checkpoint hash of the run that made it): per study, the survival
-    table of the confirmation block (alerted / recovered / ends collapsed / failed; discovery when no confirmation
-    ran) and its primaries with estimate, interval, Holm-adjusted p, n used / planned and verdict."""
+    """The README's tiny-Qwen block from committed study folders (each: claims.json, run.json with the command, wall
+    time, load and warm checkpoint hash of the run that made it, and where the study has one, survival.csv and the
+    pilot's plan.json): per study, the survival table of the confirmation block (alerted / recovered / ends
+    collapsed / failed; discovery when no confirmation ran), its primaries with estimate, interval, Holm-adjusted
+    p, n used / planned and verdict (or its verdict counts when it has none), and the plan's reasons."""
     import json
 
     import pandas as pd
@@ -295,10 +300,10 @@ def llm_block(folders: Iterable[Path]) -> str:
     parts = []
     for d in folders:
         d = Path(d)
-        if not (d / "survival.csv").is_file():
+        if not ((d / "survival.csv").is_file() or (d / "run.json").is_file()):
             continue
         meta = json.loads((d / "run.json").read_text()) if (d / "run.json").is_file() else {}
-        surv = pd.read_csv(d / "survival.csv")
+        surv = pd.read_csv(d / "survival.csv") if (d / "survival.csv").is_file() else pd.DataFrame()
         if "block" in surv and (surv["block"] == "confirmation").any():
             surv = surv[surv["block"] == "confirmation"]
         head = f"**{meta.get('title', d.name)}** (`{meta.get('command', '?')}`"
@@ -315,11 +320,20 @@ def llm_block(folders: Iterable[Path]) -> str:
                         ([fmt(r["reward_last25"])] if "reward_last25" in surv else []))
         names = [{"collapsed": "ends collapsed"}.get(c, c) for c in cols] + ["collapse rate [CP 95 %]"] + (
             ["reward, last 25 steps"] if "reward_last25" in surv else [])
-        prim = [c for c in decided_claims(read_claims(d / "claims.json")) if c.primary] if (d / "claims.json").is_file() else []
+        every = decided_claims(read_claims(d / "claims.json")) if (d / "claims.json").is_file() else []
+        prim = [c for c in every if c.primary]
         plines = [f"- `{c.id}`: {fmt(c.estimate)} [{fmt(c.interval[0])}, {fmt(c.interval[1])}], p (Holm) "
                   f"{fmt(c.p_adjusted)}, n {c.n}" + ("" if c.n_planned is None else f" / {c.n_planned} planned")
                   + f" → **{c.verdict}**" for c in prim]
-        parts.append("\n".join([head, "", _md(rows, names)] + (["", "Primaries:"] + plines if plines else [])))
+        plan = json.loads((d / "plan.json").read_text()) if (d / "plan.json").is_file() else None
+        if plan and "rows" in plan:
+            plines += [f"- plan from the pilot: {plan['n']} seeds per arm (floor {plan.get('n_min', '?')}, budget "
+                       f"{plan.get('n_max', '?')}); " + "; ".join(f"`{r['id']}`: {r['reason']}" for r in plan["rows"])]
+        if not prim and every:
+            n = gapdyn.count_verdicts(every)
+            plines.append("- no primary; " + ", ".join(f"{v} {k}" for k, v in n.items() if v) + " (every row: claims.md)")
+        table = [_md(rows, names)] if len(surv) else []
+        parts.append("\n".join([head, ""] + table + (["", "Primaries:" if prim else "Claims:"] + plines if plines else [])))
     return "\n\n".join(parts) if parts else "No tiny-Qwen study is committed under docs/verdicts."
 
 
@@ -407,7 +421,8 @@ def main(argv: list[str]) -> int:
         text = text[:text.index(start)] + block + text[text.index(end) + len(end):]
         lo, hi = LLM_MARKERS
         if lo in text and hi in text:
-            folders = sorted({f.parent for r in args.runs for f in Path(r).glob("*/survival.csv")})
+            folders = sorted({f.parent for r in args.runs for pat in ("*/survival.csv", "*/run.json")
+                              for f in Path(r).glob(pat)})
             block = f"{lo}\n{llm_block(folders)}\n\nGenerated by `{cmd}`.\n{hi}"
             text = text[:text.index(lo)] + block + text[text.index(hi) + len(hi):]
         atomic_write_text(readme, text)

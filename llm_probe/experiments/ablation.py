@@ -737,7 +737,7 @@ def summarize(out, *, model: str = "") -> list[Claim]:
     surv = pd.concat([survival_table(g).assign(block=b) for b, g in runs.groupby("block", sort=True)], ignore_index=True)
     write_with(out / "survival.csv", lambda tmp: surv.to_csv(tmp, index=False))
     plan = json.loads((out / "plan.json").read_text()) if (out / "plan.json").exists() else None
-    planned = {r["id"]: r["n"] for r in plan["rows"]} if plan else {}
+    planned = {r["id"]: r["n"] for r in plan["rows"] if r["decidable"]} if plan else {}  # else: plan.json says why
     claims = []
     for b, g in runs.groupby("block", sort=True):
         cl = study_claims(runs=g.drop(columns="block").reset_index(drop=True), block=b)
