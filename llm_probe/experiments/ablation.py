@@ -744,7 +744,8 @@ def summarize(out, *, model: str = "") -> list[Claim]:
         if b == "confirmation" and planned:
             cl = [replace(c, n_planned=planned[c.id]) if planned.get(c.id) else c for c in cl]
         if model:
-            cl = [replace(c, id=c.id.replace("@lr", f"@{model}_lr"), setting=f"{model} model, {c.setting}") for c in cl]
+            cl = [replace(c, id=c.id.replace("@lr", f"@{model}_lr") if "@lr" in c.id else f"{c.id}@{model}",
+                          setting=f"{model} model, {c.setting}") for c in cl]
         claims += cl
     atomic_write_text(out / "claims.json", claims_to_json(claims))
     atomic_write_text(out / "claims.md", claims_markdown(claims, columns=CLAIM_COLUMNS) + "\n")
