@@ -19,6 +19,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
 from . import report
@@ -71,31 +72,34 @@ def reproduce(*, mode: str = "quick", out_dir=None, store=None, seed=None, n_job
     claims: list = []
     figures: dict[str, object] = {}
     bar = tqdm(stages, desc="gapdyn reproduce", unit="step", disable=not progress, file=sys.stderr)
-    for kind, name in bar:
-        bar.set_postfix_str(f"{kind} {name}")
-        if kind == "experiment" and not _runs_here(name):  # a study with its own command: not a failure
-            from gapdyn.experiment import registry
+    # one BLAS thread: the stages are serial and their matrices small; OpenBLAS's own threads (2 here) cost
+    # 4-10x the CPU time of the J* searches on a shared machine (BENCHMARKS.md, "The quick reproduction")
+    with threadpool_limits(limits=1, user_api="blas"):
+        for kind, name in bar:
+            bar.set_postfix_str(f"{kind} {name}")
+            if kind == "experiment" and not _runs_here(name):  # a study with its own command: not a failure
+                from gapdyn.experiment import registry
 
-            elsewhere[name] = registry()[name].load().command
-        elif kind == "experiment":
-            try:
-                claims += sources.claims(name)
-            except SourceFailed as exc:
-                unavailable[f"experiment {name}"] = f"error: {exc}"
-            except NotAvailable as exc:
-                unavailable[f"experiment {name}"] = f"not available yet: {exc}"
-        elif kind == "llm":
-            try:
-                claims += sources.claims("llm")
-            except SourceFailed as exc:
-                unavailable["llm_probe demo"] = f"error: {exc}"
-            except NotAvailable as exc:
-                unavailable["llm_probe demo"] = f"not available yet: {exc}"
-        else:
-            made = make_figures(sources, [name], out_dir=out, log=lambda s: None)
-            figures.update(made)
-            if isinstance(made[name], str):
-                unavailable[f"figure {name}"] = made[name]
+                elsewhere[name] = registry()[name].load().command
+            elif kind == "experiment":
+                try:
+                    claims += sources.claims(name)
+                except SourceFailed as exc:
+                    unavailable[f"experiment {name}"] = f"error: {exc}"
+                except NotAvailable as exc:
+                    unavailable[f"experiment {name}"] = f"not available yet: {exc}"
+            elif kind == "llm":
+                try:
+                    claims += sources.claims("llm")
+                except SourceFailed as exc:
+                    unavailable["llm_probe demo"] = f"error: {exc}"
+                except NotAvailable as exc:
+                    unavailable["llm_probe demo"] = f"not available yet: {exc}"
+            else:
+                made = make_figures(sources, [name], out_dir=out, log=lambda s: None)
+                figures.update(made)
+                if isinstance(made[name], str):
+                    unavailable[f"figure {name}"] = made[name]
     bar.close()
 
     report.write_results(out / "results", claims)
