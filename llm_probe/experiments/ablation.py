@@ -51,7 +51,7 @@ from ..seeds import STUDY_SEED, derive_seed
 __all__ = ["StudyConfig", "CONFIGS", "SplitAddition", "pass_at_k", "run_study", "run_one", "summarize",
            "SPECS", "CRITERIA", "CRITERIA_HASH", "EXPERIMENT", "NAME", "cells", "run_cell", "analyse", "run_row", "TEST_TEXT", "wapo_grpo_claims", "block_of", "folder_outcome",
            "outcome_from_rows", "read_evals", "survival_table", "one_sided_wilcoxon", "plan_seeds",
-           "run_confirmation", "PRIMARY_METHODS", "CONFIRMATION_START", "N_MIN", "N_MAX"]
+           "run_confirmation", "train_with_heldout_eval", "PRIMARY_METHODS", "CONFIRMATION_START", "N_MIN", "N_MAX"]
 
 
 NAME = "llm_ablation"
@@ -267,12 +267,40 @@ def _heldout_eval(trainer, problems, samples: int, seed: int) -> tuple[float, fl
     return float(ro.rewards.mean()), float(ent[mk].mean()), ro.rewards.sum(-1).numpy().astype(int)
 
 
+def train_with_heldout_eval(tr, log: Path, problems, samples: int, every: int) -> tuple[list, str | None]:
+    """Run the trainer ``tr`` to its last step (:meth:`Trainer.run`, no checkpoint; it measures H0, R0 for the
+    collapse rule before step 0) with the held-out accuracy and entropy of ``samples`` completions per problem
+    evaluated at step 0, every ``every`` steps and at the last (:func:`_heldout_eval`, own generators: the training
+    trajectory is the same with or without it), each appended to ``log``. Returns (the evaluations, the fault
+    message when it stopped on numerical faults, else None)."""
+    from ..trainer import FaultError
+
+    evals, fault = [], None
+
+    def evaluate(step):
+        acc, ent, _ = _heldout_eval(tr, problems, samples, seed=derive_seed(STUDY_SEED, "heldout_eval"))
+        evals.append({"step": step, "acc": acc, "entropy": ent})
+        with open(log, "a") as f:
+            f.write(json.dumps(evals[-1]) + "\n")
+
+    def after_step(trainer, k, m):
+        if trainer.step % every == 0 or trainer.step == tr.cfg.steps:
+            evaluate(trainer.step)
+
+    evaluate(0)
+    try:
+        tr.run(on_step=after_step, checkpoint=False)
+    except FaultError as exc:  # stopped on numerical faults: the run is "failed", reported apart
+        fault = str(exc)
+    return evals, fault
+
+
 def run_one(cfg: StudyConfig, warm_dir, out: Path, method: str, lr: float, seed: int) -> dict:
     """Train one (method, lr, seed) run into ``out/runs/<name>`` (skipped when done.json exists); its summary.
 
     The loop is :meth:`Trainer.run`'s, with the held-out evaluations as its ``on_step`` hook; no checkpoint."""
     from ..config import TrainConfig
-    from ..trainer import FaultError, Trainer
+    from ..trainer import Trainer
 
     d = out / "runs" / run_name(method, lr, seed)
     if (d / "done.json").exists():
@@ -292,23 +320,7 @@ def run_one(cfg: StudyConfig, warm_dir, out: Path, method: str, lr: float, seed:
     rng = np.random.default_rng(derive_seed(STUDY_SEED, "heldout_problems"))  # the same for every run
     eval_probs = task.heldout(rng, cfg.eval_prompts)
     passk_probs = task.heldout(rng, cfg.passk_prompts)
-    evals, fault = [], None
-
-    def evaluate(step):  # its own generators: the training trajectory is the same with or without it
-        acc, ent, _ = _heldout_eval(tr, eval_probs, cfg.eval_samples, seed=derive_seed(STUDY_SEED, "heldout_eval"))
-        evals.append({"step": step, "acc": acc, "entropy": ent})
-        with open(d / "eval.jsonl", "a") as f:
-            f.write(json.dumps(evals[-1]) + "\n")
-
-    def after_step(trainer, k, m):
-        if trainer.step % cfg.eval_every == 0 or trainer.step == cfg.steps:
-            evaluate(trainer.step)
-
-    evaluate(0)
-    try:
-        tr.run(on_step=after_step, checkpoint=False)  # measures H0, R0 for the collapse rule before step 0
-    except FaultError as exc:
-        fault = str(exc)
+    evals, fault = train_with_heldout_eval(tr, d / "eval.jsonl", eval_probs, cfg.eval_samples, cfg.eval_every)
     H0, R0 = tr.detector.baseline()
     _, _, correct = _heldout_eval(tr, passk_probs, cfg.passk_n, seed=derive_seed(STUDY_SEED, "heldout_passk"))
     ks = [k for k in (1, 2, 4, 8, 16, 32, 64) if k <= cfg.passk_n]

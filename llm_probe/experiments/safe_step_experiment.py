@@ -219,8 +219,8 @@ def run_one(exp, warm_dir, out, arm: str, lr: float, seed: int) -> dict:
     import torch
 
     from ..config import TrainConfig
-    from ..trainer import FaultError, Trainer
-    from .ablation import SplitAddition, _heldout_eval
+    from ..trainer import Trainer
+    from .ablation import SplitAddition, train_with_heldout_eval
 
     d = Path(out) / "runs" / run_name(exp.method, arm, lr, seed)
     if (d / "done.json").exists():
@@ -238,23 +238,7 @@ def run_one(exp, warm_dir, out, arm: str, lr: float, seed: int) -> dict:
     t0, c0 = time.perf_counter(), time.process_time()
     tr = Trainer(tc, task=task)
     eval_probs = task.heldout(np.random.default_rng(derive_seed(STUDY_SEED, "heldout_problems")), exp.eval_prompts)
-    evals, fault = [], None
-
-    def evaluate(step):
-        acc, ent, _ = _heldout_eval(tr, eval_probs, exp.eval_samples, seed=derive_seed(STUDY_SEED, "heldout_eval"))
-        evals.append({"step": step, "acc": acc, "entropy": ent})
-        with open(d / "eval.jsonl", "a") as f:
-            f.write(json.dumps(evals[-1]) + "\n")
-
-    def after_step(trainer, k, m):
-        if trainer.step % exp.eval_every == 0 or trainer.step == exp.steps:
-            evaluate(trainer.step)
-
-    evaluate(0)
-    try:
-        tr.run(on_step=after_step, checkpoint=False)
-    except FaultError as exc:  # stopped on numerical faults: the run is "failed", reported apart
-        fault = str(exc)
+    evals, fault = train_with_heldout_eval(tr, d / "eval.jsonl", eval_probs, exp.eval_samples, exp.eval_every)
     rows = [json.loads(ln) for ln in (d / "metrics.jsonl").read_text().splitlines() if ln.strip()]
     a = [r["safe/a"] for r in rows if "safe/a" in r]
     done = {"method": exp.method, "arm": arm, "lr": lr, "seed": seed, "steps_run": len(rows), "fault": fault,
