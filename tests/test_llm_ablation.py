@@ -233,3 +233,15 @@ def test_plan_seeds_on_a_known_effect():
     assert not p2["rows"][0]["decidable"] and p2["n"] == 60
     with pytest.raises(ValueError, match="n_min"):
         ablation.plan_seeds(runs, n_min=50, n_max=10)
+
+
+def test_relabel_under_other_bits_compares_labels_run_by_run(tmp_path):
+    """relabel_under_other_bits on a test-mode study: with the same thread count the rerun is the same run (every
+    label equal, no reward differs), and its rows name each (method, lr, seed) once."""
+    cfg = replace(CONFIGS["test"], methods=("grpo",))
+    run_study(cfg, tmp_path / "s", progress=False, root=tmp_path)
+    rows = ablation.relabel_under_other_bits(tmp_path / "s", tmp_path / "r", methods=("grpo",), lrs=cfg.lrs,
+                                             seeds=cfg.seeds, torch_threads=1)
+    assert [(r["method"], r["seed"]) for r in rows] == [("grpo", 0), ("grpo", 1)]
+    assert all(r["committed"] == r["rerun"] and r["first_reward_difference"] is None for r in rows)
+    assert json.loads((tmp_path / "r" / "relabel.json").read_text())["rows"] == rows

@@ -51,7 +51,7 @@ from ..seeds import STUDY_SEED, derive_seed
 __all__ = ["StudyConfig", "CONFIGS", "SplitAddition", "pass_at_k", "run_study", "run_one", "summarize",
            "SPECS", "CRITERIA", "CRITERIA_HASH", "EXPERIMENT", "NAME", "cells", "run_cell", "analyse", "run_row", "TEST_TEXT", "wapo_grpo_claims", "block_of", "folder_outcome",
            "outcome_from_rows", "read_evals", "survival_table", "one_sided_wilcoxon", "plan_seeds",
-           "run_confirmation", "train_with_heldout_eval", "PRIMARY_METHODS", "CONFIRMATION_START", "N_MIN", "N_MAX"]
+           "run_confirmation", "train_with_heldout_eval", "relabel_under_other_bits", "PRIMARY_METHODS", "CONFIRMATION_START", "N_MIN", "N_MAX"]
 
 
 NAME = "llm_ablation"
@@ -83,6 +83,7 @@ class StudyConfig:
     pinned: str | None = None  # a pinned warm checkpoint (llm_probe.experiments.pinned: "tiny", "wide") to start from
     other_seeds: int | None = None  # methods outside PRIMARY_METHODS run only the first other_seeds seeds (None: all)
     other_lrs: tuple | None = None  # ... and only these lrs (None: all)
+    torch_threads: int = 1  # per run; another count changes the low bits (the check of :func:`relabel_under_other_bits`)
     mode: str = ""  # the size's name (test, quick, full) for the protocol's configure
 
     def __post_init__(self):
@@ -314,7 +315,8 @@ def run_one(cfg: StudyConfig, warm_dir, out: Path, method: str, lr: float, seed:
                      prompts_per_step=cfg.prompts_per_step, group_size=cfg.group_size,
                      max_new_tokens=cfg.max_new_tokens, num_iterations=mu, optimizer=cfg.optimizer,
                      init_from=str(warm_dir),
-                     probe_every=cfg.probe_every, probe_prompts=0, num_threads=1, progress=False, device="cpu")
+                     probe_every=cfg.probe_every, probe_prompts=0, num_threads=cfg.torch_threads, progress=False,
+                     device="cpu")
     t0 = time.perf_counter()
     tr = Trainer(tc, task=task)
     rng = np.random.default_rng(derive_seed(STUDY_SEED, "heldout_problems"))  # the same for every run
@@ -350,6 +352,36 @@ def _warm_sha256(warm_dir) -> str:
 
     f = Path(warm_dir) / "model.safetensors"
     return file_sha256(f) if f.is_file() else ""
+
+
+def relabel_under_other_bits(study, out, *, methods=PRIMARY_METHODS, lrs=(4e-4, 5e-4), seeds=range(1000, 1006),
+                             torch_threads: int = 2) -> list[dict]:
+    """Rerun finished runs of ``study`` (a folder of :func:`run_confirmation`) with ``torch_threads`` torch threads
+    into ``out`` (a reduction over another number of threads adds in another order: other low bits, as on another
+    machine or torch build) and compare each run's outcome label with the committed one. Returns one row per run:
+    method, lr, seed, committed, rerun (labels), first_reward_difference (the first step whose sampled reward
+    differs, None if none); written to ``out/relabel.json``."""
+    study, out = Path(study), Path(out)
+    f = next((study / f"study-{b}.json" for b in ("confirmation", "discovery") if (study / f"study-{b}.json").exists()),
+             None)
+    if f is None:
+        raise ValueError(f"study must be a study folder of run_study (with study-<block>.json), got {study}")
+    saved = json.loads(f.read_text())
+    tup = lambda v: tuple(tup(x) for x in v) if isinstance(v, list) else v  # noqa: E731  (JSON lists -> tuples)
+    cfg = StudyConfig(**{**{k: tup(v) for k, v in saved.items()}, "torch_threads": int(torch_threads)})
+    warm = prepare_warm(cfg)
+    rows = []
+    for lr in lrs:
+        for m in methods:
+            for s in seeds:
+                run_one(replace(cfg, methods=(m,), lrs=(lr,), seeds=(s,)), warm, out, m, lr, s)
+                a, b = study / "runs" / run_name(m, lr, s), out / "runs" / run_name(m, lr, s)
+                ra, rb = ([json.loads(x)["reward"] for x in (f / "metrics.jsonl").read_text().splitlines()] for f in (a, b))
+                first = next((i for i, (x, y) in enumerate(zip(ra, rb)) if x != y), None)
+                rows.append({"method": m, "lr": lr, "seed": int(s), "committed": folder_outcome(a).label,
+                             "rerun": folder_outcome(b).label, "first_reward_difference": first})
+    atomic_write_json(out / "relabel.json", {"torch_threads": int(torch_threads), "rows": rows}, indent=1)
+    return rows
 
 
 # ---- run outcomes ------------------------------------------------------------------------------------------
