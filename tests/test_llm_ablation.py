@@ -245,3 +245,23 @@ def test_relabel_under_other_bits_compares_labels_run_by_run(tmp_path):
     assert [(r["method"], r["seed"]) for r in rows] == [("grpo", 0), ("grpo", 1)]
     assert all(r["committed"] == r["rerun"] and r["first_reward_difference"] is None for r in rows)
     assert json.loads((tmp_path / "r" / "relabel.json").read_text())["rows"] == rows
+
+
+def test_paired_mean_is_measured_only_where_its_interval_is_valid():
+    """paired_mean: below the n from which docs/coverage.md finds the studentized interval valid the row is not
+    measured (its claim inconclusive with the reason), from that n on it is the studentized bootstrap itself."""
+    from gapdyn.coverage import min_valid_n, valid_at
+    from gapdyn.stats import studentized_cluster_bootstrap_mean
+
+    need = min_valid_n(ablation.MEAN_INTERVAL)
+    rng = np.random.default_rng(3)
+    d = rng.normal(0.1, 0.2, need)
+    short = ablation.paired_mean(d[:need - 1], rng=np.random.default_rng(0), n_boot=500)
+    assert not valid_at(ablation.MEAN_INTERVAL, need - 1) and short.method.startswith("no data: too few pairs")
+    c = ablation._claim("llm.wapo_higher_reward", "lr=4e-4", "s", short, p=0.001, lr=4e-4)
+    assert not c.measured and c.verdict == "inconclusive" and "valid from n" in c.reason
+    full = ablation.paired_mean(d, rng=np.random.default_rng(0), n_boot=500)
+    ref = studentized_cluster_bootstrap_mean(d, rng=np.random.default_rng(0), n_resamples=500)
+    assert (full.estimate, full.lo, full.hi) == (ref.estimate, ref.lo, ref.hi)
+    flat = ablation.paired_mean(np.zeros(need), rng=np.random.default_rng(0), n_boot=500)
+    assert flat.method.startswith("no data: no interval")
