@@ -31,7 +31,8 @@ gapdyn figs                 # only the figures (quick mode), into gapdyn_out/fig
 gapdyn figs --only fig5     # one figure (a name or an unambiguous prefix; also python -m paper_figs.fig5_taxonomy)
 ```
 
-`gapdyn reproduce` (quick) has not been timed on this round's code; `gapdyn reproduce --mode test --no-progress`
+`gapdyn reproduce` (quick) took 684 s wall-clock and 340 s of CPU from a fresh folder with numba's cache empty (load
+1.7-5.2; BENCHMARKS.md, "The quick reproduction"); `gapdyn reproduce --mode test --no-progress`
 took 298 s wall-clock (61 s of CPU) on a 2-core machine shared with other jobs (load 7 to 9). A rerun reuses
 the stored results. It prints where it writes, a progress bar, then what it wrote. Outputs go under the working directory
 (`--out DIR` to choose the folder):
