@@ -41,6 +41,7 @@ from gapdyn.stats import (
     Estimate,
     clopper_pearson_interval,
     fisher_exact_test,
+    newcombe_difference,
 )
 
 from . import cell_folder as _cell_folder
@@ -362,11 +363,11 @@ def relabel_under_other_bits(study, out, *, methods=PRIMARY_METHODS, lrs=(4e-4, 
     method, lr, seed, committed, rerun (labels), first_reward_difference (the first step whose sampled reward
     differs, None if none); written to ``out/relabel.json``."""
     study, out = Path(study), Path(out)
-    f = next((study / f"study-{b}.json" for b in ("confirmation", "discovery") if (study / f"study-{b}.json").exists()),
-             None)
-    if f is None:
+    saved_at = next((study / f"study-{b}.json" for b in ("confirmation", "discovery")
+                     if (study / f"study-{b}.json").exists()), None)
+    if saved_at is None:
         raise ValueError(f"study must be a study folder of run_study (with study-<block>.json), got {study}")
-    saved = json.loads(f.read_text())
+    saved = json.loads(saved_at.read_text())
     tup = lambda v: tuple(tup(x) for x in v) if isinstance(v, list) else v  # noqa: E731  (JSON lists -> tuples)
     cfg = StudyConfig(**{**{k: tup(v) for k, v in saved.items()}, "torch_threads": int(torch_threads)})
     warm = prepare_warm(cfg)
@@ -478,15 +479,16 @@ primaries, WAPO vs GRPO collapse and final reward at every lr of the study, are 
 the other rows are exploratory (p unadjusted)."""
 TEST_TEXT = {
     "llm.wapo_fewer_collapses": "share of runs ending collapsed (llm_probe.collapse.run_outcome; failed runs apart), "
-                                "GRPO - WAPO, paired bootstrap interval; p: one-sided Fisher exact (GRPO more)",
+                                "GRPO - WAPO, Newcombe hybrid score interval; p: one-sided Fisher exact (GRPO more)",
     "llm.wapo_higher_reward": "mean paired difference of the last-25-step reward, WAPO - GRPO (failed pairs apart), "
-                              "paired bootstrap interval; p: one-sided Wilcoxon signed-rank (WAPO higher)",
+                              "studentized bootstrap interval (paired_mean); p: one-sided Wilcoxon signed-rank (WAPO "
+                              "higher)",
     "llm.wapo_entropy_at_matched_accuracy": "mean paired entropy difference (WAPO - GRPO) at the first evaluation "
                                             "where both reach the pair's common accuracy; p: one-sided Wilcoxon",
     "llm.dapo_entropy_at_matched_accuracy": "mean paired entropy difference (DAPO - GRPO) at the first evaluation "
                                             "where both reach the pair's common accuracy; p: one-sided Wilcoxon",
-    "llm.wapo_passk_not_lower": "mean paired pass@k_max difference (WAPO - GRPO), paired bootstrap interval "
-                                "(non-inferiority margin 0.02)",
+    "llm.wapo_passk_not_lower": "mean paired pass@k_max difference (WAPO - GRPO), studentized bootstrap interval "
+                                "(paired_mean; non-inferiority margin 0.02)",
     "llm.nsr_passk_above_psr": "mean paired pass@k_max difference (NSR - PSR); p: one-sided Wilcoxon",
     "llm.entropy_follows_cov": "slope of dH (same completions) on -lr * Cov(log pi(y_t), A) over probe steps, "
                                "run-cluster bootstrap interval",
@@ -630,8 +632,8 @@ def _diff_claim(cid, setting, statistic, x, y, rng, n_boot, lr, test=True):
 def wapo_grpo_claims(runs, lr: float, *, rng, n_boot: int = 2000) -> list[Claim]:
     """llm.wapo_fewer_collapses and llm.wapo_higher_reward at one lr, runs paired by seed (columns method, lr,
     seed, collapsed: the run ends collapsed, reward_last25; with a ``failed`` column, pairs with a failed run are
-    left out): the difference GRPO - WAPO in the share ending collapsed (:func:`_rate_difference`, one-sided
-    Fisher exact test) and the mean paired last-25-step reward difference WAPO - GRPO (:func:`paired_mean`;
+    left out): the difference GRPO - WAPO in the share ending collapsed (Newcombe's hybrid score interval,
+    gapdyn.stats.newcombe_difference, coverage in docs/coverage.md; one-sided Fisher exact test) and the mean paired last-25-step reward difference WAPO - GRPO (:func:`paired_mean`;
     one-sided Wilcoxon). Both are primaries; Holm is left to the
     caller (:func:`holm_adjust_claims` over the primaries); fewer than 2 pairs: no claim."""
     tag = f"lr={lr:g}, seeds paired"
@@ -639,24 +641,12 @@ def wapo_grpo_claims(runs, lr: float, *, rng, n_boot: int = 2000) -> list[Claim]
     g, w = _paired(runs, "grpo", "wapo", "collapsed", lr)
     if len(g) >= 2:
         kg, kw = int(g.sum()), int(w.sum())
-        est = _rate_difference(kg, len(g), kw, len(w), rng=rng, n_boot=n_boot)
+        est = newcombe_difference(kg, len(g), kw, len(w))
         p = fisher_exact_test([[kg, len(g) - kg], [kw, len(w) - kw]], alternative="greater").p_value
         claims.append(_claim("llm.wapo_fewer_collapses", tag, "share of runs ending collapsed, GRPO - WAPO", est, p=p, lr=lr))
     w_r, g_r = _paired(runs, "wapo", "grpo", "reward_last25", lr)
     c = _diff_claim("llm.wapo_higher_reward", tag, "reward_last25 WAPO - GRPO", w_r, g_r, rng, n_boot, lr)
     return claims + ([c] if c else [])
-
-
-def _rate_difference(k_a: int, n_a: int, k_b: int, n_b: int, *, rng, n_boot: int) -> Estimate:
-    """p_a - p_b with Newcombe's hybrid score interval (gapdyn.stats.newcombe_difference, coverage in
-    docs/coverage.md) where gapdyn has it, else a percentile bootstrap of the two arms."""
-    import gapdyn.stats as st
-
-    if hasattr(st, "newcombe_difference"):
-        return st.newcombe_difference(k_a, n_a, k_b, n_b)
-    a = rng.binomial(n_a, k_a / n_a, n_boot) / n_a - rng.binomial(n_b, k_b / n_b, n_boot) / n_b
-    lo, hi = np.quantile(a, [0.025, 0.975])
-    return Estimate(k_a / n_a - k_b / n_b, float(lo), float(hi), n_a + n_b, 0.95, "percentile bootstrap")
 
 
 # ---- seeds sized by power ------------------------------------------------------------------------------------
@@ -797,7 +787,7 @@ def summarize(out, *, model: str = "") -> list[Claim]:
     runs = load_runs(out)
     if not len(runs):
         raise ValueError(f"no finished run under {out}/runs")
-    runs["block"] = ["confirmation" if s >= CONFIRMATION_START else "discovery" for s in runs.seed]
+    runs["block"] = [block_of([s]) for s in runs.seed]
     write_with(out / "runs.csv", lambda tmp: runs.drop(columns=["dir"]).to_csv(tmp, index=False))
     surv = pd.concat([survival_table(g).assign(block=b) for b, g in runs.groupby("block", sort=True)], ignore_index=True)
     write_with(out / "survival.csv", lambda tmp: surv.to_csv(tmp, index=False))

@@ -543,12 +543,11 @@ def study_runs(study, methods=("grpo", "wapo")) -> tuple[list[Path], str]:
     """The run folders the benchmark reads: the study's runs of ``methods`` (the pre-declared design: GRPO and WAPO),
     and of those only the confirmation block's (seeds >= llm_probe.experiments.ablation.CONFIRMATION_START) when
     the study has one; returns (folders, block)."""
-    from .ablation import CONFIRMATION_START
+    from .ablation import block_of
 
-    done = [f.parent for f in sorted(Path(study, "runs").glob("*/done.json"))]
-    keep = [d for d in done if d.name.split("_lr")[0] in methods]
-    seed = {d: int(d.name.rsplit("_s", 1)[1]) for d in keep}
-    conf = [d for d in keep if seed[d] >= CONFIRMATION_START]
+    done = {f.parent: json.loads(f.read_text()) for f in sorted(Path(study, "runs").glob("*/done.json"))}
+    keep = [d for d, r in done.items() if r["method"] in methods]
+    conf = [d for d in keep if block_of([done[d]["seed"]]) == "confirmation"]
     return (conf, "confirmation") if conf else (keep, "discovery")
 
 
