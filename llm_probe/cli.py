@@ -153,7 +153,7 @@ def _ablation_main(argv: list[str]) -> int:
     out = output_dir("train-ablation", args.out_dir or default)
     t0 = time.perf_counter()
     if decided:
-        n = dict(n_min=20, n_max=20) if args.study == "wide" else {}
+        n = dict(n_min=ablation.WIDE_N, n_max=ablation.WIDE_N) if args.study == "wide" else {}
         ablation.run_confirmation(pilot, cfg, out, n_jobs=max(1, args.jobs), progress=args.progress, **n)
     else:
         ablation.run_study(cfg, out, n_jobs=max(1, args.jobs), progress=args.progress)
@@ -225,7 +225,7 @@ class EntropyLemmaArgs:
     and Adam, with claims (llm_probe.experiments.entropy_lemma; docs/llm_probe.md)."""
 
     mode: Mode = "full"
-    """Sizes: test (seconds, machinery), quick = full (3 SGD lrs + Adam 4e-4, 30 steps each, minutes of CPU)."""
+    """Sizes: test (seconds, machinery), quick = full (5 SGD lrs + Adam 4e-4, 30 steps each, minutes of CPU)."""
     out_dir: Annotated[str | None, tyro.conf.arg(name="out")] = None
     """Folder for claims.json, claims.md and steps.csv (default ./gapdyn_out/train-entropy-lemma/<mode>); the
     trainer's run folders go to a temporary folder."""

@@ -225,6 +225,18 @@ def render_report(*, mode: str, seconds: float, seed, claims: Iterable[gapdyn.Cl
     return "\n".join(out)
 
 
+def claim_value(c: gapdyn.Claim) -> str:
+    """"estimate [lo, hi] (95 %)" of a measured claim, else "not measured: <reason>" (the tables' one rule)."""
+    if not c.measured:
+        return f"not measured: {c.reason}"
+    return f"{fmt(c.estimate)} [{fmt(c.interval[0])}, {fmt(c.interval[1])}] ({c.confidence * 100:g} %)"
+
+
+def claim_n(c: gapdyn.Claim) -> str:
+    """n used, and planned where the planner sized it."""
+    return f"{c.n}" + ("" if c.n_planned is None else f" / {c.n_planned} planned")
+
+
 def readme_table(claims: Iterable[gapdyn.Claim]) -> str:
     """The README's "What holds" table: one row per counted claim, the confirmation verdict where it ran.
 
@@ -233,13 +245,7 @@ def readme_table(claims: Iterable[gapdyn.Claim]) -> str:
     shown = [c for c in decided_claims(claims) if c.counts_as_evidence]
     has_conf = any(c.block == "confirmation" for c in claims)
     def row(label, c):
-        if c.measured:
-            pct = f"{c.confidence * 100:g} %"
-            value = f"{fmt(c.estimate)} [{fmt(c.interval[0])}, {fmt(c.interval[1])}] ({pct})"
-        else:
-            value = f"not measured: {c.reason}"
-        n = f"{c.n}" + ("" if c.n_planned is None else f" / {c.n_planned} planned")
-        return [label, c.id, c.form, value, n, c.criterion_text, c.verdict, c.why, c.block]
+        return [label, c.id, c.form, claim_value(c), claim_n(c), c.criterion_text, c.verdict, c.why, c.block]
 
     rows = []
     for paper, statement, specs, _ in PAPER_CLAIMS:
@@ -322,9 +328,8 @@ def llm_block(folders: Iterable[Path]) -> str:
             ["reward, last 25 steps"] if "reward_last25" in surv else [])
         every = decided_claims(read_claims(d / "claims.json")) if (d / "claims.json").is_file() else []
         prim = [c for c in every if c.primary]
-        plines = [f"- `{c.id}`: {fmt(c.estimate)} [{fmt(c.interval[0])}, {fmt(c.interval[1])}], p (Holm) "
-                  f"{fmt(c.p_adjusted)}, n {c.n}" + ("" if c.n_planned is None else f" / {c.n_planned} planned")
-                  + f" → **{c.verdict}**" for c in prim]
+        plines = [f"- `{c.id}`: {claim_value(c)}, p (Holm) {fmt(c.p_adjusted)}, n {claim_n(c)} → **{c.verdict}**"
+                  for c in prim]
         plan = json.loads((d / "plan.json").read_text()) if (d / "plan.json").is_file() else None
         if plan and "rows" in plan:
             plines += [f"- plan from the pilot: {plan['n']} seeds per arm (floor {plan.get('n_min', '?')}, budget "

@@ -120,6 +120,7 @@ def test_statements_without_claims_in_the_run_are_not_blamed_on_the_ablation():
 def test_llm_block_renders_committed_study_outputs(tmp_path):
     """The README's tiny-Qwen block from a constructed study folder: the confirmation rows of survival.csv (the
     discovery rows left out), the command / wall / hash line, and each primary with its numbers and verdict."""
+    import dataclasses
     import json
 
     import pandas as pd
@@ -137,11 +138,16 @@ def test_llm_block_renders_committed_study_outputs(tmp_path):
                      statistic="share", estimate=0.3, interval=(0.1, 0.5), n=30, criterion_text="c",
                      criterion=gapdyn.Criterion.above(0.0, alpha=0.05), block="confirmation", p_value=0.001,
                      p_adjusted=0.006, form="comparison", primary=True, n_planned=88)
-    (d / "claims.json").write_text(gapdyn.claims_to_json([c]))
+    short = dataclasses.replace(c, id="llm.wapo_higher_reward@lr0.0004", estimate=0.08, interval=(0.08, 0.08),
+                                measured=False, reason="too few pairs for a valid interval (n = 30)")
+    (d / "claims.json").write_text(gapdyn.claims_to_json([c, short]))
     (d / "run.json").write_text(json.dumps({"title": "WAPO vs GRPO", "command": "gapdyn train ablation --mode full",
                                             "wall_min": 61.4, "load": "2-3", "warm_sha256": "ab" * 32}))
     text = llm_block([d])
     assert "**WAPO vs GRPO** (`gapdyn train ablation --mode full`; 61 min wall, load 2-3" in text
     assert "abababababab…" in text and "| 30 | 21 | 7 | 14 | 1 |" in text and "| 10 | 9 |" not in text
-    assert "`llm.wapo_fewer_collapses@lr0.0004`: 0.3 [0.1, 0.5], p (Holm) 0.006, n 30 / 88 planned → **holds**" in text
+    assert ("`llm.wapo_fewer_collapses@lr0.0004`: 0.3 [0.1, 0.5] (95 %), p (Holm) 0.006, n 30 / 88 planned → **holds**"
+            in text)
+    assert ("`llm.wapo_higher_reward@lr0.0004`: not measured: too few pairs for a valid interval (n = 30), p (Holm) "
+            "0.006, n 30 / 88 planned → **inconclusive**" in text)  # an unmeasured primary shows no interval
     assert llm_block([tmp_path / "nothing"]).startswith("No tiny-Qwen study")
