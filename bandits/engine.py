@@ -1326,7 +1326,7 @@ def _announce_compile() -> None:
     if not _announced:
         _announced = True
         if not kernels_cached():
-            print("gapdyn: compiling kernels, first run only (about 20-40 s; cached on disk afterwards) ...",
+            print("gapdyn: compiling kernels, first run only (about a minute on 2 cores; cached on disk afterwards) ...",
                   file=sys.stderr, flush=True)
 
 

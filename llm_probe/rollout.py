@@ -221,10 +221,9 @@ def make_rollout(model, tokenizer, task, problems, *, G: int, max_new_tokens: in
     if not fast:
         model.train(was_training)
     p_ids, p_mask = p_ids.repeat_interleave(G, 0), p_mask.repeat_interleave(G, 0)
-    texts = []
+    texts, eos = [], tokenizer.eos_token_id  # eos looked up once (a tokenizer attribute is a dict lookup chain)
     for row, m in zip(c_ids.tolist(), c_mask.tolist()):
-        toks = [t for t, k in zip(row, m) if k > 0 and t != tokenizer.eos_token_id]
-        texts.append(tokenizer.decode(toks))
+        texts.append(tokenizer.decode([t for t, k in zip(row, m) if k > 0 and t != eos]))
     r = [task.reward(texts[i], problems[i // G], terminated=bool(term[i])) for i in range(len(texts))]
     rewards = torch.tensor(r, dtype=torch.float32).view(len(problems), G)
     return Rollout(problems, p_ids, p_mask, c_ids, c_mask, term.cpu(), texts, rewards, logp)

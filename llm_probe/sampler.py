@@ -66,7 +66,7 @@ def _rms(x, norm):
 
 
 def _rope(x, cos, sin):
-    """x cos + rotate_half(x) sin, x [n, h, L, D], cos/sin [n, 1, L, D]."""
+    """x cos + rotate_half(x) sin, x [n, L, h, D], cos/sin [n, L, 1, D]."""
     half = x.shape[-1] // 2
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
@@ -110,10 +110,13 @@ def _layer(lyr, fw, x, cos, sin, bias, kv=None, start: int = 0, past=None):
     D = a.head_dim
     H, Hk = a.q_proj.out_features // D, a.k_proj.out_features // D
     qkv = F.linear(_rms(x, lyr.input_layernorm), fw[0], fw[1]).view(n, L, H + 2 * Hk, D)
-    q, k, v = qkv.split([H, Hk, Hk], dim=2)
-    if hasattr(a, "q_norm"):  # Qwen3
-        q, k = _rms(q, a.q_norm), _rms(k, a.k_norm)
-    q, k, v = _rope(q.transpose(1, 2), cos, sin), _rope(k.transpose(1, 2), cos, sin), v.transpose(1, 2)
+    if hasattr(a, "q_norm"):  # Qwen3: q and k normed apart, then rotated
+        q, k, v = qkv.split([H, Hk, Hk], dim=2)
+        q, k = _rope(_rms(q, a.q_norm), cos, sin), _rope(_rms(k, a.k_norm), cos, sin)
+    else:  # Qwen2: q and k rotated in one pass (the same elementwise operations)
+        q, k = _rope(qkv[:, :, :H + Hk], cos, sin).split([H, Hk], dim=2)
+        v = qkv[:, :, H + Hk:]
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     if kv is not None:
         kv[0][:, :, start:start + L] = k
         kv[1][:, :, start:start + L] = v
@@ -146,8 +149,8 @@ def _rotary_table(model, x, n_pos: int):
 
 
 def _rotary(table, pos):
-    """(cos, sin) [n, 1, L, D] at positions ``pos`` [n, L], looked up in a :func:`_rotary_table`."""
-    return table[0][pos][:, None], table[1][pos][:, None]
+    """(cos, sin) [n, L, 1, D] at positions ``pos`` [n, L], looked up in a :func:`_rotary_table`."""
+    return table[0][pos][:, :, None], table[1][pos][:, :, None]
 
 
 def _trunk(model, fused, table, ids, pos, bias, caches, start: int):

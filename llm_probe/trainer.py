@@ -100,6 +100,17 @@ def build_policy(cfg: TrainConfig, task):
     return model, tok
 
 
+def all_finite(tensors: list) -> bool:
+    """Whether every element of ``tensors`` is finite: one fused norm per tensor (a NaN or inf makes it
+    non-finite), the elements themselves checked only where a norm is not finite (a NaN / inf, or finite
+    values whose norm overflows)."""
+    if not tensors:
+        return True
+    if bool(torch.isfinite(torch.stack(torch._foreach_norm(tensors))).all()):
+        return True
+    return all(bool(torch.isfinite(t).all()) for t in tensors)
+
+
 def _make_optimizer(cfg: TrainConfig, params):
     if cfg.lr <= 0:
         raise ValueError(f"lr must be > 0, got {cfg.lr}")
@@ -416,7 +427,7 @@ class Trainer:
             return f"non-finite loss ({float(loss.detach())})"
         if loss.requires_grad:
             loss.backward()
-        if not all(bool(torch.isfinite(p.grad).all()) for p in self.model.parameters() if p.grad is not None):
+        if not all_finite([p.grad for p in self.model.parameters() if p.grad is not None]):
             return "non-finite gradient"
         return None
 
@@ -457,7 +468,7 @@ class Trainer:
     def _update_is_finite(self, theta_k: dict) -> bool:
         """A finite gradient times a huge step can still overflow the weights: then restore theta_k and say so
         (the optimizer's moments keep this step's finite gradient)."""
-        if all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
+        if all_finite([p.detach() for p in self.model.parameters()]):
             return True
         self._restore_weights(theta_k)
         return False
@@ -486,7 +497,8 @@ class Trainer:
         r = ro.rewards
         lengths = ro.completion_mask.sum(-1)
         G = ro.G
-        distinct = [len(set(tuple(ro.completion_ids[b * G + g].tolist()) for g in range(G))) / G for b in range(ro.B)]
+        rows = ro.completion_ids.tolist()  # one conversion, not one per row
+        distinct = [len(set(tuple(rows[b * G + g]) for g in range(G))) / G for b in range(ro.B)]
         return {
             "reward": float(r.mean()),
             "reward_std": float(r.std(-1).mean()),  # TRL: mean over groups of the (Bessel) std

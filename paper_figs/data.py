@@ -111,6 +111,7 @@ class Sources:
         self.llm_progress = progress  # the tiny-Qwen demo's own bar (reproduce shows it, not the sweeps')
         self._cache: dict[str, Any] = {}
         self.errors: dict[str, str] = {}
+        self._llm_job = None  # (pool, future) of start_llm
 
     def taxonomy(self) -> pd.DataFrame:
         """The rows of the ``taxonomy`` experiment (one row per sampled token and sign of A)."""
@@ -167,14 +168,34 @@ class Sources:
         return self._cache.get(f"config:{name}")
 
     # ---- tiny-Qwen runs
+    def start_llm(self) -> None:
+        """Start the tiny-Qwen demo now in a second process (``spawn``; its own bars off), so that it runs beside
+        whatever this process does next (torch in one thread there, numba here); :meth:`llm` waits for it, then
+        reads the folder it wrote. A second call, or one after :meth:`llm`, does nothing."""
+        if self._llm_job is not None or "llm" in self._cache or "llm" in self.errors:
+            return
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        future = pool.submit(load_llm, self.mode, self.llm_dir, seed=self.seed, progress=False, n_jobs=self.n_jobs)
+        self._llm_job = (pool, future)
+
     def llm(self):
-        """The tiny-Qwen GRPO-vs-WAPO demo's outputs (see :mod:`llm_probe`), run once, cached on disk."""
+        """The tiny-Qwen GRPO-vs-WAPO demo's outputs (see :mod:`llm_probe`), run once, cached on disk (after
+        :meth:`start_llm`: the second process's run, its error raised here)."""
         key = "llm"
         if key in self._cache:
             return self._cache[key]
         if key in self.errors:
             raise (SourceFailed if "failed:" in self.errors[key] else NotAvailable)(self.errors[key])
         try:
+            if self._llm_job is not None:
+                (pool, future), self._llm_job = self._llm_job, None
+                try:
+                    future.result()  # the demo's folder is written: load_llm below only reads it
+                finally:
+                    pool.shutdown(cancel_futures=True)
             out = load_llm(self.mode, self.llm_dir, seed=self.seed, progress=self.llm_progress, n_jobs=self.n_jobs)
         except NotAvailable as exc:
             self.errors[key] = str(exc)

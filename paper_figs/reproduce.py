@@ -6,7 +6,8 @@
     gapdyn reproduce --mode full  paper-scale sweeps (long; resumable through the sweep store)
 
 Steps: (1) run each bandit experiment (``bandits.experiments.<name>.run``; cells already in the
-sweep store are loaded, not recomputed), (2) the tiny-Qwen GRPO-vs-WAPO runs (``llm_probe``),
+sweep store are loaded, not recomputed), (2) the tiny-Qwen GRPO-vs-WAPO runs (``llm_probe``; on 2+ cores
+in a second process started before (1), so that torch runs there while numba compiles and runs here),
 (3) all figures (PNG + PDF), (4) ``REPORT.md`` rendering the claims of this run (every experiment's
 ``analyse`` and the tiny-Qwen claims; :mod:`paper_figs.report`), plus ``results/claims.json`` and
 ``results/claims.csv``. A missing data source is reported as "not available yet", never faked.
@@ -15,6 +16,7 @@ Exit codes: 0 everything produced, 3 some part not available, 1 an error.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -52,9 +54,12 @@ def _runs_here(name: str) -> bool:
 
 
 def reproduce(*, mode: str = "quick", out_dir=None, store=None, seed=None, n_jobs: int = 1, progress: bool = True,
-              log=print) -> dict:
+              log=print, llm_beside: bool | None = None) -> dict:
     """Run everything and write the figures, ``REPORT.md`` and ``results/`` into ``out_dir`` (default
     ``./gapdyn_out/reproduce``); the sweep store is ``store`` or :func:`paper_figs.cli.resolve_store`'s default.
+    ``llm_beside``: run the tiny-Qwen demo in a second process beside the bandit experiments
+    (:meth:`paper_figs.data.Sources.start_llm`); None = when the machine has 2 or more cores and the mode is not
+    "test" (whose demo takes seconds).
 
     Returns a dict with keys report (path), figures (name -> paths or reason), claims (every gapdyn.Claim
     of the run), unavailable (name -> reason), seconds.
@@ -65,6 +70,10 @@ def reproduce(*, mode: str = "quick", out_dir=None, store=None, seed=None, n_job
     store = resolve_store(store, out_dir)
     sources = Sources(mode, store=store, n_jobs=n_jobs, seed=seed, progress=False)
     sources.llm_progress = progress  # the longest stage: show the demo's "demo runs" bar below ours
+    if llm_beside is None:
+        llm_beside = mode != "test" and (os.cpu_count() or 1) >= 2
+    if llm_beside:  # torch in one thread there while numba compiles and runs here (BENCHMARKS.md)
+        sources.start_llm()
     experiments = _experiment_names()
     stages = [("experiment", n) for n in experiments] + [("llm", "llm_probe")] + [("figure", f) for f in FIGURES]
     unavailable: dict[str, str] = {}
@@ -131,6 +140,9 @@ class ReproduceConfig(RunArgs):
 
     tiny: bool = False
     """Same as --mode test."""
+    llm_beside: bool = True
+    """Run the tiny-Qwen demo in a second process beside the bandit experiments (2+ cores, not --mode test);
+    --no-llm-beside runs every stage in this process, one after another."""
 
 
 @command("gapdyn reproduce")
@@ -141,7 +153,8 @@ def main(argv: list[str]) -> int:
     store = resolve_store(args.store, args.out)
     say("reproduce", f"sweep store {store.resolve()}")
     res = reproduce(mode="test" if args.tiny else args.mode, out_dir=out, store=store, seed=args.seed,
-                    n_jobs=args.jobs, progress=args.progress, log=lambda text: say("reproduce", text))
+                    n_jobs=args.jobs, progress=args.progress, log=lambda text: say("reproduce", text),
+                    llm_beside=None if args.llm_beside else False)
     if any(isinstance(v, str) and v.startswith("error") for v in [*res["figures"].values(), *res["unavailable"].values()]):
         return 1
     return 3 if res["unavailable"] else 0

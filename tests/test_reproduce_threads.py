@@ -33,7 +33,8 @@ def test_stages_run_with_one_blas_thread(monkeypatch, tmp_path):
     monkeypatch.setattr(reproduce_mod, "Sources", FakeSources)
     monkeypatch.setattr(reproduce_mod, "make_figures", fake_figures)
     with threadpool_limits(limits=2, user_api="blas"):  # the caller's setting: 2 threads
-        reproduce_mod.reproduce(out_dir=tmp_path / "out", store=tmp_path / "store", progress=False, log=lambda s: None)
+        reproduce_mod.reproduce(out_dir=tmp_path / "out", store=tmp_path / "store", progress=False, log=lambda s: None,
+                                llm_beside=False)  # the stages of this process
         after = _blas_threads()
     assert len(seen) == len(reproduce_mod.FIGURES) + 1 + sum(map(reproduce_mod._runs_here,
                                                                  reproduce_mod._experiment_names()))
