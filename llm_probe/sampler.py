@@ -215,20 +215,22 @@ def fast_completion_logits(model, prompt_ids, prompt_mask, completion_ids, compl
 
 
 def fast_completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *, G: int = 1,
-                             return_entropy: bool = False):
-    """:func:`llm_probe.model.completion_logprobs` (log pi(o_t | q, o_<t) [N, T], 0 where masked; optionally
-    entropies and log pi(. | q, o_<t) [N, T, V]) by :func:`fast_completion_logits` when
-    :func:`supports_fast_path`, else by the model's own forward."""
+                             return_entropy: bool = False, return_all: bool = False):
+    """:func:`llm_probe.model.completion_logprobs` (log pi(o_t | q, o_<t) [N, T], 0 where masked; with
+    ``return_entropy`` (logp, entropies, log pi(. | q, o_<t) [N, T, V]); with ``return_all`` (logp, log pi(. | q,
+    o_<t)), no entropy computed) by :func:`fast_completion_logits` when :func:`supports_fast_path`, else by the
+    model's own forward."""
     from .model import completion_logprobs
 
     if not supports_fast_path(model):
-        return completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                                   return_entropy=return_entropy)
+        out = completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                                  return_entropy=return_entropy or return_all)
+        return (out[0], out[2]) if return_all and not return_entropy else out
     logits = fast_completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask, G=G)
     logp_all = torch.log_softmax(logits, dim=-1)  # [N, T, V]
     logp = logp_all.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1) * completion_mask
     if not return_entropy:
-        return logp
+        return (logp, logp_all) if return_all else logp
     ent = -(logp_all.exp() * logp_all).sum(-1)
     return logp, ent, logp_all
 
@@ -274,7 +276,7 @@ def decode(model, prompt_ids, prompt_mask, *, group_size: int, max_new_tokens: i
         scores = logits.clone() if mask_pad else logits
         if mask_pad:  # <pad> is never sampled: it only fills the rows after <eos>
             scores[:, pad_id] = -float("inf")
-        probs = torch.softmax(scores / temperature, dim=-1)
+        probs = torch.softmax(scores if temperature == 1 else scores / temperature, dim=-1)  # x / 1 is x
         check_finite(probs, t)
         nxt = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(dev)
         live = ~done

@@ -115,7 +115,7 @@ def _make_optimizer(cfg: TrainConfig, params):
     if cfg.lr <= 0:
         raise ValueError(f"lr must be > 0, got {cfg.lr}")
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=True)
     if cfg.optimizer == "adamw":
         return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     if cfg.optimizer == "sgd":
@@ -323,9 +323,9 @@ class Trainer:
         sampling policy's log-probabilities (None: these, so the importance ratio is 1); ``keep_all=False``:
         logp_all is None (only the loss is needed, as on the later steps on a reused batch)."""
         # the scored forward shares each prompt's pass among its G rows (llm_probe.sampler; same function)
-        if keep_all:
-            logp, _, logp_all = fast_completion_logprobs(self.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
-                                                         ro.completion_mask, G=ro.G, return_entropy=True)
+        if keep_all:  # the log-probabilities of the whole vocabulary, no entropy (token_stats forms its own)
+            logp, logp_all = fast_completion_logprobs(self.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
+                                                      ro.completion_mask, G=ro.G, return_all=True)
         else:
             logp, logp_all = fast_completion_logprobs(self.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
                                                       ro.completion_mask, G=ro.G), None

@@ -182,3 +182,14 @@ def test_a_non_finite_policy_is_reported_by_the_batched_route():
     _, ids, mask = _prompts(tok, B=2)
     with pytest.raises(NonFinitePolicyError, match="position 0"):
         sample_groups(model, ids, mask, generator=torch.Generator(), fast=True, **_kw(tok, G=2, max_new_tokens=3))
+
+
+def test_logprobs_without_the_entropy_are_the_same_tensors():
+    """return_all=True gives (logp, logp_all) of return_entropy=True, bit for bit, without the entropy."""
+    torch.manual_seed(0)
+    model, tok = tiny()
+    ids = torch.randint(3, len(tok), (8, 7))
+    pm, cm = torch.ones(8, 4, dtype=torch.long), torch.ones(8, 3)
+    full = fast_completion_logprobs(model, ids[:, :4], pm, ids[:, 4:], cm, G=1, return_entropy=True)
+    part = fast_completion_logprobs(model, ids[:, :4], pm, ids[:, 4:], cm, G=1, return_all=True)
+    assert len(part) == 2 and torch.equal(part[0], full[0]) and torch.equal(part[1], full[2])

@@ -316,3 +316,34 @@ def test_headroom_meter_equals_the_controllers_rule_on_the_same_step(tmp_path):
     by_hand = min(2.0 / c0["safe/sd_hat"], 1.0 * c0["safe/dmu_hat"] / c0["safe/kappa_hat"])
     assert h0 == pytest.approx(c0["safe/headroom"], rel=1e-6) and h0 == pytest.approx(by_hand, rel=1e-6)
     assert rows[0]["gap/headroom_lr"] == pytest.approx(1e-2 * h0, rel=1e-12)
+
+
+def test_all_finite_agrees_with_the_elementwise_check():
+    from llm_probe.trainer import all_finite
+
+    rng = np.random.default_rng(0)
+    for case in range(40):
+        ts = [torch.tensor(rng.normal(size=rng.integers(1, 5, size=2)), dtype=torch.float32) for _ in range(4)]
+        if case % 4 == 1:  # a NaN or an inf somewhere
+            t = ts[rng.integers(4)]
+            t.view(-1)[rng.integers(t.numel())] = [float("nan"), float("inf"), -float("inf")][case % 3]
+        elif case % 4 == 2:  # finite, but the sum of squares overflows float32: still finite
+            ts[0].view(-1)[0] = 3e38
+        assert all_finite(ts) == all(bool(torch.isfinite(t).all()) for t in ts)
+    assert all_finite([])
+
+
+def test_fused_adam_gives_the_single_tensor_adams_bits(tmp_path):
+    """The trainer's Adam runs its multi-tensor (foreach) route: over 4 steps the weights equal, bit for bit,
+    those of torch's single-tensor Adam from the same start (same batches: probes off)."""
+    runs = []
+    for foreach in (True, False):
+        model, tok = warm_model()
+        tr = Trainer(_cfg(tmp_path / str(foreach), probe_every=0), model=model, tokenizer=tok)
+        assert tr.opt.defaults["foreach"] is True
+        if not foreach:
+            tr.opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=3e-4, foreach=False)
+        for _ in range(4):
+            tr.train_step()
+        runs.append(_params(model))
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
