@@ -58,8 +58,7 @@ def reproduce(*, mode: str = "quick", out_dir=None, store=None, seed=None, n_job
     """Run everything and write the figures, ``REPORT.md`` and ``results/`` into ``out_dir`` (default
     ``./gapdyn_out/reproduce``); the sweep store is ``store`` or :func:`paper_figs.cli.resolve_store`'s default.
     ``llm_beside``: run the tiny-Qwen demo in a second process beside the bandit experiments
-    (:meth:`paper_figs.data.Sources.start_llm`); None = when the machine has 2 or more cores and the mode is not
-    "test" (whose demo takes seconds).
+    (:meth:`paper_figs.data.Sources.start_llm`); None = when the machine has 2 or more cores.
 
     Returns a dict with keys report (path), figures (name -> paths or reason), claims (every gapdyn.Claim
     of the run), unavailable (name -> reason), seconds.
@@ -71,7 +70,7 @@ def reproduce(*, mode: str = "quick", out_dir=None, store=None, seed=None, n_job
     sources = Sources(mode, store=store, n_jobs=n_jobs, seed=seed, progress=False)
     sources.llm_progress = progress  # the longest stage: show the demo's "demo runs" bar below ours
     if llm_beside is None:
-        llm_beside = mode != "test" and (os.cpu_count() or 1) >= 2
+        llm_beside = (os.cpu_count() or 1) >= 2
     if llm_beside:  # torch in one thread there while numba compiles and runs here (BENCHMARKS.md)
         sources.start_llm()
     experiments = _experiment_names()
@@ -141,7 +140,7 @@ class ReproduceConfig(RunArgs):
     tiny: bool = False
     """Same as --mode test."""
     llm_beside: bool = True
-    """Run the tiny-Qwen demo in a second process beside the bandit experiments (2+ cores, not --mode test);
+    """Run the tiny-Qwen demo in a second process beside the bandit experiments (on 2+ cores);
     --no-llm-beside runs every stage in this process, one after another."""
 
 
