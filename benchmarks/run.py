@@ -78,7 +78,7 @@ QUICK = Sizes(
     ceiling_steps=50, scale_steps=10, scale_K=(10, 100, 1000), scale_C=(8, 32, 128), scale_R=(8, 64, 256),
     scale_G=(2, 8, 32), seq_T=(1, 8, 32), seq_runs=8, seq_steps=5, llm_warmup=200, llm_repeats=3,
     llm_scale_G=(4, 8), llm_scale_B=(4, 16), profile_steps=1, length_T=(1, 2, 4, 8), length_repeats=2,
-    rl_repeats=3, trl_rounds=1, trl_cycle=3, threads_warmup=10, threads_rl=1, threads_rounds=1,
+    rl_repeats=9, trl_rounds=1, trl_cycle=3, threads_warmup=10, threads_rl=1, threads_rounds=1,
 )
 TINY = Sizes(
     repeats=1, workload=bb.Workload(n_contexts=3, n_arms=12, dim=4, n_correct=3, n_seeds=2, n_etas=2, group_size=4,
