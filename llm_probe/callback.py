@@ -306,13 +306,17 @@ class GapProbeCallback(TrainerCallback):
         self._batch = {"reward": float(r_s.mean()) if len(r_s) else math.nan,
                        "frac_reward_zero_std": float((r_s.std(-1) == 0).float().mean()) if len(r_s) else math.nan}
         world = _world_size()
+        # one snapshot of theta_k for the probe and the headroom meter (a second copy of the weights at real size
+        # otherwise); frozen parameters do not move between here and the update, so they enter uncopied
+        theta_k = None if self._theta_k is None else {n: self._theta_k.get(n, p.detach())
+                                                      for n, p in model.named_parameters()}
         if self._sharded is not None:  # every rank forwards the whole batch (each forward is collective)
             self._fwd_stats = self.probe.before(ro)
         elif world > 1:  # DDP: this rank probes the groups b with b % world == rank (llm_probe.sharding)
             self._owned = owned_groups(ro.B, _rank(), world)
-            self.probe.before(sub_rollout(ro, self._owned), shard_index=self._owned)
+            self.probe.before(sub_rollout(ro, self._owned), shard_index=self._owned, theta_k=theta_k)
         else:
-            self.probe.before(ro)
+            self.probe.before(ro, theta_k=theta_k)
         if self.rollout_path is not None and _rank() == 0:
             with open(self.rollout_path, "a") as f:
                 for line in self._gathered:

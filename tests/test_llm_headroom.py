@@ -187,3 +187,26 @@ def test_the_pair_passed_to_grpo_trainer_fails_inside_trl(tmp_path):
     pair = load_policy(tmp_path / "m", device="cpu")
     with pytest.raises(AttributeError, match="config"):
         _trainer(tmp_path, pair, pair.tokenizer, _exact_match, [], steps=1)
+
+
+def test_the_probe_and_the_headroom_meter_share_one_snapshot_of_theta_k(tmp_path):
+    """At real size a second copy of the weights is gigabytes: the gap probe's theta_k (``old``, what the update is
+    measured against) is the headroom meter's snapshot itself, not a copy of it."""
+    pytest.importorskip("trl")
+    from transformers import TrainerCallback
+
+    from llm_probe.callback import GapProbeCallback
+    from tests.llm_helpers import warm_model
+
+    model, tok = warm_model()
+    probe = GapProbeCallback(tok, 4, probe_every=1)
+    seen = []
+
+    class Inspect(TrainerCallback):  # runs before the probe's own on_optimizer_step (earlier in the list)
+        def on_optimizer_step(self, args, state, control, **kw):
+            old, snap = probe.probe._pending.old, probe._theta_k
+            seen.append(all(old[n].data_ptr() == snap[n].data_ptr() for n in old))
+
+    trainer = _trainer(tmp_path, model, tok, probe.wrap_reward(_exact_match), [Inspect(), probe], steps=2)
+    trainer.train()
+    assert seen == [True, True] and len(probe.history) == 2
