@@ -134,8 +134,9 @@ class GapProbe:
         dot = self.alignment != "jvp" and not stream
         names = list(self.params)
         keep = self.alignment != "dot" or stream  # forward-mode and streamed routes evaluate at theta_k later
-        if keep and theta_k is None:
-            theta_k = {n: p.detach().clone() for n, p in self.model.named_parameters()}
+        if keep and theta_k is None:  # frozen parameters (a LoRA base) do not move: kept uncopied
+            theta_k = {n: p.detach().clone() if p.requires_grad else p.detach()
+                       for n, p in self.model.named_parameters()}
         old = {n: (theta_k[n] if theta_k is not None else self.params[n].detach().clone()) for n in names}
         ascent = {n: -(p.grad.detach() if p.grad is not None else torch.zeros_like(p)) for n, p in self.params.items()}
         with _eval_mode(self.model):  # no dropout in the probe's forwards

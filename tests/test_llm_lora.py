@@ -81,6 +81,9 @@ def test_gap_probe_on_lora_sgd_step(alignment):
     ascent = flat([-p.grad for p in params.values()])
     theta0 = flat([p.detach().clone() for p in params.values()])
     probe.before(ro)
+    kept = probe._pending.theta_k  # forward-mode / streamed routes evaluate there: only the adapter is copied
+    live = dict(model.named_parameters())
+    assert all((kept[n].data_ptr() == p.data_ptr()) == (not p.requires_grad) for n, p in live.items())
     opt.step()
     res = probe.after()
     delta = flat([p.detach() for p in params.values()]) - theta0
