@@ -277,3 +277,25 @@ def test_real_size_benchmark_on_a_tiny_model():
         assert r[f"{part}_s"] > 0 and r[f"{part}_peak_MiB"] >= r["base_MiB"] * 0.9, part
     text = format_report({**r, "load_before": [0.0] * 3, "load_after": [0.0] * 3, "wall_s": 1.0})
     assert "| probe: all three |" in text
+
+
+def test_probe_targets_report_the_worst_and_the_default_configuration():
+    """The amortised probe target is the worst alignment at the cadence; a second row is the configuration a user
+    gets (TrainConfig's alignment and probe_every), read from its own row, not the worst."""
+    from types import SimpleNamespace
+
+    from llm_probe.config import TrainConfig
+
+    n, default = TrainConfig.probe_every, TrainConfig.probe_alignment
+    ov = {"off": Stat((1.0,)), "dot": Stat((4.0,)), "jvp": Stat((6.0,)),
+          f"dot/{n}": Stat((1.3, 1.4)), f"jvp/{n}": Stat((1.6, 1.7))}
+    res = {"llm_steps": SimpleNamespace(overhead=ov, mixed_per_step=4.0, setup=SimpleNamespace(prompts_per_step=16)),
+           "llm_every": n}
+    t = targets(res)
+    assert t["probe_overhead"].measured is ov["jvp"] and not t["probe_overhead"].met
+    assert t["probe_overhead_default"].measured is ov[f"jvp/{n}"] and not t["probe_overhead_default"].met
+    row = t["probe_overhead_default_config"]
+    assert row.measured is ov[f"{default}/{n}"] and row.met == (ov[f"{default}/{n}"].median <= 1.5)
+    res["llm_every"] = n + 1  # another cadence: no default-configuration row
+    res["llm_steps"].overhead = {k.replace(f"/{n}", f"/{n + 1}"): v for k, v in ov.items()}
+    assert "probe_overhead_default_config" not in targets(res)
