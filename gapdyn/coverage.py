@@ -19,7 +19,19 @@ experiments produce:
 - two proportions (n = runs per arm, n in TWO_PROPORTION_NS): independent arms of n Bernoulli(p_a) and
   n Bernoulli(p_b) outcomes for (p_a, p_b) in {(0.05, 0.05), (0.3, 0.1), (0.5, 0.2), (0.1, 0)}; the target
   is p_a - p_b (e.g. "arm A ends collapsed more often than arm B"). The paired bootstrap resamples rows
-  (run i of arm a with run i of arm b) as the studies do for runs paired by seed.
+  (run i of arm a with run i of arm b) as the studies do for runs paired by seed;
+- paired differences (n = pairs, n in PAIRED_NS; the target is E[x - y]): ``normal rho=0.5`` ((x, y)
+  bivariate normal, unit variances, correlation 0.5, mean difference 0) and ``lognormal rho=0.5``
+  (x = exp(z1), y = exp(z2 / 2), corr(z1, z2) = 0.5: a skewed difference, mean e^{1/2} - e^{1/8}), e.g. a
+  final reward, one arm minus the other, of runs paired by seed;
+- paired ratios (n = pairs, n in PAIRED_NS; the target is E[num] / E[den] = 2/9 ≈ 0.22, as in steps to a
+  reward level, one arm over the other): ``normal rho=0.5`` (den ~ N(45, 15²), num ~ N(10, 3²),
+  correlation 0.5), ``lognormal rho=0.5`` (log den ~ N(log 45 - 1/8, 1/4), log num ~ N(log 10 - 1/8, 1/4),
+  correlation 0.5) and ``gamma-Poisson counts`` (a shared difficulty g ~ Gamma(2, scale 1/2) per pair,
+  den = 1 + Poisson(44 g), num = 1 + Poisson(9 g): skewed, overdispersed, positively correlated counts).
+  Both paired kinds are measured at PAIRED_REPS_FACTOR × reps data sets per cell (MC SE <= 0.005 at any
+  coverage at the default reps 2000). An unbounded Fieller set (mean(den) not distinguishable from 0; the
+  study then makes no claim) is (-inf, inf) and covers, as the studentized bootstrap's infinite intervals.
 
 ``valid_at(method, n)`` (worst coverage over the DGPs at n >= nominal - tol) and ``min_valid_n`` read the
 committed measurement ``gapdyn/data/coverage.csv`` unless given a table; regenerate it, and
@@ -41,19 +53,29 @@ from .io import atomic_write_text, write_with
 from .stats import Estimate
 
 __all__ = ["KINDS", "DGPS", "NS", "CoverageMethod", "COVERAGE_METHODS", "draw_means", "draw_slopes",
-           "draw_clustered_events", "draw_two_proportions", "NS_BY_KIND",
+           "draw_clustered_events", "draw_two_proportions", "draw_pairs", "NS_BY_KIND", "PAIRED_NS",
+           "PAIRED_REPS_FACTOR", "base_reps",
            "coverage_table", "valid_at", "min_valid_n", "frozen_table", "coverage_markdown", "main"]
 
-KINDS = ("mean", "slope", "proportion", "clustered_proportion", "two_proportions")
+KINDS = ("mean", "slope", "proportion", "clustered_proportion", "two_proportions", "paired_difference",
+         "paired_ratio")
 DGPS = {"mean": ("normal", "lognormal", "correlated"), "slope": ("random_slope",),
         "proportion": ("p=0.05", "p=0.4", "p=0.95"),
         "clustered_proportion": ("iid p=0.05", "beta p=0.05", "beta p=0.4", "all-or-none p=0.05"),
-        "two_proportions": ("p_a=0.05 p_b=0.05", "p_a=0.3 p_b=0.1", "p_a=0.5 p_b=0.2", "p_a=0.1 p_b=0")}
+        "two_proportions": ("p_a=0.05 p_b=0.05", "p_a=0.3 p_b=0.1", "p_a=0.5 p_b=0.2", "p_a=0.1 p_b=0"),
+        "paired_difference": ("normal rho=0.5", "lognormal rho=0.5"),
+        "paired_ratio": ("normal rho=0.5", "lognormal rho=0.5", "gamma-Poisson counts")}
 TRIALS_PER_CLUSTER = 16
 NS = (4, 8, 10, 20, 40, 60)
 TWO_PROPORTION_NS = (10, 20, 30, 50, 80)
-NS_BY_KIND = {**{kind: NS for kind in KINDS}, "two_proportions": TWO_PROPORTION_NS}
+PAIRED_NS = (8, 16, 30, 50)
+NS_BY_KIND = {**{kind: NS for kind in KINDS}, "two_proportions": TWO_PROPORTION_NS,
+              "paired_difference": PAIRED_NS, "paired_ratio": PAIRED_NS}
 """The tabulated n of each kind (``coverage_table``'s default)."""
+PAIRED_REPS_FACTOR = 5
+"""The paired kinds simulate this many times ``reps`` data sets per cell: 10000 at reps 2000, so the Monte Carlo
+SE √(c(1-c)/10000) is at most 0.005 at any coverage c."""
+RATIO_TRUTH = 10.0 / 45.0
 ROWS_PER_CLUSTER = 5
 ICC = 0.5
 SLOPE_MEAN, SLOPE_SD, NOISE_SD = 1.0, 0.3, 0.5
@@ -68,7 +90,8 @@ class CoverageMethod:
 
     kind: "mean" (interval(values, clusters, rng, B)), "slope" (interval(x, y, clusters, rng, B)),
     "proportion" (interval(k, n)), "clustered_proportion" (interval(events, clusters, rng, B)) or
-    "two_proportions" (interval(x, y, rng, B), x and y the 0/1 outcomes of arms a and b, row i of each a pair);
+    "two_proportions" (interval(x, y, rng, B), x and y the 0/1 outcomes of arms a and b, row i of each a pair),
+    "paired_difference" (interval(x, y, rng, B) for E[x - y]) or "paired_ratio" (interval(num, den, rng, B));
     confidence: the nominal coverage; bound: "two-sided" or "upper"
     (coverage of an upper limit is P(truth <= hi)).
     """
@@ -121,6 +144,16 @@ def _percentile_two_sample_difference(x, y, rng, B) -> Estimate:
                     "two-sample bootstrap (percentile)")
 
 
+def _fieller_or_unbounded(num, den, rng, B) -> Estimate:
+    """stats.fieller_paired_ratio, with an unbounded set (mean(den) not distinguishable from 0) as (-inf, inf):
+    it counts as covering, as the studentized bootstrap's infinite intervals do (a claim makes no verdict on it)."""
+    try:
+        return stats.fieller_paired_ratio(num, den)
+    except ValueError:
+        return Estimate(stats.ratio_of_means(num, den), -math.inf, math.inf, len(num), 0.95,
+                        "Fieller, paired (unbounded)")
+
+
 COVERAGE_METHODS: dict[str, CoverageMethod] = {m.name: m for m in (
     CoverageMethod("t_cluster_means", "mean", lambda v, c, rng, B: stats.t_interval_cluster_means(v, c)),
     CoverageMethod("percentile_cluster_mean", "mean", _percentile_cluster_mean),
@@ -151,6 +184,11 @@ COVERAGE_METHODS: dict[str, CoverageMethod] = {m.name: m for m in (
                    lambda x, y, rng, B: stats.newcombe_difference(int(x.sum()), x.size, int(y.sum()), y.size)),
     CoverageMethod("percentile_paired_difference", "two_proportions", _percentile_paired_difference),
     CoverageMethod("percentile_two_sample_difference", "two_proportions", _percentile_two_sample_difference),
+    CoverageMethod("percentile_paired_mean", "paired_difference", _percentile_paired_difference),
+    CoverageMethod("studentized_paired_mean", "paired_difference",
+                   lambda x, y, rng, B: stats.studentized_cluster_bootstrap_mean(x - y, rng=rng, n_resamples=B)),
+    CoverageMethod("t_paired_mean", "paired_difference", lambda x, y, rng, B: stats.t_interval_cluster_means(x - y)),
+    CoverageMethod("fieller_paired_ratio", "paired_ratio", _fieller_or_unbounded),
 )}
 """The measured methods, by name; a claim names one of these when it asks ``valid_at``."""
 
@@ -210,6 +248,31 @@ def draw_two_proportions(dgp: str, n: int, reps: int,
     return x, y, p_a - p_b
 
 
+def _correlated_normals(reps: int, n: int, rho: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    z1 = rng.normal(size=(reps, n))
+    return z1, rho * z1 + math.sqrt(1 - rho * rho) * rng.normal(size=(reps, n))
+
+
+def draw_pairs(kind: str, dgp: str, n: int, reps: int,
+               rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, float]:
+    """(x, y [reps, n], truth) for a paired-difference (truth E[x - y]) or paired-ratio (x = num, y = den,
+    truth E[num] / E[den]) DGP (module doc)."""
+    if kind not in ("paired_difference", "paired_ratio") or dgp not in DGPS[kind]:
+        raise ValueError(f"kind and dgp must be a paired kind and one of its DGPs, got {kind!r}, {dgp!r}")
+    if dgp == "gamma-Poisson counts":
+        g = rng.gamma(2.0, 0.5, size=(reps, n))
+        den = 1.0 + rng.poisson(44.0 * g)
+        return 1.0 + rng.poisson(9.0 * g), den, RATIO_TRUTH
+    z1, z2 = _correlated_normals(reps, n, 0.5, rng)
+    if kind == "paired_difference":
+        if dgp == "normal rho=0.5":
+            return z1, z2, 0.0
+        return np.exp(z1), np.exp(0.5 * z2), math.exp(0.5) - math.exp(0.125)
+    if dgp == "normal rho=0.5":
+        return 10.0 + 3.0 * z1, 45.0 + 15.0 * z2, RATIO_TRUTH
+    return np.exp(math.log(10.0) - 0.125 + 0.5 * z1), np.exp(math.log(45.0) - 0.125 + 0.5 * z2), RATIO_TRUTH
+
+
 # --- the measurement ----------------------------------------------------------------------------------
 
 
@@ -234,6 +297,9 @@ def _simulated_cells(methods, kind, dgp, n, reps, rng, B, seed) -> list[dict]:
         data = [(events[r], clusters) for r in range(reps)]
     elif kind == "two_proportions":
         x, y, truth = draw_two_proportions(dgp, n, reps, rng)
+        data = [(x[r], y[r]) for r in range(reps)]
+    elif kind in ("paired_difference", "paired_ratio"):
+        x, y, truth = draw_pairs(kind, dgp, n, reps, rng)
         data = [(x[r], y[r]) for r in range(reps)]
     else:
         x, y, clusters, truth = draw_slopes(n, reps, rng)
@@ -293,7 +359,7 @@ def coverage_table(methods: Sequence[str | CoverageMethod] | None = None, ns: Se
     Columns: method, kind, dgp, n, nominal, bound, coverage, mc_se = √(c(1-c)/reps) (0 for the exact
     proportion sums), mean_width (hi - lo; hi - estimate for an upper limit), reps, n_resamples (bootstrap
     draws per interval), seed (a label stored with the rows). One data set per (DGP, n, rep) is shared by
-    all methods of a kind. ``dgps`` restricts the DGPs (default: all of each kind); ``ns`` the n of every
+    all methods of a kind; the paired kinds simulate PAIRED_REPS_FACTOR × reps data sets. ``dgps`` restricts the DGPs (default: all of each kind); ``ns`` the n of every
     kind (default: each kind's own, ``NS_BY_KIND``).
     """
     import pandas as pd
@@ -308,10 +374,12 @@ def coverage_table(methods: Sequence[str | CoverageMethod] | None = None, ns: Se
     if reps < 1:
         raise ValueError("reps must be >= 1")
     B = stats._check_resamples(n_resamples)
-    # the clustered proportions and the two proportions draw from spawned child streams (children 0 and 1),
-    # so adding them left the other kinds' draws unchanged and regenerating a kind's rows alone (--methods,
-    # every method of the kind) gives the same numbers as a full run
-    streams = dict(zip(("clustered_proportion", "two_proportions"), rng.spawn(2)))
+    # the clustered proportions, the two proportions and the paired kinds draw from spawned child streams
+    # (children 0 to 3; spawning more children leaves the first ones as they were), so adding them left the
+    # other kinds' draws unchanged and regenerating a kind's rows alone (--methods, every method of the kind)
+    # gives the same numbers as a full run
+    streams = dict(zip(("clustered_proportion", "two_proportions", "paired_difference", "paired_ratio"),
+                       rng.spawn(4)))
     rows = []
     for kind in KINDS:
         km = [m for m in ms if m.kind == kind]
@@ -325,7 +393,8 @@ def coverage_table(methods: Sequence[str | CoverageMethod] | None = None, ns: Se
             continue
         for dgp in kind_dgps:
             for n in kind_ns:
-                rows += _simulated_cells(km, kind, dgp, n, reps, streams.get(kind, rng), B, seed)
+                kind_reps = reps * PAIRED_REPS_FACTOR if kind.startswith("paired_") else reps
+                rows += _simulated_cells(km, kind, dgp, n, kind_reps, streams.get(kind, rng), B, seed)
     if not rows:
         raise ValueError(f"dgps: none of {dgps!r} belongs to the kinds of the chosen methods")
     return pd.DataFrame(rows, columns=COLUMNS)
@@ -393,12 +462,21 @@ def min_valid_n(method: str, table=None, *, tol: float = 0.02) -> int | None:
     return best
 
 
+def base_reps(table) -> int:
+    """The ``reps`` a table was simulated with (its paired kinds hold PAIRED_REPS_FACTOR times as many)."""
+    paired = table["kind"].str.startswith("paired_")
+    sim = table["reps"] > 0
+    if (sim & ~paired).any():
+        return int(table.loc[sim & ~paired, "reps"].max())
+    return int(table.loc[sim, "reps"].max()) // PAIRED_REPS_FACTOR if sim.any() else 0
+
+
 # --- rendering and the command ------------------------------------------------------------------------
 
 
 def coverage_markdown(table, *, command: str, tol: float = 0.02) -> str:
     """docs/coverage.md from a coverage table: the conclusions (min_valid_n), worst coverage by n, every cell."""
-    reps = int(table.loc[table["reps"] > 0, "reps"].max()) if (table["reps"] > 0).any() else 0
+    reps = base_reps(table)
     B = int(table["n_resamples"].max())
     seed = table["seed"].iloc[0]
     lines = [
@@ -417,7 +495,12 @@ def coverage_markdown(table, *, command: str, tol: float = 0.02) -> str:
         "p = 0.05, 0.4, 0.95; clustered proportions with 16 binary trials per cluster (independent, beta with "
         "intra-cluster correlation 0.5, all-or-none); two proportions p_a - p_b from two independent arms "
         "of n runs each at (p_a, p_b) = (0.05, 0.05), (0.3, 0.1), (0.5, 0.2), (0.1, 0), the paired bootstrap "
-        "pairing run i of arm a with run i of arm b.",
+        "pairing run i of arm a with run i of arm b. Paired differences and paired ratios (n pairs): "
+        f"{reps * PAIRED_REPS_FACTOR} simulated data sets per cell (Monte Carlo SE ≤ "
+        f"{0.5 / math.sqrt(max(reps * PAIRED_REPS_FACTOR, 1)):.4f} at any coverage); differences x - y of "
+        "bivariate normal and of skewed correlated lognormal pairs (correlation 0.5); ratios E[num] / E[den] = 2/9 "
+        "of bivariate normal, correlated lognormal (σ = 0.5) and gamma-Poisson count pairs (steps-to-level-like "
+        "counts with a shared per-pair difficulty); an unbounded Fieller set counts as (-∞, ∞) and covers.",
         "",
         f"**Rule.** A method is *valid at n* when its worst coverage over the DGPs at n is at least nominal − {tol}; "
         "it is valid *from* n when it is valid at n and at every larger tabulated n.",
@@ -490,13 +573,13 @@ def _run(argv) -> int:
     cfg = parse(CoverageConfig, argv, prog="python -m gapdyn.coverage", description=CoverageConfig.__doc__)
     if cfg.render_only:
         table = pd.read_csv(cfg.data)
-        cfg = CoverageConfig(out=cfg.out, data=cfg.data, reps=int(table["reps"].max()),
+        cfg = CoverageConfig(out=cfg.out, data=cfg.data, reps=base_reps(table),
                              n_resamples=int(table["n_resamples"].max()), seed=int(table["seed"].iloc[0]))
     elif cfg.methods:
         _resolve(cfg.methods)
         old = pd.read_csv(cfg.data)
-        if int(old["reps"].max()) != cfg.reps or int(old["seed"].iloc[0]) != cfg.seed:
-            raise ValueError(f"--methods: the table in {cfg.data} has reps {int(old['reps'].max())} and seed "
+        if base_reps(old) != cfg.reps or int(old["seed"].iloc[0]) != cfg.seed:
+            raise ValueError(f"--methods: the table in {cfg.data} has reps {base_reps(old)} and seed "
                              f"{int(old['seed'].iloc[0])}; pass the same --reps and --seed")
         say("coverage", f"simulating {', '.join(cfg.methods)} x DGPs x each kind's n, {cfg.reps} reps")
         new = coverage_table(list(cfg.methods), reps=cfg.reps, rng=np.random.default_rng(cfg.seed),

@@ -355,11 +355,23 @@ def test_outcome_columns_and_survival_from_run_folders(tmp_path):
     assert set(surv.warm_sha256) == {"abc"} and set(pd.read_csv(tmp_path / "runs.csv").warm_sha256) == {"abc"}
 
 
-def test_claims_holm_over_the_primaries_only(tmp_path):
+def _coverage_table(valid_from: dict):
+    """A coverage table (the columns gapdyn.coverage.valid_at reads) in which each method covers 0.95 from its n."""
+    import pandas as pd
+
+    return pd.DataFrame([dict(method=m, n=n, dgp=d, coverage=0.95 if n >= v else 0.8, nominal=0.95)
+                         for m, v in valid_from.items() for n in (4, 8, 10, 16, 30) for d in ("d1", "d2")])
+
+
+def test_claims_holm_over_the_primaries_only(tmp_path, monkeypatch):
     """fewer_collapses: Newcombe interval and one-sided Fisher on the non-failed pairs; not_slower: Fieller and the
-    margin t test; Holm over these two only, the exploratory rows unadjusted; ids stable, the frozen hash on each."""
+    margin t test; Holm over these two only, the exploratory rows unadjusted; ids stable, the frozen hash on each
+    (every interval valid from n = 4 here)."""
+    from gapdyn import coverage
     from llm_probe.experiments import safe_step_experiment as sse
 
+    table = _coverage_table(dict.fromkeys(set(sse.INTERVALS.values()), 4))
+    monkeypatch.setattr(coverage, "frozen_table", lambda: table)
     exp = _study(tmp_path)
     claims, summary = sse.analyse_rows(exp, sse.load_runs(tmp_path), n_planned={exp.collapse_lr: 40})
     by = {c.id: c for c in claims}
@@ -381,6 +393,39 @@ def test_claims_holm_over_the_primaries_only(tmp_path):
     g = summary["safe_lr"]
     assert g["level"] == pytest.approx(0.5 * (R0 + 0.8)) and g["reached_constant"] == g["reached_safe"] == 6
     assert ns.estimate == pytest.approx(g["steps_safe"] / g["steps_constant"]) and ns.estimate < 1
+
+
+def test_a_claim_whose_interval_is_not_valid_at_its_n_is_not_measured(tmp_path, monkeypatch):
+    """Each interval is used only where the coverage table finds it valid at the row's n (gapdyn.coverage.valid_at):
+    with Newcombe valid from 10 and Fieller from 16, 5 collapse-lr pairs leave fewer_collapses not measured (its
+    Fisher p still in Holm), 11 measure it; 12 safe-lr pairs leave not_slower not measured; the reason names the
+    method, its valid n and docs/coverage.md; the interval of a measured row is the method's own."""
+    from gapdyn import coverage
+    from llm_probe.experiments import safe_step_experiment as sse
+
+    table = _coverage_table({"newcombe_difference": 10, "fieller_paired_ratio": 16, "clopper_pearson": 4,
+                             "percentile_paired_mean": 8, "studentized_paired_mean": 8})
+    monkeypatch.setattr(coverage, "frozen_table", lambda: table)
+    small, large = tmp_path / "small", tmp_path / "large"
+    exp = _study(small)
+    _study(large, seeds=range(12))
+    by = {c.id.split("@")[0]: c for c in sse.analyse_rows(exp, sse.load_runs(small))[0]}
+    fc = by["fewer_collapses"]
+    assert not fc.measured and fc.verdict == "inconclusive" and fc.n == 5 and fc.estimate == pytest.approx(3 / 5)
+    assert "newcombe_difference valid from n = 10, docs/coverage.md" in fc.why and fc.p_value is not None
+    assert by["collapse_constant"].measured and by["collapse_constant"].interval == pytest.approx(
+        gapdyn.clopper_pearson_interval(4, 5).interval)
+    assert not by["not_slower"].measured and "fieller_paired_ratio valid from n = 16" in by["not_slower"].why
+    fr = by["final_reward"]
+    assert not fr.measured and f"{sse.INTERVALS['final_reward']} valid from n = 8, docs/coverage.md" in fr.why
+    by = {c.id.split("@")[0]: c for c in sse.analyse_rows(exp, sse.load_runs(large))[0]}
+    kc, ks, n = 4, 1, 11  # constant seeds 0-3 end collapsed, safe seed 0; seed 5 dropped (its safe run failed)
+    assert by["fewer_collapses"].measured and by["fewer_collapses"].n == n
+    lo, hi = by["final_reward"].interval
+    assert by["final_reward"].measured and lo < by["final_reward"].estimate < hi
+    assert by["fewer_collapses"].interval == gapdyn.stats.newcombe_difference(kc, n, ks, n).interval
+    ns = by["not_slower"]
+    assert not ns.measured and ns.n == 12 and "(n = 12; fieller_paired_ratio valid from n = 16" in ns.why
 
 
 def test_fieller_interval_inverts_the_paired_t_test():

@@ -31,6 +31,14 @@ Exploratory (p unadjusted): ``collapse_constant`` (the premise: most constant-st
 Clopper-Pearson), ``final_reward`` and ``final_heldout`` (safe - constant at the collapse lr, paired bootstrap,
 one-sided Wilcoxon).
 
+Intervals whose coverage was measured (:data:`INTERVALS`, docs/coverage.md): a claim is measured only at an n
+where gapdyn.coverage.valid_at finds its interval valid, else it is reported "not measured" with the reason (its
+p, if any, stays in Holm). Measured: Fieller valid from 8 pairs (normal, lognormal and gamma-Poisson count pairs,
+ratio 2/9), Newcombe from 10 runs per arm, Clopper-Pearson from 4; the percentile paired bootstrap of
+``final_reward`` / ``final_heldout`` is valid at no tabulated n <= 50 (skewed paired differences; no paired-mean
+interval there is valid at 16 either), so those rows, and the discovery block's ``fewer_collapses`` (8 runs per
+arm), are not measured.
+
 Outcome: llm_probe.collapse.run_outcome with the held-out accuracies (a run ends collapsed when its last-25-step
 reward is below 0.25 R0 and its final held-out accuracy below 0.25 of its initial one), recomputed from the
 run's files by llm_probe.experiments.ablation.folder_outcome; alerts are events, counted apart; failed runs
@@ -56,6 +64,7 @@ from gapdyn.claims import Claim, ClaimSpec, Criterion, claims_markdown, claims_t
 from gapdyn.experiment import Experiment
 from gapdyn.io import atomic_write_json, atomic_write_text, write_with
 from gapdyn.planner import plan_n, power_mean, power_two_proportions
+from gapdyn.stats import fieller_paired_ratio  # re-exported: the interval of ``not_slower``
 
 from . import cell_folder as _cell_folder
 from ..collapse import SENSITIVITY_WINDOW
@@ -299,30 +308,6 @@ def _pair_arrays(num, den):
     return x, y
 
 
-def fieller_paired_ratio(num, den, *, confidence: float = 0.95) -> gapdyn.Estimate:
-    """Fieller interval for mean(num) / mean(den), pairs (num_i, den_i): the rho whose paired t statistic of
-    num - rho den stays within t* = t_{(1+confidence)/2, n-1}, i.e. a rho^2 - 2 b rho + c <= 0 with
-    a = den_bar^2 - q s_dd, b = num_bar den_bar - q s_nd, c = num_bar^2 - q s_nn, q = t*^2 / n (Fieller 1954,
-    J. R. Stat. Soc. B 16:175). Exact under normal pairs; unbounded (ValueError) when a <= 0 (den_bar not
-    distinguishable from 0). hi < m exactly when the two-sided t test of num - m den rejects with its mean < 0."""
-    from scipy.stats import t
-
-    x, y = _pair_arrays(num, den)
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must lie in (0, 1), got {confidence!r}")
-    n = x.size
-    q = float(t.ppf(0.5 + confidence / 2, n - 1)) ** 2 / n
-    S = np.cov(np.vstack([x, y]), ddof=1)
-    a = y.mean() ** 2 - q * S[1, 1]
-    b = x.mean() * y.mean() - q * S[0, 1]
-    c = x.mean() ** 2 - q * S[0, 0]
-    if a <= 0:
-        raise ValueError("the Fieller interval is unbounded: mean(den) is not distinguishable from 0")
-    root = math.sqrt(max(b * b - a * c, 0.0))
-    return gapdyn.Estimate(float(x.mean() / y.mean()), (b - root) / a, (b + root) / a, n, confidence,
-                           "Fieller, paired")
-
-
 def one_sided_margin_t(num, den, margin: float) -> float:
     """One-sided p of H1: mean(num) < margin mean(den), the paired t test of num - margin den (no spread: 0 when
     the mean difference is < 0, else 1)."""
@@ -335,11 +320,45 @@ def one_sided_margin_t(num, den, margin: float) -> float:
     return float(ttest_1samp(dd, 0.0, alternative="less").pvalue)
 
 
+INTERVALS = {"fewer_collapses": "newcombe_difference", "not_slower": "fieller_paired_ratio",
+             "collapse_constant": "clopper_pearson", "final_reward": "percentile_paired_mean",
+             "final_heldout": "percentile_paired_mean"}
+"""Each family's interval by its gapdyn.coverage method name: a claim is measured only at an n where
+docs/coverage.md finds that interval valid (gapdyn.coverage.valid_at), else it is reported not measured."""
+
+
+def _unmeasured_below_valid_n(family: str, n: int, what: str, estimate: float):
+    """None when the interval of ``family`` is valid at n (gapdyn.coverage.valid_at); else an estimate marked
+    "no data: <reason>" naming docs/coverage.md (the claim is then not measured, as ablation.paired_mean)."""
+    from gapdyn.coverage import min_valid_n, valid_at
+
+    method = INTERVALS[family]
+    if valid_at(method, n):
+        return None
+    need = min_valid_n(method)
+    if need is None:
+        why = f"no interval with measured coverage at n = {n} ({method} is valid at no tabulated n, docs/coverage.md)"
+    else:
+        why = f"too few {what} for a valid interval (n = {n}; {method} valid from n = {need}, docs/coverage.md)"
+    return gapdyn.Estimate(float(estimate), float(estimate), float(estimate), n, 0.95, f"no data: {why}")
+
+
 def _spec_fields(family: str) -> dict:
     spec = SPECS[family]
     return dict(source=spec.source, criterion=spec.criterion, form=spec.form, primary=spec.primary,
                 statement=spec.statement, criterion_text=f"{TEST_TEXT[family]}: {spec.criterion_text}",
                 criteria_hash=CRITERIA_HASH)
+
+
+def _paired_interval(method: str, xs, xc, *, rng, n_resamples: int) -> gapdyn.Estimate:
+    """The interval ``method`` (a gapdyn.coverage paired-difference method) for mean(xs - xc) over pairs."""
+    from gapdyn.stats import paired_bootstrap_difference, studentized_cluster_bootstrap_mean
+
+    if method == "percentile_paired_mean":
+        return paired_bootstrap_difference(xs, xc, rng=rng, n_resamples=n_resamples)
+    if method == "studentized_paired_mean":
+        return studentized_cluster_bootstrap_mean(np.asarray(xs) - np.asarray(xc), rng=rng, n_resamples=n_resamples)
+    raise ValueError(f"method must be a paired-difference interval of this study, got {method!r}")
 
 
 def _paired(runs, lr: float):
@@ -439,8 +458,7 @@ def analyse_rows(exp, runs, *, block: str = "discovery", n_planned: dict | None 
     """(claims, summary) of one block's rows (:func:`load_runs` columns) judged against the frozen :data:`SPECS`;
     Holm over the primaries only (gapdyn.holm_adjust_claims), the other tests unadjusted. n_planned: lr ->
     the planner's n (stamped on the claims at that lr)."""
-    from gapdyn.stats import (clopper_pearson_interval, fisher_exact_test, newcombe_difference,
-                              paired_bootstrap_difference)
+    from gapdyn.stats import clopper_pearson_interval, fisher_exact_test, newcombe_difference
     from .ablation import one_sided_wilcoxon
 
     rng = np.random.default_rng(derive_seed(STUDY_SEED, "claims_bootstrap"))
@@ -457,19 +475,24 @@ def analyse_rows(exp, runs, *, block: str = "discovery", n_planned: dict | None 
     if n >= 2:
         kc, ks = int(c.collapsed.sum()), int(s.collapsed.sum())
         p = fisher_exact_test([[kc, n - kc], [ks, n - ks]], alternative="greater").p_value
-        claims.append(Claim.from_estimate(newcombe_difference(kc, n, ks, n), id=f"fewer_collapses@{m}_lr{lr:g}",
+        est = (_unmeasured_below_valid_n("fewer_collapses", n, "runs per arm", (kc - ks) / n)
+               or newcombe_difference(kc, n, ks, n))
+        claims.append(Claim.from_estimate(est, id=f"fewer_collapses@{m}_lr{lr:g}",
                                           setting=where, p_value=p, p_adjusted=p, n_planned=plan,
                                           statistic="share ending collapsed, constant - safe",
                                           **_spec_fields("fewer_collapses")))
-        claims.append(Claim.from_estimate(clopper_pearson_interval(kc, n), id=f"collapse_constant@{m}_lr{lr:g}",
+        est = _unmeasured_below_valid_n("collapse_constant", n, "runs", kc / n) or clopper_pearson_interval(kc, n)
+        claims.append(Claim.from_estimate(est, id=f"collapse_constant@{m}_lr{lr:g}",
                                           setting=where, n_planned=plan, statistic="P(ends collapsed), constant",
                                           **_spec_fields("collapse_constant")))
         for fam, col, what in (("final_reward", "reward_last25", "last-25-step reward"),
                                ("final_heldout", "heldout_acc_final", "final held-out accuracy")):
             xs, xc = s[col].to_numpy(float), c[col].to_numpy(float)
             pw = one_sided_wilcoxon(xs, xc)
+            est = (_unmeasured_below_valid_n(fam, n, "pairs", float(np.mean(xs - xc)))
+                   or _paired_interval(INTERVALS[fam], xs, xc, rng=rng, n_resamples=exp.n_resamples))
             claims.append(Claim.from_estimate(
-                paired_bootstrap_difference(xs, xc, rng=rng, n_resamples=exp.n_resamples), id=f"{fam}@{m}_lr{lr:g}",
+                est, id=f"{fam}@{m}_lr{lr:g}",
                 setting=where, p_value=pw, p_adjusted=pw, n_planned=plan, statistic=f"{what}, safe - constant",
                 **_spec_fields(fam)))
         summary["collapse_lr"] = {"lr": lr, "n": n, "collapsed_constant": kc, "collapsed_safe": ks,
@@ -490,6 +513,7 @@ def analyse_rows(exp, runs, *, block: str = "discovery", n_planned: dict | None 
             except ValueError as exc:
                 g["not_testable"] = str(exc)
             else:
+                est = _unmeasured_below_valid_n("not_slower", n, "pairs", est.estimate) or est
                 p = one_sided_margin_t(ss, sc, MARGIN)
                 claims.append(Claim.from_estimate(est, id=f"not_slower@{m}_lr{lr:g}", setting=where, p_value=p,
                                                   p_adjusted=p, n_planned=n_planned.get(lr),
