@@ -80,6 +80,8 @@ ENTRY_POINTS = {
     # evidence layer (gapdyn.stats, gapdyn.collapse, gapdyn.claims)
     "wilson_interval": (g.wilson_interval, (3, 10), {}),
     "newcombe_difference": (g.newcombe_difference, (3, 10, 1, 12), {}),
+    "fieller_paired_ratio": (g.fieller_paired_ratio, ([10.0, 12.0, 9.0, 14.0, 11.0], [40.0, 52.0, 47.0, 55.0, 43.0]),
+                             {}),
     "clopper_pearson_interval": (g.clopper_pearson_interval, (3, 10), {}),
     "cluster_bootstrap": (g.cluster_bootstrap, (np.mean, np.arange(6.0)), {"rng": np.random.default_rng(1)}),
     "bootstrap_slope": (g.bootstrap_slope, (np.arange(6.0), Z), {"rng": np.random.default_rng(1)}),
