@@ -129,7 +129,12 @@ def _run(args: RunConfig, argv: list[str]) -> int:
         os.environ["RAY_ADDRESS"] = args.ray_address
     on_interrupt(f"the completed cells are kept under {store.resolve()}/{name}-{args.mode}-*; rerun the same "
                  f"command to resume: {shlex.join(['gapdyn', 'bandit', 'run', *argv])}")
-    res = mod.run(config, store=store, backend=args.backend, n_jobs=args.jobs, progress=args.progress)
+    from threadpoolctl import threadpool_limits
+
+    # one BLAS thread: the runs' parallelism is numba's and the workers'; OpenBLAS's own spinning threads cost
+    # 4-10x the CPU time of the J* searches on a shared machine (BENCHMARKS.md, "The quick reproduction")
+    with threadpool_limits(limits=1, user_api="blas"):
+        res = mod.run(config, store=store, backend=args.backend, n_jobs=args.jobs, progress=args.progress)
     out.mkdir(parents=True, exist_ok=True)
     md = claims_report(res)
     write_parquet(outputs[0], res.results, root=store)

@@ -130,7 +130,10 @@ def main(argv: list[str]) -> int:
     say("figs", f"sweep store {store.resolve()}")
     sources = Sources(args.mode, store=store, llm_dir=args.llm_dir, n_jobs=args.jobs, seed=args.seed,
                       progress=args.progress)
-    made = make_figures(sources, names, out_dir=out)
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):  # as gapdyn reproduce: the experiments it may run
+        made = make_figures(sources, names, out_dir=out)
     written = [n for n, v in made.items() if not isinstance(v, str)]
     say("figs", f"{len(written)}/{len(names)} figures written to {out} (PNG + PDF)")
     for name, why in made.items():

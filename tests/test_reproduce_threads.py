@@ -50,3 +50,25 @@ def test_j_star_does_not_depend_on_blas_threads(setting):
     with threadpool_limits(limits=2, user_api="blas"):
         two = stagnation.best_attainable(b, starts=1, seed=0)
     assert np.isclose(one, two, rtol=0, atol=1e-9)
+
+
+def test_bandit_run_runs_its_experiment_with_one_blas_thread(monkeypatch, tmp_path, capsys):
+    """`gapdyn bandit run` runs the experiment under one BLAS thread and restores the caller's setting."""
+    if not _blas_threads():
+        pytest.skip("no BLAS library loaded through threadpoolctl")
+    from bandits import cli
+    from bandits.experiments import load
+
+    mod = load("taxonomy")
+    seen = []
+    real = mod.run
+
+    def recording_run(config, **kw):
+        seen.append(_blas_threads())
+        return real(config, **kw)
+
+    monkeypatch.setattr(mod, "run", recording_run)
+    with threadpool_limits(limits=2, user_api="blas"):
+        rc = cli.main(["run", "taxonomy", "--mode", "test", "--out", str(tmp_path), "--no-progress"])
+        after = _blas_threads()
+    assert rc == 0 and seen == [{1}] and after == {2}
