@@ -35,7 +35,7 @@ import tyro
 import gapdyn
 
 from gapdyn.cmdline import (Mode, UsageError, check_jobs, command, on_interrupt, optional, output_dir, parse,
-                            resolve_name, say)
+                            one_blas_thread, resolve_name, say)
 from gapdyn.io import atomic_write_text, check_output_path, write_parquet, write_with
 
 __all__ = ["main", "claims_report", "RunConfig", "experiment_config"]
@@ -129,11 +129,7 @@ def _run(args: RunConfig, argv: list[str]) -> int:
         os.environ["RAY_ADDRESS"] = args.ray_address
     on_interrupt(f"the completed cells are kept under {store.resolve()}/{name}-{args.mode}-*; rerun the same "
                  f"command to resume: {shlex.join(['gapdyn', 'bandit', 'run', *argv])}")
-    from threadpoolctl import threadpool_limits
-
-    # one BLAS thread: the runs' parallelism is numba's and the workers'; OpenBLAS's own spinning threads cost
-    # 4-10x the CPU time of the J* searches on a shared machine (BENCHMARKS.md, "The quick reproduction")
-    with threadpool_limits(limits=1, user_api="blas"):
+    with one_blas_thread():
         res = mod.run(config, store=store, backend=args.backend, n_jobs=args.jobs, progress=args.progress)
     out.mkdir(parents=True, exist_ok=True)
     md = claims_report(res)

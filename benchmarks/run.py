@@ -321,12 +321,12 @@ def targets(res: dict) -> dict[str, Target]:
                 f"{1 + (ov[worst].median - 1) / n:.2f}x expected")
             from llm_probe.config import TrainConfig  # what a user gets: the default alignment at this cadence
 
-            key = f"{TrainConfig.probe_alignment}/{n}"
-            if key in ov and n == TrainConfig.probe_every:
+            a = TrainConfig.probe_alignment
+            if f"{a}/{n}" in ov and n == TrainConfig.probe_every:
                 out["probe_overhead_default_config"] = Target(
-                    f"the same at the default configuration (alignment {TrainConfig.probe_alignment!r}, "
-                    f"probe_every={n})", ov[key], TARGETS["probe_overhead_default_config"], True,
-                    f"{ov[key.split('/')[0]].median:.2f}x every step" if key.split("/")[0] in ov else "")
+                    f"the same at the default configuration (alignment {a!r}, probe_every={n})", ov[f"{a}/{n}"],
+                    TARGETS["probe_overhead_default_config"], True,
+                    f"{ov[a].median:.2f}x every step" if a in ov else "")
     if "rl_step" in res:
         r = res["rl_step"]
         fl = r.times["step"].median / r.floor

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Literal
 
 __all__ = ["Mode", "MODES", "OUT_ROOT", "UsageError", "Terminated", "command", "parse", "output_dir", "resolve_name",
-           "check_jobs", "say", "on_interrupt", "folder_setting", "optional", "exit_code", "EXIT_BAD_INPUT", "EXIT_WRITE_FAILED", "EXIT_SIGINT",
+           "check_jobs", "one_blas_thread", "say", "on_interrupt", "folder_setting", "optional", "exit_code", "EXIT_BAD_INPUT", "EXIT_WRITE_FAILED", "EXIT_SIGINT",
            "EXIT_SIGTERM"]
 
 EXIT_BAD_INPUT = 2
@@ -258,6 +258,16 @@ def check_jobs(jobs: int) -> int:
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs == 0 or jobs < -1:
         raise ValueError(f"--jobs must be a positive integer or -1 (all cores), got {jobs!r}")
     return jobs
+
+
+def one_blas_thread():
+    """Context manager: numpy's BLAS at one thread (threadpoolctl) for a command's experiments and figures. Their
+    matrices are small and their parallelism is numba's and the worker processes'; OpenBLAS's own spinning
+    threads cost 4-10x the CPU time of the stagnation J* searches on a shared machine (BENCHMARKS.md, "The quick
+    reproduction"). The caller's setting is restored on exit."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
 
 
 def say(command: str, text: str) -> None:

@@ -323,12 +323,10 @@ class Trainer:
         sampling policy's log-probabilities (None: these, so the importance ratio is 1); ``keep_all=False``:
         logp_all is None (only the loss is needed, as on the later steps on a reused batch)."""
         # the scored forward shares each prompt's pass among its G rows (llm_probe.sampler; same function)
-        if keep_all:  # the log-probabilities of the whole vocabulary, no entropy (token_stats forms its own)
-            logp, logp_all = fast_completion_logprobs(self.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
-                                                      ro.completion_mask, G=ro.G, return_all=True)
-        else:
-            logp, logp_all = fast_completion_logprobs(self.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
-                                                      ro.completion_mask, G=ro.G), None
+        # keep_all: the log-probabilities of the whole vocabulary too, no entropy (token_stats forms its own)
+        out = fast_completion_logprobs(self.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
+                                       ro.completion_mask, G=ro.G, return_all=keep_all)
+        logp, logp_all = out if keep_all else (out, None)
         old = logp.detach() if old_logp is None else old_logp
         res = policy_loss(self.cfg.method, logp, old, ro.completion_mask, ro.rewards.to(self.device),
                           max_completion_length=self.cfg.max_new_tokens, eps_low=self.cfg.eps_low,

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-from gapdyn.cmdline import Mode, check_jobs, command, folder_setting, optional, output_dir, parse, resolve_name, say
+from gapdyn.cmdline import (Mode, check_jobs, command, folder_setting, one_blas_thread, optional, output_dir, parse,
+                            resolve_name, say)
 
 from .data import NotAvailable, SourceFailed, Sources, default_store
 from .style import SAVE_DPI
@@ -130,9 +131,7 @@ def main(argv: list[str]) -> int:
     say("figs", f"sweep store {store.resolve()}")
     sources = Sources(args.mode, store=store, llm_dir=args.llm_dir, n_jobs=args.jobs, seed=args.seed,
                       progress=args.progress)
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=1, user_api="blas"):  # as gapdyn reproduce: the experiments it may run
+    with one_blas_thread():  # the experiments it may run, as gapdyn reproduce
         made = make_figures(sources, names, out_dir=out)
     written = [n for n, v in made.items() if not isinstance(v, str)]
     say("figs", f"{len(written)}/{len(names)} figures written to {out} (PNG + PDF)")

@@ -21,11 +21,10 @@ import sys
 import time
 from dataclasses import dataclass
 
-from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
 from . import report
-from gapdyn.cmdline import check_jobs, command, output_dir, parse, say
+from gapdyn.cmdline import check_jobs, command, one_blas_thread, output_dir, parse, say
 from gapdyn.io import atomic_write_text
 
 from .cli import FIGURES, RunArgs, figure_module, make_figures, resolve_store
@@ -80,9 +79,7 @@ def reproduce(*, mode: str = "quick", out_dir=None, store=None, seed=None, n_job
     claims: list = []
     figures: dict[str, object] = {}
     bar = tqdm(stages, desc="gapdyn reproduce", unit="step", disable=not progress, file=sys.stderr)
-    # one BLAS thread: the stages are serial and their matrices small; OpenBLAS's own threads (2 here) cost
-    # 4-10x the CPU time of the J* searches on a shared machine (BENCHMARKS.md, "The quick reproduction")
-    with threadpool_limits(limits=1, user_api="blas"):
+    with one_blas_thread():  # the stages are serial and their matrices small
         for kind, name in bar:
             bar.set_postfix_str(f"{kind} {name}")
             if kind == "experiment" and not _runs_here(name):  # a study with its own command: not a failure
