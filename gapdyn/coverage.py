@@ -55,7 +55,7 @@ from .stats import Estimate
 __all__ = ["KINDS", "DGPS", "NS", "CoverageMethod", "COVERAGE_METHODS", "draw_means", "draw_slopes",
            "draw_clustered_events", "draw_two_proportions", "draw_pairs", "NS_BY_KIND", "PAIRED_NS",
            "PAIRED_REPS_FACTOR", "base_reps",
-           "coverage_table", "valid_at", "min_valid_n", "frozen_table", "coverage_markdown", "main"]
+           "coverage_table", "valid_at", "min_valid_n", "too_few_reason", "frozen_table", "coverage_markdown", "main"]
 
 KINDS = ("mean", "slope", "proportion", "clustered_proportion", "two_proportions", "paired_difference",
          "paired_ratio")
@@ -460,6 +460,18 @@ def min_valid_n(method: str, table=None, *, tol: float = 0.02) -> int | None:
             break
         best = n
     return best
+
+
+def too_few_reason(method: str, n: int, unit: str, table=None) -> str:
+    """Why a claim whose interval ``method`` is not valid at n is not measured (the one wording of every study):
+    "too few <unit> for a valid interval (n = <n>; <method> valid from n = <min_valid_n> | never within the
+    tabulated n, docs/coverage.md)"."""
+    if not isinstance(unit, str) or not unit:
+        raise ValueError(f"unit must be a non-empty string (what n counts), got {unit!r}")
+    n = stats._as_count(n, "n")
+    m = min_valid_n(method, table)
+    need = "never within the tabulated n" if m is None else f"valid from n = {m}"
+    return f"too few {unit} for a valid interval (n = {n}; {method} {need}, docs/coverage.md)"
 
 
 def base_reps(table) -> int:

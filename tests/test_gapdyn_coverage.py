@@ -406,3 +406,25 @@ def test_frozen_newcombe_coverage_agrees_with_the_exact_double_binomial_sum():
             exact = w[(lo <= p_a - p_b) & (p_a - p_b <= hi)].sum()
             r = rows[(rows["dgp"] == dgp) & (rows["n"] == n)].iloc[0]
             assert abs(r.coverage - exact) <= 4 * math.sqrt(max(exact * (1 - exact), 1e-3) / r.reps), (dgp, n, exact)
+
+
+def test_too_few_reason_names_the_valid_n_or_never():
+    """The one wording of a claim not measured below its interval's valid n, from the coverage table."""
+    import pandas as pd
+
+    from gapdyn.coverage import min_valid_n, too_few_reason
+
+    rows = [dict(method=m, kind="mean", dgp="normal", n=n, nominal=0.95, bound="two-sided", coverage=cov,
+                 mc_se=0.005, mean_width=1.0, reps=2000, n_resamples=999, seed=0)
+            for m, covs in (("late", (0.80, 0.94, 0.95)), ("never", (0.80, 0.85, 0.90))) for n, cov in zip((8, 16, 30), covs)]
+    table = pd.DataFrame(rows)
+    assert min_valid_n("late", table) == 16 and min_valid_n("never", table) is None
+    assert too_few_reason("late", 8, "pairs", table) == (
+        "too few pairs for a valid interval (n = 8; late valid from n = 16, docs/coverage.md)")
+    assert too_few_reason("never", 30, "instances", table) == (
+        "too few instances for a valid interval (n = 30; never never within the tabulated n, docs/coverage.md)")
+    for bad in ("", None):
+        with pytest.raises(ValueError, match="unit"):
+            too_few_reason("late", 8, bad, table)
+    with pytest.raises(ValueError, match="n"):
+        too_few_reason("late", -1, "pairs", table)

@@ -66,11 +66,9 @@ PROPORTION_INTERVAL = "clopper_pearson"
 
 def too_few(method: str, n: int, lo: float, hi: float) -> gapdyn.Estimate:
     """The unmeasured estimate of a claim whose interval method is not valid at n (docs/evidence.md §9)."""
-    from gapdyn.coverage import min_valid_n
+    from gapdyn.coverage import too_few_reason
 
-    m = min_valid_n(method)
-    need = "never within the tabulated n" if m is None else f"valid from n = {m}"
-    return no_data(lo, hi, f"too few instances for a valid interval (n = {n}; {method} {need}, docs/coverage.md)")
+    return no_data(lo, hi, too_few_reason(method, n, "instances"))
 
 
 def proportion(k, n, *, exact: bool = True) -> gapdyn.Estimate:

@@ -608,16 +608,13 @@ def paired_mean(d, *, rng, n_boot: int) -> Estimate:
     """Mean of the paired differences ``d`` with the studentized bootstrap interval where it is valid at n = len(d)
     (:data:`MEAN_INTERVAL`), else an estimate marked "no data: <reason>" (the claim is then not measured, as every
     row of the evidence machinery below its interval's valid n, docs/evidence.md); no spread: not measured either."""
-    from gapdyn.coverage import min_valid_n, valid_at
+    from gapdyn.coverage import too_few_reason, valid_at
     from gapdyn.stats import studentized_cluster_bootstrap_mean
 
     d = np.asarray(d, dtype=float)
     m, n = float(d.mean()), int(d.size)
     if not valid_at(MEAN_INTERVAL, n):
-        need = min_valid_n(MEAN_INTERVAL)
-        why = (f"too few pairs for a valid interval (n = {n}; {MEAN_INTERVAL} valid from n = {need}, "
-               "docs/coverage.md)")
-        return Estimate(m, m, m, n, 0.95, f"no data: {why}")
+        return Estimate(m, m, m, n, 0.95, f"no data: {too_few_reason(MEAN_INTERVAL, n, 'pairs')}")
     est = studentized_cluster_bootstrap_mean(d, rng=rng, n_resamples=n_boot)
     if not all(map(math.isfinite, (est.lo, est.hi))):
         return Estimate(m, m, m, n, 0.95, f"no data: no interval: the {n} paired differences have no spread")

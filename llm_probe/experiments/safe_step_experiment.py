@@ -330,17 +330,13 @@ docs/coverage.md finds that interval valid (gapdyn.coverage.valid_at), else it i
 def _unmeasured_below_valid_n(family: str, n: int, what: str, estimate: float):
     """None when the interval of ``family`` is valid at n (gapdyn.coverage.valid_at); else an estimate marked
     "no data: <reason>" naming docs/coverage.md (the claim is then not measured, as ablation.paired_mean)."""
-    from gapdyn.coverage import min_valid_n, valid_at
+    from gapdyn.coverage import too_few_reason, valid_at
 
     method = INTERVALS[family]
     if valid_at(method, n):
         return None
-    need = min_valid_n(method)
-    if need is None:
-        why = f"no interval with measured coverage at n = {n} ({method} is valid at no tabulated n, docs/coverage.md)"
-    else:
-        why = f"too few {what} for a valid interval (n = {n}; {method} valid from n = {need}, docs/coverage.md)"
-    return gapdyn.Estimate(float(estimate), float(estimate), float(estimate), n, 0.95, f"no data: {why}")
+    return gapdyn.Estimate(float(estimate), float(estimate), float(estimate), n, 0.95,
+                           f"no data: {too_few_reason(method, n, what)}")
 
 
 def _spec_fields(family: str) -> dict:
