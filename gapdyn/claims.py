@@ -24,6 +24,13 @@ Every claim has a **form** (``Claim.form``, one of FORMS), and its criterion fol
 * ``derived``     a consequence of the model's own equations or of first-order algebra, and
 * ``identity``    true by construction: both shown, never counted (``counts_as_evidence`` is False).
 
+Every claim also names the statement it is about by a **key** (``Claim.key``, a key of :data:`STATEMENTS`,
+e.g. ``("Suk & Duan", "Theorem 2")``; None for a row that tests no registered statement) and its **role**
+(``Claim.role``, one of ROLES): ``test`` (the statement tested in its own setting and form), ``premise`` (a
+check that a test's premise holds) or ``exploratory`` (beyond the statement's premise or form). A row counts
+under a statement only when its key is that statement, its role is ``test``, its form is counted and its block
+is confirmation (:func:`listing`); every other row is listed apart.
+
 Experiments run a discovery block (seeds 0-19) and a confirmation block (seeds 1000-1019);
 :func:`replication_table` shows the confirmation verdict and flags disagreement.
 """
@@ -34,7 +41,7 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 
 import numpy as np
 
@@ -50,6 +57,83 @@ FORMS = ("bound", "law", "existence", "comparison", "derived", "identity")
 COUNTED_FORMS = ("bound", "law", "existence", "comparison")
 EQUIVALENCE_CONFIDENCE = 0.90
 """Two one-sided tests at 5 % each: a law is decided on the 90 % interval."""
+ROLES = ("test", "premise", "exploratory")
+"""What a row does for its statement: tests it (counted), checks a test's premise, or explores beyond it."""
+LISTINGS = ("counted", "premise", "exploratory", "discovery only", "derived", "identity")
+"""Where :func:`listing` puts a decided row; only "counted" rows enter a statement's counts."""
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One statement that claims can test: ``paper`` and ``item`` make its key; ``text`` says it; ``cite`` is
+    where it is stated; ``note`` says where it is covered instead when no claim of the project tests it."""
+
+    paper: str
+    item: str
+    text: str
+    cite: str
+    note: str = ""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.paper, self.item)
+
+
+_SD, _WAPO, _CUI = "Suk & Duan (arXiv 2510.08539)", "WAPO (arXiv 2606.16154)", "Cui et al. 2025 (arXiv 2505.22617)"
+_UNIT_TESTS = "checked by the unit tests (closed form vs finite differences / Monte Carlo), not by a claim"
+_NO_CPU = "not reproducible on a CPU (model scale); the tiny-Qwen runs are the stand-in"
+STATEMENTS: dict[tuple[str, str], Statement] = {s.key: s for s in (
+    Statement("Suk & Duan", "Gap direction", "grad Phi = g+ - g- (the Gradient Gap is the gradient of the "
+              "log-odds); every method's expected direction is a scalar times the Gap", f"{_SD}, eq. of E[w] = "
+              "scalar x Gap"),
+    Statement("Suk & Duan", "Theorem 1", "J(K) >= sigmoid(logit J0 + M(K)/2) under the step condition; accuracy "
+              "is logistic in M", f"{_SD}, Thm 1"),
+    Statement("Suk & Duan", "Theorem 2", "above a step-size threshold even aligned steps collapse J to 0",
+              f"{_SD}, Thm 2"),
+    Statement("Suk & Duan", "Theorem 3", "eta* ~ (1 - J)/T; 1/|o| normalisation cancels one T", f"{_SD}, Thm 3"),
+    Statement("Suk & Duan", "stagnation", "a fixed eta stagnates below J = 1; convergence must be judged by M "
+              "(not gradient norms)", f"{_SD}, Thm 3 discussion"),
+    Statement("Suk & Duan", "LLM runs", "GRPO on Qwen2.5-Math-7B (the paper's LLM runs)", _SD, _NO_CPU),
+    Statement("WAPO", "token taxonomy", "peak/valley x sign of A predicts the sign of the entropy change",
+              f"{_WAPO}, token taxonomy"),
+    Statement("WAPO", "stability", "WAPO keeps the Gap direction and down-weights solved prompts ((1 - J) "
+              "factor): more stable than GRPO / Dr. GRPO at equal step", _WAPO),
+    Statement("WAPO", "collapse modes", "collapse modes of RLVR runs (high-entropy off-task; repetitive "
+              "malformed)", _WAPO, "shown in figure 7 (alerts by llm_probe's documented collapse rule); no "
+              "claim: the paper's criterion is not public"),
+    Statement("WAPO", "LLM runs", "WAPO vs GRPO/DAPO/GSPO on 1.5B-4B models, MATH-500 etc. (the paper's LLM "
+              "runs)", _WAPO, _NO_CPU),
+    Statement("Yu et al.", "clip-higher", "clip-higher counters entropy collapse", "Yu et al. 2025 (DAPO, arXiv "
+              "2503.14476)"),
+    Statement("Zhu et al.", "NSR vs PSR", "negative samples (NSR) keep pass@k at large k better than positive "
+              "ones (PSR)", "Zhu et al. 2025 (arXiv 2506.01347)"),
+    Statement("Cui et al.", "Lemma 1", "per state, dH = -Cov(log pi, dz) to first order in the logit change",
+              f"{_CUI}, Lemma 1"),
+    Statement("Cui et al.", "Theorems 1-2", "under (natural) policy gradient the entropy change follows "
+              "-eta Cov(log pi, pi A) (-eta Cov(log pi, A))", f"{_CUI}, Thms 1-2"),
+    Statement("beyond the papers", "safe step rule", "the safe step rule keeps runs at a collapse lr from ending "
+              "collapsed without slowing learning at a safe lr", "docs/theory.md section 11"),
+    Statement("beyond the papers", "early warning", "a per-step statistic of the probe warns of the final "
+              "collapse earlier than the falling reward", "llm_probe.experiments.early_warning"),
+)}
+"""The registry of statements, in the order the tables list them: the one place a statement key is defined."""
+
+
+def statement_key(key, name: str = "key") -> tuple[str, str] | None:
+    """``key`` as a registered statement key (a (paper, item) pair of :data:`STATEMENTS`), or None."""
+    if key is None:
+        return None
+    if (isinstance(key, (str, bytes)) or not isinstance(key, Sequence) or len(key) != 2
+            or not all(isinstance(k, str) for k in key) or tuple(key) not in STATEMENTS):
+        raise ValueError(f"{name} must be None or a registered statement (paper, item), one of "
+                         f"{sorted(STATEMENTS)}; got {key!r}")
+    return tuple(key)
+
+
+def _role(role, name: str = "role") -> str:
+    if role not in ROLES:
+        raise ValueError(f"{name} must be one of {ROLES}, got {role!r}")
+    return role
 
 
 def _finite(v, name: str) -> float:
@@ -156,7 +240,8 @@ class ClaimSpec:
 
     source: "Suk & Duan (arXiv 2510.08539), Thm 2" or "beyond the papers"; statement: the claim in
     words; form: one of FORMS; criterion: the machine-checkable rule (its text is derived from it,
-    ``criterion_text``); primary: a pre-declared primary comparison.
+    ``criterion_text``); primary: a pre-declared primary comparison; key: the registered statement it is
+    about (:data:`STATEMENTS`; None: none); role: one of ROLES (test, premise, exploratory).
     """
 
     source: str
@@ -164,6 +249,8 @@ class ClaimSpec:
     form: str
     criterion: Criterion
     primary: bool = False
+    key: tuple[str, str] | None = None
+    role: str = "test"
 
     def __post_init__(self):
         for name in ("source", "statement"):
@@ -177,10 +264,27 @@ class ClaimSpec:
             raise ValueError("form 'identity' and an identity criterion go together")
         if self.primary and self.form != "comparison":
             raise ValueError("only comparisons are primary")
+        object.__setattr__(self, "key", statement_key(self.key))
+        _role(self.role)
 
     @property
     def criterion_text(self) -> str:
         return self.criterion.describe()
+
+
+def keyed_specs(specs: Mapping[str, ClaimSpec],
+                keys: Mapping[str, tuple[tuple[str, str] | None, str]]) -> dict[str, ClaimSpec]:
+    """``specs`` with each claim's statement key and role set from ``keys`` ({claim id: (key, role)}, naming
+    every claim of ``specs`` and no other): an experiment declares what each row tests beside its criterion."""
+    if set(keys) != set(specs):
+        raise ValueError(f"keys must name the claims of specs; differ on {sorted(set(keys) ^ set(specs))}")
+    out = {}
+    for cid, spec in specs.items():
+        kr = keys[cid]
+        if not isinstance(kr, tuple) or len(kr) != 2:
+            raise ValueError(f"keys[{cid!r}] must be (statement key or None, role), got {kr!r}")
+        out[cid] = replace(spec, key=kr[0], role=kr[1])
+    return out
 
 
 def decide_verdict(estimate: float, lo: float, hi: float, criterion: Criterion, *,
@@ -239,8 +343,9 @@ class Claim:
     identities included; reason: why it is not measured (required then), e.g. "too few instances for a
     valid interval". form: one of FORMS (an identity criterion implies "identity"); primary: a
     pre-declared primary comparison (Holm runs over the primaries of a block only); n_planned: the n the
-    planner asked for (gapdyn.planner); conservativeness: measured / bound, for bounds. verdict:
-    computed, not an argument; ``why`` says why a claim is inconclusive.
+    planner asked for (gapdyn.planner); conservativeness: measured / bound, for bounds; key: the
+    registered statement the row is about (:data:`STATEMENTS`; None: none); role: test, premise or
+    exploratory (ROLES). verdict: computed, not an argument; ``why`` says why a claim is inconclusive.
     """
 
     id: str
@@ -265,6 +370,8 @@ class Claim:
     reason: str = ""
     n_planned: int | None = None
     conservativeness: float | None = None
+    key: tuple[str, str] | None = None
+    role: str = "test"
     verdict: str = field(init=False)
 
     def __post_init__(self):
@@ -311,6 +418,8 @@ class Claim:
             raise ValueError(f"n_planned must be None or a positive integer, got {self.n_planned!r}")
         if self.conservativeness is not None:
             object.__setattr__(self, "conservativeness", _finite(self.conservativeness, "conservativeness"))
+        object.__setattr__(self, "key", statement_key(self.key))
+        _role(self.role)
         verdict = (decide_verdict(self.estimate, lo, hi, self.criterion, p_adjusted=self.p_adjusted)
                    if self.measured else "inconclusive")
         object.__setattr__(self, "verdict", verdict)
@@ -355,19 +464,55 @@ class Claim:
         d = asdict(self)
         d["interval"] = list(self.interval)
         d["criterion"] = self.criterion.to_dict()
+        d["key"] = None if self.key is None else list(self.key)
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping) -> Claim:
-        """Rebuild a claim; a stored verdict that the rule no longer gives is an error."""
+        """Rebuild a claim; a stored verdict that the rule no longer gives is an error, and so is a record
+        that is not a mapping or lacks a required field (ValueError naming it)."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"a claim must be a JSON object, got {type(d).__name__}")
         d = dict(d)
+        missing = [k for k in _REQUIRED if k not in d]
+        if missing:
+            raise ValueError(f"claim {d.get('id', '?')!r} has no {', '.join(missing)}")
+        unknown = sorted(set(d) - _FIELDS - {"verdict"})
+        if unknown:
+            raise ValueError(f"claim {d['id']!r} has unknown fields {unknown}")
         stored = d.pop("verdict", None)
-        d["criterion"] = Criterion.from_dict(d["criterion"])
+        if not isinstance(d["criterion"], Mapping):
+            raise ValueError(f"claim {d['id']!r}: criterion must be a JSON object, got {d['criterion']!r}")
+        try:
+            d["criterion"] = Criterion.from_dict(d["criterion"])
+        except TypeError as exc:
+            raise ValueError(f"claim {d['id']!r}: criterion {d['criterion']!r} is not a criterion") from exc
+        if isinstance(d["interval"], (str, bytes)) or not isinstance(d["interval"], Sequence):
+            raise ValueError(f"claim {d['id']!r}: interval must be a list [lo, hi], got {d['interval']!r}")
         d["interval"] = tuple(d["interval"])
         claim = cls(**d)
         if stored is not None and stored != claim.verdict:
             raise ValueError(f"claim {claim.id!r}: stored verdict {stored!r} differs from the rule's {claim.verdict!r}")
         return claim
+
+
+_FIELDS = {f.name for f in fields(Claim) if f.init}
+_REQUIRED = ("id", "source", "statement", "setting", "statistic", "estimate", "interval", "n", "criterion_text",
+             "criterion")
+
+
+def listing(claim: Claim, *, confirmation_only: bool = True) -> str:
+    """Where a decided row is listed (one of LISTINGS), by its own fields, in this order: its form when it is
+    derived or identity; "discovery only" when its block is discovery (and ``confirmation_only``); its role
+    when premise or exploratory; "exploratory" when it names no statement (key None); else "counted": a test of
+    its statement, counted under ``claim.key``."""
+    if not claim.counts_as_evidence:
+        return claim.form
+    if confirmation_only and claim.block != "confirmation":
+        return "discovery only"
+    if claim.role != "test":
+        return claim.role
+    return "exploratory" if claim.key is None else "counted"
 
 
 def claims_to_json(claims: Iterable[Claim]) -> str:
@@ -377,10 +522,19 @@ def claims_to_json(claims: Iterable[Claim]) -> str:
 
 def claims_from_json(text: str) -> list[Claim]:
     """Inverse of :func:`claims_to_json` (verdicts re-decided and checked)."""
-    data = json.loads(text)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"text is not valid JSON ({exc})") from None
     if not isinstance(data, list):
-        raise ValueError("text must hold a JSON list of claims")
-    return [Claim.from_dict(d) for d in data]
+        raise ValueError(f"text must hold a JSON list of claims, got {type(data).__name__}")
+    out = []
+    for i, d in enumerate(data):
+        try:
+            out.append(Claim.from_dict(d))
+        except ValueError as exc:
+            raise ValueError(f"claim {i}: {exc}") from None
+    return out
 
 
 def holm_adjust_claims(claims: Sequence[Claim]) -> list[Claim]:

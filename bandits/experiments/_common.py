@@ -178,7 +178,7 @@ def make_claim(specs, claim_id: str, est: gapdyn.Estimate, *, block: str, settin
     return gapdyn.Claim.from_estimate(
         est, id=claim_id, source=spec.source, statement=spec.statement, setting=setting, statistic=statistic,
         criterion_text=spec.criterion_text, criterion=spec.criterion, block=block, p_value=p_value,
-        p_adjusted=p_value, form=spec.form, primary=spec.primary,
+        p_adjusted=p_value, form=spec.form, primary=spec.primary, key=spec.key, role=spec.role,
     )
 
 

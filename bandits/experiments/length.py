@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 import gapdyn
+from gapdyn.claims import keyed_specs
 from gapdyn.experiment import Experiment, claim_specs
 from gapdyn.claims import EQUIVALENCE_CONFIDENCE
 
@@ -158,7 +159,9 @@ class Config:
 
 
 
-SPECS = claim_specs(STATEMENTS, CRITERIA, FORMS, primary=())
+KEYS = {cid: (("Suk & Duan", "Theorem 3"), "test") for cid in STATEMENTS}
+"""Claim id -> (statement key, role) (gapdyn.claims.STATEMENTS, ROLES)."""
+SPECS = keyed_specs(claim_specs(STATEMENTS, CRITERIA, FORMS, primary=()), KEYS)
 """Every claim's frozen gapdyn.ClaimSpec (the tables above, verbatim), by claim id."""
 
 def cells(config: Config, instances) -> list[dict]:

@@ -48,6 +48,7 @@ import pandas as pd
 from scipy.special import logit
 
 import gapdyn
+from gapdyn.claims import keyed_specs
 from gapdyn.experiment import Experiment, claim_specs
 from gapdyn.planner import plan_n, power_mean
 from gapdyn.stats import Estimate, clopper_pearson_upper, ols_slope
@@ -134,7 +135,12 @@ class Config:
 
 
 
-SPECS = claim_specs(STATEMENTS, CRITERIA, FORMS, primary=())
+KEYS = {cid: (("Suk & Duan", "Theorem 1"), "exploratory") for cid in STATEMENTS}
+KEYS.update({"logistic.thm1_bound_meeting": (("Suk & Duan", "Theorem 1"), "test"),
+             "logistic.exact_slope_identity": (None, "test")})
+"""Claim id -> (statement key, role) (gapdyn.claims.STATEMENTS, ROLES): the rows over runs beyond Theorem 1's step
+condition are exploratory (outside its premise); the rows that meet it are a derived check."""
+SPECS = keyed_specs(claim_specs(STATEMENTS, CRITERIA, FORMS, primary=()), KEYS)
 """Every claim's frozen gapdyn.ClaimSpec (the tables above, verbatim), by claim id."""
 
 def cells(config: Config, instances=None) -> list[dict]:

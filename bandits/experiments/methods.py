@@ -53,6 +53,7 @@ from scipy.special import log_softmax
 from scipy.stats import rankdata
 
 import gapdyn
+from gapdyn.claims import keyed_specs
 from gapdyn.experiment import Experiment, claim_specs
 from gapdyn.cmdline import MODES
 from gapdyn import Criterion
@@ -177,7 +178,18 @@ FORMS: dict[str, str] = {
 
 
 
-SPECS = claim_specs(STATEMENTS, CRITERIA, FORMS, primary=PRIMARY)
+_WAPO_STABLE = ("WAPO", "stability")
+KEYS = {
+    **{k: (("Suk & Duan", "Gap direction"), "test") for k in STATEMENTS if k.startswith("identity_")},
+    **{k: (("Suk & Duan", "Theorem 2"), "test") for k in ("exact_rank_collapse", "sampled_rank_collapse")},
+    **{k: (("Suk & Duan", "Theorem 1"), "test") for k in ("sampled_rank_speed", "sampled_rank_entropy")},
+    "wapo_vs_grpo": (_WAPO_STABLE, "test"), "wapo_vs_dr_grpo": (_WAPO_STABLE, "test"),
+    **{k: (_WAPO_STABLE, "exploratory") for k in ("matched_wapo_vs_dr_grpo", "matched_wapo_vs_psr",
+                                                  "matched_wapo_vs_grpo")},
+}
+"""Claim id -> (statement key, role) (gapdyn.claims.STATEMENTS, ROLES): the rank rows test Suk & Duan's theorems
+through E[w] = scalar x Gap; the matched rows go beyond WAPO (a matched step)."""
+SPECS = keyed_specs(claim_specs(STATEMENTS, CRITERIA, FORMS, primary=PRIMARY), KEYS)
 """Every claim's frozen gapdyn.ClaimSpec (the tables above, verbatim), by claim id."""
 
 def cells(config: Config, instances=None) -> list[dict]:
@@ -549,9 +561,10 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
         stat += (f"; one-sided exact permutation p over {math.factorial(t.k)} orders = {t.p:.3g} (smallest "
                  f"attainable {t.p_min:.3g}); interval: rho minus the null's 95 / 5 % quantiles (one-sided 95 % "
                  f"each side); unit: method")
-        reason = ("" if t.p_min < ALPHA else
-                  f"inconclusive: too few methods to decide ({t.k} methods, ties in the outcome included: smallest "
-                  f"attainable p = {t.p_min:.3g} >= {ALPHA:g})")
+        reason = ("no interval method with measured coverage for a Spearman over methods (the band is the "
+                  "permutation null's quantiles; docs/coverage.md)" + ("" if t.p_min < ALPHA else
+                  f"; too few methods to decide ({t.k} methods, ties in the outcome included: smallest "
+                  f"attainable p = {t.p_min:.3g} >= {ALPHA:g})"))
         add(cid, est, where + ", " + setting, stat, p_value=t.p, reason=reason)
 
     def paired(cid, R, other, key, setting):

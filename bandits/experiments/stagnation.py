@@ -51,6 +51,7 @@ from scipy.spatial import ConvexHull
 from scipy.special import expit
 
 import gapdyn
+from gapdyn.claims import keyed_specs
 from gapdyn.experiment import Experiment, claim_specs
 from bandits.engine import Dynamics, simulate
 from bandits.envs import ContextualBandit, make_bandit
@@ -185,7 +186,13 @@ class Config:
 
 
 
-SPECS = claim_specs(STATEMENTS, CRITERIA, FORMS, primary=())
+KEYS = {cid: (None if cid.startswith(("stagnation.optimum_below_one.", "stagnation.adaptive_"))
+                 else ("Suk & Duan", "stagnation"),
+                 "exploratory" if cid.startswith(("stagnation.optimum_below_one.", "stagnation.adaptive_")) else "test")
+        for cid in STATEMENTS}
+"""Claim id -> (statement key, role) (gapdyn.claims.STATEMENTS, ROLES): the interior optimum and the step
+controller are beyond the papers."""
+SPECS = keyed_specs(claim_specs(STATEMENTS, CRITERIA, FORMS, primary=()), KEYS)
 """Every claim's frozen gapdyn.ClaimSpec (the tables above, verbatim), by claim id."""
 
 def cells(config: Config, instances=None) -> list[dict]:
@@ -603,7 +610,8 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
         claims.append(gapdyn.Claim.from_estimate(est, id=cid, source=spec.source, statement=spec.statement,
                                                  setting=setting, statistic=statistic,
                                                  criterion_text=spec.criterion_text, criterion=spec.criterion,
-                                                 block=block, form=spec.form, **kw))
+                                                 block=block, form=spec.form, key=spec.key, role=spec.role,
+                                                 **kw))
 
     def boot(values, natural, clusters=None) -> gapdyn.Estimate:
         v = np.asarray(values, float)

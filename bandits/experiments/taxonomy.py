@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 import gapdyn
+from gapdyn.claims import keyed_specs
 from gapdyn.experiment import Experiment, claim_specs
 
 from ._common import make_claim, run_experiment
@@ -52,7 +53,9 @@ STATEMENTS: dict[str, tuple[str, str]] = {
     "taxonomy.misses_near_boundary": (_SOURCE, "the tokens whose bin mispredicts sit just above the boundary "
                                                "p_s = C"),
 }
-SPECS = claim_specs(STATEMENTS, CRITERIA, FORMS)
+KEYS = {cid: (("WAPO", "token taxonomy"), "test") for cid in STATEMENTS}
+"""Claim id -> (statement key, role) (gapdyn.claims.STATEMENTS, ROLES)."""
+SPECS = keyed_specs(claim_specs(STATEMENTS, CRITERIA, FORMS), KEYS)
 """Every claim's frozen gapdyn.ClaimSpec, by claim id."""
 
 
@@ -159,7 +162,8 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
         id="taxonomy.valley_never_disagrees", source=valley.source, statement=valley.statement, setting=setting,
         statistic="count of valley tokens whose bin mispredicts sign(dH)",
         estimate=float(s["valley_mispredicted"]), interval=(float(s["valley_mispredicted"]),) * 2, n=n,
-        criterion_text=valley.criterion_text, criterion=valley.criterion, block=block, form=valley.form))
+        criterion_text=valley.criterion_text, criterion=valley.criterion, block=block, form=valley.form,
+        key=valley.key, role=valley.role))
     if s["n_misses"]:
         claims.append(make_claim(SPECS, "taxonomy.misses_near_boundary",
                                  gapdyn.wilson_interval(s["misses_near_boundary"], s["n_misses"]), block=block,

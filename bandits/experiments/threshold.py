@@ -28,6 +28,7 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 import gapdyn
+from gapdyn.claims import keyed_specs
 from gapdyn.experiment import Experiment, claim_specs
 from gapdyn.cmdline import MODES
 from gapdyn import COLLAPSE_J, Criterion
@@ -188,7 +189,21 @@ _SAMPLED_KEYS = ("n_arms", "dim", "n_correct", "group_size", "n_seeds", "sampled
 
 
 
-SPECS = claim_specs(STATEMENTS, CRITERIA, FORMS, primary=())
+_T1, _T2, _T3 = ("Suk & Duan", "Theorem 1"), ("Suk & Duan", "Theorem 2"), ("Suk & Duan", "Theorem 3")
+KEYS = {
+    "finite_share": (_T2, "exploratory"), "sharpness": (_T2, "test"), "reconverge": (_T2, "test"),
+    "ratio_reinforce_grpo": (("Suk & Duan", "Gap direction"), "exploratory"), "identity_dr_reinforce": (None, "test"),
+    "thm1_conservative": (_T1, "test"), "gap_spearman": (_T2, "test"),
+    "adaptive_collapse": (_T3, "exploratory"), "linesearch_collapse": (_T2, "exploratory"),
+    **{k: (None, "exploratory") for k in ("dip_recovers", "eta_star_over_dip", "sampled_collapse", "adaptive_speed",
+                                          "linesearch_speed", "trap_accuracy", "trap_auc", "predictor_lookahead",
+                                          "predictor_sharp")},
+}
+"""Claim id -> (statement key, role) (gapdyn.claims.STATEMENTS, ROLES). finite_share's criterion (a share above
+0.9) asks for near-universality over a finite scan, which Thm 2 does not state: exploratory; the eta* ratio rests
+on a scalar that varies with J along a run, with the project's band: exploratory; the controllers go beyond the
+theorems they build on."""
+SPECS = keyed_specs(claim_specs(STATEMENTS, CRITERIA, FORMS, primary=()), KEYS)
 """Every claim's frozen gapdyn.ClaimSpec (the tables above, verbatim), by claim id."""
 
 def cells(config: Config, instances=None) -> list[dict]:

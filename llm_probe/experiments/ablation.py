@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from gapdyn.claims import (CONFIRMATION_SEEDS, Claim, ClaimSpec, Criterion, claims_markdown, claims_to_json,
-                           criteria_hash, holm_adjust_claims)
+                           criteria_hash, holm_adjust_claims, keyed_specs)
 from gapdyn.experiment import Experiment
 from gapdyn.io import atomic_write_json, atomic_write_text, write_with
 from gapdyn.stats import (
@@ -476,6 +476,14 @@ SPECS = {
                                          "llm_probe.experiments.entropy_lemma)", "law",
                                          Criterion.above(0.0)),
 }
+SPECS = keyed_specs(SPECS, {
+    "llm.wapo_fewer_collapses": (("WAPO", "stability"), "test"),
+    "llm.wapo_higher_reward": (("WAPO", "stability"), "test"),
+    "llm.wapo_entropy_at_matched_accuracy": (("WAPO", "token taxonomy"), "exploratory"),
+    "llm.dapo_entropy_at_matched_accuracy": (("Yu et al.", "clip-higher"), "test"),
+    "llm.wapo_passk_not_lower": (("WAPO", "stability"), "exploratory"),
+    "llm.nsr_passk_above_psr": (("Zhu et al.", "NSR vs PSR"), "test"),
+    "llm.entropy_follows_cov": (("Cui et al.", "Theorems 1-2"), "test")})  # (statement key, role) per claim
 CRITERIA = SPECS  # the older name (paper_figs, tests)
 """claim id -> ClaimSpec (source, statement, form, Criterion, primary), frozen at import, before any run. The
 primaries, WAPO vs GRPO collapse and final reward at every lr of the study, are Holm-adjusted among themselves;
@@ -595,7 +603,7 @@ def _claim(cid, setting, statistic, est: Estimate, p=None, n=None, lr=None) -> C
                  setting=setting, statistic=statistic, estimate=est.estimate, interval=(est.lo, est.hi),
                  n=n or est.n, criterion_text=f"{TEST_TEXT[cid]}: {spec.criterion_text}", criterion=spec.criterion,
                  p_value=p, p_adjusted=p,  # p_adjusted: Holm over the primaries, set later
-                 form=spec.form, primary=spec.primary, measured=not unmeasured,
+                 form=spec.form, primary=spec.primary, key=spec.key, role=spec.role, measured=not unmeasured,
                  reason=est.method.split(": ", 1)[1] if unmeasured else "")
 
 

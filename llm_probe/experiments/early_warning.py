@@ -46,7 +46,7 @@ from typing import NamedTuple
 import numpy as np
 
 from gapdyn.claims import (Claim, ClaimSpec, Criterion, claims_markdown, claims_to_json, criteria_hash,
-                           holm_adjust_claims)
+                           holm_adjust_claims, keyed_specs)
 from gapdyn.io import atomic_write_text, write_with
 from gapdyn.taxonomy import BIN_NAMES
 
@@ -110,6 +110,8 @@ SPECS = {
         _SRC, "the statistic separates runs that end collapsed from the others of its lr at lead L (time-matched)",
         "comparison", Criterion.above(0.5, alpha=0.05)),
 }
+SPECS = keyed_specs(SPECS, {k: (("beyond the papers", "early warning"), "exploratory" if k.endswith("auc_above_chance")
+                                else "test") for k in SPECS})  # (statement key, role) per claim
 """claim id -> ClaimSpec, frozen at import; auc_above_chance is instantiated per statistic, lead and lr
 (exploratory, unadjusted)."""
 CRITERIA_HASH = criteria_hash({cid: spec.criterion for cid, spec in SPECS.items()})
@@ -452,7 +454,7 @@ def _claim(cid, spec, setting, statistic, e: MatchedAUC | None, *, empty_estimat
     common = dict(id=cid, source=spec.source, statement=spec.statement, setting=setting, statistic=statistic,
                   criterion_text=f"{statistic}; run-cluster bootstrap percentile interval, permutation p: "
                                  f"{spec.criterion_text}", criterion=spec.criterion, form=spec.form,
-                  primary=spec.primary, criteria_hash=CRITERIA_HASH)
+                  primary=spec.primary, key=spec.key, role=spec.role, criteria_hash=CRITERIA_HASH)
     if e is None:
         return Claim(estimate=empty_estimate, interval=(empty_estimate, empty_estimate), n=1, measured=False,
                      reason="no matched (positive, negative) pair within an lr", **common)

@@ -57,7 +57,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from gapdyn.claims import Claim, ClaimSpec, Criterion, claims_markdown, claims_to_json, criteria_hash
+from gapdyn.claims import Claim, ClaimSpec, Criterion, claims_markdown, claims_to_json, criteria_hash, keyed_specs
 from gapdyn.stats import Estimate, t_interval_cluster_slope
 
 __all__ = ["entropy", "vocab_cov", "lemma_dH", "States", "visited_states", "pg_logit_change", "npg_logit_change",
@@ -90,6 +90,11 @@ SPECS = {
         "Per visited state, the entropy change of an Adam step follows -eta Cov(log pi, A) in sign", "law",
         Criterion.above(0.0)),
 }
+SPECS = keyed_specs(SPECS, {  # (statement key, role) per claim: the Adam rows leave the papers' setting
+    "llm.entropy_lemma": (("Cui et al.", "Lemma 1"), "test"),
+    "llm.entropy_lemma_adam": (("Cui et al.", "Lemma 1"), "exploratory"),
+    **{f"llm.entropy_{f}_form_{o}": (("Cui et al.", "Theorems 1-2"), "test" if o == "sgd" else "exploratory")
+       for f in ("pg", "npg") for o in ("sgd", "adam")}})
 """claim id -> ClaimSpec, frozen at import before any run (ids get ``@<run>`` suffixes: one row per run and, for
 Adam, per step block ``step0`` / ``later``). The lemma rows are of form "derived": Lemma 1 is a first-order Taylor
 identity of the softmax entropy, so its rows say whether a step is small enough for the first order to describe it
@@ -399,7 +404,7 @@ def claims_from_states(states, cfg: StudyConfig) -> tuple[list, list]:
                               statement=spec.statement, setting=setting,
                               statistic=f"OLS slope of exact dH(s) on {PRED[pred]}",
                               criterion_text=f"{TEST_TEXT[cid]}: {spec.criterion_text}", criterion=spec.criterion,
-                              form=spec.form, criteria_hash=CRITERIA_HASH)
+                              form=spec.form, key=spec.key, role=spec.role, criteria_hash=CRITERIA_HASH)
                 if est is None:
                     claims.append(Claim(estimate=0.0, interval=(0.0, 0.0), n=max(1, f["clusters"]), measured=False,
                                         reason="fewer than 3 clusters or a constant prediction",

@@ -60,7 +60,7 @@ from types import SimpleNamespace
 import numpy as np
 
 import gapdyn
-from gapdyn.claims import Claim, ClaimSpec, Criterion, claims_markdown, claims_to_json, holm_adjust_claims
+from gapdyn.claims import Claim, ClaimSpec, Criterion, claims_markdown, claims_to_json, holm_adjust_claims, keyed_specs
 from gapdyn.experiment import Experiment
 from gapdyn.io import atomic_write_json, atomic_write_text, write_with
 from gapdyn.planner import plan_n, power_mean, power_two_proportions
@@ -92,7 +92,10 @@ SPECS = {
     "final_heldout": ClaimSpec(SOURCE, "at a collapse lr the safe step ends with a higher held-out accuracy "
                                "(paired by seed)", "comparison", Criterion.above(0.0, alpha=0.05)),
 }
-"""Claim family -> ClaimSpec, frozen at import (before any run); a claim's id is ``<family>@<method>_lr<lr>``."""
+SPECS = keyed_specs(SPECS, {k: (("beyond the papers", "safe step rule"),
+                                "premise" if k == "collapse_constant" else "test") for k in SPECS})
+"""Claim family -> ClaimSpec, frozen at import (before any run); a claim's id is ``<family>@<method>_lr<lr>``. Each
+names its statement key and role: collapse_constant checks the premise of the comparisons (runs do collapse)."""
 CRITERIA = SPECS
 """The same table under its older name."""
 PRIMARIES = tuple(k for k, v in SPECS.items() if v.primary)
@@ -343,7 +346,7 @@ def _spec_fields(family: str) -> dict:
     spec = SPECS[family]
     return dict(source=spec.source, criterion=spec.criterion, form=spec.form, primary=spec.primary,
                 statement=spec.statement, criterion_text=f"{TEST_TEXT[family]}: {spec.criterion_text}",
-                criteria_hash=CRITERIA_HASH)
+                key=spec.key, role=spec.role, criteria_hash=CRITERIA_HASH)
 
 
 def _paired_interval(method: str, xs, xc, *, rng, n_resamples: int) -> gapdyn.Estimate:
