@@ -15,6 +15,14 @@ from .sampling import inverse_cdf_draw
 
 __all__ = ["expected_direction", "sampled_direction", "sample_group"]
 
+MAX_DRAWS = 2**26
+"""Most responses (x score entries) one call draws and holds at once: 512 MiB of float64."""
+
+
+def _check_draws(count: int, what: str) -> None:
+    if count > MAX_DRAWS:
+        raise ValueError(f"group_size asks for {count} {what} at once, more than 2**26: draw the groups in chunks")
+
 
 def expected_direction(method: str, probs, rewards, scores, *, group_size: int, **opts) -> np.ndarray:
     """E[w] for ``method``: the closed-form scalar (incl. GRPO's binomial sum c_G(J)) times the Gap.
@@ -38,6 +46,7 @@ def sample_group(probs, group_size: int, rng: np.random.Generator) -> np.ndarray
         raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
     p = as_probs(probs)
     G = check_group_size(group_size)
+    _check_draws(int(np.prod(p.shape[:-1], dtype=object)) * G, "draws")
     return inverse_cdf_draw(p, rng.random(p.shape[:-1] + (G,)))
 
 
@@ -54,6 +63,7 @@ def sampled_direction(
     r = as_rewards(rewards, p.shape)
     s = as_scores(scores, p.shape)
     G = check_group_size(group_size)
+    _check_draws(int(np.prod(p.shape[:-1], dtype=object)) * G * max(1, s.shape[-1]), "score entries")
     idx = sample_group(p, G, rng)
     r_g = np.take_along_axis(r, idx, axis=-1)
     A = group_advantages(method, r_g, **opts)

@@ -88,11 +88,60 @@ def _adv_w_reinforce(xp, r, lam=0.1):
     return xp.where(r > 0, lam * xp.ones_like(r), -xp.ones_like(r))
 
 
+C_G_MAX_GROUP = 2**62
+"""Largest group size :func:`c_G` takes (binomial counts stay exact int64 values); beyond it c_G equals its
+large-G limit sqrt(J (1 - J)) to far below double precision."""
+
+_DIRECT_TERMS = 2**12  # G + 1 up to this: every term m = 0..G in one array (rows of J in chunks)
+_CHUNK = 2**16  # terms per chunk of a windowed sum: memory stays O(_CHUNK) at any G
+_TAIL_LOG = 60.0  # the window keeps m with Bernstein tail bound exp(-_TAIL_LOG) ~ 1e-26 outside it
+_SERIES_VAR = 1e9  # G J (1 - J) above this: the delta-method series (next term ~ 1 / (G J (1 - J))^2 < 1e-18)
+
+
 def _binomial_expectation(J, G, f):
-    """E_m[f(m / G)] with m ~ Binomial(G, J), as an exact finite sum over m = 0..G."""
+    """E_m[f(m / G)] with m ~ Binomial(G, J), as an exact finite sum over m = 0..G (J in row chunks)."""
+    J = np.asarray(J, dtype=np.float64)
+    flat = J.reshape(-1)
     m = np.arange(G + 1)
-    pmf = binom.pmf(m, G, np.asarray(J)[..., None])
-    return np.sum(pmf * f(m / G), axis=-1)
+    fm = f(m / G)
+    rows = max(1, 2**20 // (G + 1))
+    out = np.empty(flat.shape)
+    for a in range(0, flat.size, rows):
+        out[a : a + rows] = np.sum(binom.pmf(m, G, flat[a : a + rows, None]) * fm, axis=-1)
+    return out.reshape(J.shape)[()]
+
+
+def _windowed_expectation(j: float, G: int, f) -> float:
+    """E_m[f(m / G)], m ~ Binomial(G, j), summed over the m within t of G j in chunks of _CHUNK terms.
+
+    t = L/3 + sqrt(L^2/9 + 2 L sigma^2) with L = _TAIL_LOG solves Bernstein's bound
+    P(|m - G j| >= t) <= 2 exp(-t^2 / (2 (sigma^2 + t / 3))) = 2 exp(-L) (Boucheron et al. 2013, Thm 2.10),
+    sigma^2 = G j (1 - j); f is bounded by 1/2 here, so the terms left out add at most exp(-L).
+    """
+    mu, var = G * j, G * j * (1.0 - j)
+    t = _TAIL_LOG / 3 + np.sqrt(_TAIL_LOG**2 / 9 + 2 * _TAIL_LOG * var)
+    lo, hi = max(0, int(np.floor(mu - t))), min(G, int(np.ceil(mu + t)))
+    total = 0.0
+    for a in range(lo, hi + 1, _CHUNK):
+        m = np.arange(a, min(a + _CHUNK, hi + 1), dtype=np.int64)
+        total += float(np.sum(binom.pmf(m, G, j) * f(m / G)))
+    return total
+
+
+def _series_expectation(j: float, G: int, k: float, eps: float) -> float:
+    """E[f(p_hat)] ~ f(j) + f''(j) j (1 - j) / (2 G) for f(p) = x / (sqrt(k x) + eps), x = p (1 - p).
+
+    The delta method (Casella & Berger 2002, §5.5.4): the next terms carry the third and fourth central
+    moments of p_hat, O(G^-2), i.e. relative O((G j (1 - j))^-2). With s = sqrt(k x), g(x) = x / (s + eps):
+    g' = (s + 2 eps) / (2 (s + eps)^2), g'' = -k (s + 3 eps) / (4 s (s + eps)^3), f'' = g'' (1 - 2j)^2 - 2 g'.
+    """
+    x = j * (1.0 - j)
+    s = np.sqrt(k * x)
+    g = x / (s + eps)
+    g1 = (s + 2 * eps) / (2 * (s + eps) ** 2)
+    g2 = -k * (s + 3 * eps) / (4 * s * (s + eps) ** 3)
+    f2 = g2 * (1 - 2 * j) ** 2 - 2 * g1
+    return float(g + f2 * x / (2 * G))
 
 
 def c_G(J, G, *, std: str = "population", eps: float = 0.0) -> np.ndarray:
@@ -100,9 +149,14 @@ def c_G(J, G, *, std: str = "population", eps: float = 0.0) -> np.ndarray:
 
     derived (docs/equations.md §2): GRPO's expected direction is c_G(J) * Gap; k = 1 for the population
     std and G / (G - 1) for the Bessel std. Tends to sqrt(J (1 - J)) as G grows (population, eps=0).
+    Memory is bounded at any G: up to 4095 every term; beyond, the terms within a Bernstein tail bound of
+    G J (chunks), and once G J (1 - J) > 1e9 the delta-method series to O(1/G). G up to 2**62.
     """
     J = check_open_unit(J)
     G = check_group_size(G)
+    if G > C_G_MAX_GROUP:
+        raise ValueError(f"group_size must be <= 2**62 for c_G, got {G}; as G grows c_G tends to "
+                         f"sqrt(J (1 - J)) (population std, eps = 0)")
     if std not in ("population", "bessel"):
         raise ValueError(f"std must be 'population' or 'bessel', got {std!r}")
     eps = check_real_option(eps, "eps")
@@ -114,7 +168,17 @@ def c_G(J, G, *, std: str = "population", eps: float = 0.0) -> np.ndarray:
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(x > 0, x / (sd + eps), 0.0)
 
-    return _binomial_expectation(J, G, f)
+    if G + 1 <= _DIRECT_TERMS:
+        return _binomial_expectation(J, G, f)
+    out = np.empty(J.shape)
+    flat = out.reshape(-1)
+    for i, Ji in enumerate(J.reshape(-1)):
+        j = min(float(Ji), 1.0 - float(Ji))  # f(p) = f(1 - p): the sum at J equals the sum at 1 - J
+        if G * j * (1.0 - j) > _SERIES_VAR:
+            flat[i] = _series_expectation(j, G, k, eps)
+        else:
+            flat[i] = _windowed_expectation(j, G, f)
+    return out[()]
 
 
 METHODS: dict[str, Method] = {

@@ -53,9 +53,17 @@ def _check_prob(v, name, *, open_=True) -> float:
     return x
 
 
-def _check_n(n, name="n", low=2) -> int:
+MAX_N_PROPORTION = 10**6
+"""Largest n of :func:`power_proportion` (its exact sum holds n + 1 terms; ~10 s at the limit)."""
+MAX_N_TWO_PROPORTIONS = 2000
+"""Largest n of :func:`power_two_proportions` (its exact sum holds (n + 1)^2 tables; ~100 s at the limit)."""
+
+
+def _check_n(n, name="n", low=2, high=None, high_text="") -> int:
     if isinstance(n, bool) or int(n) != n or n < low:
         raise ValueError(f"{name} must be an integer >= {low}, got {n!r}")
+    if high is not None and n > high:
+        raise ValueError(f"{name} must be <= {high_text} (the exact sum is held in memory), got {n!r}")
     return int(n)
 
 
@@ -119,7 +127,7 @@ def power_proportion(p: float, n: int, *, value: float, confidence: float = 0.95
     """
     from scipy.stats import binom
 
-    n = _check_n(n, low=1)
+    n = _check_n(n, low=1, high=MAX_N_PROPORTION, high_text="10**6")
     p = _check_prob(p, "p", open_=False)
     v = _check_prob(value, "value")
     c = _check_prob(confidence, "confidence")
@@ -137,7 +145,7 @@ def power_two_proportions(p_hi: float, p_lo: float, n: int, *, alpha: float = 0.
     """
     from scipy.stats import binom, hypergeom
 
-    n = _check_n(n, low=1)
+    n = _check_n(n, low=1, high=MAX_N_TWO_PROPORTIONS, high_text="2000")
     pa, pb = _check_prob(p_hi, "p_hi", open_=False), _check_prob(p_lo, "p_lo", open_=False)
     a = _check_prob(alpha, "alpha")
     ka, kb = np.meshgrid(np.arange(n + 1), np.arange(n + 1), indexing="ij")

@@ -58,6 +58,10 @@ class TestResult:
     method: str
 
 
+MAX_RESAMPLES = 10**6
+"""Most bootstrap resamples a function here draws (the replicates are held in memory at once)."""
+
+
 def _check_confidence(confidence) -> float:
     c = float(confidence)
     if not (0.0 < c < 1.0):
@@ -179,8 +183,8 @@ def cluster_bootstrap(
     """
     if not isinstance(rng, np.random.Generator):
         raise ValueError("rng must be a numpy.random.Generator")
-    if int(n_resamples) != n_resamples or n_resamples < 100:
-        raise ValueError(f"n_resamples must be an integer >= 100, got {n_resamples!r}")
+    if int(n_resamples) != n_resamples or n_resamples < 100 or n_resamples > MAX_RESAMPLES:
+        raise ValueError(f"n_resamples must be an integer in [100, 10**6], got {n_resamples!r}")
     c = _check_confidence(confidence)
     data, n_rows = _row_aligned(arrays)
     G, inverse = _cluster_labels(clusters, n_rows)
@@ -393,8 +397,9 @@ def _check_rng(rng) -> np.random.Generator:
 
 
 def _check_resamples(n_resamples) -> int:
-    if isinstance(n_resamples, bool) or int(n_resamples) != n_resamples or n_resamples < 99:
-        raise ValueError(f"n_resamples must be an integer >= 99, got {n_resamples!r}")
+    if isinstance(n_resamples, bool) or int(n_resamples) != n_resamples or n_resamples < 99 \
+            or n_resamples > MAX_RESAMPLES:
+        raise ValueError(f"n_resamples must be an integer in [99, 10**6], got {n_resamples!r}")
     return int(n_resamples)
 
 
