@@ -28,7 +28,7 @@ def test_one_island_step_function():
     assert res.status == "found" and res.n_islands == 1
     lo, hi = res.bracket
     assert lo < c <= hi and hi / lo - 1 <= 1e-3
-    assert lo < res.eta_star < hi
+    assert res.eta_star == hi and res.eta_safe == lo  # the reported threshold is a collapsed run, not a midpoint
 
 
 @pytest.mark.parametrize("points", [1, 2, 9, 40])
@@ -39,7 +39,7 @@ def test_scan_is_one_vectorised_call_and_refinement_agrees_with_bisection(points
         calls.append(etas.size)
         return g.RunStats.constant(np.where(etas >= 0.05, 0.0, 1.0))
 
-    res = g.find_eta_star(run_stats, LO, HI, refine_points=points)
+    res = g.find_eta_star(run_stats, LO, HI, refine_points=points, island_scan=False)
     assert calls[0] == g.eta_grid(LO, HI).size and all(n == points for n in calls[1:])
     assert res.n_evaluations == sum(calls)
     assert res.bracket[0] < 0.05 <= res.bracket[1] and res.bracket[1] / res.bracket[0] - 1 <= 1e-3
@@ -50,8 +50,10 @@ def test_narrow_islands_a_coarse_grid_steps_over_are_found():
     islands = [(0.0123, 0.0123 * 1.015), (0.051, 0.051 * 1.015), (0.29, 0.29 * 1.015), (2.0, math.inf)]
     f = island_min_J(islands)
     fine = g.find_eta_star(f, LO, HI)
-    coarse = g.find_eta_star(f, LO, HI, max_ratio=1.26, rtol=1e-3)
-    assert fine.n_islands == 4
+    coarse = g.find_eta_star(f, LO, HI, max_ratio=1.26, rtol=1e-3, island_scan=False)
+    rescanned = g.find_eta_star(f, LO, HI, max_ratio=1.26, rtol=1e-3)
+    assert fine.n_islands == 4 and rescanned.n_islands == 4
+    assert rescanned.eta_star == pytest.approx(fine.eta_star, rel=1e-3)  # the island scan covers the whole range
     assert fine.bracket[0] < 0.0123 <= fine.bracket[1]
     assert coarse.eta_star > 0.0123 * 1.015  # the coarse grid missed the first island
     for (a, b), (ra, rb) in zip(islands, fine.islands):
@@ -172,7 +174,9 @@ def test_bad_input_names_the_argument(kwargs, name):
 
 def test_bisection_gives_up_after_max_iter():
     with pytest.raises(ValueError, match="max_iter"):
-        g.find_eta_star(island_min_J([(0.05, math.inf)]), LO, HI, rtol=1e-12, max_iter=3)
+        g.find_eta_star(island_min_J([(0.05, math.inf)]), LO, HI, rtol=1e-12, max_iter=3, island_scan=False)
+    with pytest.raises(ValueError, match="rtol"):  # an island scan at 1 + 1e-12 would be 10^13 runs
+        g.find_eta_star(island_min_J([(0.05, math.inf)]), LO, HI, rtol=1e-12)
 
 
 # --- run outcomes (Thm 2's J -> 0 over the last quarter; docs/evidence.md) ---------------------------------
@@ -256,8 +260,9 @@ def test_eta_star_is_the_first_collapse_and_eta_dip_the_first_dip(kind):
     assert res.bracket[0] < 0.2 <= res.bracket[1] and res.bracket[1] / res.bracket[0] - 1 <= 1e-3
     assert res.bracket_dip[0] < 0.02 <= res.bracket_dip[1]
     grid = res.grid
-    dips = grid >= 0.02
-    want = np.mean(grid[dips] < 0.2)
+    base = grid[res.base]  # the share is over the base grid, not the denser merged scan
+    np.testing.assert_array_equal(base, g.eta_grid(LO, HI))
+    want = np.mean(base[base >= 0.02] < 0.2)
     assert res.dip_recover_share == pytest.approx(want)
     assert set(res.outcomes[(grid >= 0.02) & (grid < 0.2)]) == {"dipped"}
     assert set(res.outcomes[grid >= 0.2]) == {"collapsed"}
@@ -272,7 +277,7 @@ def _fragmented(islands, dip_from):
         on = np.zeros(e.shape, bool)
         for a, b in islands:
             on |= (e >= a) & (e < b)
-        J_min = np.where(e >= dip_from, 0.0, 0.5)
+        J_min = np.where((e >= dip_from) | on, 0.0, 0.5)  # a collapsed run has dipped
         tail = np.where(on, 0.0, np.where(e >= dip_from, 1.0, 0.5))
         return g.RunStats(J_min, tail, tail)
 
@@ -315,3 +320,136 @@ def test_scaling_identity_holds_on_fragmented_collapse_sets(islands, c):
     check = g.check_eta_star_ratio(num, den, c)
     assert check.holds, check.message
     assert den.bracket[0] < islands[0][0] <= den.bracket[1] if islands else True
+
+
+# --- what a scan certifies (eta_safe), the window threshold (eta_50), the grid's range ------------------------
+
+
+def _comb(start, stop, period, duty):
+    """Islands [a, a x period^duty) repeating every ``period`` (a ratio) from start to stop: a collapse set
+    whose log-measure share is ``duty`` on [start, stop], in islands much narrower than a 1 % grid."""
+    a, out = start, []
+    while a < stop:
+        out.append((a, min(a * period**duty, stop)))
+        a *= period
+    return out
+
+
+def _on(islands, e):
+    e = np.asarray(e, dtype=np.float64)
+    on = np.zeros(e.shape, bool)
+    for a, b in islands:
+        on |= (e >= a) & (e < b)
+    return on
+
+
+def test_window_threshold_of_a_fragmented_set_is_its_closed_form_at_every_grid_offset():
+    """Share 0.3 collapsed (islands ~0.07 % wide) on [0.02, 0.1), share 0.7 from 0.1 on, plus one island 0.036 %
+    wide at 0.0123. The window share is 0.3 + 0.4 (x - c + w) / 2w across c = log 0.1 (w = log 1.05), so the
+    smallest eta whose window is half collapsed is exactly 0.1; the first collapsed eta is the narrow island
+    where the scan hits it and 0.02 where it does not."""
+    comb = _comb(0.02, 0.1, 1.00237, 0.3) + _comb(0.1, 9.0, 1.00237, 0.7)
+    narrow = (0.0123, 0.0123 * 1.00036)
+    isl = [narrow] + comb
+    f = lambda e: g.RunStats.constant(np.where(_on(isl, e), 0.0, 1.0))  # noqa: E731
+    e50, stars = [], []
+    for k in range(8):
+        shift = 1.01 ** (k / 8)
+        res = g.find_eta_star(f, LO * shift, HI * shift)
+        assert res.eta_50_status == "found"
+        e50.append(res.eta_50)
+        stars.append(res.eta_star)
+        assert _on(isl, [res.eta_star])[0]  # the first collapsed eta is a collapsed run
+        assert res.eta_50_window == pytest.approx((res.eta_50 / 1.05, res.eta_50 * 1.05))
+        inside = res.grid[(res.grid >= res.eta_50_window[0]) & (res.grid <= res.eta_50_window[1])]
+        assert np.max(inside[1:] / inside[:-1]) <= 1.001 * (1 + 1e-9)  # the window was rescanned finely
+    # islands 0.07 % wide sampled by 0.1 % cells: the window share is exact to about +-3 %, eta_50 to +-1.5 %
+    assert np.allclose(e50, 0.1, rtol=1.5e-2)
+    assert max(stars) / min(stars) > 1.5 and max(e50) / min(e50) < 1.02  # the first collapsed eta jumps
+    assert all(s == pytest.approx(0.0123, rel=2e-3) or 0.02 <= s < 0.0201 for s in stars)
+
+
+@given(st.lists(st.tuples(st.floats(0.0, 1.0), st.floats(0.0, 1.0)), min_size=1, max_size=8),
+       st.floats(1.01, 1.3), st.floats(0.05, 1.0))
+def test_window_threshold_agrees_with_a_dense_evaluation_of_the_window_share(cells, half, level):
+    """collapsed_window_eta against the window share evaluated on a dense log grid from the cell picture."""
+    grid = g.eta_grid(0.01, 100.0, max_ratio=1.02)
+    col = np.zeros(grid.size, bool)
+    for u, v in cells:
+        i, j = sorted((int(u * (grid.size - 1)), int(v * (grid.size - 1))))
+        col[i:j + 1] = True
+    status, eta = g.collapsed_window_eta(grid, col, half_width=half, level=level)
+    logs = np.log(grid)
+    edges = np.concatenate([[logs[0]], (logs[1:] + logs[:-1]) / 2, [logs[-1]]])
+    w = math.log(half)
+    xs = np.linspace(logs[0] + w, logs[-1] - w, 20001)
+    fine = np.linspace(logs[0], logs[-1], 400001)
+    mark = col[np.clip(np.searchsorted(edges, fine, side="right") - 1, 0, grid.size - 1)].astype(float)
+    cum = np.concatenate([[0.0], np.cumsum((mark[1:] + mark[:-1]) / 2 * np.diff(fine))])
+    share = (np.interp(xs + w, fine, cum) - np.interp(xs - w, fine, cum)) / (2 * w)
+    hit = np.flatnonzero(share >= level - 1e-9)
+    if status == "none_in_range":
+        assert share.max() < level + 1e-3
+        return
+    assert hit.size
+    step = xs[1] - xs[0]
+    assert abs(math.log(eta) - xs[hit[0]]) <= 2 * step + 1e-3 / max(1e-9, 1 / (2 * w))
+
+
+@given(island_sets(min_width=1.0015, min_gap=1.0015))
+def test_eta_safe_is_below_every_island_wider_than_the_fine_spacing(islands):
+    """Every island here is wider than the 0.1 % island scan, so none is stepped over once the base grid has
+    seen a collapse (the wide region from 9.5): no scanned eta below eta_safe collapses, eta_safe lies just
+    below the first island and its resolution is the fine spacing."""
+    res = g.find_eta_star(island_min_J([i for i in islands if i[1] < 9.0] + [(9.5, math.inf)]), LO, HI)
+    assert res.status == "found"
+    assert res.eta_safe < islands[0][0] <= res.eta_star
+    below = res.grid < res.eta_safe
+    assert not np.any(res.outcomes[below] == "collapsed")
+    assert res.safe_resolution <= 1.001 * (1 + 1e-9)
+
+
+def test_island_scan_reaches_below_the_first_dip_of_the_base_grid():
+    """An island (0.4 % wide, inside one 1 % cell) below the first base-grid dip: the scan from the grid point
+    before the first dip misses it; the scan of the whole range below the first collapse finds it."""
+    grid = g.eta_grid(LO, HI)
+    k = int(np.searchsorted(grid, 0.005))
+    island = (grid[k] * 1.002, grid[k] * 1.006)
+    f = _fragmented([island, (0.2, math.inf)], dip_from=0.05)
+    res = g.find_eta_star(f, LO, HI)
+    assert res.bracket[0] < island[0] <= res.bracket[1] == res.eta_star
+    assert res.safe_resolution <= 1.001 * (1 + 1e-9)
+
+
+def test_reconverge_share_counts_the_base_grid_only():
+    """Collapse on [0.05, 0.06) and [0.3, 1); converged elsewhere. The share of base-grid etas above eta_star that
+    converge, however densely the fine scans sampled around eta_star."""
+    isl = [(0.05, 0.06), (0.3, 1.0)]
+    res = g.find_eta_star(island_min_J(isl), LO, HI)
+    base = g.eta_grid(LO, HI)
+    above = base[base > res.eta_star]
+    assert res.reconverge_share == pytest.approx(np.mean(~_on(isl, above)))
+    assert res.grid.size > base.size  # the merged scan is denser than the base grid
+
+
+@pytest.mark.parametrize("lo, hi", [(1e-200, 1e200), (5e-324, 1.7976931348623157e308), (1e-3, 10.0)])
+def test_eta_grid_spans_any_positive_bracket(lo, hi):
+    grid = g.eta_grid(lo, hi)
+    assert grid[0] == lo and grid[-1] == hi and np.all(np.isfinite(grid)) and np.all(np.diff(grid) > 0)
+    normal = grid[:-1] >= np.finfo(float).tiny
+    assert np.all(grid[1:][normal] / grid[:-1][normal] <= 1.01 * (1 + 1e-12))
+    n = math.ceil((math.log10(hi) - math.log10(lo)) / math.log10(1.01) * (1 - 1e-12)) + 1
+    assert grid.size <= n and (lo < 1e-300 or grid.size == n)
+    with pytest.raises(ValueError, match="max_ratio"):
+        g.eta_grid(1e-200, 1e200, max_ratio=1 + 1e-9)
+
+
+@given(st.lists(st.sampled_from([0.0, 5e-4, 0.5, 1.0]), min_size=1, max_size=30))
+def test_excursion_lengths_agree_with_a_loop(values):
+    longest = final = run = 0
+    for v in values:
+        run = run + 1 if v < 1e-3 else 0
+        longest = max(longest, run)
+    final = run
+    got = g.excursion_lengths(np.array([values, values]))
+    assert got[0].tolist() == [longest] * 2 and got[1].tolist() == [final] * 2

@@ -95,6 +95,8 @@ ENTRY_POINTS = {
     "eta_grid": (g.eta_grid, (1e-3, 1.0), {}),
     "is_collapsed": (g.is_collapsed, (g.RunStats.constant(np.array([0.0, 0.5])),), {}),
     "find_eta_star": (g.find_eta_star, (STEP_RUNS, 1e-3, 1.0), {}),
+    "collapsed_window_eta": (g.collapsed_window_eta, (np.geomspace(1.0, 2.0, 30), np.arange(30) > 12), {}),
+    "excursion_lengths": (g.excursion_lengths, (np.array([0.5, 0.0, 0.0, 1.0]),), {}),
     "has_dipped": (g.has_dipped, (g.RunStats.constant(np.array([0.0, 0.5])),), {}),
     "run_outcome": (g.run_outcome, (g.RunStats.from_trajectory(np.array([0.5, 0.0, 1.0, 1.0])),), {}),
     "tail_start": (g.tail_start, (100,), {}),
