@@ -40,6 +40,7 @@ _RANGES: dict[str, tuple[str, float, float, bool, bool]] = {
     "eps_low": ("float", 0, 1, True, True),
     "eps_high": ("float", 0, _INF, True, True),
     "warmup_steps": ("int", 0, _INF, True, False),
+    "lr_warmup_steps": ("int", 0, _INF, True, False),
     "warmup_batch": ("int", 1, _INF, True, False),
     "warmup_lr": ("float", 0, _INF, False, False),
     "probe_every": ("int", 0, _INF, True, False),
@@ -127,6 +128,13 @@ class TrainConfig:
     """Learning rate (3e-4 is a normal, 5e-4..1e-3 a large step for the tiny model with Adam)."""
     weight_decay: float = 0.0
     """Weight decay (adamw / sgd)."""
+    lr_warmup_steps: int = 0
+    """Linear learning-rate warm-up: step k (from 0) uses lr * min(1, (k + 1) / lr_warmup_steps); 0: constant lr.
+    Adam's first steps are about lr in size whatever the gradient (its moments start at 0), so real runs warm up."""
+    shuffle_rewards: bool = False
+    """The random-advantage control: permute each group's rewards at random before the loss (same advantage
+    magnitudes, signs shuffled within the group; the logged reward stays the sampled one). A collapse that this
+    control shows too is optimiser damage, not the Gradient Gap's threshold."""
     max_grad_norm: float | None = None
     """Clip the gradient norm to this value (TRL's default is 1.0); None: no clipping."""
     eps_low: float | None = None
@@ -206,6 +214,6 @@ class TrainConfig:
         if self.safe_step and self.num_iterations != 1:
             raise ValueError(f"--safe-step needs --num-iterations 1 (it scales one optimizer step), got "
                              f"{self.num_iterations}")
-        for name in ("resume_force", "truncate_prompts"):
+        for name in ("resume_force", "truncate_prompts", "shuffle_rewards"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{_flag(name)} must be True or False, got {getattr(self, name)!r}")

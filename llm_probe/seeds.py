@@ -30,6 +30,8 @@ OFFSETS: dict[str, int] = {
     "heldout_eval": 777,  # their completions at each evaluation (torch): experiments.ablation
     "heldout_passk": 778,  # their completions for pass@k (torch): experiments.ablation
     "claims_bootstrap": 12345,  # the bootstrap of a study's claims (numpy): experiments.safe_step_experiment
+    "control": 2_000_003,  # the random-advantage control's permutations (numpy, with the step): llm_probe.trainer
+    "testbed_eval": 3_000_017,  # held-out completions at each evaluation (torch, with its index): llm_probe.testbed
 }
 """purpose -> offset added to the seed (distinct per stream that can meet in one run)."""
 

@@ -49,7 +49,7 @@ from .tokenizer import build_char_tokenizer
 from .warmup import task_key, warm_model, warmup
 from .warning import step_warning_metrics
 
-__all__ = ["Trainer", "FaultError", "build_policy", "make_task", "train"]
+__all__ = ["Trainer", "FaultError", "build_policy", "make_task", "train", "shuffled_within_groups"]
 
 
 class FaultError(RuntimeError):
@@ -98,6 +98,15 @@ def build_policy(cfg: TrainConfig, task):
     if cfg.warmup_steps:
         warmup(model, tok, task, steps=cfg.warmup_steps, batch_size=cfg.warmup_batch, lr=cfg.warmup_lr, seed=cfg.seed)
     return model, tok
+
+
+def shuffled_within_groups(rewards: torch.Tensor, seed: int, step: int) -> torch.Tensor:
+    """``rewards`` [B, G] with each row permuted at random (numpy generator seeded by (seed, step): the same
+    permutation at the same step, also after a resume). Group-relative advantages of the result are the true
+    ones permuted within each group: the same magnitudes, signs at random."""
+    rng = np.random.default_rng([seed, step])
+    perm = torch.as_tensor(rng.permuted(np.tile(np.arange(rewards.shape[1]), (rewards.shape[0], 1)), axis=1))
+    return rewards.gather(1, perm.to(rewards.device))
 
 
 def all_finite(tensors: list) -> bool:
@@ -360,11 +369,18 @@ class Trainer:
         t0 = time.perf_counter()
         probing = self._probe_step(k)
         self.model.train()
+        if cfg.lr_warmup_steps:  # a function of k alone: a resumed run takes the same lr at the same step
+            for group in self.opt.param_groups:
+                group["lr"] = cfg.lr * min(1.0, (k + 1) / cfg.lr_warmup_steps)
         try:  # 1. sample the batch at theta_k and score it
             ro = self.rollout(self.task.sample(self.np_rng, cfg.prompts_per_step), cfg.group_size, self.gen)
         except NonFinitePolicyError as exc:  # finite but exploded weights: nothing to sample from
             return self._fault(k, {}, f"non-finite policy output ({exc})")
         m = self._rollout_metrics(ro)
+        if cfg.lr_warmup_steps:
+            m["lr_step"] = float(self.opt.param_groups[0]["lr"])
+        if cfg.shuffle_rewards:  # the random-advantage control (TrainConfig.shuffle_rewards)
+            ro = replace(ro, rewards=shuffled_within_groups(ro.rewards, derive_seed(cfg.seed, "control"), k))
         res, logp, logp_all = self.compute_loss(ro)  # 2. loss and its gradient
         m.update(res.metrics)
         m["loss"] = float(res.loss.detach())

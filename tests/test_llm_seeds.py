@@ -10,13 +10,14 @@ from llm_probe.seeds import OFFSETS, SEED_LIMIT, derive_seed  # noqa: E402
 
 FROZEN = {"train": 0, "probe_sampler": 1_000_003, "probe_prompts": 17, "baseline_prompts": 29, "baseline_sampler": 31,
           "accuracy_prompts": 7919, "heldout_problems": 12345, "heldout_eval": 777, "heldout_passk": 778,
-          "claims_bootstrap": 12345}
+          "claims_bootstrap": 12345, "control": 2_000_003, "testbed_eval": 3_000_017}
 """The offsets the code used before the table (the seeds of every recorded run): changing one changes results."""
 
 
 def test_offsets_are_the_recorded_ones_and_streams_of_one_run_differ():
     assert OFFSETS == FROZEN
-    one_run = ("train", "probe_sampler", "probe_prompts", "baseline_prompts", "baseline_sampler")
+    one_run = ("train", "probe_sampler", "probe_prompts", "baseline_prompts", "baseline_sampler", "control",
+               "testbed_eval")
     assert len({OFFSETS[p] for p in one_run}) == len(one_run)
     assert len({OFFSETS[p] for p in ("heldout_problems", "heldout_eval", "heldout_passk")}) == 3
     for seed in (0, 7, 2**40 + 3):

@@ -1,0 +1,125 @@
+"""The testbed's warm start: supervised training of a small Qwen2 on the scratchpad task, selected on held-out
+accuracy, then pinned (committed bytes + sha256, checked on every use).
+
+Held-out accuracy rises fast and not monotonically during supervised training, so the warm-up evaluates a
+checkpoint every ``eval_every`` steps (sampled at the RL temperature, both lengths) and keeps the first whose
+accuracy at each length lies in :data:`TARGET` (room to learn, mixed groups). Both lengths train together (each
+prompt's flag drawn 50/50), so one checkpoint serves both.
+
+Sizes (:data:`SIZES`): ``small`` (about 1 M parameters) for the studies, ``large`` (about 4x) as a check.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..model import TinyQwenSpec, build_tiny_qwen, load_policy, save_policy
+from ..warmup import supervised_batch
+from .evaluate import heldout_accuracy
+from .task import LENGTHS, ScratchpadAddition, testbed_tokenizer
+
+__all__ = ["SIZES", "TARGET", "WarmRecipe", "train_warm", "PINNED_ROOT", "PINNED_SHA256", "pinned_testbed",
+           "file_sha256"]
+
+SIZES = {
+    "small": TinyQwenSpec(hidden_size=128, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
+                          num_key_value_heads=2, max_position_embeddings=96),
+    "large": TinyQwenSpec(hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=8,
+                          num_key_value_heads=4, max_position_embeddings=96),
+}
+"""Size name -> model shape (Qwen2, untied embeddings, eager attention, context 96 >= prompt 12 + completion 49)."""
+
+TARGET = (0.2, 0.5)
+"""Held-out sampled accuracy (temperature 1) that a warm checkpoint must have at every length."""
+
+PINNED_ROOT = Path(__file__).resolve().parent / "warm"
+PINNED_SHA256: dict[str, str] = {}
+"""Size name -> sha256 of the committed model.safetensors (filled when a size is pinned)."""
+
+
+@dataclass(frozen=True)
+class WarmRecipe:
+    """The supervised warm start (AdamW, constant lr, no weight decay), evaluated every ``eval_every`` steps."""
+
+    steps: int = 1500
+    batch_size: int = 64
+    lr: float = 1e-3
+    seed: int = 0
+    eval_every: int = 10
+    n_eval: int = 256
+    """Held-out problems per length at each evaluation (the first n_eval of the held-out set)."""
+
+
+def file_sha256(path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def train_warm(size: str, out: str | Path, recipe: WarmRecipe = WarmRecipe(), *, log=print) -> dict:
+    """Train the warm start of ``size``; write the selected checkpoint to ``out`` (save_pretrained + warm.json with
+    the recipe, the selected step, its accuracies and the whole accuracy curve); returns warm.json's dict.
+    ValueError when no evaluated checkpoint reaches :data:`TARGET` within ``recipe.steps``."""
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {sorted(SIZES)}, got {size!r}")
+    torch.set_num_threads(1)
+    task = ScratchpadAddition(length="mixed")
+    tok = testbed_tokenizer()
+    model = build_tiny_qwen(tok, SIZES[size], seed=recipe.seed)
+    n_params = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.0)
+    rng = np.random.default_rng([recipe.seed, 1])
+    held = {ln: task.heldout(ln)[:recipe.n_eval] for ln in LENGTHS}
+    max_new = task.max_completion_tokens() + 4
+    curve, t0 = [], time.perf_counter()
+    for k in range(1, recipe.steps + 1):
+        model.train()
+        ids, mask, labels = supervised_batch(tok, task.sample(rng, recipe.batch_size))
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if k % recipe.eval_every:
+            continue
+        accs = {ln: heldout_accuracy(model, tok, task, held[ln], max_new_tokens=max_new, seed=k)["acc"]
+                for ln in LENGTHS}
+        curve.append({"step": k, "loss": float(loss), **accs, "seconds": time.perf_counter() - t0})
+        log(f"[warm {size}] step {k} loss {float(loss):.3f} acc {accs}")
+        if all(TARGET[0] <= a <= TARGET[1] for a in accs.values()):
+            info = {"size": size, "spec": asdict(SIZES[size]), "parameters": n_params, "recipe": asdict(recipe),
+                    "selected_step": k, "selected_acc": accs, "curve": curve,
+                    "seconds": time.perf_counter() - t0, "torch": torch.__version__}
+            out = save_policy(model, tok, out)
+            (out / "warm.json").write_text(json.dumps(info, indent=1))
+            return info
+    raise ValueError(f"no checkpoint of {size} reached held-out accuracy {TARGET} at every length in "
+                     f"{recipe.steps} steps (last: {curve[-1] if curve else None})")
+
+
+def pinned_testbed(size: str = "small") -> Path:
+    """The folder of the pinned warm checkpoint ``size``, after checking its sha256 (ValueError if it differs)."""
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {sorted(SIZES)}, got {size!r}")
+    d = PINNED_ROOT / size
+    want, f = PINNED_SHA256.get(size, ""), d / "model.safetensors"
+    if not want or not f.is_file():
+        raise ValueError(f"no pinned testbed checkpoint {size!r} under {d}")
+    got = file_sha256(f)
+    if got != want:
+        raise ValueError(f"the pinned testbed checkpoint {f} has sha256 {got}, not the committed {want}")
+    return d
+
+
+def load_testbed(size: str = "small", *, device="cpu"):
+    """(model, tokenizer) of the pinned warm checkpoint ``size`` (sha256 checked)."""
+    return tuple(load_policy(pinned_testbed(size), device=device))

@@ -1,0 +1,159 @@
+"""The testbed: the scratchpad task against independent arithmetic, the held-out split, the outcome rule on
+constructed trajectories (a collapse inside the first 10 steps included), the random-advantage control, and one
+tiny run's summary (machinery only, no claim about learning)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from llm_probe.testbed.outcome import FLOOR, collapse_time, rl_outcome
+from llm_probe.testbed.task import LENGTHS, ScratchpadAddition, scratchpad
+
+torch = pytest.importorskip("torch")
+
+
+def _columns_by_hand(text: str, length: str):
+    """Parse a scratchpad into its columns and answer (independent of scratchpad())."""
+    body, answer = text.split(">")
+    cols = [c for c in body.split(";") if c]
+    return cols, int(answer)
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+def test_scratchpad_is_column_addition(length):
+    rng = np.random.default_rng(3)
+    for a, b in rng.integers(1000, 10000, size=(300, 2)).tolist():
+        cols, ans = _columns_by_hand(scratchpad(a, b, length, 4), length)
+        assert ans == a + b and len(cols) == 4
+        carry = 0
+        for i, c in enumerate(cols):  # column i: digit i from the right
+            x, y = (a // 10**i) % 10, (b // 10**i) % 10
+            s = x + y + carry
+            assert c == (f"{x}+{y}+{carry}={s}" if length == "long" else f"{s % 10}{s // 10}")
+            carry = s // 10
+
+
+def test_reward_checks_the_answer_and_the_end():
+    task = ScratchpadAddition(length="long")
+    p = task.sample(np.random.default_rng(0), 1)[0]
+    a, b = map(int, p.prompt[2:-1].split("+"))
+    assert task.reward(p.answer, p, terminated=True) == 1.0
+    assert task.reward(p.answer, p, terminated=False) == 0.0
+    assert task.reward(p.answer + "0", p, terminated=True) == 0.0
+    assert task.reward("junk>" + str(a + b), p, terminated=True) == 1.0  # only the outcome is verified
+    assert task.reward(str(a + b), p, terminated=True) == 0.0  # no '>': no answer
+
+
+def test_heldout_pairs_never_drawn_for_training():
+    task = ScratchpadAddition(digits=2, length="mixed", n_heldout=4000)  # 4000 of the 8100 pairs held out
+    held = set(task.heldout_pairs())
+    assert len(held) == 4000
+    drawn = task.sample(np.random.default_rng(1), 5000)
+    pairs = {tuple(map(int, p.prompt[2:-1].split("+"))) for p in drawn}
+    assert not pairs & held
+    assert {p.prompt[0] for p in drawn} == {"L", "S"}
+
+
+def test_completion_lengths_in_range():
+    from llm_probe.testbed.task import testbed_tokenizer
+
+    tok = testbed_tokenizer()
+    assert len(tok) >= 64
+    task = ScratchpadAddition(length="mixed")
+    for p in task.sample(np.random.default_rng(2), 200):
+        n = len(tok(p.answer, add_special_tokens=False)["input_ids"]) + 1  # + <eos>
+        assert 16 <= n <= 64 and n <= task.max_completion_tokens()
+
+
+def test_bad_task_settings_are_one_line_errors():
+    for kw in ({"digits": 1}, {"length": "medium"}, {"n_heldout": 0}):
+        with pytest.raises(ValueError, match=next(iter(kw))):
+            ScratchpadAddition(**kw)
+
+
+# ---- the outcome rule ---------------------------------------------------------------------------------
+def test_collapse_inside_the_first_ten_steps_is_collapsed():
+    rewards = [0.3, 0.04, 0.0] + [0.0] * 97
+    evals = [(s, 0.0) for s in range(10, 101, 10)]
+    o = rl_outcome(evals, rewards, A0=0.3, R0=0.29)
+    assert o.label == "collapsed" and o.collapse_step == 10
+
+
+def test_reward_zero_after_an_alert_is_collapsed_not_recovered():
+    rewards = list(np.linspace(0.3, 0.0, 50)) + [0.0] * 50
+    evals = [(10, 0.25), (20, 0.2), (30, 0.1), (40, 0.05), (50, 0.0), (100, 0.0)]
+    o = rl_outcome(evals, rewards, A0=0.3, R0=0.3)
+    assert o.label == "collapsed" and o.collapse_step == 40
+
+
+@pytest.mark.parametrize("A_end, R_end, label", [(0.5, 0.5, "learned"), (0.4, 0.4, "healthy"),
+                                                  (0.15, 0.3, "degraded"), (0.05, 0.3, "degraded"),
+                                                  (0.05, 0.05, "collapsed")])
+def test_labels_by_severity(A_end, R_end, label):
+    o = rl_outcome([(10, 0.3), (20, A_end)], [R_end] * 20, A0=0.3, R0=0.3)
+    assert o.label == label
+
+
+def test_failed_and_bad_input():
+    assert rl_outcome([(10, 0.3)], [0.3] * 10, A0=0.3, R0=0.3, fault="non-finite").label == "failed"
+    assert rl_outcome([(10, 0.3)], [math.nan] * 10, A0=0.3, R0=0.3).label == "failed"
+    with pytest.raises(ValueError, match="A0"):
+        rl_outcome([(10, 0.3)], [0.3], A0=1.5, R0=0.3)
+    with pytest.raises(ValueError, match="increasing"):
+        collapse_time([(20, 0.1), (10, 0.1)], 0.3)
+
+
+def test_collapse_time_against_a_loop():
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        accs = rng.choice([0.0, 0.05, 0.3], size=8)
+        evals = [(10 * (i + 1), float(a)) for i, a in enumerate(accs)]
+        want = None
+        for i in range(len(evals)):
+            if all(a < FLOOR * 0.3 for _, a in evals[i:]):
+                want = evals[i][0]
+                break
+        assert collapse_time(evals, 0.3) == want
+
+
+# ---- the random-advantage control -----------------------------------------------------------------------
+def test_shuffled_rewards_permute_each_group():
+    from llm_probe.losses import compute_advantages
+    from llm_probe.trainer import shuffled_within_groups
+
+    r = torch.tensor(np.random.default_rng(0).integers(0, 2, size=(16, 8)), dtype=torch.float32)
+    s = shuffled_within_groups(r, seed=7, step=3)
+    assert torch.equal(s.sort(1).values, r.sort(1).values)
+    assert torch.equal(s, shuffled_within_groups(r, seed=7, step=3))
+    assert not torch.equal(s, shuffled_within_groups(r, seed=7, step=4))
+    a, b = compute_advantages("grpo", r), compute_advantages("grpo", s)
+    np.testing.assert_allclose(np.sort(a.abs().numpy(), 1), np.sort(b.abs().numpy(), 1), atol=1e-6)
+
+
+# ---- one tiny run -----------------------------------------------------------------------------------
+def test_tiny_run_writes_its_summary(tmp_path):
+    from llm_probe.model import TinyQwenSpec, build_tiny_qwen, save_policy
+    from llm_probe.testbed.run import TestbedSetting, run_testbed
+    from llm_probe.testbed.task import testbed_tokenizer
+
+    tok = testbed_tokenizer()
+    spec = TinyQwenSpec(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                        num_key_value_heads=1, max_position_embeddings=96)
+    warm = save_policy(build_tiny_qwen(tok, spec, seed=0), tok, tmp_path / "warm")
+    setting = TestbedSetting(steps=3, eval_every=2, n_heldout=8, prompts_per_step=2, group_size=2, lr=1e-3,
+                             lr_warmup_steps=2)
+    s = run_testbed(setting, seed=11, out=tmp_path / "run", warm_dir=warm)
+    on_disk = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert on_disk == json.loads(json.dumps(s))
+    assert [e["step"] for e in s["evaluations"]] == [2, 3]
+    for key in ("heldout_acc_before", "heldout_acc_after", "completion_tokens_median", "outcome"):
+        assert key in s
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["lr_step"] for r in rows] == pytest.approx([5e-4, 1e-3, 1e-3])
+    o = rl_outcome([(e["step"], e["acc"]) for e in s["evaluations"]], [r["reward"] for r in rows],
+                   A0=s["heldout_acc_before"], R0=s["reward_before"])
+    assert o.label == s["outcome"]
