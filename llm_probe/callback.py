@@ -83,7 +83,8 @@ from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
 
 from .gap_probe import ALIGNMENT_ROUTES, GapProbe
 from .model import check_model
-from .rollout import Rollout, encode_prompts
+from .probe_forward import probe_forwards
+from .rollout import Rollout, encode_prompts, left_pad
 from .sharding import NEEDS_FULL_PARAMETERS, ForwardProbe, owned_groups, sharded_kind, sharded_step_rule, sub_rollout
 
 logger = logging.getLogger(__name__)
@@ -151,6 +152,11 @@ class GapProbeCallback(TrainerCallback):
         self._sharded: str | None = None  # "FSDP" / "DeepSpeed": forward-only probe (llm_probe.sharding)
         self._fwd_stats: dict = {}  # ForwardProbe.before's token statistics of the probed step
         self.skipped: tuple[str, ...] = ()  # metrics not measured in this run (sharded parameters)
+        self.skipped_steps: list[dict] = []  # probed steps the probe could not measure: {"step", "reason"}
+        self.temperature = 1.0  # TRL's args.temperature (on_train_begin): the scored policy is softmax(z / T)
+        self._attached = False  # attach() installed the batch capture
+        self._captured: list[tuple] = []  # per recorded batch: the ids TRL trains on (attach)
+        self._notes: set[str] = set()  # one-line warnings already logged
 
     @property
     def M_batch(self) -> float:
@@ -170,11 +176,52 @@ class GapProbeCallback(TrainerCallback):
                 raise ValueError(f"trainer: its {len(funcs)} reward function(s) are not the {len(mine)} this callback "
                                  "wrapped: pass reward_funcs=cb.wrap_rewards([f1, f2, ...]) with all of them (one "
                                  "call), so each generation batch is recorded once with TRL's aggregate reward")
+        self.capture_batches(trainer)
         cbs = trainer.callback_handler.callbacks
         if self in cbs:
             cbs.remove(self)
         cbs.insert(0, self)
         return self
+
+    def capture_batches(self, trainer) -> None:
+        """Record the prompt and completion ids of every generation batch ``trainer`` trains on (the output of
+        trl's ``GRPOTrainer._generate_and_score_completions``: ``prompt_ids`` / ``prompt_mask`` left-padded,
+        ``completion_ids`` / ``completion_mask``), so the probe scores exactly those tokens: the tokenizer's
+        special tokens, a chat template and truncation are then TRL's by construction. Called by
+        :meth:`attach`. A ValueError (one line naming the cause) for a trainer whose batches the probe cannot
+        score: no such method, tool calls or environments (tokens masked out of the loss), a vision model."""
+        gen = getattr(trainer, "_generate_and_score_completions", None)
+        if gen is None or not callable(gen):
+            raise ValueError(f"trainer: {type(trainer).__name__} has no _generate_and_score_completions (trl "
+                             "GRPOTrainer's batch builder): the probe cannot capture the token ids it trains on")
+        if getattr(trainer, "tools", None) or getattr(trainer, "environment_factories", None):
+            raise ValueError("trainer: tools / environment_factory are set: tool-output tokens are masked out of "
+                             "TRL's loss (tool_mask) and the probe scores whole completions; refused")
+        if getattr(gen, "_gapdyn_capture", None) is self:
+            self._attached = True
+            return
+
+        @functools.wraps(gen)
+        def capture(*a, **kw):
+            out = gen(*a, **kw)
+            self._capture(out)
+            return out
+
+        capture._gapdyn_capture = self
+        trainer._generate_and_score_completions = capture
+        self._attached = True
+
+    def _capture(self, out) -> None:
+        """The token ids of one generation batch (this rank's rows, TRL's order), as unpadded lists."""
+        if not self._recording():
+            return
+        mm = sorted(k for k in ("pixel_values", "image_grid_thw", "token_type_ids", "mm_token_type_ids",
+                                "image_position_ids", "tool_mask") if out.get(k) is not None)
+        pm = out["prompt_mask"].detach().bool().cpu()
+        prompts = [row[m].tolist() for row, m in zip(out["prompt_ids"].detach().cpu(), pm)]
+        self._captured.append((prompts, out["completion_ids"].detach().cpu().tolist(),
+                               out["completion_mask"].detach().cpu().tolist(),
+                               f"the batch carries {mm}, which the probe's forward does not take" if mm else None))
 
     def wrap_reward(self, fn):
         """A reward function with the same behaviour that also records each call's groups: the trainer's only
@@ -210,6 +257,17 @@ class GapProbeCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kw):
         if kw.get("model") is not None:
             self._model = kw["model"]
+        if "train_dataloader" in kw and not self._attached:  # a trainer runs this callback
+            raise ValueError(f"{type(self).__name__} is not attached: call cb.attach(trainer) before "
+                             "trainer.train(), so the probe scores the prompt and completion ids TRL trains on")
+        T = getattr(args, "temperature", 1.0)
+        if T is None:
+            T = 1.0
+        if isinstance(T, bool) or not isinstance(T, (int, float)) or not math.isfinite(T) or T <= 0:
+            raise ValueError(f"args.temperature must be a finite number > 0, got {T!r}")
+        self.temperature = float(T)
+        if kw.get("train_dataloader") is not None:
+            self._note_sampling(args)
         self._set_sharded(sharded_kind(args, kw.get("model")))
         G = getattr(args, "num_generations", None)
         if G is not None:
@@ -231,6 +289,32 @@ class GapProbeCallback(TrainerCallback):
         if spg is not None and spg != args.gradient_accumulation_steps:
             raise ValueError("GapProbeCallback needs steps_per_generation == gradient_accumulation_steps")
 
+    def _note_sampling(self, args) -> None:
+        """One log line when TRL samples from another policy than the one it trains (docs/llm_probe.md)."""
+        diff = []
+        for name, neutral in (("top_p", 1.0), ("top_k", 0), ("min_p", None), ("repetition_penalty", 1.0)):
+            v = getattr(args, name, neutral)
+            if v is not None and v != neutral and not (name == "top_k" and v is None):
+                diff.append(f"{name}={v}")
+        if diff:
+            self._note(f"TRL samples with {', '.join(diff)} but trains log_softmax(logits / {self.temperature:g}): "
+                       "the probe scores the trained policy")
+
+    def _note(self, msg: str) -> None:
+        if msg not in self._notes:
+            self._notes.add(msg)
+            logger.warning("GapProbeCallback: %s", msg)
+
+    def _skip(self, step: int, exc: BaseException) -> None:
+        """A probed step the probe could not measure: logged, counted, training goes on."""
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        self.skipped_steps.append({"step": int(step), "reason": reason})
+        logger.warning("GapProbeCallback: step %d not probed (%s)", step, reason)
+        if self.probe is not None:
+            self.probe.cancel()
+        self._theta_k = self._ro = None
+        self._steps_left = 0
+
     def take_rollout(self, device) -> Rollout | None:
         """The completions recorded since the last call (gathered from every rank under DDP) as a Rollout;
         None when nothing new was generated."""
@@ -241,16 +325,34 @@ class GapProbeCallback(TrainerCallback):
         if self.G is None:
             raise ValueError("num_generations is unknown: pass it to GapProbeCallback or register the callback "
                              "with the trainer (on_train_begin reads args.num_generations)")
-        cols = [[], [], [], []]  # prompts, completion ids, success (1 / 0 / NaN undecided), rollout_path lines
-        for call in self._calls:
+        # prompts, completion ids, success (1 / 0 / NaN undecided), rollout_path lines, then (attached) the prompt
+        # ids and completion masks TRL trains on, and a reason the batch cannot be scored (or None)
+        cols = [[], [], [], [], [], [], []]
+        calls, caps, self._calls, self._captured = self._calls, self._captured, [], []
+        problem = None
+        if self._attached and len(caps) != len(calls):
+            problem = f"{len(calls)} batch(es) scored by the reward functions, {len(caps)} captured from the trainer"
+        for i, call in enumerate(calls):
             for col, v in zip(cols, call):
                 col += v
-        self._calls = []
+            if not self._attached or problem is not None:
+                continue
+            p_ids, c_full, m_full, why = caps[i]
+            problem = problem or why
+            for n, c in enumerate(call[1]):
+                if c_full[n][:len(c)] != c or any(m_full[n][len(c):]):
+                    problem = problem or ("the completion ids TRL trains on differ from those its reward functions "
+                                          "scored")
+                cols[4].append(p_ids[n])
+                cols[5].append(m_full[n][:len(c)])
+        cols[6] = [problem] if problem else []
         if _world_size() > 1:  # every rank's share, in rank order
             shares = [None] * _world_size()
             torch.distributed.all_gather_object(shares, tuple(cols))
-            cols = [[x for sh in shares for x in sh[i]] for i in range(4)]
-        prompts, cids, won, lines = cols
+            cols = [[x for sh in shares for x in sh[i]] for i in range(7)]
+        prompts, cids, won, lines, p_lists, m_lists, problems = cols
+        if problems:
+            raise ValueError(f"this batch cannot be probed: {problems[0]}")
         N = len(cids)
         if N == 0:
             self._gathered = None
@@ -260,12 +362,20 @@ class GapProbeCallback(TrainerCallback):
         r = torch.tensor(won, dtype=torch.float32).view(N // self.G, self.G)
         r[torch.isnan(r).any(-1)] = math.nan  # a group with an undecided completion: no O+/O- split (not mixed)
         keep = ~torch.isnan(r).reshape(-1)
-        self._gathered = [ln for ln, k in zip(lines, keep.tolist()) if k]
-        p_ids, p_mask = encode_prompts(self.tok, prompts, device)  # left-padded whatever tok.padding_side
+        captured = self._attached and len(p_lists) == N
+        self._gathered = [{**ln, "prompt_ids": p, "temperature": self.temperature} if captured else
+                          {**ln, "temperature": self.temperature}
+                          for ln, p, k in zip(lines, p_lists if captured else lines, keep.tolist()) if k]
+        pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
         T = max(1, max(len(c) for c in cids))
-        pad = self.tok.pad_token_id
+        if captured:  # the ids TRL trains on (capture_batches)
+            p_ids, p_mask = left_pad(p_lists, pad, device)
+            c_mask = torch.tensor([[float(x) for x in m] + [0.0] * (T - len(m)) for m in m_lists])
+        else:  # driven without a trainer: the recorded prompts tokenized as they are (no special tokens)
+            p_ids, p_mask = encode_prompts(self.tok, prompts, device)  # left-padded whatever tok.padding_side
+            c_mask = torch.tensor([[1.0] * len(c) + [0.0] * (T - len(c)) for c in cids])
+        pad = 0 if pad is None else pad
         c_ids = torch.tensor([c + [pad] * (T - len(c)) for c in cids])
-        c_mask = torch.tensor([[1.0] * len(c) + [0.0] * (T - len(c)) for c in cids])
         term = torch.tensor([bool(c) and c[-1] == self.tok.eos_token_id for c in cids])
         return Rollout([None] * (N // self.G), p_ids, p_mask, c_ids.to(device), c_mask.to(device), term, [""] * N, r)
 
@@ -289,15 +399,20 @@ class GapProbeCallback(TrainerCallback):
         if int(state.global_step) % self.probe_every:  # not probed (same decision on every rank): drop the records
             if self._rewards is not None:
                 self._rewards.check_complete()
-            self._calls = []
+            self._calls, self._captured = [], []
             return
+        try:
+            self._before(state, model, kw.get("optimizer"))
+        except Exception as exc:  # noqa: BLE001 - a probe that cannot run never stops the training
+            self._skip(int(state.global_step), exc)
+
+    def _before(self, state, model, opt) -> None:
         ro = self.take_rollout(next(model.parameters()).device)  # every rank gathers at every probed step
         if ro is None:  # no new generation: the probed batch is being reused (num_iterations > 1)
             return
         self.probe.cancel()
         self._steps_left, self._step_k = self._mu, int(state.global_step)
-        opt = kw.get("optimizer")
-        self._lr = float(opt.param_groups[0]["lr"]) if opt is not None else math.nan
+        self._lr = self._step_lr(opt, model)
         if self._sharded is None and self.headroom:
             self._theta_k = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
             self._ro = ro
@@ -310,18 +425,34 @@ class GapProbeCallback(TrainerCallback):
         # otherwise); frozen parameters do not move between here and the update, so they enter uncopied
         theta_k = None if self._theta_k is None else {n: self._theta_k.get(n, p.detach())
                                                       for n, p in model.named_parameters()}
-        if self._sharded is not None:  # every rank forwards the whole batch (each forward is collective)
-            self._fwd_stats = self.probe.before(ro)
-        elif world > 1:  # DDP: this rank probes the groups b with b % world == rank (llm_probe.sharding)
-            self._owned = owned_groups(ro.B, _rank(), world)
-            self.probe.before(sub_rollout(ro, self._owned), shard_index=self._owned, theta_k=theta_k)
-        else:
-            self.probe.before(ro, theta_k=theta_k)
+        with probe_forwards(model, self.temperature):
+            if self._sharded is not None:  # every rank forwards the whole batch (each forward is collective)
+                self._fwd_stats = self.probe.before(ro)
+            elif world > 1:  # DDP: this rank probes the groups b with b % world == rank (llm_probe.sharding)
+                self._owned = owned_groups(ro.B, _rank(), world)
+                self.probe.before(sub_rollout(ro, self._owned), shard_index=self._owned, theta_k=theta_k)
+            else:
+                self.probe.before(ro, theta_k=theta_k)
         if self.rollout_path is not None and _rank() == 0:
             with open(self.rollout_path, "a") as f:
                 for line in self._gathered:
                     f.write(json.dumps({"step": int(state.global_step), "prompt": line["prompt"],
                                         "completion": self.tok.decode(line["completion_ids"]), **line}) + "\n")
+
+    def _step_lr(self, opt, model) -> float:
+        """The learning rate of the step: that of every optimizer parameter group holding a trainable parameter;
+        NaN (and one logged line) when they differ, as lr h then names no single learning rate."""
+        if opt is None:
+            return math.nan
+        trainable = {id(p) for p in model.parameters() if p.requires_grad}
+        lrs = sorted({float(g["lr"]) for g in opt.param_groups
+                      if "params" not in g or any(id(p) in trainable for p in g["params"])})
+        if len(lrs) == 1:
+            return lrs[0]
+        if len(lrs) > 1:
+            self._note(f"gap/headroom_lr and suggested_lr not measured: the optimizer's parameter groups have "
+                       f"learning rates {lrs} (lr x headroom needs one)")
+        return math.nan
 
     def on_optimizer_step(self, args, state, control, model=None, **kw):
         if self.probe is None or not self.probe.pending:
@@ -329,20 +460,27 @@ class GapProbeCallback(TrainerCallback):
         self._steps_left -= 1
         if self._steps_left > 0:  # the net update of the mu steps on this batch is measured after the last
             return
+        try:
+            with probe_forwards(model, self.temperature):
+                row = self._after(model)
+        except Exception as exc:  # noqa: BLE001 - a probe that cannot run never stops the training
+            self._skip(self._step_k, exc)
+            return
+        self._record(row)
+
+    def _after(self, model) -> dict:
         if self._sharded is not None:
             row = {"step": self._step_k, **self._batch, **self._fwd_stats, **self.probe.after()}
             if "gap/headroom" in row:
                 row["gap/headroom_lr"] = self._lr * row["gap/headroom"]
             self._fwd_stats = {}
-            self._record(row)
-            return
+            return row
         res = self.probe.after()
-        row = {"step": self._step_k, **self._batch, "update_norm": res.update_norm,
-               "grad_norm_probe": res.grad_norm, **res.metrics, **self._headroom(model),
-               "gap/dmu_update": [] if res.dmu_update is None else res.dmu_update.tolist(),
-               "gap/dmu_grad": [] if res.dmu_grad is None else res.dmu_grad.tolist(),
-               "gap/norm": [] if res.gap_norms is None else res.gap_norms.tolist()}
-        self._record(row)
+        return {"step": self._step_k, **self._batch, "update_norm": res.update_norm,
+                "grad_norm_probe": res.grad_norm, **res.metrics, **self._headroom(model),
+                "gap/dmu_update": [] if res.dmu_update is None else res.dmu_update.tolist(),
+                "gap/dmu_grad": [] if res.dmu_grad is None else res.dmu_grad.tolist(),
+                "gap/norm": [] if res.gap_norms is None else res.gap_norms.tolist()}
 
     def _record(self, row: dict) -> None:
         self.history.append(row)
@@ -368,23 +506,33 @@ class GapProbeCallback(TrainerCallback):
         return {"gap/headroom": h, "gap/headroom_lr": self._lr * h}
 
     def summary(self, q: float = SUGGEST_QUANTILE, window: int = SUGGEST_WINDOW) -> dict:
-        """Run-level summary of the probed steps so far: ``probed_steps``, ``M_batch`` (sum over probed steps),
-        ``M_batch_scaled`` = probe_every * M_batch (sampled estimate of the every-step sum), ``headroom_q``
-        (the q quantile of h over the last ``window`` probed steps with a measured h) and ``suggested_lr`` (the
-        q quantile of lr_k h_k over them; = lr * headroom_q at a constant lr). Quantiles take the lower order
-        statistic (numpy ``method="lower"``); NaN when no step has a measured h; +inf when no cap bound."""
+        """Run-level summary of the probed steps so far: ``probed_steps`` (rows measured), ``skipped_steps`` (probed
+        steps the probe could not measure; ``skip_reasons``: reason -> count), ``M_batch`` (sum over the probed
+        batches), ``M_batch_scaled`` = s M_batch with s = lcm(probe_every, mu) / mu, mu = num_iterations (one
+        generation batch in s is probed, each row the net change over its mu steps: a sampled estimate of the sum
+        over every batch), ``headroom_q`` (the q quantile of h over the last ``window`` probed steps with a measured
+        h), ``suggested_lr`` (the q quantile of lr_k h_k over them; = lr * headroom_q at a constant lr; NaN when the
+        parameter groups' learning rates differ) and ``*_steps``: how many probed steps each figure rests on.
+        Quantiles take the lower order statistic (numpy ``method="lower"``); NaN when no step has a measured h;
+        +inf when no cap bound."""
         if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0.0 < q < 1.0:
             raise ValueError(f"q must be a number in (0, 1), got {q!r}")
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise ValueError(f"window must be a positive integer, got {window!r}")
         rows = [r for r in self.history if not math.isnan(r.get("gap/headroom", math.nan))][-window:]
         h = np.array([r["gap/headroom"] for r in rows])
-        lr_h = np.array([r["gap/headroom_lr"] for r in rows])
+        lr_h = np.array([r.get("gap/headroom_lr", math.nan) for r in rows])
         lr_h = lr_h[~np.isnan(lr_h)]
-        return {"probed_steps": len(self.history), "M_batch": self.M_batch,
-                "M_batch_scaled": self.probe_every * self.M_batch,
+        scale = math.lcm(self.probe_every, self._mu) // self._mu
+        reasons: dict[str, int] = {}
+        for s in self.skipped_steps:
+            reasons[s["reason"]] = reasons.get(s["reason"], 0) + 1
+        return {"probed_steps": len(self.history), "skipped_steps": len(self.skipped_steps), "skip_reasons": reasons,
+                "M_batch": self.M_batch, "M_batch_scaled": scale * self.M_batch, "M_batch_steps": len(self.history),
                 "headroom_q": float(np.quantile(h, q, method="lower")) if len(h) else math.nan,
-                "suggested_lr": float(np.quantile(lr_h, q, method="lower")) if len(lr_h) else math.nan}
+                "headroom_steps": len(h),
+                "suggested_lr": float(np.quantile(lr_h, q, method="lower")) if len(lr_h) else math.nan,
+                "suggested_lr_steps": len(lr_h)}
 
     def on_log(self, args, state, control, logs=None, **kw):
         if logs is None or not self._unlogged:
@@ -479,6 +627,7 @@ class _RewardGroup:
         if completion_ids is None:
             raise ValueError("the trainer did not pass completion_ids to the reward function")
         vals = [math.nan if x is None else float(x) for x in r]  # TRL: None -> NaN
+        vals = [v if math.isfinite(v) else math.nan for v in vals]  # +-inf: unscorable, as None and NaN
         if len(vals) != len(completion_ids):
             raise ValueError(f"reward function {self.names[i]!r} returned {len(vals)} rewards for "
                              f"{len(completion_ids)} completions")

@@ -6,11 +6,18 @@ forward helpers every other module uses:
 
 - :func:`completion_logprobs`: per-token log pi(o_t | q, o_<t) of the completion tokens, [B, T];
 - :func:`sequence_logprob`: log pi(o) = sum_t log pi(o_t | .) over the completion mask, [B].
+
+All three score the policy at a temperature T: log pi_T(o_t | .) = log_softmax(z / T)[o_t] with z the model's
+logits, the policy a sampler at temperature T draws from and TRL's GRPOTrainer trains (its LM head divides by
+``args.temperature``). T is the ``temperature`` keyword, or, when it is None, the value set by
+:func:`scoring_temperature` for the enclosing block (1 outside any block); at T = 1 nothing is divided.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -32,6 +39,8 @@ __all__ = [
     "position_ids_from_mask",
     "forward_inputs",
     "eval_mode",
+    "scoring_temperature",
+    "current_scoring_temperature",
 ]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -173,18 +182,56 @@ def forward_inputs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor)
     return {**kw, "attention_mask": mask[:, None, :, :]}
 
 
-def completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask):
-    """Logits that score each completion token, [B, T, V] (position t predicts completion token t)."""
+_TEMPERATURE: contextvars.ContextVar[float] = contextvars.ContextVar("llm_probe_scoring_temperature", default=1.0)
+
+
+def _check_temperature(temperature) -> float:
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not math.isfinite(temperature) \
+            or temperature <= 0:
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+    return float(temperature)
+
+
+@contextlib.contextmanager
+def scoring_temperature(temperature: float):
+    """Inside the block, :func:`completion_logits` and the functions built on it score log_softmax(z / T) with
+    T = ``temperature`` wherever they are called without a ``temperature`` of their own (the probes of
+    llm_probe.probes included); the previous value is restored on exit."""
+    token = _TEMPERATURE.set(_check_temperature(temperature))
+    try:
+        yield
+    finally:
+        _TEMPERATURE.reset(token)
+
+
+def current_scoring_temperature() -> float:
+    """The temperature :func:`completion_logits` uses when called without one (1 outside a block)."""
+    return _TEMPERATURE.get()
+
+
+def completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *, temperature=None):
+    """Logits that score each completion token, [B, T, V] (position t predicts completion token t), divided by
+    the temperature (``temperature``, or :func:`scoring_temperature`'s; float32 for a half-precision model when
+    T != 1)."""
+    T_ = _TEMPERATURE.get() if temperature is None else _check_temperature(temperature)
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)  # [B, P+T]
     attn = torch.cat([prompt_mask, completion_mask], dim=1)
     out = model(**forward_inputs(model, input_ids, attn))
     T = completion_ids.shape[1]
-    return out.logits[:, -T - 1 : -1, :]
+    logits = out.logits[:, -T - 1 : -1, :]
+    if T_ != 1.0:
+        if logits.dtype not in (torch.float32, torch.float64):
+            logits = logits.float()
+        logits = logits / T_
+    return logits
 
 
-def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *, return_entropy=False):
-    """log pi(o_t | q, o_<t) of each completion token, [B, T] (0 where masked); optionally entropies [B, T]."""
-    logits = completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *, return_entropy=False,
+                        temperature=None):
+    """log pi_T(o_t | q, o_<t) of each completion token, [B, T] (0 where masked); optionally entropies [B, T].
+    T: ``temperature``, or :func:`scoring_temperature`'s (module docstring)."""
+    logits = completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                               temperature=temperature)
     if logits.dtype not in (torch.float32, torch.float64):
         logits = logits.float()
     logp_all = torch.log_softmax(logits, dim=-1)  # [B, T, V]
@@ -195,9 +242,10 @@ def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completi
     return logp, ent, logp_all
 
 
-def sequence_logprob(model, prompt_ids, prompt_mask, completion_ids, completion_mask):
-    """log pi(o | q) = sum_t log pi(o_t | q, o_<t) over the completion mask, [B]."""
-    return completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask).sum(-1)
+def sequence_logprob(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *, temperature=None):
+    """log pi_T(o | q) = sum_t log pi_T(o_t | q, o_<t) over the completion mask, [B]."""
+    return completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                               temperature=temperature).sum(-1)
 
 
 @contextlib.contextmanager

@@ -32,7 +32,7 @@ from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
 
 from .model import check_model, completion_logprobs, eval_mode
 
-__all__ = ["SafeStepController", "SafeStepResult", "completion_logprob_jvp", "step_rule"]
+__all__ = ["SafeStepController", "SafeStepResult", "completion_logprob_jvp", "step_rule", "rule_from_x"]
 
 
 class _AtValues(torch.nn.Module):
@@ -75,17 +75,33 @@ def step_rule(model, ro, theta_k: dict[str, torch.Tensor], d: dict[str, torch.Te
     """The safe step rule (estimates, headroom h, multiplier a = min(1, h)) for the step d taken at theta_k.
 
     x_n = :func:`completion_logprob_jvp` along d at theta_k (model in eval mode: no dropout), groups = the
-    rollout's prompts, success = reward > 0; then :func:`gapdyn.safe_step_multiplier`. A non-finite x (the
-    proposal left the finite range) gives a = h = 0 and NaN estimates. Nothing is changed in ``model``.
+    rollout's prompts, success = reward > 0, groups with an undecided (NaN) reward left out; then
+    :func:`gapdyn.safe_step_multiplier` (:func:`rule_from_x`). A non-finite x (the proposal left the finite
+    range) gives a = h = 0 and NaN estimates. Nothing is changed in ``model``.
     """
     with eval_mode(model):
         x = completion_logprob_jvp(model, ro, theta_k, d)
-    B, G = ro.rewards.shape
-    rewards = (ro.rewards.detach().reshape(-1) > 0).to(torch.float64).cpu().numpy()
-    groups = np.repeat(np.arange(B), G)  # prompt-major rows (llm_probe.rollout)
-    if not np.all(np.isfinite(x.numpy())):
+    return rule_from_x(x.numpy(), ro.rewards, c=c, delta=delta)
+
+
+def rule_from_x(x: np.ndarray, rewards: torch.Tensor, *, c: float = SAFE_STEP_C,
+                delta: float = SAFE_STEP_DELTA) -> gapdyn.SafeStep:
+    """:func:`gapdyn.safe_step_multiplier` of x [B*G] (prompt-major rows) with success = reward > 0 and one group
+    per prompt, over the groups whose rewards [B, G] are all decided: a group holding a NaN (an unscorable
+    completion) enters no term (not sd_hat, dmu_hat nor kappa_hat). No such group left: a = 1 (the step is
+    left as it is) and h NaN (not measured). A non-finite x among them: a = h = 0 and NaN estimates."""
+    r = rewards.detach().to(torch.float64).cpu()
+    B, G = r.shape
+    keep = ~torch.isnan(r).any(-1)
+    x = np.asarray(x, dtype=np.float64).reshape(B, G)[keep.numpy()].reshape(-1)
+    if not len(x):
+        return gapdyn.SafeStep(dmu_hat=math.nan, kappa_hat=math.nan, sd_hat=math.nan, n_mixed=0, a=1.0,
+                               headroom=math.nan)
+    if not np.all(np.isfinite(x)):
         return gapdyn.SafeStep(dmu_hat=math.nan, kappa_hat=math.nan, sd_hat=math.nan, n_mixed=0, a=0.0, headroom=0.0)
-    return gapdyn.safe_step_multiplier(x.numpy(), rewards, groups, c=c, delta=delta)
+    won = (r[keep] > 0).to(torch.float64).reshape(-1).numpy()
+    groups = np.repeat(np.arange(int(keep.sum())), G)  # prompt-major rows (llm_probe.rollout)
+    return gapdyn.safe_step_multiplier(x, won, groups, c=c, delta=delta)
 
 
 @dataclass(frozen=True)

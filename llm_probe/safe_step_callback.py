@@ -7,6 +7,7 @@ transformers, so ``llm_probe`` loads it on first use of ``llm_probe.SafeStepCall
 
 from __future__ import annotations
 
+import logging
 import math
 
 from transformers import TrainerCallback
@@ -14,9 +15,12 @@ from transformers import TrainerCallback
 from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
 
 from .callback import GapProbeCallback
+from .probe_forward import probe_forwards
 from .safe_step import SafeStepController
 
 __all__ = ["SafeStepCallback"]
+
+logger = logging.getLogger(__name__)
 
 
 class SafeStepCallback(TrainerCallback):
@@ -30,7 +34,11 @@ class SafeStepCallback(TrainerCallback):
     One row per step in :attr:`history` (``step``, ``reward`` and the ``safe/*`` metrics, ``safe/headroom`` = h
     with ``safe/a`` = min(1, h)). Needs
     ``num_iterations=1`` and ``steps_per_generation`` equal to the gradient-accumulation steps (checked at
-    ``on_train_begin``). Register it after any callback that must see the optimizer's own step.
+    ``on_train_begin``). Register it with :meth:`attach` (after any callback that must see the optimizer's own
+    step): it captures the prompt and completion ids TRL trains on, as :class:`GapProbeCallback` does, and the
+    rule is computed at ``args.temperature`` with the probe's forward state (llm_probe.probe_forward). A step
+    whose rule cannot be computed is left as the optimizer made it, logged and counted in
+    :attr:`skipped_steps`.
     """
 
     def __init__(self, tokenizer, num_generations: int, *, c: float = SAFE_STEP_C,
@@ -45,6 +53,22 @@ class SafeStepCallback(TrainerCallback):
         self._recorder = GapProbeCallback(tokenizer, num_generations, probe_every=1)
         self.controller: SafeStepController | None = None
         self.history: list[dict] = []
+        self.skipped_steps: list[dict] = []  # {"step", "reason"}: steps left unscaled because the rule failed
+
+    def attach(self, trainer) -> SafeStepCallback:
+        """Capture ``trainer``'s batches (:meth:`GapProbeCallback.capture_batches`) and register this callback
+        last among ``trainer``'s callbacks; returns self."""
+        funcs = getattr(trainer, "reward_funcs", None)
+        mine = [] if self._recorder._rewards is None else self._recorder._rewards.wrapped
+        if funcs is not None and (len(funcs) != len(mine) or any(f is not g for f, g in zip(funcs, mine))):
+            raise ValueError(f"trainer: its {len(funcs)} reward function(s) are not the {len(mine)} this callback "
+                             "wrapped: pass reward_funcs=cb.wrap_rewards([f1, f2, ...])")
+        self._recorder.capture_batches(trainer)
+        cbs = trainer.callback_handler.callbacks
+        if self in cbs:
+            cbs.remove(self)
+        cbs.append(self)
+        return self
 
     def wrap_reward(self, fn):
         """A reward function with the same behaviour that also records each call's groups."""
@@ -71,9 +95,23 @@ class SafeStepCallback(TrainerCallback):
     def on_optimizer_step(self, args, state, control, model=None, **kw):
         if self.controller is None or not self.controller.pending:
             return
-        ro = self._recorder.take_rollout(next(model.parameters()).device)
+        try:
+            ro = self._recorder.take_rollout(next(model.parameters()).device)
+        except ValueError as exc:  # a batch the rule cannot score: the optimizer's step stands
+            self.controller.cancel()
+            self.skipped_steps.append({"step": int(state.global_step), "reason": str(exc).splitlines()[0][:300]})
+            logger.warning("SafeStepCallback: step %d left unscaled (%s)", state.global_step, exc)
+            return
         if ro is None:  # no recorded batch: leave the optimizer's step as it is
             self.controller.cancel()
             return
-        res = self.controller.after(ro)
+        try:
+            with probe_forwards(model, self._recorder.temperature):
+                res = self.controller.after(ro)
+        except Exception as exc:  # noqa: BLE001 - the optimizer's step stands; training goes on
+            self.controller.cancel()
+            reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+            self.skipped_steps.append({"step": int(state.global_step), "reason": reason})
+            logger.warning("SafeStepCallback: step %d left unscaled (%s)", state.global_step, reason)
+            return
         self.history.append({"step": int(state.global_step), "reward": float(ro.rewards.mean()), **res.metrics})

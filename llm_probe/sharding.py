@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from gapdyn.methods import group_advantages
-from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA, safe_step_multiplier
+from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
 
 from .model import completion_logits, eval_mode
 from .probes import mixed_groups, objectives_from_logprobs, token_stats
@@ -93,9 +93,7 @@ def sharded_step_rule(model, ro, owned: torch.Tensor, theta_k: dict, d: dict, *,
     """:func:`llm_probe.safe_step.step_rule` of the whole batch ``ro`` with x_n computed for this rank's groups
     ``owned`` only (:func:`llm_probe.safe_step.completion_logprob_jvp` on :func:`sub_rollout`) and gathered; the
     same gapdyn.SafeStep on every rank. A collective: every rank calls it."""
-    from .safe_step import completion_logprob_jvp
-
-    import gapdyn
+    from .safe_step import completion_logprob_jvp, rule_from_x
 
     G = ro.G
     mine = sub_rollout(ro, owned)
@@ -105,11 +103,7 @@ def sharded_step_rule(model, ro, owned: torch.Tensor, theta_k: dict, d: dict, *,
             x = completion_logprob_jvp(model, mine, theta_k, d)
     rows = (owned.view(-1, 1) * G + torch.arange(G)).reshape(-1)
     x = gather_by_index(rows, {"x": x})[1]["x"].numpy()
-    if not np.all(np.isfinite(x)):  # as step_rule
-        return gapdyn.SafeStep(dmu_hat=math.nan, kappa_hat=math.nan, sd_hat=math.nan, n_mixed=0, a=0.0, headroom=0.0)
-    B = ro.B
-    won = (ro.rewards.detach().reshape(-1) > 0).to(torch.float64).cpu().numpy()
-    return safe_step_multiplier(x, won, np.repeat(np.arange(B), G), c=c, delta=delta)
+    return rule_from_x(x, ro.rewards, c=c, delta=delta)  # as step_rule
 
 
 def sharded_kind(args=None, model=None) -> str | None:
@@ -245,13 +239,10 @@ class ForwardProbe:
         return out
 
     def _headroom(self, x: torch.Tensor, ro) -> float:
-        """h of llm_probe.safe_step.step_rule with x_n from forward differences; NaN for a zero step, 0 for a
-        non-finite x (as step_rule)."""
+        """h of llm_probe.safe_step.step_rule with x_n from forward differences (groups with a NaN reward left
+        out); NaN for a zero step, 0 for a non-finite x (as step_rule)."""
+        from .safe_step import rule_from_x
+
         if not bool(x.abs().gt(0).any()):
             return math.nan
-        if not bool(torch.isfinite(x).all()):
-            return 0.0
-        B, G = ro.rewards.shape
-        won = (ro.rewards.reshape(-1) > 0).double().numpy()
-        return float(safe_step_multiplier(x.numpy(), won, np.repeat(np.arange(B), G), c=self.c,
-                                          delta=self.delta).headroom)
+        return float(rule_from_x(x.numpy(), ro.rewards, c=self.c, delta=self.delta).headroom)
