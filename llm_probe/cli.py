@@ -448,6 +448,12 @@ def _train_main(argv: list[str]) -> int:
     return 0
 
 
+def _testbed_main(argv: list[str]) -> int:
+    from .testbed.cli import testbed_main
+
+    return testbed_main(argv)
+
+
 @command("gapdyn train")
 def main(argv: list[str]) -> int:
     """Entry point; returns an exit code (1 when a run stops on repeated faults)."""
@@ -465,5 +471,6 @@ SUBCOMMANDS: dict = {
     "entropy-lemma": (_entropy_lemma_main, "Cui et al.'s entropy lemma and PG forms per visited state, with claims"),
     "offline": (_offline_main, "gaps and alignment from two checkpoints and a rollout JSONL"),
     "safe-step": (_safe_step_main, "the safe-step experiment (constant vs safe step), with claims"),
+    "testbed": (_testbed_main, "one RL run on the learning testbed (scratchpad addition), outcome vs its start"),
 }
 """gapdyn train <name> -> (its main(argv) -> int, the line `gapdyn train --help` shows for it)."""
