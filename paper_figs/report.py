@@ -2,8 +2,10 @@
 
 Every verdict is a :class:`gapdyn.Claim` made by an experiment's ``analyse`` (or :func:`paper_figs.llm.llm_claims`)
 through :func:`gapdyn.decide_verdict`. This module only lays claims out: the decided block of each claim id
-(confirmation when it ran, else discovery), identity rows apart (shown, never counted), the replication
-table with disagreement flags, and :data:`PAPER_CLAIMS` (which claim ids test which statement of the papers).
+(confirmation when it ran, else discovery), each row under the registered statement its own key names
+(:data:`gapdyn.claims.STATEMENTS`) and counted there only as a confirmation-block test
+(:func:`gapdyn.claims.listing`); premise checks, exploratory, discovery-only, identity and derived rows listed apart
+with their verdicts; the replication table with disagreement flags.
 ``results/claims.json`` (:func:`gapdyn.claims_to_json`) and ``results/claims.csv`` hold the same claims, so a
 test can check that the report quotes the run and nothing else.
 """
@@ -22,67 +24,33 @@ import pandas as pd
 import tyro
 
 import gapdyn
+from gapdyn.claims import STATEMENTS, listing
 from gapdyn.cmdline import Mode, command, output_dir, parse, say
 from gapdyn.io import atomic_write_text, check_output_path, write_with
 
-__all__ = ["fmt", "PAPER_CLAIMS", "CLAIM_COLUMNS", "covers", "decided_claims", "coverage_table",
-           "write_results", "read_claims", "render_report", "readme_table", "llm_block", "LLM_MARKERS", "main"]
+__all__ = ["fmt", "CLAIM_COLUMNS", "LISTED_APART", "decided_claims", "coverage_table", "statement_label",
+           "write_results", "read_claims", "read_runs", "render_report", "readme_table", "readme_headline",
+           "llm_block", "LLM_MARKERS", "main"]
 
 CLAIM_COLUMNS = ("id", "block", "form", "source", "statistic", "estimate", "lo", "hi", "n", "n_planned", "criterion",
                  "verdict", "why", "p_adjusted")
 """Columns of the claim tables in REPORT.md."""
 
-_NEEDS_ABLATION = "not run: needs `gapdyn train ablation`"
-"""What the report says for claim ids that only the tiny-Qwen study (``gapdyn train ablation``) makes."""
-_UNIT_TESTS = "checked by the unit tests (closed form vs finite differences / Monte Carlo), not in this run"
-_NO_CPU = "not reproducible on a CPU (model scale); the tiny-Qwen runs are the stand-in"
-
-PAPER_CLAIMS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
-    ("Suk & Duan", "grad Phi = g+ - g- (the Gradient Gap is the gradient of the log-odds); every method's "
-     "expected direction is a scalar times the Gap", (), _UNIT_TESTS),
-    ("Suk & Duan", "Theorem 1: J(K) >= sigmoid(logit J0 + M(K)/2) under the step condition; accuracy is "
-     "logistic in M", ("logistic.",), ""),
-    ("Suk & Duan", "Theorem 2: above a step-size threshold even aligned steps collapse J to 0",
-     ("threshold.",), ""),
-    ("Suk & Duan", "Theorem 3: eta* ~ (1 - J)/T; 1/|o| normalisation cancels one T",
-     ("length.", "success_rate."), ""),
-    ("Suk & Duan", "a fixed eta stagnates below J = 1; convergence must be judged by M (not gradient norms)",
-     ("stagnation.",), ""),
-    ("Suk & Duan", "GRPO on Qwen2.5-Math-7B (the paper's LLM runs)", (), _NO_CPU),
-    ("WAPO", "token taxonomy: peak/valley x sign of A predicts the sign of the entropy change",
-     ("taxonomy.",), ""),
-    ("WAPO", "WAPO keeps the Gap direction and down-weights solved prompts ((1 - J) factor): more stable "
-     "than GRPO / Dr. GRPO at equal step", ("methods.", "llm.wapo_fewer_collapses", "llm.wapo_higher_reward",
-                                            "llm.wapo_entropy_at_matched_accuracy", "llm.wapo_passk_not_lower"), ""),
-    ("WAPO", "collapse modes of RLVR runs (high-entropy off-task; repetitive malformed)", (),
-     "shown in figure 7 (alerts by llm_probe's documented collapse rule); no claim: the paper's criterion is "
-     "not public"),
-    ("WAPO", "WAPO vs GRPO/DAPO/GSPO on 1.5B-4B models, MATH-500 etc. (the paper's LLM runs)", (), _NO_CPU),
-    ("Yu et al. (DAPO, arXiv 2503.14476)", "clip-higher counters entropy collapse",
-     ("llm.dapo_entropy_at_matched_accuracy",), ""),
-    ("Zhu et al. (arXiv 2506.01347)", "negative samples (NSR) keep pass@k at large k better than positive ones (PSR)",
-     ("llm.nsr_passk_above_psr",), ""),
-    ("Cui et al. (arXiv 2505.22617)", "Lemma 1: per state, dH = -Cov(log pi, dz) to first order in the logit change",
-     ("llm.entropy_lemma", "llm.entropy_lemma_adam"), ""),
-    ("Cui et al. (arXiv 2505.22617)", "Theorems 1-2: under (natural) policy gradient the entropy change follows "
-     "-eta Cov(log pi, pi A) (-eta Cov(log pi, A))", ("llm.entropy_pg_form_sgd", "llm.entropy_npg_form_sgd",
-                                                     "llm.entropy_pg_form_adam", "llm.entropy_npg_form_adam",
-                                                     "llm.entropy_follows_cov"), ""),
-    ("beyond the papers (docs/theory.md section 11)", "the safe step rule keeps runs at a collapse lr from ending "
-     "collapsed without slowing learning at a safe lr", ("safe_step.",), ""),
-    ("beyond the papers", "a per-step statistic of the probe warns of the final collapse earlier than the falling "
-     "reward", tuple(f"llm.warning.{x}_beats_reward" for x in ("M_pos", "headroom_lr", "frac_reward_zero_std",
-                                                               "cov_logp_adv")), ""),
-)
-"""Each statement of the two papers and the claim ids that test it: an exact id, or a prefix ending in "."
-(every claim of that experiment); an exact id also covers its settings "id@..." (the tiny-Qwen claims per lr).
-Statements without ids say where they are covered instead, or why not. The last rows are statements of other
-papers that the tiny-Qwen ablation (llm_probe.experiments.ablation) tests."""
+LISTED_APART = (("premise", "Premise checks", "checks that a test's premise holds (e.g. that the constant step "
+                 "does collapse before a rule is said to prevent it)"),
+                ("exploratory", "Exploratory rows", "beyond a statement's premise or form, or about no registered "
+                 "statement (\"beyond the papers\")"),
+                ("discovery only", "Discovery-only rows", "no confirmation block ran for them: indicative"))
+"""The listings of :func:`gapdyn.claims.listing` shown apart from the counted rows (not counted), with a title and
+what they hold; identity and derived rows have their own section."""
 
 
-def covers(spec: str, claim_id: str) -> bool:
-    """Whether a :data:`PAPER_CLAIMS` entry ("prefix.", or an exact id with any "@setting") covers a claim id."""
-    return claim_id.startswith(spec) if spec.endswith(".") else claim_id.split("@")[0] == spec
+def statement_label(key) -> str:
+    """"paper: item: statement" of a registered statement key; rows without a key name none."""
+    if key is None:
+        return "(no registered statement)"
+    st = STATEMENTS[tuple(key)]
+    return f"{st.paper}: {st.item}: {st.text}"
 
 
 def fmt(x) -> str:
@@ -107,29 +75,32 @@ def decided_claims(claims: Iterable[gapdyn.Claim]) -> list[gapdyn.Claim]:
     return list(out.values())
 
 
+def _confirmation_only(claims) -> bool:
+    """Count only confirmation rows when the confirmation block ran; a quick run's discovery rows are indicative."""
+    return any(c.block == "confirmation" for c in claims)
+
+
 def coverage_table(claims: Iterable[gapdyn.Claim]) -> list[list[str]]:
-    """Rows (paper, statement, claim ids, verdict counts of the decided claims, identities apart)."""
+    """Rows (paper, statement, claim ids, verdict counts): per registered statement, the decided claims whose key
+    is that statement; those that count (:func:`gapdyn.claims.listing`) by verdict, the rest named apart."""
+    claims = list(claims)
     shown = decided_claims(claims)
+    conf = _confirmation_only(claims)
     rows = []
-    for paper, statement, specs, note in PAPER_CLAIMS:
-        if not specs:
-            rows.append([paper, statement, "-", note or "not tested"])
-            continue
-        got = [c for c in shown if any(covers(s, c.id) for s in specs)]
-        absent = [s for s in specs if s.startswith("llm.") and not any(covers(s, c.id) for c in got)]
+    for key, st in STATEMENTS.items():
+        got = [c for c in shown if c.key == key]
         if not got:
-            where = _NEEDS_ABLATION if len(absent) == len(specs) else "not in this run"
-            rows.append([paper, statement, ", ".join(specs), where])
+            rows.append([st.paper, f"{st.item}: {st.text}", "-", st.note or "not in this run"])
             continue
-        counts = gapdyn.count_verdicts(got)
+        where = [listing(c, confirmation_only=conf) for c in got]
+        counts = gapdyn.count_verdicts([c for c, w in zip(got, where) if w == "counted"])
         text = "; ".join(f"{k}: {v}" for k, v in counts.items() if v and k not in ("identity", "derived"))
         text = text or "no counted claim"
-        apart = [f"{counts[k]} {k}" for k in ("identity", "derived") if counts[k]]
+        apart = [f"{where.count(k)} {k}" for k in ("premise", "exploratory", "discovery only", "identity", "derived")
+                 if where.count(k)]
         if apart:
             text += f" (+{', '.join(apart)}: shown, not counted)"
-        if absent:
-            text += f"; {', '.join(absent)}: {_NEEDS_ABLATION}"
-        rows.append([paper, statement, ", ".join(c.id for c in got), text])
+        rows.append([st.paper, f"{st.item}: {st.text}", ", ".join(c.id for c in got), text])
     return rows
 
 
@@ -146,12 +117,54 @@ def write_results(results_dir: Path, claims: Iterable[gapdyn.Claim]) -> list[Pat
 
 
 def read_claims(path: Path) -> list[gapdyn.Claim]:
-    """Claims from a ``claims.json`` (or the ``results`` folder / output folder holding one)."""
+    """Claims from a ``claims.json`` (or the ``results`` folder / output folder holding one); a file that is not a
+    list of valid claim records is refused with one ValueError naming it."""
     path = Path(path)
     for cand in (path, path / "claims.json", path / "results" / "claims.json"):
         if cand.is_file():
-            return gapdyn.claims_from_json(cand.read_text())
+            try:
+                return gapdyn.claims_from_json(cand.read_text(encoding="utf-8"))
+            except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError and UnicodeDecodeError included
+                raise ValueError(f"{cand}: not a claims file: {' '.join(str(exc).split())}") from None
     raise ValueError(f"path must be a claims.json or a folder holding results/claims.json, got {path}")
+
+
+def _run_name(f: Path) -> str:
+    """The experiment of ``<out>/<experiment>-<mode>/claims.json``."""
+    return f.parent.name.rsplit("-", 1)[0]
+
+
+def read_runs(paths: Iterable[str | Path]) -> list[gapdyn.Claim]:
+    """The claims of `gapdyn bandit run` outputs: each path a claims.json or a folder searched for them; ids
+    qualified by the experiment (``<experiment>.<id>``) as reproduce does. One file per run: two files holding a
+    claim of the same id and block are two copies of one run, read once when equal and refused (both paths
+    named) when they differ; a file with no claims is refused."""
+    files: list[Path] = []
+    for r in paths:
+        p = Path(r)
+        found = [p] if p.is_file() else sorted(p.glob("**/claims.json"))
+        if not found:
+            raise ValueError(f"--runs: no claims.json in {p}")
+        files += [f for f in found if f.resolve() not in {g.resolve() for g in files}]
+    by_file: dict[Path, list[gapdyn.Claim]] = {}
+    owner: dict[tuple[str, str], Path] = {}
+    out: list[gapdyn.Claim] = []
+    for f in files:
+        name = _run_name(f)
+        claims = [c if c.id.startswith(("llm.", f"{name}.")) else dataclasses.replace(c, id=f"{name}.{c.id}")
+                  for c in read_claims(f)]
+        if not claims:
+            raise ValueError(f"{f}: holds no claims")
+        same = sorted({str(owner[(c.id, c.block)]) for c in claims if (c.id, c.block) in owner})
+        for g in same:
+            if by_file[Path(g)] != claims:
+                raise ValueError(f"--runs: two claims files of the same run disagree: {g} and {f}; pass one")
+        by_file[f] = claims
+        if same:  # an identical copy: read once
+            continue
+        owner.update({(c.id, c.block): f for c in claims})
+        out += claims
+    return out
 
 
 def _md(rows: list[list[str]], header: list[str]) -> str:
@@ -179,10 +192,13 @@ _MODE_NOTE = {
 
 def render_report(*, mode: str, seconds: float, seed, claims: Iterable[gapdyn.Claim], figures: Mapping[str, object],
                   captions: Mapping[str, str], unavailable: Mapping[str, str]) -> str:
-    """The markdown text of REPORT.md: coverage, counted claims, identity rows, replication, figures."""
+    """The markdown text of REPORT.md: coverage, counted claims (tests of a registered statement), the rows listed
+    apart, identity and derived rows, replication, figures."""
     claims = list(claims)
     shown = decided_claims(claims)
-    counted = [c for c in shown if c.counts_as_evidence]
+    conf_only = _confirmation_only(claims)
+    where = {id(c): listing(c, confirmation_only=conf_only) for c in shown}
+    counted = [c for c in shown if where[id(c)] == "counted"]
     identities = [c for c in shown if not c.counts_as_evidence]  # identity and derived forms
     out = [
         "# gapdyn reproduction: report", "",
@@ -200,8 +216,12 @@ def render_report(*, mode: str, seconds: float, seed, claims: Iterable[gapdyn.Cl
                 + ".", "",
                 _claims_md(counted), ""]
     else:
-        out += ["(no counted claims: every claim of this run is an identity or derived row)" if shown else
+        out += ["(no counted claims: no row of this run tests a registered statement as its test)" if shown else
                 "(no claims: no experiment was available)", ""]
+    for kind, title, what in LISTED_APART:
+        rows = [c for c in shown if where[id(c)] == kind]
+        if rows:
+            out += [f"## Listed apart: {title.lower()} ({what}; shown, not counted)", "", _claims_md(rows), ""]
     out += ["## Identity and derived rows (true by construction, or consequences of the model's own equations; "
             "shown, never counted)", ""]
     out += [_claims_md(identities) if identities else "(none in this run)", ""]
@@ -237,55 +257,94 @@ def claim_n(c: gapdyn.Claim) -> str:
     return f"{c.n}" + ("" if c.n_planned is None else f" / {c.n_planned} planned")
 
 
+README_COLUMNS = ("paper statement", "claim", "role", "form", "estimate [interval]", "n used / planned", "criterion",
+                  "verdict", "why inconclusive", "block")
+"""Columns of the tables of docs/claims.md (:func:`readme_table`)."""
+
+
+def _statement_order(c: gapdyn.Claim) -> int:
+    keys = list(STATEMENTS)
+    return keys.index(c.key) if c.key is not None else len(keys)
+
+
 def readme_table(claims: Iterable[gapdyn.Claim]) -> str:
-    """The README's "What holds" table: one row per counted claim, the confirmation verdict where it ran.
-
-    When no confirmation block ran, a note says the verdicts are indicative (quick mode)."""
+    """docs/claims.md: every decided row (the confirmation block's where it ran) in one of its listings
+    (:func:`gapdyn.claims.listing`): the counted tests of each registered statement, then the premise checks,
+    exploratory and discovery-only rows, then the identity and derived rows with their verdicts (a broken identity
+    reads "does not hold" and is named). When no confirmation block ran, a note says the verdicts are indicative
+    (quick mode) and discovery rows count."""
     claims = list(claims)
-    shown = [c for c in decided_claims(claims) if c.counts_as_evidence]
-    has_conf = any(c.block == "confirmation" for c in claims)
-    def row(label, c):
-        return [label, c.id, c.form, claim_value(c), claim_n(c), c.criterion_text, c.verdict, c.why, c.block]
+    conf_only = _confirmation_only(claims)
+    shown = sorted(decided_claims(claims), key=_statement_order)  # stable: run order within a statement
+    where = {id(c): listing(c, confirmation_only=conf_only) for c in shown}
 
-    rows = []
-    for paper, statement, specs, _ in PAPER_CLAIMS:
-        for c in shown:
-            if any(covers(s, c.id) for s in specs):
-                rows.append(row(f"{paper}: {statement}", c))
-    mapped = {r[1] for r in rows}
-    rows += [row("(not mapped to a paper statement)", c) for c in shown if c.id not in mapped]
-    mixed = has_conf and any(r[-1] == "discovery" for r in rows)
-    note = (("Verdicts from the confirmation block (held-out seeds from 1000 on)"
-             + ("; rows whose block is `discovery` come from a quick run and are indicative." if mixed else "."))
-            if has_conf else
+    def table(rows):
+        return _md([[statement_label(c.key), c.id, c.role, c.form, claim_value(c), claim_n(c), c.criterion_text,
+                     c.verdict, c.why, c.block] for c in rows], list(README_COLUMNS))
+
+    note = ("Verdicts from the confirmation block (held-out seeds from 1000 on). A row counts under a statement only "
+            "when its key is that statement, its role is `test` and its block is confirmation; every other row is "
+            "listed apart below, with its verdict." if conf_only else
             "**Indicative verdicts (quick mode):** only the discovery block ran; `gapdyn reproduce --mode full` "
             "adds the confirmation block that decides.")
-    return note + "\n\n" + _md(rows, ["paper statement", "claim", "form", "estimate [interval]", "n used / planned",
-                                      "criterion", "verdict", "why inconclusive", "block"])
+    counted = [c for c in shown if where[id(c)] == "counted"]
+    out = [note, "", "## Counted: tests of a registered statement", "",
+           table(counted) if counted else "(none)", ""]
+    for kind, title, what in LISTED_APART:
+        rows = [c for c in shown if where[id(c)] == kind]
+        if rows:
+            out += [f"## Listed apart: {title.lower()}", "", f"{title}: {what}. Shown, not counted.", "",
+                    table(rows), ""]
+    rest = [c for c in shown if where[id(c)] in ("identity", "derived")]
+    broken = [c.id for c in rest if c.form == "identity" and c.verdict == "does not hold"]
+    out += ["## Identity and derived rows", "",
+            "True by construction, or consequences of the model's own equations: shown with their verdicts, never "
+            "counted. " + (f"Broken identities (a defect, verdict \"does not hold\"): {', '.join(broken)}." if broken
+                           else "No identity is broken."), "", table(rest) if rest else "(none)"]
+    return "\n".join(out)
 
 
 def readme_headline(claims: Iterable[gapdyn.Claim], *, claims_page: str = "docs/claims.md") -> str:
-    """The README's headline: per statement of the papers, how its counted claims came out (confirmation
-    verdicts where that block ran), and the rows that hold / do not hold named; the full table is on
-    ``claims_page``."""
+    """The README's headline: per registered statement, how its counted rows came out (rows whose key is that
+    statement, role `test`, block confirmation where that block ran), the rows that hold / do not hold named, and
+    how many rows of that statement are listed apart; a last row for the rows that name no statement. The full
+    listing is on ``claims_page``."""
+    claims = list(claims)
+    conf_only = _confirmation_only(claims)
     shown = decided_claims(claims)
-    lines = ["| paper | statement | holds | does not hold | inconclusive |", "|---|---|---|---|---|"]
-    for paper, statement, specs, note in PAPER_CLAIMS:
-        got = [c for c in shown if specs and any(covers(s, c.id) for s in specs) and c.counts_as_evidence]
+    where = {id(c): listing(c, confirmation_only=conf_only) for c in shown}
+    lines = ["| paper | statement | holds | does not hold | inconclusive | listed apart |", "|---|---|---|---|---|---|"]
+
+    def cell(ids):
+        return f"{len(ids)}" + (f": {', '.join(ids)}" if 0 < len(ids) <= 4 else "")
+
+    for key, st in STATEMENTS.items():
+        got = [c for c in shown if c.key == key]
         if not got:
             continue
-        by = {v: [c.id for c in got if c.verdict == v] for v in ("holds", "does not hold", "inconclusive")}
-        cell = lambda ids: f"{len(ids)}" + (f": {', '.join(ids)}" if 0 < len(ids) <= 4 else "")  # noqa: E731
-        lines.append(f"| {paper} | {statement.replace('|', chr(92) + '|')} | {cell(by['holds'])} | {cell(by['does not hold'])} "
-                     f"| {len(by['inconclusive'])} |")
-    mapped = [c for c in shown if any(covers(s, c.id) for _, _, specs, _ in PAPER_CLAIMS for s in specs)]
-    counts = gapdyn.count_verdicts(mapped)
-    extra = len(shown) - len(mapped)
+        counted = [c for c in got if where[id(c)] == "counted"]
+        by = {v: [c.id for c in counted if c.verdict == v] for v in ("holds", "does not hold", "inconclusive")}
+        text = f"{st.item}: {st.text}".replace("|", chr(92) + "|")
+        lines.append(f"| {st.paper} | {text} | {cell(by['holds'])} | {cell(by['does not hold'])} "
+                     f"| {len(by['inconclusive'])} | {len(got) - len(counted)} |")
+    none = [c for c in shown if c.key is None]
+    if none:
+        lines.append(f"| - | rows that name no registered statement (beyond the papers) | - | - | - | {len(none)} |")
+    counted = [c for c in shown if where[id(c)] == "counted"]
+    counts = gapdyn.count_verdicts(counted)
+    kinds = [where[id(c)] for c in shown]
+    broken = [c.id for c in shown if c.form == "identity" and c.verdict == "does not hold"]
+    apart = (f"{kinds.count('premise')} premise checks, {kinds.count('exploratory')} exploratory rows, "
+             f"{kinds.count('discovery only')} discovery-only rows, {kinds.count('identity')} identity rows"
+             + (f" ({len(broken)} broken: {', '.join(broken)})" if broken else "")
+             + f" and {kinds.count('derived')} derived rows")
     head = (f"{counts['holds']} claims hold, {counts['does not hold']} do not hold, {counts['inconclusive']} are "
-            f"inconclusive ({counts['identity']} identity and {counts['derived']} derived rows shown, not counted"
-            + (f"; {extra} exploratory rows that test no paper statement are listed apart" if extra else "") + "). "
-            f"Every row, with its form, estimate, interval, n used / planned, criterion and why an inconclusive row "
-            f"is inconclusive: [{Path(claims_page).name}]({claims_page}).")
+            f"inconclusive: the confirmation-block tests of a registered statement (a row counts under a statement "
+            f"only when its key is that statement and its role is `test`). Listed apart, not counted: {apart}. Every "
+            f"row, with its form, role, estimate, interval, n used / planned, criterion, verdict and why an "
+            f"inconclusive row is inconclusive: [{Path(claims_page).name}]({claims_page}).")
+    if not conf_only:
+        head = head.replace("the confirmation-block tests", "indicative (no confirmation block ran): the tests")
     return head + "\n\n" + "\n".join(lines)
 
 
@@ -373,18 +432,11 @@ def main(argv: list[str]) -> int:
     args = parse(ClaimsArgs, argv, prog="gapdyn claims")
     out = output_dir("reproduce", args.out_dir, announce=False)
     if args.runs:
-        claims = []
-        for r in args.runs:
-            p = Path(r)
-            found = [p] if p.is_file() else sorted(p.glob("**/claims.json"))
-            if not found:
-                raise ValueError(f"--runs: no claims.json in {p}")
-            for f in found:  # <out>/<experiment>-<mode>/claims.json: ids qualified by the experiment, as reproduce does
-                name = f.parent.name.rsplit("-", 1)[0]
-                claims += [c if c.id.startswith(("llm.", f"{name}.")) else dataclasses.replace(c, id=f"{name}.{c.id}")
-                           for c in read_claims(f)]
+        claims = read_runs(args.runs)
     elif not args.from_store:
         claims = read_claims(out)
+        if not claims:
+            raise ValueError(f"{out}: its claims file holds no claims")
     else:
         from bandits.experiments import EXPERIMENTS
 
@@ -399,6 +451,8 @@ def main(argv: list[str]) -> int:
                 say("claims", f"{name}: not available ({exc})")
     if args.llm_study:
         study = read_claims(Path(args.llm_study))
+        if not study:
+            raise ValueError(f"--llm-study: {args.llm_study} holds no claims")
         claims = [c for c in claims if not c.id.startswith("llm.")] + study
         say("claims", f"tiny-Qwen claims from {args.llm_study} ({len(study)})")
     table = readme_table(claims)

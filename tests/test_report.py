@@ -1,7 +1,8 @@
 """REPORT.md and the README table on constructed claims: identity and derived rows are never counted (not even
-as inconclusive), an unmeasured claim prints "not measured: <reason>" and no interval, and statements whose
-claims only `gapdyn train ablation` makes say that it is needed. Expected counts come from the claims' own
-fields (form, measured, verdict), tallied here by hand, not from gapdyn.count_verdicts."""
+as inconclusive), an unmeasured claim prints "not measured: <reason>" and no interval, and a row counts under a
+statement only by its own key, role and block (premise, exploratory and discovery-only rows listed apart).
+Expected counts come from the claims' own fields (form, measured, verdict, key, role, block), tallied here by
+hand, not from gapdyn.count_verdicts or gapdyn.claims.listing."""
 
 from __future__ import annotations
 
@@ -14,7 +15,11 @@ ABOVE = gapdyn.Criterion.above(0.5)
 IDENT = gapdyn.Criterion.identity(1.0, tol=0.01)
 
 
+TAXONOMY = ("WAPO", "token taxonomy")
+
+
 def _claim(cid, estimate, lo, hi, criterion, *, form="law", **kw):
+    kw.setdefault("key", TAXONOMY)
     return gapdyn.Claim(id=cid, source="test", statement="s", setting="t", statistic="x", estimate=estimate,
                         interval=(lo, hi), n=5, criterion_text=criterion.describe(), criterion=criterion,
                         form=None if criterion.kind == "identity" else form, **kw)
@@ -56,10 +61,13 @@ def test_identity_and_derived_rows_are_never_counted_as_inconclusive():
     (cov,) = [r for r in _rows(text) if r[0] == "WAPO" and r[1].startswith("token taxonomy")]
     assert cov[3] == "holds: 1; inconclusive: 2 (+2 identity, 2 derived: shown, not counted)"
     head = report.readme_headline(CLAIMS)
-    assert head.startswith("1 claims hold, 0 do not hold, 2 are inconclusive (2 identity and 2 derived rows")
-    assert "| 1: taxonomy.holds | 0 | 2 |" in head
-    table = report.readme_table(CLAIMS)
-    assert {r[1] for r in _rows(table) if r[1].startswith("taxonomy.")} == EVIDENCE
+    assert head.startswith("1 claims hold, 0 do not hold, 2 are inconclusive: ")
+    assert "2 identity rows and 2 derived rows" in head
+    assert "| 1: taxonomy.holds | 0 | 2 | 4 |" in head
+    table = report.readme_table(CLAIMS)  # every row shown; identity and derived rows in their own section
+    counted_part, apart_part = table.split("## Identity and derived rows")
+    assert {r[1] for r in _rows(counted_part) if r[1].startswith("taxonomy.")} == EVIDENCE
+    assert {r[1] for r in _rows(apart_part) if r[1].startswith("taxonomy.")} == APART
 
 
 def test_an_unmeasured_claim_prints_its_reason_and_no_interval():
@@ -77,30 +85,60 @@ def test_an_unmeasured_claim_prints_its_reason_and_no_interval():
     placeholders = ("7.25", "6.5", "8.75")
     assert not any(p in line for line in text.splitlines() for p in placeholders), "a placeholder number printed"
     readme = {r[1]: r for r in _rows(report.readme_table(CLAIMS))}
-    assert readme["taxonomy.unmeasured"][3] == "not measured: too few instances (2 < 10)"
-    assert readme["taxonomy.holds"][3] == "0.9 [0.8, 0.95] (95 %)"
+    value = report.README_COLUMNS.index("estimate [interval]")
+    assert readme["taxonomy.unmeasured"][value] == "not measured: too few instances (2 < 10)"
+    assert readme["taxonomy.holds"][value] == "0.9 [0.8, 0.95] (95 %)"
 
 
-def test_statements_only_the_ablation_tests_say_it_is_needed():
-    """No tiny-Qwen claims in the run: the rows whose ids are all llm.* say "not run: needs `gapdyn train
-    ablation`"; a row with some of its experiments present names the llm.* ids still missing."""
-    methods = _claim("methods.wapo_more_stable", 0.9, 0.8, 0.95, ABOVE)
-    rows = {r[1]: r for r in _rows(_render(CLAIMS + [methods])) if len(r) == 4}
-    needs = "not run: needs `gapdyn train ablation`"
-    only_llm = [(statement, specs) for _, statement, specs, _ in report.PAPER_CLAIMS
-                if specs and all(s.startswith("llm.") for s in specs)]
-    assert only_llm, "no statement is tested by the ablation alone"
-    for statement, specs in only_llm:
-        assert rows[statement][3] == needs, statement
-    (wapo,) = [r for s, r in rows.items() if s.startswith("WAPO keeps the Gap direction")]
-    wapo_llm = [s for _, st, specs, _ in report.PAPER_CLAIMS if st.startswith("WAPO keeps") for s in specs
-                if s.startswith("llm.")]
-    assert wapo[2] == "methods.wapo_more_stable"
-    assert wapo[3] == f"holds: 1; {', '.join(wapo_llm)}: {needs}"
-    # with the tiny-Qwen claims present, nothing says it is needed
-    llm = [_claim(f"{s}@lr0.0003", 0.9, 0.8, 0.95, ABOVE) for _, _, specs, _ in report.PAPER_CLAIMS for s in specs
-           if s.startswith("llm.")]
-    assert "needs `gapdyn train ablation`" not in _render(CLAIMS + [methods] + llm)
+def _confirmed(c, **kw):
+    return gapdyn.Claim.from_dict({k: v for k, v in c.to_dict().items() if k != "verdict"} | {"block": "confirmation"}
+                                  | kw)
+
+
+def test_a_row_counts_only_under_its_own_key_role_and_confirmation_block():
+    """Hand-tallied: of seven confirmation rows that hold, only the two whose key is a statement and whose role is
+    test count; a premise check, an exploratory row, a row without a key and a discovery-only row are listed apart
+    under their own headings; a row counts under its key's statement, never under another."""
+    good = _claim("taxonomy.counted", 0.9, 0.8, 0.95, ABOVE)
+    rows = [
+        _confirmed(good),
+        _confirmed(good, id="stagnation.keyed_taxonomy"),  # another experiment's id: counted under its key
+        _confirmed(good, id="safe_step.premise", role="premise", key=("beyond the papers", "safe step rule")),
+        _confirmed(good, id="threshold.exploratory", role="exploratory", key=("Suk & Duan", "Theorem 2")),
+        _confirmed(good, id="threshold.beyond", key=None),
+        _claim("threshold.discovery_only", 0.9, 0.8, 0.95, ABOVE, key=("Suk & Duan", "Theorem 2")),
+        _confirmed(_claim("threshold.broken", 1.5, 1.5, 1.5, IDENT, key=None)),
+    ]
+    assert rows[-1].verdict == "does not hold"
+    head = report.readme_headline(rows)
+    assert head.startswith("2 claims hold, 0 do not hold, 0 are inconclusive: ")
+    assert ("1 premise checks, 2 exploratory rows, 1 discovery-only rows, 1 identity rows (1 broken: threshold.broken)"
+            " and 0 derived rows") in head
+    lines = {r[1].split(":")[0]: r for r in _rows(head) if len(r) == 6}
+    assert lines["token taxonomy"][2:] == ["2: taxonomy.counted, stagnation.keyed_taxonomy", "0", "0", "0"]
+    assert lines["Theorem 2"][2:] == ["0", "0", "0", "2"]
+    assert lines["safe step rule"][2:] == ["0", "0", "0", "1"]
+    assert lines["rows that name no registered statement (beyond the papers)"][5] == "2"
+    table = report.readme_table(rows)
+    sections = {s.split("\n", 1)[0]: s for s in table.split("## ")[1:]}
+    ids = {k: {r[1] for r in _rows(v) if r[1] != "claim"} for k, v in sections.items()}
+    assert ids["Counted: tests of a registered statement"] == {"taxonomy.counted", "stagnation.keyed_taxonomy"}
+    assert ids["Listed apart: premise checks"] == {"safe_step.premise"}
+    assert ids["Listed apart: exploratory rows"] == {"threshold.exploratory", "threshold.beyond"}
+    assert ids["Listed apart: discovery-only rows"] == {"threshold.discovery_only"}
+    assert ids["Identity and derived rows"] == {"threshold.broken"}
+    assert "Broken identities (a defect, verdict \"does not hold\"): threshold.broken." in table
+    report_text = _render(rows)
+    counted = report_text.split("## Listed apart")[0]
+    assert {r[0] for r in _rows(counted) if len(r) == len(report.CLAIM_COLUMNS)} - {"id"} == {"taxonomy.counted",
+                                                                                     "stagnation.keyed_taxonomy"}
+
+
+def test_in_quick_mode_discovery_rows_count_as_indicative():
+    rows = [_claim("taxonomy.a", 0.9, 0.8, 0.95, ABOVE), _claim("taxonomy.b", 0.9, 0.8, 0.95, ABOVE, role="premise")]
+    head = report.readme_headline(rows)
+    assert head.startswith("1 claims hold, 0 do not hold, 0 are inconclusive: indicative (no confirmation block ran)")
+    assert report.readme_table(rows).startswith("**Indicative verdicts (quick mode):**")
 
 
 def test_a_statement_with_only_identity_rows_says_none_is_counted():
@@ -108,7 +146,7 @@ def test_a_statement_with_only_identity_rows_says_none_is_counted():
     (cov,) = [r for r in _rows(text) if r[0] == "WAPO" and r[1].startswith("token taxonomy")]
     assert cov[3] == "no counted claim (+2 identity, 2 derived: shown, not counted)"
     counted = text.split("## Identity and derived rows")[0]
-    assert "Summary:" not in counted and "every claim of this run is an identity or derived row" in counted
+    assert "Summary:" not in counted and "no row of this run tests a registered statement" in counted
 
 
 def test_statements_without_claims_in_the_run_are_not_blamed_on_the_ablation():

@@ -480,10 +480,11 @@ SPECS = keyed_specs(SPECS, {
     "llm.wapo_fewer_collapses": (("WAPO", "stability"), "test"),
     "llm.wapo_higher_reward": (("WAPO", "stability"), "test"),
     "llm.wapo_entropy_at_matched_accuracy": (("WAPO", "token taxonomy"), "exploratory"),
-    "llm.dapo_entropy_at_matched_accuracy": (("Yu et al.", "clip-higher"), "test"),
+    "llm.dapo_entropy_at_matched_accuracy": (("Yu et al.", "clip-higher"), "exploratory"),
     "llm.wapo_passk_not_lower": (("WAPO", "stability"), "exploratory"),
-    "llm.nsr_passk_above_psr": (("Zhu et al.", "NSR vs PSR"), "test"),
-    "llm.entropy_follows_cov": (("Cui et al.", "Theorems 1-2"), "test")})  # (statement key, role) per claim
+    "llm.nsr_passk_above_psr": (("Zhu et al.", "NSR vs PSR"), "exploratory"),
+    "llm.entropy_follows_cov": (("Cui et al.", "Theorems 1-2"), "test")})
+# (statement key, role) per claim: the tests that are not primary (unadjusted) are exploratory
 CRITERIA = SPECS  # the older name (paper_figs, tests)
 """claim id -> ClaimSpec (source, statement, form, Criterion, primary), frozen at import, before any run. The
 primaries, WAPO vs GRPO collapse and final reward at every lr of the study, are Holm-adjusted among themselves;
