@@ -19,7 +19,8 @@ of its state as canonical JSON (sorted keys), sealed by a sha256 of the record i
 just before the checkpoint's rename, the same record goes to ``checkpoint.sha256.next``, so a kill between the
 two renames leaves a new checkpoint that its pending digest still vouches for. :func:`read_checkpoint` refuses
 a file that neither digest matches (a flipped bit, an edit) and one that has no digest at all (written before
-digests existed), with a :class:`CheckpointError` naming the file.
+digests existed), with a :class:`CheckpointError` naming the file; then, whatever the digest says, one whose
+floating tensors (weights, optimizer moments, probe sums) hold a NaN or an infinity, naming the tensor.
 
 One process writes a run folder at a time: :func:`lock_run_folder` holds an advisory ``flock`` on
 ``train.lock`` there (POSIX only), which the OS releases when the process ends, however it ends.
@@ -39,7 +40,8 @@ import torch
 
 __all__ = ["CHECKPOINT_NAME", "LEGACY_NAME", "LOCK_NAME", "FORMAT", "DIGEST_FORMAT", "RESUME_POLICY", "CheckpointError",
            "RunFolderLockedError", "config_differences", "write_checkpoint", "read_checkpoint", "verify_checkpoint",
-           "digest_path", "state_sha256", "remove_checkpoint", "lock_run_folder", "first_nonfinite", "commit_file",
+           "digest_path", "state_sha256", "remove_checkpoint", "lock_run_folder", "first_nonfinite",
+           "first_nonfinite_tensor", "commit_file",
            "split_optimizer_state", "join_optimizer_state", "AppendLog", "atomic_write_bytes", "atomic_write_text"]
 
 CHECKPOINT_NAME = "checkpoint.safetensors"
@@ -408,7 +410,26 @@ def read_checkpoint(path: Path, *, verify: bool = True) -> tuple[dict[str, torch
         raise ValueError(f"checkpoint {path}: its state record is not a JSON object")
     if verify:
         verify_checkpoint(path, state)
+    if bad := first_nonfinite_tensor(tensors):
+        name, count, index, value = bad
+        raise CheckpointError(f"checkpoint {path}: tensor {name} holds {count} non-finite value(s) ({value} at index "
+                              f"{index}): the run cannot continue from it; resume from a copy of an earlier checkpoint "
+                              f"or delete {path.parent / path.stem}* to start afresh")
     return tensors, state
+
+
+def first_nonfinite_tensor(tensors: dict[str, torch.Tensor]) -> tuple[str, int, tuple, float] | None:
+    """(name, count, index of the first, its value) of the first floating tensor holding a NaN or an infinity,
+    else None. A checkpoint is checked whatever its digest says: a digest vouches for bytes, not for values."""
+    for name, t in tensors.items():
+        if not (t.is_floating_point() or t.is_complex()) or not t.numel():
+            continue
+        ok = torch.isfinite(t)
+        if not bool(ok.all()):
+            bad = (~ok).nonzero()
+            first = tuple(int(i) for i in bad[0])
+            return name, int(bad.shape[0]), first, t[first].item()
+    return None
 
 
 # ---- append-only logs ------------------------------------------------------------------------------------------
