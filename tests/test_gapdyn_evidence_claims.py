@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -72,6 +73,20 @@ def test_tests_need_the_adjusted_p_value_below_alpha():
     assert g.decide_verdict(-0.3, -0.5, -0.1, crit, p_adjusted=0.01) == "does not hold"
     with pytest.raises(ValueError, match="p_adjusted"):
         g.decide_verdict(0.3, 0.1, 0.5, crit)
+
+
+@pytest.mark.parametrize("below", [C.below(0, alpha=0.05), C.inside(-1, 0, alpha=0.05)])
+def test_a_test_that_is_not_significant_is_inconclusive_unless_its_interval_refutes(below):
+    """docs/evidence.md section 5: a non-significant test is inconclusive, never "does not hold" on that account;
+    "does not hold" needs the whole interval on the wrong side, significant or not (the interval rule alone)."""
+    for p in (0.06, 0.5, 1.0):
+        assert g.decide_verdict(-0.3, -0.5, -0.1, below, p_adjusted=p) == "inconclusive"  # satisfies, not significant
+        assert g.decide_verdict(0.0, -0.5, 0.5, below, p_adjusted=p) == "inconclusive"  # straddles
+        assert g.decide_verdict(2.0, 1.5, 2.5, below, p_adjusted=p) == "does not hold"  # refuted by the interval
+        no_test = dataclasses.replace(below, alpha=None)
+        assert g.decide_verdict(2.0, 1.5, 2.5, no_test) == "does not hold"
+    text = (Path(__file__).resolve().parents[1] / "docs" / "evidence.md").read_text()
+    assert "A test that\nis not significant is **inconclusive**" in text
 
 
 def claim(**kw):
