@@ -289,7 +289,9 @@ def keyed_specs(specs: Mapping[str, ClaimSpec],
 
 def decide_verdict(estimate: float, lo: float, hi: float, criterion: Criterion, *,
                    p_adjusted: float | None = None) -> str:
-    """The verdict of a claim from its estimate, interval [lo, hi] and criterion (see Criterion)."""
+    """The verdict of a claim from its estimate, interval [lo, hi] and criterion (see Criterion). For a test,
+    p_adjusted gates "holds" only: not significant, an interval that satisfies the criterion is inconclusive,
+    and "does not hold" still needs the whole interval to violate it."""
     estimate, lo, hi = _finite(estimate, "estimate"), _finite(lo, "lo"), _finite(hi, "hi")
     if lo > hi:
         raise ValueError(f"interval must satisfy lo <= hi, got [{lo}, {hi}]")

@@ -403,8 +403,9 @@ def llm_block(folders: Iterable[Path]) -> str:
 
 @dataclass
 class ClaimsArgs:
-    """Print the README's "What holds" table from a reproduction's claims (confirmation verdicts where the
-    confirmation block ran, else indicative discovery verdicts) and write it to <out>/README_table.md."""
+    """Print the claims table (docs/claims.md's: every row under its listing, counted rows per statement key)
+    from a reproduction's claims (confirmation verdicts where the confirmation block ran, else indicative
+    discovery verdicts) and write it to <out>/README_table.md."""
 
     out_dir: Annotated[str | None, tyro.conf.arg(name="out")] = None
     """A `gapdyn reproduce` output folder (or a claims.json) to read (default ./gapdyn_out/reproduce)."""
@@ -418,8 +419,8 @@ class ClaimsArgs:
     """A `gapdyn train ablation` folder (or its claims.json): its claims replace the reproduction's tiny-Qwen
     claims (ids llm.*)."""
     runs: tuple[str, ...] = ()
-    """Instead of a reproduction: the claims.json files (or folders holding one) of `gapdyn bandit run` outputs,
-    merged in the order given (e.g. each experiment's full run)."""
+    """Instead of a reproduction: the claims.json files (or folders searched for them) of `gapdyn bandit run`
+    outputs, merged in the order given, one file per run (an identical copy read once, two that disagree refused)."""
     write: str | None = None
     """Also write the table to this markdown file (e.g. docs/claims.md), with the command that made it."""
     readme: str | None = None
