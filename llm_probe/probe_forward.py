@@ -7,10 +7,14 @@ run through, or that change nothing the probe measures:
   with it (``make_inputs_require_grads``: ``requires_grad_()`` on the embedding output, refused inside a
   torch.func transform);
 - an attention kernel without forward-mode / vmap rules (``sdpa``, flash): the probe's passes use the
-  model's ``eager`` attention, the same function up to float rounding.
+  model's ``eager`` attention, the same function up to float rounding;
+- mixed precision (``bf16=True`` / ``fp16=True``): accelerate wraps the model's forward in autocast; the probe
+  calls the forward it wrapped (``_original_forward``), so a model with float32 weights is probed in float32
+  (the policy its weights define; TRL's own half-precision forward differs from it by the rounding, about
+  5e-4 relative in the gap norms on the tiny model).
 
 Inside the block: eval mode (no dropout), ``eager`` attention on every configuration of the model, every
-module's ``gradient_checkpointing`` flag off, those hooks detached, and the completions scored at the
+module's ``gradient_checkpointing`` flag off, those hooks detached, no autocast wrapper, and the completions scored at the
 trainer's temperature (:func:`llm_probe.model.scoring_temperature`); everything is put back on exit, also when
 the block raises.
 """
@@ -48,6 +52,8 @@ def probe_forwards(model, temperature: float = 1.0, *, attention: str = "eager")
     attn = [(c, c._attn_implementation_internal) for c in configs]
     ckpt = [(m, m.gradient_checkpointing) for m in model.modules()
             if isinstance(getattr(m, "gradient_checkpointing", None), bool)]
+    amp = [(m, m.__dict__["forward"]) for m in model.modules()
+           if "_original_forward" in m.__dict__ and "forward" in m.__dict__]  # accelerate's autocast wrapper
     hooked = []  # (module, its forward-hook dict before)
     for m in model.modules():
         hooks = getattr(m, "_forward_hooks", None)
@@ -59,6 +65,8 @@ def probe_forwards(model, temperature: float = 1.0, *, attention: str = "eager")
                 c._attn_implementation_internal = attention
         for m, _ in ckpt:
             m.gradient_checkpointing = False
+        for m, _ in amp:
+            m.forward = m.__dict__["_original_forward"]
         for m, before in hooked:
             for key, h in before.items():
                 if getattr(h, "__name__", "") == REQUIRE_GRADS_HOOK:
@@ -70,6 +78,8 @@ def probe_forwards(model, temperature: float = 1.0, *, attention: str = "eager")
             c._attn_implementation_internal = impl
         for m, flag in ckpt:
             m.gradient_checkpointing = flag
+        for m, fwd in amp:
+            m.forward = fwd
         for m, before in hooked:
             m._forward_hooks.clear()
             m._forward_hooks.update(before)

@@ -63,12 +63,17 @@ class SafeStepCallback(TrainerCallback):
         if funcs is not None and (len(funcs) != len(mine) or any(f is not g for f, g in zip(funcs, mine))):
             raise ValueError(f"trainer: its {len(funcs)} reward function(s) are not the {len(mine)} this callback "
                              "wrapped: pass reward_funcs=cb.wrap_rewards([f1, f2, ...])")
-        self._recorder.capture_batches(trainer)
+        self.capture_batches(trainer)
         cbs = trainer.callback_handler.callbacks
         if self in cbs:
             cbs.remove(self)
         cbs.append(self)
         return self
+
+    def capture_batches(self, trainer) -> None:
+        """Record the token ids of ``trainer``'s batches (:meth:`GapProbeCallback.capture_batches`) without
+        registering this callback (for one registered through ``callbacks=[...]``)."""
+        self._recorder.capture_batches(trainer)
 
     def wrap_reward(self, fn):
         """A reward function with the same behaviour that also records each call's groups."""

@@ -74,8 +74,12 @@ def _trainer(tmp_path, model, tok, reward, callbacks, *, steps, optim="sgd", lr=
                       lr_scheduler_type="constant", use_cpu=True, bf16=False, report_to="none",
                       gradient_checkpointing=False, logging_steps=1, save_strategy="no", temperature=1.0, beta=0.0,
                       seed=seed, warmup_steps=0, max_grad_norm=1e9 if optim == "sgd" else 1.0)
-    return GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds, processing_class=tok,
-                       callbacks=callbacks)
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds, processing_class=tok,
+                          callbacks=callbacks)
+    for cb in callbacks:  # registered in this order (nested reward wrappers: attach would refuse them)
+        if hasattr(cb, "capture_batches"):
+            cb.capture_batches(trainer)
+    return trainer
 
 
 def _exact_match(prompts, completions, completion_ids=None, answer=None, **kw):

@@ -180,6 +180,7 @@ def test_callback_on_real_grpo_trainer_with_accumulation(tmp_path):
                       seed=0, warmup_steps=0)
     trainer = GRPOTrainer(model=model, reward_funcs=cb.wrap_reward(exact_match), args=args, train_dataset=ds,
                           processing_class=tok, callbacks=[spy, cb, after])
+    cb.capture_batches(trainer)  # registered between spy and after, not last (attach would move it)
     trainer.train()
     assert len(cb.history) == len(spy.rows) == len(after.rows) == 3
     for row, s, new in zip(cb.history, spy.rows, after.rows):
