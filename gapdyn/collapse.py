@@ -427,18 +427,24 @@ class EtaStar:
 class _Scan:
     """The scanned etas (increasing), their stats and which belong to the base grid; grows by fine scans."""
 
-    def __init__(self, run_stats: RunStatsFn, grid: np.ndarray):
-        self.run_stats, self.grid = run_stats, grid
+    def __init__(self, run_stats: RunStatsFn, grid: np.ndarray, fine_ratio: float):
+        self.run_stats, self.grid, self.fine_ratio = run_stats, grid, fine_ratio
         self.stats = _evaluate(run_stats, grid)
         self.base = np.ones(grid.size, bool)
         self.added = 0
+        self._lattice = None
 
-    def fine(self, a: float, b: float, ratio: float) -> None:
-        """Scan [a, b] at neighbour ratio ``ratio``: the etas of eta_grid(a, b, ratio) that fall between
-        scanned neighbours more than ``ratio`` apart."""
+    def fine(self, a: float, b: float) -> None:
+        """Scan [a, b] at neighbour ratio fine_ratio: the etas of the fine lattice eta_grid(eta_lo, eta_hi,
+        fine_ratio) (one lattice per scan, so every fine scan of a range lands on the same etas) inside
+        (a, b) that fall between scanned neighbours more than fine_ratio apart."""
+        ratio = self.fine_ratio
         if b / a <= ratio:
             return
-        cand = eta_grid(a, b, max_ratio=ratio)[1:-1]
+        if self._lattice is None:
+            self._lattice = eta_grid(float(self.grid[0]), float(self.grid[-1]), max_ratio=ratio)
+        lat = self._lattice
+        cand = lat[(lat > a) & (lat < b)]
         j = np.searchsorted(self.grid, cand)
         inside = (j > 0) & (j < self.grid.size)
         gap = np.full(cand.shape, np.inf)
@@ -525,7 +531,7 @@ def find_eta_star(
     if island_scan and (math.log(hi) - math.log(lo)) / math.log1p(rtol) > MAX_GRID_POINTS:
         raise ValueError(f"rtol={rtol!r} would rescan [eta_lo, eta_hi] at more than {MAX_GRID_POINTS} points: raise "
                          "rtol or pass island_scan=False")
-    scan = _Scan(run_stats, eta_grid(lo, hi, max_ratio=r))
+    scan = _Scan(run_stats, eta_grid(lo, hi, max_ratio=r), fine_ratio)
 
     def collapsed(s, t=threshold):
         return is_collapsed(s, threshold=t)
@@ -538,7 +544,7 @@ def find_eta_star(
 
     first = np.flatnonzero(collapsed(scan.stats))
     if island_scan and first.size and first[0] > 0:
-        scan.fine(lo, float(scan.grid[first[0]]), fine_ratio)
+        scan.fine(lo, float(scan.grid[first[0]]))
     w50 = ("none_in_range", math.nan)
     for _ in range(8):
         w50 = collapsed_window_eta(scan.grid, collapsed(scan.stats), half_width=window, level=window_level)
@@ -546,7 +552,7 @@ def find_eta_star(
             break
         a, b = max(lo, w50[1] / window**2), min(hi, w50[1] * window**2)
         before = scan.added
-        scan.fine(a, b, fine_ratio)
+        scan.fine(a, b)
         if scan.added == before:
             break
     opts = (rtol, int(max_iter), int(refine_points))
