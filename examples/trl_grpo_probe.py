@@ -56,10 +56,10 @@ def main(argv=None):
     args = GRPOConfig(output_dir=a.out or tempfile.mkdtemp(prefix="trl_grpo_probe_"), max_steps=a.steps,
                       per_device_train_batch_size=2 * G, num_generations=G, max_completion_length=6,
                       learning_rate=a.lr, logging_steps=1, save_strategy="no", seed=0, beta=0.0,
-                      use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False)  # CPU settings
+                      use_cpu=True, bf16=False, report_to="none")  # CPU; gradient checkpointing: TRL's default
     trainer = GRPOTrainer(model=model, reward_funcs=cb.wrap_rewards([partial_credit]), args=args,
                           train_dataset=ds, processing_class=tok)
-    cb.attach(trainer)  # first callback: its metrics join TRL's logs (log_history, report_to)
+    cb.attach(trainer)  # first callback (its metrics join TRL's logs); captures the token ids TRL trains on
     trainer.train()
 
     for row in trainer.state.log_history:
