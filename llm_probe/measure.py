@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from .gap_probe import DEFAULT_MAX_GAP_BYTES, _eval_mode
+from .model import scoring_temperature
 from .probes import (
     _gap_dtype,
     alignment_metrics,
@@ -59,25 +60,27 @@ def parameter_change(params: Mapping[str, torch.Tensor], update) -> dict[str, to
     return out
 
 
-def _as_ids(x, tokenizer, what: str, i: int) -> list[int]:
+def _as_ids(x, tokenizer, what: str, i: int, special: bool = False) -> list[int]:
     if tokenizer is not None:
         if not isinstance(x, str):
             raise ValueError(f"{what}[{i}] must be a string when a tokenizer is given, got {type(x).__name__}")
-        return list(tokenizer(x, add_special_tokens=False)["input_ids"])
+        return list(tokenizer(x, add_special_tokens=special)["input_ids"])
     if isinstance(x, str) or not isinstance(x, Sequence) and not torch.is_tensor(x):
         raise ValueError(f"{what}[{i}] must be a sequence of token ids when no tokenizer is given")
     return [int(t) for t in x]
 
 
 def encode_rollout(tokenizer, prompts, completions, rewards, *, pad_id: int | None = None, eos_id: int | None = None,
-                   device=None) -> tuple[list, list[Rollout], list[list[int]]]:
+                   device=None, add_special_tokens: bool = False) -> tuple[list, list[Rollout], list[list[int]]]:
     """Group completions by prompt (order of first appearance) and encode them.
 
     Returns (keys, rollouts, members): ``keys`` [B] the distinct prompts, one :class:`Rollout` per group size
     (left-padded prompts, right-padded completions, rewards > 0 -> 1; its ``problems`` field holds the group
     indices j of its rows), and ``members[j]`` the rows of ``prompts``
     in group j. ``tokenizer`` None: prompts and completions are token-id sequences. ``eos_id``: appended to
-    every completion that does not end with it (None: completions are scored as given).
+    every completion that does not end with it (None: completions are scored as given). ``add_special_tokens``:
+    prompts encoded with the tokenizer's special tokens (a BOS, as TRL encodes plain-text prompts); completions
+    never are.
     """
     n = len(prompts)
     if n == 0:
@@ -88,7 +91,7 @@ def encode_rollout(tokenizer, prompts, completions, rewards, *, pad_id: int | No
     if pad_id is None:
         pad_id = getattr(tokenizer, "pad_token_id", None)
     pad_id = 0 if pad_id is None else int(pad_id)  # masked positions: their value never reaches a scored log-prob
-    p_ids = [_as_ids(p, tokenizer, "prompts", i) for i, p in enumerate(prompts)]
+    p_ids = [_as_ids(p, tokenizer, "prompts", i, add_special_tokens) for i, p in enumerate(prompts)]
     c_ids = [_as_ids(c, tokenizer, "completions", i) for i, c in enumerate(completions)]
     for i, (p, c) in enumerate(zip(p_ids, c_ids)):
         if not p:
@@ -123,14 +126,18 @@ def encode_rollout(tokenizer, prompts, completions, rewards, *, pad_id: int | No
 
 
 def measure(model, tokenizer_or_ids, prompts, completions, rewards, *, update=None, params: str = "all",
-            route: str = "auto", max_gap_bytes: int = DEFAULT_MAX_GAP_BYTES, eos_id: int | None = None) -> dict:
+            route: str = "auto", max_gap_bytes: int = DEFAULT_MAX_GAP_BYTES, eos_id: int | None = None,
+            temperature: float = 1.0, add_special_tokens: bool = False) -> dict:
     """Gradient-Gap metrics of one batch at the model's current parameters (theta_k).
 
     prompts, completions, rewards: one entry per completion (str with a tokenizer; token ids when
     ``tokenizer_or_ids`` is None), grouped by prompt. update: the step w = theta_{k+1} - theta_k as {name: tensor}
     or as a pair of state dicts (before, after). params: a :func:`llm_probe.probes.select_params` subset.
     route: "dot" (keep the [Q, P] gap matrix, returned as ``gaps``), "stream" (one gap at a time: memory
-    independent of Q) or "auto" (dot while the matrix fits in ``max_gap_bytes``).
+    independent of Q) or "auto" (dot while the matrix fits in ``max_gap_bytes``). temperature: the policy scored
+    is log softmax(z / T) (the trainer's sampling / training temperature; TRL's ``args.temperature``).
+    add_special_tokens: encode string prompts with the tokenizer's special tokens (TRL does; exact in every case:
+    pass the token ids the trainer used, with ``tokenizer_or_ids`` None).
 
     Returns a dict: ``prompts`` [B] distinct prompts, ``J_hat`` [B] success rate, ``mixed`` [B];
     over the Q mixed groups (in prompt order) ``groups`` [Q] (index into ``prompts``), ``phi`` [Q] Phi_hat_q,
@@ -147,7 +154,7 @@ def measure(model, tokenizer_or_ids, prompts, completions, rewards, *, update=No
     sel = select_params(model, params)
     dev = next(iter(sel.values())).device
     keys, rollouts, members = encode_rollout(tok, prompts, completions, rewards, pad_id=pad_id, eos_id=eos_id,
-                                             device=dev)
+                                             device=dev, add_special_tokens=add_special_tokens)
     w = parameter_change(sel, update) if update is not None else None
     B = len(keys)
     J_hat = torch.zeros(B)
@@ -166,7 +173,7 @@ def measure(model, tokenizer_or_ids, prompts, completions, rewards, *, update=No
     gaps = torch.zeros(Q, P, dtype=_gap_dtype(list(sel.values()))) if route == "dot" else None
     dmu = torch.zeros(Q, dtype=torch.float64) if w is not None else None
     w_flat = flat(w) if w is not None and route == "dot" else None
-    with _eval_mode(model):
+    with _eval_mode(model), scoring_temperature(temperature):
         for ro in rollouts:
             js = ro.problems
             if route == "dot":
