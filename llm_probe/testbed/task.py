@@ -3,10 +3,12 @@
 A prompt names the scratchpad's verbosity (the completion-length knob T) and the two numbers::
 
     L|1234+5678=       long:  4+8+0=12;3+7+1=11;2+6+1=9;1+5+0=6;>6912<eos>      (36 tokens + <eos>)
-    S|1234+5678=       short: 21;11;90;60;>6912<eos>                            (17 tokens + <eos>)
+    S|1234+5678=       short: 4812;3711;269;156;>6912<eos>                      (23 tokens + <eos>)
 
 Columns run from the least significant digit; in the long form each column writes ``x+y+c=s`` (c the carry in,
-s the column sum), in the short form the result digit and the carry out. The reward is 1 iff the completion ended
+s the column sum), in the short form ``xys`` (the carry in is left implicit: it is the tens digit of the column
+before). Both forms do the same computation (copy the column's digits, add them with the carry); only the number
+of tokens differs, so the length knob changes T and not the task. The reward is 1 iff the completion ended
 with <eos> and its text after the last ``>`` is exactly the sum (the outcome is verified, the scratchpad is not).
 
 Held-out problems are a fixed set of pairs (drawn once from :data:`HELDOUT_SEED`) that the training stream never
@@ -42,7 +44,7 @@ def scratchpad(a: int, b: int, length: str, digits: int) -> str:
     carry, cols = 0, []
     for x, y in zip(xs, ys):
         s = int(x) + int(y) + carry
-        cols.append(f"{x}+{y}+{carry}={s};" if length == "long" else f"{s % 10}{s // 10};")
+        cols.append(f"{x}+{y}+{carry}={s};" if length == "long" else f"{x}{y}{s};")
         carry = s // 10
     return "".join(cols) + ">" + str(a + b)
 

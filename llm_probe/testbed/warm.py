@@ -39,7 +39,9 @@ TARGET = (0.2, 0.5)
 """Held-out sampled accuracy (temperature 1) that a warm checkpoint must have at every length."""
 
 PINNED_ROOT = Path(__file__).resolve().parent / "warm"
-PINNED_SHA256: dict[str, str] = {}
+PINNED_SHA256: dict[str, str] = {
+    "small": "97211faf84aa89137a3aa08dac89de60c2aa6fc4bda718f21d1f9786a9bd9c63",
+}
 """Size name -> sha256 of the committed model.safetensors (filled when a size is pinned)."""
 
 
@@ -66,9 +68,11 @@ def file_sha256(path) -> str:
     return h.hexdigest()
 
 
-def train_warm(size: str, out: str | Path, recipe: WarmRecipe = WarmRecipe(), *, log=print) -> dict:
+def train_warm(size: str, out: str | Path, recipe: WarmRecipe = WarmRecipe(), *, log=print,
+               candidates: str | Path | None = None) -> dict:
     """Train the warm start of ``size``; write the selected checkpoint to ``out`` (save_pretrained + warm.json with
     the recipe, the selected step, its accuracies and the whole accuracy curve); returns warm.json's dict.
+    ``candidates``: a folder that keeps every evaluated checkpoint with some length in :data:`TARGET`.
     ValueError when no evaluated checkpoint reaches :data:`TARGET` within ``recipe.steps``."""
     if size not in SIZES:
         raise ValueError(f"size must be one of {sorted(SIZES)}, got {size!r}")
@@ -93,8 +97,10 @@ def train_warm(size: str, out: str | Path, recipe: WarmRecipe = WarmRecipe(), *,
             continue
         accs = {ln: heldout_accuracy(model, tok, task, held[ln], max_new_tokens=max_new, seed=k)["acc"]
                 for ln in LENGTHS}
-        curve.append({"step": k, "loss": float(loss), **accs, "seconds": time.perf_counter() - t0})
-        log(f"[warm {size}] step {k} loss {float(loss):.3f} acc {accs}")
+        curve.append({"step": k, "loss": float(loss.detach()), **accs, "seconds": time.perf_counter() - t0})
+        log(f"[warm {size}] step {k} loss {float(loss.detach()):.3f} acc {accs}")
+        if candidates is not None and any(TARGET[0] <= a <= TARGET[1] for a in accs.values()):
+            save_policy(model, tok, Path(candidates) / f"step{k:05d}")
         if all(TARGET[0] <= a <= TARGET[1] for a in accs.values()):
             info = {"size": size, "spec": asdict(SIZES[size]), "parameters": n_params, "recipe": asdict(recipe),
                     "selected_step": k, "selected_acc": accs, "curve": curve,
@@ -102,6 +108,10 @@ def train_warm(size: str, out: str | Path, recipe: WarmRecipe = WarmRecipe(), *,
             out = save_policy(model, tok, out)
             (out / "warm.json").write_text(json.dumps(info, indent=1))
             return info
+        if all(a > TARGET[1] for a in accs.values()):
+            break
+    (Path(out) / "curve.json").parent.mkdir(parents=True, exist_ok=True)
+    (Path(out) / "curve.json").write_text(json.dumps(curve, indent=1))
     raise ValueError(f"no checkpoint of {size} reached held-out accuracy {TARGET} at every length in "
                      f"{recipe.steps} steps (last: {curve[-1] if curve else None})")
 

@@ -1,0 +1,131 @@
+"""Testbed studies: a grid of settings x seeds, each cell one run folder, resumable, and its dose-response table.
+
+A study is a list of cells ``{"setting": {...TestbedSetting fields...}, "seed": s}``; a cell's folder is named by
+its setting and seed (:func:`cell_name`) and counts as done when its summary.json exists, so an interrupted
+study continues where it stopped (a torn run folder is rerun from its start). The table (:func:`dose_response`)
+gives, per setting, the runs, the learned / collapsed counts with Wilson intervals (Wilson, 1927) and the mean
+held-out accuracy before -> after.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+from dataclasses import asdict, fields
+from pathlib import Path
+
+from .run import SUMMARY, TestbedSetting, run_testbed
+
+__all__ = ["cell_name", "grid", "run_study", "load_summaries", "dose_response", "PILOT_SEEDS"]
+
+PILOT_SEEDS = tuple(range(900, 910))
+"""Seeds of the pilot and of tuning: never in a confirmation block."""
+
+
+def cell_name(setting: TestbedSetting, seed: int) -> str:
+    """A folder name that fixes the cell: every field that differs from the default, then the seed."""
+    base = TestbedSetting()
+    parts = [f"{f.name}={getattr(setting, f.name)}" for f in fields(setting)
+             if getattr(setting, f.name) != getattr(base, f.name) or f.name in ("method", "lr")]
+    return "_".join(parts).replace("/", "-") + f"_seed={int(seed)}"
+
+
+def grid(seeds, **axes) -> list[dict]:
+    """Cells of the product of ``axes`` (TestbedSetting field -> values) x ``seeds``."""
+    names = list(axes)
+    out = []
+    for values in itertools.product(*(axes[n] for n in names)):
+        setting = TestbedSetting(**dict(zip(names, values)))
+        out.extend({"setting": asdict(setting), "seed": int(s)} for s in seeds)
+    return out
+
+
+def run_study(cells: list[dict], root: str | Path, *, log=print, warm_dir=None) -> list[dict]:
+    """Run every cell not done yet under ``root`` (in the order given); returns all cells' summaries."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    done = []
+    for i, cell in enumerate(cells):
+        setting = TestbedSetting(**cell["setting"])
+        d = root / cell_name(setting, cell["seed"])
+        if (d / SUMMARY).is_file():
+            done.append(json.loads((d / SUMMARY).read_text()))
+            continue
+        if d.exists():  # a run torn by an interruption: start it again
+            shutil.rmtree(d)
+        s = run_testbed(setting, cell["seed"], d, warm_dir=warm_dir)
+        log(f"[{i + 1}/{len(cells)}] {d.name}: {s['heldout_acc_before']:.3f} -> {s['heldout_acc_after']:.3f} "
+            f"({s['outcome']}, {s['wall_s']:.0f} s, {s['completion_tokens_median']:g} tokens)")
+        done.append(s)
+    return done
+
+
+def load_summaries(root: str | Path) -> list[dict]:
+    """Every finished run's summary under ``root``."""
+    return [json.loads(p.read_text()) for p in sorted(Path(root).glob(f"*/{SUMMARY}"))]
+
+
+def dose_response(summaries: list[dict]):
+    """One row per setting: n, learned and collapsed counts with Wilson 95 % intervals, mean held-out accuracy
+    before and after, median completion tokens (a pandas DataFrame, sorted by setting and lr)."""
+    import pandas as pd
+
+    from gapdyn.stats import wilson_interval
+
+    rows = []
+    for s in summaries:
+        st = s["setting"]
+        rows.append({**{k: st[k] for k in ("method", "length", "size", "control", "lr")}, "seed": s["seed"],
+                     "outcome": s["outcome"], "before": s["heldout_acc_before"], "after": s["heldout_acc_after"],
+                     "tokens": s["completion_tokens_median"]})
+    if not rows:
+        return pd.DataFrame()
+    df = pd.DataFrame(rows)
+    out = []
+    for key, g in df.groupby(["method", "length", "size", "control", "lr"], sort=True):
+        n = len(g)
+        row = dict(zip(["method", "length", "size", "control", "lr"], key), n=n)
+        for label in ("learned", "collapsed"):
+            k = int((g["outcome"] == label).sum())
+            ci = wilson_interval(k, n)
+            row.update({label: k, f"P_{label}": k / n, f"P_{label}_lo": ci.lo, f"P_{label}_hi": ci.hi})
+        row.update(degraded=int((g["outcome"] == "degraded").sum()), failed=int((g["outcome"] == "failed").sum()),
+                   acc_before=g["before"].mean(), acc_after=g["after"].mean(), tokens=g["tokens"].median())
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+PILOT_LRS = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3)
+"""The pilot's lr grid (Adam, GRPO, long scratchpad, small model): a decade and a half either side of the
+feasibility check's learning lr 1e-4."""
+
+
+def pilot_cells() -> list[dict]:
+    """The pilot, fixed before it ran: GRPO on the lr grid x 2 pilot seeds, and the random-advantage control at
+    the two largest lrs (where collapse was expected)."""
+    seeds = PILOT_SEEDS[:2]
+    return (grid(seeds, lr=PILOT_LRS) + grid(seeds, lr=PILOT_LRS[-2:], control=(True,)))
+
+
+def main(argv=None) -> int:
+    """``python -m llm_probe.testbed.study pilot|acceptance --out DIR``: run (or continue) a study, print its table."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m llm_probe.testbed.study")
+    p.add_argument("study", choices=["pilot"])
+    p.add_argument("--out", required=True)
+    a = p.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(1)
+    run_study(pilot_cells(), a.out)
+    import pandas as pd
+
+    with pd.option_context("display.width", 200, "display.max_columns", 30):
+        print(dose_response(load_summaries(a.out)).to_string(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
