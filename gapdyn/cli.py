@@ -6,16 +6,23 @@ subcommand by name, so the theory core never imports its siblings.
 
 A ValueError or OSError escaping a subcommand prints one line and exits with code 2; set
 GAPDYN_DEBUG=1 for the traceback. A subcommand whose package cannot be imported (a missing extra)
-says which install brings it.
+says which install brings it. SIGINT / SIGTERM at any moment, imports included, end the command with one line
+``gapdyn <command>: interrupted by SIGINT`` and exit 130 / 143 (gapdyn.cmdline).
+
+Standard library only: ``gapdyn --help`` reads each subcommand's summary from its source file without importing
+its package, and a subcommand's module is imported only when it runs.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 from pathlib import Path
 from importlib.metadata import EntryPoint, entry_points
+
+from .cmdline import EXIT_SIGINT, EXIT_SIGTERM, Terminated, _raise_terminated, stop_children
 
 __all__ = ["GROUP", "commands", "main"]
 
@@ -49,22 +56,37 @@ def commands() -> dict[str, EntryPoint]:
     return dict(sorted(found.items()))
 
 
-def _summary(ep: EntryPoint) -> str:
-    """The first docstring line of the target module, without importing it when it is not installed."""
+def _source_file(module: str) -> Path | None:
+    """The .py file of ``module`` (dotted), found without importing it or its parent packages (a package that
+    imports torch at its top would cost seconds); None when it is not installed."""
     import importlib.util
 
-    module = ep.value.split(":")[0]
+    top, *rest = module.split(".")
     try:
-        spec = importlib.util.find_spec(module)
+        spec = importlib.util.find_spec(top)  # a top-level name: located, not imported
     except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    if spec is None:
+        return None
+    if not rest:
+        return Path(spec.origin) if spec.origin and spec.origin.endswith(".py") else None
+    for location in spec.submodule_search_locations or ():
+        for candidate in (Path(location, *rest[:-1], rest[-1] + ".py"), Path(location, *rest, "__init__.py")):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def _summary(ep: EntryPoint) -> str:
+    """The first docstring line of the target module, read from its source without importing it."""
+    path = _source_file(ep.value.split(":")[0])
+    if path is None:
         return ""
     import ast
 
     try:
-        doc = ast.get_docstring(ast.parse(open(spec.origin, encoding="utf-8").read())) or ""
-    except (OSError, SyntaxError):
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    except (OSError, SyntaxError, ValueError):
         return ""
     first = doc.strip().splitlines()[0] if doc.strip() else ""
     return re.sub(r"^``[^`]*``:\s*", "", first).replace("``", "")
@@ -84,8 +106,39 @@ def _missing_extra(exc: ImportError) -> str:
     return f"pip install 'gapdyn[{extra}]'"
 
 
+def _exit_now(signum, frame):
+    os._exit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``gapdyn``: dispatch to the subcommand; returns the exit code. SIGINT / SIGTERM before the
+    subcommand takes them over (while its modules import) end it here: one line, exit 130 / 143."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    except ValueError:  # not the main thread: leave the signals alone
+        previous = None
+    previous_int = signal.getsignal(signal.SIGINT)
+    try:
+        return _dispatch(argv)
+    except (KeyboardInterrupt, Terminated) as exc:
+        if os.environ.get("GAPDYN_DEBUG"):
+            raise
+        if previous is not None:  # a second signal during the clean-up ends the process at once
+            signal.signal(signal.SIGINT, _exit_now)
+            signal.signal(signal.SIGTERM, _exit_now)
+        name, code = ("SIGINT", EXIT_SIGINT) if isinstance(exc, KeyboardInterrupt) else ("SIGTERM", EXIT_SIGTERM)
+        stop_children()
+        command = f"gapdyn {argv[0]}" if argv and not argv[0].startswith("-") else "gapdyn"
+        print(f"{command}: interrupted by {name}", file=sys.stderr, flush=True)
+        return code
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGINT, previous_int)
+
+
+def _dispatch(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0

@@ -1,73 +1,83 @@
 """llm_probe: gradient-gap probes inside online RLVR (GRPO, WAPO, ...) runs of a Qwen policy (torch).
 
-Imports torch; ``gapdyn`` and ``bandits`` never import this package. See docs/llm_probe.md.
+``gapdyn`` and ``bandits`` never import this package. See docs/llm_probe.md. Names are exported lazily
+(PEP 562): ``import llm_probe`` imports neither torch nor any submodule, and ``llm_probe.<name>`` imports the
+module that defines it on first use (so ``gapdyn train --help`` reads TrainConfig without loading torch). To
+export a name, add it to its module's tuple in ``_EXPORTS_BY_MODULE`` and to ``__all__``.
 """
+
+import importlib
+import sys
+import types
 
 from .threads import set_wait_policy as _set_wait_policy
 
 _set_wait_policy()  # OMP_WAIT_POLICY=PASSIVE unless set: OpenMP reads it once, at torch's first import (threads.py)
 
-from .checkpoint import CheckpointError, RunFolderLockedError
-from .collapse import (
-    RULES,
-    RUN_OUTCOMES,
-    Alert,
-    CollapseConfig,
-    CollapseDetector,
-    RunOutcome,
-    collapse_onset,
-    detection_stats,
-    outcome_counts,
-    run_outcome,
-    synthetic_stream,
-)
-from .config import TrainConfig
-from .losses import AGG_ALIASES, AGG_MODES, LOSS_NAMES, LOSSES, LossSpec, aggregate, compute_advantages, policy_loss
-from .model import (
-    TinyQwenSpec,
-    build_tiny_qwen,
-    completion_logprobs,
-    default_device,
-    load_policy,
-    save_policy,
-    sequence_logprob,
-)
-from .gap_probe import GapProbe, ProbeResult
-from .measure import encode_rollout, measure, parameter_change
-from .probes import (
-    GapEstimate,
-    GapStats,
-    alignment_metrics,
-    dot_alignment,
-    flat,
-    gap_matrix_bytes,
-    jvp_alignment,
-    mixed_groups,
-    per_prompt_gaps,
-    prompt_objectives,
-    select_params,
-    streamed_gap_stats,
-    token_stats,
-)
-from .rollout import Rollout, left_pad, make_rollout, sample_completions
-from .safe_step import SafeStepController, SafeStepResult, completion_logprob_jvp
-from .tasks import AdditionTask, JsonlTask, Problem, check_answer, extract_answer, load_jsonl_problems, normalize_answer
-from .threads import configure_threads, use_threads
-from .tokenizer import build_char_tokenizer, load_tokenizer
-from .trainer import FaultError, Trainer, build_policy, make_task, train
-from .warmup import sampled_accuracy, warmup
+_EXPORTS_BY_MODULE: dict[str, tuple[str, ...]] = {
+    "checkpoint": ("CheckpointError", "RunFolderLockedError"),
+    "collapse": ("RULES", "RUN_OUTCOMES", "Alert", "CollapseConfig", "CollapseDetector", "RunOutcome",
+        "collapse_onset", "detection_stats", "outcome_counts", "run_outcome", "synthetic_stream"),
+    "config": ("TrainConfig",),
+    "losses": ("AGG_ALIASES", "AGG_MODES", "LOSS_NAMES", "LOSSES", "LossSpec", "aggregate", "compute_advantages",
+        "policy_loss"),
+    "model": ("TinyQwenSpec", "build_tiny_qwen", "completion_logprobs", "default_device", "load_policy",
+        "save_policy", "sequence_logprob"),
+    "gap_probe": ("GapProbe", "ProbeResult"),
+    "measure": ("encode_rollout", "measure", "parameter_change"),
+    "probes": ("GapEstimate", "GapStats", "alignment_metrics", "dot_alignment", "flat", "gap_matrix_bytes",
+        "jvp_alignment", "mixed_groups", "per_prompt_gaps", "prompt_objectives", "select_params",
+        "streamed_gap_stats", "token_stats"),
+    "rollout": ("Rollout", "left_pad", "make_rollout", "sample_completions"),
+    "safe_step": ("SafeStepController", "SafeStepResult", "completion_logprob_jvp"),
+    "tasks": ("AdditionTask", "JsonlTask", "Problem", "check_answer", "extract_answer", "load_jsonl_problems",
+        "normalize_answer"),
+    "threads": ("configure_threads", "use_threads"),
+    "tokenizer": ("build_char_tokenizer", "load_tokenizer"),
+    "trainer": ("FaultError", "Trainer", "build_policy", "make_task", "train"),
+    "warmup": ("sampled_accuracy", "warmup"),
+    "callback": ("GapProbeCallback",),
+    "safe_step_callback": ("SafeStepCallback",),
+}
+"""Submodule -> the public names it defines (the TRL callbacks import transformers: loaded on first use too)."""
+_EXPORTS: dict[str, str] = {name: module for module, names in _EXPORTS_BY_MODULE.items() for name in names}
 
 
-def __getattr__(name):  # the TRL callback imports transformers.TrainerCallback: load it on first use
-    if name == "GapProbeCallback":
-        from .callback import GapProbeCallback
+def __getattr__(name: str):
+    """Import the module defining ``name`` (or the submodule ``name``) on first access; cache the value."""
+    module = _EXPORTS.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    elif not name.startswith("__"):
+        try:
+            value = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
-        return GapProbeCallback
-    if name == "SafeStepCallback":
-        from .safe_step_callback import SafeStepCallback
 
-        return SafeStepCallback
-    raise AttributeError(name)
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Package(types.ModuleType):
+    """The package's module type: a function named as its own module (``warmup``, ``measure``) stays the package
+    attribute when the import system binds that submodule to the package, as with eager imports."""
+
+    def __setattr__(self, name, value):
+        if (isinstance(value, types.ModuleType) and _EXPORTS.get(name) == name
+                and value.__name__ == f"{__name__}.{name}" and hasattr(value, name)):
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
 
 __all__ = [
     "AGG_ALIASES", "AGG_MODES", "AdditionTask", "Alert", "CollapseConfig", "CollapseDetector", "FaultError",

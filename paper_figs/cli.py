@@ -24,8 +24,8 @@ from typing import Annotated
 from gapdyn.cmdline import (Mode, check_jobs, command, folder_setting, one_blas_thread, optional, output_dir, parse,
                             resolve_name, say)
 
-from .data import NotAvailable, SourceFailed, Sources, default_store
-from .style import SAVE_DPI
+# The data sources (pandas) and the style (matplotlib) are imported where a figure is made, so that --help and
+# a bad argument answer without them.
 
 __all__ = ["FIGURES", "FigsConfig", "figure_module", "figure_names", "make_figures", "resolve_store", "main"]
 
@@ -50,6 +50,9 @@ def figure_module(name: str):
 def make_figures(sources: Sources, names=FIGURES, *, out_dir=None, log=print) -> dict[str, list[Path] | str]:
     """Make each named figure; returns name -> written paths, or name -> "not available yet: <why>" /
     "error: <message>" for figures that could not be made."""
+    from .data import NotAvailable, SourceFailed
+    from .style import SAVE_DPI
+
     out: dict[str, list[Path] | str] = {}
     SAVE_DPI["png"] = 80 if sources.mode == "test" else 200
     for name in names:
@@ -73,6 +76,8 @@ def make_figures(sources: Sources, names=FIGURES, *, out_dir=None, log=print) ->
 def resolve_store(store, out) -> Path:
     """The sweep store: ``store``; else ``$GAPDYN_STORE``; else ``<out>/store`` when an output folder was
     given; else ``./gapdyn_out/store`` (shared by ``gapdyn figs`` and ``gapdyn reproduce``)."""
+    from .data import default_store
+
     if store is not None:
         return folder_setting(store, "--store")
     if out is not None and not os.environ.get("GAPDYN_STORE"):
@@ -129,6 +134,8 @@ def main(argv: list[str]) -> int:
     out = output_dir("figs", args.out)
     store = resolve_store(args.store, args.out)
     say("figs", f"sweep store {store.resolve()}")
+    from .data import Sources
+
     sources = Sources(args.mode, store=store, llm_dir=args.llm_dir, n_jobs=args.jobs, seed=args.seed,
                       progress=args.progress)
     with one_blas_thread():  # the experiments it may run, as gapdyn reproduce

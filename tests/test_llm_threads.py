@@ -110,7 +110,7 @@ def _spincount_after_import(policy: str | None) -> str:
     env.update(PYTHONPATH=str(ROOT), OMP_DISPLAY_ENV="VERBOSE")
     if policy is not None:
         env["OMP_WAIT_POLICY"] = policy
-    p = subprocess.run([sys.executable, "-c", "import llm_probe"], env=env, cwd=ROOT, capture_output=True,
+    p = subprocess.run([sys.executable, "-c", "import llm_probe, torch"], env=env, cwd=ROOT, capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     return next(ln.split("=", 1)[1].strip().strip("'") for ln in p.stderr.splitlines() if "GOMP_SPINCOUNT" in ln)
