@@ -86,14 +86,13 @@ from .model import check_model
 from .probe_forward import probe_forwards
 from .rollout import Rollout, encode_prompts, left_pad
 from .sharding import NEEDS_FULL_PARAMETERS, ForwardProbe, owned_groups, sharded_kind, sharded_step_rule, sub_rollout
+from .suggest import SUGGEST_QUANTILE, SUGGEST_WINDOW, suggest_lr
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["GapProbeCallback"]
 
 _RUNNING_SUMS = ("gap/M_batch", "gap/M_mean")  # logged as their last value, not a mean over steps
-SUGGEST_QUANTILE = 0.1  # summary's suggested lr: this quantile of lr_k h_k ...
-SUGGEST_WINDOW = 50  # ... over the last this many probed steps
 
 
 class GapProbeCallback(TrainerCallback):
@@ -497,7 +496,7 @@ class GapProbeCallback(TrainerCallback):
         d = {n: p.detach() - theta_k[n] for n, p in model.named_parameters() if n in theta_k}
         if all(not bool(v.any()) for v in d.values()):  # no update: no direction to measure
             return {"gap/headroom": math.nan, "gap/headroom_lr": math.nan}
-        from .safe_step import step_rule  # torch.func; imported on the first probed step
+        from .safe_step_rule import step_rule  # torch.func; imported on the first probed step
 
         if self._owned is not None:  # DDP: x_n of this rank's groups, gathered (llm_probe.sharding)
             h = sharded_step_rule(model, ro, self._owned, theta_k, d, c=self.c, delta=self.delta).headroom
@@ -515,24 +514,14 @@ class GapProbeCallback(TrainerCallback):
         parameter groups' learning rates differ) and ``*_steps``: how many probed steps each figure rests on.
         Quantiles take the lower order statistic (numpy ``method="lower"``); NaN when no step has a measured h;
         +inf when no cap bound."""
-        if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0.0 < q < 1.0:
-            raise ValueError(f"q must be a number in (0, 1), got {q!r}")
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ValueError(f"window must be a positive integer, got {window!r}")
-        rows = [r for r in self.history if not math.isnan(r.get("gap/headroom", math.nan))][-window:]
-        h = np.array([r["gap/headroom"] for r in rows])
-        lr_h = np.array([r.get("gap/headroom_lr", math.nan) for r in rows])
-        lr_h = lr_h[~np.isnan(lr_h)]
+        suggested = suggest_lr(self.history, q, window)  # the one rule (llm_probe.suggest)
         scale = math.lcm(self.probe_every, self._mu) // self._mu
         reasons: dict[str, int] = {}
         for s in self.skipped_steps:
             reasons[s["reason"]] = reasons.get(s["reason"], 0) + 1
         return {"probed_steps": len(self.history), "skipped_steps": len(self.skipped_steps), "skip_reasons": reasons,
                 "M_batch": self.M_batch, "M_batch_scaled": scale * self.M_batch, "M_batch_steps": len(self.history),
-                "headroom_q": float(np.quantile(h, q, method="lower")) if len(h) else math.nan,
-                "headroom_steps": len(h),
-                "suggested_lr": float(np.quantile(lr_h, q, method="lower")) if len(lr_h) else math.nan,
-                "suggested_lr_steps": len(lr_h)}
+                **suggested}
 
     def on_log(self, args, state, control, logs=None, **kw):
         if logs is None or not self._unlogged:

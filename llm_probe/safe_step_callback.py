@@ -16,7 +16,7 @@ from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
 
 from .callback import GapProbeCallback
 from .probe_forward import probe_forwards
-from .safe_step import SafeStepController
+from .safe_step_rule import SafeStepController
 
 __all__ = ["SafeStepCallback"]
 

@@ -93,7 +93,7 @@ def sharded_step_rule(model, ro, owned: torch.Tensor, theta_k: dict, d: dict, *,
     """:func:`llm_probe.safe_step.step_rule` of the whole batch ``ro`` with x_n computed for this rank's groups
     ``owned`` only (:func:`llm_probe.safe_step.completion_logprob_jvp` on :func:`sub_rollout`) and gathered; the
     same gapdyn.SafeStep on every rank. A collective: every rank calls it."""
-    from .safe_step import completion_logprob_jvp, rule_from_x
+    from .safe_step_rule import completion_logprob_jvp, rule_from_x
 
     G = ro.G
     mine = sub_rollout(ro, owned)
@@ -241,7 +241,7 @@ class ForwardProbe:
     def _headroom(self, x: torch.Tensor, ro) -> float:
         """h of llm_probe.safe_step.step_rule with x_n from forward differences (groups with a NaN reward left
         out); NaN for a zero step, 0 for a non-finite x (as step_rule)."""
-        from .safe_step import rule_from_x
+        from .safe_step_rule import rule_from_x
 
         if not bool(x.abs().gt(0).any()):
             return math.nan
