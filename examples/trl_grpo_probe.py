@@ -61,6 +61,7 @@ def main(argv=None):
                           train_dataset=ds, processing_class=tok)
     cb.attach(trainer)  # first callback (its metrics join TRL's logs); captures the token ids TRL trains on
     trainer.train()
+    trainer.save_state()  # trainer_state.json in output_dir: `gapdyn inspect DIR` reports on the run from it
 
     for row in trainer.state.log_history:
         if "gap/M_batch" in row:

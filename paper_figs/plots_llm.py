@@ -9,7 +9,7 @@ import pandas as pd
 
 import gapdyn
 
-from ._plot_common import _require
+from ._plot_common import _plain_log_ticks, _require
 from .style import BIN_COLORS, label, method_color, method_label
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "plot_prompt_alignment",
     "plot_bin_shares",
     "plot_alerts",
+    "plot_logged_curve",
 ]
 
 
@@ -153,4 +154,33 @@ def plot_alerts(runs: pd.DataFrame, alerts: pd.DataFrame, ax):
     if seen:
         ax.legend(frameon=False, fontsize=8, loc="lower right")
     ax.grid(False)
+    return ax
+
+
+# --------------------------------------------------------------------------------------------------
+# One run's logged curves (gapdyn inspect).
+
+def plot_logged_curve(ax, x, y, *, ylabel: str, xlabel: str = "step", logy: bool = False, refs=(),
+                      markers: bool = False):
+    """One logged metric of one run against its steps: a line (``markers``: a point per logged value, for
+    metrics logged on probed steps only), ``refs`` [(y, label)] as dashed horizontal lines named in the legend.
+    Non-finite values are not drawn (on a log axis, values <= 0 neither); the axis limits are those of the
+    values drawn and of the reference lines."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    ok = np.isfinite(x) & np.isfinite(y) & ((y > 0) if logy else True)
+    ax.plot(x[ok], y[ok], marker="o" if markers else None, ms=3.5, lw=1.0 if markers else 1.4, color="#0072B2")
+    for (v, name), ls in zip(refs, ("--", ":", "-.")):
+        if np.isfinite(v) and (v > 0 or not logy):
+            ax.axhline(v, color="#D55E00", ls=ls, lw=1.0, label=name)
+    if logy:
+        ax.set_yscale("log")
+        _plain_log_ticks(ax, "y")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if refs:
+        ax.legend(frameon=False, fontsize=7)
+    dropped = int((~ok).sum())
+    if dropped:
+        ax.text(0.99, 0.01, f"{dropped} value(s) not drawn (non-finite{' or <= 0' if logy else ''})",
+                transform=ax.transAxes, ha="right", va="bottom", fontsize=7, color="#999999")
     return ax

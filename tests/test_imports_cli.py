@@ -270,6 +270,7 @@ SIGNAL_CASES = [  # argv, the module whose first import raises the signal, the c
     (["claims", "--help"], "paper_figs.report", "gapdyn claims"),
     (["train", "--steps", "1"], "llm_probe.cli", "gapdyn train"),
     (["train", "--steps", "1"], "torch", "gapdyn train"),
+    (["inspect", "--help"], "llm_probe.inspect_run", "gapdyn inspect"),
 ]
 
 
