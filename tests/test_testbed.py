@@ -157,3 +157,42 @@ def test_tiny_run_writes_its_summary(tmp_path):
     o = rl_outcome([(e["step"], e["acc"]) for e in s["evaluations"]], [r["reward"] for r in rows],
                    A0=s["heldout_acc_before"], R0=s["reward_before"])
     assert o.label == s["outcome"]
+
+
+# ---- the study driver -----------------------------------------------------------------------------------
+def test_study_resumes_skips_claimed_cells_and_reruns_torn_ones(tmp_path, monkeypatch):
+    import fcntl
+    import os
+
+    from llm_probe.testbed import study
+
+    calls = []
+
+    def fake_run(setting, seed, out, warm_dir=None):
+        calls.append((setting.lr, seed))
+        out.mkdir(parents=True)
+        s = {"setting": {**study.asdict(setting)}, "seed": seed, "heldout_acc_before": 0.3, "heldout_acc_after": 0.5,
+             "outcome": "learned" if setting.lr < 1e-3 else "collapsed", "wall_s": 1.0, "completion_tokens_median": 40}
+        (out / "summary.json").write_text(json.dumps(s))
+        return s
+
+    monkeypatch.setattr(study, "run_testbed", fake_run)
+    cells = study.grid([1, 2], lr=(1e-4, 1e-2))
+    torn = tmp_path / study.cell_name(study.TestbedSetting(lr=1e-2), 2)
+    torn.mkdir(parents=True)
+    (torn / "metrics.jsonl").write_text("{}\n")  # no summary: an interrupted run
+    held = tmp_path / f"{study.cell_name(study.TestbedSetting(lr=1e-4), 2)}.lock"
+    fd = os.open(held, os.O_CREAT | os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # another worker holds this cell
+    try:
+        first = study.run_study(cells, tmp_path, log=lambda *a, **k: None)
+    finally:
+        os.close(fd)
+    assert sorted(calls) == [(1e-4, 1), (1e-2, 1), (1e-2, 2)]
+    assert len(first) == 3 and not (torn / "metrics.jsonl").exists()
+    calls.clear()
+    again = study.run_study(cells, tmp_path, log=lambda *a, **k: None)
+    assert calls == [(1e-4, 2)] and len(again) == 4
+    table = study.dose_response(study.load_summaries(tmp_path))
+    assert list(table["n"]) == [2, 2] and list(table["learned"]) == [2, 0] and list(table["collapsed"]) == [0, 2]
+    assert (table["P_collapsed_lo"] <= table["P_collapsed"]).all() and (table["P_collapsed"] <= table["P_collapsed_hi"]).all()

@@ -42,7 +42,12 @@ def grid(seeds, **axes) -> list[dict]:
 
 
 def run_study(cells: list[dict], root: str | Path, *, log=print, warm_dir=None) -> list[dict]:
-    """Run every cell not done yet under ``root`` (in the order given); returns all cells' summaries."""
+    """Run every cell not done yet under ``root`` (in the order given); returns the summaries of the cells this
+    call finished or found finished. Several processes may work on one study: each cell is claimed by an
+    advisory lock (``<cell>.lock``, released by the OS however the process ends), a claimed cell is skipped."""
+    import fcntl
+    import os
+
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     done = []
@@ -52,11 +57,22 @@ def run_study(cells: list[dict], root: str | Path, *, log=print, warm_dir=None) 
         if (d / SUMMARY).is_file():
             done.append(json.loads((d / SUMMARY).read_text()))
             continue
-        if d.exists():  # a run torn by an interruption: start it again
-            shutil.rmtree(d)
-        s = run_testbed(setting, cell["seed"], d, warm_dir=warm_dir)
+        fd = os.open(root / f"{d.name}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # another process runs this cell
+                continue
+            if (d / SUMMARY).is_file():  # finished while we waited for the lock
+                done.append(json.loads((d / SUMMARY).read_text()))
+                continue
+            if d.exists():  # a run torn by an interruption: start it again
+                shutil.rmtree(d)
+            s = run_testbed(setting, cell["seed"], d, warm_dir=warm_dir)
+        finally:
+            os.close(fd)
         log(f"[{i + 1}/{len(cells)}] {d.name}: {s['heldout_acc_before']:.3f} -> {s['heldout_acc_after']:.3f} "
-            f"({s['outcome']}, {s['wall_s']:.0f} s, {s['completion_tokens_median']:g} tokens)")
+            f"({s['outcome']}, {s['wall_s']:.0f} s, {s['completion_tokens_median']:g} tokens)", flush=True)
         done.append(s)
     return done
 
@@ -115,11 +131,13 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m llm_probe.testbed.study")
     p.add_argument("study", choices=["pilot"])
     p.add_argument("--out", required=True)
+    p.add_argument("--reverse", action="store_true", help="take the cells in reverse order (a second worker)")
     a = p.parse_args(argv)
     import torch
 
     torch.set_num_threads(1)
-    run_study(pilot_cells(), a.out)
+    cells = pilot_cells()
+    run_study(cells[::-1] if a.reverse else cells, a.out)
     import pandas as pd
 
     with pd.option_context("display.width", 200, "display.max_columns", 30):
