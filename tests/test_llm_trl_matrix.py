@@ -120,9 +120,15 @@ def _rule_headroom(x: np.ndarray, won: np.ndarray, *, c: float = C, delta: float
 
 
 def run_cell(tmp_path, tokenizer, temperature, prompts, checkpointing, attention, mu, *, seed=0, bf16=False,
-             dtype="float32"):
+             dtype="float32", alignment="dot", forward_only=False):
     """Train one batch (mu SGD steps) through the callback; return (row, reference) of that batch. ``bf16``: TRL's
-    mixed precision (autocast, float32 weights); ``dtype``: the weights' own dtype."""
+    mixed precision (autocast, float32 weights); ``dtype``: the weights' own dtype; ``alignment``: the callback's
+    route; ``forward_only``: the callback runs its sharded-parameter route (llm_probe.sharding.ForwardProbe), whose
+    reference is the forward difference x_n = log pi_T(o_n; theta_{k+mu}) - log pi_T(o_n; theta_k)."""
+    from unittest import mock
+
+    import llm_probe.callback as callback_module
+
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -152,7 +158,7 @@ def run_cell(tmp_path, tokenizer, temperature, prompts, checkpointing, attention
             self.theta.setdefault(state.global_step, {n: p.detach().clone() for n, p in model.named_parameters()})
             self.grad.setdefault(state.global_step, {n: p.grad.detach().clone() for n, p in model.named_parameters()})
 
-    cb = GapProbeCallback(tok, G, probe_every=1, delta=DELTA, c=C)
+    cb = GapProbeCallback(tok, G, probe_every=1, delta=DELTA, c=C, alignment=alignment)
     snaps = Snapshots()
     args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2 * G, num_generations=G,
                       max_completion_length=6, max_steps=mu, learning_rate=LR, optim="sgd",
@@ -163,7 +169,8 @@ def run_cell(tmp_path, tokenizer, temperature, prompts, checkpointing, attention
     trainer = GRPOTrainer(model=model, reward_funcs=cb.wrap_rewards([parity]), args=args, train_dataset=ds,
                           processing_class=tok, callbacks=[snaps])
     cb.attach(trainer)
-    trainer.train()
+    with mock.patch.object(callback_module, "sharded_kind", lambda *a: "FSDP" if forward_only else None):
+        trainer.train()
     assert cb.skipped_steps == [] and len(cb.history) == 1, cb.skipped_steps
     # checkpointing and attention as the run left them (the probe restores what it switched)
     assert model.is_activation_checkpointing == checkpointing
@@ -188,9 +195,22 @@ def run_cell(tmp_path, tokenizer, temperature, prompts, checkpointing, attention
     gaps = [scores[b * G:(b + 1) * G][torch.tensor(w)].mean(0) - scores[b * G:(b + 1) * G][torch.tensor(~w)].mean(0)
             for b, w in enumerate(won) if w.any() and (~w).any()]
     assert gaps, "no mixed group: the cell would check nothing"
+    if forward_only:
+        end = build_tiny_qwen(tok, SPEC, seed=seed, dtype="float64")
+        end.load_state_dict({k: v.double() if v.is_floating_point() else v for k, v in state0.items()})
+        with torch.no_grad():
+            for n, p in end.named_parameters():
+                p.copy_(theta_end[n].double())
+        x = np.array([_score(end, _reference_prompt_ids(tok, p), c, temperature, list(end.parameters()))[1]
+                      - _score(ref, _reference_prompt_ids(tok, p), c, temperature, params)[1]
+                      for p, c in zip(ps, cids)]).reshape(-1, G)
+        dphi = [float(x[b][w].mean() - x[b][~w].mean()) for b, w in enumerate(won) if w.any() and (~w).any()]
+        return row, {"gap/dphi": dphi, "gap/headroom": _rule_headroom(x, won)}
     x = (scores @ d).numpy().reshape(-1, G)
     reference = {"gap/norm": [float(v.norm()) for v in gaps], "gap/dmu_update": [float(v @ d) for v in gaps],
                  "gap/dmu_grad": [float(-(v @ g)) for v in gaps], "gap/headroom": _rule_headroom(x, won)}
+    if alignment == "jvp":  # no gap vectors: no norms
+        del reference["gap/norm"]
     return row, reference
 
 
@@ -244,3 +264,11 @@ def test_bfloat16_weights_stay_within_one_bf16_roundoff(tmp_path):
     err = relative_errors(row, reference)
     print(f"\nbfloat16 weights: " + ", ".join(f"{k} {v:.1e}" for k, v in err.items()))
     assert all(v <= BF16_BOUND for v in err.values()), err
+
+
+@pytest.mark.parametrize("route", ["jvp", "forward"])
+def test_jvp_and_forward_only_routes_score_at_the_temperature(tmp_path, route):
+    """The forward-mode alignment route (``alignment="jvp"``) and the forward-only route of sharded parameters at
+    temperature 0.7 on TRL's defaults (gradient checkpointing, sdpa), a BOS-adding tokenizer and chat prompts."""
+    kw = dict(alignment="jvp") if route == "jvp" else dict(forward_only=True)
+    _check(tmp_path, _cell("bos", 0.7, "chat", True, "sdpa", 1), **kw)
