@@ -32,7 +32,13 @@ the last 50 probed steps. A zero update (e.g. lr 0 during warm-up) has no direct
 With a SafeStepCallback on the same trainer, register it after this callback: h is then the controller's own
 pre-cap quantity on the optimizer's proposal.
 
-Our own forward pass scores the completions (TRL's fused LM head never builds logits). Per-prompt bookkeeping
+Our own forward pass scores the completions (TRL's fused LM head never builds logits), on the token ids TRL trains
+on: :meth:`GapProbeCallback.attach` captures each generation batch's ``prompt_ids`` / ``prompt_mask`` /
+``completion_ids`` / ``completion_mask`` (so special tokens, chat templates and truncation are TRL's), and every
+probe forward scores log softmax(z / T) at T = ``args.temperature`` in the state of
+:func:`llm_probe.probe_forward.probe_forwards` (eager attention, gradient checkpointing and its input-require-grads
+hook off, float32 under mixed precision; restored after). A probed step the probe cannot measure is logged, skipped
+and counted (``skipped_steps``); training goes on. Per-prompt bookkeeping
 needs ``steps_per_generation`` equal to the gradient-accumulation steps (the default: one generation batch per
 optimizer step); another value raises a ValueError at ``on_train_begin``. With ``num_iterations = mu > 1`` TRL
 reuses each generation batch for mu optimizer steps: the gaps are taken at theta_k, before the first of them
