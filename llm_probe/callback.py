@@ -299,8 +299,10 @@ class GapProbeCallback(TrainerCallback):
         diff = []
         for name, neutral in (("top_p", 1.0), ("top_k", 0), ("min_p", None), ("repetition_penalty", 1.0)):
             v = getattr(args, name, neutral)
-            if v is not None and v != neutral and not (name == "top_k" and v is None):
+            if v is not None and v != neutral:
                 diff.append(f"{name}={v}")
+        if getattr(args, "generation_kwargs", None):
+            diff.append(f"generation_kwargs={args.generation_kwargs}")
         if diff:
             self._note(f"TRL samples with {', '.join(diff)} but trains log_softmax(logits / {self.temperature:g}): "
                        "the probe scores the trained policy")
@@ -377,6 +379,9 @@ class GapProbeCallback(TrainerCallback):
             p_ids, p_mask = left_pad(p_lists, pad, device)
             c_mask = torch.tensor([[float(x) for x in m] + [0.0] * (T - len(m)) for m in m_lists])
         else:  # driven without a trainer: the recorded prompts tokenized as they are (no special tokens)
+            if not all(isinstance(p, str) for p in prompts):
+                raise ValueError("the recorded prompts are not strings (conversational message lists?): attach the "
+                                 "callback to the trainer (cb.attach(trainer)) so it scores the ids TRL built")
             p_ids, p_mask = encode_prompts(self.tok, prompts, device)  # left-padded whatever tok.padding_side
             c_mask = torch.tensor([[1.0] * len(c) + [0.0] * (T - len(c)) for c in cids])
         pad = 0 if pad is None else pad

@@ -315,3 +315,31 @@ def test_infinite_rewards_are_unscorable_as_none_and_nan_are():
     want[np.isnan(want).any(-1)] = math.nan
     np.testing.assert_array_equal(ro.rewards.numpy(), want)
     assert np.isnan(want[1]).all() and not np.isnan(want[0]).any()  # one group left out, one kept
+
+
+def test_sampling_settings_are_named_and_unattached_chat_prompts_refused(caplog):
+    """TRL samples through top_p / top_k / min_p / repetition_penalty / generation_kwargs but trains log
+    softmax(z / T): one log line names those that differ from neutral (none for GRPOConfig's defaults). Driven
+    without a trainer, conversational prompts cannot be re-tokenized: a one-line error says to attach."""
+    from trl import GRPOConfig
+
+    tok = build_char_tokenizer()
+    base = dict(output_dir="/tmp/unused", use_cpu=True, bf16=False, num_generations=G, per_device_train_batch_size=G)
+    for kw, named in (({}, None), (dict(top_p=0.9, top_k=20, generation_kwargs={"suppress_tokens": [0]}),
+                                   "top_p=0.9, top_k=20, generation_kwargs={'suppress_tokens': [0]}")):
+        cb = GapProbeCallback(tok, G)
+        cb._attached = True  # as attach() leaves it
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="llm_probe.callback"):
+            cb.on_train_begin(GRPOConfig(**base, temperature=0.7, **kw), None, None, train_dataloader=object())
+        assert cb.temperature == 0.7
+        assert ("TRL samples with" in caplog.text) == (named is not None)
+        if named:
+            assert f"TRL samples with {named} but trains log_softmax(logits / 0.7)" in caplog.text
+    cb = GapProbeCallback(tok, G)
+    prompts, cids, r = _batch(tok)
+    chat = [[{"role": "user", "content": p}] for p in prompts]
+    cb.wrap_rewards([lambda prompts, completions, completion_ids=None, **kw: r])[0](
+        prompts=chat, completions=[""] * len(cids), completion_ids=cids)
+    with pytest.raises(ValueError, match=r"not strings \(conversational message lists\?\): attach"):
+        cb.take_rollout("cpu")
