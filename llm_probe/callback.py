@@ -17,8 +17,9 @@ records the prompts, the completion token ids and the rewards of that generation
 Cadence: on the other steps nothing is measured or recorded (no history row, no ``log_path`` or
 ``rollout_path`` line, no ``gap/*`` key in that step's log row); the step's recorded completions are dropped.
 The running sums are sums over the probed steps only: ``gap/M_batch`` = sum_{probed k} mean_q [dmu_q,k]_+, so
-``probe_every * gap/M_batch`` is a sampled estimate (one step in ``probe_every``) of the every-step sum M of
-Suk & Duan (arXiv 2510.08539), and probe_every = 1 gives M itself.
+s * ``gap/M_batch`` with s = lcm(probe_every, mu) / mu (``summary()["M_batch_scaled"]``; s = probe_every at mu = 1)
+is a sampled estimate (one generation batch in s) of the every-step sum M of Suk & Duan (arXiv 2510.08539), and
+probe_every = 1 gives M itself.
 
 Headroom (``gap/headroom``, probed steps): the safe step rule before its cap, h = min(delta / sd_hat,
 c dmu_hat / kappa_hat) of :func:`gapdyn.safe_step.safe_step_headroom` for the step actually taken
@@ -29,6 +30,9 @@ could grow h-fold before a cap binds. ``gap/headroom_lr`` = lr_k h_k (the step's
 learning rate at which the cap would just bind, since d scales with lr for SGD and Adam alike), and
 :meth:`GapProbeCallback.summary` / the logged ``gap/suggested_lr`` = the 10 % quantile (lower) of lr_k h_k over
 the last 50 probed steps. A zero update (e.g. lr 0 during warm-up) has no direction: h is NaN and left out.
+lr_k is the learning rate shared by every optimizer parameter group holding a trainable parameter; groups with
+different ones leave ``gap/headroom_lr`` NaN (one log line). A group with an unscorable completion enters no term
+of h.
 With a SafeStepCallback on the same trainer, register it after this callback: h is then the controller's own
 pre-cap quantity on the optimizer's proposal.
 
