@@ -90,3 +90,23 @@ def test_offline_analysis_of_the_recorded_rollout_matches_the_reference(tmp_path
     err_d = float((res["dmu"] - dmu).abs().max() / dmu.abs().max())
     print(f"\noffline vs float64 reference: gap norm {err_n:.1e}, dmu {err_d:.1e}")
     assert err_n <= 1e-5 and err_d <= 1e-5
+
+
+def test_measure_encodes_prompts_with_special_tokens_when_asked():
+    """measure(add_special_tokens=True) on text equals measure on the token ids a BOS-adding tokenizer gives
+    (what TRL encodes plain prompts to), and differs from the text encoded without them."""
+    from llm_probe.measure import measure
+
+    tok = _tokenizer("bos")
+    model = build_tiny_qwen(tok, SPEC, seed=0)
+    prompts = ["1+2="] * 4 + ["12+345="] * 4
+    comps = ["3", "4", "30", "3"] * 2
+    rewards = [1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0]
+    ids = [tok(p)["input_ids"] for p in prompts]
+    assert all(i[0] == tok.bos_token_id for i in ids)
+    c_ids = [tok(c, add_special_tokens=False)["input_ids"] for c in comps]
+    a = measure(model, tok, prompts, comps, rewards, add_special_tokens=True, temperature=0.7)
+    b = measure(model, None, ids, c_ids, rewards, temperature=0.7)
+    c = measure(model, tok, prompts, comps, rewards, temperature=0.7)
+    torch.testing.assert_close(a["gap_norm"], b["gap_norm"], rtol=0, atol=0)
+    assert float((a["gap_norm"] - c["gap_norm"]).abs().max()) > 1e-4 * float(a["gap_norm"].abs().max())
