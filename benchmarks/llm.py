@@ -585,6 +585,21 @@ def rl_step_times(model, tok, task, setup: LLMSetup = LLMSetup(), repeats: int =
                        float(ro.completion_mask.sum(-1).mean()))
 
 
+def testbed_setup():
+    """(LLMSetup, (model, tokenizer, task, held-out accuracy)) of the testbed's default cell: the pinned small warm
+    start on the long scratchpad, B = 16 x G = 8 (docs/testbed.md)."""
+    from llm_probe.testbed.task import ScratchpadAddition
+    from llm_probe.testbed.warm import SIZES, load_testbed
+
+    configure_threads(1)
+    task = ScratchpadAddition(length="long")
+    setup = LLMSetup(max_new_tokens=task.max_completion_tokens() + 4, spec=SIZES["small"], probe_prompts=0,
+                     warmup_steps=0)
+    model, tok = load_testbed("small")
+    acc = sampled_accuracy(model, tok, task, n=64, max_new_tokens=setup.max_new_tokens, seed=setup.seed)
+    return setup, (model, tok, task, acc)
+
+
 @dataclass
 class RLStepConfig:
     """The tiny-Qwen RL step, part by part, against its floor (BENCHMARKS.md, "Tiny-Qwen RL step")."""
@@ -595,6 +610,9 @@ class RLStepConfig:
     """Supervised warm-up steps of the tiny Qwen before the RL steps."""
     grpo: bool = False
     """Also time trl.GRPOTrainer's plain step (rounds=2)."""
+    testbed: bool = False
+    """Time the testbed's step instead (llm_probe.testbed: the pinned small warm start, long scratchpad,
+    48 new tokens; docs/testbed.md)."""
 
 
 @command("rl_step_main")
@@ -605,13 +623,18 @@ def rl_step_main(argv: list[str]) -> int:
     a = parse(RLStepConfig, argv, prog="rl_step_main")
     setup = LLMSetup(warmup_steps=a.warmup_steps)
     load0 = load_average()
-    model, tok, task, acc = warm_policy(setup)
+    if a.testbed:
+        setup, (model, tok, task, acc) = testbed_setup()
+    else:
+        model, tok, task, acc = warm_policy(setup)
     res = rl_step_times(model, tok, task, setup, repeats=a.repeats)
     ms = {k: 1e3 * v.median for k, v in res.times.items()}
-    print(f"tiny Qwen2 (hidden {setup.spec.hidden_size}, {setup.spec.num_hidden_layers} layers, {res.n_params} "
+    start = ("the testbed's pinned small warm start" if a.testbed else f"warm-up {setup.warmup_steps} steps")
+    print(f"{'testbed' if a.testbed else 'tiny'} Qwen2 (hidden {setup.spec.hidden_size}, "
+          f"{setup.spec.num_hidden_layers} layers, {res.n_params} "
           f"params), B = {setup.prompts_per_step} x G = {setup.group_size}, max {setup.max_new_tokens} new tokens "
-          f"(mean completion {res.completion_length:.2f}), GRPO, probes off, CPU, 1 thread; warm-up "
-          f"{setup.warmup_steps} steps (sampled accuracy {acc:.2f}); both steps' rewards equal at "
+          f"(mean completion {res.completion_length:.2f}), GRPO, probes off, CPU, 1 thread; {start} "
+          f"(sampled accuracy {acc:.2f}); both steps' rewards equal at "
           f"{100 * res.same_rewards:.0f} % of the steps, where loss and grad norm agree to {res.rel_diff:.1e} "
           f"(relative)")
     print("  CPU ms (median, [min, max]) | wall ms")

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from .run import SUMMARY, TestbedSetting, run_testbed
 
-__all__ = ["cell_name", "grid", "run_study", "load_summaries", "dose_response", "PILOT_SEEDS"]
+__all__ = ["cell_name", "grid", "run_study", "load_summaries", "dose_response", "PILOT_SEEDS", "ACCEPTANCE_SEEDS",
+           "pilot_cells", "acceptance_cells"]
 
 PILOT_SEEDS = tuple(range(900, 910))
 """Seeds of the pilot and of tuning: never in a confirmation block."""
@@ -119,24 +120,43 @@ feasibility check's learning lr 1e-4."""
 
 def pilot_cells() -> list[dict]:
     """The pilot, fixed before it ran: GRPO on the lr grid x 2 pilot seeds, and the random-advantage control at
-    the two largest lrs (where collapse was expected)."""
+    the two largest lrs (where collapse was expected); the order puts the cells that locate the regimes first
+    (the feasibility check's learning lr 1e-4, then 1e-3 with its control)."""
     seeds = PILOT_SEEDS[:2]
-    return (grid(seeds, lr=PILOT_LRS) + grid(seeds, lr=PILOT_LRS[-2:], control=(True,)))
+    order = (1e-4, 1e-3, "control 1e-3", 3e-4, 3e-3, 3e-5, 1e-5, "control 3e-3")
+    return [c for lr in order for c in (grid(seeds, lr=(float(lr.split()[1]),), control=(True,))
+                                        if isinstance(lr, str) else grid(seeds, lr=(lr,)))]
+
+
+ACCEPTANCE_SEEDS = tuple(range(2000, 2010))
+"""Ten seeds never used before the acceptance measurement (pilot seeds: :data:`PILOT_SEEDS`)."""
+
+
+def acceptance_cells(learn_lr: float, collapse_lr: float) -> list[dict]:
+    """The acceptance measurement: the default setting at its documented learning lr and at its documented
+    collapse lr, on :data:`ACCEPTANCE_SEEDS` (plus the random-advantage control at the collapse lr)."""
+    return (grid(ACCEPTANCE_SEEDS, lr=(learn_lr, collapse_lr))
+            + grid(ACCEPTANCE_SEEDS, lr=(collapse_lr,), control=(True,)))
 
 
 def main(argv=None) -> int:
-    """``python -m llm_probe.testbed.study pilot|acceptance --out DIR``: run (or continue) a study, print its table."""
+    """``python -m llm_probe.testbed.study pilot|acceptance [--lrs LEARN COLLAPSE] --out DIR [--reverse]``: run (or
+    continue) a study, print its dose-response table."""
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m llm_probe.testbed.study")
-    p.add_argument("study", choices=["pilot"])
+    p.add_argument("study", choices=["pilot", "acceptance"])
+    p.add_argument("--lrs", type=float, nargs=2, metavar=("LEARN", "COLLAPSE"),
+                   help="acceptance: the documented learning and collapse lrs")
     p.add_argument("--out", required=True)
     p.add_argument("--reverse", action="store_true", help="take the cells in reverse order (a second worker)")
     a = p.parse_args(argv)
     import torch
 
     torch.set_num_threads(1)
-    cells = pilot_cells()
+    if a.study == "acceptance" and not a.lrs:
+        p.error("acceptance needs --lrs LEARN COLLAPSE")
+    cells = pilot_cells() if a.study == "pilot" else acceptance_cells(*a.lrs)
     run_study(cells[::-1] if a.reverse else cells, a.out)
     import pandas as pd
 
