@@ -196,3 +196,15 @@ def test_study_resumes_skips_claimed_cells_and_reruns_torn_ones(tmp_path, monkey
     table = study.dose_response(study.load_summaries(tmp_path))
     assert list(table["n"]) == [2, 2] and list(table["learned"]) == [2, 0] and list(table["collapsed"]) == [0, 2]
     assert (table["P_collapsed_lo"] <= table["P_collapsed"]).all() and (table["P_collapsed"] <= table["P_collapsed_hi"]).all()
+
+
+@pytest.mark.parametrize("argv, word", [(["--method", "gpro"], "--method"), (["--lr", "-1"], "lr"),
+                                        (["--steps", "0"], "steps")])
+def test_cli_refuses_bad_settings_in_one_line_without_a_folder(tmp_path, capsys, argv, word):
+    from llm_probe.cli import main
+
+    out = tmp_path / "run"
+    assert main(["testbed", "--out", str(out), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and word in err[0]
+    assert not out.exists()
