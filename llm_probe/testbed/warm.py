@@ -25,7 +25,7 @@ from .evaluate import heldout_accuracy
 from .task import LENGTHS, ScratchpadAddition, testbed_tokenizer
 
 __all__ = ["SIZES", "TARGET", "WarmRecipe", "train_warm", "PINNED_ROOT", "PINNED_SHA256", "pinned_testbed",
-           "file_sha256"]
+           "load_testbed", "supervised_baseline", "file_sha256"]
 
 SIZES = {
     "small": TinyQwenSpec(hidden_size=128, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
@@ -133,3 +133,35 @@ def pinned_testbed(size: str = "small") -> Path:
 def load_testbed(size: str = "small", *, device="cpu"):
     """(model, tokenizer) of the pinned warm checkpoint ``size`` (sha256 checked)."""
     return tuple(load_policy(pinned_testbed(size), device=device))
+
+
+def supervised_baseline(size: str = "small", *, steps: int = 100, length: str = "long", eval_every: int = 10,
+                        n_eval: int = 256, seed: int = 1, recipe: WarmRecipe = WarmRecipe(), log=print) -> list[dict]:
+    """What more supervised training would have done from the pinned warm start: ``steps`` further steps of the
+    warm-up's own recipe (fresh AdamW, same lr and batch, data seed ``seed``), held-out accuracy at ``length``
+    (sampled at temperature 1, the RL evaluation's problems) every ``eval_every`` steps, with the seconds spent.
+    The baseline an RL run's gain is read against (RL sees the task's reward only; this sees the reference)."""
+    model, tok = load_testbed(size)
+    torch.set_num_threads(1)
+    task = ScratchpadAddition(length="mixed")
+    held = ScratchpadAddition(length=length).heldout()[:n_eval]
+    max_new = task.max_completion_tokens() + 4
+    opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.0)
+    rng = np.random.default_rng([seed, 2])
+    curve = [{"step": 0, "acc": heldout_accuracy(model, tok, task, held, max_new_tokens=max_new, seed=0)["acc"],
+              "seconds": 0.0}]
+    train_s = 0.0
+    for k in range(1, steps + 1):
+        t0 = time.perf_counter()
+        model.train()
+        ids, mask, labels = supervised_batch(tok, task.sample(rng, recipe.batch_size))
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        train_s += time.perf_counter() - t0
+        if k % eval_every == 0:
+            acc = heldout_accuracy(model, tok, task, held, max_new_tokens=max_new, seed=k)["acc"]
+            curve.append({"step": k, "acc": acc, "seconds": train_s})
+            log(f"[supervised baseline {size}] step {k} acc {acc:.3f} ({train_s:.0f} s of training)")
+    return curve
