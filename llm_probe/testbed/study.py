@@ -18,7 +18,7 @@ from pathlib import Path
 from .run import SUMMARY, TestbedSetting, run_testbed
 
 __all__ = ["cell_name", "grid", "run_study", "load_summaries", "dose_response", "PILOT_SEEDS", "ACCEPTANCE_SEEDS",
-           "pilot_cells", "acceptance_cells"]
+           "pilot_cells", "pilot_extension_cells", "acceptance_cells"]
 
 PILOT_SEEDS = tuple(range(900, 910))
 """Seeds of the pilot and of tuning: never in a confirmation block."""
@@ -128,6 +128,12 @@ def pilot_cells() -> list[dict]:
                                         if isinstance(lr, str) else grid(seeds, lr=(lr,)))]
 
 
+def pilot_extension_cells() -> list[dict]:
+    """Added after the pilot's 3e-4 cells split (one healthy, one collapsed): the random-advantage control at 3e-4
+    on the same pilot seeds, to tell an RL-specific collapse at the edge from optimiser damage."""
+    return grid(PILOT_SEEDS[:2], lr=(3e-4,), control=(True,))
+
+
 ACCEPTANCE_SEEDS = tuple(range(2000, 2010))
 """Ten seeds never used before the acceptance measurement (pilot seeds: :data:`PILOT_SEEDS`)."""
 
@@ -145,7 +151,7 @@ def main(argv=None) -> int:
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m llm_probe.testbed.study")
-    p.add_argument("study", choices=["pilot", "acceptance"])
+    p.add_argument("study", choices=["pilot", "pilot-extension", "acceptance"])
     p.add_argument("--lrs", type=float, nargs=2, metavar=("LEARN", "COLLAPSE"),
                    help="acceptance: the documented learning and collapse lrs")
     p.add_argument("--out", required=True)
@@ -156,7 +162,8 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     if a.study == "acceptance" and not a.lrs:
         p.error("acceptance needs --lrs LEARN COLLAPSE")
-    cells = pilot_cells() if a.study == "pilot" else acceptance_cells(*a.lrs)
+    cells = {"pilot": pilot_cells, "pilot-extension": pilot_extension_cells}.get(a.study, lambda: None)()
+    cells = acceptance_cells(*a.lrs) if cells is None else cells
     run_study(cells[::-1] if a.reverse else cells, a.out)
     import pandas as pd
 
