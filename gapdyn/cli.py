@@ -146,7 +146,9 @@ def _dispatch(argv: list[str]) -> int:
     registered = commands()
     if name not in registered:
         known = ", ".join(registered) or "none (is gapdyn installed? pip install -e .)"
-        print(f"gapdyn: unknown command {name!r}; commands: {known}", file=sys.stderr)
+        from .cmdline import did_you_mean
+
+        print(f"gapdyn: unknown command {name!r}; {did_you_mean(name, registered)}commands: {known}", file=sys.stderr)
         return 2
     try:
         func = registered[name].load()

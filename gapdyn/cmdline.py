@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Literal
 
 __all__ = ["Mode", "MODES", "OUT_ROOT", "UsageError", "Terminated", "command", "parse", "output_dir", "resolve_name",
+           "did_you_mean",
            "check_jobs", "one_blas_thread", "say", "on_interrupt", "folder_setting", "optional", "exit_code", "EXIT_BAD_INPUT", "EXIT_WRITE_FAILED", "EXIT_SIGINT",
            "EXIT_SIGTERM"]
 
@@ -250,7 +251,20 @@ def resolve_name(name: str, choices: Iterable[str], what: str) -> str:
         return hits[0]
     if hits:
         raise ValueError(f"ambiguous {what} {name!r} (matches {hits}); choose from {list(choices)}")
-    raise ValueError(f"unknown {what} {name!r}; choose from {list(choices)}")
+    raise ValueError(f"unknown {what} {name!r}; {did_you_mean(name, choices)}choose from {list(choices)}")
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """"did you mean 'x'? " for the one choice closest to a mistyped ``name`` (difflib's similarity ratio >= 0.6,
+    against the choice and against its part before the first '_': fig1 of fig1_phase_diagram), else "" (also when
+    two choices are equally close: fig9 names none of fig1..fig7)."""
+    from difflib import SequenceMatcher
+
+    score = {c: max(SequenceMatcher(None, name, v).ratio() for v in (c, c.split("_")[0])) for c in choices}
+    ranked = sorted(score.values(), reverse=True)
+    if not ranked or ranked[0] < 0.6 or (len(ranked) > 1 and ranked[1] == ranked[0]):
+        return ""
+    return f"did you mean {max(score, key=score.get)!r}? "
 
 
 def check_jobs(jobs: int) -> int:

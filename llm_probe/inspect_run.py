@@ -8,8 +8,9 @@ Reads what a run has already written, without the model:
 - a ``gapdyn train`` folder: ``metrics.jsonl`` (or ``metrics.parquet``), ``alerts.json``, ``summary.json``
   (a testbed run's summary.json adds its held-out accuracies).
 
-The report: the run's outcome by :func:`llm_probe.collapse.run_outcome` on the per-step mean rewards, with the
-held-out accuracies when the run logged them and by the reward alone otherwise (said so); the alerts of the
+The report: the run's outcome by :func:`llm_probe.collapse.run_outcome` on the per-step mean rewards r_k
+(docs/evidence.md, section 6: collapsed when R0 = mean(r_1..r_10) >= 0.05 and mean of the last 25 r_k < 0.25 R0),
+with the held-out accuracies when the run logged them and by the reward alone otherwise (said so); the alerts of the
 collapse rule (the run's own, or replayed here on the logged reward and entropy with the default thresholds);
 the suggested learning rate of :func:`llm_probe.suggest.suggest_lr` with the number of probed steps it rests on;
 one PNG with the reward, entropy, alignment and headroom curves that the run logged. A TRL row logged every

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from . import plots
 from .data import Sources
+from .llm import run_outcomes
 from .style import label, new_figure, panel_label, save_figure
 
 NAME = "fig7_llm_probe"
-TITLE = "Tiny-Qwen RLVR: reward, entropy by advantage sign, per-prompt M_q, WAPO bins, collapse alerts"
+TITLE = "Tiny-Qwen RLVR: reward, entropy by advantage sign, per-prompt M_q, WAPO bins, alerts and outcomes"
 CAPTION = (
     "Tests, on a ~124k-parameter Qwen2 trained online on 2-digit addition (llm_probe), WAPO's stability claim "
     "and the gradient-gap probes: GRPO vs WAPO at a normal and a large Adam learning rate, several seeds. "
@@ -20,11 +21,16 @@ CAPTION = (
     "and is named in the legend's title (WAPO's advantage max(r - p_hat, 0) is never negative, so WAPO has no "
     "A < 0 line). (d) per probe prompt and probe step: accuracy against cumulative alignment M_q (colour: lr), "
     "the logistic fit on the normal-lr runs and, dashed, Theorem 1's lower bound J >= sigmoid(logit J0 + M/2) "
-    "(Suk & Duan, arXiv 2510.08539, Thm 1) at their median initial accuracy J0, for reference: it is proved "
-    "under the theorem's step condition, which these Adam steps are not checked against. "
-    "(e) share of completion tokens in each WAPO bin. (f) each run's collapse alerts (llm_probe's documented rule). "
-    "Reward, accuracy and shares are fractions, drawn on [0, 1]."
+    "(Suk & Duan, arXiv 2510.08539, Thm 1) at their median initial accuracy J0, for reference only: it holds under "
+    "the theorem's step condition eta_k <= [dmu_k]_+ / (2 (L_o + 8 G_o^2)), whose constants are unknown for a "
+    "network, so the legend says the condition is unchecked and points below the line contradict nothing. "
+    "(e) share of completion tokens in each WAPO bin. (f) each run's alerts of llm_probe's collapse rule: events, "
+    "not collapses; the title counts the runs with an alert and the runs that end collapsed (run outcome: "
+    "llm_probe.collapse.run_outcome, mean reward of the last 25 steps below 0.25 of the first 10 steps'), and each "
+    "row's label ends with its run's outcome. Reward, accuracy and shares are fractions, drawn on [0, 1]."
 )
+CONDITION = "unchecked here ($L_o$, $G_o$ unknown for a network)"
+"""Where Theorem 1's step condition holds for panel (d)'s Adam steps (the bound's legend says it)."""
 
 
 def draw(res):
@@ -39,9 +45,9 @@ def draw(res):
     ax[0, 1].set_title(f"entropy by advantage sign, lr {lrs[0]:g}")
     plots.plot_entropy_by_sign(m, ax[0, 2], lr=lrs[-1])
     ax[0, 2].set_title(f"entropy by advantage sign, lr {lrs[-1]:g}")
-    plots.plot_prompt_alignment(res.probes, ax[1, 0])
+    plots.plot_prompt_alignment(res.probes, ax[1, 0], condition=CONDITION)
     plots.plot_bin_shares(m, ax[1, 1])
-    plots.plot_alerts(res.runs, res.alerts, ax[1, 2])
+    plots.plot_alerts(res.runs.assign(outcome=run_outcomes(res)), res.alerts, ax[1, 2])
     for a, letter in zip(ax.ravel(), "abcdef"):
         panel_label(a, letter)
     fig.tight_layout()

@@ -51,7 +51,7 @@ tiny Qwen), `full` (each `Config.full()` with the confirmation block, 5 seeds x 
 Every verdict is a `gapdyn.Claim` made by an experiment's `analyse` (the taxonomy is an experiment too) or
 by `paper_figs.llm.llm_claims` for the tiny-Qwen runs, decided by its interval and a criterion frozen
 before the run (docs/evidence.md); the report only renders them. `gapdyn claims` (or `--out DIR` for another
-reproduction) prints the README's "What holds" table (marked indicative when only the discovery block
+reproduction) prints the README's "What it found" table (marked indicative when only the discovery block
 ran). A figure whose data source
 is missing is written with a "not available yet: <why>" panel or skipped with that message; nothing is
 faked. Exit codes: 0 all produced, 3 something not available, 1 an error.

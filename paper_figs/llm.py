@@ -22,7 +22,7 @@ from gapdyn.io import atomic_write_text
 
 from ._common import NotAvailable, _import
 
-__all__ = ["LLMResults", "llm_demo_config", "load_llm", "read_llm_results", "llm_headline", "llm_claims"]
+__all__ = ["LLMResults", "llm_demo_config", "load_llm", "read_llm_results", "llm_headline", "llm_claims", "run_outcomes"]
 
 
 class LLMResults(NamedTuple):
@@ -115,6 +115,24 @@ def read_llm_results(out_dir) -> LLMResults:
         summary=summary,
         out_dir=out_dir,
     )
+
+
+def run_outcomes(res: LLMResults) -> pd.Series:
+    """Each run's outcome (llm_probe.collapse.run_outcome on its per-step mean rewards, with its alerts as
+    events): collapsed / recovered / healthy / failed, indexed like ``res.runs``. The runs table's
+    ``collapsed`` column says whether an alert fired (an event), not this."""
+    from llm_probe.collapse import run_outcome
+
+    out = []
+    for r in res.runs.itertuples(index=False):
+        m = res.metrics[(res.metrics["method"] == r.method) & np.isclose(res.metrics["lr"], r.lr)
+                        & (res.metrics["seed"] == r.seed)].sort_values("step")
+        a = res.alerts[(res.alerts["method"] == r.method) & np.isclose(res.alerts["lr"], r.lr)
+                       & (res.alerts["seed"] == r.seed)]
+        rewards = m["reward"].to_numpy(float)
+        out.append(run_outcome(rewards, alerts=[{"step": int(s), "rule": str(u)} for s, u in zip(a["step"], a["rule"])]
+                               ).label if len(rewards) else "failed")
+    return pd.Series(out, index=res.runs.index, name="outcome")
 
 
 def llm_headline(res: LLMResults) -> dict:

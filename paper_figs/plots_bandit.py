@@ -33,20 +33,42 @@ def plot_phase_diagram(df: pd.DataFrame, ax, *, x: str = "eta", y: str = "K", va
                        logy: bool = False, cmap: str = "cividis", vmin: float = 0.0, vmax: float = 1.0,
                        curves: pd.DataFrame | None = None, curve_x: str = "eta_pred", curve_y: str | None = None,
                        curve_label: str = "predicted threshold", curve_hue: str | None = None,
-                       curve_lines: bool = True, legend_below: bool = False):
+                       curve_lines: bool = True, legend_below: bool = False,
+                       under: tuple[float, str, str] | None = None, clip_curves: bool = False):
     """Mean ``value`` (e.g. J after K steps) over the (x, y) grid, averaged over seeds.
 
     ``curves``: predicted-threshold curves to overlay, one row per point with columns ``curve_x``
     (the predicted critical x, e.g. eta) and ``curve_y`` (default ``y``); ``curve_hue`` splits several
     predictors (each its own line style); ``curve_lines=False`` draws markers only (categorical y,
-    e.g. one row per instance). Returns the colour mesh.
+    e.g. one row per instance). Cells of the grid without a run are hatched grey and named in the legend.
+    ``under`` = (level, colour, label): cells below ``level`` are drawn in ``colour`` (e.g. the collapse level;
+    the colour bar then needs ``extend="min"``) and named in the legend. The x axis spans the grid;
+    predictors off it widen it, or with ``clip_curves`` are drawn at its edge as triangles pointing to their
+    side, their range given in the legend. Returns the colour mesh.
     """
+    import matplotlib
+    from matplotlib.patches import Patch, Rectangle
+
     _require(df, [x, y, value], "plot_phase_diagram")
     grid = df.groupby([y, x])[value].mean().unstack(x).sort_index()
     xs, ys = grid.columns.to_numpy(float), grid.index.to_numpy(float)
     xe = _log_edges(xs) if logx else _lin_edges(xs)
     ye = _log_edges(ys) if logy else _lin_edges(ys)
-    im = ax.pcolormesh(xe, ye, grid.to_numpy(float), cmap=cmap, vmin=vmin, vmax=vmax, shading="flat", rasterized=True)
+    values = grid.to_numpy(float)
+    cm = matplotlib.colormaps[cmap]
+    extra = []
+    if under is not None:
+        level, colour, text = under
+        cm = cm.with_extremes(under=colour)
+        vmin = level
+        if np.any(values < level):
+            extra.append(Patch(facecolor=colour, edgecolor="black", lw=0.5, label=text))
+    im = ax.pcolormesh(xe, ye, np.ma.masked_invalid(values), cmap=cm, vmin=vmin, vmax=vmax, shading="flat",
+                       rasterized=True)
+    if np.isnan(values).any():  # no run in these cells: hatched, named in the legend
+        hatch = dict(facecolor="white", edgecolor="#999999", hatch="////", lw=0)
+        ax.add_patch(Rectangle((xe[0], ye[0]), xe[-1] - xe[0], ye[-1] - ye[0], zorder=0.5, **hatch))
+        extra.append(Patch(label="no run at this grid point", **hatch))
     if logx:
         ax.set_xscale("log")
         _plain_log_ticks(ax, axes="x")
@@ -60,22 +82,38 @@ def plot_phase_diagram(df: pd.DataFrame, ax, *, x: str = "eta", y: str = "K", va
         groups = curves.groupby(curve_hue, sort=False) if curve_hue else [(curve_label, curves)]
         for i, (name, c) in enumerate(groups):
             c = c.sort_values(cy)
-            ok = np.isfinite(c[curve_x].to_numpy(float)) & (c[curve_x].to_numpy(float) > 0)
-            kw = dict(color=colours[i % 5], marker=markers[i % 5], label=str(name), mec="black", mew=0.5)
+            cx = c[curve_x].to_numpy(float)
+            ok = np.isfinite(cx) & (cx > 0)
+            label = str(name)
+            if clip_curves and not curve_lines:
+                lo, hi = ok & (cx < xe[0]), ok & (cx > xe[-1])
+                for side, at, mk in ((lo, xe[0], "<"), (hi, xe[-1], ">")):
+                    if side.any():
+                        vals = cx[side]
+                        where = "left" if mk == "<" else "right"
+                        label += (f" ({vals.min():.2g}" + (f"-{vals.max():.2g}" if vals.max() > vals.min() else "")
+                                  + f", off the {where} edge)")
+                        ax.plot(np.full(side.sum(), at), c[cy].to_numpy(float)[side], ls="none", marker=mk, ms=7,
+                                color=colours[i % 5], mec="black", mew=0.5, clip_on=False, zorder=3)
+                ok = ok & ~lo & ~hi
+            kw = dict(color=colours[i % 5], marker=markers[i % 5], label=label, mec="black", mew=0.5)
             if curve_lines:
                 ax.plot(c[curve_x][ok], c[cy][ok], ls=styles[i % 5], lw=2, ms=3, **kw)
             else:
                 ax.plot(c[curve_x][ok], c[cy][ok], ls="none", ms=6, **kw)
-        if legend_below:
-            ax.legend(frameon=False, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
-        else:
-            ax.legend(frameon=True, fontsize=7, loc="best")
         cx = curves[curve_x].to_numpy(float)
         cx = cx[np.isfinite(cx) & (cx > 0)]
-        if cx.size:  # widen the x range so that predictors far off the grid stay visible
+        if cx.size and not clip_curves:  # widen the x range so that predictors far off the grid stay visible
             lo = min(xe[0], cx.min() / 1.5) if logx else min(xe[0], cx.min())
             hi = max(xe[-1], cx.max() * 1.5) if logx else max(xe[-1], cx.max())
             xe = np.r_[lo, xe[1:-1], hi] if xe.size > 2 else np.array([lo, hi])
+    if (curves is not None and len(curves)) or extra:
+        handles = ax.get_legend_handles_labels()[0] + extra
+        if legend_below:
+            ax.legend(handles=handles, frameon=False, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2),
+                      ncol=2)
+        else:
+            ax.legend(handles=handles, frameon=True, fontsize=7, loc="best")
     ax.set_xlim(xe[0], xe[-1])
     ax.set_ylim(ye[0], ye[-1])
     ax.grid(False)

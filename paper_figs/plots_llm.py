@@ -73,14 +73,15 @@ def plot_entropy_by_sign(metrics: pd.DataFrame, ax, *, lr: float | None = None, 
     return missing
 
 
-def plot_prompt_alignment(probes: pd.DataFrame, ax, *, hue: str = "lr"):
+def plot_prompt_alignment(probes: pd.DataFrame, ax, *, hue: str = "lr",
+                          condition: str = "not checked for these steps"):
     """Per probe prompt and probe step: accuracy J_hat against its cumulative alignment M_q (colour: ``hue``).
 
     The logistic fit (gapdyn.fit_logistic_accuracy) uses the smallest ``hue`` value only (the stable
     runs); Theorem 1's bound J >= sigmoid(logit J0 + M/2) (Suk & Duan, arXiv 2510.08539, Thm 1; proved
     under its step condition) is drawn at the median initial J_hat of those prompts, labelled with its
-    formula. Accuracy is a fraction: the y axis is [0, 1]. Returns the fit, or None when no fit is
-    possible (e.g. every accuracy 0)."""
+    formula and with ``condition``: where that step condition holds for the steps drawn. Accuracy is a
+    fraction: the y axis is [0, 1]. Returns the fit, or None when no fit is possible (e.g. every accuracy 0)."""
     _require(probes, ["step", "J_hat", "M", hue], "plot_prompt_alignment")
     keys = sorted(probes[hue].unique())
     cols = ["#0072B2", "#D55E00", "#009E73", "#CC79A7"]
@@ -99,7 +100,8 @@ def plot_prompt_alignment(probes: pd.DataFrame, ax, *, hue: str = "lr"):
                 label=f"fit ({hue} {keys[0]:g}): $\\sigma({fit.slope:.2f}M {fit.intercept:+.2f})$")
         J0 = float(np.clip(base[base["step"] == base["step"].min()]["J_hat"].median(), 0.01, 0.99))
         ax.plot(mm, gapdyn.logodds_lower_bound(J0, mm), color="black", ls="--", lw=1.5,
-                label=f"Suk & Duan Thm 1 bound $\\sigma(\\mathrm{{logit}}\\,J_0 + M/2)$, $J_0$ = {J0:.2f}")
+                label=f"Suk & Duan Thm 1 bound $\\sigma(\\mathrm{{logit}}\\,J_0 + M/2)$, $J_0$ = {J0:.2f}:\n"
+                      f"holds only under Thm 1's step condition, {condition}")
     except (RuntimeError, ValueError, TypeError) as exc:  # curve_fit failure on degenerate data
         ax.text(0.5, 0.5, f"no logistic fit:\n{exc}", transform=ax.transAxes, ha="center")
     ax.set_xlabel(label("M_q"))
@@ -134,7 +136,11 @@ def plot_bin_shares(metrics: pd.DataFrame, ax, *, smooth: int = 5):
 
 
 def plot_alerts(runs: pd.DataFrame, alerts: pd.DataFrame, ax):
-    """One row per run (method, lr, seed): its steps as a bar, every collapse alert as a marker."""
+    """One row per run (method, lr, seed): its steps as a bar, every alert of the collapse rule as a marker.
+
+    An alert is an event, not a collapse: the title counts the runs with an alert and, when ``runs`` has an
+    ``outcome`` column (paper_figs.llm.run_outcomes), the runs that end collapsed; each row's label then ends
+    with its outcome."""
     _require(runs, ["method", "lr", "seed", "steps_run"], "plot_alerts")
     runs = runs.sort_values(["lr", "method", "seed"]).reset_index(drop=True)
     markers = {"entropy_blowup": "^", "entropy_collapse": "v", "reward_collapse": "x", "identical_rollouts": "s"}
@@ -147,12 +153,19 @@ def plot_alerts(runs: pd.DataFrame, alerts: pd.DataFrame, ax):
             seen.add(al["rule"])
             ax.plot(al["step"], i, marker=markers.get(al["rule"], "o"), color="black", ms=7, ls="none", label=lab)
     ax.set_yticks(range(len(runs)))
-    ax.set_yticklabels([f"{method_label(r.method)} lr {r.lr:g} s{r.seed}" for r in runs.itertuples()], fontsize=7)
+    ends = runs["outcome"] if "outcome" in runs else None
+    ax.set_yticklabels([f"{method_label(r.method)} lr {r.lr:g} s{r.seed}" + (f": {ends.iloc[i]}" if ends is not None
+                                                                           else "")
+                        for i, r in enumerate(runs.itertuples())], fontsize=7)
     ax.set_xlabel(label("step"))
-    ax.set_title(f"collapse alerts ({int(runs['collapsed'].sum()) if 'collapsed' in runs else '?'}"
-                 f"/{len(runs)} runs collapsed)")
+    alerted = len({(r.method, float(r.lr), r.seed) for r in alerts.itertuples()} &
+                  {(r.method, float(r.lr), r.seed) for r in runs.itertuples()}) if len(alerts) else 0
+    title = f"alerts (events): {alerted}/{len(runs)} runs alerted"
+    if ends is not None:
+        title += f"\n{int((ends == 'collapsed').sum())}/{len(runs)} end collapsed (run outcome)"
+    ax.set_title(title, fontsize=10)
     if seen:
-        ax.legend(frameon=False, fontsize=8, loc="lower right")
+        ax.legend(frameon=False, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     ax.grid(False)
     return ax
 

@@ -1,4 +1,4 @@
-"""REPORT.md and the README's "What holds" table: renderings of the run's claims, nothing decided here.
+"""REPORT.md and the README's "What it found" table: renderings of the run's claims, nothing decided here.
 
 Every verdict is a :class:`gapdyn.Claim` made by an experiment's ``analyse`` (or :func:`paper_figs.llm.llm_claims`)
 through :func:`gapdyn.decide_verdict`. This module only lays claims out: the decided block of each claim id
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -252,9 +253,19 @@ def claim_value(c: gapdyn.Claim) -> str:
     return f"{fmt(c.estimate)} [{fmt(c.interval[0])}, {fmt(c.interval[1])}] ({c.confidence * 100:g} %)"
 
 
+_REASON_N = re.compile(r"\(n = (\d+)[;)]|every one of the (\d+) ")
+"""The n a 'not measured' reason names: gapdyn.coverage.too_few_reason's "(n = 20; ...)" or "every one of the 40
+instances has the same value"."""
+
+
 def claim_n(c: gapdyn.Claim) -> str:
-    """n used, and planned where the planner sized it."""
-    return f"{c.n}" + ("" if c.n_planned is None else f" / {c.n_planned} planned")
+    """n used, and planned where the planner sized it. A claim not measured shows the n its reason names (the
+    sample it had); else its n when above 1, else "-" (an unmeasured estimate's n of 1 is a placeholder)."""
+    n = str(c.n)
+    if not c.measured:
+        m = _REASON_N.search(c.reason or "")
+        n = next(g for g in m.groups() if g) if m else (n if c.n > 1 else "-")
+    return n + ("" if c.n_planned is None else f" / {c.n_planned} planned")
 
 
 README_COLUMNS = ("paper statement", "claim", "role", "form", "estimate [interval]", "n used / planned", "criterion",

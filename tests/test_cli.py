@@ -79,6 +79,7 @@ SHARED = {  # subcommand argv -> the shared flags it must offer
     ("train", "warmup"): ("--out", "--progress", "--no-progress", "--seed"),
     ("train", "demo"): ("--out", "--jobs", "--progress", "--no-progress"),
     ("claims",): ("--out", "--mode"),
+    ("inspect",): ("--out",),
     ("train", "ablation"): ("--mode", "--jobs", "--out", "--progress", "--no-progress", "--seeds"),
     ("train", "safe-step"): ("--mode", "--jobs", "--out", "--progress", "--no-progress", "--seeds"),
     ("train", "early-warning"): ("--from",),

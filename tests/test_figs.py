@@ -579,3 +579,105 @@ def test_fig7_legends_fraction_axes_and_bound_line():
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+# ---- figures that say what they show: labels and captions against the drawn objects ----------------------------
+
+def test_phase_diagram_names_no_run_cells_the_collapse_colour_and_off_axis_predictors():
+    """A grid with a cell never run, a cell below the collapse level and a predictor far left of the grid: the cell
+    is hatched and named, the low cell takes the 'under' colour (named), the x axis spans the grid's cells, and the
+    predictor is a triangle on the left edge whose legend label gives its value."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    from paper_figs import plots
+
+    df = pd.DataFrame({"eta": [1.0, 10.0, 100.0, 1.0, 10.0], "row": [0, 0, 0, 1, 1], "J": [0.9, 0.5, 1e-5, 0.8, 0.7]})
+    curves = pd.DataFrame({"eta_pred": [0.003, 20.0], "row": [0, 1], "predictor": ["bound", "bound"]})
+    fig, axes = new_figure(1, 1)
+    ax = axes[0, 0]
+    im = plots.plot_phase_diagram(df, ax, x="eta", y="row", value="J", curves=curves, curve_y="row",
+                                  curve_hue="predictor", curve_lines=False, under=(1e-3, "#000000", "collapsed"),
+                                  clip_curves=True)
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "no run at this grid point" in texts and "collapsed" in texts
+    assert any(t.startswith("bound (0.003, off the left edge)") for t in texts), texts
+    assert to_hex(im.cmap.get_under()) == "#000000" and im.norm.vmin == 1e-3
+    assert np.ma.is_masked(im.get_array()) and int(np.ma.getmaskarray(im.get_array()).sum()) == 1
+    lo, hi = ax.get_xlim()
+    assert lo == pytest.approx(1.0 / np.sqrt(10.0)) and hi == pytest.approx(100.0 * np.sqrt(10.0))
+    edge = [ln for ln in ax.get_lines() if ln.get_marker() == "<"]
+    assert len(edge) == 1 and np.asarray(edge[0].get_xdata(), float).tolist() == [lo]
+    plt.close(fig)
+
+
+def test_fig1_rows_legend_and_axis_from_the_tiny_run(tiny_run):
+    """Figure 1 on the tiny run's store: the x axes span the scanned etas (no predictor widens them), every drawn
+    predictor is in the legend, and the instances without eta* (if any) sit above a dashed line, named."""
+    import matplotlib.pyplot as plt
+
+    from paper_figs import fig1_phase_diagram
+    from paper_figs.data import Sources, threshold_views
+
+    out, _, _, _ = tiny_run
+    sources = Sources("test", store=out.parent / "store")
+    v = threshold_views(sources.experiment("threshold").results)
+    fig = fig1_phase_diagram.draw(sources)
+    a, b = fig.axes[0], fig.axes[2]  # the colour bars are axes 1 and 3
+    etas = v.exact["eta"].to_numpy(float)
+    lo, hi = a.get_xlim()
+    assert etas.min() / 10 < lo < etas.min() < etas.max() < hi < etas.max() * 10
+    for ax in (a, b):
+        assert set(_drawn_labels(ax)) <= set(_legend_entries(ax)), ax.get_title()
+    crit = v.critical[v.critical["method"] == "grpo"]
+    dashed = [ln for ln in a.get_lines() if ln.get_linestyle() == "--"]
+    assert len(dashed) == int((~np.isfinite(crit["eta_star"].to_numpy(float))).any())
+    assert "1e-3" in fig1_phase_diagram.CAPTION and "hatched" in fig1_phase_diagram.CAPTION
+    plt.close(fig)
+
+
+def test_fig2_panel_d_draws_no_fitted_line_as_its_caption_says(tiny_run):
+    """Panel (d) is descriptive (caption: 'no fitted line'): its only line with a line style is the guide."""
+    import matplotlib.pyplot as plt
+
+    from paper_figs import fig2_critical_eta
+    from paper_figs.data import Sources
+
+    out, _, _, _ = tiny_run
+    fig = fig2_critical_eta.draw(Sources("test", store=out.parent / "store"))
+    d = fig.axes[3]
+    styled = [ln.get_label() for ln in d.get_lines() if ln.get_linestyle() not in ("None", "", " ")]
+    assert styled == ["slope +1 guide"], styled
+    assert "no fitted line" in fig2_critical_eta.CAPTION
+    plt.close(fig)
+
+
+def test_fig7_alert_panel_counts_events_and_outcomes_apart():
+    """Figure 7 (f): the title counts runs with an alert and runs that end collapsed separately (one run made to
+    collapse, one alerted run that does not); each row's label ends with its outcome, recomputed here from the
+    rule's definition (last-25-step mean reward < 0.25 x first-10-step mean, that mean >= 0.05); (d)'s bound says
+    where Theorem 1's step condition holds."""
+    import matplotlib.pyplot as plt
+
+    from paper_figs import fig7_llm_probe
+
+    res = _synthetic_llm_results()
+    m = res.metrics
+    sel = (m["method"] == "wapo") & np.isclose(m["lr"], 1e-3) & (m["seed"] == 1)
+    m.loc[sel & (m["step"] >= 10), "reward"] = 0.0  # collapses from step 10
+    fig = fig7_llm_probe.draw(res)
+    f, d = fig.axes[5], fig.axes[3]
+    expected = {}
+    for (meth, lr, seed), g in m.groupby(["method", "lr", "seed"]):
+        r = g.sort_values("step")["reward"].to_numpy(float)
+        ends = r[:10].mean() >= 0.05 and r[-25:].mean() < 0.25 * r[:10].mean()
+        alerted = ((res.alerts["method"] == meth) & np.isclose(res.alerts["lr"], lr) & (res.alerts["seed"] == seed)).any()
+        expected[f"{meth.upper()} lr {lr:g} s{seed}"] = "collapsed" if ends else "recovered" if alerted else "healthy"
+    shown = dict(t.get_text().rsplit(": ", 1) for t in f.get_yticklabels())
+    assert shown == expected and list(expected.values()).count("collapsed") == 1
+    assert f.get_title() == (f"alerts (events): {res.alerts.groupby(['method', 'lr', 'seed']).ngroups}/8 runs alerted"
+                             "\n1/8 end collapsed (run outcome)")
+    (bound,) = [ln for ln in d.get_lines() if "Thm 1" in ln.get_label()]
+    assert "step condition" in bound.get_label() and fig7_llm_probe.CONDITION in bound.get_label()
+    assert "events, not collapses" in fig7_llm_probe.CAPTION
+    plt.close(fig)

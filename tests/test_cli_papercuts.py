@@ -1,0 +1,88 @@
+"""Command-line papercuts: "did you mean" for near-miss command, experiment and figure names (checked against
+every one-edit typo of each name, and against difflib's own ranking), the n a claims table shows for a claim not
+measured (the sample its reason names, not the estimate's placeholder), and no stale section name in help or docs."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import gapdyn
+from gapdyn.cmdline import did_you_mean, resolve_name
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMANDS = ("bandit", "claims", "demo", "figs", "inspect", "reproduce", "train")
+EXPERIMENTS = ("threshold", "length", "success_rate", "stagnation", "taxonomy", "logistic", "methods")
+
+
+def _typos(word: str):
+    """Every deletion, adjacent transposition and doubled letter of ``word`` (one edit)."""
+    out = {word[:i] + word[i + 1:] for i in range(len(word))}
+    out |= {word[:i] + word[i + 1] + word[i] + word[i + 2:] for i in range(len(word) - 1)}
+    out |= {word[:i] + word[i] + word[i:] for i in range(len(word))}
+    return out - {word}
+
+
+@pytest.mark.parametrize("names", [COMMANDS, EXPERIMENTS])
+def test_every_one_edit_typo_names_its_word_or_nothing_misleading(names):
+    for word in names:
+        for typo in _typos(word):
+            if len(typo) < 3 or typo in names:
+                continue
+            hint = did_you_mean(typo, names)
+            # difflib's own best match (same ratio) is the word, unless another name ties with it
+            best = difflib.get_close_matches(typo, names, n=2, cutoff=0.6)
+            assert best and best[0] == word or hint == "", (typo, best, hint)
+            if hint:
+                assert hint == f"did you mean {word!r}? ", (typo, hint)
+    assert did_you_mean("zzzzzz", names) == ""
+
+
+def test_ties_and_stems():
+    figures = ("fig1_phase_diagram", "fig2_critical_eta", "fig7_llm_probe")
+    assert did_you_mean("fig9", figures) == ""  # equally close to fig1, fig2, fig7: no guess
+    assert did_you_mean("fig_critical", figures) == "did you mean 'fig2_critical_eta'? "
+    with pytest.raises(ValueError, match=r"unknown experiment 'treshold'; did you mean 'threshold'\? choose from"):
+        resolve_name("treshold", EXPERIMENTS, "experiment")
+
+
+def test_the_dispatcher_suggests_a_near_command_in_its_one_line(capsys):
+    from gapdyn.cli import main
+
+    assert main(["trian"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown command 'trian'; did you mean 'train'? commands:" in err[0]
+    assert main(["frobnicate"]) == 2
+    assert "did you mean" not in capsys.readouterr().err
+
+
+def test_claims_n_of_an_unmeasured_claim_is_the_sample_its_reason_names():
+    from gapdyn.coverage import too_few_reason
+    from paper_figs.report import claim_n
+
+    c = gapdyn.Claim(id="x.y", source="s", statement="s", setting="any", statistic="mean", estimate=0.1,
+                     interval=(0.0, 0.2), n=17, criterion_text="c", criterion=gapdyn.Criterion.above(0.0),
+                     form="comparison", n_planned=40)
+    assert claim_n(c) == "17 / 40 planned"
+    short = dataclasses.replace(c, n=1, measured=False,
+                                reason=too_few_reason("studentized_cluster_mean", 20, "instances"))
+    assert claim_n(short) == "20 / 40 planned"  # the estimate's n = 1 is a placeholder
+    same = dataclasses.replace(short, reason="no interval: every one of the 40 instances has the same value (0)")
+    assert claim_n(same) == "40 / 40 planned"
+    assert claim_n(dataclasses.replace(short, reason="no interval method for this statistic", n_planned=None)) == "-"
+
+
+def test_no_stale_section_name_in_help_or_docs():
+    readme = (ROOT / "README.md").read_text()
+    assert "\n## What it found" in readme
+    texts = {p: p.read_text() for p in [*ROOT.glob("docs/*.md"), *ROOT.glob("paper_figs/*.py"), ROOT / "README.md"]}
+    stale = [str(p.relative_to(ROOT)) for p, t in texts.items() if '"What holds"' in t]
+    assert not stale, stale
+    out = subprocess.run([sys.executable, "-m", "gapdyn.cli", "--help"], capture_output=True, text=True, cwd=ROOT,
+                         check=True).stdout
+    assert '"What it found"' in out and "What holds" not in out
