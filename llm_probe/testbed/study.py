@@ -128,10 +128,14 @@ def pilot_cells() -> list[dict]:
                                         if isinstance(lr, str) else grid(seeds, lr=(lr,)))]
 
 
-def pilot_extension_cells() -> list[dict]:
-    """Added after the pilot's 3e-4 cells split (one healthy, one collapsed): the random-advantage control at 3e-4
-    on the same pilot seeds, to tell an RL-specific collapse at the edge from optimiser damage."""
-    return grid(PILOT_SEEDS[:2], lr=(3e-4,), control=(True,))
+def pilot_extension_cells(part: int = 1) -> list[dict]:
+    """Added after the pilot ran, on the same pilot seeds. Part 1 (after the 3e-4 cells split, one healthy, one
+    collapsed): the random-advantage control at 3e-4, to tell an RL-specific collapse at the edge from optimiser
+    damage. Part 2 (after that control collapsed on both seeds): the control at the learning lrs 3e-5 and 1e-4,
+    to find where the control itself starts to collapse."""
+    if part == 1:
+        return grid(PILOT_SEEDS[:2], lr=(3e-4,), control=(True,))
+    return grid(PILOT_SEEDS[:2], lr=(3e-5, 1e-4), control=(True,))
 
 
 ACCEPTANCE_SEEDS = tuple(range(2000, 2010))
@@ -140,9 +144,8 @@ ACCEPTANCE_SEEDS = tuple(range(2000, 2010))
 
 def acceptance_cells(learn_lr: float, collapse_lr: float) -> list[dict]:
     """The acceptance measurement: the default setting at its documented learning lr and at its documented
-    collapse lr, on :data:`ACCEPTANCE_SEEDS` (plus the random-advantage control at the collapse lr)."""
-    return (grid(ACCEPTANCE_SEEDS, lr=(learn_lr, collapse_lr))
-            + grid(ACCEPTANCE_SEEDS, lr=(collapse_lr,), control=(True,)))
+    collapse lr, on :data:`ACCEPTANCE_SEEDS`."""
+    return grid(ACCEPTANCE_SEEDS, lr=(learn_lr, collapse_lr))
 
 
 def main(argv=None) -> int:
@@ -151,7 +154,7 @@ def main(argv=None) -> int:
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m llm_probe.testbed.study")
-    p.add_argument("study", choices=["pilot", "pilot-extension", "acceptance"])
+    p.add_argument("study", choices=["pilot", "pilot-extension", "pilot-extension-2", "acceptance"])
     p.add_argument("--lrs", type=float, nargs=2, metavar=("LEARN", "COLLAPSE"),
                    help="acceptance: the documented learning and collapse lrs")
     p.add_argument("--out", required=True)
@@ -162,7 +165,8 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     if a.study == "acceptance" and not a.lrs:
         p.error("acceptance needs --lrs LEARN COLLAPSE")
-    cells = {"pilot": pilot_cells, "pilot-extension": pilot_extension_cells}.get(a.study, lambda: None)()
+    cells = {"pilot": pilot_cells, "pilot-extension": pilot_extension_cells,
+             "pilot-extension-2": lambda: pilot_extension_cells(2)}.get(a.study, lambda: None)()
     cells = acceptance_cells(*a.lrs) if cells is None else cells
     run_study(cells[::-1] if a.reverse else cells, a.out)
     import pandas as pd
