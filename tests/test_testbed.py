@@ -157,6 +157,15 @@ def test_tiny_run_writes_its_summary(tmp_path):
     o = rl_outcome([(e["step"], e["acc"]) for e in s["evaluations"]], [r["reward"] for r in rows],
                    A0=s["heldout_acc_before"], R0=s["reward_before"])
     assert o.label == s["outcome"]
+    import pandas as pd
+
+    from llm_probe.testbed.study import export_study
+
+    info = export_study(tmp_path, tmp_path / "export", command="test")
+    runs = pd.read_csv(tmp_path / "export" / "runs.csv")
+    assert info["runs"] == 1 and list(runs["outcome"]) == [s["outcome"]] and list(runs["seed"]) == [11]
+    assert len(pd.read_csv(tmp_path / "export" / "steps.csv")) == 3
+    assert list(pd.read_csv(tmp_path / "export" / "evaluations.csv")["step"]) == [2, 3]
 
 
 # ---- the study driver -----------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from pathlib import Path
 from .run import SUMMARY, TestbedSetting, run_testbed
 
 __all__ = ["cell_name", "grid", "run_study", "load_summaries", "dose_response", "PILOT_SEEDS", "ACCEPTANCE_SEEDS",
-           "pilot_cells", "pilot_extension_cells", "acceptance_cells"]
+           "pilot_cells", "pilot_extension_cells", "acceptance_cells", "export_study"]
 
 PILOT_SEEDS = tuple(range(900, 910))
 """Seeds of the pilot and of tuning: never in a confirmation block."""
@@ -111,6 +111,45 @@ def dose_response(summaries: list[dict]):
                    acc_before=g["before"].mean(), acc_after=g["after"].mean(), tokens=g["tokens"].median())
         out.append(row)
     return pd.DataFrame(out)
+
+
+def export_study(root: str | Path, dest: str | Path, *, command: str = "") -> dict:
+    """Write a study's committed record into ``dest``: runs.csv (one row per finished run: setting, seed, outcome,
+    held-out accuracy before / after, greedy before / after, reward before, collapse step, median completion
+    tokens, wall seconds, warm sha256), evaluations.csv (run, step, held-out accuracy), steps.csv (run, step,
+    reward, entropy, mean completion length, lr) and run.json (command, runs, wall seconds, load). Returns run.json's
+    dict."""
+    import os
+
+    import pandas as pd
+
+    root, dest = Path(root), Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    runs, evals, steps = [], [], []
+    for p in sorted(root.glob(f"*/{SUMMARY}")):
+        s = json.loads(p.read_text())
+        name = p.parent.name
+        runs.append({"run": name, **{k: s["setting"][k] for k in ("method", "lr", "length", "size", "control",
+                                                                   "steps", "lr_warmup_steps")},
+                     "seed": s["seed"], "outcome": s["outcome"], "acc_before": s["heldout_acc_before"],
+                     "acc_after": s["heldout_acc_after"], "greedy_before": s["heldout_greedy_before"],
+                     "greedy_after": s["heldout_greedy_after"], "reward_before": s["reward_before"],
+                     "collapse_step": s["outcome_detail"]["collapse_step"],
+                     "tokens_median": s["completion_tokens_median"], "wall_s": round(s["wall_s"], 1),
+                     "warm_sha256": s["warm_sha256"]})
+        evals.extend({"run": name, "step": e["step"], "acc": e["acc"], "tokens_median": e["tokens_median"]}
+                     for e in s["evaluations"])
+        for ln in (p.parent / "metrics.jsonl").read_text().splitlines():
+            r = json.loads(ln)
+            steps.append({"run": name, "step": r["step"], "reward": r.get("reward"), "entropy": r.get("entropy"),
+                          "mean_length": r.get("completions/mean_length"), "lr": r.get("lr_step", r.get("lr"))})
+    pd.DataFrame(runs).to_csv(dest / "runs.csv", index=False)
+    pd.DataFrame(evals).to_csv(dest / "evaluations.csv", index=False)
+    pd.DataFrame(steps).to_csv(dest / "steps.csv", index=False, float_format="%.6g")
+    info = {"command": command, "runs": len(runs), "wall_s_sum": round(sum(r["wall_s"] for r in runs), 1),
+            "load_average_at_export": os.getloadavg()[0]}
+    (dest / "run.json").write_text(json.dumps(info, indent=1))
+    return info
 
 
 PILOT_LRS = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3)
