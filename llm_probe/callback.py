@@ -95,7 +95,8 @@ from .gap_probe import ALIGNMENT_ROUTES, GapProbe
 from .model import check_model
 from .probe_forward import probe_forwards
 from .rollout import Rollout, encode_prompts, left_pad
-from .sharding import NEEDS_FULL_PARAMETERS, ForwardProbe, owned_groups, sharded_kind, sharded_step_rule, sub_rollout
+from .sharding import (NEEDS_FULL_PARAMETERS, ForwardProbe, RankFailure, agree, owned_groups, sharded_kind,
+                       sharded_step_rule, sub_rollout)
 from .suggest import SUGGEST_QUANTILE, SUGGEST_WINDOW, suggest_lr
 
 logger = logging.getLogger(__name__)
@@ -415,10 +416,18 @@ class GapProbeCallback(TrainerCallback):
                 self._rewards.check_complete()
             self._calls, self._captured = [], []
             return
+        failure = None
         try:
             self._before(state, model, kw.get("optimizer"))
         except Exception as exc:  # noqa: BLE001 - a probe that cannot run never stops the training
-            self._skip(int(state.global_step), exc)
+            failure = exc
+        if _world_size() > 1 and self._sharded is None:  # DDP: every rank skips when any rank's part failed
+            try:
+                agree(None if failure is None else f"{type(failure).__name__}: {failure}".splitlines()[0][:300])
+            except RankFailure as exc:
+                failure = failure or exc
+        if failure is not None:
+            self._skip(int(state.global_step), failure)
 
     def _before(self, state, model, opt) -> None:
         ro = self.take_rollout(next(model.parameters()).device)  # every rank gathers at every probed step
@@ -474,10 +483,14 @@ class GapProbeCallback(TrainerCallback):
         self._steps_left -= 1
         if self._steps_left > 0:  # the net update of the mu steps on this batch is measured after the last
             return
+        sums = {k: np.copy(getattr(self.probe, k)) if k == "M_probe" else getattr(self.probe, k)
+                for k in ("M_batch", "M_dphi", "M_probe") if hasattr(self.probe, k)}
         try:
             with probe_forwards(model, self.temperature):
                 row = self._after(model)
         except Exception as exc:  # noqa: BLE001 - a probe that cannot run never stops the training
+            for k, v in sums.items():  # a skipped step adds nothing to the running sums
+                setattr(self.probe, k, v)
             self._skip(self._step_k, exc)
             return
         self._record(row)

@@ -160,10 +160,25 @@ class GapProbe:
         self._pending = None
 
     def after(self) -> ProbeResult:
-        """Measure step k at theta_{k+1} (call right after ``optimizer.step()``) and update M."""
+        """Measure step k at theta_{k+1} (call right after ``optimizer.step()``) and update M. On a shard
+        (``shard_index``), an error in this rank's own part is announced to every rank before the gather
+        (llm_probe.sharding.agree): every rank then raises :class:`llm_probe.sharding.RankFailure` instead of
+        waiting in the gather."""
         if self._pending is None:
             raise RuntimeError("GapProbe.after() called without a matching before()")
         s, self._pending = self._pending, None
+        state = {"agreed": False}
+        try:
+            return self._after(s, state)
+        except Exception as exc:
+            from .sharding import RankFailure, agree
+
+            if s.shard_index is None or state["agreed"] or isinstance(exc, RankFailure):
+                raise
+            agree(f"{type(exc).__name__}: {exc}".splitlines()[0][:300])  # raises on every rank
+            raise
+
+    def _after(self, s: _Pending, state: dict) -> ProbeResult:
         delta_d = {n: self.params[n].detach() - s.old[n] for n in s.old}
         # flat copies only for the gap-matrix products; the streamed route works per parameter
         delta = flat(delta_d) if s.batch_gap is not None or s.probe_gap is not None else None
@@ -207,6 +222,10 @@ class GapProbe:
                 with torch.no_grad():  # realised change of Phi_hat on the same completions (first order: dmu)
                     dphi = prompt_objectives(self.model, s.ro, s.groups).cpu() - s.phi_old
         if s.shard_index is not None:  # every rank's per-prompt scalars, in the one-process order
+            from .sharding import agree
+
+            agree(None)  # every rank's own part done (or a RankFailure here on every rank)
+            state["agreed"] = True
             dmu_u, dmu_g, norms, dphi, jv_diff = self._gather(s, dmu_u, dmu_g, norms, dphi, jv_diff)
             gaps = None
         if jv_diff is not None and len(jv_diff):

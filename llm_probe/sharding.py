@@ -37,10 +37,11 @@ from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
 
 from .model import completion_logits, eval_mode
 from .probes import mixed_groups, objectives_from_logprobs, token_stats
+from .safe_step_rule import completion_logprob_jvp, rule_from_x
 from .warning import logp_adv_covariance
 
 __all__ = ["owned_groups", "sub_rollout", "gather_by_index", "sharded_step_rule", "sharded_kind", "ForwardProbe",
-           "NEEDS_FULL_PARAMETERS", "forward_difference_logprobs"]
+           "NEEDS_FULL_PARAMETERS", "forward_difference_logprobs", "agree", "RankFailure"]
 
 NEEDS_FULL_PARAMETERS = ("gap/dmu_update", "gap/dmu_grad", "gap/norm", "gap/norm_mean", "gap/cos_update_mean",
                          "gap/cos_grad_mean", "gap/dmu_grad_mean", "gap/jvp_dot_maxdiff", "grad_norm_probe",
@@ -72,6 +73,27 @@ def sub_rollout(ro, groups: torch.Tensor):
                    texts=[ro.texts[n] for n in rows.tolist()], rewards=ro.rewards[groups], logp=pick(ro.logp))
 
 
+class RankFailure(RuntimeError):
+    """Some rank could not compute its part of a probed step; raised on every rank by :func:`agree`."""
+
+
+def agree(failure: str | None) -> None:
+    """Exchange every rank's outcome of its own part of a probed step (``failure``: None, or why it failed) before a
+    collective that needs all of them: a :class:`RankFailure` naming each failed rank on every rank when any failed,
+    so no rank waits for one that gave up. One ``all_gather_object`` of a short string; every rank must call it
+    (a collective). Without a process group: raises for its own failure only."""
+    d = _dist()
+    if d is None or d.get_world_size() == 1:
+        if failure:
+            raise RankFailure(f"rank 0: {failure}")
+        return
+    shares = [None] * d.get_world_size()
+    d.all_gather_object(shares, failure)
+    bad = [f"rank {r}: {f}" for r, f in enumerate(shares) if f]
+    if bad:
+        raise RankFailure("; ".join(bad))
+
+
 def gather_by_index(index: torch.Tensor, values: dict) -> tuple[torch.Tensor, dict]:
     """All ranks' (global index [n_r], {name: [n_r] tensor}) concatenated and sorted by index: the one-process
     order. One ``all_gather_object`` of CPU scalars (no parameter-sized tensor); without a process group: as given.
@@ -92,15 +114,19 @@ def sharded_step_rule(model, ro, owned: torch.Tensor, theta_k: dict, d: dict, *,
                       delta: float = SAFE_STEP_DELTA):
     """:func:`llm_probe.safe_step.step_rule` of the whole batch ``ro`` with x_n computed for this rank's groups
     ``owned`` only (:func:`llm_probe.safe_step.completion_logprob_jvp` on :func:`sub_rollout`) and gathered; the
-    same gapdyn.SafeStep on every rank. A collective: every rank calls it."""
-    from .safe_step_rule import completion_logprob_jvp, rule_from_x
-
+    same gapdyn.SafeStep on every rank. A collective: every rank calls it; a rank whose own x fails makes every
+    rank raise :class:`RankFailure` (:func:`agree`)."""
     G = ro.G
     mine = sub_rollout(ro, owned)
     x = torch.zeros(0, dtype=torch.float64)
-    if mine.B:
-        with eval_mode(model):
-            x = completion_logprob_jvp(model, mine, theta_k, d)
+    failure = None
+    try:
+        if mine.B:
+            with eval_mode(model):
+                x = completion_logprob_jvp(model, mine, theta_k, d)
+    except Exception as exc:  # noqa: BLE001 - announced to every rank, then raised there (agree)
+        failure = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+    agree(failure)
     rows = (owned.view(-1, 1) * G + torch.arange(G)).reshape(-1)
     x = gather_by_index(rows, {"x": x})[1]["x"].numpy()
     return rule_from_x(x, ro.rewards, c=c, delta=delta)  # as step_rule
@@ -241,8 +267,6 @@ class ForwardProbe:
     def _headroom(self, x: torch.Tensor, ro) -> float:
         """h of llm_probe.safe_step.step_rule with x_n from forward differences (groups with a NaN reward left
         out); NaN for a zero step, 0 for a non-finite x (as step_rule)."""
-        from .safe_step_rule import rule_from_x
-
         if not bool(x.abs().gt(0).any()):
             return math.nan
         return float(rule_from_x(x.numpy(), ro.rewards, c=self.c, delta=self.delta).headroom)

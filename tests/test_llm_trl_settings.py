@@ -226,6 +226,24 @@ def test_a_probe_that_fails_skips_its_step_and_training_goes_on(tmp_path, monkey
     assert "step 0 not probed" in caplog.text
 
 
+def test_a_step_failing_after_its_alignment_adds_nothing_to_m(monkeypatch):
+    """The headroom fails after GapProbe.after has added the step's mean_q [dmu_q]_+ to M_batch: the step is
+    skipped and M_batch is what it was before it (the sum of the recorded rows only)."""
+    import llm_probe.safe_step_rule as rule
+
+    tok = build_char_tokenizer()
+    cb = GapProbeCallback(tok, G, probe_every=1)
+    model = build_tiny_qwen(tok, SPEC, seed=0)
+    _drive(cb, model, tok, (0.3, 0.3))
+    m1 = cb.M_batch
+    assert m1 > 0
+    monkeypatch.setattr(rule, "completion_logprob_jvp", lambda *a, **kw: (_ for _ in ()).throw(MemoryError("jvp")))
+    cb._rewards = None  # a fresh wrap for the second hand-driven step
+    _drive(cb, model, tok, (0.3, 0.3))
+    assert cb.M_batch == m1 and len(cb.history) == 1
+    assert cb.skipped_steps == [{"step": 0, "reason": "MemoryError: jvp"}]
+
+
 @pytest.mark.parametrize("probe_every,mu", [(1, 1), (2, 2), (4, 2), (3, 2), (10, 3), (1, 4), (6, 4)])
 def test_m_batch_scaled_counts_generation_batches(probe_every, mu):
     """M_batch sums one row per probed generation batch (each the net change over its mu steps): the scale to the
