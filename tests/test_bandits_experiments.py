@@ -69,6 +69,22 @@ def test_blocks_use_only_their_seeds(name, test_runs):
     assert set(seeds["confirmation"]) == set(EXPERIMENT_CONFIRMATION)
 
 
+@pytest.mark.parametrize("name", ["taxonomy", "logistic"])  # the two cheapest: the runner is the same for all
+def test_the_discovery_block_is_the_run_without_a_confirmation_block(name, test_runs):
+    """The shared run's discovery block (tests/experiment_views.discovery_only, read by the experiments' own
+    tests) has the rows and claims of ``run(Config.test())`` without a confirmation block."""
+    import dataclasses
+
+    from tests.experiment_views import discovery_only
+
+    mod, res = test_runs[name]
+    plain = mod.run(mod.Config.test(), backend="serial", progress=False)
+    view = discovery_only(res)
+    pd.testing.assert_frame_equal(view.results, plain.results.reset_index(drop=True), check_exact=True)
+    assert [dataclasses.asdict(c) for c in view.claims] == [dataclasses.asdict(c) for c in plain.claims]
+    assert view.plan is None and plain.plan is None and len(view.results) < len(res.results)
+
+
 @pytest.mark.parametrize("name", CONVERTED)
 def test_analysis_of_a_block_reads_only_that_block(name, test_runs):
     mod, res = test_runs[name]

@@ -13,13 +13,15 @@ from scipy.stats import beta, t
 
 import gapdyn
 from bandits.experiments import load
+from tests.conftest import EXPERIMENT_CONFIRMATION
+from tests.experiment_views import discovery_only
 
 lg = load("logistic")
 
 
 @pytest.fixture(scope="module")
-def test_run():
-    return lg.run(lg.Config.test(), backend="serial", progress=False)
+def test_run(experiment_runs):
+    return discovery_only(experiment_runs["logistic"][1])
 
 
 def test_claims_follow_the_contract(test_run):
@@ -38,12 +40,11 @@ def test_claims_follow_the_contract(test_run):
     assert set(test_run.results["part"]) == {"fit", "identity", "thm1"}
 
 
-def test_confirmation_uses_only_its_seeds():
-    cfg = dataclasses.replace(lg.Config.test(), instances=(0, 1), confirmation=(1000, 1001), steps=20,
-                              identity_steps=20, thm1_steps=20)
-    res = lg.run(cfg, backend="serial", progress=False)
+def test_confirmation_uses_only_its_seeds(experiment_runs):
+    res = experiment_runs["logistic"][1]  # the session's test-mode run, confirmation block on 1000, 1001
     by_block = res.results.groupby("block")["instance"].unique()
-    assert sorted(by_block["discovery"]) == [0, 1] and sorted(by_block["confirmation"]) == [1000, 1001]
+    assert sorted(by_block["discovery"]) == sorted(lg.Config.test().instances)
+    assert sorted(by_block["confirmation"]) == sorted(EXPERIMENT_CONFIRMATION)
 
 
 def test_run_cell_is_deterministic():

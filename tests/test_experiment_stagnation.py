@@ -14,13 +14,15 @@ import pytest
 import gapdyn
 from bandits.envs import ContextualBandit, make_bandit
 from bandits.experiments import load
+from tests.conftest import EXPERIMENT_CONFIRMATION
+from tests.experiment_views import discovery_only
 
 st = load("stagnation")
 
 
 @pytest.fixture(scope="module")
-def test_run():
-    return st.run(st.Config.test(), backend="serial", progress=False)
+def test_run(experiment_runs):
+    return discovery_only(experiment_runs["stagnation"][1])
 
 
 def test_claims_follow_the_contract(test_run):
@@ -118,12 +120,11 @@ def test_stall_outcome_on_constructed_trajectories():
         st.stall_outcome(1.5, 0.5, agg, ctx)
 
 
-def test_confirmation_uses_only_its_seeds():
-    cfg = dataclasses.replace(st.Config.test(), instances=(0, 1), confirmation=(1000, 1001), single_steps=40,
-                              steps=20, starts=0, misalign_steps=10, controller_steps=10)
-    res = st.run(cfg, backend="serial", progress=False)
+def test_confirmation_uses_only_its_seeds(experiment_runs):
+    res = experiment_runs["stagnation"][1]  # the session's test-mode run, confirmation block on 1000, 1001
     by_block = res.results.groupby("block")["instance"].unique()
-    assert sorted(by_block["discovery"]) == [0, 1] and sorted(by_block["confirmation"]) == [1000, 1001]
+    assert sorted(by_block["discovery"]) == sorted(st.Config.test().instances)
+    assert sorted(by_block["confirmation"]) == sorted(EXPERIMENT_CONFIRMATION)
 
 
 def test_run_cell_is_deterministic():

@@ -10,13 +10,15 @@ import pytest
 
 import gapdyn
 from bandits.experiments import EXPERIMENTS, load
+from tests.conftest import EXPERIMENT_CONFIRMATION
+from tests.experiment_views import discovery_only
 
 tax = load("taxonomy")
 
 
 @pytest.fixture(scope="module")
-def test_run():
-    return tax.run(tax.Config.test(), backend="serial", progress=False)
+def test_run(experiment_runs):
+    return discovery_only(experiment_runs["taxonomy"][1])
 
 
 def test_registered_and_configs():
@@ -38,11 +40,12 @@ def test_claims_follow_the_contract(test_run):
     assert not ident[0].counts_as_evidence
 
 
-def test_confirmation_uses_only_its_seeds():
-    cfg = dataclasses.replace(tax.Config.test(), instances=(0, 1), confirmation=(1000, 1001), n_tokens=50)
-    res = tax.run(cfg, backend="serial", progress=False)
+def test_confirmation_uses_only_its_seeds(experiment_runs):
+    res = experiment_runs["taxonomy"][1]  # the session's test-mode run, confirmation block on 1000, 1001
     by_block = res.results.groupby("block")["instance"].unique()
-    assert sorted(by_block["discovery"]) == [0, 1] and sorted(by_block["confirmation"]) == [1000, 1001]
+    assert sorted(by_block["discovery"]) == sorted(tax.Config.test().instances)
+    assert sorted(by_block["confirmation"]) == sorted(EXPERIMENT_CONFIRMATION)
+    assert {c.block for c in res.claims} == {"discovery", "confirmation"}
     assert {c.block for c in res.claims} == {"discovery", "confirmation"}
 
 

@@ -194,15 +194,24 @@ def _run_records(out):
     return recs
 
 
-def test_study_is_bit_identical_across_jobs_and_thread_settings(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def grpo_study(tmp_path_factory):
+    """A small slice of the study (GRPO x 2 seeds, 3 steps) run once in this process: (config, its folder, the
+    root it ran under). Shared by the tests that read it; none writes into it."""
+    root = tmp_path_factory.mktemp("grpo_study")
+    cfg = replace(CONFIGS["test"], methods=("grpo",))
+    run_study(cfg, root / "one", progress=False, root=root)
+    return cfg, root / "one", root
+
+
+def test_study_is_bit_identical_across_jobs_and_thread_settings(grpo_study, tmp_path, monkeypatch):
     """A small slice of the study (GRPO x 2 seeds, 3 steps) run in one process and in 2 worker processes with
     GAPDYN_TORCH_THREADS=2 in the environment gives the same rows bit for bit (every float equal; only the wall
     times differ): each run fixes its own torch threads to 1 and takes its randomness from seeded generators."""
-    cfg = replace(CONFIGS["test"], methods=("grpo",))
-    run_study(cfg, tmp_path / "one", progress=False, root=tmp_path)
+    cfg, one, root = grpo_study
     monkeypatch.setenv("GAPDYN_TORCH_THREADS", "2")
-    run_study(cfg, tmp_path / "two", n_jobs=2, progress=False, root=tmp_path)
-    a, b = _run_records(tmp_path / "one"), _run_records(tmp_path / "two")
+    run_study(cfg, tmp_path / "two", n_jobs=2, progress=False, root=root)
+    a, b = _run_records(one), _run_records(tmp_path / "two")
     assert len(a) == 2 and a.keys() == b.keys()
     for name in a:
         assert a[name] == b[name], name
@@ -235,12 +244,11 @@ def test_plan_seeds_on_a_known_effect():
         ablation.plan_seeds(runs, n_min=50, n_max=10)
 
 
-def test_relabel_under_other_bits_compares_labels_run_by_run(tmp_path):
+def test_relabel_under_other_bits_compares_labels_run_by_run(grpo_study, tmp_path):
     """relabel_under_other_bits on a test-mode study: with the same thread count the rerun is the same run (every
     label equal, no reward differs), and its rows name each (method, lr, seed) once."""
-    cfg = replace(CONFIGS["test"], methods=("grpo",))
-    run_study(cfg, tmp_path / "s", progress=False, root=tmp_path)
-    rows = ablation.relabel_under_other_bits(tmp_path / "s", tmp_path / "r", methods=("grpo",), lrs=cfg.lrs,
+    cfg, study, _ = grpo_study
+    rows = ablation.relabel_under_other_bits(study, tmp_path / "r", methods=("grpo",), lrs=cfg.lrs,
                                              seeds=cfg.seeds, torch_threads=1)
     assert [(r["method"], r["seed"]) for r in rows] == [("grpo", 0), ("grpo", 1)]
     assert all(r["committed"] == r["rerun"] and r["first_reward_difference"] is None for r in rows)
