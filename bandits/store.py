@@ -3,7 +3,8 @@
 Layout under ``<store>/<name>/``::
 
     cells/<cell_key>.parquet   one file per completed cell (written to a temp file, then os.replace)
-    results.parquet            the consolidation of all cells, in the sweep's cell order (atomic too)
+    results.parquet            the consolidation of all cells, in the sweep's cell order (atomic too; not
+                               rewritten when it already holds the same bytes: a finished store is only read)
 
 Every file is written by :mod:`gapdyn.io` (temporary, fsync, ``os.replace``, fsync of the folder), never
 through a symlink below the store's root (:class:`gapdyn.io.OutputPathError`); a failing write (full disk)
@@ -45,7 +46,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gapdyn.io import HOST as _HOST, TMP_RE as _TMP_RE, atomic_write_bytes
+from gapdyn.io import HOST as _HOST, TMP_RE as _TMP_RE, atomic_write_bytes, make_folder
 
 __all__ = [
     "CELL_KEY_COLUMN",
@@ -191,11 +192,14 @@ class CellStore:
         self.root = Path(root)
         self.dir = self.root / name
         self.cells_dir = self.dir / "cells"
-        self.cells_dir.mkdir(parents=True, exist_ok=True)
+        make_folder(self.cells_dir, what="result store folder")  # read-only, full: WriteError naming it
         now = time.time()
         for tmp in [*self.cells_dir.glob("*.tmp-*"), *self.dir.glob("*.tmp-*")]:
             if _is_stale_tmp(tmp, now):  # a write killed before its os.replace
-                tmp.unlink(missing_ok=True)
+                try:
+                    tmp.unlink(missing_ok=True)
+                except OSError:  # a read-only store: the leftover stays, and is never read as a cell
+                    pass
 
     @property
     def results_path(self) -> Path:
@@ -246,7 +250,8 @@ class CellStore:
         return _read_cell(data, key)
 
     def consolidate(self, tables: Iterable[pa.Table]) -> pa.Table:
-        """Concatenate the given tables (in order) into ``results.parquet``, atomically."""
+        """Concatenate the given tables (in order) into ``results.parquet``, atomically; a finished store whose
+        ``results.parquet`` already holds these bytes is not rewritten (it may be read-only)."""
         table = concat_tables(list(tables))
         _atomic_write_bytes(_table_bytes(table), self.results_path, self.root)
         return table

@@ -23,7 +23,8 @@ digests existed), with a :class:`CheckpointError` naming the file; then, whateve
 floating tensors (weights, optimizer moments, probe sums) hold a NaN or an infinity, naming the tensor.
 
 One process writes a run folder at a time: :func:`lock_run_folder` holds an advisory ``flock`` on
-``train.lock`` there (POSIX only), which the OS releases when the process ends, however it ends.
+``train.lock`` there (POSIX only), which the OS releases when the process ends, however it ends; the file is
+removed while still locked when the run ends (a killed run leaves it, unlocked, for the next run to remove).
 """
 
 from __future__ import annotations
@@ -102,6 +103,8 @@ RESUME_POLICY: dict[str, str] = {
     "safe_step": "trajectory",  # rescales every update (llm_probe.safe_step)
     "safe_step_c": "trajectory",
     "safe_step_delta": "trajectory",
+    "lr_warmup_steps": "trajectory",  # the lr of every early step
+    "shuffle_rewards": "trajectory",  # the random-advantage control: other advantages, another run
 }
 
 
@@ -350,11 +353,20 @@ def first_nonfinite(obj, where: str = "") -> str | None:
 # ---- one writer per run folder -----------------------------------------------------------------------------
 
 
+_LOCK_TRIES = 100  # opens of train.lock before giving up when every lock taken was on a file just unlinked
+
+
 @contextlib.contextmanager
 def lock_run_folder(folder: Path):
     """Hold an exclusive advisory lock, ``flock(LOCK_EX | LOCK_NB)`` on ``folder/train.lock``, for the block; a
     :class:`RunFolderLockedError` when another process (or another open of the file) holds it. The OS drops
-    the lock when the process dies. No-op where ``fcntl`` is missing (not POSIX)."""
+    the lock when the process dies. No-op where ``fcntl`` is missing (not POSIX).
+
+    The file is removed at the end, while still locked: an opener that locked the same file meanwhile finds,
+    re-checking after its lock, that ``train.lock`` is gone or is another inode, and opens it afresh, so two
+    processes never hold the lock of the path at once. A process killed while holding it leaves the file (no
+    lock on it); the next run locks and removes it. A file system refusing the lock file (read-only, full)
+    is a :class:`gapdyn.io.WriteError` naming it."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows
@@ -362,16 +374,30 @@ def lock_run_folder(folder: Path):
         return
     folder = Path(folder)
     path = folder / LOCK_NAME
-    f = open(path, "a+")
-    try:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.seek(0)
-        pid = f.read().strip()
-        f.close()
-        who = f" (pid {pid})" if pid.isdigit() else ""
-        raise RunFolderLockedError(f"run folder {folder} is being written by another process{who}: wait for it to "
-                                   f"end or stop it (lock {path})") from None
+    for _ in range(_LOCK_TRIES):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        except OSError as exc:
+            raise _write_failed(path, exc, "the lock file ") from None
+        f = os.fdopen(fd, "r+")
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = f.read().strip()
+            f.close()
+            who = f" (pid {pid})" if pid.isdigit() else ""
+            raise RunFolderLockedError(f"run folder {folder} is being written by another process{who}: wait for it "
+                                       f"to end or stop it (lock {path})") from None
+        try:
+            same = os.stat(path, follow_symlinks=False).st_ino == os.fstat(f.fileno()).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        f.close()  # the file was removed (or replaced) by its last holder before we locked it: open again
+    else:
+        raise RunFolderLockedError(f"run folder {folder}: {path} changed under each of {_LOCK_TRIES} locks taken; "
+                                   f"another process keeps recreating it")
     try:
         f.seek(0)
         f.truncate()
@@ -379,6 +405,10 @@ def lock_run_folder(folder: Path):
         f.flush()
         yield path
     finally:
+        try:
+            os.unlink(path)  # while locked (see above); a read-only folder keeps it
+        except OSError:
+            pass
         f.close()  # releases the lock
 
 

@@ -177,10 +177,10 @@ def warm_root(root=None) -> Path:
     ``$GAPDYN_WARM_CACHE`` names the folder instead when set and no root is given."""
     import os
 
-    from gapdyn.cmdline import OUT_ROOT
+    from gapdyn.cmdline import OUT_ROOT, folder_setting
 
-    if root in (None, "") and os.environ.get(WARM_CACHE_ENV):
-        return Path(os.environ[WARM_CACHE_ENV])
+    if root in (None, "") and os.environ.get(WARM_CACHE_ENV):  # a file there: one ValueError naming the variable
+        return folder_setting(os.environ[WARM_CACHE_ENV], f"${WARM_CACHE_ENV}")
     return Path(Path.cwd() / OUT_ROOT if root in (None, "") else root) / "warm"
 
 

@@ -84,12 +84,12 @@ def test_signals_end_as_one_line_with_the_registered_hint(sig, code, capsys):
 
 # --- the atomic writers ---------------------------------------------------------------------------------------
 
-WRITERS = {
-    "bytes": lambda p: gio.atomic_write_bytes(p, b"new"),
-    "text": lambda p: gio.atomic_write_text(p, "new"),
-    "json": lambda p: gio.atomic_write_json(p, {"a": 1}),
-    "parquet": lambda p: gio.write_parquet(p, pd.DataFrame({"a": [1, 2]})),
-    "csv": lambda p: gio.write_with(p, lambda tmp: pd.DataFrame({"a": [1]}).to_csv(tmp, index=False)),
+WRITERS = {  # (path, v): the file for the integer v; another v writes other bytes
+    "bytes": lambda p, v=1: gio.atomic_write_bytes(p, b"new%d" % v),
+    "text": lambda p, v=1: gio.atomic_write_text(p, f"new{v}"),
+    "json": lambda p, v=1: gio.atomic_write_json(p, {"a": v}),
+    "parquet": lambda p, v=1: gio.write_parquet(p, pd.DataFrame({"a": [v, 2]})),
+    "csv": lambda p, v=1: gio.write_with(p, lambda tmp: pd.DataFrame({"a": [v]}).to_csv(tmp, index=False)),
 }
 
 
@@ -101,7 +101,7 @@ def test_a_failing_write_names_the_file_and_keeps_the_old_one(name, tmp_path, mo
     before = p.read_bytes()
     monkeypatch.setattr(os, "fsync", _enospc)  # every writer fsyncs its temporary before the rename
     with pytest.raises(gio.WriteError) as info:
-        WRITERS[name](p)
+        WRITERS[name](p, 2)
     assert str(p) in str(info.value) and "No space left" in str(info.value)
     assert p.read_bytes() == before and sorted(x.name for x in tmp_path.iterdir()) == [p.name]
 
