@@ -197,11 +197,12 @@ def plot_trajectories(df: pd.DataFrame, ax, *, x: str = "step", y: str = "J", hu
 
 def plot_logistic_fit(df: pd.DataFrame, ax, *, M: str = "M", acc: str = "J", J0: float | None = None,
                       hue: str | None = None, max_points: int = 4000, seed: int = 0, curve=None,
-                      curve_label: str | None = None):
+                      curve_label: str | None = None, condition: str | None = None):
     """Accuracy against cumulative alignment M: points, the logistic sigmoid(a M + b) and Theorem 1's lower
-    bound sigmoid(logit J0 + M/2) (gapdyn.logodds_lower_bound). The curve is ``curve`` = (a, b) when given
-    (e.g. an experiment's estimate, labelled ``curve_label``), else gapdyn.fit_logistic_accuracy on the
-    points. Returns the LogisticFit, or None when ``curve`` was given."""
+    bound sigmoid(logit J0 + M/2) (gapdyn.logodds_lower_bound; Suk & Duan, arXiv 2510.08539, Thm 1), its label
+    ending with ``condition`` (where the theorem's step condition holds for the points) when given. The curve
+    is ``curve`` = (a, b) when given (e.g. an experiment's estimate, labelled ``curve_label``), else
+    gapdyn.fit_logistic_accuracy on the points. Returns the LogisticFit, or None when ``curve`` was given."""
     _require(df, [M, acc] + ([hue] if hue else []), "plot_logistic_fit")
     d = df[np.isfinite(df[M]) & np.isfinite(df[acc])]
     show = d.sample(min(len(d), max_points), random_state=seed) if len(d) > max_points else d
@@ -223,7 +224,8 @@ def plot_logistic_fit(df: pd.DataFrame, ax, *, M: str = "M", acc: str = "J", J0:
                 label=curve_label or f"$\\sigma({a:.2f}M {b:+.2f})$")
     if J0 is not None:
         ax.plot(mm, gapdyn.logodds_lower_bound(J0, mm), color="black", ls="--", lw=1.5,
-                label=f"Thm 1 bound $\\sigma(\\mathrm{{logit}}\\,J_0 + M/2)$, $J_0$ = {J0:.2f}")
+                label=f"Thm 1 bound $\\sigma(\\mathrm{{logit}}\\,J_0 + M/2)$, $J_0$ = {J0:.2f}"
+                      + (f":\n{condition}" if condition else ""))
     ax.set_xlabel(label("M"))
     ax.set_ylabel(label("accuracy"))
     ax.set_ylim(-0.02, 1.02)

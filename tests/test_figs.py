@@ -681,3 +681,24 @@ def test_fig7_alert_panel_counts_events_and_outcomes_apart():
     assert "step condition" in bound.get_label() and fig7_llm_probe.CONDITION in bound.get_label()
     assert "events, not collapses" in fig7_llm_probe.CAPTION
     plt.close(fig)
+
+
+def test_fig4_bound_legend_says_where_the_step_condition_is_checked():
+    """Figure 4's fixed-eta panels draw Theorem 1's bound with a legend saying its step condition is not checked
+    there (the last panel checks it); the drawn curve is sigmoid(logit J0 + M/2) at the labelled J0 (scipy)."""
+    import matplotlib.pyplot as plt
+    from scipy.special import expit, logit
+
+    from paper_figs import fig4_logistic, plots
+
+    rng = np.random.default_rng(1)
+    M = rng.uniform(0, 8, 200)
+    df = pd.DataFrame({"M": M, "J": expit(1.2 * M - 2.0), "sampling": "exact"})
+    fig, axes = new_figure(1, 1)
+    plots.plot_logistic_fit(df, axes[0, 0], J0=0.12, hue="sampling", condition=fig4_logistic.CONDITION)
+    (bound,) = [ln for ln in axes[0, 0].get_lines() if ln.get_label().startswith("Thm 1 bound")]
+    assert bound.get_label().endswith(fig4_logistic.CONDITION) and "$J_0$ = 0.12" in bound.get_label()
+    m, j = (np.asarray(v, float) for v in bound.get_data())
+    np.testing.assert_allclose(j, expit(logit(0.12) + m / 2), rtol=1e-12)
+    assert "not checked" in fig4_logistic.CAPTION and "where the condition is checked" in fig4_logistic.CAPTION
+    plt.close(fig)
