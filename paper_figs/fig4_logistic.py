@@ -25,7 +25,7 @@ CAPTION = (
     "Theorem 1's step bound at theta0; worst violation max_k (bound - J_k) against f, filled where every step met "
     "the condition (Theorem 1 then guarantees <= 0)."
 )
-CONDITION = "step condition not checked for these runs (see the last panel)"
+CONDITION = "its step condition not checked here"
 """Where Theorem 1's step condition holds for the fixed-eta panels (their bound's legend says it)."""
 
 
