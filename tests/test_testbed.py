@@ -217,3 +217,19 @@ def test_cli_refuses_bad_settings_in_one_line_without_a_folder(tmp_path, capsys,
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and word in err[0]
     assert not out.exists()
+
+
+def test_pinned_warm_start_loads_and_is_checked(tmp_path, monkeypatch):
+    from llm_probe.testbed import warm
+
+    model, tok = warm.load_testbed("small")
+    assert sum(p.numel() for p in model.parameters()) == 1_010_304 and len(tok) == 98
+    assert model.config.max_position_embeddings >= 12 + ScratchpadAddition().max_completion_tokens()
+    bad = tmp_path / "small"
+    bad.mkdir()
+    (bad / "model.safetensors").write_bytes(b"not the pinned bytes")
+    monkeypatch.setattr(warm, "PINNED_ROOT", tmp_path)
+    with pytest.raises(ValueError, match="sha256"):
+        warm.pinned_testbed("small")
+    with pytest.raises(ValueError, match="size"):
+        warm.pinned_testbed("huge")
