@@ -89,21 +89,37 @@ def experiment_config(module, mode: str, seed: int | None = None):
     return config, note
 
 
-def _description(module) -> str:
+def _source_doc(module: str) -> str:
+    """The docstring of ``module`` read from its source (ast), without importing it: listing the experiments loads
+    none of their dependencies (numba, pandas, scipy)."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec(module)  # imports the parent package only (bandits.experiments: light)
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        raise ImportError(f"no source for module {module!r}")
+    try:
+        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise ImportError(f"cannot read {spec.origin}: {exc}") from exc
+    return ast.get_docstring(tree, clean=False) or ""
+
+
+def _description(doc: str) -> str:
     """The first paragraph of an experiment's docstring, as one line (spec-file pointers dropped)."""
-    para = (module.__doc__ or "").strip().split("\n\n")[0]
+    para = (doc or "").strip().split("\n\n")[0]
     text = " ".join(para.split())
     text = re.sub(r"[;,]?\s*\b[A-Z]+\.md\b[^;)]*", "", text)
     return re.sub(r"\s*\(\s*\)", "", text)
 
 
 def _list() -> int:
-    from .experiments import EXPERIMENTS, load
+    from .experiments import EXPERIMENTS
 
     width = max(60, min(shutil.get_terminal_size((100, 20)).columns, 120))
-    for name in EXPERIMENTS:
+    for name, module in EXPERIMENTS.items():
         try:
-            doc = _description(load(name))
+            doc = _description(_source_doc(module))
         except ImportError as exc:
             doc = f"(cannot be imported: {exc})"
         print(name)

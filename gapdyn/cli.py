@@ -20,9 +20,12 @@ import re
 import signal
 import sys
 from pathlib import Path
-from importlib.metadata import EntryPoint, entry_points
+from typing import TYPE_CHECKING
 
 from .cmdline import EXIT_SIGINT, EXIT_SIGTERM, Terminated, _raise_terminated, stop_children
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 __all__ = ["GROUP", "commands", "main"]
 
@@ -36,6 +39,9 @@ _EXTRAS = {"torch": "llm", "transformers": "llm", "trl": "llm", "tokenizers": "l
 def checkout_entry_points(group: str) -> dict[str, EntryPoint]:
     """An entry-point group as declared by the pyproject.toml of a source checkout this package runs from
     (so a checkout on PYTHONPATH whose installed metadata is older still sees its own entries)."""
+    from importlib.metadata import EntryPoint  # here, not at the top: the console script starts before main()
+    # installs the signal handling, and importlib.metadata is the slowest import on that path
+
     path = Path(__file__).resolve().parents[1] / "pyproject.toml"
     if not path.is_file():
         return {}
@@ -51,6 +57,8 @@ def checkout_entry_points(group: str) -> dict[str, EntryPoint]:
 def commands() -> dict[str, EntryPoint]:
     """The registered subcommands, by name (sorted): the installed entry points of group
     ``gapdyn.commands``, updated by the declaration of the source checkout when there is one."""
+    from importlib.metadata import entry_points
+
     found = {ep.name: ep for ep in entry_points(group=GROUP)}
     found.update(checkout_entry_points(GROUP))
     return dict(sorted(found.items()))

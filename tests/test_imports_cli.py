@@ -101,7 +101,7 @@ def run_cases(cases: list[dict], tmp: Path) -> tuple[list[str], list[dict]]:
     """Run each case ({"argv": [...], "signal_at": {"module": M, "signal": "SIGINT"}?}) in a forked child of one
     driver process; returns (the driver's modules after importing gapdyn.cli, one result per case)."""
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-           "GAPDYN_TORCH_THREADS": "1", "HOME": str(tmp), "PYTHONDONTWRITEBYTECODE": "1"}
+           "GAPDYN_TORCH_THREADS": "1", "HOME": str(tmp), "PYTHONDONTWRITEBYTECODE": "1", "COLUMNS": "100"}
     p = subprocess.run([sys.executable, "-c", _DRIVER, json.dumps(cases), json.dumps(HEAVY)], cwd=tmp, env=env,
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -216,10 +216,14 @@ NOT_YET = {  # modules outside the lazy-import change that still load a heavy pa
 }
 
 
+LIGHT_CASES = [["bandit", "list"]]
+"""Commands that only read text: they load nothing heavy either (the experiments' docstrings come from source)."""
+
+
 @pytest.fixture(scope="module")
 def cli_runs(tmp_path_factory):
     """One driver process for every help and argument-error case: (driver modules, argv tuple -> result)."""
-    cases = [{"argv": a} for a in HELP_CASES + ERROR_CASES]
+    cases = [{"argv": a} for a in HELP_CASES + ERROR_CASES + LIGHT_CASES]
     parent, results = run_cases(cases, tmp_path_factory.mktemp("cli"))
     return parent, {tuple(r["argv"]): r for r in results}
 
@@ -243,6 +247,23 @@ def test_help_imports_nothing_heavy(cli_runs, argv):
     assert heavy(r["modules"]) == [], heavy(r["modules"])
 
 
+def test_bandit_list_reads_the_docstrings_without_importing_the_experiments(cli_runs):
+    """The listing equals the descriptions of the imported modules (the route it replaced), and loads none."""
+    import textwrap
+
+    from bandits.cli import _description
+    from bandits.experiments import EXPERIMENTS, load
+
+    r = cli_runs[1][("bandit", "list")]
+    assert r["rc"] == 0 and heavy(r["modules"]) == [], (r["stderr"], heavy(r["modules"]))
+    assert not [m for m in r["modules"] if m.startswith("bandits.experiments.")]
+    width = 100  # the driver's COLUMNS
+    expected = "".join(f"{name}\n" + textwrap.fill(_description(load(name).__doc__), width=width,
+                                                   initial_indent="    ", subsequent_indent="    ") + "\n"
+                       for name in EXPERIMENTS)
+    assert r["stdout"] == expected
+
+
 def test_top_level_help_imports_no_subcommand_package(cli_runs):
     r = cli_runs[1][("--help",)]
     assert not [m for m in r["modules"] if m.split(".")[0] in ("bandits", "llm_probe", "paper_figs")]
@@ -261,8 +282,10 @@ def test_argument_errors_are_one_line_and_import_nothing_heavy(cli_runs, argv):
 
 SIGNAL_CASES = [  # argv, the module whose first import raises the signal, the command named in the line
     (["--help"], "tomllib", "gapdyn"),
+    (["bandit", "list"], "importlib.metadata", "gapdyn bandit"),  # while the subcommands are looked up
     (["bandit", "list"], "bandits.cli", "gapdyn bandit"),
-    (["bandit", "list"], "bandits.experiments.threshold", "gapdyn bandit"),
+    (["bandit", "run", "threshold", "--mode", "test", "--out", "o"], "bandits.experiments.threshold",
+     "gapdyn bandit"),
     (["demo", "--arms", "20"], "gapdyn.demo", "gapdyn demo"),
     (["figs", "--list"], "paper_figs.cli", "gapdyn figs"),
     (["figs", "--list"], "matplotlib", "gapdyn figs"),

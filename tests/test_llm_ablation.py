@@ -204,6 +204,34 @@ def grpo_study(tmp_path_factory):
     return cfg, root / "one", root
 
 
+def _assert_same_runs(one, two):
+    a, b = _run_records(one), _run_records(two)
+    assert len(a) == 2 and a.keys() == b.keys()
+    for name in a:
+        assert a[name] == b[name], name
+    assert len({a[n][1]["warm_sha256"] for n in a}) == 1 and len(a["grpo_lr0.0005_s0"][1]["warm_sha256"]) == 64
+
+
+def test_study_is_bit_identical_under_another_thread_setting(grpo_study, tmp_path, monkeypatch):
+    """The fast twin of the test below, in this process: the GRPO slice rerun while the process is set to 2 torch
+    threads (and GAPDYN_TORCH_THREADS=2) gives the shared run's rows bit for bit: each run fixes its own torch
+    threads to 1 and takes its randomness from seeded generators."""
+    import torch
+
+    from llm_probe import threads
+
+    cfg, one, root = grpo_study
+    before = threads._configured
+    monkeypatch.setenv("GAPDYN_TORCH_THREADS", "2")
+    try:
+        assert threads.configure_threads(2) == 2 == torch.get_num_threads()
+        run_study(cfg, tmp_path / "two", progress=False, root=root)
+    finally:
+        threads.configure_threads(before if before is not None else threads.DEFAULT_THREADS)
+    _assert_same_runs(one, tmp_path / "two")
+
+
+@pytest.mark.slow  # two worker processes (each loads torch and the warm model): the twin above runs in-process
 def test_study_is_bit_identical_across_jobs_and_thread_settings(grpo_study, tmp_path, monkeypatch):
     """A small slice of the study (GRPO x 2 seeds, 3 steps) run in one process and in 2 worker processes with
     GAPDYN_TORCH_THREADS=2 in the environment gives the same rows bit for bit (every float equal; only the wall
@@ -211,11 +239,7 @@ def test_study_is_bit_identical_across_jobs_and_thread_settings(grpo_study, tmp_
     cfg, one, root = grpo_study
     monkeypatch.setenv("GAPDYN_TORCH_THREADS", "2")
     run_study(cfg, tmp_path / "two", n_jobs=2, progress=False, root=root)
-    a, b = _run_records(one), _run_records(tmp_path / "two")
-    assert len(a) == 2 and a.keys() == b.keys()
-    for name in a:
-        assert a[name] == b[name], name
-    assert len({a[n][1]["warm_sha256"] for n in a}) == 1 and len(a["grpo_lr0.0005_s0"][1]["warm_sha256"]) == 64
+    _assert_same_runs(one, tmp_path / "two")
 
 
 def test_plan_seeds_on_a_known_effect():
