@@ -27,6 +27,7 @@ the file, exit 1, and the checkpoint committed before it stays.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import sys
@@ -379,6 +380,62 @@ def _resume_command(argv: list[str]) -> str:
     return shlex.join(["gapdyn", "train", *argv, *([] if "--resume" in argv else ["--resume"])])
 
 
+def _finished(found: tuple[int, int | None] | None) -> bool:
+    """Whether a checkpoint's (step, steps of its run) says the run reached its last step."""
+    return found is not None and found[1] is not None and found[0] >= found[1]
+
+
+def _train_task(spec: str):
+    """``--task`` as the task object, loaded once before any folder is made; a ValueError naming ``--task``."""
+    from .trainer import make_task
+
+    try:
+        return make_task(spec)
+    except ValueError as exc:
+        raise ValueError(f"--task: {' '.join(str(exc).split())}") from None
+
+
+class _HeldResumeNotes:
+    """stderr for the block, holding back the trainer's "[resume] ... continuing with changed settings" note
+    until :meth:`release` (after the first step of the resumed run): a resume refused after that note (another
+    model's checkpoint under --resume-force) ends as its one error line, without the note before it."""
+
+    def __init__(self, stream):
+        self.stream, self.held, self.released = stream, [], False
+
+    def write(self, text: str) -> int:
+        open_line = bool(self.held) and not self.held[-1].endswith("\n")  # print writes the newline apart
+        if not self.released and (open_line or text.startswith("[resume] ")):
+            self.held.append(text)
+            return len(text)
+        return self.stream.write(text)
+
+    def release(self, *_) -> None:
+        if not self.released:
+            self.released = True
+            for text in self.held:
+                self.stream.write(text)
+            self.stream.flush()
+
+    def __getattr__(self, name):  # flush, isatty, fileno, encoding ... of the real stream
+        return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def _hf_progress(enabled: bool):
+    """transformers' own bars (loading and writing a saved model) follow --progress / --no-progress."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    if not enabled:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was and not enabled:
+            hf_logging.enable_progress_bar()
+
+
 def _train_main(argv: list[str]) -> int:
     from .config import TrainConfig
 
@@ -388,21 +445,32 @@ def _train_main(argv: list[str]) -> int:
                                                    for name, (_, what) in SUBCOMMANDS.items()) + ".")
     if cfg.init_from:
         saved_model_folder(cfg.init_from, "--init-from")
+    from .losses import LOSSES
+
+    if cfg.method not in LOSSES:  # before any output: one line
+        raise ValueError(f"--method must be one of {', '.join(LOSSES)}, got {cfg.method!r}")
+    task = _train_task(cfg.task)
+    if not cfg.init_from:
+        from .warmup import warm_root
+
+        warm_root()  # $GAPDYN_WARM_CACHE naming a file: its one line now, before any output
     from .threads import configure_threads
 
     configure_threads(cfg.num_threads)
-    out = output_dir("train", cfg.out_dir)
+    out = output_dir("train", cfg.out_dir, announce=False)
     from .checkpoint import CHECKPOINT_NAME
 
     ckpt = out / CHECKPOINT_NAME
     found = checkpoint_step(ckpt) if ckpt.exists() else None
     if ckpt.exists() and not cfg.resume:  # never start a run over a checkpoint silently
+        if _finished(found):
+            raise ValueError(f"{out} holds a finished {found[1]}-step run: start afresh in another --out folder or "
+                             f"after deleting {out / 'checkpoint'}*, or train it further with --resume and --steps "
+                             f"above {found[1]}")
         at = f"at step {found[0]}" + (f" of a {found[1]}-step run" if found[1] else "") if found else "(unreadable)"
         raise ValueError(f"{out} holds a checkpoint {at}: continue it with --resume ({_resume_command(argv)}), or "
                          f"start afresh in another --out folder or after deleting {out / 'checkpoint'}*")
     start = found[0] if (cfg.resume and found) else 0
-    if start:
-        say("train", f"resuming {ckpt} at step {start}")
 
     def interrupted() -> str:
         now = checkpoint_step(ckpt) if ckpt.exists() else None
@@ -413,18 +481,30 @@ def _train_main(argv: list[str]) -> int:
             return f"no checkpoint in {out} yet ({every}); rerunning starts at step 0"
         return f"last checkpoint {ckpt} at step {now[0]}; resume with: {_resume_command(argv)}"
 
-    on_interrupt(interrupted)
-    from .experiments.demo import summarize_run
-    from .trainer import FaultError, train
-    from .warmup import warmup_progress
+    from gapdyn.io import output_folder
 
-    t0 = time.perf_counter()
-    with warmup_progress(cfg.progress):
-        try:
-            summary = train(cfg)
-        except FaultError as exc:  # documented: exit code 1 and the fault on stderr
-            print(f"gapdyn train: {' '.join(str(exc).split())}", file=sys.stderr)
-            return 1
+    with output_folder(out, what="--out folder"):  # read-only: one line now; a refusal below leaves no empty folder
+        say("train", f"writing under {out.resolve()}")
+        if start:
+            say("train", f"resuming {ckpt} at step {start}")
+        on_interrupt(interrupted)
+        from .experiments.demo import summarize_run
+        from .trainer import FaultError, Trainer
+        from .warmup import warmup_progress
+
+        t0 = time.perf_counter()
+        notes = _HeldResumeNotes(sys.stderr)
+        with warmup_progress(cfg.progress), _hf_progress(cfg.progress):
+            try:
+                sys.stderr = notes
+                summary = Trainer(cfg, task=task).run(on_step=notes.release)
+                notes.release()
+            except FaultError as exc:  # documented: exit code 1 and the fault on stderr
+                notes.release()
+                print(f"gapdyn train: {' '.join(str(exc).split())}", file=notes.stream)
+                return 1
+            finally:
+                sys.stderr = notes.stream
     wall = time.perf_counter() - t0
     from gapdyn.io import atomic_write_json
 
