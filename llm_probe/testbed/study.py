@@ -12,8 +12,11 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Annotated, Literal
+
+import tyro
 
 from .run import SUMMARY, TestbedSetting, run_testbed
 
@@ -187,32 +190,46 @@ def acceptance_cells(learn_lr: float, collapse_lr: float) -> list[dict]:
     return grid(ACCEPTANCE_SEEDS, lr=(learn_lr, collapse_lr))
 
 
-def main(argv=None) -> int:
-    """``python -m llm_probe.testbed.study pilot|acceptance [--lrs LEARN COLLAPSE] --out DIR [--reverse]``: run (or
-    continue) a study, print its dose-response table."""
-    import argparse
+@dataclass
+class StudyArgs:
+    """Run (or continue) a testbed study into --out and print its dose-response table. Several processes may share
+    one --out (each cell is claimed by a lock)."""
 
-    p = argparse.ArgumentParser(prog="python -m llm_probe.testbed.study")
-    p.add_argument("study", choices=["pilot", "pilot-extension", "pilot-extension-2", "acceptance"])
-    p.add_argument("--lrs", type=float, nargs=2, metavar=("LEARN", "COLLAPSE"),
-                   help="acceptance: the documented learning and collapse lrs")
-    p.add_argument("--out", required=True)
-    p.add_argument("--reverse", action="store_true", help="take the cells in reverse order (a second worker)")
-    a = p.parse_args(argv)
-    import torch
+    study: tyro.conf.Positional[Literal["pilot", "pilot-extension", "pilot-extension-2", "acceptance"]]
+    """Which cells: the pilot, its two extensions, or the acceptance measurement (needs --lrs)."""
+    out_dir: Annotated[str, tyro.conf.arg(name="out")]
+    """The study folder (one sub-folder per run)."""
+    lrs: tuple[float, float] | None = None
+    """acceptance: the documented learning and collapse lrs."""
+    reverse: bool = False
+    """Take the cells in reverse order (a second worker)."""
 
-    torch.set_num_threads(1)
-    if a.study == "acceptance" and not a.lrs:
-        p.error("acceptance needs --lrs LEARN COLLAPSE")
-    cells = {"pilot": pilot_cells, "pilot-extension": pilot_extension_cells,
-             "pilot-extension-2": lambda: pilot_extension_cells(2)}.get(a.study, lambda: None)()
-    cells = acceptance_cells(*a.lrs) if cells is None else cells
-    run_study(cells[::-1] if a.reverse else cells, a.out)
-    import pandas as pd
 
-    with pd.option_context("display.width", 200, "display.max_columns", 30):
-        print(dose_response(load_summaries(a.out)).to_string(index=False))
-    return 0
+def main(argv: list[str] | None = None) -> int:
+    """``python -m llm_probe.testbed.study pilot|pilot-extension|pilot-extension-2|acceptance --out DIR
+    [--lrs LEARN COLLAPSE] [--reverse]``."""
+    import sys
+
+    from gapdyn.cmdline import command, parse
+
+    @command("python -m llm_probe.testbed.study")
+    def run(argv: list[str]) -> int:
+        a = parse(StudyArgs, argv, prog="python -m llm_probe.testbed.study")
+        if a.study == "acceptance" and not a.lrs:
+            raise ValueError("acceptance needs --lrs LEARN COLLAPSE")
+        cells = {"pilot": pilot_cells, "pilot-extension": pilot_extension_cells,
+                 "pilot-extension-2": lambda: pilot_extension_cells(2),
+                 "acceptance": lambda: acceptance_cells(*a.lrs)}[a.study]()
+        import pandas as pd
+        import torch
+
+        torch.set_num_threads(1)
+        run_study(cells[::-1] if a.reverse else cells, a.out_dir)
+        with pd.option_context("display.width", 200, "display.max_columns", 30):
+            print(dose_response(load_summaries(a.out_dir)).to_string(index=False))
+        return 0
+
+    return run(sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":
