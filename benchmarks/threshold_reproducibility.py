@@ -147,6 +147,29 @@ def excursion_curve(instance: int, method: str, eta_star: float, *, horizon: int
             "eta_all_censored": absorb, "eta_all_censored_over_eta_star_H": absorb / eta_star}
 
 
+def sampled_absorption(instances, *, config: Config, factor: int = 4) -> dict:
+    """Sampled GRPO (one group of G per step, the threshold experiment's sampled cells): of the runs collapsed at
+    the horizon H = config.sampled_steps (J < 1e-3 over its last quarter), how many are back at J >= 1e-3 at some
+    state up to factor x H, and how many are not collapsed by the same rule at factor x H."""
+    H = config.sampled_steps
+    E, S = np.meshgrid(np.asarray(config.sampled_etas, float), np.arange(config.n_seeds), indexing="ij")
+    n_col = n_back = n_not_col = 0
+    for inst in instances:
+        bandit = mech.instance_bandit(inst, n_arms=config.n_arms, dim=config.dim, n_correct=config.n_correct)
+        dyn = Dynamics(method="grpo", gradient="sampled", group_size=config.group_size, steps=factor * H,
+                       record_every=1)
+        tr = simulate(bandit, dyn, eta=E.ravel(), seed=S.ravel())
+        J = np.clip(np.concatenate([tr.J[:, :, 0], tr.J_final[:, :1]], axis=1), 0.0, 1.0)
+        at_H = gapdyn.is_collapsed(gapdyn.RunStats.from_trajectory(J[:, : H + 1]))
+        at_end = gapdyn.is_collapsed(gapdyn.RunStats.from_trajectory(J))
+        back = (J[:, H + 1:] >= gapdyn.COLLAPSE_J).any(axis=1)
+        n_col += int(at_H.sum())
+        n_back += int((at_H & back).sum())
+        n_not_col += int((at_H & ~at_end).sum())
+    return {"runs": int(E.size * len(instances)), "collapsed_at_H": n_col, "back_above_later": n_back,
+            "not_collapsed_at_end": n_not_col, "H": H, "end": factor * H}
+
+
 def spreads(df: pd.DataFrame) -> pd.DataFrame:
     """Per (instance, method, quantity): spread over offsets (max / min - 1, worst horizon) and the change
     from H to 2H and to 4H (|q(hH) / q(H) - 1|, worst offset)."""
@@ -175,6 +198,8 @@ def main(argv=None) -> int:
     p.add_argument("--methods", nargs="+", default=["grpo", "reinforce"])
     p.add_argument("--offsets", type=int, default=4)
     p.add_argument("--horizon", type=int, default=Config().steps)
+    p.add_argument("--sampled-only", action="store_true",
+                   help="only the sampled check: collapsed runs of sampled GRPO at H, back above 1e-3 by 4H?")
     p.add_argument("--out", default=None, help="CSV of every search (one row per instance, method, offset, horizon)")
     a = p.parse_args(argv)
     if a.offsets < 1 or a.horizon < 4 or any(i in range(0, 20) or i in range(1000, 1100) for i in a.instances):
@@ -182,6 +207,15 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     config = Config()
+    if a.sampled_only:
+        t0 = time.perf_counter()
+        r = sampled_absorption(a.instances, config=config)
+        print(f"sampled GRPO, G = {config.group_size}, {config.n_seeds} seeds x {len(config.sampled_etas)} etas in "
+              f"[{min(config.sampled_etas):g}, {max(config.sampled_etas):g}], instances {a.instances}: {r['runs']} runs; "
+              f"{r['collapsed_at_H']} collapsed at H = {r['H']}; of these {r['back_above_later']} back at J >= 1e-3 "
+              f"at some state up to {r['end']}, {r['not_collapsed_at_end']} not collapsed at {r['end']} "
+              f"({time.perf_counter() - t0:.0f} s)")
+        return 0
     b0 = mech.instance_bandit(a.instances[0])
     print(f"prefix check (direct H-step run vs state H of the 4H run): max |dJ| = "
           f"{check_prefix(b0, a.methods[0], a.horizon, np.geomspace(1.0, 300.0, 16)):.3g}", flush=True)

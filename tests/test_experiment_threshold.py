@@ -52,6 +52,10 @@ def test_stored_rows_rebuild_the_direct_search(exact_rows):
         assert getattr(rebuilt, key) == getattr(direct, key), key  # floats round-trip JSON exactly
     assert rebuilt.eta_star_loose == pytest.approx(direct.eta_star_loose, nan_ok=True)
     assert rebuilt.dip_recover_share == pytest.approx(direct.dip_recover_share, nan_ok=True)
+    for key in ("eta_star", "eta_safe", "safe_resolution", "eta_50", "reconverge_share"):
+        assert getattr(rebuilt, key) == pytest.approx(getattr(direct, key), nan_ok=True), key
+    assert rebuilt.eta_50_status == direct.eta_50_status
+    np.testing.assert_array_equal(rebuilt.base, direct.base)
     np.testing.assert_array_equal(rebuilt.grid, direct.grid)
     np.testing.assert_array_equal(rebuilt.J_min, direct.J_min)
     np.testing.assert_array_equal(rebuilt.J_tail_max, direct.J_tail_max)
@@ -126,6 +130,8 @@ def test_transition_width_and_reconvergence_on_a_known_collapse_set():
     above = etas > res.bracket[1]
     want = float(np.mean(J_end(etas[above]) == 1.0))
     assert mech.reconverge_share(res) == pytest.approx(want)
+    base = gapdyn.eta_grid(1.0, 100.0)  # the experiment's share: the base grid only, not the denser fine scans
+    assert res.reconverge_share == pytest.approx(float(np.mean(J_end(base[base > res.bracket[1]]) == 1.0)))
 
 
 def test_start_theta_is_seeded_and_validated():

@@ -3,8 +3,12 @@
 Setting: single-context log-linear bandits (K = 100 arms, d = 16 Gaussian features, 10 correct arms), one per
 instance seed, G = 8 (Suk & Duan, arXiv 2510.08539, §5). Each run's outcome is gapdyn.run_outcome over the
 horizon ``steps`` (collapsed: J < gapdyn.COLLAPSE_J at every state of the last quarter, Thm 2's J -> 0; dipped:
-below it at some state but not at the end; converged; undecided). eta* is the first eta whose run is collapsed;
-eta_dip, the first whose run dips, beside it; eta* at gapdyn.SENSITIVITY_J as a sensitivity check.
+below it at some state but not at the end; converged; undecided). eta* is the first collapsed eta (the smallest
+scanned eta whose run is collapsed, a run that did collapse); eta_dip, the first whose run dips, beside it; eta*
+at gapdyn.SENSITIVITY_J as a sensitivity check; eta_safe (no scanned eta below it collapses, with the scan's
+resolution) and eta_50 (the smallest eta whose +-5 % log window is half collapsed) stored beside them. Under
+exact expected updates J -> 0 is an excursion that ends (docs/evidence.md §6), so eta* is the eta whose excursion
+outlasts the last quarter of ``steps``: a quantity of the horizon, stated with it.
 
 - exact cells (instance, start, method): eta* by gapdyn.find_eta_star on ONE grid per instance (every method
   and start scanned on eta_grid(eta_lo, eta_hi, max_ratio), refined to rtol on the first island), the islands,
@@ -243,17 +247,19 @@ def _exact_cell(*, instance, start, method, n_arms, dim, n_correct, group_size, 
         "bracket_hi": res.bracket[1], "eta_star_loose": res.eta_star_loose, "n_islands": res.n_islands,
         "dip_status": res.dip_status, "eta_dip": res.eta_dip, "bracket_dip_lo": res.bracket_dip[0],
         "bracket_dip_hi": res.bracket_dip[1], "dip_recover_share": res.dip_recover_share,
+        "eta_safe": res.eta_safe, "safe_resolution": res.safe_resolution, "eta_50": res.eta_50,
+        "eta_50_status": res.eta_50_status, "eta_50_lo": res.eta_50_window[0], "eta_50_hi": res.eta_50_window[1],
         "islands": json.dumps([list(i) for i in res.islands]),
         "per_decade": json.dumps([list(r) for r in res.collapse_per_decade]),
         "width": mech.transition_width(res, etas, J_final),
-        "reconverge": mech.reconverge_share(res),
+        "reconverge": res.reconverge_share,
         "gap_norm": mech.gap_norm(bandit, th0), "trap_margin": mech.trap_margin(bandit, th0),
         "n_evaluations": res.n_evaluations, "horizon": steps,
         **mech.one_step_predictors(bandit, method, group_size, th0),
         **mech.lookahead_eta(bandit, method, group_size, th0, res.grid),
     }
-    grid = pd.DataFrame({"phase": "grid", "eta": res.grid, "J_min": res.J_min, "J_tail_max": res.J_tail_max,
-                         "outcome": res.outcomes.astype(str), "J_final": J_grid})
+    grid = pd.DataFrame({"phase": "grid", "eta": res.grid, "base": res.base, "J_min": res.J_min,
+                         "J_tail_max": res.J_tail_max, "outcome": res.outcomes.astype(str), "J_final": J_grid})
     return pd.concat([grid, pd.DataFrame([summary])], ignore_index=True)
 
 
@@ -320,7 +326,11 @@ def eta_star_of(results: pd.DataFrame, instance: int, method: str, start: int = 
         eta_star_loose=float(s["eta_star_loose"]), bracket_loose=(math.nan, math.nan), threshold=COLLAPSE_J,
         loose_threshold=gapdyn.SENSITIVITY_J, max_ratio=float(s["max_ratio"]), rtol=float(s["rtol"]), grid=grid,
         outcomes=g["outcome"].to_numpy(object), J_min=mj, J_tail_max=g["J_tail_max"].to_numpy(float),
-        n_evaluations=int(s["n_evaluations"]),
+        n_evaluations=int(s["n_evaluations"]), reconverge_share=float(s["reconverge"]),
+        **({} if "eta_safe" not in s.index else dict(  # rows stored before eta_safe / eta_50 / base were kept
+            eta_safe=float(s["eta_safe"]), safe_resolution=float(s["safe_resolution"]), eta_50=float(s["eta_50"]),
+            eta_50_status=str(s["eta_50_status"]), eta_50_window=(float(s["eta_50_lo"]), float(s["eta_50_hi"])),
+            base=g["base"].to_numpy(bool))),
     )
 
 
