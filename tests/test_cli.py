@@ -86,6 +86,7 @@ SHARED = {  # subcommand argv -> the shared flags it must offer
     ("train", "entropy"): ("--from",),
     ("train", "entropy-lemma"): ("--mode", "--out"),
     ("train", "offline"): ("--before", "--after", "--rollouts", "--out"),
+    ("train", "testbed"): ("--out", "--progress", "--no-progress", "--seed"),
 }
 RETIRED = ("--n-jobs", "--out-dir")
 
@@ -114,6 +115,7 @@ def test_every_registered_command_is_in_the_table():
 BAD = [  # (argv, a word the message must contain)
     (["nope"], "unknown command"),
     (["train", "safe-step", "--jobs", "0"], "jobs"),
+    (["train", "testbed", "--method", "gpro"], "--method"),
     (["train", "entropy", "--from", "no/such/study"], "--from"),
     (["train", "early-warning", "--from", "{file}"], "--from"),
     (["demo", "--arms", "1"], "arms"),
