@@ -169,8 +169,9 @@ CRITERIA: dict[str, Criterion] = {
     "predictor_sharp": Criterion.above(0.9),
 }
 """Criteria on each claim's 95 % interval. The identity's tolerance is the bisection tolerance: each eta* is
-the geometric mid of a bracket of relative width rtol = 1e-3, so the ratio is exact to a factor 1 + rtol; the
-identity is stated for the configured G (the ratio is divided by (1 - 1/G)^-1), so no G appears in a criterion."""
+the upper end (a collapsed run) of a bracket of relative width rtol = 1e-3, so the ratio is exact to a factor
+1 + rtol; the identity is stated for the configured G (the ratio is divided by (1 - 1/G)^-1), so no G appears in
+a criterion."""
 FORMS: dict[str, str] = {
     "finite_share": "existence", "sharpness": "law", "reconverge": "law", "ratio_reinforce_grpo": "law",
     "identity_dr_reinforce": "identity", "dip_recovers": "existence", "eta_star_over_dip": "derived",
