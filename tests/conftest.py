@@ -1,7 +1,10 @@
 """Shared pytest configuration: hypothesis profiles and common fixtures.
 
-Profiles: ``ci`` (derandomized, fixed example budget; selected when CI is set) and ``dev``
-(random, the default locally). Choose explicitly with HYPOTHESIS_PROFILE=ci|dev.
+Profiles: ``ci`` (derandomized, fixed example budget; selected when CI is set), ``dev`` (random, the
+default locally) and ``thorough`` (random, HYPOTHESIS_THOROUGH_EXAMPLES examples a property, default 2000;
+a test's own ``@settings(max_examples=n)`` is scaled by the same factor over the 60 of the other profiles).
+Choose explicitly with HYPOTHESIS_PROFILE=ci|dev|thorough; ``tests/test_reliability_thorough.py`` (slow) runs
+each property-test file under ``thorough`` in a subprocess.
 """
 
 from __future__ import annotations
@@ -31,7 +34,37 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+BASE_EXAMPLES = 60
+THOROUGH_EXAMPLES = int(os.environ.get("HYPOTHESIS_THOROUGH_EXAMPLES", "2000"))
+settings.register_profile(
+    "thorough",
+    max_examples=THOROUGH_EXAMPLES,
+    derandomize=False,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
+)
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev")
+settings.load_profile(PROFILE)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under ``thorough``, a property's own ``@settings(max_examples=n)`` grows by THOROUGH_EXAMPLES / 60 too;
+    with GAPDYN_PROPERTY_TESTS_ONLY=1 only the hypothesis tests run (the others deselected)."""
+    if PROFILE != "thorough":
+        return
+    if os.environ.get("GAPDYN_PROPERTY_TESTS_ONLY") == "1":
+        keep = [it for it in items if hasattr(getattr(it, "obj", None), "_hypothesis_internal_use_settings")]
+        config.hook.pytest_deselected(items=[it for it in items if it not in keep])
+        items[:] = keep
+    for item in items:
+        fn = getattr(item, "obj", None)
+        own = getattr(fn, "_hypothesis_internal_use_settings", None)
+        if own is None or getattr(fn, "_gapdyn_thorough", False):
+            continue
+        n = max(own.max_examples, round(own.max_examples * THOROUGH_EXAMPLES / BASE_EXAMPLES))
+        fn._hypothesis_internal_use_settings = settings(own, max_examples=n, derandomize=False)
+        fn._gapdyn_thorough = True
 
 
 @pytest.fixture(scope="session", autouse=True)

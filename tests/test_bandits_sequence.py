@@ -638,12 +638,28 @@ def _tabular_problems(draw):
     return env, z
 
 
+def _log_scale(env, logits) -> np.ndarray:
+    """Per row, a bound on the magnitude of the log-space sums both routes form: T positions, each a
+    log-probability |z - logsumexp z| <= 2 max|z| + log V, plus the log binomial counts (<= T log 2)."""
+    z = np.abs(np.asarray(logits)).reshape(len(logits), -1).max(axis=-1)
+    return env.T * (2 * z + np.log(env.V) + 1)
+
+
+def _log_tol(env, logits) -> np.ndarray:
+    """Both routes reach log J, log(1 - J) as sums of terms up to _log_scale in magnitude, each rounded
+    (relative eps): they may differ by a few eps x that scale (8 here), never less than 1e-12. That is the
+    absolute tolerance of Phi and the relative one of J = exp(log J) (logits of 300 and T = 10: 1e-11)."""
+    return np.maximum(1e-12, 8 * np.finfo(float).eps * _log_scale(env, logits))
+
+
 def _check_shared_exact(env, th):
-    """J, Phi to 1e-12 and the Gap to 1e-10 relative; the Gap's floor is 1e-12 of |g+| + |g-|, the two
-    conditional means whose difference it is (the cancellation both routes share)."""
+    """J to the log-space tolerance relative, Phi to it absolute (and 1e-12 relative), the Gap to 1e-10 relative;
+    the Gap's floor is 1e-12 of |g+| + |g-|, the two conditional means whose difference it is (the
+    cancellation both routes share)."""
     a, b = env._kernel_exact(th), env.exact(th)
-    np.testing.assert_allclose(a["J"], b["J"], rtol=1e-12, atol=1e-300)
-    np.testing.assert_allclose(a["Phi"], b["Phi"], rtol=1e-12, atol=1e-12)
+    tol = _log_tol(env, np.asarray(th) @ env.features.T)
+    assert np.all(np.abs(a["J"] - b["J"]) <= tol * np.abs(b["J"]) + 1e-300), (a["J"], b["J"], tol)
+    assert np.all(np.abs(a["Phi"] - b["Phi"]) <= tol + 1e-12 * np.abs(b["Phi"])), (a["Phi"], b["Phi"], tol)
     floor = 1e-12 * (np.abs(b["g_plus"]) + np.abs(b["g_minus"]))
     assert np.all(np.abs(a["gap"] - b["gap"]) <= 1e-10 * np.abs(b["gap"]) + floor), (a["gap"], b["gap"])
 
@@ -654,8 +670,9 @@ def _check_tabular_exact(env, z):
     exp(log q_t + log P(N_{-t} ...) - log J), an exponent known to ~ulp |log J| + |log(1 - J)| ~ ulp |Phi|
     (1e-12 + 1e-13 |Phi| here; AC at logits of 300 puts |Phi| near 3e3 and both probabilities near 1)."""
     a, b = env._kernel_exact(z), env.exact(z)
-    np.testing.assert_allclose(a["J"], b["J"], rtol=1e-12, atol=1e-300)
-    np.testing.assert_allclose(a["Phi"], b["Phi"], rtol=1e-12, atol=1e-12)
+    tol = _log_tol(env, z)
+    assert np.all(np.abs(a["J"] - b["J"]) <= tol * np.abs(b["J"]) + 1e-300), (a["J"], b["J"], tol)
+    assert np.all(np.abs(a["Phi"] - b["Phi"]) <= tol + 1e-12 * np.abs(b["Phi"])), (a["Phi"], b["Phi"], tol)
     c = env.correct
     ga, gb = a["gap"][..., c], b["gap"][..., c]
     floor = 1e-12 + 1e-13 * np.abs(b["Phi"])[:, None]
@@ -667,6 +684,23 @@ def _check_tabular_exact(env, z):
     np.testing.assert_allclose(ua[ok], ub[ok], rtol=1e-10, atol=1e-300)
     floor_all = np.broadcast_to(floor[..., None], a["gap"].shape)
     assert np.all(np.abs(a["gap"] - b["gap"])[~ok] <= floor_all[~ok])  # |entries| <= |g_t| there
+
+
+@pytest.mark.parametrize("seed", [2009, 3792, 7088])
+def test_shared_exact_kernel_tolerance_scales_with_the_logits(seed):
+    """Problems found by a random search at logits of 300 (T = 8, 9), where the kernel's J differs from numpy's
+    by more than 1e-12 relative (the two routes round log-space sums of ~5e3 differently): within
+    :func:`_log_tol` (a fixed rtol of 1e-12 failed them, as it failed the random profile)."""
+    rng = np.random.default_rng(seed)
+    scale = [30.0, 300.0][rng.integers(2)]
+    rng.integers(2)
+    V, d, T = int(rng.integers(3, 9)), int(rng.integers(1, 5)), int(rng.integers(1, 11))
+    rule, env_seed, variable = RULES_SEARCH[rng.integers(2)], int(rng.integers(10**6)), bool(rng.integers(2))
+    env = SharedSequenceBandit.random(V=V, d=d, T=T, rule=rule, seed=env_seed, variable_length=variable)
+    _check_shared_exact(env, scale * rng.standard_normal((3, env.d)))
+
+
+RULES_SEARCH = ("AC", "MAJ")
 
 
 @settings(max_examples=25, deadline=None)
