@@ -20,7 +20,8 @@ unless ``--out DIR``.
 
 ``gapdyn train`` on a folder that holds a checkpoint continues it with ``--resume`` (it says "resumed at step N";
 the summary counts the steps this process ran and the run's total) and refuses without it (exit 2, saying how
-to resume or start afresh). SIGINT / SIGTERM end it with one line naming the last checkpoint and the command that
+to resume or start afresh; a finished run: how to start afresh or train it further). ``--method`` and ``--task``
+are checked before any output folder exists; a refusal is exactly one line and removes the output folder it made. SIGINT / SIGTERM end it with one line naming the last checkpoint and the command that
 resumes, exit 130 / 143 (gapdyn.cmdline); a failing write (a full disk while checkpointing) is one line naming
 the file, exit 1, and the checkpoint committed before it stays.
 """
