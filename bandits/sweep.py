@@ -19,6 +19,10 @@ arrive, so workers on a remote cluster need no access to the store.
 An interrupted sweep (KeyboardInterrupt, SIGTERM through :func:`gapdyn.cmdline.command`, a cell's
 exception) keeps every cell committed so far and stops its workers before the exception goes on: the
 loky processes of the joblib backend are killed, a Ray instance started for the sweep is shut down.
+Called from a plain script (the main thread, no SIGTERM handler set), a joblib or Ray sweep handles SIGTERM
+itself for the duration of the call: it stops its workers and every other child process
+(:func:`gapdyn.cmdline.stop_children`), then the process dies of the signal as it would have without the
+sweep (exit status 143 in a shell); the previous handler is restored when the call returns.
 
 Example (doctest)::
 
@@ -31,7 +35,10 @@ Example (doctest)::
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
 import time
 from typing import Callable, Iterator, Literal
 
@@ -100,6 +107,41 @@ def _check_inputs(cell_fn, cells, name, backend, n_jobs):
         dup = next(c for c, k in zip(canon, keys) if keys.count(k) > 1)
         raise ValueError(f"cells must be distinct (their results would be indistinguishable), duplicated: {dup}")
     return fn_name, canon, keys
+
+
+@contextlib.contextmanager
+def _closing(results):
+    try:
+        yield
+    finally:
+        results.close()  # an interruption: the backend stops its workers now, not at garbage collection
+
+
+@contextlib.contextmanager
+def _sigterm_stops_workers():
+    """While a sweep with workers runs in the main thread of a process with no SIGTERM handler: SIGTERM raises
+    :class:`gapdyn.cmdline.Terminated` (the workers are stopped as for any interruption), then every child
+    process is stopped and the process dies of SIGTERM, as it would have without the sweep. A handler already
+    set (the CLI's :func:`gapdyn.cmdline.command`, the caller's own) is left alone; the previous one is
+    restored on return."""
+    from gapdyn.cmdline import Terminated, _raise_terminated, stop_children
+
+    own = (threading.current_thread() is threading.main_thread()
+           and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)
+    if own:
+        signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    except Terminated:
+        if not own:
+            raise
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM during the clean-up ends the process
+        stop_children()
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise  # pragma: no cover - the default action has ended the process
+    finally:
+        if own:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _iter_serial(cell_fn, todo) -> Iterator[tuple[int, object]]:
@@ -197,13 +239,14 @@ def run_sweep(
     todo = [(i, canon[i]) for i, t in enumerate(tables) if t is None]
 
     if todo:
-        if backend == "serial" or (backend == "joblib" and (n_jobs == 1 or len(todo) == 1)):
+        workers = not (backend == "serial" or (backend == "joblib" and (n_jobs == 1 or len(todo) == 1)))
+        if not workers:
             results = _iter_serial(cell_fn, todo)
         elif backend == "joblib":
             results = _iter_joblib(cell_fn, todo, n_jobs)
         else:
             results = _iter_ray(cell_fn, todo, n_jobs, ray_address)
-        try:
+        with _sigterm_stops_workers() if workers else contextlib.nullcontext(), _closing(results):
             with tqdm(total=len(canon), initial=n_loaded, desc=name, disable=not progress, leave=False) as bar:
                 for i, rows in results:
                     table = tidy_rows(rows, canon[i], keys[i])
@@ -212,8 +255,6 @@ def run_sweep(
                         table = cs.save(keys[i], _config_json(name, fn_name, canon[i]), table)
                     tables[i] = table
                     bar.update(1)
-        finally:
-            results.close()  # an interruption: the backend stops its workers now, not at garbage collection
 
     full = cs.consolidate(tables) if cs is not None else concat_tables(tables)
     df = full.to_pandas() if full.num_columns else pd.DataFrame(columns=[CELL_KEY_COLUMN])
