@@ -225,6 +225,7 @@ def write_parquet(path: str | os.PathLike, data, *, root: str | os.PathLike | No
         table = data if isinstance(data, pa.Table) else pa.Table.from_pandas(data, preserve_index=index)
     except Exception as exc:
         raise WriteError(None, f"cannot write {path}: {_reason(exc)}", str(path)) from exc
+
     def same(p: Path) -> bool:
         old = pq.read_table(str(p))
         return old.equals(table) and _metadata_sans_attrs(old.schema) == _metadata_sans_attrs(table.schema)
