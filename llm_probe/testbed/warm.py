@@ -41,6 +41,7 @@ TARGET = (0.2, 0.5)
 PINNED_ROOT = Path(__file__).resolve().parent / "warm"
 PINNED_SHA256: dict[str, str] = {
     "small": "97211faf84aa89137a3aa08dac89de60c2aa6fc4bda718f21d1f9786a9bd9c63",
+    "large": "8fdbf6b273631e043515c3ff64a76e752e7017efcf3bd331be47a11352f6a6f0",
 }
 """Size name -> sha256 of the committed model.safetensors (filled when a size is pinned)."""
 
