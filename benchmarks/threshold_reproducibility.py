@@ -19,10 +19,11 @@ OMP_NUM_THREADS=1: it is one process over the engine's compiled kernels.
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
+from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 import pandas as pd
@@ -31,6 +32,7 @@ import gapdyn
 from bandits.engine import Dynamics, simulate
 from bandits.experiments import mechanisms as mech
 from bandits.experiments.threshold import Config
+from gapdyn.cmdline import command, optional, parse
 
 QUANTITIES = ("eta_star", "eta_safe", "eta_50", "eta_dip")
 """The candidates: first collapsed eta, what the scan certifies, the window threshold, the first dip."""
@@ -192,20 +194,36 @@ def spreads(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+@dataclass
+class ReproducibilityArgs:
+    """Spread of the collapse-threshold quantities over grid offsets and horizons (docs/evidence.md, section 6)."""
+
+    instances: tuple[int, ...] = (7001, 7002, 7003)
+    """make_bandit seeds, outside the project's blocks (0-19, 1000-1099)."""
+    methods: tuple[str, ...] = ("grpo", "reinforce")
+    """Methods searched on each instance."""
+    offsets: int = 4
+    """Grid offsets (fractions of one base-grid step)."""
+    horizon: int = Config().steps
+    """H; each search also runs 2H and 4H."""
+    sampled_only: bool = False
+    """Only the sampled check: collapsed runs of sampled GRPO at H, back above 1e-3 by 4H?"""
+    out: Annotated[str | None, optional("FILE")] = None
+    """CSV of every search (one row per instance, method, offset, horizon)."""
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--instances", type=int, nargs="+", default=[7001, 7002, 7003])
-    p.add_argument("--methods", nargs="+", default=["grpo", "reinforce"])
-    p.add_argument("--offsets", type=int, default=4)
-    p.add_argument("--horizon", type=int, default=Config().steps)
-    p.add_argument("--sampled-only", action="store_true",
-                   help="only the sampled check: collapsed runs of sampled GRPO at H, back above 1e-3 by 4H?")
-    p.add_argument("--out", default=None, help="CSV of every search (one row per instance, method, offset, horizon)")
-    a = p.parse_args(argv)
+    """``python -m benchmarks.threshold_reproducibility [--instances ...] [--out FILE]``."""
+    return _main(sys.argv[1:] if argv is None else argv)
+
+
+@command("python -m benchmarks.threshold_reproducibility")
+def _main(argv: list[str]) -> int:
+    a = parse(ReproducibilityArgs, argv, prog="python -m benchmarks.threshold_reproducibility")
+    a.instances, a.methods = list(a.instances), list(a.methods)
     if a.offsets < 1 or a.horizon < 4 or any(i in range(0, 20) or i in range(1000, 1100) for i in a.instances):
-        print("error: offsets >= 1, horizon >= 4, instances outside the project's blocks (0-19, 1000-1099)",
-              file=sys.stderr)
-        return 2
+        raise ValueError("need --offsets >= 1, --horizon >= 4 and --instances outside the project's blocks "
+                         "(0-19, 1000-1099)")
     config = Config()
     if a.sampled_only:
         t0 = time.perf_counter()
