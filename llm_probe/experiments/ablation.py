@@ -45,7 +45,8 @@ from gapdyn.stats import (
 )
 
 from . import cell_folder as _cell_folder
-from ..collapse import OUTCOME_WINDOW, SENSITIVITY_WINDOW, RunOutcome, run_outcome
+from ._study import CONFIRMATION_START, SplitAddition, block_of, folder_outcome, outcome_from_rows, read_evals
+from ..collapse import OUTCOME_WINDOW, SENSITIVITY_WINDOW, RunOutcome
 from ..seeds import STUDY_SEED, derive_seed
 
 __all__ = ["StudyConfig", "CONFIGS", "SplitAddition", "pass_at_k", "run_study", "run_one", "summarize",
@@ -128,8 +129,6 @@ class StudyConfig:
 
 PRIMARY_METHODS = ("grpo", "wapo")
 """The arms of the pre-declared primaries (WAPO vs GRPO); the other methods feed exploratory rows only."""
-CONFIRMATION_START = CONFIRMATION_SEEDS[0]
-"""Seeds >= this are confirmation seeds (gapdyn.CONFIRMATION_SEEDS starts the range); smaller ones are discovery."""
 N_MIN, N_MAX = 40, 40
 """Confirmation seeds per primary arm: the planned n (:func:`plan_seeds`) clipped to [N_MIN, N_MAX]. N_MIN = 40: the
 paired-mean interval is valid from n = 40 (:data:`MEAN_INTERVAL`, docs/coverage.md; the issue's floor of 30 is below
@@ -169,50 +168,6 @@ confirmation seeds per arm: fewer, for time). warning / warning-quick: the older
 mu = 4 optimizer steps per sampled batch (its recipe reuses each rollout batch for several updates, Yu et al. 2025,
 arXiv 2503.14476), so its importance ratios leave 1 and clip-higher (0.2 / 0.28) binds; every other arm is on-policy
 (mu = 1, ratio 1, clips inactive)."""
-
-
-# ---- the split task ------------------------------------------------------------------------------------------
-class SplitAddition:
-    """Two-digit addition with held-out pairs: (a, b) is held out iff (7a + 3b) % mod == 0.
-
-    :meth:`sample` draws only training pairs (rejection from AdditionTask's uniform draw); :meth:`heldout`
-    returns held-out problems (a fixed order set by ``rng``)."""
-
-    name = "addition-split"
-
-    def __init__(self, mod: int = 20):
-        from ..tasks import AdditionTask
-
-        if int(mod) < 2:
-            raise ValueError(f"mod must be >= 2, got {mod}")
-        self.base, self.mod = AdditionTask(), int(mod)
-        self.cache_key = f"addition-split:{self.base.lo}-{self.base.hi}:{self.mod}"  # llm_probe.warmup.task_key
-
-    def is_heldout(self, a: int, b: int) -> bool:
-        return (7 * a + 3 * b) % self.mod == 0
-
-    def _draw(self, rng, n, keep):
-        from ..tasks import Problem
-
-        out = []
-        while len(out) < n:
-            ab = rng.integers(self.base.lo, self.base.hi + 1, size=(2 * (n - len(out)) + 8, 2))
-            out += [Problem(f"{a}+{b}=", str(a + b)) for a, b in ab.tolist() if self.is_heldout(a, b) == keep]
-        return out[:n]
-
-    def sample(self, rng: np.random.Generator, n: int):
-        if n < 1:
-            raise ValueError(f"n must be >= 1, got {n}")
-        return self._draw(rng, n, False)
-
-    def heldout(self, rng: np.random.Generator, n: int):
-        return self._draw(rng, n, True)
-
-    def reward(self, completion, problem, *, terminated):
-        return self.base.reward(completion, problem, terminated=terminated)
-
-    def max_answer_len(self):
-        return self.base.max_answer_len()
 
 
 # ---- pass@k --------------------------------------------------------------------------------------------------
@@ -389,32 +344,6 @@ def relabel_under_other_bits(study, out, *, methods=PRIMARY_METHODS, lrs=(4e-4, 
 
 
 # ---- run outcomes ------------------------------------------------------------------------------------------
-def outcome_from_rows(rows: list, done: dict, evals: list, *, window: int = OUTCOME_WINDOW) -> RunOutcome:
-    """The run outcome (llm_probe.collapse.run_outcome) of one run: rewards from its metrics rows (step order),
-    alerts from the rows' ``alerts`` (step, rule), held-out accuracies from ``evals`` (step 0 first), the fault
-    from ``done`` (its ``fault`` message; older summaries mark it ``collapse_rule == "faults"``)."""
-    if not isinstance(done, dict):
-        raise ValueError(f"done must be a run summary dict, got {type(done).__name__}")
-    if not rows:
-        return run_outcome([np.nan], fault=True, window=window)
-    rewards = [r.get("reward", np.nan) for r in sorted(rows, key=lambda r: r["step"])]
-    alerts = [{"step": int(r["step"]), "rule": rule} for r in rows for rule in r.get("alerts", [])]
-    acc = [e["acc"] for e in sorted(evals, key=lambda e: e["step"])]
-    fault = done.get("fault") or done.get("collapse_rule") == "faults"
-    return run_outcome(rewards, alerts=alerts, heldout=acc if len(acc) >= 2 else None, fault=bool(fault),
-                       window=window)
-
-
-def folder_outcome(d, *, window: int = OUTCOME_WINDOW) -> RunOutcome:
-    """:func:`outcome_from_rows` of a finished run folder (metrics.jsonl, done.json, eval.jsonl)."""
-    d = Path(d)
-    if not (d / "done.json").exists():
-        raise ValueError(f"d must be a finished run folder (with done.json), got {d}")
-    f = d / "metrics.jsonl"
-    rows = [json.loads(ln) for ln in f.read_text().splitlines() if ln.strip()] if f.exists() else []
-    return outcome_from_rows(rows, json.loads((d / "done.json").read_text()), read_evals(d), window=window)
-
-
 def _outcome_columns(out: RunOutcome, sens: RunOutcome) -> dict:
     """A run's outcome columns: outcome (and the 10-step sensitivity variant), alerted, collapsed = ends
     collapsed, failed, collapse_step = the onset of the final collapse (-1 if none), first alert step/rule."""
@@ -541,12 +470,6 @@ def _paired(runs, a: str, b: str, col: str, lr: float):
     return A.loc[common].to_numpy(float), B.loc[common].to_numpy(float)
 
 
-def read_evals(path) -> list:
-    """The rows of a run folder's eval.jsonl (held-out accuracy and entropy by step); [] without the file."""
-    f = Path(path) / "eval.jsonl"
-    return [json.loads(ln) for ln in f.read_text().splitlines() if ln.strip()] if f.exists() else []
-
-
 def entropy_at_matched_accuracy(ev_a: list, ev_b: list) -> tuple[float, float] | None:
     """Entropy of each run at its first evaluation after step 0 that reaches the pair's common accuracy
     min(max acc_a, max acc_b) (maxima over the evaluations after step 0: both runs share the step-0 policy)."""
@@ -574,12 +497,6 @@ def _matched_entropies(runs, a: str, b: str, lr: float) -> tuple[np.ndarray, np.
                 ha.append(r[0])
                 hb.append(r[1])
     return np.array(ha), np.array(hb)
-
-
-def block_of(seeds) -> str:
-    """"confirmation" when every seed is a confirmation seed (>= :data:`CONFIRMATION_START`), else "discovery"."""
-    seeds = set(int(s) for s in seeds)
-    return "confirmation" if seeds and min(seeds) >= CONFIRMATION_START else "discovery"
 
 
 def one_sided_wilcoxon(x, y) -> float:

@@ -3,7 +3,7 @@
     gapdyn train early-warning --from DIR      # DIR: a finished study of gapdyn train ablation --study warning
     python -m llm_probe.experiments.early_warning --coverage   # the bootstrap's coverage on a synthetic DGP
 
-Labels come from the outcome (llm_probe.collapse.run_outcome, via llm_probe.experiments.ablation.outcome_from_rows):
+Labels come from the outcome (llm_probe.collapse.run_outcome, via llm_probe.experiments._study.outcome_from_rows):
 a run that ends collapsed is a positive with onset c = the first step of its final collapse
 (llm_probe.collapse.collapse_onset), not its first alert, which lags it; runs that do not end collapsed, healthy
 and recovered (alerted, then recovered) alike, are the negatives; failed runs (stopped on numerical faults) are
@@ -125,7 +125,7 @@ def load_study_steps(study) -> "object":
     run folders themselves."""
     import pandas as pd
 
-    from .ablation import outcome_from_rows, read_evals
+    from ._study import outcome_from_rows, read_evals
 
     frames = []
     done_files = (sorted(Path(study, "runs").glob("*/done.json")) if isinstance(study, (str, Path)) else
@@ -543,9 +543,9 @@ def bootstrap_coverage(groups=((20, 80), (50, 50), (80, 20)), *, deltas=(1.0, 0.
 
 def study_runs(study, methods=("grpo", "wapo")) -> tuple[list[Path], str]:
     """The run folders the benchmark reads: the study's runs of ``methods`` (the pre-declared design: GRPO and WAPO),
-    and of those only the confirmation block's (seeds >= llm_probe.experiments.ablation.CONFIRMATION_START) when
+    and of those only the confirmation block's (seeds >= llm_probe.experiments._study.CONFIRMATION_START) when
     the study has one; returns (folders, block)."""
-    from .ablation import block_of
+    from ._study import block_of
 
     done = {f.parent: json.loads(f.read_text()) for f in sorted(Path(study, "runs").glob("*/done.json"))}
     keep = [d for d, r in done.items() if r["method"] in methods]

@@ -81,7 +81,7 @@ def pin(name: str = "tiny", *, root=None) -> str:
     """Warm the shape ``name`` (:data:`WARM_SETTINGS`, 1 torch thread, the split addition task of the ablation)
     and copy the saved model into ``PINNED_ROOT/name`` (or ``root/name``); returns (and prints) its sha256."""
     from ..warmup import warm_model
-    from .ablation import SplitAddition
+    from ._study import SplitAddition
 
     spec = warm_spec_of(name)
     dest = (PINNED_ROOT if root is None else Path(root)) / name
