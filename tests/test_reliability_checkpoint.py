@@ -70,12 +70,17 @@ def _flip_tensor_bit(d: Path):
 
 
 def _flip_state_bit(d: Path):
-    """M_batch's first digit, bit 0 ('0' <-> '1', ..., '8' <-> '9'): the state stays valid JSON."""
+    """Bit 0 of the last digit of M_batch's mantissa ('0' <-> '1', ..., '8' <-> '9'): the state stays valid JSON
+    whatever the value (flipping a leading '1' of 10.5 would give the invalid 00.5)."""
     p = d / CHECKPOINT_NAME
     b = bytearray(p.read_bytes())
     i = bytes(b).index(b'\\"M_batch\\": ') + len(b'\\"M_batch\\": ')
-    assert chr(b[i]).isdigit()
-    b[i] ^= 0x01
+    j = i
+    while chr(b[j]).isdigit() or chr(b[j]) == ".":
+        j += 1
+    j -= 1 if chr(b[j - 1]).isdigit() else 2
+    assert j >= i and chr(b[j]).isdigit()
+    b[j] ^= 0x01
     p.write_bytes(bytes(b))
 
 
