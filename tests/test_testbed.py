@@ -233,3 +233,13 @@ def test_pinned_warm_start_loads_and_is_checked(tmp_path, monkeypatch):
         warm.pinned_testbed("small")
     with pytest.raises(ValueError, match="size"):
         warm.pinned_testbed("huge")
+
+
+@pytest.mark.slow
+def test_the_small_warm_start_rebuilds_to_its_pinned_bytes(tmp_path):
+    """train_warm('small') on this machine (1 torch thread) gives the committed model.safetensors bit for bit."""
+    from llm_probe.testbed import warm
+
+    info = warm.train_warm("small", tmp_path / "small", log=lambda *a: None)
+    assert info["selected_step"] == 360
+    assert warm.file_sha256(tmp_path / "small" / "model.safetensors") == warm.PINNED_SHA256["small"]

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..experiments.pinned import file_sha256
 from ..model import TinyQwenSpec, build_tiny_qwen, load_policy, save_policy
 from ..warmup import supervised_batch
 from .evaluate import heldout_accuracy
@@ -59,14 +60,15 @@ class WarmRecipe:
     """Held-out problems per length at each evaluation (the first n_eval of the held-out set)."""
 
 
-def file_sha256(path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+def _supervised_step(model, tok, task, rng, opt, batch_size: int) -> float:
+    """One supervised step on ``batch_size`` fresh training problems (cross-entropy on answer + <eos>); its loss."""
+    model.train()
+    ids, mask, labels = supervised_batch(tok, task.sample(rng, batch_size))
+    loss = model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False).loss
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return float(loss.detach())
 
 
 def train_warm(size: str, out: str | Path, recipe: WarmRecipe = WarmRecipe(), *, log=print,
@@ -88,18 +90,13 @@ def train_warm(size: str, out: str | Path, recipe: WarmRecipe = WarmRecipe(), *,
     max_new = task.max_completion_tokens() + 4
     curve, t0 = [], time.perf_counter()
     for k in range(1, recipe.steps + 1):
-        model.train()
-        ids, mask, labels = supervised_batch(tok, task.sample(rng, recipe.batch_size))
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        loss = _supervised_step(model, tok, task, rng, opt, recipe.batch_size)
         if k % recipe.eval_every:
             continue
         accs = {ln: heldout_accuracy(model, tok, task, held[ln], max_new_tokens=max_new, seed=k)["acc"]
                 for ln in LENGTHS}
-        curve.append({"step": k, "loss": float(loss.detach()), **accs, "seconds": time.perf_counter() - t0})
-        log(f"[warm {size}] step {k} loss {float(loss.detach()):.3f} acc {accs}")
+        curve.append({"step": k, "loss": loss, **accs, "seconds": time.perf_counter() - t0})
+        log(f"[warm {size}] step {k} loss {loss:.3f} acc {accs}")
         if candidates is not None and any(TARGET[0] <= a <= TARGET[1] for a in accs.values()):
             save_policy(model, tok, Path(candidates) / f"step{k:05d}")
         if all(TARGET[0] <= a <= TARGET[1] for a in accs.values()):
@@ -154,12 +151,7 @@ def supervised_baseline(size: str = "small", *, steps: int = 100, length: str = 
     train_s = 0.0
     for k in range(1, steps + 1):
         t0 = time.perf_counter()
-        model.train()
-        ids, mask, labels = supervised_batch(tok, task.sample(rng, recipe.batch_size))
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        _supervised_step(model, tok, task, rng, opt, recipe.batch_size)
         train_s += time.perf_counter() - t0
         if k % eval_every == 0:
             acc = heldout_accuracy(model, tok, task, held, max_new_tokens=max_new, seed=k)["acc"]
