@@ -31,6 +31,7 @@ from . import (
 )
 from ._validate import check_seed
 from .cmdline import command, output_dir, parse, say
+from .io import output_folder
 from .io import atomic_write_json, check_output_path
 
 
@@ -99,6 +100,8 @@ def main(argv: list[str]) -> int:
     args = parse(DemoConfig, argv, prog="gapdyn demo")
     out = output_dir("demo", args.out)
     check_output_path(out / "demo.json")  # refused before the work, not after
+    with output_folder(out):  # a folder it cannot write is one line before the work (exit 1), none left behind
+        pass
     print(f"{args.arms}-arm log-linear bandit, d = {args.dim}, {args.correct} correct arms, theta0 = 0\n")
     from tqdm.auto import tqdm
 

@@ -132,6 +132,10 @@ def main(argv: list[str]) -> int:
     names = figure_names(args.only)
     check_jobs(args.jobs)
     out = output_dir("figs", args.out)
+    from gapdyn.io import output_folder
+
+    with output_folder(out):  # a folder it cannot write is one line before any figure (exit 1), none left behind
+        pass
     store = resolve_store(args.store, args.out)
     say("figs", f"sweep store {store.resolve()}")
     from .data import Sources

@@ -151,6 +151,12 @@ def test_commands_on_a_read_only_out(tmp_path, read_only):
     r = _cli(["train", "--out", str(ro / "new"), "--steps", "1", "--no-progress"], tmp_path)
     assert r.returncode == 1 and r.stdout == "", r
     _one_line(r.stderr, f"gapdyn train: error: cannot create --out folder {ro / 'new'}: Read-only file system")
+    for argv, work in ((["demo", "--seeds", "1"], "arm log-linear bandit"),  # its first line of work
+                       (["figs", "--mode", "test", "--only", "fig1"], "sweep store")):
+        for target in (ro / "new", ro / "empty"):
+            r = _cli([*argv, "--no-progress", "--out", str(target)], tmp_path)
+            assert r.returncode == 1 and work not in r.stdout, (argv, target, r)  # refused before any work
+            _one_line(r.stderr, str(target), "Read-only file system")
 
 
 def test_a_warm_cache_setting_naming_a_file(tmp_path, monkeypatch):
