@@ -21,7 +21,8 @@ import tyro
 from .run import SUMMARY, TestbedSetting, run_testbed
 
 __all__ = ["cell_name", "grid", "run_study", "load_summaries", "dose_response", "PILOT_SEEDS", "ACCEPTANCE_SEEDS",
-           "pilot_cells", "pilot_extension_cells", "pilot_short_cells", "acceptance_cells", "export_study"]
+           "pilot_cells", "pilot_extension_cells", "pilot_short_cells", "pilot_edge_cells",
+           "acceptance_cells", "export_study"]
 
 PILOT_SEEDS = tuple(range(900, 910))
 """Seeds of the pilot and of tuning: never in a confirmation block."""
@@ -186,6 +187,12 @@ def pilot_short_cells() -> list[dict]:
     return grid(PILOT_SEEDS[:2], lr=(1e-4, 3e-4, 1e-3), length=("short",))
 
 
+def pilot_edge_cells() -> list[dict]:
+    """Locating the edge for the dose-response design (tuning seeds 902-904, never confirmation): GRPO, long
+    scratchpad, lr between the learning 1e-4 and the collapse 1e-3."""
+    return grid(PILOT_SEEDS[2:5], lr=(1.5e-4, 2e-4, 3e-4, 4e-4, 6e-4))
+
+
 ACCEPTANCE_SEEDS = tuple(range(2000, 2010))
 """Ten seeds never used before the acceptance measurement (pilot seeds: :data:`PILOT_SEEDS`)."""
 
@@ -201,9 +208,10 @@ class StudyArgs:
     """Run (or continue) a testbed study into --out and print its dose-response table. Several processes may share
     one --out (each cell is claimed by a lock)."""
 
-    study: tyro.conf.Positional[Literal["pilot", "pilot-extension", "pilot-extension-2", "pilot-short", "acceptance"]]
-    """Which cells: the pilot, its two extensions, the short-scratchpad pilot, or the acceptance measurement (needs
-    --lrs)."""
+    study: tyro.conf.Positional[Literal["pilot", "pilot-extension", "pilot-extension-2", "pilot-short", "pilot-edge",
+                                        "acceptance"]]
+    """Which cells: the pilot, its two extensions, the short-scratchpad pilot, the edge pilot, or the acceptance
+    measurement (needs --lrs)."""
     out_dir: Annotated[str, tyro.conf.arg(name="out")]
     """The study folder (one sub-folder per run)."""
     lrs: tuple[float, float] | None = None
@@ -226,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("acceptance needs --lrs LEARN COLLAPSE")
         cells = {"pilot": pilot_cells, "pilot-extension": pilot_extension_cells,
                  "pilot-extension-2": lambda: pilot_extension_cells(2), "pilot-short": pilot_short_cells,
+                 "pilot-edge": pilot_edge_cells,
                  "acceptance": lambda: acceptance_cells(*a.lrs)}[a.study]()
         import pandas as pd
         import torch
