@@ -131,8 +131,8 @@ PRIMARY_METHODS = ("grpo", "wapo")
 """The arms of the pre-declared primaries (WAPO vs GRPO); the other methods feed exploratory rows only."""
 N_MIN, N_MAX = 40, 40
 """Confirmation seeds per primary arm: the planned n (:func:`plan_seeds`) clipped to [N_MIN, N_MAX]. N_MIN = 40: the
-paired-mean interval is valid from n = 40 (:data:`MEAN_INTERVAL`, docs/coverage.md; the issue's floor of 30 is below
-it); N_MAX is what the loop allowed in about an hour on this session's shared 2 cores (``gapdyn train ablation
+paired-mean interval is valid from n = 40 (:data:`MEAN_INTERVAL`, docs/coverage.md; the study's first floor of 30
+is below it); N_MAX is what the loop allowed in about an hour on a shared 2-core machine (``gapdyn train ablation
 --mode full``: 240 primary-arm runs plus 30 others); a primary whose planned n is larger is reported as not
 decidable at the feasible n."""
 WIDE_N = 20
