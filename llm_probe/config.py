@@ -133,8 +133,9 @@ class TrainConfig:
     Adam's first steps are about lr in size whatever the gradient (its moments start at 0), so real runs warm up."""
     shuffle_rewards: bool = False
     """The random-advantage control: permute each group's rewards at random before the loss (same advantage
-    magnitudes, signs shuffled within the group; the logged reward stays the sampled one). A collapse that this
-    control shows too is optimiser damage, not the Gradient Gap's threshold."""
+    magnitudes, signs shuffled within the group; the logged reward stays the sampled one). Meant to show optimiser
+    damage apart from the Gradient Gap's threshold; on the testbed it collapses even where GRPO learns
+    (docs/testbed.md)."""
     max_grad_norm: float | None = None
     """Clip the gradient norm to this value (TRL's default is 1.0); None: no clipping."""
     eps_low: float | None = None

@@ -21,7 +21,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-__all__ = ["SHAPES", "PINNED_SHA256", "PINNED_ROOT", "pinned_warm", "pin", "file_sha256", "warm_spec_of"]
+__all__ = ["SHAPES", "PINNED_SHA256", "PINNED_ROOT", "pinned_warm", "pin", "file_sha256", "warm_spec_of", "checked_folder"]
 
 PINNED_ROOT = Path(__file__).resolve().parent / "warm"
 """Where the pinned checkpoints live (one folder per shape name)."""
@@ -66,11 +66,15 @@ def pinned_warm(name: str = "tiny") -> Path:
     """The folder of the pinned checkpoint ``name``, after checking its model.safetensors against
     :data:`PINNED_SHA256` (ValueError when it is missing, not pinned or differs)."""
     warm_spec_of(name)
-    d = PINNED_ROOT / name
-    want = PINNED_SHA256.get(name, "")
+    return checked_folder(PINNED_ROOT / name, PINNED_SHA256.get(name, ""), f"(make it with pin({name!r}))")
+
+
+def checked_folder(d: Path, want: str, hint: str = "") -> Path:
+    """``d`` after checking its model.safetensors against the sha256 ``want`` (ValueError when the file is missing,
+    ``want`` is empty, or the bytes differ); ``hint`` ends the missing-file message."""
     f = d / "model.safetensors"
     if not want or not f.is_file():
-        raise ValueError(f"no pinned checkpoint {name!r} under {d} (make it with pin({name!r}))")
+        raise ValueError(f"no pinned checkpoint {d.name!r} under {d}" + (f" {hint}" if hint else ""))
     got = file_sha256(f)
     if got != want:
         raise ValueError(f"the pinned checkpoint {f} has sha256 {got}, not the committed {want}")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..config import check_settings
 from .outcome import rl_outcome
 from .task import LENGTHS, ScratchpadAddition
 
@@ -24,6 +25,11 @@ __all__ = ["TestbedSetting", "DEFAULT_LR", "run_testbed", "SUMMARY"]
 DEFAULT_LR = 1e-4
 """The documented learning lr of the default setting (Adam, GRPO, long scratchpad, small model)."""
 SUMMARY = "summary.json"
+_INF = float("inf")
+_RANGES = {"lr": ("float", 0, _INF, False, False), "steps": ("int", 1, _INF, True, False),
+           "eval_every": ("int", 1, _INF, True, False), "n_heldout": ("int", 1, _INF, True, False),
+           "prompts_per_step": ("int", 1, _INF, True, False)}
+"""TestbedSetting's numeric settings (llm_probe.config.check_settings: kind, bounds)."""
 
 
 @dataclass(frozen=True)
@@ -48,12 +54,7 @@ class TestbedSetting:
     def __post_init__(self):
         if self.length not in LENGTHS:
             raise ValueError(f"length must be one of {LENGTHS}, got {self.length!r}")
-        if not (isinstance(self.lr, (int, float)) and 0 < self.lr < float("inf")):
-            raise ValueError(f"lr must be a finite number > 0, got {self.lr!r}")
-        for name in ("steps", "eval_every", "n_heldout", "prompts_per_step"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        check_settings(self, _RANGES)
 
 
 def _evaluate(model, tok, task, problems, max_new: int, seed: int, idx: int, *, greedy: bool = False):

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..experiments.pinned import file_sha256
+from ..experiments.pinned import checked_folder, file_sha256
 from ..model import TinyQwenSpec, build_tiny_qwen, load_policy, save_policy
 from ..warmup import supervised_batch
 from .evaluate import heldout_accuracy
@@ -118,14 +118,7 @@ def pinned_testbed(size: str = "small") -> Path:
     """The folder of the pinned warm checkpoint ``size``, after checking its sha256 (ValueError if it differs)."""
     if size not in SIZES:
         raise ValueError(f"size must be one of {sorted(SIZES)}, got {size!r}")
-    d = PINNED_ROOT / size
-    want, f = PINNED_SHA256.get(size, ""), d / "model.safetensors"
-    if not want or not f.is_file():
-        raise ValueError(f"no pinned testbed checkpoint {size!r} under {d}")
-    got = file_sha256(f)
-    if got != want:
-        raise ValueError(f"the pinned testbed checkpoint {f} has sha256 {got}, not the committed {want}")
-    return d
+    return checked_folder(PINNED_ROOT / size, PINNED_SHA256.get(size, ""))
 
 
 def load_testbed(size: str = "small", *, device="cpu"):
