@@ -168,6 +168,23 @@ def test_tiny_run_writes_its_summary(tmp_path):
     assert list(pd.read_csv(tmp_path / "export" / "evaluations.csv")["step"]) == [2, 3]
 
 
+def test_a_run_stopped_by_faults_is_labelled_failed(tmp_path, monkeypatch):
+    from llm_probe.model import TinyQwenSpec, build_tiny_qwen, save_policy
+    from llm_probe.testbed.run import TestbedSetting, run_testbed
+    from llm_probe.testbed.task import testbed_tokenizer
+    from llm_probe.trainer import Trainer
+
+    tok = testbed_tokenizer()
+    spec = TinyQwenSpec(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                        num_key_value_heads=1, max_position_embeddings=96)
+    warm = save_policy(build_tiny_qwen(tok, spec, seed=0), tok, tmp_path / "warm")
+    monkeypatch.setattr(Trainer, "_backward", lambda self, loss: "non-finite loss (injected)")
+    setting = TestbedSetting(steps=6, eval_every=2, n_heldout=4, prompts_per_step=2, group_size=2)
+    s = run_testbed(setting, seed=3, out=tmp_path / "run", warm_dir=warm)
+    assert s["outcome"] == "failed" and s["faults"] >= 1 and "injected" in s["fault_reason"]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["outcome"] == "failed"
+
+
 # ---- the study driver -----------------------------------------------------------------------------------
 def test_study_resumes_skips_claimed_cells_and_reruns_torn_ones(tmp_path, monkeypatch):
     import fcntl

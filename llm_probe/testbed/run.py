@@ -73,7 +73,7 @@ def run_testbed(setting: TestbedSetting, seed: int, out: str | Path, *, warm_dir
     ``warm_dir``: a saved model folder to start from instead of the pinned checkpoint of ``setting.size``."""
     from ..config import TrainConfig
     from ..model import load_policy
-    from ..trainer import Trainer
+    from ..trainer import FaultError, Trainer
     from .warm import file_sha256, pinned_testbed
 
     out = Path(out)
@@ -98,7 +98,10 @@ def run_testbed(setting: TestbedSetting, seed: int, out: str | Path, *, warm_dir
             e = _evaluate(tr.model, tok, task, held, max_new, seed, k + 1)
             evals.append({"step": k + 1, **e})
 
-    result = trainer.run(on_step=on_step, checkpoint=False)
+    try:
+        result = trainer.run(on_step=on_step, checkpoint=False)
+    except FaultError as exc:  # max_faults non-finite steps in a row: the run is labelled failed, not lost
+        result = {"faults": trainer.faults, "fault_reason": str(exc)}
     after_greedy = _evaluate(trainer.model, tok, task, held, max_new, seed, setting.steps, greedy=True)
     rows = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines() if ln.strip()]
     rewards = [r.get("reward", np.nan) if not r.get("skipped") else np.nan for r in rows]
@@ -112,7 +115,8 @@ def run_testbed(setting: TestbedSetting, seed: int, out: str | Path, *, warm_dir
         "completion_tokens_median": evals[-1]["tokens_median"] if evals else None,
         "completion_tokens_median_before": before["tokens_median"],
         "reward_before": R0, "outcome": outcome.label, "outcome_detail": outcome.to_dict(),
-        "evaluations": evals, "faults": result.get("faults", 0), "wall_s": time.perf_counter() - t0,
+        "evaluations": evals, "faults": result.get("faults", 0), "fault_reason": result.get("fault_reason"),
+        "wall_s": time.perf_counter() - t0,
     }
     (out / SUMMARY).write_text(json.dumps(summary, indent=1))
     return summary

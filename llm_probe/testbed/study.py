@@ -22,7 +22,7 @@ from .run import SUMMARY, TestbedSetting, run_testbed
 
 __all__ = ["cell_name", "grid", "run_study", "load_summaries", "dose_response", "PILOT_SEEDS", "ACCEPTANCE_SEEDS",
            "pilot_cells", "pilot_extension_cells", "pilot_short_cells", "pilot_edge_cells",
-           "acceptance_cells", "export_study"]
+           "acceptance_cells", "export_study", "DOSE_SEEDS", "DOSE_HELDOUT_SEEDS", "DOSE_LRS", "dose_cells"]
 
 PILOT_SEEDS = tuple(range(900, 910))
 """Seeds of the pilot and of tuning: never in a confirmation block."""
@@ -203,15 +203,44 @@ def acceptance_cells(learn_lr: float, collapse_lr: float) -> list[dict]:
     return grid(ACCEPTANCE_SEEDS, lr=(learn_lr, collapse_lr))
 
 
+DOSE_SEEDS = tuple(range(3000, 3040))
+"""The dose-response study's calibration block (40 seeds): thresholds and predictor constants are fixed on it; the
+held-out block (:data:`DOSE_HELDOUT_SEEDS`) never shares a seed with it."""
+DOSE_HELDOUT_SEEDS = tuple(range(4000, 4040))
+"""The held-out block, run only after the detectors' thresholds and the predictor's constants are fixed."""
+DOSE_LRS = {"long": (1e-4, 2e-4, 2.5e-4, 3e-4, 3.5e-4, 4e-4, 5e-4),
+            "short": (5e-5, 1e-4, 1.5e-4, 2e-4, 2.5e-4, 3e-4)}
+"""Per scratchpad length, the lr grid (Adam, GRPO, small model), fixed from the pilots: each spans the learning lr
+1e-4 and the lr where the pilot collapsed every run (long 4e-4, short 3e-4), densest where the pilots split."""
+DOSE_PROBE_EVERY = 5
+"""The dose-response runs probe every 5th step (gap, alignment, headroom; warn/* every step): the evidence of the
+alarm, at a resolution finer than the evaluation cadence (10 steps) that bounds the lead time."""
+
+
+def dose_cells(seeds=DOSE_SEEDS, *, methods=("grpo",), lengths=("long", "short"), control_seeds: int = 5) -> list[dict]:
+    """The dose-response study (fixed before it ran): per seed, every method x length x lr of :data:`DOSE_LRS`,
+    then the random-advantage control (optimiser damage without a learning signal) at 1e-4 and 3e-4 on the first
+    ``control_seeds`` seeds. Seed-major order: a study stopped anywhere has about as many seeds at every lr."""
+    cells = []
+    for i, seed in enumerate(seeds):
+        for method in methods:
+            for length in lengths:
+                cells += grid((seed,), method=(method,), length=(length,), lr=DOSE_LRS[length],
+                              probe_every=(DOSE_PROBE_EVERY,))
+        if i < control_seeds:
+            cells += grid((seed,), lr=(1e-4, 3e-4), control=(True,), probe_every=(DOSE_PROBE_EVERY,))
+    return cells
+
+
 @dataclass
 class StudyArgs:
     """Run (or continue) a testbed study into --out and print its dose-response table. Several processes may share
     one --out (each cell is claimed by a lock)."""
 
     study: tyro.conf.Positional[Literal["pilot", "pilot-extension", "pilot-extension-2", "pilot-short", "pilot-edge",
-                                        "acceptance"]]
+                                        "acceptance", "dose"]]
     """Which cells: the pilot, its two extensions, the short-scratchpad pilot, the edge pilot, or the acceptance
-    measurement (needs --lrs)."""
+    measurement (needs --lrs), or the dose-response study's calibration block (GRPO, both lengths)."""
     out_dir: Annotated[str, tyro.conf.arg(name="out")]
     """The study folder (one sub-folder per run)."""
     lrs: tuple[float, float] | None = None
@@ -221,7 +250,7 @@ class StudyArgs:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m llm_probe.testbed.study pilot|pilot-extension|pilot-extension-2|acceptance --out DIR
+    """``python -m llm_probe.testbed.study pilot|pilot-extension|pilot-extension-2|acceptance|dose --out DIR
     [--lrs LEARN COLLAPSE] [--reverse]``."""
     import sys
 
@@ -235,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         cells = {"pilot": pilot_cells, "pilot-extension": pilot_extension_cells,
                  "pilot-extension-2": lambda: pilot_extension_cells(2), "pilot-short": pilot_short_cells,
                  "pilot-edge": pilot_edge_cells,
-                 "acceptance": lambda: acceptance_cells(*a.lrs)}[a.study]()
+                 "acceptance": lambda: acceptance_cells(*a.lrs), "dose": dose_cells}[a.study]()
         import pandas as pd
         import torch
 
