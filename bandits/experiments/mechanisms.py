@@ -81,13 +81,27 @@ def transition_width(res, etas, J_final, *, converged: float = 0.99) -> float:
 
 
 def reconverge_share(res) -> float:
-    """Share of grid etas above eta* whose run ends converged (gapdyn.run_outcome "converged")."""
-    if res.status != "found":
+    """Share of base-grid etas above eta* whose run ends converged (gapdyn.run_outcome "converged").
+
+    The base grid is gapdyn.eta_grid(eta_lo, eta_hi, max_ratio) of the search, not the merged scan: the
+    island scan and eta_50's window add etas near eta*, which would weight its neighbourhood (= the
+    estimator's EtaStar.reconverge_share; for an EtaStar rebuilt from rows stored without ``base`` the base
+    grid is rebuilt from the scan's ends and max_ratio). NaN when no eta* is found or none lies above it.
+    """
+    if res.status == "none_in_range":
         return math.nan
-    above = res.grid > res.bracket[1]
+    grid = np.asarray(res.grid, dtype=float)
+    if res.base is not None:
+        base = np.asarray(res.base, dtype=bool)
+    else:
+        want = gapdyn.eta_grid(float(grid[0]), float(grid[-1]), max_ratio=res.max_ratio)
+        j = np.clip(np.searchsorted(want, grid), 1, want.size - 1)
+        near = np.minimum(np.abs(grid / want[j] - 1), np.abs(grid / want[j - 1] - 1))
+        base = near <= 1e-12
+    above = base & (grid > res.bracket[1])
     if not above.any():
         return math.nan
-    return float(np.mean(res.outcomes[above] == "converged"))
+    return float(np.mean(np.asarray(res.outcomes)[above] == "converged"))
 
 
 def gap_norm(bandit: ContextualBandit, theta0) -> float:
