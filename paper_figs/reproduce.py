@@ -30,6 +30,7 @@ from gapdyn.io import atomic_write_text
 
 from .cli import FIGURES, RunArgs, figure_module, make_figures, resolve_store
 from .data import NotAvailable, SourceFailed, Sources
+from .stage_eta import QUICK_STAGE_S, SERIAL_LLM_S, StageETA
 
 __all__ = ["EXPERIMENT_ORDER", "reproduce", "main"]
 
@@ -79,10 +80,20 @@ def reproduce(*, mode: str = "quick", out_dir=None, store=None, seed=None, n_job
     elsewhere: dict[str, str] = {}  # registered studies this run does not run -> their command
     claims: list = []
     figures: dict[str, object] = {}
-    bar = tqdm(stages, desc="gapdyn reproduce", unit="step", disable=not progress, file=sys.stderr)
+    timed = {**QUICK_STAGE_S, **({} if llm_beside else {("llm", "llm_probe"): SERIAL_LLM_S})}
+    clock = StageETA([s for s in stages if s[0] != "experiment" or _runs_here(s[1])],
+                     timed if mode == "quick" else None)
+    # counts, elapsed and a stage-aware time left (paper_figs.stage_eta), not tqdm's mean-rate extrapolation
+    bar = tqdm(stages, desc="gapdyn reproduce", unit="stage", disable=not progress, file=sys.stderr,
+               bar_format="{desc}: {n_fmt}/{total_fmt} stages [{elapsed}] {postfix}")
     with one_blas_thread():  # the stages are serial and their matrices small
+        prev = None  # (stage, its start)
         for kind, name in bar:
-            bar.set_postfix_str(f"{kind} {name}")
+            now = time.perf_counter()
+            if prev is not None:
+                clock.done(prev[0], now - prev[1])
+            prev = ((kind, name), now)
+            bar.set_postfix_str(f"now {kind} {name}; {clock.text()}")
             if kind == "experiment" and not _runs_here(name):  # a study with its own command: not a failure
                 from gapdyn.experiment import registry
 

@@ -1,5 +1,6 @@
-"""README first screen: the findings, the two set-up commands and the TRL snippet come first, and the snippet
-uses only calls and keywords that examples/trl_grpo_probe.py (run by tests/test_examples.py) uses too."""
+"""README first screen: the answers to a user's questions, the two set-up commands, the TRL snippet, then the
+findings; the snippet uses only calls and keywords that examples/trl_grpo_probe.py (run by tests/test_examples.py)
+uses too."""
 
 from __future__ import annotations
 
@@ -26,9 +27,14 @@ def _calls(tree: ast.AST) -> set[tuple[str, str]]:
     return out
 
 
-def test_first_screen_is_findings_quick_start_then_the_trl_probe():
-    assert _sections()[:3] == ["What it found (measured here)", "Quick start (fresh machine, CPU)",
-                               "Probe your own TRL run"]
+def test_first_screen_is_answers_quick_start_trl_probe_then_findings():
+    assert _sections()[:4] == ["What gapdyn tells you about your run", "Quick start (fresh machine, CPU)",
+                               "Probe your own TRL run", "What it found (measured here)"]
+    answers = README.split("## What gapdyn tells you about your run\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in answers.splitlines() if line.startswith("| **")]
+    assert len(rows) == 3 and all("`gapdyn inspect RUN`" in r for r in rows)  # each question names its command
+    for marker in ("lr-number-table", "alarm-table"):  # the blocks the testbed's tables go into
+        assert f"<!-- {marker} -->" in answers and f"<!-- /{marker} -->" in answers, marker
     found = README.split("## What it found (measured here)\n", 1)[1]
     prose = found.split("<!-- claims-table:", 1)[0].strip().splitlines()
     assert 1 <= len(prose) <= 6

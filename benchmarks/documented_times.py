@@ -1,0 +1,147 @@
+"""``python -m benchmarks.documented_times [--only NAME ...] [--write]``: time the commands the README and
+docs/quickstart.md state a time for, and rewrite their measured-times tables.
+
+Each command runs as a child process from the repository root, in one shared temporary folder (the quickstart's
+steps in order: ``inspect`` reads the probed run written before it). Per command: wall seconds, CPU seconds
+(user + system of the waited-for child, ``resource.getrusage(RUSAGE_CHILDREN)``), the 1-minute load average
+before, its maximum sampled every 2 s during, the core count and the date. CPU seconds change little with the
+load; wall seconds do, which is why every row states its load.
+
+Records are merged into ``benchmarks/documented_times.json`` (a row is replaced only when its command ran again);
+``--write`` renders them into the README's and docs/quickstart.md's blocks between the ``measured-times`` markers.
+A command not measured yet is shown as such, never given a number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORD = ROOT / "benchmarks" / "documented_times.json"
+BIN = Path(sys.executable).parent
+
+# name -> (command as documented, argv with {tmp} for the shared folder, where it is documented).
+COMMANDS: dict[str, tuple[str, list[str], str]] = {
+    "help": ("gapdyn --help", [str(BIN / "gapdyn"), "--help"], "README"),
+    "demo": ("gapdyn demo --seeds 3", [str(BIN / "gapdyn"), "demo", "--seeds", "3", "--no-progress",
+                                       "--out", "{tmp}/demo"], "quickstart"),
+    "trl_probe": ("python examples/trl_grpo_probe.py --steps 20 --out runs/probe",
+                  [sys.executable, "examples/trl_grpo_probe.py", "--steps", "20", "--out", "{tmp}/probe"],
+                  "quickstart"),
+    "inspect": ("gapdyn inspect runs/probe", [str(BIN / "gapdyn"), "inspect", "{tmp}/probe", "--out",
+                                              "{tmp}/inspect"], "quickstart"),
+    "reproduce_test": ("gapdyn reproduce --mode test", [str(BIN / "gapdyn"), "reproduce", "--mode", "test",
+                                                        "--no-progress", "--out", "{tmp}/reproduce-test"], "README"),
+    "reproduce_quick": ("gapdyn reproduce (= make reproduce after set-up)",
+                        [str(BIN / "gapdyn"), "reproduce", "--no-progress", "--out", "{tmp}/reproduce"], "README"),
+    "testbed_run": ("gapdyn train testbed --seed 0", [str(BIN / "gapdyn"), "train", "testbed", "--seed", "0",
+                                                      "--out", "{tmp}/tb0"], "README"),
+    "test_suite": ("make test (python -m pytest -m \"not slow\", set-up done)",
+                   [sys.executable, "-m", "pytest", "-m", "not slow", "-q", "-p", "no:cacheprovider"], "README"),
+}
+QUICKSTART = ("demo", "trl_probe", "inspect")
+
+
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def measure(argv: list[str], *, cwd=ROOT, env=None, sample_s: float = 2.0) -> dict:
+    """Run ``argv`` to its end; wall and CPU seconds (the child's user + system), load before / max / after."""
+    loads, done = [os.getloadavg()[0]], threading.Event()
+
+    def sample():
+        while not done.wait(sample_s):
+            loads.append(os.getloadavg()[0])
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    c0, w0 = _children_cpu(), time.perf_counter()
+    sampler.start()
+    try:
+        proc = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    finally:
+        done.set()
+        sampler.join()
+    return {"wall_s": round(time.perf_counter() - w0, 1), "cpu_s": round(_children_cpu() - c0, 1),
+            "load_before": round(loads[0], 1), "load_max": round(max(loads), 1),
+            "load_after": round(os.getloadavg()[0], 1), "exit": proc.returncode, "tail": proc.stdout[-2000:]}
+
+
+def _row(name: str, rec: dict | None) -> str:
+    shown = COMMANDS[name][0]
+    if rec is None:
+        return f"| `{shown}` | not measured yet | | | |"
+    ok = "" if rec["exit"] in (0, 3) else f" (exit {rec['exit']})"
+    return (f"| `{shown}` | {rec['wall_s']:g}{ok} | {rec['cpu_s']:g} | {rec['load_before']:g} / {rec['load_max']:g} | "
+            f"{rec['cores']} cores, {rec['date']} |")
+
+
+def render(records: dict, names) -> str:
+    """The markdown table of ``names`` (in that order) from ``records``."""
+    lines = ["| command | wall s | CPU s | load before / max during | machine, date |", "|---|---|---|---|---|"]
+    lines += [_row(n, records.get(n)) for n in names]
+    lines.append("")
+    lines.append("Measured by `python -m benchmarks.documented_times` (wall: elapsed; CPU: user + system of the "
+                 "command; the load is the 1-minute load average: on a loaded machine the wall grows, the CPU "
+                 "seconds much less).")
+    return "\n".join(lines)
+
+
+def replace_block(text: str, body: str, marker: str = "measured-times") -> str:
+    """``text`` with the lines between ``<!-- marker... -->`` and ``<!-- /marker -->`` replaced by ``body``."""
+    start = text.index(f"<!-- {marker}")
+    start = text.index("\n", start) + 1
+    end = text.index(f"<!-- /{marker} -->")
+    return text[:start] + body.rstrip("\n") + "\n" + text[end:]
+
+
+def write_docs(records: dict) -> list[Path]:
+    readme, quick = ROOT / "README.md", ROOT / "docs" / "quickstart.md"
+    targets = [(readme, [n for n in COMMANDS if COMMANDS[n][2] == "README"] + list(QUICKSTART)), (quick, QUICKSTART)]
+    written = []
+    for path, names in targets:
+        if path.is_file():
+            path.write_text(replace_block(path.read_text(), render(records, names)))
+            written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.documented_times", description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="+", choices=list(COMMANDS), help="time only these commands (in this order)")
+    ap.add_argument("--write", action="store_true", help="rewrite the README and docs/quickstart.md tables")
+    ap.add_argument("--render-only", action="store_true", help="time nothing; only --write from the record")
+    a = ap.parse_args(argv)
+    records = json.loads(RECORD.read_text()) if RECORD.is_file() else {}
+    if not a.render_only:
+        with tempfile.TemporaryDirectory(prefix="documented_times_") as tmp:
+            for name in a.only or list(COMMANDS):
+                argv_ = [x.replace("{tmp}", tmp) for x in COMMANDS[name][1]]
+                env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+                rec = measure(argv_, env=env)
+                rec.update(cores=os.cpu_count(), date=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+                print(f"{name:16s} wall {rec['wall_s']:8.1f} s  cpu {rec['cpu_s']:8.1f} s  load "
+                      f"{rec['load_before']}/{rec['load_max']}  exit {rec['exit']}", flush=True)
+                records[name] = {k: v for k, v in rec.items() if k != "tail"}
+                RECORD.write_text(json.dumps(records, indent=1, sort_keys=True) + "\n")
+                if rec["exit"] not in (0, 3):
+                    print(rec["tail"], file=sys.stderr)
+    if a.write:
+        for path in write_docs(records):
+            print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
