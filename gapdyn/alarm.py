@@ -24,6 +24,7 @@ numpy at import; scipy inside the functions.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -71,15 +72,25 @@ def series_of(run: AlarmRun, statistic: str) -> tuple[np.ndarray, np.ndarray] | 
     return (t, x) if np.isfinite(x).any() else None
 
 
-def _scores(run, statistic, detector):
+@functools.lru_cache(maxsize=8192)
+def _cached_scores(run, statistic, detector):
     s = series_of(run, statistic)
     return None if s is None else detector.scores(s[1], s[0])
 
 
+def _scores(run, statistic, detector):
+    """Scores do not depend on the cutoff: one computation per (run, statistic, score rule), cached (a run is
+    immutable once built: its series are not to be changed)."""
+    return _cached_scores(run, statistic, detector.at_cutoff(0.0))
+
+
 def alarm_step(run: AlarmRun, statistic: str, detector: Detector) -> int | None:
     """The first step at which ``detector`` fires on the run's ``statistic`` (None: never, or not logged)."""
-    s = series_of(run, statistic)
-    return None if s is None else detector.first_firing(s[1], s[0])
+    sc = _scores(run, statistic, detector)
+    if sc is None:
+        return None
+    hit = np.flatnonzero(sc[1] >= detector.cutoff)
+    return int(sc[0][hit[0]]) if hit.size else None
 
 
 def lead_time(run: AlarmRun, statistic: str, detector: Detector) -> float | None:
@@ -108,8 +119,8 @@ def _split(runs: Iterable[AlarmRun], statistic: str):
 
 
 def _watched_steps(run: AlarmRun, statistic: str, detector: Detector) -> int:
-    t, x = series_of(run, statistic)
-    a = detector.first_firing(x, t)
+    t, _ = series_of(run, statistic)
+    a = alarm_step(run, statistic, detector)
     return int((a if a is not None else t[-1]) - t[0] + 1)
 
 
@@ -300,10 +311,11 @@ def specs_hash(specs: Sequence[AlarmSpec]) -> str:
 def evaluate_spec(spec: AlarmSpec, calibration: Sequence[AlarmRun], heldout: Sequence[AlarmRun], *,
                   calibrate_groups: Sequence[str] | None = None, leads=(0, 5, 10)) -> list[dict]:
     """Calibrate ``spec`` on the never-collapsing runs of ``calibration`` (of ``calibrate_groups``, all when
-    None), then one row per group of ``heldout``: the cutoff, held-out false alarms (k / n, Wilson), collapsing
-    runs, detected shares at ``leads`` and at the spec's lead, the median lead with its interval, the TPR at the
-    spec's far on the held-out ROC at the spec's lead and its AUC. A spec that cannot be calibrated (no
-    never-collapsing calibration run with the statistic) gives rows with ``cutoff`` NaN and a ``note``."""
+    None), then one row per group of ``heldout``: the cutoff (score units) and the detector's threshold, held-out
+    false alarms (k / n, Wilson), collapsing runs, detected shares at ``leads`` and at the spec's lead, the median
+    lead with its interval, the TPR at the spec's far on the held-out ROC at the spec's lead and its AUC. A spec
+    that cannot be calibrated (no never-collapsing calibration run with the statistic) gives rows with ``cutoff``
+    NaN and a ``note``."""
     cal_runs = [r for r in calibration if calibrate_groups is None or r.group in calibrate_groups]
     groups = sorted({r.group for r in heldout})
     try:
@@ -323,7 +335,7 @@ def evaluate_spec(spec: AlarmSpec, calibration: Sequence[AlarmRun], heldout: Seq
             lt = lead_times(runs, spec.statistic, det)
             summ = lead_summary(lt, at=leads)
             roc = roc_at_lead(runs, spec.statistic, spec.detector, spec.lead)
-            row.update(cutoff=cal.cutoff, cal_false_alarms=cal.k, n_negatives=fa["n"], false_alarms=fa["k"],
+            row.update(cutoff=cal.cutoff, threshold=float(det.threshold), cal_false_alarms=cal.k, n_negatives=fa["n"], false_alarms=fa["k"],
                        far=fa["rate"].estimate if fa["rate"] else math.nan,
                        far_lo=fa["rate"].lo if fa["rate"] else math.nan,
                        far_hi=fa["rate"].hi if fa["rate"] else math.nan, far_per_step=fa["per_step"],
