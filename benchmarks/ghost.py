@@ -1,0 +1,131 @@
+"""The every-step ghost probe (llm_probe.ghost) against a plain RL step on the testbed (CPU, 1 torch thread).
+
+Two :class:`llm_probe.Trainer` instances from copies of the same model and seed, both with ``probe_every=0``;
+one runs the ghost probe around its optimizer step: at theta_k (after backward and clipping) ``ghost_gaps`` of
+the batch's mixed groups with the direction grad L (Gram matrix, norms, <grad L, g_q>), a snapshot of theta_k,
+the step, then <theta_{k+1} - theta_k, g_q> from the kept captures. The steps are timed alternately (process CPU
+time and wall), the trajectories checked equal (rewards and losses), and the peak live torch CPU bytes of one step
+of each (benchmarks.llm.peak_memory) compared with the bytes of one copy of the trainable parameters.
+
+``python -m benchmarks.ghost [--repeats N] [--tiny]``
+"""
+
+from __future__ import annotations
+
+import copy
+import tempfile
+from dataclasses import dataclass
+
+import torch
+
+from gapdyn.cmdline import parse
+from llm_probe import Trainer
+from llm_probe.ghost import ghost_gaps
+
+from .llm import LLMSetup, _config, _interleaved_cpu, peak_memory, testbed_setup, warm_policy
+from .timing import load_average, ratio
+
+__all__ = ["attach_ghost", "ghost_step_times", "main"]
+
+
+def attach_ghost(trainer: Trainer, *, route: str = "auto") -> list:
+    """Wrap ``trainer``'s rollout and optimizer step so every step runs the ghost probe (module doc); returns
+    the list each probed step appends (n mixed groups, norms, <-grad L, g_q>, <update, g_q>) to."""
+    log, last = [], {}
+    rollout, step = trainer.rollout, trainer.opt.step
+
+    def keep_rollout(*a, **k):
+        last["ro"] = rollout(*a, **k)
+        return last["ro"]
+
+    def probed_step(*a, **k):
+        params = {n: p for n, p in trainer.model.named_parameters() if p.requires_grad}
+        grads = {n: p.grad if p.grad is not None else torch.zeros_like(p) for n, p in params.items()}
+        gg = ghost_gaps(trainer.model, last["ro"], params, {"grad": grads}, keep=True, route=route)
+        old = {n: p.detach().clone() for n, p in params.items()}
+        out = step(*a, **k)
+        dmu = gg.dot(params, minus=old)
+        gg.release()
+        log.append((len(gg.groups), gg.norms, -gg.dots["grad"], dmu))
+        return out
+
+    trainer.rollout = keep_rollout
+    trainer.opt.step = probed_step
+    return log
+
+
+@dataclass(frozen=True)
+class GhostTimes:
+    times: dict  # "plain", "ghost" -> Stat (CPU seconds per step)
+    wall: dict  # the same, wall seconds
+    ratio: object  # Stat: ghost / plain per round (CPU)
+    ratio_wall: object
+    same_trajectory: bool
+    mixed_per_step: float
+    peak: dict  # "plain", "ghost" -> peak live torch bytes above the step's start
+    param_bytes: int
+
+
+def ghost_step_times(model, tok, task, setup: LLMSetup, repeats: int = 5, route: str = "auto") -> GhostTimes:
+    tmp = tempfile.TemporaryDirectory(prefix="gapdyn_bench_ghost_")
+    tr = {k: Trainer(_config(setup, "off", f"{tmp.name}/{k}"), model=copy.deepcopy(model), tokenizer=tok, task=task)
+          for k in ("plain", "ghost")}
+    log = attach_ghost(tr["ghost"], route=route)
+    seen = {k: [] for k in tr}
+
+    def stepper(k):
+        def f():
+            m = tr[k].train_step()
+            seen[k].append((m["reward"], m["loss"]))
+        return f
+
+    wall, cpu = _interleaved_cpu({k: stepper(k) for k in tr}, repeats=repeats, warmup=1)
+    peak = {k: peak_memory(stepper(k))[0] for k in tr}
+    same = seen["plain"] == seen["ghost"]
+    tmp.cleanup()
+    params = [p for p in model.parameters() if p.requires_grad]
+    return GhostTimes(cpu, wall, ratio(cpu["ghost"], cpu["plain"]), ratio(wall["ghost"], wall["plain"]), same,
+                      sum(x[0] for x in log) / max(1, len(log)), peak,
+                      sum(p.numel() * p.element_size() for p in params))
+
+
+@dataclass
+class GhostBenchConfig:
+    repeats: int = 5
+    """Timed rounds (each: one plain step and one probed step, alternately)."""
+    tiny: bool = False
+    """The warmed tiny Qwen of benchmarks.llm instead of the testbed's pinned small warm start."""
+    route: str = "auto"
+    """llm_probe.ghost route: auto, ghost or grad."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    import sys
+
+    a = parse(GhostBenchConfig, sys.argv[1:] if argv is None else argv, prog="benchmarks.ghost")
+    load0 = load_average()
+    if a.tiny:
+        setup = LLMSetup(probe_prompts=0)
+        model, tok, task, _ = warm_policy(setup)
+    else:
+        setup, (model, tok, task, _) = testbed_setup()
+    res = ghost_step_times(model, tok, task, setup, repeats=a.repeats, route=a.route)
+    load1 = load_average()
+    mib = 2**20
+    print(f"{'tiny' if a.tiny else 'testbed'} model, B = {setup.prompts_per_step} x G = {setup.group_size}, "
+          f"{res.mixed_per_step:.1f} mixed groups per step, route {a.route}, CPU, 1 thread, {a.repeats} rounds; "
+          f"same trajectory: {res.same_trajectory}")
+    for k in ("plain", "ghost"):
+        print(f"  {k:>5} step: CPU {1e3 * res.times[k].median:8.1f} ms {res.times[k].spread():>12} | wall "
+              f"{1e3 * res.wall[k].median:8.1f} ms | peak {res.peak[k] / mib:7.1f} MiB")
+    r, w = res.ratio, res.ratio_wall
+    print(f"  probed / plain step: CPU x{r.median:.2f} [{r.lo:.2f}, {r.hi:.2f}], wall x{w.median:.2f} "
+          f"[{w.lo:.2f}, {w.hi:.2f}] (target <= 1.3x)")
+    print(f"  peak extra memory: {(res.peak['ghost'] - res.peak['plain']) / mib:.1f} MiB; one copy of the trainable "
+          f"parameters: {res.param_bytes / mib:.1f} MiB")
+    print(f"  load average before {load0[0]:.1f}, after {load1[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
