@@ -41,12 +41,32 @@ def test_every_committed_row_carries_its_study_declaration():
     assert {f.parent.name.removesuffix("-full") for f in folders} <= set(STUDIES)
     for f in folders:
         mod = _module(f.parent.name.removesuffix("-full"))
-        hashes = {gapdyn.criteria_hash({k: s.criterion for k, s in mod.SPECS.items()})}
+        hashes = {gapdyn.criteria_hash({k: s.criterion for k, s in mod.SPECS.items()}),
+                  *getattr(mod, "EARLIER_CRITERIA_HASHES", ())}  # rows decided before a re-freeze of other claims
         for row in json.loads(f.read_text()):
             spec = _spec_of(mod.SPECS, row["id"])
             assert (tuple(row["key"]) if row["key"] else None) == spec.key and row["role"] == spec.role, row["id"]
             assert row["form"] == spec.form and row["criterion"] == spec.criterion.to_dict(), row["id"]
             assert row["criteria_hash"] in hashes, (f, row["id"])
+
+
+@pytest.mark.parametrize("name", sorted(set(STUDIES) - {"llm-wide"}))
+def test_a_refrozen_criterion_is_recorded_with_the_hash_it_replaced(name):
+    """A re-freeze names the superseded criterion and the study's hash while it held: putting the old criterion
+    back reproduces that hash (so the record is the criteria as they were), and no committed row still carries the
+    superseded criterion (its rows were withdrawn, to be decided again by a run under the new one)."""
+    mod = _module(name)
+    refrozen = getattr(mod, "REFROZEN", {})
+    assert set(getattr(mod, "EARLIER_CRITERIA_HASHES", ())) == {h for _, h, _ in refrozen.values()}
+    for cid, (old, old_hash, why) in refrozen.items():
+        assert old != mod.SPECS[cid].criterion and why, cid
+        crit = {k: s.criterion for k, s in mod.SPECS.items()}
+        crit.update({k: o for k, (o, h, _) in refrozen.items() if h == old_hash})
+        assert gapdyn.criteria_hash(crit) == old_hash, cid
+    for f in (ROOT / "docs" / "verdicts").glob(f"{name}-*/claims.json"):
+        for row in json.loads(f.read_text()):
+            if row["id"] in refrozen:
+                assert row["criterion"] != refrozen[row["id"]][0].to_dict(), (f, row["id"])
 
 
 @pytest.mark.parametrize("name", sorted(set(STUDIES) - {"llm-wide"}))

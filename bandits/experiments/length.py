@@ -159,8 +159,13 @@ class Config:
 
 
 
-KEYS = {cid: (("Suk & Duan", "Theorem 3"), "test") for cid in STATEMENTS}
-"""Claim id -> (statement key, role) (gapdyn.claims.STATEMENTS, ROLES)."""
+KEYS = {cid: (("Suk & Duan", "Theorem 3"), "exploratory" if cid.startswith("eta_star_vs_T/") else "test")
+        for cid in STATEMENTS}
+"""Claim id -> (statement key, role) (gapdyn.claims.STATEMENTS, ROLES). The slope rows are exploratory: Thm 3's
+step condition eta <= c (1 - J)/T is sufficient, a lower bound on eta*, not a law eta* ~ 1/T; the band
+[-1.25, -0.75] is the project's, not the paper's; streams that never collapse enter as right-censored normal
+values (a cure process, not censoring) and the censored fit's own coverage was never measured. Thm 3's bound is
+tested in its form by its violations in bandits.experiments.success_rate (docs/evidence.md section 10)."""
 SPECS = keyed_specs(claim_specs(STATEMENTS, CRITERIA, FORMS, primary=()), KEYS)
 """Every claim's frozen gapdyn.ClaimSpec (the tables above, verbatim), by claim id."""
 
