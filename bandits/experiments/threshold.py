@@ -199,16 +199,17 @@ _T1, _T2, _T3 = ("Suk & Duan", "Theorem 1"), ("Suk & Duan", "Theorem 2"), ("Suk 
 KEYS = {
     "finite_share": (_T2, "test"), "sharpness": (_T2, "test"), "reconverge": (_T2, "test"),
     "ratio_reinforce_grpo": (("Suk & Duan", "Gap direction"), "exploratory"), "identity_dr_reinforce": (None, "test"),
-    "thm1_conservative": (_T1, "test"), "gap_spearman": (_T2, "test"),
+    "thm1_conservative": (_T1, "exploratory"), "gap_spearman": (_T2, "test"),
     "adaptive_collapse": (_T3, "exploratory"), "linesearch_collapse": (_T2, "exploratory"),
     **{k: (None, "exploratory") for k in ("dip_recovers", "eta_star_over_dip", "sampled_collapse", "adaptive_speed",
                                           "linesearch_speed", "trap_accuracy", "trap_auc", "predictor_lookahead",
                                           "predictor_sharp")},
 }
 """Claim id -> (statement key, role) (gapdyn.claims.STATEMENTS, ROLES). finite_share tests Thm 2's existence
-statement since its re-freeze (REFROZEN); the eta* ratio rests
-on a scalar that varies with J along a run, with the project's band: exploratory; the controllers go beyond the
-theorems they build on."""
+statement since its re-freeze (REFROZEN); thm1_conservative takes Thm 1's step condition at theta0 only, while
+the theorem's premise is the condition at every step of the run: exploratory; the eta* ratio rests on a scalar
+that varies with J along a run, with the project's band: exploratory; the controllers go beyond the theorems
+they build on."""
 SPECS = keyed_specs(claim_specs(STATEMENTS, CRITERIA, FORMS, primary=()), KEYS)
 """Every claim's frozen gapdyn.ClaimSpec (the tables above, verbatim), by claim id."""
 
