@@ -154,6 +154,9 @@ def test_tiny_run_writes_its_summary(tmp_path):
         assert key in s
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["lr_step"] for r in rows] == pytest.approx([5e-4, 1e-3, 1e-3])
+    head = [json.loads(x) for x in (tmp_path / "run" / "lm_head.jsonl").read_text().splitlines()]
+    assert [h["step"] for h in head] == [0, 1, 2]
+    assert all(0 <= h["grad_norm"] < np.inf and 0 <= h["update_norm"] < np.inf for h in head)
     o = rl_outcome([(e["step"], e["acc"]) for e in s["evaluations"]], [r["reward"] for r in rows],
                    A0=s["heldout_acc_before"], R0=s["reward_before"])
     assert o.label == s["outcome"]

@@ -20,11 +20,15 @@ from ..config import check_settings
 from .outcome import rl_outcome
 from .task import LENGTHS, ScratchpadAddition
 
-__all__ = ["TestbedSetting", "DEFAULT_LR", "run_testbed", "SUMMARY"]
+__all__ = ["TestbedSetting", "DEFAULT_LR", "run_testbed", "SUMMARY", "HEAD_LOG"]
 
 DEFAULT_LR = 1e-4
 """The documented learning lr of the default setting (Adam, GRPO, long scratchpad, small model)."""
 SUMMARY = "summary.json"
+HEAD_LOG = "lm_head.jsonl"
+"""Per step: the LM head's gradient norm (before any clipping) and the norm of its weight change, the statistic of
+Dynamic Gradient Gating (arXiv 2605.19425) as a baseline detector; one row per step (a skipped step: no gradient,
+``grad_norm`` null)."""
 _INF = float("inf")
 _RANGES = {"lr": ("float", 0, _INF, False, False), "steps": ("int", 1, _INF, True, False),
            "eval_every": ("int", 1, _INF, True, False), "n_heldout": ("int", 1, _INF, True, False),
@@ -71,6 +75,8 @@ def run_testbed(setting: TestbedSetting, seed: int, out: str | Path, *, warm_dir
     """Run one testbed cell on ``seed`` into ``out``; returns (and writes) summary.json's dict.
 
     ``warm_dir``: a saved model folder to start from instead of the pinned checkpoint of ``setting.size``."""
+    import torch
+
     from ..config import TrainConfig
     from ..model import load_policy
     from ..trainer import FaultError, Trainer
@@ -92,8 +98,18 @@ def run_testbed(setting: TestbedSetting, seed: int, out: str | Path, *, warm_dir
     before_greedy = _evaluate(model, tok, task, held, max_new, seed, 0, greedy=True)
     trainer = Trainer(cfg, model=model, tokenizer=tok, task=task)
     evals = []
+    head = trainer.model.get_output_embeddings().weight
+    head_before = [head.detach().clone()]
+    head_log = (out / HEAD_LOG).open("a")
 
     def on_step(tr, k, m):
+        with torch.no_grad():  # the LM head's gradient norm and weight change of step k (arXiv 2605.19425's signal)
+            g = head.grad
+            row = {"step": k, "grad_norm": float(g.norm()) if g is not None else None,
+                   "update_norm": float((head.detach() - head_before[0]).norm())}
+            head_before[0] = head.detach().clone()
+        head_log.write(json.dumps(row) + "\n")
+        head_log.flush()
         if (k + 1) % setting.eval_every == 0 or k + 1 == setting.steps:
             e = _evaluate(tr.model, tok, task, held, max_new, seed, k + 1)
             evals.append({"step": k + 1, **e})
@@ -102,6 +118,8 @@ def run_testbed(setting: TestbedSetting, seed: int, out: str | Path, *, warm_dir
         result = trainer.run(on_step=on_step, checkpoint=False)
     except FaultError as exc:  # max_faults non-finite steps in a row: the run is labelled failed, not lost
         result = {"faults": trainer.faults, "fault_reason": str(exc)}
+    finally:
+        head_log.close()
     after_greedy = _evaluate(trainer.model, tok, task, held, max_new, seed, setting.steps, greedy=True)
     rows = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines() if ln.strip()]
     rewards = [r.get("reward", np.nan) if not r.get("skipped") else np.nan for r in rows]
