@@ -19,7 +19,13 @@ CAPTION = (
     "eta*A on the sampled token. (a, b) mean Delta H per unit step over (p_s, C) for A > 0 and A < 0: the dashed "
     "line p_s = C separates peak tokens (entropy falls for A > 0, rises for A < 0) from valley tokens (the "
     "reverse). (c, d) Delta p_s: always up for A > 0, down for A < 0. (e) share of tokens whose bin mispredicts "
-    "the exact sign of Delta H; (f) the misses all sit just above p_s = C (valley tokens never disagree)."
+    "the exact sign of Delta H; (f) the misses all sit just above p_s = C (valley tokens never disagree). "
+    "How to read it: the taxonomy holds where each side of the dashed line has one colour in (a, b), orange "
+    "(Delta H > 0) on the valley side and purple (Delta H < 0) on the peak side for A > 0, the reverse for A < 0; "
+    "(c, d) have one colour throughout, since the sampled token's probability follows the sign of A whatever its "
+    "bin; the grey cells of (e) and the orange bars of (f) show where and by how much the bin rule fails: a thin "
+    "band along p_s = C on the peak side. Verdicts: the taxonomy rows of docs/claims.md "
+    "(taxonomy.bin_predicts_sign, taxonomy.misses_near_boundary, taxonomy.valley_never_disagrees)."
 )
 
 
