@@ -186,12 +186,17 @@ class Config:
 
 
 
+_OUTSIDE = ("stagnation.optimum_below_one.", "stagnation.adaptive_", "stagnation.plateau.",
+            "stagnation.larger_eta_escapes")
 KEYS = {cid: (None if cid.startswith(("stagnation.optimum_below_one.", "stagnation.adaptive_"))
                  else ("Suk & Duan", "stagnation"),
-                 "exploratory" if cid.startswith(("stagnation.optimum_below_one.", "stagnation.adaptive_")) else "test")
+                 "exploratory" if cid.startswith(_OUTSIDE) else "test")
         for cid in STATEMENTS}
 """Claim id -> (statement key, role) (gapdyn.claims.STATEMENTS, ROLES): the interior optimum and the step
-controller are beyond the papers."""
+controller are beyond the papers. The stall rows and the eta comparison are exploratory: the stall of the
+statement (J_max ~ 1 - c eta T) comes from noisy updates on responses of T > 1 tokens, and these settings run
+exact GRPO with T = 1; interference's premise J* < 1 is not met (BFGS J* = 1 on every confirmation instance);
+the comparison pools settings and runs with a collapsed context (docs/evidence.md section 10)."""
 SPECS = keyed_specs(claim_specs(STATEMENTS, CRITERIA, FORMS, primary=()), KEYS)
 """Every claim's frozen gapdyn.ClaimSpec (the tables above, verbatim), by claim id."""
 
