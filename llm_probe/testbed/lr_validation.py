@@ -1,0 +1,160 @@
+"""The learning-rate number scored against measured critical lrs: the dose-response ground truth of a testbed
+study, the lr suggested from a run's first K steps, and the predictor table.
+
+Ground truth, per setting (method, length, size; the random-advantage control apart): the lr of 10 % and 50 %
+collapse (gapdyn.dose.fit_dose_response on the runs' ``collapsed`` labels, profile-likelihood 95 % intervals),
+P(learned) per tested lr with Wilson intervals, and the best tested lr (highest P(learned), ties by mean final
+held-out accuracy) -- what a user tuning by hand would pick, with hindsight.
+
+Predictions: from each run at an lr below the setting's lr10, the suggestion of llm_probe.lr_finder.lr_suggestion
+over its probed steps k < K (the study probes every 5th step: K = 20 gives 4 values, the finder's own runs give K).
+Scored per setting: predicted / lr10 (median and quartiles over runs), the safe share (runs whose prediction lies
+below lr10, i.e. fitted P(collapse) < 10 %, Wilson interval), and P(learned) at the prediction (the tested lr
+nearest below it) against P(learned) at the best tested lr. Baselines in the same table: the best tested lr and
+TRL's default GRPO lr (1e-6, GRPOConfig), each placed on the same dose-response.
+
+The length scaling (Suk & Duan, arXiv 2510.08539, Thm 3: eta* proportional to (1 - J) / T) as a predictor: its
+constant is fixed on one setting (the reference length) and predicts lr10 of the other lengths from their T
+(median completion tokens) and J (pre-RL held-out accuracy).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["TRL_DEFAULT_LR", "SETTING_KEYS", "ground_truth", "predictions", "predictor_table", "length_scaling"]
+
+TRL_DEFAULT_LR = 1e-6
+"""TRL GRPOConfig's default learning_rate (TRL 0.14-1.x)."""
+SETTING_KEYS = ("method", "length", "size", "control")
+
+
+def _key(summary: dict) -> tuple:
+    return tuple(summary["setting"][k] for k in SETTING_KEYS)
+
+
+def ground_truth(summaries: list[dict]) -> dict:
+    """Per setting key: ``{"lr10": DoseFit, "lr50": DoseFit, "per_lr": DataFrame, "best_lr": float, "n": int,
+    "T": median completion tokens before RL, "J": mean pre-RL held-out accuracy}`` (failed runs left out)."""
+    import pandas as pd
+
+    from gapdyn.dose import fit_dose_response
+    from gapdyn.stats import wilson_interval
+
+    groups: dict[tuple, list[dict]] = {}
+    for s in summaries:
+        if s["outcome"] != "failed":
+            groups.setdefault(_key(s), []).append(s)
+    out = {}
+    for key, runs in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        lrs = np.array([r["setting"]["lr"] for r in runs])
+        collapsed = np.array([r["outcome"] == "collapsed" for r in runs], dtype=int)
+        rows = []
+        for lr in sorted(set(lrs.tolist())):
+            at = [r for r in runs if r["setting"]["lr"] == lr]
+            k = sum(r["outcome"] == "learned" for r in at)
+            kc = sum(r["outcome"] == "collapsed" for r in at)
+            ci, cc = wilson_interval(k, len(at)), wilson_interval(kc, len(at))
+            rows.append({"lr": lr, "n": len(at), "learned": k, "P_learned": k / len(at), "P_learned_lo": ci.lo,
+                         "P_learned_hi": ci.hi, "collapsed": kc, "P_collapsed": kc / len(at),
+                         "P_collapsed_lo": cc.lo, "P_collapsed_hi": cc.hi,
+                         "acc_after": float(np.mean([r["heldout_acc_after"] for r in at]))})
+        per_lr = pd.DataFrame(rows)
+        best = per_lr.sort_values(["P_learned", "acc_after"], ascending=False).iloc[0]
+        out[key] = {"lr10": fit_dose_response(lrs, collapsed, p=0.1), "lr50": fit_dose_response(lrs, collapsed, p=0.5),
+                    "per_lr": per_lr, "best_lr": float(best["lr"]), "n": len(runs),
+                    "T": float(np.median([r["completion_tokens_median_before"] for r in runs])),
+                    "J": float(np.mean([r["heldout_acc_before"] for r in runs]))}
+    return out
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    p = run_dir / "metrics.jsonl"
+    return [json.loads(ln) for ln in p.read_text().splitlines() if ln.strip()] if p.is_file() else []
+
+
+def predictions(root: str | Path, *, K: int = 20) -> list[dict]:
+    """One row per finished run under ``root``: its setting key, lr, seed and the lr suggested from its probed
+    steps k < K (llm_probe.lr_finder.lr_suggestion)."""
+    from ..lr_finder import lr_suggestion
+    from .run import SUMMARY
+
+    out = []
+    for p in sorted(Path(root).glob(f"*/{SUMMARY}")):
+        s = json.loads(p.read_text())
+        rows = [r for r in _rows(p.parent) if int(r.get("step", K)) < K and not r.get("skipped")]
+        sug = lr_suggestion(rows)
+        out.append({"key": _key(s), "lr": s["setting"]["lr"], "seed": s["seed"], "outcome": s["outcome"],
+                    "suggested_lr": sug["suggested_lr"], "steps": sug["steps"]})
+    return out
+
+
+def _p_learned_at(per_lr, lr: float) -> float:
+    """P(learned) at the tested lr nearest below ``lr`` (NaN below the grid)."""
+    below = per_lr[per_lr["lr"] <= lr * (1 + 1e-9)]
+    return float(below.iloc[-1]["P_learned"]) if len(below) else math.nan
+
+
+def predictor_table(truth: dict, preds: list[dict]):
+    """Per setting and probe lr below lr10 (the point estimate): runs, predicted / lr10 median and quartiles,
+    the safe share with its Wilson interval, P(learned) at the median prediction; and the two baselines (best
+    tested lr, TRL's default) as rows of the same table. A pandas DataFrame."""
+    import pandas as pd
+
+    from gapdyn.stats import wilson_interval
+
+    rows = []
+    for key, gt in truth.items():
+        lr10 = gt["lr10"].lr
+        if not math.isfinite(lr10):
+            continue
+        setting = dict(zip(SETTING_KEYS, key))
+        for probe_lr in sorted({p["lr"] for p in preds if p["key"] == key and p["lr"] < lr10}):
+            ps = [p for p in preds if p["key"] == key and p["lr"] == probe_lr and math.isfinite(p["suggested_lr"])]
+            if not ps:
+                continue
+            ratio = np.array([p["suggested_lr"] / lr10 for p in ps])
+            safe = int((ratio < 1).sum())
+            ci = wilson_interval(safe, len(ps))
+            med = float(np.median([p["suggested_lr"] for p in ps]))
+            rows.append({**setting, "predictor": f"headroom at {probe_lr:g}", "runs": len(ps),
+                         "steps_median": float(np.median([p["steps"] for p in ps])), "lr": med, "lr10": lr10,
+                         "ratio_median": float(np.median(ratio)), "ratio_q25": float(np.quantile(ratio, 0.25)),
+                         "ratio_q75": float(np.quantile(ratio, 0.75)), "safe": safe, "safe_share": safe / len(ps),
+                         "safe_lo": ci.lo, "safe_hi": ci.hi, "P_learned_at": _p_learned_at(gt["per_lr"], med),
+                         "P_learned_best": float(gt["per_lr"]["P_learned"].max())})
+        for name, lr in (("best tested lr", gt["best_lr"]), ("TRL default", TRL_DEFAULT_LR)):
+            rows.append({**setting, "predictor": name, "runs": math.nan, "steps_median": math.nan, "lr": lr,
+                         "lr10": lr10, "ratio_median": lr / lr10, "ratio_q25": math.nan, "ratio_q75": math.nan,
+                         "safe": math.nan, "safe_share": float(lr < lr10), "safe_lo": math.nan, "safe_hi": math.nan,
+                         "P_learned_at": _p_learned_at(gt["per_lr"], lr),
+                         "P_learned_best": float(gt["per_lr"]["P_learned"].max())})
+    return pd.DataFrame(rows)
+
+
+def length_scaling(truth: dict, *, reference: str = "long"):
+    """Thm 3's (1 - J) / T scaling as a predictor of lr10 across lengths: c = lr10_ref T_ref / (1 - J_ref) fixed on
+    the reference length of each (method, size, control), then predicted lr10 = c (1 - J) / T for the others,
+    beside the measured lr10 and its interval. A pandas DataFrame."""
+    import pandas as pd
+
+    rows = []
+    for key, gt in truth.items():
+        setting = dict(zip(SETTING_KEYS, key))
+        if setting["length"] != reference:
+            continue
+        c = gt["lr10"].lr * gt["T"] / (1 - gt["J"])
+        for key2, gt2 in truth.items():
+            s2 = dict(zip(SETTING_KEYS, key2))
+            if any(s2[k] != setting[k] for k in SETTING_KEYS if k != "length"):
+                continue
+            pred = c * (1 - gt2["J"]) / gt2["T"]
+            f = gt2["lr10"]
+            rows.append({**s2, "T": gt2["T"], "J": gt2["J"], "lr10_predicted": pred, "lr10_measured": f.lr,
+                         "lr10_lo": f.lo, "lr10_hi": f.hi, "inside": bool(f.lo <= pred <= f.hi),
+                         "reference": s2["length"] == reference})
+    return pd.DataFrame(rows)

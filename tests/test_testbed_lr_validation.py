@@ -1,0 +1,72 @@
+"""llm_probe.testbed.lr_validation: ground truth, predictions and the predictor table on a synthetic study folder."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from llm_probe.testbed.lr_validation import ground_truth, length_scaling, predictions, predictor_table
+
+LRS = (1e-4, 2e-4, 3e-4, 4e-4)
+
+
+def _summary(lr, seed, outcome, length="long", acc_after=0.5):
+    return {"setting": {"method": "grpo", "length": length, "size": "small", "control": False, "lr": lr},
+            "seed": seed, "outcome": outcome, "heldout_acc_before": 0.3, "heldout_acc_after": acc_after,
+            "completion_tokens_median_before": 40 if length == "long" else 20}
+
+
+def _study(tmp_path):
+    out = []
+    for seed in range(4):
+        for lr in LRS:
+            outcome = "collapsed" if lr > 3e-4 or (lr == 3e-4 and seed < 2) else "learned"
+            s = _summary(lr, seed, outcome, acc_after=0.0 if outcome == "collapsed" else 0.6 + lr * 100)
+            d = tmp_path / f"lr={lr}_seed={seed}"
+            d.mkdir()
+            (d / "summary.json").write_text(json.dumps(s))
+            rows = [{"step": k, "gap/headroom_lr": (k + 1) * 1e-5} if k % 5 == 0 else {"step": k} for k in range(30)]
+            (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+            out.append(s)
+    return out
+
+
+def test_ground_truth_counts_and_best_lr(tmp_path):
+    gt = ground_truth(_study(tmp_path))
+    (key, g), = gt.items()
+    assert key == ("grpo", "long", "small", False) and g["n"] == 16
+    assert list(g["per_lr"]["collapsed"]) == [0, 0, 2, 4] and list(g["per_lr"]["learned"]) == [4, 4, 2, 0]
+    assert g["best_lr"] == 2e-4  # P(learned) ties at 1e-4 and 2e-4, broken by the final accuracy
+    assert 2e-4 < g["lr50"].lr < 4e-4 and g["lr10"].lr < g["lr50"].lr
+    assert g["T"] == 40 and g["J"] == pytest.approx(0.3)
+
+
+def test_predictions_use_the_steps_before_K_only(tmp_path):
+    _study(tmp_path)
+    preds = predictions(tmp_path, K=20)
+    assert len(preds) == 16
+    # probed steps 0, 5, 10, 15 -> headroom_lr 1e-5, 6e-5, 11e-5, 16e-5: the lower median 6e-5
+    assert all(p["steps"] == 4 and p["suggested_lr"] == pytest.approx(6e-5) for p in preds)
+
+
+def test_predictor_table_ratios_against_lr10(tmp_path):
+    S = _study(tmp_path)
+    gt = ground_truth(S)
+    table = predictor_table(gt, predictions(tmp_path, K=20))
+    lr10 = next(iter(gt.values()))["lr10"].lr
+    head = table[table["predictor"].str.startswith("headroom")]
+    assert set(head["runs"]) == {4} and np.allclose(head["ratio_median"], 6e-5 / lr10)
+    assert set(head["safe_share"]) == {1.0}
+    best = table[table["predictor"] == "best tested lr"].iloc[0]
+    assert best["lr"] == 2e-4 and best["P_learned_at"] == 1.0
+
+
+def test_length_scaling_fixes_the_constant_on_the_reference(tmp_path):
+    S = _study(tmp_path) + [_summary(lr, 9, "collapsed" if lr >= 2e-4 else "learned", length="short")
+                            for lr in LRS for _ in range(3)]
+    t = length_scaling(ground_truth(S)).set_index("length")
+    assert t.loc["long", "lr10_predicted"] == pytest.approx(t.loc["long", "lr10_measured"])
+    # same J, half the T: Thm 3's scaling predicts twice the reference lr10
+    assert t.loc["short", "lr10_predicted"] == pytest.approx(2 * t.loc["long", "lr10_measured"])
