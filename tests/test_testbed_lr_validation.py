@@ -70,3 +70,14 @@ def test_length_scaling_fixes_the_constant_on_the_reference(tmp_path):
     assert t.loc["long", "lr10_predicted"] == pytest.approx(t.loc["long", "lr10_measured"])
     # same J, half the T: Thm 3's scaling predicts twice the reference lr10
     assert t.loc["short", "lr10_predicted"] == pytest.approx(2 * t.loc["long", "lr10_measured"])
+
+
+def test_decide_reads_the_criteria(tmp_path):
+    from llm_probe.testbed.lr_validation import CRITERIA, criteria_hash, decide
+
+    S = _study(tmp_path)
+    gt = ground_truth(S)
+    v = {d["criterion"]: d["verdict"] for d in decide(predictor_table(gt, predictions(tmp_path, K=20)))}
+    assert v["safe"] == "undecided"  # 4/4 safe: Wilson lower end 0.51 < 0.8
+    assert v["informative"] == "not measured"  # the suggestion 6e-5 lies below the tested grid
+    assert len(criteria_hash()) == 16 and criteria_hash() != criteria_hash({**CRITERIA, "K": 10})

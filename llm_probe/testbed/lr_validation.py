@@ -26,11 +26,31 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["TRL_DEFAULT_LR", "SETTING_KEYS", "ground_truth", "predictions", "predictor_table", "length_scaling"]
+__all__ = ["TRL_DEFAULT_LR", "SETTING_KEYS", "CRITERIA", "criteria_hash", "ground_truth", "predictions",
+           "predictor_table", "length_scaling", "decide"]
 
 TRL_DEFAULT_LR = 1e-6
 """TRL GRPOConfig's default learning_rate (TRL 0.14-1.x)."""
 SETTING_KEYS = ("method", "length", "size", "control")
+CRITERIA = {
+    "probe_lr": 1e-4, "K": 20,
+    "safe": {"share": 0.8, "rule": "Wilson 95 % interval of the share of runs whose suggestion lies below lr10: "
+                                    "holds if its lower end >= share, does not hold if its upper end < share"},
+    "informative": {"ratio_lo": 0.25, "learn_margin": 0.2,
+                    "rule": "median suggestion / lr10 >= ratio_lo and P(learned) at the median suggestion >= "
+                            "P(learned) at the best tested lr - learn_margin: holds if both, else does not hold"},
+    "length_scaling": {"rule": "Thm 3's (1-J)/T prediction of lr10 at the other length inside the measured lr10's "
+                               "95 % profile interval: holds if inside, does not hold if outside"},
+}
+"""The lr number's pre-declared criteria (fixed before the held-out block; :func:`criteria_hash`): the primary
+predictor is the headroom suggestion from the first K = 20 steps at the documented learning lr 1e-4."""
+
+
+def criteria_hash(criteria: dict = CRITERIA) -> str:
+    """sha256 of the criteria's canonical JSON, first 16 hex digits."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(criteria, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _key(summary: dict) -> tuple:
@@ -158,3 +178,35 @@ def length_scaling(truth: dict, *, reference: str = "long"):
                          "lr10_lo": f.lo, "lr10_hi": f.hi, "inside": bool(f.lo <= pred <= f.hi),
                          "reference": s2["length"] == reference})
     return pd.DataFrame(rows)
+
+
+def decide(table, scaling=None, criteria: dict = CRITERIA) -> list[dict]:
+    """The verdicts of :data:`CRITERIA` on a :func:`predictor_table` (rows of the primary probe lr) and a
+    :func:`length_scaling` table: one dict per setting and criterion with ``verdict`` (holds / does not hold /
+    undecided / not measured) and the numbers it rests on."""
+    out = []
+    prim = table[table["predictor"] == f"headroom at {criteria['probe_lr']:g}"]
+    for _, r in prim.iterrows():
+        setting = {k: r[k] for k in SETTING_KEYS}
+        c = criteria["safe"]["share"]
+        v = "holds" if r["safe_lo"] >= c else "does not hold" if r["safe_hi"] < c else "undecided"
+        out.append({**setting, "criterion": "safe", "verdict": v, "runs": int(r["runs"]),
+                    "value": f"{int(r['safe'])}/{int(r['runs'])} below lr10 [{r['safe_lo']:.2f}, {r['safe_hi']:.2f}]"})
+        ci = criteria["informative"]
+        learn_ok = math.isfinite(r["P_learned_at"]) and r["P_learned_at"] >= r["P_learned_best"] - ci["learn_margin"]
+        if not math.isfinite(r["P_learned_at"]):
+            v = "not measured"
+        else:
+            v = "holds" if r["ratio_median"] >= ci["ratio_lo"] and learn_ok else "does not hold"
+        out.append({**setting, "criterion": "informative", "verdict": v, "runs": int(r["runs"]),
+                    "value": f"ratio {r['ratio_median']:.2f}, P(learned) {r['P_learned_at']:.2f} vs best "
+                             f"{r['P_learned_best']:.2f}"})
+    if scaling is not None:
+        for _, r in scaling[~scaling["reference"]].iterrows():
+            measured = math.isfinite(r["lr10_measured"]) and math.isfinite(r["lr10_predicted"])
+            out.append({**{k: r[k] for k in SETTING_KEYS}, "criterion": "length_scaling",
+                        "verdict": ("holds" if r["inside"] else "does not hold") if measured else "not measured",
+                        "runs": math.nan,
+                        "value": f"predicted {r['lr10_predicted']:.2e}, measured {r['lr10_measured']:.2e} "
+                                 f"[{r['lr10_lo']:.2e}, {r['lr10_hi']:.2e}]"})
+    return out
