@@ -196,8 +196,27 @@ COVERAGE_METHODS: dict[str, CoverageMethod] = {m.name: m for m in (
 # --- data-generating processes ------------------------------------------------------------------------
 
 
+HARDER_MEAN_DGPS = ("bounded", "mixture", "rare swings")
+"""Mean DGPs harder than DGPS["mean"], one value per cluster: ``bounded`` Beta(0.3, 3) (a skewed share near 0,
+mean 1/11), ``mixture`` 0.7 Beta(1, 20) + 0.3 Beta(20, 1) (shares near 0 or near 1, mean 6.7/21), ``rare swings``
+N(0, 0.1^2) plus +-0.8 with probability 0.025 each (a rare large change, mean 0). Measured by
+benchmarks/coverage_harder.py; not yet in DGPS (the validity rule) until the mean rows of gapdyn/data/coverage.csv
+are regenerated with them (docs/coverage.md)."""
+
+
 def draw_means(dgp: str, G: int, reps: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, float]:
-    """(values [reps, rows], clusters [rows], true mean) for a mean DGP (module doc) with G clusters."""
+    """(values [reps, rows], clusters [rows], true mean) for a mean DGP (module doc, HARDER_MEAN_DGPS) with G
+    clusters."""
+    if dgp == "bounded":
+        return rng.beta(0.3, 3.0, size=(reps, G)), np.arange(G), 0.3 / 3.3
+    if dgp == "mixture":
+        high = rng.random((reps, G)) < 0.3
+        return np.where(high, rng.beta(20.0, 1.0, size=(reps, G)), rng.beta(1.0, 20.0, size=(reps, G))), \
+            np.arange(G), 0.7 / 21 + 0.3 * 20 / 21
+    if dgp == "rare swings":
+        u = rng.random((reps, G))
+        swing = np.where(u < 0.025, -0.8, np.where(u > 0.975, 0.8, 0.0))
+        return rng.normal(scale=0.1, size=(reps, G)) + swing, np.arange(G), 0.0
     if dgp == "normal":
         return rng.normal(size=(reps, G)), np.arange(G), 0.0
     if dgp == "lognormal":
