@@ -294,6 +294,7 @@ SIGNAL_CASES = [  # argv, the module whose first import raises the signal, the c
     (["train", "--steps", "1"], "llm_probe.cli", "gapdyn train"),
     (["train", "--steps", "1"], "torch", "gapdyn train"),
     (["inspect", "--help"], "llm_probe.inspect_run", "gapdyn inspect"),
+    (["lr-finder", "--help"], "llm_probe.lr_finder", "gapdyn lr-finder"),
 ]
 
 
