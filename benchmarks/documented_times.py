@@ -33,7 +33,7 @@ BIN = Path(sys.executable).parent
 # name -> (command as documented, argv with {tmp} for the shared folder, where it is documented).
 COMMANDS: dict[str, tuple[str, list[str], str]] = {
     "help": ("gapdyn --help", [str(BIN / "gapdyn"), "--help"], "README"),
-    "demo": ("gapdyn demo --seeds 3", [str(BIN / "gapdyn"), "demo", "--seeds", "3", "--no-progress",
+    "demo": ("gapdyn demo --seeds 1", [str(BIN / "gapdyn"), "demo", "--seeds", "1", "--no-progress",
                                        "--out", "{tmp}/demo"], "quickstart"),
     "trl_probe": ("python examples/trl_grpo_probe.py --steps 20 --out runs/probe",
                   [sys.executable, "examples/trl_grpo_probe.py", "--steps", "20", "--out", "{tmp}/probe"],
@@ -49,7 +49,7 @@ COMMANDS: dict[str, tuple[str, list[str], str]] = {
     "test_suite": ("make test (python -m pytest -m \"not slow\", set-up done)",
                    [sys.executable, "-m", "pytest", "-m", "not slow", "-q", "-p", "no:cacheprovider"], "README"),
 }
-QUICKSTART = ("demo", "trl_probe", "inspect")
+QUICKSTART = ("trl_probe", "inspect", "demo")
 
 
 def _children_cpu() -> float:
