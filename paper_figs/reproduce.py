@@ -85,7 +85,7 @@ def reproduce(*, mode: str = "quick", out_dir=None, store=None, seed=None, n_job
                      timed if mode == "quick" else None)
     # counts, elapsed and a stage-aware time left (paper_figs.stage_eta), not tqdm's mean-rate extrapolation
     bar = tqdm(stages, desc="gapdyn reproduce", unit="stage", disable=not progress, file=sys.stderr,
-               bar_format="{desc}: {n_fmt}/{total_fmt} stages [{elapsed}] {postfix}")
+               bar_format="{desc}: {n_fmt}/{total_fmt} stages done [{elapsed}]{postfix}")
     with one_blas_thread():  # the stages are serial and their matrices small
         prev = None  # (stage, its start)
         for kind, name in bar:
