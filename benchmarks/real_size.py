@@ -160,6 +160,7 @@ def measure(cfg: RealSizeConfig) -> dict:
     from llm_probe.losses import policy_loss
     from llm_probe.model import completion_logprobs
     from llm_probe.safe_step import step_rule
+    from llm_probe.step_hook import Step
     from llm_probe.threads import configure_threads
 
     threads = configure_threads(cfg.threads)
@@ -194,7 +195,7 @@ def measure(cfg: RealSizeConfig) -> dict:
     probe = GapProbe(model, "all", alignment="stream")
     with _Part() as before:  # on_pre_optimizer_step: the callback's theta_k copy (headroom), GapProbe.before
         theta_k = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-        probe.before(ro)
+        probe.before(Step(ro))
     with _Part() as step:
         opt.step()
     with _Part() as after:  # on_optimizer_step: GapProbe.after

@@ -65,7 +65,7 @@ only its own share of the generation batch, so at ``on_pre_optimizer_step`` the 
 gathered (``torch.distributed.all_gather_object``, rank order, which is the order TRL groups rewards in); then
 each rank probes only the groups b with b % N == rank (whole groups: a group that straddled ranks is whole after
 the gather) and the per-prompt scalars (dmu_q, ||g_q||, Phi_hat_q changes; the headroom's per-completion x_n)
-are gathered back in the one-process order (llm_probe.sharding). DDP has already averaged ``p.grad``, so every
+are gathered back in the one-process order (llm_probe.collectives). DDP has already averaged ``p.grad``, so every
 rank holds the same theta and logs the one-process numbers; rank 0 alone writes ``log_path`` / ``rollout_path``.
 FSDP (FSDP2 ``fully_shard`` included) and DeepSpeed (ZeRO-3) shard parameters and gradients: the callback then
 measures only what forward passes give (:class:`llm_probe.sharding.ForwardProbe`: ``gap/dphi`` per prompt, the
@@ -95,8 +95,12 @@ from .gap_probe import ALIGNMENT_ROUTES, GapProbe
 from .model import check_model
 from .probe_forward import probe_forwards
 from .rollout import Rollout, encode_prompts, left_pad
-from .sharding import (NEEDS_FULL_PARAMETERS, ForwardProbe, RankFailure, agree, owned_groups, sharded_kind,
-                       sharded_step_rule, sub_rollout)
+from .collectives import RankFailure, agree, all_gather_objects, owned_groups, sub_rollout
+from .collectives import rank as _rank
+from .collectives import world_size as _world_size
+from .headroom import headroom_metrics, step_headroom
+from .sharding import NEEDS_FULL_PARAMETERS, ForwardProbe, sharded_kind
+from .step_hook import Step
 from .suggest import SUGGEST_QUANTILE, SUGGEST_WINDOW, suggest_lr
 
 logger = logging.getLogger(__name__)
@@ -158,7 +162,7 @@ class GapProbeCallback(TrainerCallback):
         self._theta_k: dict | None = None  # trainable parameters at theta_k of the probed step (headroom)
         self._ro: Rollout | None = None  # the probed step's rollout (headroom)
         self._lr = math.nan  # the probed step's learning rate
-        self._owned: torch.Tensor | None = None  # DDP: the groups this rank probes (llm_probe.sharding)
+        self._owned: torch.Tensor | None = None  # DDP: the groups this rank probes (llm_probe.collectives)
         self._sharded: str | None = None  # "FSDP" / "DeepSpeed": forward-only probe (llm_probe.sharding)
         self._fwd_stats: dict = {}  # ForwardProbe.before's token statistics of the probed step
         self.skipped: tuple[str, ...] = ()  # metrics not measured in this run (sharded parameters)
@@ -359,8 +363,7 @@ class GapProbeCallback(TrainerCallback):
                 cols[5].append(m_full[n][:len(c)])
         cols[6] = [problem] if problem else []
         if _world_size() > 1:  # every rank's share, in rank order
-            shares = [None] * _world_size()
-            torch.distributed.all_gather_object(shares, tuple(cols))
+            shares = all_gather_objects(tuple(cols))
             cols = [[x for sh in shares for x in sh[i]] for i in range(7)]
         prompts, cids, won, lines, p_lists, m_lists, problems = cols
         if problems:
@@ -407,10 +410,7 @@ class GapProbeCallback(TrainerCallback):
 
     def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
         if self.probe is None:
-            check_model(model)
-            self._set_sharded(sharded_kind(None, model))
-            self.probe = (ForwardProbe(model, c=self.c, delta=self.delta, headroom=self.headroom) if self._sharded
-                          else GapProbe(model, self.params_spec, alignment=self.alignment))
+            self.probe = self._make_probe(model)
         if int(state.global_step) % self.probe_every:  # not probed (same decision on every rank): drop the records
             if self._rewards is not None:
                 self._rewards.check_complete()
@@ -428,6 +428,15 @@ class GapProbeCallback(TrainerCallback):
                 failure = failure or exc
         if failure is not None:
             self._skip(int(state.global_step), failure)
+
+    def _make_probe(self, model):
+        """The step hook (llm_probe.step_hook) this callback probes with: the forward-only probe when the parameters
+        are sharded (FSDP / DeepSpeed), else the gap probe; the one place a probe route is chosen."""
+        check_model(model)
+        self._set_sharded(sharded_kind(None, model))
+        if self._sharded:
+            return ForwardProbe(model, c=self.c, delta=self.delta, headroom=self.headroom)
+        return GapProbe(model, self.params_spec, alignment=self.alignment)
 
     def _before(self, state, model, opt) -> None:
         ro = self.take_rollout(next(model.parameters()).device)  # every rank gathers at every probed step
@@ -450,12 +459,12 @@ class GapProbeCallback(TrainerCallback):
                                                       for n, p in model.named_parameters()}
         with probe_forwards(model, self.temperature):
             if self._sharded is not None:  # every rank forwards the whole batch (each forward is collective)
-                self._fwd_stats = self.probe.before(ro)
-            elif world > 1:  # DDP: this rank probes the groups b with b % world == rank (llm_probe.sharding)
+                self._fwd_stats = self.probe.before(Step(ro))
+            elif world > 1:  # DDP: this rank probes the groups b with b % world == rank (llm_probe.collectives)
                 self._owned = owned_groups(ro.B, _rank(), world)
-                self.probe.before(sub_rollout(ro, self._owned), shard_index=self._owned, theta_k=theta_k)
+                self.probe.before(Step(sub_rollout(ro, self._owned), theta_k=theta_k, shard_index=self._owned))
             else:
-                self.probe.before(ro, theta_k=theta_k)
+                self.probe.before(Step(ro, theta_k=theta_k))
         if self.rollout_path is not None and _rank() == 0:
             with open(self.rollout_path, "a") as f:
                 for line in self._gathered:
@@ -497,7 +506,7 @@ class GapProbeCallback(TrainerCallback):
 
     def _after(self, model) -> dict:
         if self._sharded is not None:
-            row = {"step": self._step_k, **self._batch, **self._fwd_stats, **self.probe.after()}
+            row = {"step": self._step_k, **self._batch, **self._fwd_stats, **self.probe.after().metrics}
             if "gap/headroom" in row:
                 row["gap/headroom_lr"] = self._lr * row["gap/headroom"]
             self._fwd_stats = {}
@@ -521,16 +530,9 @@ class GapProbeCallback(TrainerCallback):
         if self._theta_k is None:
             return {}
         theta_k, ro, self._theta_k, self._ro = self._theta_k, self._ro, None, None
-        d = {n: p.detach() - theta_k[n] for n, p in model.named_parameters() if n in theta_k}
-        if all(not bool(v.any()) for v in d.values()):  # no update: no direction to measure
-            return {"gap/headroom": math.nan, "gap/headroom_lr": math.nan}
-        from .safe_step_rule import step_rule  # torch.func; imported on the first probed step
-
-        if self._owned is not None:  # DDP: x_n of this rank's groups, gathered (llm_probe.sharding)
-            h = sharded_step_rule(model, ro, self._owned, theta_k, d, c=self.c, delta=self.delta).headroom
-        else:
-            h = step_rule(model, ro, theta_k, d, c=self.c, delta=self.delta).headroom
-        return {"gap/headroom": h, "gap/headroom_lr": self._lr * h}
+        # DDP (owned): x_n of this rank's groups, gathered; a zero update: NaN (llm_probe.headroom)
+        h = step_headroom(model, ro, theta_k, c=self.c, delta=self.delta, owned=self._owned)
+        return headroom_metrics(h, self._lr)
 
     def summary(self, q: float = SUGGEST_QUANTILE, window: int = SUGGEST_WINDOW) -> dict:
         """Run-level summary of the probed steps so far: ``probed_steps`` (rows measured), ``skipped_steps`` (probed
@@ -703,16 +705,6 @@ def _is_async(fn) -> bool:
     while isinstance(fn, functools.partial):
         fn = fn.func
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
-
-
-def _world_size() -> int:
-    d = torch.distributed
-    return d.get_world_size() if d.is_available() and d.is_initialized() else 1
-
-
-def _rank() -> int:
-    d = torch.distributed
-    return d.get_rank() if d.is_available() and d.is_initialized() else 0
 
 
 def _summarise(rows: list[dict]) -> dict:

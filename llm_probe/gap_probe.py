@@ -6,7 +6,7 @@ the cumulative alignment is M(K) = sum_k eta_k [dmu_k]_+ (Thm 1: J(K) >= sigmoid
 per prompt q with a mixed group, g_q = grad Phi_hat_q (llm_probe.probes) and w the real parameter change
 with eta = 1, so any optimizer (Adam included) is covered. A step k is probed in two calls:
 
-- :meth:`GapProbe.before` at theta_k, after backward and gradient clipping (the gradient is read from
+- :meth:`GapProbe.before` (the step hook of llm_probe.step_hook) at theta_k, after backward and gradient clipping (the gradient is read from
   ``p.grad``, never changed): gaps g_q of the batch's mixed groups (``dot`` route) and of the fixed probe
   prompts, -grad L, Phi_hat_q(theta_k);
 - :meth:`GapProbe.after` at theta_{k+1}: delta = theta_{k+1} - theta_k, dmu_q = <delta, g_q>,
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .collectives import RankFailure, agree, gather_by_index
 from .model import eval_mode as _eval_mode
 from .probes import (
     alignment_metrics,
@@ -40,6 +41,7 @@ from .probes import (
     select_params,
     streamed_gap_stats,
 )
+from .step_hook import Step, check_step
 
 __all__ = ["GapProbe", "ProbeResult", "ALIGNMENT_ROUTES"]
 
@@ -111,17 +113,20 @@ class GapProbe:
         """True between :meth:`before` and :meth:`after` (or :meth:`cancel`)."""
         return self._pending is not None
 
-    def before(self, ro, *, probe_ro=None, seq_logp: torch.Tensor | None = None, theta_k: dict | None = None,
-               shard_index: torch.Tensor | None = None) -> None:
-        """Record step k at theta_k: call after backward and clipping, before ``optimizer.step()``.
+    def before(self, step: Step) -> dict:
+        """Record step k at theta_k: call after backward and clipping, before ``optimizer.step()`` (the step hook
+        of llm_probe.step_hook); returns {} (nothing is logged at theta_k).
 
-        ro: the batch Rollout; probe_ro: the fixed probe prompts' Rollout at theta_k (or None);
-        seq_logp [B*G]: log pi(o_n) of the batch from the training forward (the jvp route's Phi_hat(theta_k)
-        without a forward of its own); theta_k: every named parameter at theta_k (reused, else cloned when a
-        forward-mode route needs it); shard_index [B]: ``ro`` is this rank's share of a batch split by prompt
-        over the processes (llm_probe.sharding), shard_index[b] the global group of its group b: :meth:`after`
+        step.ro: the batch Rollout; step.probe_ro: the fixed probe prompts' Rollout at theta_k (or None);
+        step.seq_logp [B*G]: log pi(o_n) of the batch from the training forward (the jvp route's Phi_hat(theta_k)
+        without a forward of its own); step.theta_k: every named parameter at theta_k (reused, else cloned when a
+        forward-mode route needs it); step.shard_index [B]: ``ro`` is this rank's share of a batch split by prompt
+        over the processes (llm_probe.collectives), shard_index[b] the global group of its group b: :meth:`after`
         then gathers every rank's per-prompt scalars (a collective) and returns the whole batch's numbers.
         """
+        step = check_step(step, "GapProbe")
+        ro, probe_ro, seq_logp, theta_k, shard_index = (step.ro, step.probe_ro, step.seq_logp, step.theta_k,
+                                                        step.shard_index)
         if shard_index is not None and (probe_ro is not None or len(shard_index) != ro.B):
             raise ValueError(f"shard_index must hold one global group per group of ro ({ro.B}) and needs "
                              f"probe_ro=None, got {len(shard_index)} entries")
@@ -154,6 +159,7 @@ class GapProbe:
             probe_gap = per_prompt_gaps(self.model, probe_ro, self.params) if dot and probe_ro is not None else None
         self._pending = _Pending(ro, groups, old, theta_k if keep else None, ascent, batch_gap, phi_old, probe_ro,
                                  probe_gap, stream, None if shard_index is None else torch.as_tensor(shard_index))
+        return {}
 
     def cancel(self) -> None:
         """Drop the step recorded by :meth:`before` (the step was skipped)."""
@@ -162,7 +168,7 @@ class GapProbe:
     def after(self) -> ProbeResult:
         """Measure step k at theta_{k+1} (call right after ``optimizer.step()``) and update M. On a shard
         (``shard_index``), an error in this rank's own part is announced to every rank before the gather
-        (llm_probe.sharding.agree): every rank then raises :class:`llm_probe.sharding.RankFailure` instead of
+        (llm_probe.collectives.agree): every rank then raises :class:`llm_probe.collectives.RankFailure` instead of
         waiting in the gather."""
         if self._pending is None:
             raise RuntimeError("GapProbe.after() called without a matching before()")
@@ -171,8 +177,6 @@ class GapProbe:
         try:
             return self._after(s, state)
         except Exception as exc:
-            from .sharding import RankFailure, agree
-
             if s.shard_index is None or state["agreed"] or isinstance(exc, RankFailure):
                 raise
             agree(f"{type(exc).__name__}: {exc}".splitlines()[0][:300])  # raises on every rank
@@ -222,8 +226,6 @@ class GapProbe:
                 with torch.no_grad():  # realised change of Phi_hat on the same completions (first order: dmu)
                     dphi = prompt_objectives(self.model, s.ro, s.groups).cpu() - s.phi_old
         if s.shard_index is not None:  # every rank's per-prompt scalars, in the one-process order
-            from .sharding import agree
-
             agree(None)  # every rank's own part done (or a RankFailure here on every rank)
             state["agreed"] = True
             dmu_u, dmu_g, norms, dphi, jv_diff = self._gather(s, dmu_u, dmu_g, norms, dphi, jv_diff)
@@ -242,10 +244,8 @@ class GapProbe:
         return ProbeResult(out, dmu_u, dmu_g, delta_norm, ascent_norm, prompts, norms)
 
     def _gather(self, s, dmu_u, dmu_g, norms, dphi, jv_diff):
-        """The per-prompt scalars of every rank's share (llm_probe.sharding.gather_by_index), sorted by global
+        """The per-prompt scalars of every rank's share (llm_probe.collectives.gather_by_index), sorted by global
         group: the values the one-process probe of the whole batch computes. A collective: every rank calls it."""
-        from .sharding import gather_by_index
-
         empty = torch.zeros(0, dtype=torch.float64)
         vals = {"dmu_u": dmu_u, "dmu_g": dmu_g, "dphi": dphi}
         if self.alignment != "jvp":

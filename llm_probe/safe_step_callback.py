@@ -17,6 +17,7 @@ from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
 from .callback import GapProbeCallback
 from .probe_forward import probe_forwards
 from .safe_step_rule import SafeStepController
+from .step_hook import Step
 
 __all__ = ["SafeStepCallback"]
 
@@ -29,8 +30,9 @@ class SafeStepCallback(TrainerCallback):
     Wrap the reward function with :meth:`wrap_reward` (it records each generation batch's prompts, completion
     ids and rewards, TRL's order: ``num_generations`` consecutive completions per prompt; a reward > 0 counts
     as a success; several reward functions: :meth:`wrap_rewards`). Per optimizer step:
-    ``on_pre_optimizer_step`` records theta_k; ``on_optimizer_step`` builds
-    the step's Rollout from the records and calls :meth:`SafeStepController.after` (theta = theta_k + a d).
+    ``on_pre_optimizer_step`` builds the step's Rollout from the records and calls
+    :meth:`SafeStepController.before` (theta_k); ``on_optimizer_step`` calls :meth:`SafeStepController.after`
+    (theta = theta_k + a d).
     One row per step in :attr:`history` (``step``, ``reward`` and the ``safe/*`` metrics, ``safe/headroom`` = h
     with ``safe/a`` = min(1, h)). Needs
     ``num_iterations=1`` and ``steps_per_generation`` equal to the gradient-accumulation steps (checked at
@@ -53,6 +55,7 @@ class SafeStepCallback(TrainerCallback):
         self._recorder = GapProbeCallback(tokenizer, num_generations, probe_every=1)
         self.controller: SafeStepController | None = None
         self.history: list[dict] = []
+        self._reward = math.nan  # the mean reward of the step the controller holds
         self.skipped_steps: list[dict] = []  # {"step", "reason"}: steps left unscaled because the rule failed
 
     def attach(self, trainer) -> SafeStepCallback:
@@ -95,28 +98,28 @@ class SafeStepCallback(TrainerCallback):
     def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
         if self.controller is None:
             self.controller = SafeStepController(model, c=self.c, delta=self.delta)
-        self.controller.before()
+        self.controller.cancel()
+        try:
+            ro = self._recorder.take_rollout(next(model.parameters()).device)
+        except ValueError as exc:  # a batch the rule cannot score: the optimizer's step stands
+            self.skipped_steps.append({"step": int(state.global_step), "reason": str(exc).splitlines()[0][:300]})
+            logger.warning("SafeStepCallback: step %d left unscaled (%s)", state.global_step, exc)
+            return
+        if ro is None:  # no recorded batch: leave the optimizer's step as it is
+            return
+        self.controller.before(Step(ro))  # theta_k and the step's rollout (the step hook, llm_probe.step_hook)
+        self._reward = float(ro.rewards.mean())
 
     def on_optimizer_step(self, args, state, control, model=None, **kw):
         if self.controller is None or not self.controller.pending:
             return
         try:
-            ro = self._recorder.take_rollout(next(model.parameters()).device)
-        except ValueError as exc:  # a batch the rule cannot score: the optimizer's step stands
-            self.controller.cancel()
-            self.skipped_steps.append({"step": int(state.global_step), "reason": str(exc).splitlines()[0][:300]})
-            logger.warning("SafeStepCallback: step %d left unscaled (%s)", state.global_step, exc)
-            return
-        if ro is None:  # no recorded batch: leave the optimizer's step as it is
-            self.controller.cancel()
-            return
-        try:
             with probe_forwards(model, self._recorder.temperature):
-                res = self.controller.after(ro)
+                res = self.controller.after()
         except Exception as exc:  # noqa: BLE001 - the optimizer's step stands; training goes on
             self.controller.cancel()
             reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
             self.skipped_steps.append({"step": int(state.global_step), "reason": reason})
             logger.warning("SafeStepCallback: step %d left unscaled (%s)", state.global_step, reason)
             return
-        self.history.append({"step": int(state.global_step), "reward": float(ro.rewards.mean()), **res.metrics})
+        self.history.append({"step": int(state.global_step), "reward": self._reward, **res.metrics})

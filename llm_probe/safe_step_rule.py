@@ -1,7 +1,8 @@
 """The safe step rule and its controller (the pieces :mod:`llm_probe.safe_step` exports), in a module of their
 own so the TRL callbacks, the sharded probe and the trainer import them without importing one another.
 
-x_n = d/ds log pi_{theta_k + s d}(o_n) |_{s=0} by one forward-mode pass (:func:`completion_logprob_jvp`), the
+x_n = d/ds log pi_{theta_k + s d}(o_n) |_{s=0} by one forward-mode pass (:func:`completion_logprob_jvp`, defined
+in llm_probe.logp_change and re-exported here), the
 rule of :func:`gapdyn.safe_step_multiplier` on x (:func:`rule_from_x`, :func:`step_rule`; docs/theory.md,
 section 11) and :class:`SafeStepController`, which applies theta_{k+1} = theta_k + a (theta' - theta_k).
 """
@@ -13,49 +14,15 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch.func import functional_call, jvp
 
 import gapdyn
 from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
 
-from .model import check_model, completion_logprobs, eval_mode
+from .logp_change import completion_logprob_jvp
+from .model import check_model, eval_mode
+from .step_hook import Step, check_step
 
 __all__ = ["SafeStepController", "SafeStepResult", "completion_logprob_jvp", "step_rule", "rule_from_x"]
-
-
-class _AtValues(torch.nn.Module):
-    """``model`` evaluated with the parameter values ``values`` (name -> tensor; the rest: the module's)."""
-
-    def __init__(self, model, values: dict):
-        super().__init__()
-        self._model = (model,)  # a tuple: not registered as a submodule
-        self.values = values
-        self.dtype = getattr(model, "dtype", None)
-
-    def forward(self, **kw):
-        return functional_call(self._model[0], self.values, args=(), kwargs=kw, strict=False)
-
-
-def completion_logprob_jvp(model, ro, theta: dict[str, torch.Tensor], direction: dict[str, torch.Tensor]) -> torch.Tensor:
-    """x_n = d/ds log pi_{theta + s d}(o_n | q_n) at s = 0 for every completion of ``ro``, [N] (float64, CPU).
-
-    ``theta`` and ``direction`` map parameter names (as ``model.named_parameters()`` gives them) to tensors;
-    parameters not named keep the module's values. log pi(o | q) = sum of the completion's token log-probs
-    (llm_probe.model.completion_logprobs). One forward-mode pass (torch.func.jvp).
-    """
-    keys = [k for k in theta]
-    if set(direction) != set(keys):
-        raise ValueError("direction must have the keys of theta")
-    args = (ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
-
-    def f(*vals):
-        return completion_logprobs(_AtValues(model, dict(zip(keys, vals))), *args).sum(-1)
-
-    primals = tuple(theta[k].detach() for k in keys)
-    tangents = tuple(direction[k].detach().to(theta[k].dtype) for k in keys)
-    with torch.no_grad():
-        _, x = jvp(f, primals, tangents)
-    return x.detach().to(torch.float64).cpu()
 
 
 def step_rule(model, ro, theta_k: dict[str, torch.Tensor], d: dict[str, torch.Tensor], *, c: float = SAFE_STEP_C,
@@ -112,9 +79,9 @@ class SafeStepResult:
 class SafeStepController:
     """Scale each optimizer step by the safe step multiplier a (module docstring; docs/theory.md, section 11).
 
-    Call :meth:`before` at theta_k (just before ``optimizer.step()``), or pass a copy of theta_k to
-    :meth:`after`, which is called with the step's Rollout right after ``optimizer.step()`` and sets the
-    trainable parameters to theta_k + a (theta' - theta_k).
+    The step hook of llm_probe.step_hook: :meth:`before` at theta_k (just before ``optimizer.step()``) records
+    theta_k and the step's Rollout; :meth:`after`, right after ``optimizer.step()``, sets the trainable
+    parameters to theta_k + a (theta' - theta_k).
     """
 
     def __init__(self, model, *, c: float = SAFE_STEP_C, delta: float = SAFE_STEP_DELTA):
@@ -125,35 +92,36 @@ class SafeStepController:
         self.model = model
         self.c, self.delta = float(c), float(delta)
         self.params = {n: p for n, p in model.named_parameters() if p.requires_grad}
-        self._theta_k: dict | None = None
+        self._pending: tuple | None = None  # (Rollout, theta_k of the trainable parameters)
 
     @property
     def pending(self) -> bool:
         """True between :meth:`before` and :meth:`after` (or :meth:`cancel`)."""
-        return self._theta_k is not None
+        return self._pending is not None
 
-    def before(self) -> None:
-        """Record theta_k (a copy of every trainable parameter)."""
-        self._theta_k = {n: p.detach().clone() for n, p in self.params.items()}
+    def before(self, step: Step) -> dict:
+        """Record the step's Rollout ``step.ro`` and theta_k: ``step.theta_k`` (name -> tensor, e.g. the trainer's
+        own copy; it must hold every trainable parameter) or, when None, a copy of every trainable parameter.
+        Returns {} (nothing is logged at theta_k)."""
+        step = check_step(step, "SafeStepController")
+        if step.theta_k is None:
+            theta_k = {n: p.detach().clone() for n, p in self.params.items()}
+        elif not set(self.params) <= set(step.theta_k):
+            raise ValueError("theta_k must hold every trainable parameter by name")
+        else:
+            theta_k = {n: step.theta_k[n] for n in self.params}
+        self._pending = (step.ro, theta_k)
+        return {}
 
     def cancel(self) -> None:
-        """Forget a recorded theta_k (e.g. a skipped step)."""
-        self._theta_k = None
+        """Forget a recorded step (e.g. a skipped one)."""
+        self._pending = None
 
-    def after(self, ro, *, theta_k: dict | None = None) -> SafeStepResult:
-        """theta <- theta_k + a d with d = theta - theta_k; returns the rule's estimates and a.
-
-        theta_k: name -> tensor of the parameters before the step (e.g. the trainer's own copy); None: the copy
-        made by :meth:`before`.
-        """
-        if theta_k is None:
-            if self._theta_k is None:
-                raise RuntimeError("SafeStepController.after() needs theta_k or a call to before()")
-            theta_k = self._theta_k
-        elif not set(self.params) <= set(theta_k):
-            raise ValueError("theta_k must hold every trainable parameter by name")
-        self._theta_k = None
-        theta_k = {n: theta_k[n] for n in self.params}
+    def after(self) -> SafeStepResult:
+        """theta <- theta_k + a d with d = theta - theta_k; returns the rule's estimates and a."""
+        if self._pending is None:
+            raise RuntimeError("SafeStepController.after() called without a matching before()")
+        (ro, theta_k), self._pending = self._pending, None
         d = {n: p.detach() - theta_k[n] for n, p in self.params.items()}
         rule = step_rule(self.model, ro, theta_k, d, c=self.c, delta=self.delta)  # x not finite: a = 0, no move
         with torch.no_grad():

@@ -1,5 +1,7 @@
 """The gap probe on a run spread over processes: prompt sharding under DDP, forward-only metrics under FSDP2 /
-DeepSpeed ZeRO-3 (used by :class:`llm_probe.callback.GapProbeCallback`).
+DeepSpeed ZeRO-3 (used by :class:`llm_probe.callback.GapProbeCallback`). The split and the gathers are those of
+llm_probe.collectives, x_n those of llm_probe.logp_change, the headroom that of llm_probe.headroom (their names are
+re-exported here).
 
 DDP (every rank holds the full theta and the averaged gradient): after the gather of the small per-completion
 records, group b of the B gathered groups is owned by rank b % world_size (:func:`owned_groups`); each rank
@@ -25,19 +27,19 @@ std). What needs full parameters or gradients is skipped and named in :data:`NEE
 
 from __future__ import annotations
 
-import math
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from gapdyn.methods import group_advantages
 from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
 
-from .model import completion_logits, eval_mode
+from .collectives import RankFailure, agree, gather_by_index, owned_groups, sub_rollout
+from .headroom import headroom_from_x, sharded_step_rule
+from .logp_change import completion_forward, forward_difference_logprobs, logp_change
 from .probes import mixed_groups, objectives_from_logprobs, token_stats
-from .safe_step_rule import completion_logprob_jvp, rule_from_x
+from .step_hook import HookResult, Step, check_step
 from .warning import logp_adv_covariance
 
 __all__ = ["owned_groups", "sub_rollout", "gather_by_index", "sharded_step_rule", "sharded_kind", "ForwardProbe",
@@ -46,90 +48,6 @@ __all__ = ["owned_groups", "sub_rollout", "gather_by_index", "sharded_step_rule"
 NEEDS_FULL_PARAMETERS = ("gap/dmu_update", "gap/dmu_grad", "gap/norm", "gap/norm_mean", "gap/cos_update_mean",
                          "gap/cos_grad_mean", "gap/dmu_grad_mean", "gap/jvp_dot_maxdiff", "grad_norm_probe",
                          "update_norm")  # gap vectors, gradients, JVPs and norms of the sharded step
-
-
-def _dist():
-    d = torch.distributed
-    return d if d.is_available() and d.is_initialized() else None
-
-
-def owned_groups(B: int, rank: int, world: int) -> torch.Tensor:
-    """[B_r] the groups b (0 <= b < B) of rank ``rank``: b % world == rank, ascending."""
-    if world < 1 or not 0 <= rank < world:
-        raise ValueError(f"rank must lie in [0, world) with world >= 1, got rank={rank}, world={world}")
-    return torch.arange(rank, B, world)
-
-
-def sub_rollout(ro, groups: torch.Tensor):
-    """The Rollout of ``groups`` [B_r] of ``ro`` (their G rows each, padding unchanged: the same inputs)."""
-    G = ro.G
-    rows = (groups.view(-1, 1) * G + torch.arange(G)).reshape(-1)
-    dev = ro.completion_ids.device
-    ix = rows.to(dev)
-    pick = lambda t: None if t is None else t[ix.to(t.device)]  # noqa: E731
-    return replace(ro, problems=[ro.problems[b] for b in groups.tolist()], prompt_ids=pick(ro.prompt_ids),
-                   prompt_mask=pick(ro.prompt_mask), completion_ids=pick(ro.completion_ids),
-                   completion_mask=pick(ro.completion_mask), terminated=ro.terminated[rows],
-                   texts=[ro.texts[n] for n in rows.tolist()], rewards=ro.rewards[groups], logp=pick(ro.logp))
-
-
-class RankFailure(RuntimeError):
-    """Some rank could not compute its part of a probed step; raised on every rank by :func:`agree`."""
-
-
-def agree(failure: str | None) -> None:
-    """Exchange every rank's outcome of its own part of a probed step (``failure``: None, or why it failed) before a
-    collective that needs all of them: a :class:`RankFailure` naming each failed rank on every rank when any failed,
-    so no rank waits for one that gave up. One ``all_gather_object`` of a short string; every rank must call it
-    (a collective). Without a process group: raises for its own failure only."""
-    d = _dist()
-    if d is None or d.get_world_size() == 1:
-        if failure:
-            raise RankFailure(f"rank 0: {failure}")
-        return
-    shares = [None] * d.get_world_size()
-    d.all_gather_object(shares, failure)
-    bad = [f"rank {r}: {f}" for r, f in enumerate(shares) if f]
-    if bad:
-        raise RankFailure("; ".join(bad))
-
-
-def gather_by_index(index: torch.Tensor, values: dict) -> tuple[torch.Tensor, dict]:
-    """All ranks' (global index [n_r], {name: [n_r] tensor}) concatenated and sorted by index: the one-process
-    order. One ``all_gather_object`` of CPU scalars (no parameter-sized tensor); without a process group: as given.
-    Every rank must call it (a collective)."""
-    d = _dist()
-    index = index.cpu()
-    values = {k: v.detach().cpu() for k, v in values.items()}
-    if d is None or d.get_world_size() == 1:
-        return index, values
-    shares = [None] * d.get_world_size()
-    d.all_gather_object(shares, (index, values))
-    idx = torch.cat([s[0] for s in shares])
-    order = torch.argsort(idx, stable=True)
-    return idx[order], {k: torch.cat([s[1][k] for s in shares])[order] for k in values}
-
-
-def sharded_step_rule(model, ro, owned: torch.Tensor, theta_k: dict, d: dict, *, c: float = SAFE_STEP_C,
-                      delta: float = SAFE_STEP_DELTA):
-    """:func:`llm_probe.safe_step.step_rule` of the whole batch ``ro`` with x_n computed for this rank's groups
-    ``owned`` only (:func:`llm_probe.safe_step.completion_logprob_jvp` on :func:`sub_rollout`) and gathered; the
-    same gapdyn.SafeStep on every rank. A collective: every rank calls it; a rank whose own x fails makes every
-    rank raise :class:`RankFailure` (:func:`agree`)."""
-    G = ro.G
-    mine = sub_rollout(ro, owned)
-    x = torch.zeros(0, dtype=torch.float64)
-    failure = None
-    try:
-        if mine.B:
-            with eval_mode(model):
-                x = completion_logprob_jvp(model, mine, theta_k, d)
-    except Exception as exc:  # noqa: BLE001 - announced to every rank, then raised there (agree)
-        failure = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-    agree(failure)
-    rows = (owned.view(-1, 1) * G + torch.arange(G)).reshape(-1)
-    x = gather_by_index(rows, {"x": x})[1]["x"].numpy()
-    return rule_from_x(x, ro.rewards, c=c, delta=delta)  # as step_rule
 
 
 def sharded_kind(args=None, model=None) -> str | None:
@@ -154,56 +72,6 @@ def sharded_kind(args=None, model=None) -> str | None:
     return None
 
 
-def _reshard(model) -> None:
-    """Free every FSDP2 module's unsharded parameters: a no-grad forward leaves the root's gathered (it expects a
-    backward), and the next forward would reuse them after the optimizer changed the shards."""
-    from torch.distributed.fsdp import FSDPModule
-
-    for m in model.modules():
-        if isinstance(m, FSDPModule):
-            m.reshard()
-
-
-def _forward(model, ro):
-    """(seq log pi(o_n) [N] float64 CPU, token log-probs [N, T, V], token log pi [N, T]) at the current
-    parameters (no grad, eval; FSDP2: gathered afresh and resharded after)."""
-    with eval_mode(model):
-        _reshard(model)
-        try:
-            with torch.no_grad():
-                logits = completion_logits(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
-                                           ro.completion_mask)
-                if logits.dtype not in (torch.float32, torch.float64):
-                    logits = logits.float()
-                logp_all = torch.log_softmax(logits, -1)
-        finally:
-            _reshard(model)
-    tok = logp_all.gather(-1, ro.completion_ids.unsqueeze(-1)).squeeze(-1) * ro.completion_mask
-    return tok.sum(-1).double().cpu(), logp_all, tok
-
-
-def forward_difference_logprobs(model, ro, theta_a: dict, theta_b: dict) -> torch.Tensor:
-    """x_n = log pi_{theta_b}(o_n) - log pi_{theta_a}(o_n) [N] (float64): two forwards, loading each state into
-    ``model`` (restored after). An estimate of the directional derivative along d = theta_b - theta_a with error
-    (1/2) d^T H_n d + O(||d||^3) (module docstring)."""
-    own = {n: p for n, p in model.named_parameters() if n in theta_a}
-    keep = {n: p.detach().clone() for n, p in own.items()}
-    try:
-        with torch.no_grad():
-            for n, p in own.items():
-                p.copy_(theta_a[n])
-        a = _forward(model, ro)[0]
-        with torch.no_grad():
-            for n, p in own.items():
-                p.copy_(theta_b[n])
-        b = _forward(model, ro)[0]
-    finally:
-        with torch.no_grad():
-            for n, p in own.items():
-                p.copy_(keep[n])
-    return b - a
-
-
 @dataclass
 class _Before:
     ro: object
@@ -225,14 +93,18 @@ class ForwardProbe:
 
     @property
     def pending(self) -> bool:
+        """True between :meth:`before` and :meth:`after` (or :meth:`cancel`)."""
         return self._s is not None
 
     def cancel(self) -> None:
+        """Drop the step recorded by :meth:`before` (the step was skipped)."""
         self._s = None
 
-    def before(self, ro) -> dict:
-        """Forward at theta_k: token statistics of the batch; records log pi_k(o_n) for :meth:`after`."""
-        seq, logp_all, tok = _forward(self.model, ro)
+    def before(self, step: Step) -> dict:
+        """Forward at theta_k (the step hook of llm_probe.step_hook; ``step.ro`` the whole gathered batch): token
+        statistics of the batch; records log pi_k(o_n) for :meth:`after`."""
+        ro = check_step(step, "ForwardProbe").ro
+        seq, logp_all, tok = completion_forward(self.model, ro)
         rewards = ro.rewards
         scored = ~torch.isnan(rewards).any(-1)
         A = torch.zeros_like(rewards, dtype=torch.float64)
@@ -246,13 +118,14 @@ class ForwardProbe:
         self._s = _Before(ro, mixed_groups(rewards), seq)
         return out
 
-    def after(self) -> dict:
-        """Forward at theta_{k+1}: dphi_q per mixed prompt, its summaries, M_dphi and (``headroom``) h from x_n."""
+    def after(self) -> HookResult:
+        """Forward at theta_{k+1}: dphi_q per mixed prompt, its summaries, M_dphi and (``headroom``) h from x_n, in
+        the result's ``metrics``."""
         if self._s is None:
             raise RuntimeError("ForwardProbe.after() called without a matching before()")
         s, self._s = self._s, None
-        seq_new = _forward(self.model, s.ro)[0]
-        x = seq_new - s.seq_logp  # [N] forward-difference x_n
+        seq_new = completion_forward(self.model, s.ro)[0]
+        x = logp_change(seq_new, s.seq_logp)  # [N] forward-difference x_n
         out = {"gap/n_prompts": int(len(s.groups))}
         dphi = objectives_from_logprobs(s.ro.rewards, s.groups, x) if len(s.groups) else torch.zeros(0)
         if len(dphi):
@@ -261,12 +134,5 @@ class ForwardProbe:
         out["gap/M_dphi"] = self.M_dphi
         out["gap/dphi"] = dphi.tolist()
         if self.headroom:
-            out["gap/headroom"] = self._headroom(x, s.ro)
-        return out
-
-    def _headroom(self, x: torch.Tensor, ro) -> float:
-        """h of llm_probe.safe_step.step_rule with x_n from forward differences (groups with a NaN reward left
-        out); NaN for a zero step, 0 for a non-finite x (as step_rule)."""
-        if not bool(x.abs().gt(0).any()):
-            return math.nan
-        return float(rule_from_x(x.numpy(), ro.rewards, c=self.c, delta=self.delta).headroom)
+            out["gap/headroom"] = headroom_from_x(x, s.ro.rewards, c=self.c, delta=self.delta)
+        return HookResult(out)

@@ -6,11 +6,13 @@ One step k (theta_k the parameters before it), as :meth:`Trainer.train_step` rea
 1. sample the batch at theta_k (training torch.Generator), score it;
 2. loss, backward (token statistics, with the gradient mass on probe steps);
 3. clip the gradient;
-4. probe.before at theta_k: per-prompt gaps of the batch's mixed groups and of the fixed probe prompts
-   (sampled with their own generator, so probing never changes the training trajectory);
+4. the step hooks' before at theta_k (llm_probe.step_hook): the gap probe's per-prompt gaps of the batch's mixed
+   groups and of the fixed probe prompts (sampled with their own generator, so probing never changes the training
+   trajectory), the safe step's theta_k;
 5. optimizer step, mu = ``num_iterations`` of them on the same batch (importance ratio and clips act from the
    second on; with ``safe_step``: theta_{k+1} = theta_k + a (theta' - theta_k), llm_probe.safe_step);
-6. probe.after: dmu_q = <theta_{k+1} - theta_k, g_q> (eta = 1, valid for Adam), M, realised dPhi_hat.
+6. probe.after: dmu_q = <theta_{k+1} - theta_k, g_q> (eta = 1, valid for Adam), M, realised dPhi_hat; on probe
+   steps without the safe step, the headroom of the step taken (llm_probe.headroom).
 A non-finite policy, loss, gradient or update skips the step with the weights of theta_k (logged);
 ``max_faults`` in a row stop the run. Files in out_dir: metrics.jsonl (one row per step), metrics.parquet
 (at the end), probe_prompts.jsonl (one row per probe prompt and probe step), alerts.json, checkpoint.safetensors
@@ -39,11 +41,13 @@ from .config import TrainConfig
 from .losses import LOSSES, policy_loss
 from .model import TinyQwenSpec, build_tiny_qwen, completion_logprobs, load_policy
 from .gap_probe import GapProbe
+from .headroom import headroom_metrics, step_headroom
+from .step_hook import Step
 from .probes import token_stats
 from .rollout import NonFinitePolicyError, check_prompts_fit, context_size, make_rollout
 from .sampler import fast_completion_logprobs
 from .seeds import derive_seed
-from .safe_step import SafeStepController, step_rule
+from .safe_step import SafeStepController
 from .tasks import AdditionTask, JsonlTask
 from .tokenizer import build_char_tokenizer
 from .warmup import task_key, warm_model, warmup
@@ -81,6 +85,12 @@ def build_policy(cfg: TrainConfig, task):
     if cfg.init_from:
         model, tok = load_policy(cfg.init_from, dtype=cfg.dtype, device=dev)
         return model, tok
+    return warm_policy(cfg, task, dev)
+
+
+def warm_policy(cfg: TrainConfig, task, dev: torch.device):
+    """(model, tokenizer): a tiny Qwen (cfg.arch, cfg.seed) warmed up on ``task`` for cfg.warmup_steps (none: as
+    built); the cached warm model when the task has a cache key (:func:`build_policy`)."""
     alphabet = "0123456789+=- "
     if isinstance(task, JsonlTask):
         alphabet = "".join(sorted({c for p in task.problems for c in p.prompt + p.answer} | set(alphabet)))
@@ -120,6 +130,24 @@ def all_finite(tensors: list) -> bool:
     return all(bool(torch.isfinite(t).all()) for t in tensors)
 
 
+def _check_settings(cfg: TrainConfig) -> None:
+    """The settings the trainer checks before anything is built: a one-line ValueError for the first bad one."""
+    if cfg.method not in LOSSES:
+        raise ValueError(f"method must be one of {tuple(LOSSES)}, got {cfg.method!r}")
+    for n in ("steps", "prompts_per_step", "max_new_tokens"):
+        if getattr(cfg, n) < 1:
+            raise ValueError(f"{n} must be >= 1, got {getattr(cfg, n)}")
+    if cfg.group_size < 2:
+        raise ValueError(f"group_size must be >= 2, got {cfg.group_size}")
+    if not (np.isfinite(cfg.temperature) and cfg.temperature > 0):
+        raise ValueError(f"temperature must be finite and > 0, got {cfg.temperature}")
+    if cfg.max_faults < 1:
+        raise ValueError(f"max_faults must be >= 1, got {cfg.max_faults}")
+    if cfg.probe_every < 0 or cfg.probe_prompts < 0 or cfg.checkpoint_every < 0:
+        raise ValueError(f"probe_every, probe_prompts and checkpoint_every must be >= 0, got "
+                         f"{cfg.probe_every}, {cfg.probe_prompts}, {cfg.checkpoint_every}")
+
+
 def _make_optimizer(cfg: TrainConfig, params):
     if cfg.lr <= 0:
         raise ValueError(f"lr must be > 0, got {cfg.lr}")
@@ -151,56 +179,70 @@ class Trainer:
     """Holds the model, optimizer, generators and probe state of one run (see module doc)."""
 
     def __init__(self, cfg: TrainConfig, model=None, tokenizer=None, task=None):
-        if cfg.method not in LOSSES:
-            raise ValueError(f"method must be one of {tuple(LOSSES)}, got {cfg.method!r}")
-        for n in ("steps", "prompts_per_step", "max_new_tokens"):
-            if getattr(cfg, n) < 1:
-                raise ValueError(f"{n} must be >= 1, got {getattr(cfg, n)}")
-        if cfg.group_size < 2:
-            raise ValueError(f"group_size must be >= 2, got {cfg.group_size}")
-        if not (np.isfinite(cfg.temperature) and cfg.temperature > 0):
-            raise ValueError(f"temperature must be finite and > 0, got {cfg.temperature}")
-        if cfg.max_faults < 1:
-            raise ValueError(f"max_faults must be >= 1, got {cfg.max_faults}")
-        if cfg.probe_every < 0 or cfg.probe_prompts < 0 or cfg.checkpoint_every < 0:
-            raise ValueError(f"probe_every, probe_prompts and checkpoint_every must be >= 0, got "
-                             f"{cfg.probe_every}, {cfg.probe_prompts}, {cfg.checkpoint_every}")
+        """Built in named steps: settings checked, run folder, resume, task, policy (a given model, a loaded one or
+        the warm model of build_policy), optimiser, generators, probes, counters."""
+        _check_settings(cfg)
         seeds = {p: derive_seed(cfg.seed, p) for p in ("probe_sampler", "probe_prompts")}  # before any folder
+        self.cfg = cfg
+        self._init_folder()
+        self._resume_from = self._find_resume()  # a bad checkpoint fails here, before the model is built
+        self.task = task if task is not None else make_task(cfg.task)
+        self.model, self.tok = self._init_policy(model, tokenizer)
+        self.device = next(self.model.parameters()).device
+        self.opt = _make_optimizer(cfg, [p for p in self.model.parameters() if p.requires_grad])
+        self._init_generators(seeds)
+        self._init_probes(seeds)
+        self._init_counters()
+
+    def _init_folder(self) -> None:
+        """Threads, the run folder and its logs, the checkpoint's stamp."""
         from .threads import use_threads
 
-        use_threads(cfg.num_threads)  # None: the process's count (1 unless GAPDYN_TORCH_THREADS; threads.py)
-        self.cfg = cfg
-        self.out = Path(cfg.out_dir)
+        use_threads(self.cfg.num_threads)  # None: the process's count (1 unless GAPDYN_TORCH_THREADS; threads.py)
+        self.out = Path(self.cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.logs = {name: AppendLog(self.out / name) for name in ("metrics.jsonl", "probe_prompts.jsonl")}
         self._stamp = self._checkpoint_stamp()  # run() refuses a checkpoint another process replaced since
-        self._resume_from = self._find_resume()  # a bad checkpoint fails here, before the model is built
-        self.task = task if task is not None else make_task(cfg.task)
+
+    def _init_policy(self, model, tokenizer) -> tuple:
+        """(model, tokenizer): the given pair, else :func:`build_policy` (no warm-up on a resume, which overwrites
+        the weights); a file task's too-long prompt fails now, not at the step that draws it."""
+        cfg = self.cfg
         if model is None:  # a resume overwrites the weights: its warm-up would be thrown away
             model, tokenizer = build_policy(replace(cfg, warmup_steps=0) if self._resume_from else cfg, self.task)
         elif tokenizer is None:
             raise ValueError("tokenizer must be given with model")
-        self.model, self.tok = model, tokenizer
-        if not cfg.truncate_prompts:  # a file task's too-long prompt fails now, not at the step that draws it
+        if not cfg.truncate_prompts:
             check_prompts_fit(tokenizer, [p.prompt for p in getattr(self.task, "problems", [])], context_size(model),
                               cfg.max_new_tokens)
-        self.device = next(model.parameters()).device
-        self.opt = _make_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
-        self.np_rng = np.random.default_rng(derive_seed(cfg.seed, "train"))
-        self.gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "train"))
+        return model, tokenizer
+
+    def _init_generators(self, seeds: dict) -> None:
+        """The training generators (numpy for prompts, torch for sampling) and the probe prompts' sampler."""
+        self.np_rng = np.random.default_rng(derive_seed(self.cfg.seed, "train"))
+        self.gen = torch.Generator().manual_seed(derive_seed(self.cfg.seed, "train"))
         self.probe_gen = torch.Generator().manual_seed(seeds["probe_sampler"])
+
+    def _init_probes(self, seeds: dict) -> None:
+        """The step hooks (llm_probe.step_hook): the gap probe over its fixed probe prompts and, with
+        cfg.safe_step, the safe step controller. The one place the trainer's probe route is chosen."""
+        cfg = self.cfg
         self.probe_problems = (
             self.task.sample(np.random.default_rng(seeds["probe_prompts"]), cfg.probe_prompts) if cfg.probe_prompts
             else []
         )
-        self.probe = GapProbe(model, cfg.probe_params, alignment=cfg.probe_alignment,
+        self.probe = GapProbe(self.model, cfg.probe_params, alignment=cfg.probe_alignment,
                               n_probe_prompts=len(self.probe_problems))
+        self.safe = (SafeStepController(self.model, c=cfg.safe_step_c, delta=cfg.safe_step_delta) if cfg.safe_step
+                     else None)
+
+    def _init_counters(self) -> None:
+        """Step and fault counters, the collapse detector (llm_probe.collapse)."""
         self.step = 0
         self.faults = 0
         self.consecutive_faults = 0
-        self.detector = CollapseDetector(cfg.collapse)
+        self.detector = CollapseDetector(self.cfg.collapse)
         self.stopped_reason = None
-        self.safe = SafeStepController(model, c=cfg.safe_step_c, delta=cfg.safe_step_delta) if cfg.safe_step else None
 
     # ---- checkpointing (file format, atomic writes and log rollback: llm_probe.checkpoint) --------------
     @property
@@ -394,20 +436,25 @@ class Trainer:
         self.consecutive_faults = 0
         m["grad_norm"] = self._clip_gradient()  # 3. clip
         theta_k = {n: p.detach().clone() for n, p in self.model.named_parameters()}
+        hooks = self._step_hooks(probing)  # the step hooks of llm_probe.step_hook: before / after / cancel
         if probing:  # 4. probes at theta_k (the probe prompts are sampled with their own generator)
             probe_ro = self.rollout(self.probe_problems, cfg.probe_group_size, self.probe_gen) if self.probe_problems else None
-            self.probe.before(ro, probe_ro=probe_ro, seq_logp=logp.detach().sum(-1), theta_k=theta_k)
+            m.update(self.probe.before(Step(ro, theta_k=theta_k, probe_ro=probe_ro, seq_logp=logp.detach().sum(-1))))
+        if self.safe is not None:
+            m.update(self.safe.before(Step(ro, theta_k=theta_k)))
         self.opt.step()  # 5. the update: mu = cfg.num_iterations optimizer steps on this batch
         fault = self._reuse_batch(ro, logp.detach(), m) if cfg.num_iterations > 1 else None
         if fault is not None:
             self._restore_weights(theta_k)
-            self.probe.cancel()
+            for h in hooks:
+                h.cancel()
             return self._fault(k, m, fault)
         if not self._update_is_finite(theta_k):
-            self.probe.cancel()
+            for h in hooks:
+                h.cancel()
             return self._fault(k, m, "non-finite weights after the update")
         if self.safe is not None:  # theta_{k+1} = theta_k + a (theta' - theta_k), llm_probe.safe_step
-            m.update(self.safe.after(ro, theta_k=theta_k).metrics)
+            m.update(self.safe.after().metrics)
         elif probing:  # the headroom meter: the same rule, measured on the step taken, nothing rescaled
             m.update(self._headroom(ro, theta_k))
         with torch.no_grad():
@@ -423,16 +470,16 @@ class Trainer:
         return m
 
     # ---- the step's helpers: faults, clipping, probe rows -----------------------------------------
+    def _step_hooks(self, probing: bool) -> list:
+        """The step hooks (llm_probe.step_hook) this step runs: the gap probe on probe steps, the safe step."""
+        return ([self.probe] if probing else []) + ([self.safe] if self.safe is not None else [])
+
     def _headroom(self, ro, theta_k: dict) -> dict:
-        """``gap/headroom`` h = min(delta / sd_hat, c dmu_hat / kappa_hat) of the step just taken (the safe step
-        rule before its cap, llm_probe.safe_step.step_rule; docs/theory.md section 11) and ``gap/headroom_lr`` =
-        lr h, the learning rate at which the rule's bound would bind (the keys of llm_probe.GapProbeCallback)."""
-        params = {n: p for n, p in self.model.named_parameters() if p.requires_grad}
-        th = {n: theta_k[n] for n in params}
-        d = {n: p.detach() - th[n] for n, p in params.items()}
-        rule = step_rule(self.model, ro, th, d, c=self.cfg.safe_step_c, delta=self.cfg.safe_step_delta)
-        lr = float(self.opt.param_groups[0]["lr"])
-        return {"gap/headroom": float(rule.headroom), "gap/headroom_lr": lr * float(rule.headroom)}
+        """``gap/headroom`` h of the step just taken over the trainable parameters and ``gap/headroom_lr`` = lr h
+        (llm_probe.headroom, the code llm_probe.GapProbeCallback runs: NaN for a zero update)."""
+        th = {n: theta_k[n] for n, p in self.model.named_parameters() if p.requires_grad}
+        h = step_headroom(self.model, ro, th, c=self.cfg.safe_step_c, delta=self.cfg.safe_step_delta)
+        return headroom_metrics(h, float(self.opt.param_groups[0]["lr"]))
 
     def _backward(self, loss) -> str | None:
         """loss.backward() into cleared gradients; the fault's reason when the loss or a gradient is not finite."""

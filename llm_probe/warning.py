@@ -25,6 +25,7 @@ import torch
 
 from gapdyn.taxonomy import BIN_NAMES, collision_probability, token_bin_index
 
+from .logp_change import logp_change
 from .model import completion_logprobs, eval_mode
 
 __all__ = ["logp_adv_covariance", "cell_gradient_mass", "group_curvature", "sequence_logp_change",
@@ -100,14 +101,14 @@ def _forward_at_current(model, ro):
 def sequence_logp_change(model, ro, logp_before: torch.Tensor) -> torch.Tensor:
     """x_i = log pi(o_i) at the current parameters minus the summed ``logp_before`` [N, T]: [N] (no grad)."""
     logp_after, _ = _forward_at_current(model, ro)
-    return (logp_after - logp_before.detach()).sum(-1)
+    return logp_change(logp_after, logp_before.detach())
 
 
 def after_step_metrics(model, ro, logp_before: torch.Tensor, ent_before: torch.Tensor) -> dict:
     """One no-grad forward at theta_{k+1} on the batch's completions: x_i, dH on the same tokens, curvature."""
     logp_after, ent_after = _forward_at_current(model, ro)
     m = ro.completion_mask > 0
-    x = (logp_after - logp_before.detach()).sum(-1)
+    x = logp_change(logp_after, logp_before.detach())
     out = group_curvature(x, ro.rewards)
     out["warn/dH_same"] = float(ent_after[m].mean() - ent_before.detach()[m].mean()) if m.any() else float("nan")
     return out

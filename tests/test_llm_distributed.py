@@ -325,6 +325,7 @@ def test_shard_index_path_equals_plain_probe_in_one_process(alignment):
     process group) logs what the plain probe logs, on every route; a share of the groups logs its own."""
     from llm_probe.gap_probe import GapProbe
     from llm_probe.sharding import owned_groups, sub_rollout
+    from llm_probe.step_hook import Step
     from tests.llm_helpers import sampled_rollout, tiny
 
     model, tok = tiny("qwen2", seed=0)
@@ -339,7 +340,7 @@ def test_shard_index_path_equals_plain_probe_in_one_process(alignment):
                      ("share", {"shard_index": owned_groups(3, 1, 2)})):
         model.load_state_dict(theta_k, strict=False)
         probe = GapProbe(model, alignment=alignment)
-        probe.before(sub_rollout(ro, owned_groups(3, 1, 2)) if name == "share" else ro, **kw)
+        probe.before(Step(sub_rollout(ro, owned_groups(3, 1, 2)) if name == "share" else ro, **kw))
         with torch.no_grad():
             for n, p in model.named_parameters():
                 p.add_(step[n])

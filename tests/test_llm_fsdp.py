@@ -113,6 +113,7 @@ def test_forward_difference_error_is_quadratic_in_the_step():
     from llm_probe.probes import jvp_alignment, mixed_groups
     from llm_probe.safe_step import completion_logprob_jvp
     from llm_probe.sharding import ForwardProbe, forward_difference_logprobs
+    from llm_probe.step_hook import Step
     from tests.llm_helpers import sampled_rollout, tiny
 
     model, tok = tiny("qwen2", seed=0, dtype="float64")
@@ -127,11 +128,11 @@ def test_forward_difference_error_is_quadratic_in_the_step():
     errs, errs_x = [], []
     for s in (2e-4, 1e-4):
         model.load_state_dict(theta, strict=False)
-        probe.before(ro)  # at theta
+        probe.before(Step(ro))  # at theta
         with torch.no_grad():
             for n, p in model.named_parameters():
                 p.copy_(theta[n] + s * v[n])
-        dphi = torch.tensor(probe.after()["gap/dphi"], dtype=torch.float64)  # forward at theta + s v
+        dphi = torch.tensor(probe.after().metrics["gap/dphi"], dtype=torch.float64)  # forward at theta + s v
         x = forward_difference_logprobs(model, ro, theta, {n: theta[n] + s * v[n] for n in theta})
         errs.append(float((dphi - s * exact).abs().max()))
         errs_x.append(float((x - s * exact_x).abs().max()))

@@ -12,6 +12,7 @@ pytest.importorskip("peft")
 from llm_probe.gap_probe import GapProbe  # noqa: E402
 from llm_probe.losses import policy_loss  # noqa: E402
 from llm_probe.model import completion_logprobs  # noqa: E402
+from llm_probe.step_hook import Step  # noqa: E402
 from llm_probe.probes import (  # noqa: E402
     dot_alignment,
     flat,
@@ -80,7 +81,7 @@ def test_gap_probe_on_lora_sgd_step(alignment):
     policy_loss("grpo", logp, logp.detach(), ro.completion_mask, ro.rewards, max_completion_length=5).loss.backward()
     ascent = flat([-p.grad for p in params.values()])
     theta0 = flat([p.detach().clone() for p in params.values()])
-    probe.before(ro)
+    probe.before(Step(ro))
     kept = probe._pending.theta_k  # forward-mode / streamed routes evaluate there: only the adapter is copied
     live = dict(model.named_parameters())
     assert all((kept[n].data_ptr() == p.data_ptr()) == (not p.requires_grad) for n, p in live.items())

@@ -15,6 +15,7 @@ from llm_probe.gap_probe import GapProbe
 from llm_probe.losses import policy_loss
 from llm_probe.measure import measure
 from llm_probe.model import completion_logprobs, save_policy
+from llm_probe.step_hook import Step
 from tests.llm_helpers import sampled_rollout, tiny
 
 pytestmark = pytest.mark.llm
@@ -40,7 +41,7 @@ def adam_step():
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     logp = completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
     policy_loss("grpo", logp, logp.detach(), ro.completion_mask, ro.rewards, max_completion_length=5).loss.backward()
-    probe.before(ro)
+    probe.before(Step(ro))
     opt.step()
     res = probe.after()
     return before, model, tok, ro, res

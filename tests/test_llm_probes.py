@@ -17,6 +17,7 @@ import torch
 from gapdyn.taxonomy import token_step_effects
 from llm_probe.losses import policy_loss
 from llm_probe.model import completion_logprobs
+from llm_probe.step_hook import Step
 from llm_probe.probes import (
     GRADMASS_NAMES,
     dot_alignment,
@@ -284,7 +285,7 @@ def test_gap_probe_around_an_adam_step(tied):
     policy_loss("grpo", logp, logp.detach(), ro.completion_mask, ro.rewards, max_completion_length=5).loss.backward()
     ascent = flat([-p.grad for p in params.values()])
     theta0 = flat([p.detach().clone() for p in params.values()])
-    probe.before(ro)
+    probe.before(Step(ro))
     opt.step()
     res = probe.after()
     delta = flat([p.detach() for p in params.values()]) - theta0
@@ -332,7 +333,7 @@ def test_streamed_route_equals_gap_matrix_route(tied):
     logp = completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
     policy_loss("grpo", logp, logp.detach(), ro.completion_mask, ro.rewards, max_completion_length=5).loss.backward()
     for p in probes.values():
-        p.before(ro, probe_ro=probe_ro)
+        p.before(Step(ro, probe_ro=probe_ro))
     assert probes["auto"]._pending.stream and not probes["dot"]._pending.stream
     opt.step()
     res = {k: p.after() for k, p in probes.items()}

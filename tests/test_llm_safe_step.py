@@ -13,6 +13,7 @@ import gapdyn
 from llm_probe.losses import policy_loss
 from llm_probe.model import completion_logprobs
 from llm_probe.safe_step import SafeStepController, completion_logprob_jvp
+from llm_probe.step_hook import Step
 from tests.llm_helpers import sampled_rollout, tiny, warm_model
 
 pytestmark = pytest.mark.llm
@@ -98,12 +99,12 @@ def test_controller_applies_its_rule_exactly(lr, delta):
     ro = sampled_rollout(model, tok, B=4, G=4, T=5, seed=2)
     ctl = SafeStepController(model, delta=delta)
     opt = _adam_with_gradient(model, ro, lr)
-    ctl.before()
+    ctl.before(Step(ro))
     theta_k = {n: p.detach().clone() for n, p in model.named_parameters()}
     opt.step()
     proposed = {n: p.detach().clone() for n, p in model.named_parameters()}
     d = {n: proposed[n] - theta_k[n] for n in theta_k}
-    res = ctl.after(ro)
+    res = ctl.after()
     now = {n: p.detach().clone() for n, p in model.named_parameters()}
     with torch.no_grad():
         for n, p in model.named_parameters():
@@ -130,9 +131,11 @@ def test_controller_validates():
     with pytest.raises(ValueError, match="c"):
         SafeStepController(model, c=float("nan"))
     with pytest.raises(RuntimeError, match="before"):
-        SafeStepController(model).after(None)
+        SafeStepController(model).after()
     with pytest.raises(ValueError, match="theta_k"):
-        SafeStepController(model).after(None, theta_k={})
+        SafeStepController(model).before(Step(None, theta_k={}))
+    with pytest.raises(ValueError, match="takes a llm_probe.step_hook.Step"):
+        SafeStepController(model).before(None)
 
 
 def test_callback_on_real_grpo_trainer_with_accumulation(tmp_path):
