@@ -1,7 +1,7 @@
 """``gapdyn bandit``: list and run the bandit experiments.
 
     gapdyn bandit list
-    gapdyn bandit run <experiment> [--mode test|quick|full] [--out DIR] [--jobs N] [--seed S]
+    gapdyn bandit run <experiment> [--mode test|quick|full] [--out DIR] [--jobs N] [--seeds S ... | --seed S]
                                    [--backend serial|joblib|ray] [--ray-address ADDR] [--no-progress] [--strict]
 
 ``run`` builds the experiment's config for the mode (``Config.test()`` when the module has one,
@@ -13,13 +13,15 @@ prints its claims (estimate, 95 % interval, n, criterion, verdict; docs/evidence
 Full mode adds the confirmation block and a replication table. Exit code 0; with ``--strict``, 1 if a claim
 does not hold; 2 for bad input, 1 for a failing write, 130 / 143 on SIGINT / SIGTERM (the sweep's workers
 stopped, one line saying where the completed cells are and the command that resumes; gapdyn.cmdline).
+``--seeds`` / ``--seed`` replace the instance seeds of the discovery block (each draws one bandit; the runs on it
+keep their own stream seeds; gapdyn.experiment.INSTANCE_SEEDS) and the run writes into
+``<out>/<experiment>-<mode>-seeds-<label>/`` (gapdyn.runner.seeds_label) instead.
 Every output is written atomically and never through a symlink below ``<out>`` (gapdyn.io).
 The experiment may be given by an unambiguous prefix (``succ`` for ``success_rate``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import shlex
@@ -58,8 +60,10 @@ class RunConfig:
     """Result store; the run writes into <out>/<experiment>-<mode>/ (default ./gapdyn_out/bandit)."""
     jobs: int = 1
     """Workers (joblib) / CPUs (local ray); -1 = all cores."""
+    seeds: Annotated[tuple[int, ...] | None, optional("INT [INT ...]")] = None
+    """Instance seeds of the discovery block (each draws one bandit; None: the mode's own seeds)."""
     seed: Annotated[int | None, optional("INT")] = None
-    """Base seed of the sampled runs (None: the experiment's default); instance seeds stay fixed."""
+    """One instance seed (the same as --seeds S)."""
     progress: bool = True
     """Show the sweep's progress bar."""
     backend: Literal["serial", "joblib", "ray"] = "joblib"
@@ -70,23 +74,18 @@ class RunConfig:
     """Exit 1 if any claim does not hold."""
 
 
-def experiment_config(module, mode: str, seed: int | None = None):
+def experiment_config(module, mode: str, seeds: tuple[int, ...] | None = None):
     """The module's config for ``mode`` ("test" falls back to ``Config.quick()`` when there is no
-    ``Config.test()``), with ``seed`` written into its seed / seed0 / base_seed field when given.
+    ``Config.test()``), on ``seeds`` when given (:func:`gapdyn.runner.with_seeds`: the experiment's instance seeds).
     Returns (config, note) where note says when a fallback was used."""
+    from gapdyn.runner import with_seeds
+
     cls = module.Config
     note = ""
     if mode == "test" and not hasattr(cls, "test"):
         note = "has no test sizes; --mode test runs its smallest config, Config.quick()"
         mode = "quick"
-    config = getattr(cls, mode)()
-    if seed is not None:
-        names = {f.name for f in dataclasses.fields(config)}
-        field = next((n for n in ("seed", "seed0", "base_seed") if n in names), None)
-        if field is None:
-            raise ValueError(f"--seed: experiment {module.__name__} has no seed setting")
-        config = dataclasses.replace(config, **{field: seed})
-    return config, note
+    return with_seeds(module.EXPERIMENT, getattr(cls, mode)(), seeds), note
 
 
 def _source_doc(module: str) -> str:
@@ -133,9 +132,12 @@ def _run(args: RunConfig, argv: list[str]) -> int:
     name = resolve_name(args.experiment, EXPERIMENTS, "experiment")
     check_jobs(args.jobs)
     mod = load(name)
-    config, note = experiment_config(mod, args.mode, args.seed)
+    from gapdyn.runner import resolve_seeds, seeds_label
+
+    seeds = resolve_seeds(args.seeds, args.seed)
+    config, note = experiment_config(mod, args.mode, seeds)
     store = output_dir("bandit", args.out)
-    out = store / f"{name}-{args.mode}"
+    out = store / (f"{name}-{args.mode}" + ("" if seeds is None else f"-seeds-{seeds_label(seeds)}"))
     outputs = [out / n for n in ("results.parquet", "claims.json", "claims.csv", "claims.md")]
     for p in outputs:  # a planted symlink is refused before the sweep runs, not after
         check_output_path(p, root=store)
@@ -164,6 +166,8 @@ def _run(args: RunConfig, argv: list[str]) -> int:
                   f"{len(res.results)} result rows; criteria hash {res.criteria_hash}")
     if res.plan is not None:
         say("bandit", f"{name}: {res.plan.note}")
+    if seeds is not None:
+        say("bandit", f"{name}: instance seeds {list(seeds)} (--seeds: {mod.EXPERIMENT.seed_meaning})")
     say("bandit", f"wrote {out}/ (results.parquet, claims.json, claims.csv, claims.md)")
     if args.strict and n["does not hold"]:
         return 1

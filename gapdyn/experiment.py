@@ -6,8 +6,12 @@ before any run, hashed at construction), its sizes (a config class with ``test``
 constructors), and three functions: ``cells(config, instances) -> list[dict]`` (the sweep of one block as
 plain JSON-serialisable dicts), ``run_cell(**cell) -> DataFrame`` (one cell's rows, deterministic given the
 cell) and ``analyse(results, config, *, block) -> list[Claim]`` (a block's claims from its rows only).
-Running it (blocks, the planner's confirmation size, Holm, the hash stamp) is the runner's part; the sweep
-backend is passed in (``bandits.experiments._common.run_experiment``).
+Running it (blocks, the planner's confirmation size, Holm, the hash stamp, resumable and adaptive cells, the
+seeds of ``--seeds`` / ``--seed``) is the runner's part (:mod:`gapdyn.runner`); the sweep backend is passed in
+(``bandits.experiments._common.run_experiment``). ``seed_field`` names the config field that ``--seeds`` replaces
+and ``seed_meaning`` states, once per study, what such a seed is (an instance seed that draws an environment, or the
+stream seed of one training run). A study whose cells are run folders names them by ``cell_name(cell)`` and marks
+one done by its ``result_file`` (:func:`gapdyn.runner.run_cells`); ``run_cell(**cell, out=folder)`` then writes it.
 
 Packages register experiments through the entry-point group ``gapdyn.experiments`` of their
 pyproject.toml (``name = "module:EXPERIMENT"``); :func:`registry` lists them for ``gapdyn claims`` and
@@ -24,9 +28,15 @@ from typing import Any
 from .claims import ClaimSpec, Criterion, criteria_hash
 from .cmdline import MODES
 
-__all__ = ["Experiment", "claim_specs", "registry", "GROUP"]
+__all__ = ["Experiment", "claim_specs", "registry", "GROUP", "INSTANCE_SEEDS", "STREAM_SEEDS"]
 
 GROUP = "gapdyn.experiments"
+INSTANCE_SEEDS = ("instance seeds: each draws one environment of the block (a cluster of the claims' intervals); "
+                  "the runs on it use their own stream seeds")
+"""The meaning of a seed in the bandit experiments (Experiment.seed_meaning's default)."""
+STREAM_SEEDS = ("stream seeds: each is one training run's seed (its prompt stream, sampling and evaluation draws); "
+                "the starting model is the same for every seed")
+"""The meaning of a seed in the tiny-Qwen studies and the testbed."""
 
 
 def claim_specs(statements: Mapping[str, tuple[str, str]], criteria: Mapping[str, Criterion],
@@ -58,13 +68,21 @@ class Experiment:
     modes: tuple[str, ...] = MODES
     command: str = ""
     """the command line that runs it (e.g. ``gapdyn bandit run threshold``; default ``gapdyn bandit run <name>``)"""
+    seed_field: str = "instances"
+    """the config field (a tuple of seeds: the block every mode runs) that ``--seeds`` replaces"""
+    seed_meaning: str = INSTANCE_SEEDS
+    """what one of those seeds is, in one line (default :data:`INSTANCE_SEEDS`)"""
+    cell_name: Callable[[dict], str] | None = None
+    """run-folder studies: a cell's folder name (None: the cells' rows go to the sweep's store)"""
+    result_file: str = ""
+    """run-folder studies: the file whose presence marks a cell's folder done"""
     criteria_hash: str = field(init=False)
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier():
             raise ValueError(f"name must be an identifier-like string, got {self.name!r}")
-        if not isinstance(self.claims, Mapping) or not self.claims:
-            raise ValueError("claims must be a non-empty mapping claim id -> ClaimSpec")
+        if not isinstance(self.claims, Mapping):
+            raise ValueError("claims must be a mapping claim id -> ClaimSpec (empty: a study that makes no claims)")
         bad = [k for k, v in self.claims.items() if not isinstance(v, ClaimSpec)]
         if bad:
             raise ValueError(f"claims must map to ClaimSpec; not so for {bad}")
@@ -76,6 +94,16 @@ class Experiment:
             raise ValueError(f"modes must be a subset of {MODES}, each a constructor of config; missing {missing}")
         if not isinstance(self.command, str):
             raise ValueError(f"command must be a string, got {self.command!r}")
+        import dataclasses
+
+        if dataclasses.is_dataclass(self.config) and self.seed_field not in {f.name for f in
+                                                                             dataclasses.fields(self.config)}:
+            raise ValueError(f"seed_field {self.seed_field!r} is not a field of {self.config.__name__}")
+        if not isinstance(self.seed_meaning, str) or not self.seed_meaning:
+            raise ValueError("seed_meaning must say in one line what a seed of this study is")
+        if (self.cell_name is None) != (not self.result_file) or (self.cell_name is not None
+                                                                   and not callable(self.cell_name)):
+            raise ValueError("cell_name (callable) and result_file go together (a study of run folders)")
         object.__setattr__(self, "command", self.command or f"gapdyn bandit run {self.name}")
         object.__setattr__(self, "claims", MappingProxyType(dict(self.claims)))
         object.__setattr__(self, "criteria_hash", criteria_hash(self.criteria))

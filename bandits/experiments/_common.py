@@ -1,5 +1,5 @@
-"""Helpers shared by the contextual-bandit experiments: the run wrapper around
-:func:`bandits.sweep.run_sweep` (two blocks, frozen CRITERIA), claim builders with intervals
+"""Helpers shared by the contextual-bandit experiments: the runner's blocks (:mod:`gapdyn.runner`) over
+:func:`bandits.sweep.run_sweep`, claim builders with intervals
 (docs/evidence.md), and a few outcome helpers.
 
 A run's outcome is gapdyn's (``gapdyn.run_outcome``: collapsed when J < 1e-3 at every state of the last
@@ -9,14 +9,14 @@ decides it from an engine trajectory.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 import gapdyn
+from gapdyn.runner import (CONFIRMATION_MIN, BlockPlan, ExperimentResult, experiment_blocks,  # noqa: F401
+                           plan_confirmation, stamp_claims)
 
 CONVERGE_J = gapdyn.CONVERGED_J
 """A run whose J exceeds this over the last quarter ends converged (gapdyn.CONVERGED_J)."""
@@ -182,129 +182,17 @@ def make_claim(specs, claim_id: str, est: gapdyn.Estimate, *, block: str, settin
     )
 
 
-@dataclass(frozen=True)
-class ExperimentResult:
-    """What an experiment run returns: its rows, its claims (both blocks) and the criteria hash.
-
-    results: every row, with a ``block`` column ("discovery" / "confirmation");
-    claims: :class:`gapdyn.Claim` records of every block, Holm-adjusted within a block where they are tests,
-    each stamped with ``criteria_hash`` (the hash of the module's frozen ``CRITERIA``);
-    replication: :func:`gapdyn.replication_table` of the two blocks (confirmation verdict, disagreement flagged);
-    plan: the confirmation block's :class:`BlockPlan` (None without one).
-    """
-
-    name: str
-    mode: str
-    results: pd.DataFrame
-    claims: tuple
-    criteria_hash: str
-    plan: BlockPlan | None = None
-
-    def block(self, block: str) -> list:
-        return [c for c in self.claims if c.block == block]
-
-    @property
-    def replication(self) -> pd.DataFrame:
-        return gapdyn.replication_table(self.block("discovery"), self.block("confirmation"))
-
-    @property
-    def verdict(self) -> pd.DataFrame:
-        """The claims table of the block that decides: confirmation when it ran, else discovery."""
-        shown = self.block("confirmation") or self.block("discovery")
-        return gapdyn.claims_table(shown)
-
-
-def experiment_blocks(config) -> list[tuple[str, tuple[int, ...]]]:
-    """[(block, instance seeds)]: discovery always, confirmation when the config has one (full mode)."""
-    blocks = [("discovery", tuple(config.instances))]
-    if tuple(getattr(config, "confirmation", ())):
-        blocks.append(("confirmation", tuple(config.confirmation)))
-    return blocks
-
-
-def stamp_claims(experiment, claims) -> list:
-    """Holm-adjust a block's test claims and stamp the hash of the experiment's frozen criteria."""
-    claims = gapdyn.holm_adjust_claims(list(claims))
-    return [dataclasses.replace(c, criteria_hash=experiment.criteria_hash) for c in claims]
-
-
-CONFIRMATION_MIN = 40
-"""The smallest confirmation block: at least 20 instances, and the n from which the mean interval's coverage
-is nominal (MEAN_INTERVAL, docs/coverage.md)."""
-
-
-@dataclass(frozen=True)
-class BlockPlan:
-    """The confirmation block's size, planned from the discovery block (gapdyn.planner via each claim's
-    n_planned): n = min(max(planned, n_min), n_max), where planned is the largest n_planned of the counted
-    primary claims (of every counted claim when no primary has one) and n_max the instances the experiment's
-    budget allows (its config's confirmation seeds). note: one line for reports."""
-
-    n: int
-    planned: int | None
-    n_min: int
-    n_max: int
-    note: str
-
-
-def plan_confirmation(claims, *, n_min: int = CONFIRMATION_MIN, n_max: int) -> BlockPlan:
-    """:class:`BlockPlan` from the discovery block's claims."""
-    if not (isinstance(n_max, int) and n_max >= 1):
-        raise ValueError(f"n_max must be a positive integer, got {n_max!r}")
-    counted = [c for c in claims if c.counts_as_evidence and c.n_planned is not None]
-    primaries = [c for c in counted if c.primary]
-    pool = primaries or counted
-    planned = max((int(c.n_planned) for c in pool), default=None)
-    lo = min(n_min, n_max)
-    n = lo if planned is None else min(max(planned, lo), n_max)
-    who = "primary claims" if primaries else "counted claims"
-    if planned is None:
-        note = f"confirmation block: {n} instances (no {who[:-1]} has a planned n; the floor is {lo})"
-    elif planned > n_max:
-        note = (f"confirmation block: {n} instances, the budget (the planned n of the {who} is {planned}: "
-                "those above the budget are not decidable within it)")
-    else:
-        note = f"confirmation block: {n} instances (planned n of the {who}: {planned}; floor {lo})"
-    return BlockPlan(n=n, planned=planned, n_min=lo, n_max=n_max, note=note)
-
-
+# The blocks (discovery, the planned confirmation block, stamped claims) are the runner's (gapdyn.runner,
+# re-exported above); the bandit experiments run them through the resumable parquet sweep.
 def run_experiment(experiment, config, *, store=None, backend="joblib", n_jobs=-1,
                    progress=True) -> ExperimentResult:
-    """Run every block of a :class:`gapdyn.experiment.Experiment` through :func:`bandits.sweep.run_sweep`
-    (resumable) and judge it.
+    """:func:`gapdyn.runner.run_experiment` with the sweep of :func:`bandits.sweep.run_sweep` (resumable)."""
+    from gapdyn.runner import run_experiment as run_blocks
 
-    The criteria were frozen and hashed when the experiment was constructed (at import, before any block
-    runs); each block is analysed on its own instances only (``experiment.analyse(rows, config, block=...)``).
-    The confirmation block runs the first :func:`plan_confirmation` (discovery claims) ``.n`` of the config's
-    confirmation seeds (the seeds are the budget).
-    """
     from bandits.sweep import run_sweep
 
-    frames, claims, plan = [], [], None
-    for block, seeds in experiment_blocks(config):
-        if block == "confirmation":
-            plan = plan_confirmation([c for c in claims if c.block == "discovery"], n_max=len(seeds))
-            seeds = seeds[:plan.n]
-        res = run_sweep(
-            experiment.run_cell,
-            experiment.cells(config, seeds),
-            name=f"{experiment.name}-{config.mode}-{block}",
-            store=store,
-            backend=backend,
-            n_jobs=n_jobs,
-            progress=progress,
-        )
-        res = res.assign(block=block)
-        frames.append(res)
-        claims += stamp_claims(experiment, experiment.analyse(res, config, block=block))
-    return ExperimentResult(
-        name=experiment.name,
-        mode=config.mode,
-        results=pd.concat(frames, ignore_index=True),
-        claims=tuple(claims),
-        criteria_hash=experiment.criteria_hash,
-        plan=plan,
-    )
+    return run_blocks(experiment, config, sweep=run_sweep, store=store, backend=backend, n_jobs=n_jobs,
+                      progress=progress)
 
 
 def run_cells_serial(experiment, config, instances=None) -> pd.DataFrame:

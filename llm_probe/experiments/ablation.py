@@ -35,7 +35,7 @@ import numpy as np
 
 from gapdyn.claims import (CONFIRMATION_SEEDS, Claim, ClaimSpec, Criterion, claims_markdown, claims_to_json,
                            criteria_hash, holm_adjust_claims, keyed_specs)
-from gapdyn.experiment import Experiment
+from gapdyn.experiment import STREAM_SEEDS, Experiment
 from gapdyn.io import atomic_write_json, atomic_write_text, write_with
 from gapdyn.stats import (
     Estimate,
@@ -808,5 +808,6 @@ def analyse(results, config: StudyConfig, *, block: str = "discovery") -> list[C
 
 
 EXPERIMENT = Experiment(name=NAME, claims=SPECS, config=StudyConfig, cells=cells, run_cell=run_cell, analyse=analyse,
-                        command="gapdyn train ablation --mode full")
+                        command="gapdyn train ablation --mode full",
+                        seed_field="seeds", seed_meaning=STREAM_SEEDS)
 """This study in the one protocol (gapdyn.experiment.Experiment)."""

@@ -61,7 +61,7 @@ import numpy as np
 
 import gapdyn
 from gapdyn.claims import Claim, ClaimSpec, Criterion, claims_markdown, claims_to_json, holm_adjust_claims, keyed_specs
-from gapdyn.experiment import Experiment
+from gapdyn.experiment import STREAM_SEEDS, Experiment
 from gapdyn.io import atomic_write_json, atomic_write_text, write_with
 from gapdyn.planner import plan_n, power_mean, power_two_proportions
 from gapdyn.stats import fieller_paired_ratio  # re-exported: the interval of ``not_slower``
@@ -706,5 +706,6 @@ def analyse(results, config: SafeStepExperiment, *, block: str = "discovery") ->
 
 
 EXPERIMENT = Experiment(name=NAME, claims=SPECS, config=SafeStepExperiment, cells=cells, run_cell=run_cell,
-                        analyse=analyse, command="gapdyn train safe-step --mode full")
+                        analyse=analyse, command="gapdyn train safe-step --mode full",
+                        seed_field="seeds", seed_meaning=STREAM_SEEDS)
 """This experiment in the one protocol (gapdyn.experiment.Experiment)."""

@@ -18,9 +18,12 @@ from typing import Annotated, Literal
 
 import tyro
 
+from gapdyn.experiment import STREAM_SEEDS, Experiment
+
 from .run import SUMMARY, TestbedSetting, run_testbed
 
-__all__ = ["cell_name", "grid", "run_study", "load_summaries", "dose_response", "PILOT_SEEDS", "ACCEPTANCE_SEEDS",
+__all__ = ["cell_name", "cell_folder_name", "run_cell", "cells", "analyse", "StudyConfig", "STUDIES",
+           "study_cells", "EXPERIMENT", "grid", "run_study", "load_summaries", "dose_response", "PILOT_SEEDS", "ACCEPTANCE_SEEDS",
            "pilot_cells", "pilot_extension_cells", "pilot_short_cells", "pilot_edge_cells",
            "acceptance_cells", "export_study", "DOSE_SEEDS", "DOSE_HELDOUT_SEEDS", "DOSE_LRS", "dose_cells"]
 
@@ -49,37 +52,27 @@ def grid(seeds, **axes) -> list[dict]:
 def run_study(cells: list[dict], root: str | Path, *, log=print, warm_dir=None) -> list[dict]:
     """Run every cell not done yet under ``root`` (in the order given); returns the summaries of the cells this
     call finished or found finished. Several processes may work on one study: each cell is claimed by an
-    advisory lock (``<cell>.lock``, released by the OS however the process ends), a claimed cell is skipped."""
-    import fcntl
-    import os
+    advisory lock (``<cell>.lock``, released by the OS however the process ends), a claimed cell is skipped
+    (:func:`gapdyn.runner.run_cells`: a cell is done when its summary.json exists; a torn folder is rerun)."""
+    from gapdyn.runner import run_cells
 
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    done = []
-    for i, cell in enumerate(cells):
-        setting = TestbedSetting(**cell["setting"])
-        d = root / cell_name(setting, cell["seed"])
-        if (d / SUMMARY).is_file():
-            done.append(json.loads((d / SUMMARY).read_text()))
-            continue
-        fd = os.open(root / f"{d.name}.lock", os.O_CREAT | os.O_RDWR, 0o644)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:  # another process runs this cell
-                continue
-            if (d / SUMMARY).is_file():  # finished while we waited for the lock
-                done.append(json.loads((d / SUMMARY).read_text()))
-                continue
-            if d.exists():  # a run torn by an interruption: start it again
-                shutil.rmtree(d)
-            s = run_testbed(setting, cell["seed"], d, warm_dir=warm_dir)
-        finally:
-            os.close(fd)
-        log(f"[{i + 1}/{len(cells)}] {d.name}: {s['heldout_acc_before']:.3f} -> {s['heldout_acc_after']:.3f} "
-            f"({s['outcome']}, {s['wall_s']:.0f} s, {s['completion_tokens_median']:g} tokens)", flush=True)
-        done.append(s)
-    return done
+    return run_cells(cells, root, name=cell_folder_name, result_file=SUMMARY, describe=_describe, log=log,
+                     run=lambda cell, d: run_cell(**cell, out=d, warm_dir=warm_dir))
+
+
+def cell_folder_name(cell: dict) -> str:
+    """:func:`cell_name` of a cell ``{"setting": {...}, "seed": s}`` (the setting checked on the way)."""
+    return cell_name(TestbedSetting(**cell["setting"]), cell["seed"])
+
+
+def run_cell(*, setting: dict, seed: int, out, warm_dir=None) -> dict:
+    """One cell: :func:`~llm_probe.testbed.run.run_testbed` of the setting on ``seed`` into ``out``; its summary."""
+    return run_testbed(TestbedSetting(**setting), seed, out, warm_dir=warm_dir)
+
+
+def _describe(s: dict) -> str:
+    return (f"{s['heldout_acc_before']:.3f} -> {s['heldout_acc_after']:.3f} ({s['outcome']}, {s['wall_s']:.0f} s, "
+            f"{s['completion_tokens_median']:g} tokens)")
 
 
 def load_summaries(root: str | Path) -> list[dict]:
@@ -161,46 +154,45 @@ PILOT_LRS = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3)
 feasibility check's learning lr 1e-4."""
 
 
-def pilot_cells() -> list[dict]:
+def pilot_cells(seeds=PILOT_SEEDS[:2]) -> list[dict]:
     """The pilot, fixed before it ran: GRPO on the lr grid x 2 pilot seeds, and the random-advantage control at
     the two largest lrs (where collapse was expected); the order puts the cells that locate the regimes first
     (the feasibility check's learning lr 1e-4, then 1e-3 with its control)."""
-    seeds = PILOT_SEEDS[:2]
     order = (1e-4, 1e-3, "control 1e-3", 3e-4, 3e-3, 3e-5, 1e-5, "control 3e-3")
     return [c for lr in order for c in (grid(seeds, lr=(float(lr.split()[1]),), control=(True,))
                                         if isinstance(lr, str) else grid(seeds, lr=(lr,)))]
 
 
-def pilot_extension_cells(part: int = 1) -> list[dict]:
+def pilot_extension_cells(part: int = 1, seeds=PILOT_SEEDS[:2]) -> list[dict]:
     """Added after the pilot ran, on the same pilot seeds. Part 1 (after the 3e-4 cells split, one healthy, one
     collapsed): the random-advantage control at 3e-4, to tell an RL-specific collapse at the edge from optimiser
     damage. Part 2 (after that control collapsed on both seeds): the control at the learning lrs 3e-5 and 1e-4,
     to find where the control itself starts to collapse."""
     if part == 1:
-        return grid(PILOT_SEEDS[:2], lr=(3e-4,), control=(True,))
-    return grid(PILOT_SEEDS[:2], lr=(3e-5, 1e-4), control=(True,))
+        return grid(seeds, lr=(3e-4,), control=(True,))
+    return grid(seeds, lr=(3e-5, 1e-4), control=(True,))
 
 
-def pilot_short_cells() -> list[dict]:
+def pilot_short_cells(seeds=PILOT_SEEDS[:2]) -> list[dict]:
     """The length knob's pilot: the short scratchpad (23-token completions) at the long form's learning lr, its edge
     and its collapse lr, on the pilot seeds."""
-    return grid(PILOT_SEEDS[:2], lr=(1e-4, 3e-4, 1e-3), length=("short",))
+    return grid(seeds, lr=(1e-4, 3e-4, 1e-3), length=("short",))
 
 
-def pilot_edge_cells() -> list[dict]:
+def pilot_edge_cells(seeds=PILOT_SEEDS[2:5]) -> list[dict]:
     """Locating the edge for the dose-response design (tuning seeds 902-904, never confirmation): GRPO, long
     scratchpad, lr between the learning 1e-4 and the collapse 1e-3."""
-    return grid(PILOT_SEEDS[2:5], lr=(1.5e-4, 2e-4, 3e-4, 4e-4, 6e-4))
+    return grid(seeds, lr=(1.5e-4, 2e-4, 3e-4, 4e-4, 6e-4))
 
 
 ACCEPTANCE_SEEDS = tuple(range(2000, 2010))
 """Ten seeds never used before the acceptance measurement (pilot seeds: :data:`PILOT_SEEDS`)."""
 
 
-def acceptance_cells(learn_lr: float, collapse_lr: float) -> list[dict]:
+def acceptance_cells(learn_lr: float, collapse_lr: float, seeds=ACCEPTANCE_SEEDS) -> list[dict]:
     """The acceptance measurement: the default setting at its documented learning lr and at its documented
     collapse lr, on :data:`ACCEPTANCE_SEEDS`."""
-    return grid(ACCEPTANCE_SEEDS, lr=(learn_lr, collapse_lr))
+    return grid(seeds, lr=(learn_lr, collapse_lr))
 
 
 DOSE_SEEDS = tuple(range(3000, 3040))
@@ -232,6 +224,63 @@ def dose_cells(seeds=DOSE_SEEDS, *, methods=("grpo",), lengths=("long", "short")
     return cells
 
 
+STUDIES = ("pilot", "pilot-extension", "pilot-extension-2", "pilot-short", "pilot-edge", "acceptance", "dose")
+"""The studies by name (:func:`study_cells`)."""
+
+
+def study_cells(study: str, seeds=None, lrs=None) -> list[dict]:
+    """The cells of a study by name (:data:`STUDIES`) on its own seeds, or on ``seeds`` when given (``lrs``: the
+    acceptance measurement's learning and collapse lrs)."""
+    if study not in STUDIES:
+        raise ValueError(f"study must be one of {STUDIES}, got {study!r}")
+    if study == "acceptance" and not lrs:
+        raise ValueError("acceptance needs --lrs LEARN COLLAPSE")
+    kw = {} if seeds is None else {"seeds": tuple(int(x) for x in seeds)}
+    return {"pilot": lambda: pilot_cells(**kw), "pilot-extension": lambda: pilot_extension_cells(1, **kw),
+            "pilot-extension-2": lambda: pilot_extension_cells(2, **kw), "pilot-short": lambda: pilot_short_cells(**kw),
+            "pilot-edge": lambda: pilot_edge_cells(**kw), "acceptance": lambda: acceptance_cells(*lrs, **kw),
+            "dose": lambda: dose_cells(**kw)}[study]()
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    """A testbed study in the one protocol: which study, its seeds (empty: the study's own; the meaning is
+    :data:`gapdyn.experiment.STREAM_SEEDS`) and, for the acceptance measurement, its two lrs."""
+
+    study: str = "dose"
+    seeds: tuple[int, ...] = ()
+    lrs: tuple[float, float] | None = None
+    mode: str = "full"
+
+    def __post_init__(self):
+        if self.study not in STUDIES:
+            raise ValueError(f"study must be one of {STUDIES}, got {self.study!r}")
+        if self.mode != "full":
+            raise ValueError(f"a testbed study runs in mode 'full' only, got {self.mode!r}")
+
+    @classmethod
+    def full(cls) -> StudyConfig:
+        return cls()
+
+
+def cells(config: StudyConfig, instances=None) -> list[dict]:
+    """The study's cells (:func:`study_cells`) on ``instances`` (run seeds), else on the config's seeds, else on the
+    study's own."""
+    seeds = tuple(instances) if instances is not None else (tuple(config.seeds) or None)
+    return study_cells(config.study, seeds, config.lrs)
+
+
+def analyse(results, config: StudyConfig, *, block: str = "discovery") -> list:
+    """No claims yet: a testbed study's record is its dose-response table (:func:`dose_response`)."""
+    return []
+
+
+EXPERIMENT = Experiment(name="testbed", claims={}, config=StudyConfig, cells=cells, run_cell=run_cell,
+                        analyse=analyse, modes=("full",), command="python -m llm_probe.testbed.study",
+                        seed_field="seeds", seed_meaning=STREAM_SEEDS, cell_name=cell_folder_name, result_file=SUMMARY)
+"""The testbed studies in the one protocol (gapdyn.experiment.Experiment); its cells are run folders."""
+
+
 @dataclass
 class StudyArgs:
     """Run (or continue) a testbed study into --out and print its dose-response table. Several processes may share
@@ -247,11 +296,15 @@ class StudyArgs:
     """acceptance: the documented learning and collapse lrs."""
     reverse: bool = False
     """Take the cells in reverse order (a second worker)."""
+    seeds: tuple[int, ...] | None = None
+    """Run seeds (the stream seed of each run; the pinned warm start is shared) instead of the study's own."""
+    seed: int | None = None
+    """One run seed (the same as --seeds S)."""
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m llm_probe.testbed.study pilot|pilot-extension|pilot-extension-2|acceptance|dose --out DIR
-    [--lrs LEARN COLLAPSE] [--reverse]``."""
+    [--lrs LEARN COLLAPSE] [--reverse] [--seeds S ... | --seed S]``."""
     import sys
 
     from gapdyn.cmdline import command, parse
@@ -259,12 +312,10 @@ def main(argv: list[str] | None = None) -> int:
     @command("python -m llm_probe.testbed.study")
     def run(argv: list[str]) -> int:
         a = parse(StudyArgs, argv, prog="python -m llm_probe.testbed.study")
-        if a.study == "acceptance" and not a.lrs:
-            raise ValueError("acceptance needs --lrs LEARN COLLAPSE")
-        cells = {"pilot": pilot_cells, "pilot-extension": pilot_extension_cells,
-                 "pilot-extension-2": lambda: pilot_extension_cells(2), "pilot-short": pilot_short_cells,
-                 "pilot-edge": pilot_edge_cells,
-                 "acceptance": lambda: acceptance_cells(*a.lrs), "dose": dose_cells}[a.study]()
+        from gapdyn.runner import resolve_seeds, with_seeds
+
+        config = with_seeds(EXPERIMENT, StudyConfig(study=a.study, lrs=a.lrs), resolve_seeds(a.seeds, a.seed))
+        cells = EXPERIMENT.cells(config)
         import pandas as pd
         import torch
 
