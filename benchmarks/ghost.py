@@ -28,7 +28,7 @@ from .timing import load_average, ratio
 __all__ = ["attach_ghost", "ghost_step_times", "main"]
 
 
-def attach_ghost(trainer: Trainer, *, route: str = "auto") -> list:
+def attach_ghost(trainer: Trainer, *, route: str = "auto", keep: str = "captures") -> list:
     """Wrap ``trainer``'s rollout and optimizer step so every step runs the ghost probe (module doc); returns
     the list each probed step appends (n mixed groups, norms, <-grad L, g_q>, <update, g_q>) to."""
     log, last = [], {}
@@ -41,12 +41,12 @@ def attach_ghost(trainer: Trainer, *, route: str = "auto") -> list:
     def probed_step(*a, **k):
         params = {n: p for n, p in trainer.model.named_parameters() if p.requires_grad}
         grads = {n: p.grad if p.grad is not None else torch.zeros_like(p) for n, p in params.items()}
-        gg = ghost_gaps(trainer.model, last["ro"], params, {"grad": grads}, keep=True, route=route)
+        gg = ghost_gaps(trainer.model, last["ro"], params, {"grad": grads}, keep=keep, route=route)
         old = {n: p.detach().clone() for n, p in params.items()}
         out = step(*a, **k)
         dmu = gg.dot(params, minus=old)
         gg.release()
-        log.append((len(gg.groups), gg.norms, -gg.dots["grad"], dmu))
+        log.append((len(gg.groups), gg.norms, -gg.dots["grad"], dmu, gg.held_bytes()))
         return out
 
     trainer.rollout = keep_rollout
@@ -62,15 +62,17 @@ class GhostTimes:
     ratio_wall: object
     same_trajectory: bool
     mixed_per_step: float
-    peak: dict  # "plain", "ghost" -> peak live torch bytes above the step's start
+    peak: dict  # "plain", "ghost" -> peak live torch bytes above the step's start (with ``memory``)
     param_bytes: int
+    held_bytes: int  # largest bytes the ghost probe held across an optimizer step (what ``keep`` holds)
 
 
-def ghost_step_times(model, tok, task, setup: LLMSetup, repeats: int = 5, route: str = "auto") -> GhostTimes:
+def ghost_step_times(model, tok, task, setup: LLMSetup, repeats: int = 5, route: str = "auto",
+                     keep: str = "captures", memory: bool = False) -> GhostTimes:
     tmp = tempfile.TemporaryDirectory(prefix="gapdyn_bench_ghost_")
     tr = {k: Trainer(_config(setup, "off", f"{tmp.name}/{k}"), model=copy.deepcopy(model), tokenizer=tok, task=task)
           for k in ("plain", "ghost")}
-    log = attach_ghost(tr["ghost"], route=route)
+    log = attach_ghost(tr["ghost"], route=route, keep=keep)
     seen = {k: [] for k in tr}
 
     def stepper(k):
@@ -80,13 +82,13 @@ def ghost_step_times(model, tok, task, setup: LLMSetup, repeats: int = 5, route:
         return f
 
     wall, cpu = _interleaved_cpu({k: stepper(k) for k in tr}, repeats=repeats, warmup=1)
-    peak = {k: peak_memory(stepper(k))[0] for k in tr}
+    peak = {k: peak_memory(stepper(k))[0] for k in tr} if memory else {}
     same = seen["plain"] == seen["ghost"]
     tmp.cleanup()
     params = [p for p in model.parameters() if p.requires_grad]
     return GhostTimes(cpu, wall, ratio(cpu["ghost"], cpu["plain"]), ratio(wall["ghost"], wall["plain"]), same,
                       sum(x[0] for x in log) / max(1, len(log)), peak,
-                      sum(p.numel() * p.element_size() for p in params))
+                      sum(p.numel() * p.element_size() for p in params), max(x[4] for x in log))
 
 
 @dataclass
@@ -97,6 +99,14 @@ class GhostBenchConfig:
     """The warmed tiny Qwen of benchmarks.llm instead of the testbed's pinned small warm start."""
     route: str = "auto"
     """llm_probe.ghost route: auto, ghost or grad."""
+    keep: str = "captures"
+    """What the probe holds across the optimizer step for the update's dot: captures or blocks."""
+    memory: bool = False
+    """Also the peak live torch bytes of one step of each (torch.profiler; slow)."""
+
+
+def keep_what(keep: str) -> str:
+    return "layer inputs and output gradients" if keep == "captures" else "per-group gradients"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,20 +119,22 @@ def main(argv: list[str] | None = None) -> int:
         model, tok, task, _ = warm_policy(setup)
     else:
         setup, (model, tok, task, _) = testbed_setup()
-    res = ghost_step_times(model, tok, task, setup, repeats=a.repeats, route=a.route)
+    res = ghost_step_times(model, tok, task, setup, repeats=a.repeats, route=a.route, keep=a.keep, memory=a.memory)
     load1 = load_average()
     mib = 2**20
     print(f"{'tiny' if a.tiny else 'testbed'} model, B = {setup.prompts_per_step} x G = {setup.group_size}, "
-          f"{res.mixed_per_step:.1f} mixed groups per step, route {a.route}, CPU, 1 thread, {a.repeats} rounds; "
+          f"{res.mixed_per_step:.1f} mixed groups per step, route {a.route}, keep {a.keep}, CPU, 1 thread, {a.repeats} rounds; "
           f"same trajectory: {res.same_trajectory}")
     for k in ("plain", "ghost"):
         print(f"  {k:>5} step: CPU {1e3 * res.times[k].median:8.1f} ms {res.times[k].spread():>12} | wall "
-              f"{1e3 * res.wall[k].median:8.1f} ms | peak {res.peak[k] / mib:7.1f} MiB")
+              f"{1e3 * res.wall[k].median:8.1f} ms" + (f" | peak {res.peak[k] / mib:7.1f} MiB" if res.peak else ""))
     r, w = res.ratio, res.ratio_wall
     print(f"  probed / plain step: CPU x{r.median:.2f} [{r.lo:.2f}, {r.hi:.2f}], wall x{w.median:.2f} "
           f"[{w.lo:.2f}, {w.hi:.2f}] (target <= 1.3x)")
-    print(f"  peak extra memory: {(res.peak['ghost'] - res.peak['plain']) / mib:.1f} MiB; one copy of the trainable "
-          f"parameters: {res.param_bytes / mib:.1f} MiB")
+    if res.peak:
+        print(f"  peak extra memory: {(res.peak['ghost'] - res.peak['plain']) / mib:.1f} MiB")
+    print(f"  held across the optimizer step: {res.held_bytes / mib:.1f} MiB ({keep_what(a.keep)}) + the theta_k "
+          f"snapshot; one copy of the trainable parameters: {res.param_bytes / mib:.1f} MiB")
     print(f"  load average before {load0[0]:.1f}, after {load1[0]:.1f}")
     return 0
 

@@ -25,8 +25,10 @@ that backward's output gradient on every row is a per-row multiple of d log pi(o
 same for all tokens t of row n (the linear loss types at num_iterations mu = 1, where the ratio is 1 and no clip
 acts, and beta = 0: no KL term) and, where a group's rows share their prompt's forward (llm_probe.sampler), the
 same ratio c_qn / (dL/dlog pi_n) on the group's rows; otherwise the probe needs a backward of its own (this
-module's). Directions known only later (the update theta_{k+1} - theta_k) are dotted from the kept layer inputs
-and output gradients (``keep=True``, :meth:`GhostGaps.dot`): exact, one matmul per layer, no forward.
+module's). Directions known only later (the update theta_{k+1} - theta_k) are dotted by :meth:`GhostGaps.dot`
+from what ``keep`` holds: "captures" (the layer inputs and output gradients, N (d_in + d_out) numbers a layer:
+one matmul a layer per direction, no forward) or "blocks" (the per-group gradients of every parameter, Q copies of
+the parameters: a dot product per direction), whichever is smaller for the shape at hand.
 """
 
 from __future__ import annotations
@@ -39,9 +41,10 @@ from torch.func import functional_call, grad, vmap
 from .model import completion_logprobs, eval_mode
 from .probes import _contrast_weights, mixed_groups, select_params
 
-__all__ = ["GhostGaps", "ghost_gaps", "ROUTES"]
+__all__ = ["GhostGaps", "ghost_gaps", "ROUTES", "KEEP"]
 
 ROUTES = ("auto", "ghost", "grad")
+KEEP = (None, "captures", "blocks")
 DEFAULT_CHUNK_BYTES = 2**26  # largest per-group block [Q, rows, ...] held at once (64 MiB)
 
 
@@ -67,7 +70,8 @@ class GhostGaps:
     gram: torch.Tensor  # [Q, Q] float64
     dots: dict  # direction name -> [Q] float64 <v, g_q>
     routes: dict  # parameter name -> "ghost" | "grad" | "module"
-    _uses: dict | None = field(default=None, repr=False)  # kept captures (keep=True): name -> [_Use]
+    _uses: dict | None = field(default=None, repr=False)  # keep="captures": name -> [_Use]
+    _blocks: dict | None = field(default=None, repr=False)  # keep="blocks": name -> [Q, numel] per-group gradient
 
     @property
     def norms(self) -> torch.Tensor:
@@ -81,32 +85,50 @@ class GhostGaps:
         return torch.where(den > 0, self.gram / den.clamp(min=1e-300), torch.zeros_like(self.gram))
 
     def dot(self, direction: dict, minus: dict | None = None) -> torch.Tensor:
-        """<v, g_q> [Q] float64 for a direction v (parameter name -> tensor) from the kept captures (``keep=True``);
+        """<v, g_q> [Q] float64 for a direction v (parameter name -> tensor) from what ``keep`` held;
         with ``minus``, v = direction - minus formed one parameter at a time (e.g. the update: the module's
         parameters after the step minus a snapshot of theta_k, without a copy of the whole update)."""
-        if self._uses is None:
-            raise RuntimeError("GhostGaps.dot needs ghost_gaps(..., keep=True) and no release() before it")
+        held = self._uses if self._uses is not None else self._blocks
+        if held is None:
+            raise RuntimeError("GhostGaps.dot needs ghost_gaps(..., keep='captures' or 'blocks') and no release()")
         out = torch.zeros(len(self.groups), dtype=torch.float64)
-        for n, uses in self._uses.items():
+        for n, kept in held.items():
             if n not in direction or (minus is not None and n not in minus):
                 raise ValueError(f"direction lacks parameter {n!r}")
             v = direction[n].detach() if minus is None else direction[n].detach() - minus[n].detach()
-            for u in uses:
-                out += _use_dot(u, v)
+            if self._blocks is not None:
+                out += (kept @ v.reshape(-1).to(kept.device, kept.dtype)).to(torch.float64).cpu()
+            else:
+                for u in kept:
+                    out += _use_dot(u, v)
         return out
 
+    def held_bytes(self) -> int:
+        """Bytes of the distinct tensor storages ``keep`` holds (0 after :meth:`release`)."""
+        seen = {}
+        for kept in (self._uses or {}).values():
+            for u in kept:
+                for t in (u.a, u.d, u.per_group):
+                    if t is not None:
+                        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        for t in (self._blocks or {}).values():
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return sum(seen.values())
+
     def release(self) -> None:
-        """Drop the kept captures (layer inputs and output gradients)."""
-        self._uses = None
+        """Drop what ``keep`` held."""
+        self._uses = self._blocks = None
 
 
-def ghost_gaps(model, ro, params="all", directions: dict | None = None, *, keep: bool = False,
+def ghost_gaps(model, ro, params="all", directions: dict | None = None, *, keep: str | None = None,
                route: str = "auto", chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> GhostGaps:
     """Gram matrix <g_q, g_r>, norms, Phi_hat_q and <v, g_q> for each of ``directions`` (name -> {parameter
     name -> tensor}, e.g. {"grad": -grad L}) over ``params`` (a llm_probe.probes.select_params subset or a name
-    -> parameter dict), from one forward + backward over the mixed rows (module doc). ``keep``: hold the layer
-    inputs and output gradients for :meth:`GhostGaps.dot` (e.g. the update, after ``optimizer.step()``).
+    -> parameter dict), from one forward + backward over the mixed rows (module doc). ``keep``: None, "captures"
+    or "blocks", what to hold for :meth:`GhostGaps.dot` (e.g. the update, after ``optimizer.step()``; module doc).
     ``p.grad`` is left untouched; the forward runs in eval mode (no dropout)."""
+    if keep not in KEEP:
+        raise ValueError(f"keep must be one of {KEEP}, got {keep!r}")
     if route not in ROUTES:
         raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
     if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:
@@ -124,7 +146,8 @@ def ghost_gaps(model, ro, params="all", directions: dict | None = None, *, keep:
     if Q == 0:
         z = torch.zeros(0, dtype=torch.float64)
         return GhostGaps(groups, z, n_pos, n_neg, torch.zeros(0, 0, dtype=torch.float64),
-                         {k: z for k in directions}, {}, {} if keep else None)
+                         {k: z for k in directions}, {}, {} if keep == "captures" else None,
+                         {} if keep == "blocks" else None)
     rows = torch.cat([torch.arange(b * G, (b + 1) * G) for b in groups.tolist()]).to(ro.completion_ids.device)
     c = _contrast_weights(ro.rewards, groups).to(ro.completion_ids.device)[:, rows].sum(0)  # [Q*G]: one group a row
     with eval_mode(model):
@@ -132,9 +155,10 @@ def ghost_gaps(model, ro, params="all", directions: dict | None = None, *, keep:
     gram = torch.zeros(Q, Q, dtype=torch.float64)
     dots = {k: torch.zeros(Q, dtype=torch.float64) for k in directions}
     routes = {}
+    blocks = {} if keep == "blocks" else None
     for n, us in uses.items():
-        routes[n] = _accumulate(n, params[n], us, directions, gram, dots, route, chunk_bytes)
-    return GhostGaps(groups, phi, n_pos, n_neg, gram, dots, routes, uses if keep else None)
+        routes[n] = _accumulate(n, params[n], us, directions, gram, dots, route, chunk_bytes, blocks)
+    return GhostGaps(groups, phi, n_pos, n_neg, gram, dots, routes, uses if keep == "captures" else None, blocks)
 
 
 def _capture(model, ro, rows, c, params, Q):
@@ -241,9 +265,10 @@ def _use_dot(u: _Use, v: torch.Tensor) -> torch.Tensor:
     return (rows * u.d).sum((1, 2)).to(torch.float64).cpu()
 
 
-def _accumulate(name, p, uses, directions, gram, dots, route, chunk_bytes) -> str:
-    """Add one parameter's contribution to ``gram`` and ``dots``; returns the route taken."""
-    if len(uses) == 1 and uses[0].kind == "weight" and route != "grad":
+def _accumulate(name, p, uses, directions, gram, dots, route, chunk_bytes, blocks=None) -> str:
+    """Add one parameter's contribution to ``gram`` and ``dots`` (and its per-group gradient to ``blocks``, a
+    dict, when given); returns the route taken."""
+    if len(uses) == 1 and uses[0].kind == "weight" and route != "grad" and blocks is None:
         u = uses[0]
         live = u.d.abs().amax(-1) > 0  # [Q, M] tokens with a non-zero output gradient
         N = int(live.sum())
@@ -257,13 +282,18 @@ def _accumulate(name, p, uses, directions, gram, dots, route, chunk_bytes) -> st
     per_row = max(1, p[0].numel()) * Q * p.element_size()
     step = max(1, chunk_bytes // per_row)
     vs = {k: v[name].detach().to(p.device, p.dtype) for k, v in directions.items()}
+    parts = []
     for r0 in range(0, p.shape[0] if p.dim() else 1, step):
         r1 = min(r0 + step, p.shape[0]) if p.dim() else 1
         blk = sum(_block(u, p, r0, r1) for u in uses).reshape(Q, -1)
         gram += (blk @ blk.T).to(torch.float64).cpu()
+        if blocks is not None:
+            parts.append(blk)
         for k, v in vs.items():
             vk = (v[r0:r1] if p.dim() else v).reshape(-1)
             dots[k] += (blk @ vk).to(torch.float64).cpu()
+    if blocks is not None:
+        blocks[name] = parts[0] if len(parts) == 1 else torch.cat(parts, 1)
     return "module" if all(u.kind == "module" for u in uses) else "grad"
 
 

@@ -56,15 +56,15 @@ def _rel(x, ref):
     return float((x - ref).abs().max() / ref.abs().max())
 
 
-@pytest.mark.parametrize("route", ["ghost", "grad", "auto"])
-def test_ghost_matches_per_sequence_reference(case, route):
+@pytest.mark.parametrize("route,keep", [("ghost", "captures"), ("grad", "captures"), ("auto", "blocks")])
+def test_ghost_matches_per_sequence_reference(case, route, keep):
     """Gram matrix, norms, cosines, Phi_hat, <v, g_q> for a direction given up front and one dotted later from the
-    kept captures: all within 1e-6 of the reference (HF's eager attention softmax runs in float32, so the padded
+    kept captures or per-group blocks: all within 1e-6 of the reference (HF's eager attention softmax runs in float32, so the padded
     and unpadded forwards differ at ~1e-8), on both embeddings layouts and every route."""
     model, ro, dirs, gaps, phi, flat = case
     for p in model.parameters():
         p.grad = torch.full_like(p, 7.0)
-    gg = ghost_gaps(model, ro, "all", {"v": dirs[0]}, keep=True, route=route)
+    gg = ghost_gaps(model, ro, "all", {"v": dirs[0]}, keep=keep, route=route)
     assert all(bool((p.grad == 7.0).all()) for p in model.parameters())  # p.grad untouched
     assert gg.groups.tolist() == [0, 1]
     gram = gaps @ gaps.T
@@ -79,8 +79,10 @@ def test_ghost_matches_per_sequence_reference(case, route):
     assert _rel(later, gaps @ flat[1]) < 1e-6
     if route == "ghost":  # the forced route did take the token-pair sums somewhere
         assert "ghost" in gg.routes.values()
+    assert gg.held_bytes() > 0
     gg.release()
-    with pytest.raises(RuntimeError, match="keep=True"):
+    assert gg.held_bytes() == 0
+    with pytest.raises(RuntimeError, match="keep="):
         gg.dot(dirs[1])
     for p in model.parameters():
         p.grad = None
@@ -95,6 +97,8 @@ def test_ghost_subset_and_bad_input(case):
     assert _rel(gg.gram, gaps @ gaps.T) < 1e-6
     with pytest.raises(ValueError, match="route"):
         ghost_gaps(model, ro, route="fast")
+    with pytest.raises(ValueError, match="keep"):
+        ghost_gaps(model, ro, keep=True)
     with pytest.raises(ValueError, match="lacks"):
         ghost_gaps(model, ro, "all", {"v": {}})
     ro2 = type(ro)(**{**ro.__dict__, "rewards": torch.ones_like(ro.rewards)})
