@@ -139,11 +139,11 @@ def false_alarms(runs: Iterable[AlarmRun], statistic: str, detector: Detector) -
 def false_alarm_curve(runs: Iterable[AlarmRun], statistic: str, detector: Detector, steps) -> np.ndarray:
     """At each of ``steps``, the share of never-collapsing runs (with the statistic) that have fired by then."""
     _, neg, _ = _split(runs, statistic)
-    steps = np.asarray(steps)
+    steps = np.atleast_1d(np.asarray(steps))
     if not neg:
         return np.full(steps.shape, np.nan)
     a = np.array([np.inf if (x := alarm_step(r, statistic, detector)) is None else x for r in neg])
-    return (a[None, :] <= steps[:, None]).mean(axis=1) if steps.ndim == 1 else np.array([(a <= steps).mean()])
+    return (a[None, :] <= steps[:, None]).mean(axis=1)
 
 
 @dataclass(frozen=True)
@@ -313,7 +313,8 @@ def evaluate_spec(spec: AlarmSpec, calibration: Sequence[AlarmRun], heldout: Seq
     """Calibrate ``spec`` on the never-collapsing runs of ``calibration`` (of ``calibrate_groups``, all when
     None), then one row per group of ``heldout``: the cutoff (score units) and the detector's threshold, held-out
     false alarms (k / n, Wilson), collapsing runs, detected shares at ``leads`` and at the spec's lead, the median
-    lead with its interval, the TPR at the spec's far on the held-out ROC at the spec's lead and its AUC. A spec
+    lead with its interval, the TPR at the spec's far on the held-out ROC at the spec's lead (an oracle: the
+    cutoff chosen on the held-out runs themselves, for reference only) and its AUC. A spec
     that cannot be calibrated (no never-collapsing calibration run with the statistic) gives rows with ``cutoff``
     NaN and a ``note``."""
     cal_runs = [r for r in calibration if calibrate_groups is None or r.group in calibrate_groups]
