@@ -23,10 +23,11 @@ probe_every = 1 gives M itself.
 
 Headroom (``gap/headroom``, probed steps): the safe step rule before its cap, h = min(delta / sd_hat,
 c dmu_hat / kappa_hat) of :func:`gapdyn.safe_step.safe_step_headroom` for the step actually taken
-d = theta_{k+1} - theta_k over every trainable parameter, from :func:`llm_probe.safe_step.step_rule` (the function
-and defaults c = 1, delta = 2 of :class:`llm_probe.safe_step.SafeStepCallback`, whose multiplier is a = min(1, h);
-docs/theory.md, section 11). The step is not changed. h < 1: the rule would shrink this step by h; h > 1: it
-could grow h-fold before a cap binds. ``gap/headroom_lr`` = lr_k h_k (the step's learning rate times h: the
+d = theta_{k+1} - theta_k over every trainable parameter, by :func:`llm_probe.headroom.step_headroom` (the code the
+trainer runs) from :func:`llm_probe.safe_step.step_rule` (the function and defaults c = 1, delta = 2 of
+:class:`llm_probe.safe_step.SafeStepCallback`, whose multiplier is a = min(1, h); docs/theory.md, section 11).
+The step is not changed. h < 1: the rule would shrink this step by h; h > 1: it could grow h-fold before a cap
+binds. ``gap/headroom_lr`` = lr_k h_k (the step's learning rate times h: the
 learning rate at which the cap would just bind, since d scales with lr for SGD and Adam alike), and
 :meth:`GapProbeCallback.summary` / the logged ``gap/suggested_lr`` = the 10 % quantile (lower) of lr_k h_k over
 the last 50 probed steps. A zero update (e.g. lr 0 during warm-up) has no direction: h is NaN and left out.
