@@ -161,7 +161,14 @@ def main(argv: list[str]) -> int:
     out = output_dir("reproduce", args.out)
     store = resolve_store(args.store, args.out)
     say("reproduce", f"sweep store {store.resolve()}")
-    res = reproduce(mode="test" if args.tiny else args.mode, out_dir=out, store=store, seed=args.seed,
+    mode = "test" if args.tiny else args.mode
+    if mode == "quick":  # said up front: how long, and what it decides
+        say("reproduce", f"quick mode: about {sum(QUICK_STAGE_S.values()) / 60:.0f} min of stages on a quiet 2-core "
+                         "machine (measured per stage, paper_figs/stage_eta.py; longer under load, the bar shows the "
+                         "time left at this run's pace); it redraws the 7 figures and re-decides every claim at quick "
+                         "sizes, where most rows end 'not measured' (too few instances): the verdicts of record are "
+                         "the full runs under docs/verdicts")
+    res = reproduce(mode=mode, out_dir=out, store=store, seed=args.seed,
                     n_jobs=args.jobs, progress=args.progress, log=lambda text: say("reproduce", text),
                     llm_beside=None if args.llm_beside else False)
     if any(isinstance(v, str) and v.startswith("error") for v in [*res["figures"].values(), *res["unavailable"].values()]):
