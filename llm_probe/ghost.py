@@ -41,7 +41,7 @@ from torch.func import functional_call, grad, vmap
 from .model import completion_logprobs, eval_mode
 from .probes import _contrast_weights, mixed_groups, select_params
 
-__all__ = ["GhostGaps", "ghost_gaps", "ROUTES", "KEEP"]
+__all__ = ["GhostGaps", "ghost_gaps", "GhostProbe", "ROUTES", "KEEP"]
 
 ROUTES = ("auto", "ghost", "grad")
 KEEP = (None, "captures", "blocks")
@@ -331,3 +331,69 @@ def _ghost_gram(u: _Use, live, gram, chunk_bytes: int) -> None:
     for i in range(0, N, step):
         K = (A[i:i + step] @ A.T) * (D[i:i + step] @ D.T)  # [n, N]
         gram += (onehot[i:i + step].T @ K.to(torch.float64) @ onehot).cpu()
+
+
+class GhostProbe:
+    """The ``gap/*`` metrics of :class:`llm_probe.gap_probe.GapProbe` (dot route: dmu_update, dmu_grad, norms,
+    cosines, dphi, M_batch) by :func:`ghost_gaps`, behind the step hook of llm_probe.step_hook: ``before`` at
+    theta_k (Gram matrix, <-grad L, g_q>, kept ``keep`` for the update), ``after`` at theta_{k+1}
+    (<theta_{k+1} - theta_k, g_q> one parameter at a time, Phi_hat's realised change by a no-grad forward).
+    Stage 1: no fixed probe prompts and no DDP shard (each refused in one line)."""
+
+    def __init__(self, model, params: str = "all", *, n_probe_prompts: int = 0, keep: str = "captures",
+                 route: str = "auto"):
+        import numpy as np
+
+        if n_probe_prompts:
+            raise ValueError("GhostProbe: fixed probe prompts are not supported yet (use n_probe_prompts=0)")
+        if keep not in ("captures", "blocks"):
+            raise ValueError(f"keep must be 'captures' or 'blocks', got {keep!r}")
+        if route not in ROUTES:
+            raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
+        self.model, self.keep, self.route = model, keep, route
+        self.params = select_params(model, params)
+        self.M_batch = 0.0
+        self.M_probe = np.zeros(0)
+        self._pending = None
+
+    @property
+    def pending(self) -> bool:
+        return self._pending is not None
+
+    def before(self, step) -> dict:
+        from .step_hook import check_step
+
+        step = check_step(step, "GhostProbe")
+        if step.shard_index is not None or step.probe_ro is not None:
+            raise ValueError("GhostProbe: DDP shards and probe prompts are not supported yet")
+        grads = {n: p.grad.detach() if p.grad is not None else torch.zeros_like(p) for n, p in self.params.items()}
+        gg = ghost_gaps(self.model, step.ro, self.params, {"grad": grads}, keep=self.keep, route=self.route)
+        theta_k = step.theta_k if step.theta_k is not None else {}
+        old = {n: theta_k[n] if n in theta_k else p.detach().clone() for n, p in self.params.items()}
+        grad_norm = sum(float(torch.linalg.vector_norm(g)) ** 2 for g in grads.values()) ** 0.5
+        self._pending = (step.ro, gg, old, grad_norm)
+        return {}
+
+    def cancel(self) -> None:
+        self._pending = None
+
+    def after(self):
+        from .gap_probe import ProbeResult
+        from .probes import alignment_metrics, prompt_objectives
+
+        if self._pending is None:
+            raise RuntimeError("GhostProbe.after() called without a matching before()")
+        (ro, gg, old, grad_norm), self._pending = self._pending, None
+        upd = sum(float(torch.linalg.vector_norm(p.detach() - old[n])) ** 2 for n, p in self.params.items()) ** 0.5
+        Q = len(gg.groups)
+        dmu_u = gg.dot(self.params, minus=old) if Q else torch.zeros(0, dtype=torch.float64)
+        gg.release()
+        dmu_g = -gg.dots["grad"]
+        out = alignment_metrics("gap", dmu_u if Q else None, dmu_g, None, upd, grad_norm, norms=gg.norms)
+        if Q:
+            with torch.no_grad(), eval_mode(self.model):
+                dphi = prompt_objectives(self.model, ro, gg.groups).cpu().to(torch.float64) - gg.phi.to(torch.float64)
+            self.M_batch += float(dmu_u.clamp(min=0).mean())
+            out["gap/dphi_mean"] = float(dphi.mean())
+        out["gap/M_batch"] = self.M_batch
+        return ProbeResult(out, dmu_u if Q else None, dmu_g if Q else None, upd, grad_norm, [], gg.norms if Q else None)

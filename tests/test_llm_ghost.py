@@ -104,3 +104,45 @@ def test_ghost_subset_and_bad_input(case):
     ro2 = type(ro)(**{**ro.__dict__, "rewards": torch.ones_like(ro.rewards)})
     empty = ghost_gaps(model, ro2)
     assert empty.gram.shape == (0, 0) and len(empty.phi) == 0
+
+
+def test_ghost_probe_step_hook(case):
+    """GhostProbe through the step hook: dmu_update = <theta_{k+1} - theta_k, g_q>, dmu_grad = <-grad L, g_q> and
+    the norms against the reference; the metric names are GapProbe's (dot route) on the same step."""
+    from llm_probe.gap_probe import GapProbe
+    from llm_probe.ghost import GhostProbe
+    from llm_probe.step_hook import Step
+
+    model, ro, dirs, gaps, _, flat = case
+    names = [n for n, _ in model.named_parameters()]
+    saved = {n: p.detach().clone() for n, p in model.named_parameters()}
+    metrics = {}
+    try:
+        for key, probe in (("ghost", GhostProbe(model)), ("dot", GapProbe(model, alignment="dot"))):
+            for n, p in model.named_parameters():
+                p.grad = dirs[0][n].clone()
+            probe.before(Step(ro))
+            with torch.no_grad():
+                for n, p in model.named_parameters():
+                    p.add_(1e-3 * dirs[1][n])
+            res = probe.after()
+            metrics[key] = res.metrics
+            if key == "ghost":
+                delta = torch.cat([(p.detach() - saved[n]).reshape(-1) for n, p in model.named_parameters()])
+                assert _rel(res.dmu_update, gaps @ delta) < 1e-6
+                assert _rel(res.dmu_grad, -(gaps @ flat[0])) < 1e-6
+                assert _rel(res.gap_norms, gaps.norm(dim=-1)) < 1e-6
+                assert res.metrics["gap/n_prompts"] == 2
+                assert probe.M_batch == pytest.approx(float((gaps @ delta).clamp(min=0).mean()), rel=1e-6, abs=1e-12)
+            with torch.no_grad():
+                for n, p in model.named_parameters():
+                    p.copy_(saved[n])
+        assert set(metrics["ghost"]) == set(metrics["dot"])
+        with pytest.raises(ValueError, match="probe prompts"):
+            GhostProbe(model, n_probe_prompts=2)
+    finally:
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                p.copy_(saved[n])
+                p.grad = None
+    assert names
