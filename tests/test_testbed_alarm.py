@@ -77,6 +77,11 @@ def test_report_numbers_by_hand(study, tmp_path, capsys):
     assert "| headroom_low | gap/headroom | primary | rl |" in md and specs_hash(ALARM_SPECS) in md
     spec = json.loads((out / "alarm_specs.json").read_text())
     assert spec["hash"] == specs_hash(ALARM_SPECS) and len(spec["specs"]) == len(ALARM_SPECS)
+    # held-out ROC at lead 10: peaks (-h before c - 10) -0.1, -1.5, -10 against -0.5, -3, -4, -5: AUC 7/12
+    roc = [r for r in csv.DictReader(open(out / "alarm_roc.csv"))
+           if (r["alarm"], r["group"], r["lead"]) == ("headroom_low", "rl", "10")]
+    assert roc and float(roc[0]["auc"]) == pytest.approx(7 / 12) and int(roc[0]["n_neg"]) == 4
+    assert max(float(r["tpr"]) for r in roc if float(r["fpr"]) <= 0.25) == pytest.approx(2 / 3)
     # a statistic the runs never log is reported as not calibrated, not dropped
     assert rows[("curvature_high", "rl")]["note"].startswith("no never-collapsing run with 'warn/curv_gap'")
 

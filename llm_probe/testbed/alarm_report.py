@@ -5,7 +5,8 @@ Each alarm of :data:`ALARM_SPECS` (a statistic, a detector of gapdyn.detectors, 
 calibrated at, the lead its detection share is read at) has its cutoff fixed on the never-collapsing runs of the
 calibration seeds (of the RL groups: the random-advantage control is scored, never calibrated on), then is scored on
 the held-out seeds per group (gapdyn.alarm.evaluate_spec). Writes ``alarm_table.csv`` (every column),
-``alarm_table.md`` (the main columns) and ``alarm_specs.json`` (the specs and their hash, gapdyn.alarm.specs_hash).
+``alarm_table.md`` (the main columns), ``alarm_roc.csv`` (the held-out ROC at leads 0, 5, 10 per alarm and group)
+and ``alarm_specs.json`` (the specs and their hash, gapdyn.alarm.specs_hash).
 Data: llm_probe.testbed.alarm_data (a study folder or its exported record; the clock is in updates).
 """
 
@@ -22,7 +23,7 @@ import tyro
 from gapdyn.alarm import AlarmSpec, evaluate_spec, specs_hash
 from gapdyn.detectors import Cusum, Level, MannKendall, Threshold, zero_std_share
 
-__all__ = ["ALARM_SPECS", "alarm_table", "table_markdown", "AlarmReportArgs", "main"]
+__all__ = ["ALARM_SPECS", "alarm_table", "roc_rows", "table_markdown", "AlarmReportArgs", "main"]
 
 ALARM_SPECS = (
     # the probe's statistics (gap/* every probed step, warn/cov_logp_adv every step)
@@ -55,6 +56,26 @@ def alarm_table(calibration, heldout, specs=ALARM_SPECS, *, calibrate_groups=Non
         calibrate_groups = sorted({r.group for r in calibration if not r.group.startswith("control")})
     return [row for s in specs for row in evaluate_spec(s, calibration, heldout, calibrate_groups=calibrate_groups,
                                                         leads=leads)]
+
+
+def roc_rows(heldout, specs=ALARM_SPECS, *, leads=(0, 5, 10)) -> list[dict]:
+    """The held-out ROC of every spec per group and lead (gapdyn.alarm.roc_at_lead: cutoffs in score units,
+    a detection at lead L fires at least L steps before the collapse), one row per cutoff."""
+    from gapdyn.alarm import roc_at_lead
+
+    rows = []
+    for s in specs:
+        for g in sorted({r.group for r in heldout}):
+            runs = [r for r in heldout if r.group == g]
+            for L in leads:
+                roc = roc_at_lead(runs, s.statistic, s.detector, L)
+                if not (roc.n_pos and roc.n_neg):
+                    continue
+                rows += [{"alarm": s.name, "statistic": s.statistic, "group": g, "lead": L, "cutoff": float(c),
+                          "fpr": float(f), "tpr": float(t), "auc": roc.auc.estimate, "auc_lo": roc.auc.lo,
+                          "auc_hi": roc.auc.hi, "n_pos": roc.n_pos, "n_neg": roc.n_neg}
+                         for c, f, t in zip(roc.cutoffs, roc.fpr, roc.tpr)]
+    return rows
 
 
 def _f(v, fmt="{:.3g}") -> str:
@@ -100,7 +121,7 @@ class AlarmReportArgs:
     heldout_seeds: str
     """Seeds of the held-out block (never shared with the calibration block)."""
     out_dir: Annotated[str, tyro.conf.arg(name="out")]
-    """Folder for alarm_table.csv, alarm_table.md and alarm_specs.json."""
+    """Folder for alarm_table.csv, alarm_table.md, alarm_roc.csv and alarm_specs.json."""
     far: float | None = None
     """Calibrate every alarm at this false-alarm rate instead of its spec's."""
     lead: int | None = None
@@ -150,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(a.out_dir)
         out.mkdir(parents=True, exist_ok=True)
         _write_csv(rows, out / "alarm_table.csv")
+        _write_csv(roc_rows(held, specs), out / "alarm_roc.csv")
         h = specs_hash(specs)
         head = (f"Alarm table of {a.study}: calibration seeds {a.calibration_seeds} ({len(cal)} runs), held-out "
                 f"seeds {a.heldout_seeds} ({len(held)} runs); specs hash {h}.\n\n")
