@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
+import tyro
 
 __all__ = ["TRL_DEFAULT_LR", "SETTING_KEYS", "CRITERIA", "criteria_hash", "ground_truth", "predictions",
-           "predictor_table", "length_scaling", "decide"]
+           "predictor_table", "length_scaling", "decide", "write_report", "main"]
 
 TRL_DEFAULT_LR = 1e-6
 """TRL GRPOConfig's default learning_rate (TRL 0.14-1.x)."""
@@ -210,3 +213,93 @@ def decide(table, scaling=None, criteria: dict = CRITERIA) -> list[dict]:
                         "value": f"predicted {r['lr10_predicted']:.2e}, measured {r['lr10_measured']:.2e} "
                                  f"[{r['lr10_lo']:.2e}, {r['lr10_hi']:.2e}]"})
     return out
+
+
+def write_report(study: str | Path, out: str | Path, *, K: int = 20, seeds=None) -> dict:
+    """Write the lr number's tables for a study folder into ``out``: dose_response.csv (per setting and lr),
+    critical_lrs.csv (lr10 / lr50 with intervals), predictor_table.csv, length_scaling.csv, verdicts.csv,
+    lr_number.md (the main columns) and criteria.json (with its hash). ``seeds``: only runs with these seeds.
+    Returns {"runs": n, "hash": criteria hash}."""
+    import pandas as pd
+
+    from .study import load_summaries
+
+    study, out = Path(study), Path(out)
+    S = [s for s in load_summaries(study) if seeds is None or s["seed"] in seeds]
+    if not S:
+        raise ValueError(f"{study}: no finished run" + (" with the given seeds" if seeds is not None else ""))
+    gt = ground_truth(S)
+    preds = [p for p in predictions(study, K=K) if seeds is None or p["seed"] in seeds]
+    table, scaling = predictor_table(gt, preds), length_scaling(gt)
+    verdicts = pd.DataFrame(decide(table, scaling))
+    out.mkdir(parents=True, exist_ok=True)
+    per_lr = pd.concat([g["per_lr"].assign(**dict(zip(SETTING_KEYS, k))) for k, g in gt.items()])
+    per_lr.to_csv(out / "dose_response.csv", index=False, float_format="%.6g")
+    crit = pd.DataFrame([{**dict(zip(SETTING_KEYS, k)), "runs": g["n"], "T": g["T"], "J": g["J"],
+                          **{f"{name}_{f}": getattr(g[name], f) for name in ("lr10", "lr50")
+                             for f in ("lr", "lo", "hi", "bounded_lo", "bounded_hi", "slope")},
+                          "best_lr": g["best_lr"]} for k, g in gt.items()])
+    crit.to_csv(out / "critical_lrs.csv", index=False, float_format="%.6g")
+    table.to_csv(out / "predictor_table.csv", index=False, float_format="%.6g")
+    scaling.to_csv(out / "length_scaling.csv", index=False, float_format="%.6g")
+    verdicts.to_csv(out / "verdicts.csv", index=False)
+    h = criteria_hash()
+    (out / "criteria.json").write_text(json.dumps({"hash": h, "criteria": CRITERIA, "K": K}, indent=1))
+
+    def md(df, cols, fmt="{:.3g}"):
+        lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        for _, r in df.iterrows():
+            lines.append("| " + " | ".join(fmt.format(r[c]) if isinstance(r[c], float) else str(r[c])
+                                           for c in cols) + " |")
+        return "\n".join(lines)
+
+    text = (f"lr number of {study.name}: {len(S)} runs, criteria hash {h}, K = {K}.\n\n"
+            + md(crit, ["method", "length", "control", "runs", "lr10_lr", "lr10_lo", "lr10_hi", "lr50_lr", "lr50_lo",
+                        "lr50_hi", "best_lr"]) + "\n\n"
+            + md(table, ["method", "length", "predictor", "runs", "lr", "ratio_median", "ratio_q25", "ratio_q75",
+                         "safe_share", "safe_lo", "P_learned_at", "P_learned_best"]) + "\n\n"
+            + md(scaling, ["method", "length", "control", "T", "J", "lr10_predicted", "lr10_measured", "lr10_lo",
+                           "lr10_hi"]) + "\n\n"
+            + (md(verdicts, ["method", "length", "criterion", "verdict", "value"]) if len(verdicts) else "") + "\n")
+    (out / "lr_number.md").write_text(text)
+    return {"runs": len(S), "hash": h, "text": text}
+
+
+@dataclass
+class LrValidationArgs:
+    """Score the lr number on a testbed study folder: the critical lrs, the predictor table and the verdicts."""
+
+    study: tyro.conf.Positional[str]
+    """The study folder (one sub-folder per run)."""
+    out_dir: Annotated[str, tyro.conf.arg(name="out")]
+    """Where the tables go."""
+    k: int = 20
+    """Steps of each run the suggestion may read (k < K)."""
+    seeds: str | None = None
+    """Only runs with these seeds, as A-B (inclusive) or A,B,C."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m llm_probe.testbed.lr_validation STUDY --out DIR [--k 20] [--seeds A-B]``."""
+    import sys
+
+    from gapdyn.cmdline import command, parse
+
+    prog = "python -m llm_probe.testbed.lr_validation"
+
+    @command(prog)
+    def run(argv: list[str]) -> int:
+        from .alarm_data import parse_seeds
+
+        a = parse(LrValidationArgs, argv, prog=prog)
+        if not 1 <= a.k <= 100:
+            raise ValueError(f"--k must lie in [1, 100], got {a.k}")
+        info = write_report(a.study, a.out_dir, K=a.k, seeds=set(parse_seeds(a.seeds)) if a.seeds else None)
+        print(info["text"])
+        return 0
+
+    return run(sys.argv[1:] if argv is None else argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
