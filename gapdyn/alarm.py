@@ -336,7 +336,8 @@ def evaluate_spec(spec: AlarmSpec, calibration: Sequence[AlarmRun], heldout: Seq
             lt = lead_times(runs, spec.statistic, det)
             summ = lead_summary(lt, at=leads)
             roc = roc_at_lead(runs, spec.statistic, spec.detector, spec.lead)
-            row.update(cutoff=cal.cutoff, threshold=float(det.threshold), cal_false_alarms=cal.k, n_negatives=fa["n"], false_alarms=fa["k"],
+            row.update(cutoff=cal.cutoff, threshold=float(det.threshold), cal_false_alarms=cal.k,
+                       n_negatives=fa["n"], false_alarms=fa["k"],
                        far=fa["rate"].estimate if fa["rate"] else math.nan,
                        far_lo=fa["rate"].lo if fa["rate"] else math.nan,
                        far_hi=fa["rate"].hi if fa["rate"] else math.nan, far_per_step=fa["per_step"],

@@ -67,7 +67,8 @@ def load_study_runs(root, *, statistics=None, include_failed: bool = False, by_l
         rows = [r for r in rows if not r.get("skipped")]
         c = s["outcome_detail"].get("collapse_step") if s["outcome"] == "collapsed" else None
         runs.append(AlarmRun(p.parent.name, _series(rows, statistics), None if c is None else int(c),
-                             run_group(s["setting"], by_length=by_length), _meta(s["setting"], s["seed"], s["outcome"])))
+                             run_group(s["setting"], by_length=by_length),
+                             _meta(s["setting"], s["seed"], s["outcome"])))
     return runs
 
 

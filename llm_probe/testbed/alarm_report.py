@@ -45,8 +45,8 @@ ALARM_SPECS = (
 """The alarms scored (thresholds are placeholders: each is calibrated at ``far``); the probe's statistics are
 candidates, the scalar detectors the baselines. Fix them (and their hash) before the held-out block runs."""
 
-_MD_COLUMNS = ("alarm", "statistic", "role", "group", "threshold", "false alarms", "collapsing", "detected at lead", "median lead",
-               "held-out AUC at lead")
+_MD_COLUMNS = ("alarm", "statistic", "role", "group", "threshold", "false alarms", "collapsing", "detected at lead",
+               "median lead", "held-out AUC at lead")
 
 
 def alarm_table(calibration, heldout, specs=ALARM_SPECS, *, calibrate_groups=None, leads=(0, 5, 10)) -> list[dict]:
@@ -92,11 +92,12 @@ def table_markdown(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(_MD_COLUMNS) + " |", "|" + "---|" * len(_MD_COLUMNS)]
     for r in rows:
         if math.isnan(r["cutoff"]):
-            cells = [r["alarm"], r["statistic"], r["role"], r["group"], "not calibrated: " + r["note"], "", "", "", "", ""]
+            cells = [r["alarm"], r["statistic"], r["role"], r["group"], "not calibrated: " + r["note"], *[""] * 5]
         else:
             L = r["lead_target"]
             cells = [r["alarm"], r["statistic"], r["role"], r["group"], _f(r["threshold"], "{:.4g}"),
-                     f"{r['false_alarms']}/{r['n_negatives']} [{_f(r['far_lo'], '{:.2f}')}, {_f(r['far_hi'], '{:.2f}')}]"
+                     f"{r['false_alarms']}/{r['n_negatives']} "
+                     f"[{_f(r['far_lo'], '{:.2f}')}, {_f(r['far_hi'], '{:.2f}')}]"
                      if r["n_negatives"] else "0/0",
                      str(r["n_collapsing"]),
                      f"L={L}: {_f(r[f'detected_{L}'], '{:.2f}')} [{_f(r[f'detected_{L}_lo'], '{:.2f}')}, "
