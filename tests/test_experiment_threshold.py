@@ -138,6 +138,42 @@ def test_transition_width_and_reconvergence_on_a_known_collapse_set():
     assert mech.reconverge_share(dataclasses.replace(res, base=None)) == pytest.approx(want)
 
 
+def test_restricted_speed_against_a_loop_over_pairs():
+    """Restricted mean steps to 0.9 (never reached: the horizon) per instance, controller over constant, against a
+    plain loop; with differing_only, pairs whose two runs agree on every summary column are left out."""
+    H = 50
+    rng = np.random.default_rng(4)
+    rows = []
+    for inst in (3, 8):
+        for eta in (1.0, 10.0):
+            for seed in range(3):
+                rows.append({"instance": inst, "eta": eta, "seed": seed, "J_final": rng.random(),
+                             "J_min": rng.random(), "steps_to_09": float(rng.choice([5, 12, 40, np.inf])),
+                             "collapse_step": np.inf})
+    const = pd.DataFrame(rows)
+    ctl = const.copy()
+    change = np.arange(len(ctl)) % 3 != 0  # every third pair: the controller's run equals the constant step's
+    ctl.loc[change, "steps_to_09"] = np.where(np.arange(change.sum()) % 2, 7.0, np.inf)
+    ctl.loc[change, "J_final"] += 0.01
+    for differing in (False, True):
+        got, n = thr.restricted_speed(const, ctl, H, differing_only=differing)
+        want, used = {}, 0
+        inst_of, t_c, t_x = (const["instance"].tolist(), const["steps_to_09"].tolist(),
+                             ctl["steps_to_09"].tolist())
+        for inst in (3, 8):
+            c, x = [], []
+            for i in range(len(inst_of)):
+                if inst_of[i] != inst or (differing and not change[i]):
+                    continue
+                c.append(min(t_c[i], H))
+                x.append(min(t_x[i], H))
+            used += len(c)
+            want[inst] = math.log10(sum(x) / sum(c))
+        assert n == used and set(got.index) == set(want)
+        for inst, v in want.items():
+            assert got[inst] == pytest.approx(v)
+
+
 def test_start_theta_is_seeded_and_validated():
     b = mech.instance_bandit(3)
     np.testing.assert_array_equal(mech.start_theta(b, 0, scale=0.2), b.zeros())
