@@ -69,12 +69,18 @@ def as_series(values, steps=None) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _rolling_mean(x: np.ndarray, w: int) -> np.ndarray:
-    """Mean of x[t-w+1 .. t] at every t >= w-1, NaN before."""
+    """Mean of x[t-w+1 .. t] at every t >= w-1, NaN before (window by window: an inf stays in its own windows)."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
     out = np.full(len(x), np.nan)
     if len(x) >= w:
-        c = np.concatenate([[0.0], np.cumsum(x)])
-        out[w - 1:] = (c[w:] - c[:-w]) / w
+        out[w - 1:] = sliding_window_view(x, w).mean(axis=1)
     return out
+
+
+def _pair_signs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """sign(b - a) by comparison (defined for infinite values too)."""
+    return (b > a).astype(float) - (b < a).astype(float)
 
 
 class Detector:
@@ -157,7 +163,7 @@ class MKResult(NamedTuple):
 
 
 def mann_kendall(x, *, continuity: bool = True) -> MKResult:
-    """Mann-Kendall trend test of ``x`` (in time order, >= 3 finite values).
+    """Mann-Kendall trend test of ``x`` (in time order, >= 3 values; +-inf rank as the largest / smallest).
 
     S = sum_{i<j} sign(x_j - x_i); Var S = [n(n-1)(2n+5) - sum_g u_g(u_g-1)(2u_g+5)] / 18 (u_g the sizes of the
     groups of tied values); Z = (S - sign(S)) / sqrt(Var S) with the continuity correction, S / sqrt(Var S)
@@ -167,10 +173,10 @@ def mann_kendall(x, *, continuity: bool = True) -> MKResult:
     from scipy.stats import norm
 
     v = np.asarray(x, dtype=float)
-    if v.ndim != 1 or len(v) < 3 or not np.all(np.isfinite(v)):
-        raise ValueError(f"x must be 1-D with at least 3 finite values, got shape {v.shape}")
+    if v.ndim != 1 or len(v) < 3 or np.isnan(v).any():
+        raise ValueError(f"x must be 1-D with at least 3 values, none NaN, got shape {v.shape}")
     n = len(v)
-    S = float(np.sign(v[None, :] - v[:, None])[np.triu_indices(n, 1)].sum())
+    S = float(_pair_signs(v[:, None], v[None, :])[np.triu_indices(n, 1)].sum())
     _, u = np.unique(v, return_counts=True)
     var = (n * (n - 1) * (2 * n + 5) - float(np.sum(u * (u - 1) * (2 * u + 5)))) / 18.0
     n0, n2 = n * (n - 1) / 2, float(np.sum(u * (u - 1))) / 2
@@ -204,13 +210,11 @@ class MannKendall(Detector):
         s = np.full(len(x), -np.inf)
         if len(x) < w:
             return s
-        if not np.all(np.isfinite(x)):
-            raise ValueError("MannKendall needs finite values (NaN entries are dropped as not logged; inf is not)")
         from numpy.lib.stride_tricks import sliding_window_view
 
         win = sliding_window_view(x, w)  # [m, w]
         i, j = np.triu_indices(w, 1)
-        S = np.sign(win[:, j] - win[:, i]).sum(axis=1)
+        S = _pair_signs(win[:, i], win[:, j]).sum(axis=1)
         # sum over tie groups of u(u-1)(2u+5) = sum over values of 2c^2 + 3c - 5, c the size of the value's group
         c = (win[:, :, None] == win[:, None, :]).sum(axis=2)
         ties = (2 * c * c + 3 * c - 5).sum(axis=1)

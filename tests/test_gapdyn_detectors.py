@@ -136,3 +136,16 @@ def test_bad_series_is_an_error():
         Threshold().first_firing([1.0, 2.0], steps=[3, 3])
     with pytest.raises(ValueError, match="1-D"):
         Threshold().first_firing(np.ones((2, 2)))
+
+
+def test_an_infinite_value_stays_in_its_own_windows():
+    """gap/headroom is +inf on a step where no cap binds: the windows after it are ordinary numbers."""
+    x = np.array([1.0, np.inf, 2.0, 3.0, 0.5])
+    _, s = Threshold(sign=-1, threshold=1.0, window=1).scores(x)
+    np.testing.assert_array_equal(s, [-1.0, -np.inf, -2.0, -3.0, -0.5])
+    assert Threshold(sign=-1, threshold=1.0, window=1).first_firing(x) == 0
+    assert Threshold(sign=-1, threshold=1.0, window=1).first_firing(x[1:], steps=np.arange(1, 5)) == 4
+    # Mann-Kendall ranks +inf above every number: the S of 1, inf, 2, 3 is the S of 1, 9, 2, 3
+    assert mann_kendall([1.0, np.inf, 2.0, 3.0]).S == mann_kendall([1.0, 9.0, 2.0, 3.0]).S
+    np.testing.assert_allclose(MannKendall(window=4).scores([1.0, np.inf, 2.0, 3.0, 4.0])[1][3:],
+                               MannKendall(window=4).scores([1.0, 9.0, 2.0, 3.0, 4.0])[1][3:])
