@@ -45,8 +45,9 @@ def attach_ghost(trainer: Trainer, *, route: str = "auto", keep: str = "captures
         old = {n: p.detach().clone() for n, p in params.items()}
         out = step(*a, **k)
         dmu = gg.dot(params, minus=old)
+        held = gg.held_bytes()
         gg.release()
-        log.append((len(gg.groups), gg.norms, -gg.dots["grad"], dmu, gg.held_bytes()))
+        log.append((len(gg.groups), gg.norms, -gg.dots["grad"], dmu, held))
         return out
 
     trainer.rollout = keep_rollout
