@@ -1,9 +1,11 @@
 """The every-step ghost probe (llm_probe.ghost) against a plain RL step on the testbed (CPU, 1 torch thread).
 
 Two :class:`llm_probe.Trainer` instances from copies of the same model and seed, both with ``probe_every=0``;
-one runs the ghost probe around its optimizer step: at theta_k (after backward and clipping) ``ghost_gaps`` of
-the batch's mixed groups with the direction grad L (Gram matrix, norms, <grad L, g_q>), a snapshot of theta_k,
-the step, then <theta_{k+1} - theta_k, g_q> from the kept captures. The steps are timed alternately (process CPU
+one runs :class:`llm_probe.ghost.GhostProbe` around its optimizer step: at theta_k (after backward and clipping)
+``ghost_gaps`` of the batch's mixed groups with the direction grad L (Gram matrix, norms, <grad L, g_q>) and a
+snapshot of theta_k, the step, then <theta_{k+1} - theta_k, g_q> from what ``keep`` holds and the realised change
+of Phi_hat (a no-grad forward of the mixed rows). Not in it: the trainer's headroom meter (a forward-mode pass on
+probed steps) and the fixed probe prompts. The steps are timed alternately (process CPU
 time and wall), the trajectories checked equal (rewards and losses), and the peak live torch CPU bytes of one step
 of each (benchmarks.llm.peak_memory) compared with the bytes of one copy of the trainable parameters.
 
@@ -20,7 +22,8 @@ import torch
 
 from gapdyn.cmdline import parse
 from llm_probe import Trainer
-from llm_probe.ghost import ghost_gaps
+from llm_probe.ghost import GhostProbe
+from llm_probe.step_hook import Step
 
 from .llm import LLMSetup, _config, _interleaved_cpu, peak_memory, testbed_setup, warm_policy
 from .timing import load_average, ratio
@@ -29,25 +32,23 @@ __all__ = ["attach_ghost", "ghost_step_times", "main"]
 
 
 def attach_ghost(trainer: Trainer, *, route: str = "auto", keep: str = "captures") -> list:
-    """Wrap ``trainer``'s rollout and optimizer step so every step runs the ghost probe (module doc); returns
-    the list each probed step appends (n mixed groups, norms, <-grad L, g_q>, <update, g_q>) to."""
+    """Wrap ``trainer``'s rollout and optimizer step so every step runs :class:`llm_probe.ghost.GhostProbe` around
+    it (before at theta_k, after at theta_{k+1}: every ``gap/*`` metric of the dot route, the realised change of
+    Phi_hat included); returns the list each probed step appends (n mixed groups, bytes held across the step) to."""
     log, last = [], {}
     rollout, step = trainer.rollout, trainer.opt.step
+    probe = GhostProbe(trainer.model, keep=keep, route=route)
 
     def keep_rollout(*a, **k):
         last["ro"] = rollout(*a, **k)
         return last["ro"]
 
     def probed_step(*a, **k):
-        params = {n: p for n, p in trainer.model.named_parameters() if p.requires_grad}
-        grads = {n: p.grad if p.grad is not None else torch.zeros_like(p) for n, p in params.items()}
-        gg = ghost_gaps(trainer.model, last["ro"], params, {"grad": grads}, keep=keep, route=route)
-        old = {n: p.detach().clone() for n, p in params.items()}
+        probe.before(Step(last["ro"]))
+        held = probe._pending[1].held_bytes()
         out = step(*a, **k)
-        dmu = gg.dot(params, minus=old)
-        held = gg.held_bytes()
-        gg.release()
-        log.append((len(gg.groups), gg.norms, -gg.dots["grad"], dmu, held))
+        res = probe.after()
+        log.append((res.metrics["gap/n_prompts"], held))
         return out
 
     trainer.rollout = keep_rollout
@@ -89,7 +90,7 @@ def ghost_step_times(model, tok, task, setup: LLMSetup, repeats: int = 5, route:
     params = [p for p in model.parameters() if p.requires_grad]
     return GhostTimes(cpu, wall, ratio(cpu["ghost"], cpu["plain"]), ratio(wall["ghost"], wall["plain"]), same,
                       sum(x[0] for x in log) / max(1, len(log)), peak,
-                      sum(p.numel() * p.element_size() for p in params), max(x[4] for x in log))
+                      sum(p.numel() * p.element_size() for p in params), max(x[1] for x in log))
 
 
 @dataclass
