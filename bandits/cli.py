@@ -38,7 +38,7 @@ import gapdyn
 
 from gapdyn.cmdline import (Mode, UsageError, check_jobs, command, on_interrupt, optional, output_dir, parse,
                             one_blas_thread, resolve_name, say)
-from gapdyn.io import atomic_write_text, check_output_path, write_parquet, write_with
+from gapdyn.io import atomic_write_text, check_output_path, make_folder, write_parquet, write_with
 
 __all__ = ["main", "claims_report", "RunConfig", "experiment_config"]
 
@@ -149,7 +149,7 @@ def _run(args: RunConfig, argv: list[str]) -> int:
                  f"command to resume: {shlex.join(['gapdyn', 'bandit', 'run', *argv])}")
     with one_blas_thread():
         res = mod.run(config, store=store, backend=args.backend, n_jobs=args.jobs, progress=args.progress)
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)  # a file in the way or a read-only file system: one line naming the folder (gapdyn.io)
     md = claims_report(res)
     write_parquet(outputs[0], res.results, root=store)
     atomic_write_text(outputs[1], gapdyn.claims_to_json(res.claims), root=store)

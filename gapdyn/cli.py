@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .cmdline import EXIT_SIGINT, EXIT_SIGTERM, Terminated, _raise_terminated, stop_children
+from .cmdline import EXIT_SIGINT, EXIT_SIGTERM, Terminated, _raise_terminated, error_line, stop_children
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
@@ -176,7 +176,7 @@ def _dispatch(argv: list[str]) -> int:
         # Bad input reaching a library's boundary check (a ValueError naming the argument) or the file system.
         if os.environ.get("GAPDYN_DEBUG"):
             raise
-        print(f"gapdyn {name}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        print(f"gapdyn {name}: error: {error_line(exc)}", file=sys.stderr)
         return 2
     return int(result or 0)
 

@@ -35,7 +35,8 @@ from typing import Callable, Iterable, Literal
 
 __all__ = ["Mode", "MODES", "OUT_ROOT", "UsageError", "Terminated", "command", "parse", "output_dir", "resolve_name",
            "did_you_mean",
-           "check_jobs", "one_blas_thread", "say", "on_interrupt", "folder_setting", "optional", "exit_code", "EXIT_BAD_INPUT", "EXIT_WRITE_FAILED", "EXIT_SIGINT",
+           "check_jobs", "one_blas_thread", "say", "on_interrupt", "folder_setting", "optional", "exit_code", "error_line",
+           "EXIT_BAD_INPUT", "EXIT_WRITE_FAILED", "EXIT_SIGINT",
            "EXIT_SIGTERM"]
 
 EXIT_BAD_INPUT = 2
@@ -64,6 +65,22 @@ def exit_code(exc: BaseException) -> int:
     if isinstance(exc, WriteError) or (isinstance(exc, OSError) and exc.errno in WRITE_FAILURE_ERRNOS):
         return EXIT_WRITE_FAILED
     return EXIT_BAD_INPUT
+
+
+def error_line(exc: BaseException) -> str:
+    """The one line a command prints for ``exc``: its message on one line; an OSError raised by the system
+    (``[Errno 13] Permission denied: 'x'``) as ``Permission denied: x`` (``a -> b`` for a rename), the path named
+    without the raw errno prefix (the errno's name where the system gave no path)."""
+    if (isinstance(exc, OSError) and exc.strerror and str(exc).startswith("[Errno ")
+            and str(exc) == OSError.__str__(exc)):  # the system's own rendering, not a message of ours
+        import errno
+
+        paths = [os.fsdecode(p) for p in (exc.filename, exc.filename2) if p is not None]
+        where = " -> ".join(paths) if paths else f"no path given ({errno.errorcode.get(exc.errno, exc.errno)})"
+        text = f"{exc.strerror}: {where}"
+    else:
+        text = str(exc) or type(exc).__name__
+    return " ".join(text.split())
 
 
 _HINTS: list[Callable[[], str]] = []
@@ -134,10 +151,13 @@ _BOX = re.compile(r"[│╭╮╰╯─]+")
 
 
 def _one_line(text: str) -> str:
-    """The first message of a tyro error box, as one line."""
+    """The first message of a tyro error box, as one line (the box drawn in Unicode, or in ASCII dashes and spaces
+    where the output stream is not a UTF-8 terminal: a captured or redirected stderr)."""
     lines = []
     for raw in text.splitlines()[1:]:  # line 0 is the box title
         line = _BOX.sub(" ", raw).strip()
+        if set(line) <= {"-"}:  # a rule of the ASCII box, like an empty line of the Unicode one
+            line = ""
         if not line and lines or "helptext" in line:
             break
         if line:
@@ -166,7 +186,34 @@ def parse(cls, argv: Iterable[str], prog: str, description: str | None = None):
     except SystemExit as exc:
         if exc.code in (0, None):  # --help
             raise
-        raise UsageError(_one_line(buf.getvalue())) from None
+        raise UsageError(_name_the_option(_one_line(buf.getvalue()), list(argv))) from None
+
+
+def _name_the_option(msg: str, argv: list[str]) -> str:
+    """tyro's ``Unrecognized options: x`` for a stray value, said with the option it was meant for: a switch given a
+    value (``--progress=no``: a switch takes none) or a value past an option's count (``--seed 1 2``)."""
+    m = re.fullmatch(r"Unrecognized options?: (.+)", msg)
+    if not m:
+        return msg
+    said = []
+    for tok in m.group(1).split():
+        if tok.startswith("-"):  # an unknown option: tyro's own words name it
+            return msg
+        for i, arg in reversed(list(enumerate(argv))):  # the last occurrence: a stray value comes late
+            if arg.startswith("--") and arg.endswith("=" + tok):
+                flag = arg.split("=", 1)[0]
+                other = "--" + flag[5:] if flag.startswith("--no-") else "--no-" + flag[2:]
+                said.append(f"{flag} is a switch and takes no value (give {flag} or {other}), got {arg}")
+                break
+            if arg == tok:
+                start = next((j for j in range(i - 1, -1, -1) if argv[j].startswith("--")), None)
+                if start is None:
+                    return msg
+                said.append(f"unexpected value {tok!r} after {' '.join(argv[start:i])}")
+                break
+        else:
+            return msg
+    return "; ".join(said)
 
 
 def command(prog: str) -> Callable:
@@ -206,7 +253,7 @@ def command(prog: str) -> Callable:
             except (ValueError, OSError) as exc:
                 if os.environ.get("GAPDYN_DEBUG"):
                     raise
-                print(f"{prog}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+                print(f"{prog}: error: {error_line(exc)}", file=sys.stderr)
                 return exit_code(exc)
             finally:
                 del _HINTS[n_hints:]

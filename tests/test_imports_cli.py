@@ -32,6 +32,10 @@ HEAVY = ("scipy", "torch", "numba", "transformers", "pandas", "matplotlib")
 
 _DRIVER = r"""
 import json, os, signal, sys
+# Python turns SIGINT into KeyboardInterrupt only when the process starts with SIGINT at its default; a test run
+# started in the background from a non-interactive shell (`nohup pytest ... &`) hands SIGINT down as ignored.
+# Install Python's own handler, as an interactive start would, so the cases below see a real start's SIGINT.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.argv[0] = "gapdyn"
 cases = json.loads(sys.argv[1])
 from gapdyn.cli import main  # what the console script imports
