@@ -60,6 +60,17 @@ def test_loader_clock_groups_and_collapse(study):
     assert {r.group for r in load_runs(study, by_length=True)} == {"rl long", "control long"}
 
 
+def test_the_lm_head_log_joins_its_steps(study):
+    d = study / "held_pos_a"
+    (d / "lm_head.jsonl").write_text("\n".join(json.dumps({"step": k, "grad_norm": None if k == 3 else k / 10,
+                                                            "update_norm": 0.5}) for k in range(5)) + "\n")
+    runs = {r.name: r for r in load_runs(study)}
+    t, x = runs["held_pos_a"].series["lm_head/grad_norm"]
+    assert list(t[:5]) == [1, 2, 3, 4, 5] and np.allclose(x[:3], [0.0, 0.1, 0.2]) and np.isnan(x[3])
+    assert np.isnan(x[5:]).all()  # steps the log does not cover
+    assert "lm_head/grad_norm" not in runs["held_pos_b"].series  # a run without the log: the statistic is missing
+
+
 def test_report_numbers_by_hand(study, tmp_path, capsys):
     out = tmp_path / "out"
     assert main([str(study), "--calibration-seeds", "100-109", "--heldout-seeds", "200-209", "--out", str(out)]) == 0

@@ -52,6 +52,26 @@ def _meta(setting: dict, seed, outcome: str) -> dict:
     return {**setting, "seed": int(seed), "outcome": outcome}
 
 
+HEAD_KEYS = {"grad_norm": "lm_head/grad_norm", "update_norm": "lm_head/update_norm"}
+"""The LM head's per-step statistics (llm_probe.testbed.run.HEAD_LOG) as they appear among a run's series."""
+
+
+def _merge_head_log(rows: list[dict], folder: Path) -> None:
+    """Add the run's lm_head.jsonl values (when the run logged them) to its metrics rows of the same step."""
+    p = folder / "lm_head.jsonl"
+    if not p.is_file():
+        return
+    head = {}
+    for ln in p.read_text().splitlines():
+        if ln.strip():
+            h = json.loads(ln)
+            head[int(h["step"])] = h
+    for r in rows:
+        h = head.get(int(r["step"]))
+        if h is not None:
+            r.update({HEAD_KEYS[k]: h[k] for k in HEAD_KEYS if h.get(k) is not None})
+
+
 def load_study_runs(root, *, statistics=None, include_failed: bool = False, by_length: bool = False) -> list[AlarmRun]:
     """Every finished run under the study folder ``root`` (module doc); ``statistics``: the metrics keys to keep
     (all numeric keys when None)."""
@@ -65,6 +85,7 @@ def load_study_runs(root, *, statistics=None, include_failed: bool = False, by_l
             continue
         rows = [json.loads(ln) for ln in (p.parent / "metrics.jsonl").read_text().splitlines() if ln.strip()]
         rows = [r for r in rows if not r.get("skipped")]
+        _merge_head_log(rows, p.parent)
         c = s["outcome_detail"].get("collapse_step") if s["outcome"] == "collapsed" else None
         runs.append(AlarmRun(p.parent.name, _series(rows, statistics), None if c is None else int(c),
                              run_group(s["setting"], by_length=by_length),

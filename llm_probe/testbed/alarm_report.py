@@ -41,6 +41,11 @@ ALARM_SPECS = (
     AlarmSpec("entropy_up", "entropy", Level(sign=1, window=5, reference_steps=10), role="baseline"),
     AlarmSpec("entropy_down", "entropy", Level(sign=-1, window=5, reference_steps=10), role="baseline"),
     AlarmSpec("zero_std_share", "frac_reward_zero_std", zero_std_share(window=5), role="baseline"),
+    # the LM head's gradient norm, the signal of Dynamic Gradient Gating (arXiv 2605.19425); its gating rule is not
+    # recoverable from the abstract, so it is scored as a detector: a rise over its start, calibrated like the rest
+    AlarmSpec("lm_head_grad_norm_high", "lm_head/grad_norm", Threshold(sign=1, window=1), role="baseline"),
+    AlarmSpec("lm_head_grad_norm_up", "lm_head/grad_norm", Level(sign=1, window=2, reference_steps=10),
+              role="baseline"),
 )
 """The alarms scored (thresholds are placeholders: each is calibrated at ``far``); the probe's statistics are
 candidates, the scalar detectors the baselines. Fix them (and their hash) before the held-out block runs."""
