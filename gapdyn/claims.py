@@ -428,14 +428,17 @@ class Claim:
 
     @classmethod
     def from_estimate(cls, estimate, **fields) -> Claim:
-        """Build a claim from a :class:`gapdyn.Estimate` (estimate, interval, n, confidence taken from it)."""
+        """Build a claim from a :class:`gapdyn.Estimate` (estimate, interval, n, confidence taken from it); a
+        :class:`gapdyn.stats.NotMeasured` gives a claim that is not measured, with its reason."""
+        from .stats import NotMeasured
+
         try:
             measured = dict(estimate=estimate.estimate, interval=(estimate.lo, estimate.hi), n=estimate.n,
                             confidence=estimate.confidence)
-            unmeasured = estimate.method == "no data" or estimate.method.startswith("no data: ")
+            unmeasured = isinstance(estimate, NotMeasured)
             fields.setdefault("measured", not unmeasured)
             if not fields["measured"]:
-                why = estimate.method[len("no data: "):] if estimate.method.startswith("no data: ") else ""
+                why = estimate.reason if unmeasured else ""
                 fields.setdefault("reason", why or "too few qualifying instances to compute the statistic")
         except AttributeError as exc:
             raise ValueError("estimate must be a gapdyn.Estimate (estimate, lo, hi, n, confidence)") from exc

@@ -47,6 +47,24 @@ class Estimate:
 
 
 @dataclass(frozen=True)
+class NotMeasured(Estimate):
+    """An estimate that could not be made, with its reason: the one "not measured" value. A claim built from it
+    (:meth:`gapdyn.Claim.from_estimate`) is not measured and says ``reason`` (docs/evidence.md); ``estimate``,
+    ``lo``, ``hi`` are placeholders inside the statistic's natural range, never evidence. Make it with
+    :func:`not_measured`."""
+
+    reason: str = ""
+
+
+def not_measured(lo: float, hi: float, reason: str = "", *, estimate: float | None = None, n: int = 1,
+                 confidence: float = 0.95) -> NotMeasured:
+    """The :class:`NotMeasured` placeholder on [lo, hi] (estimate: their midpoint unless given) with ``reason``
+    (empty: the claim gives its default reason); its method reads ``no data[: reason]`` for display only."""
+    mid = (lo + hi) / 2 if estimate is None else estimate
+    return NotMeasured(mid, lo, hi, n, confidence, "no data" + (f": {reason}" if reason else ""), reason)
+
+
+@dataclass(frozen=True)
 class TestResult:
     """A hypothesis test: statistic, two-sided p-value, n (tables: total count; pairs: informative pairs)."""
 

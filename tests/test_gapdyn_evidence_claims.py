@@ -211,9 +211,10 @@ def test_claim_from_an_estimate_takes_interval_and_n():
 
 
 def test_an_unmeasured_claim_is_inconclusive_whatever_its_criterion():
-    """measured=False (or an Estimate with method "no data") gives "inconclusive", identities included;
+    """measured=False (or a gapdyn.stats.NotMeasured) gives "inconclusive", identities included, with its reason;
     the same numbers measured give the criterion's verdict."""
     from gapdyn import Claim, Criterion, Estimate
+    from gapdyn.stats import not_measured
 
     base = dict(id="x", source="beyond the papers", statement="s", setting="t", statistic="u",
                 criterion_text="c", reason="too few instances for a valid interval")
@@ -264,7 +265,12 @@ def test_claim_spec_freezes_form_and_criterion_text():
         g.ClaimSpec("s", "t", "theorem", C.below(0.05))
     with pytest.raises(ValueError, match="primary"):
         g.ClaimSpec("s", "t", "law", C.below(0.05), primary=True)
-        nodata = Estimate(est, iv[0], iv[1], 1, 0.95, "no data")
+        nodata = not_measured(iv[0], iv[1], estimate=est)
         c = Claim.from_estimate(nodata, criterion=crit, **base)
         assert c.verdict == "inconclusive" and not c.measured
         assert Claim.from_dict(c.to_dict()) == c
+        plain = Claim.from_estimate(Estimate(est, iv[0], iv[1], 1, 0.95, "no data"), criterion=crit, **base)
+        assert plain.measured and plain.verdict == measured_verdict  # a method string decides nothing
+    why = Claim.from_estimate(not_measured(0.0, 1.0, "two instances"), criterion=Criterion.above(0.0),
+                              **{k: v for k, v in base.items() if k != "reason"})
+    assert why.reason == "two instances" and why.why == "not measured: two instances"

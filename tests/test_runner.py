@@ -156,3 +156,17 @@ def test_testbed_study_takes_seeds_through_the_runner(tmp_path, monkeypatch, cap
     assert len(ran) == 3  # resumed: every cell found done
     assert study.main(["pilot-short", "--out", str(tmp_path), "--seeds", "1", "--seed", "2"]) == 2
     assert "not both" in capsys.readouterr().err
+
+
+def test_every_registered_study_takes_seeds_in_every_mode():
+    """--seeds has one meaning per study: the config field it names (seed_field) holds exactly the seeds given,
+    in every mode the study has, and the testbed study says its meaning too."""
+    from gapdyn.experiment import INSTANCE_SEEDS, STREAM_SEEDS, registry
+
+    seeds = (11, 12)  # below every study's confirmation block
+    for name, ep in registry().items():
+        exp = ep.load()
+        assert exp.seed_meaning in (INSTANCE_SEEDS, STREAM_SEEDS), name
+        for mode in exp.modes:
+            cfg = with_seeds(exp, exp.configure(mode), seeds)
+            assert tuple(getattr(cfg, exp.seed_field)) == seeds and cfg.mode == exp.configure(mode).mode, (name, mode)

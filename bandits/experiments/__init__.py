@@ -17,7 +17,9 @@ The module's ``run(config, *, store=None, backend="joblib", n_jobs=-1, progress=
 passes ``EXPERIMENT`` to :func:`bandits.experiments._common.run_experiment` (discovery, then a confirmation
 block sized by the planner).
 
-Modules are imported lazily by name so that ``import bandits`` stays cheap.
+Experiments are registered once, as entry points of the group ``gapdyn.experiments`` in pyproject.toml
+(:func:`gapdyn.experiment.registry`); :data:`EXPERIMENTS` is read from there. Modules are imported lazily by name
+so that ``import bandits`` stays cheap.
 """
 
 from __future__ import annotations
@@ -25,15 +27,21 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-EXPERIMENTS: dict[str, str] = {
-    "threshold": "bandits.experiments.threshold",  # 1. critical eta per instance, predictors, methods
-    "length": "bandits.experiments.length",  # 2. critical eta vs T (sequence bandit)
-    "success_rate": "bandits.experiments.success_rate",  # 3. critical eta vs J
-    "stagnation": "bandits.experiments.stagnation",  # 4. plateaus vs J* bracket, misalignment, grad-norm sums
-    "taxonomy": "bandits.experiments.taxonomy",  # 7. WAPO token taxonomy on random softmax positions
-    "logistic": "bandits.experiments.logistic",  # 5. accuracy vs M, Theorem 1 bound
-    "methods": "bandits.experiments.methods",  # 6. GRPO vs Dr. GRPO vs WAPO vs REINFORCE vs PSR/NSR
-}
+def _registered() -> dict[str, str]:
+    """The bandit experiments of the one registry (the ``gapdyn.experiments`` entry points,
+    :func:`gapdyn.experiment.registry`), name -> module, in the order the source checkout declares them (else
+    the installed order)."""
+    from gapdyn.cli import checkout_entry_points
+    from gapdyn.experiment import GROUP, registry
+
+    found = registry()
+    declared = [n for n in checkout_entry_points(GROUP) if n in found]
+    names = declared + [n for n in found if n not in declared]
+    return {n: found[n].module for n in names if found[n].module.startswith(__name__ + ".")}
+
+
+EXPERIMENTS: dict[str, str] = _registered()
+"""name -> module of every registered bandit experiment (read from the registry at import, not a second list)."""
 
 
 def load(name: str) -> ModuleType:

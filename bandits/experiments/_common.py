@@ -53,9 +53,11 @@ def first_below(J: np.ndarray, steps: np.ndarray, level: float) -> np.ndarray:
 
 
 def no_data(lo: float, hi: float, reason: str = "") -> gapdyn.Estimate:
-    """The estimate of a statistic that could not be measured (the claim is then "not measured", with
-    ``reason``: gapdyn.Claim.from_estimate reads it from the method "no data: <reason>")."""
-    return gapdyn.Estimate((lo + hi) / 2, lo, hi, 1, 0.95, "no data" + (f": {reason}" if reason else ""))
+    """The estimate of a statistic that could not be measured: :func:`gapdyn.stats.not_measured` on [lo, hi]
+    (the claim is then "not measured", with ``reason``)."""
+    from gapdyn.stats import not_measured
+
+    return not_measured(lo, hi, reason)
 
 
 MEAN_INTERVAL = "studentized_cluster_mean"

@@ -269,7 +269,7 @@ def _counts(df: pd.DataFrame, used: pd.DataFrame) -> str:
 def _not_measured(n: int) -> gapdyn.Estimate:
     """A 90 % estimate that could not be made from n instances (the claim is not measured; no number is
     shown)."""
-    return gapdyn.Estimate(-1.0, -1.0, -1.0, max(int(n), 1), EQUIVALENCE_CONFIDENCE, "no data")
+    return gapdyn.stats.not_measured(-1.0, -1.0, n=max(int(n), 1), confidence=EQUIVALENCE_CONFIDENCE)
 
 
 def _slope_estimate(used: pd.DataFrame) -> tuple[gapdyn.Estimate, str]:
@@ -353,7 +353,7 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn
             claims.append(make_claim(SPECS, _norm_id(J0), est, block=block, setting=setting,
                                      statistic=statistic))
         else:
-            est = gapdyn.Estimate(1.0, 1.0, 1.0, 1, 0.95, "no data")
+            est = gapdyn.stats.not_measured(1.0, 1.0)
             claims.append(replace(make_claim(SPECS, _norm_id(J0), est, block=block, setting=setting,
                                              statistic=statistic),
                                   measured=False, reason="fewer than 2 instances with both eta* at >= 2 T"))

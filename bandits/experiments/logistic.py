@@ -55,6 +55,8 @@ from gapdyn.stats import Estimate, clopper_pearson_upper, ols_slope
 from bandits.engine import Dynamics, simulate
 from bandits.envs import make_bandit
 
+from gapdyn.stats import NotMeasured
+
 from ._common import MEAN_INTERVAL, make_claim, mean_estimate, no_data, run_experiment, run_stats
 
 NAME = "logistic"
@@ -307,15 +309,15 @@ def violation_estimate(shares) -> tuple[Estimate, str]:
         return no_data(0.0, 1.0), (f"every instance has violation share {s[0]:.3g}: the t interval of instance "
                                    "means has zero width")
     e = mean_estimate(s, seed=20261201, natural=(0.0, 1.0))
-    if e.method.startswith("no data: the interval is not finite"):
+    if isinstance(e, NotMeasured) and e.reason.startswith("the interval is not finite"):
         # sparse violations (resamples without spread): the mean share is at most the share of instances with
         # any violation, bounded above by its one-sided Clopper-Pearson limit (valid, conservative)
         k = int(np.count_nonzero(s))
         q = clopper_pearson_upper(k, s.size).hi
         return Estimate(float(s.mean()), 0.0, q, s.size, 0.95,
                         "clopper-pearson upper limit on the share of instances with a violation"), ""
-    if e.method.startswith("no data"):
-        return e, e.method[len("no data: "):]
+    if isinstance(e, NotMeasured):
+        return e, e.reason
     return Estimate(e.estimate, max(0.0, e.lo), min(1.0, e.hi), e.n, BOUND_CONFIDENCE,
                     "studentized cluster bootstrap of instance shares (valid at this n: docs/coverage.md)"), ""
 

@@ -445,7 +445,7 @@ def _paired_claim(R, a, b, key):
                 f"every instance gives the same difference ({v:g}; {a} and {b} collapse on the same runs when 0): "
                 "no spread over instances for an interval")
     est = mean_estimate(d.to_numpy(), seed=len(d), natural=(-1.0, 1.0))
-    reason = est.method[len("no data: "):] if est.method.startswith("no data: ") else ""
+    reason = est.reason if isinstance(est, gapdyn.stats.NotMeasured) else ""
     return est, sign_flip_p(d.to_numpy()), len(d), reason
 
 
@@ -505,7 +505,7 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
     def max_dev(a, b, n):
         d = float(np.nanmax(np.abs(np.asarray(a, float) - np.asarray(b, float)))) if n else math.nan
         if not math.isfinite(d):
-            return gapdyn.Estimate(0.0, 0.0, 0.0, 1, 0.95, "no data"), "no runs to compare"
+            return gapdyn.stats.not_measured(0.0, 0.0), "no runs to compare"
         return gapdyn.Estimate(d, 0.0, d, n, 0.95, "max over runs"), ""
 
     ex = results[results["kind"] == "exact"]

@@ -57,6 +57,8 @@ from bandits.engine import Dynamics, simulate
 from bandits.envs import ContextualBandit, make_bandit
 from bandits.schedules import Schedule
 
+from gapdyn.stats import NotMeasured
+
 from ._common import mean_estimate, no_data, run_experiment, run_stats, steps_to
 
 NAME = "stagnation"
@@ -581,8 +583,8 @@ def _bracket(lo_vals, hi_vals, rng, n_resamples) -> gapdyn.Estimate:
     seed = int(rng.integers(2**31))
     a = mean_estimate(np.asarray(lo_vals, float), seed=seed, natural=(0.0, 1.0))
     b = mean_estimate(np.asarray(hi_vals, float), seed=seed, natural=(0.0, 1.0))
-    if a.method.startswith("no data") or b.method.startswith("no data"):
-        return a if a.method.startswith("no data") else b
+    if isinstance(a, NotMeasured) or isinstance(b, NotMeasured):
+        return a if isinstance(a, NotMeasured) else b
     return gapdyn.Estimate(a.estimate, min(a.lo, b.lo), max(a.hi, b.hi), a.n, a.confidence,
                            "studentized cluster bootstrap of mean(lo) and mean(hi): bracket and sampling")
 
@@ -608,8 +610,8 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
 
     def add(cid, est, *, setting, statistic, reason="", **kw):
         spec = SPECS[cid]
-        if est.method.startswith("no data"):
-            kw["reason"] = reason or est.method[len("no data: "):] or "fewer than 2 instances in this block"
+        if isinstance(est, NotMeasured):
+            kw["reason"] = reason or est.reason or "fewer than 2 instances in this block"
         elif reason:
             kw["reason"] = reason
         claims.append(gapdyn.Claim.from_estimate(est, id=cid, source=spec.source, statement=spec.statement,

@@ -387,7 +387,7 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn
             m = min_valid_n("clopper_pearson_upper")
             reason = ("no state reached" if n == 0 else
                       f"too few states for a valid interval (n = {n}; clopper_pearson_upper valid from n = {m})")
-            est = gapdyn.Estimate(0.0, 0.0, 1.0, 1, 0.95, "no data")
+            est = gapdyn.stats.not_measured(0.0, 1.0, estimate=0.0)
             claims.append(replace(make_claim(SPECS, cid, est, block=block, setting=setting_text, statistic=statistic),
                                   measured=False, reason=reason))
         else:
@@ -407,7 +407,7 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn
             claims.append(make_claim(SPECS, _identity_id(setting), est, block=block, setting=id_setting,
                                      statistic=statistic))
         else:
-            est = gapdyn.Estimate(0.0, 0.0, 0.0, 1, 0.95, "no data")
+            est = gapdyn.stats.not_measured(0.0, 0.0)
             claims.append(replace(make_claim(SPECS, _identity_id(setting), est, block=block, setting=id_setting,
                                              statistic=statistic), measured=False,
                                   reason=f"fewer than 2 instances with both one-step thresholds finite "

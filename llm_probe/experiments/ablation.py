@@ -39,6 +39,8 @@ from gapdyn.experiment import STREAM_SEEDS, Experiment
 from gapdyn.io import atomic_write_json, atomic_write_text, write_with
 from gapdyn.stats import (
     Estimate,
+    NotMeasured,
+    not_measured,
     clopper_pearson_interval,
     fisher_exact_test,
     newcombe_difference,
@@ -513,16 +515,16 @@ def one_sided_wilcoxon(x, y) -> float:
 
 
 def _claim(cid, setting, statistic, est: Estimate, p=None, n=None, lr=None) -> Claim:
-    """The Claim of SPECS[cid] from an Estimate; an estimate whose method reads "no data: <reason>"
-    (:func:`paired_mean`) gives a claim that is not measured, with that reason."""
+    """The Claim of SPECS[cid] from an Estimate; a :class:`gapdyn.stats.NotMeasured` (:func:`paired_mean`) gives
+    a claim that is not measured, with its reason."""
     spec = SPECS[cid]
-    unmeasured = est.method.startswith("no data")
+    unmeasured = isinstance(est, NotMeasured)
     return Claim(id=cid if lr is None else f"{cid}@lr{lr:g}", source=spec.source, statement=spec.statement,
                  setting=setting, statistic=statistic, estimate=est.estimate, interval=(est.lo, est.hi),
                  n=n or est.n, criterion_text=f"{TEST_TEXT[cid]}: {spec.criterion_text}", criterion=spec.criterion,
                  p_value=p, p_adjusted=p,  # p_adjusted: Holm over the primaries, set later
                  form=spec.form, primary=spec.primary, key=spec.key, role=spec.role, measured=not unmeasured,
-                 reason=est.method.split(": ", 1)[1] if unmeasured else "")
+                 reason=est.reason if unmeasured else "")
 
 
 MEAN_INTERVAL = "studentized_cluster_mean"
@@ -532,7 +534,7 @@ pair); used only at an n where docs/coverage.md measured it valid (gapdyn.covera
 
 def paired_mean(d, *, rng, n_boot: int) -> Estimate:
     """Mean of the paired differences ``d`` with the studentized bootstrap interval where it is valid at n = len(d)
-    (:data:`MEAN_INTERVAL`), else an estimate marked "no data: <reason>" (the claim is then not measured, as every
+    (:data:`MEAN_INTERVAL`), else :func:`gapdyn.stats.not_measured` with the reason (the claim is then not measured, as every
     row of the evidence machinery below its interval's valid n, docs/evidence.md); no spread: not measured either."""
     from gapdyn.coverage import too_few_reason, valid_at
     from gapdyn.stats import studentized_cluster_bootstrap_mean
@@ -540,10 +542,10 @@ def paired_mean(d, *, rng, n_boot: int) -> Estimate:
     d = np.asarray(d, dtype=float)
     m, n = float(d.mean()), int(d.size)
     if not valid_at(MEAN_INTERVAL, n):
-        return Estimate(m, m, m, n, 0.95, f"no data: {too_few_reason(MEAN_INTERVAL, n, 'pairs')}")
+        return not_measured(m, m, too_few_reason(MEAN_INTERVAL, n, "pairs"), n=n)
     est = studentized_cluster_bootstrap_mean(d, rng=rng, n_resamples=n_boot)
     if not all(map(math.isfinite, (est.lo, est.hi))):
-        return Estimate(m, m, m, n, 0.95, f"no data: no interval: the {n} paired differences have no spread")
+        return not_measured(m, m, f"no interval: the {n} paired differences have no spread", n=n)
     return est
 
 

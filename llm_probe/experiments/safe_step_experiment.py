@@ -332,15 +332,15 @@ docs/coverage.md finds that interval valid (gapdyn.coverage.valid_at), else it i
 
 
 def _unmeasured_below_valid_n(family: str, n: int, what: str, estimate: float):
-    """None when the interval of ``family`` is valid at n (gapdyn.coverage.valid_at); else an estimate marked
-    "no data: <reason>" naming docs/coverage.md (the claim is then not measured, as ablation.paired_mean)."""
+    """None when the interval of ``family`` is valid at n (gapdyn.coverage.valid_at); else a
+    :func:`gapdyn.stats.not_measured` whose reason names docs/coverage.md (the claim is then not measured, as
+    ablation.paired_mean)."""
     from gapdyn.coverage import too_few_reason, valid_at
 
     method = INTERVALS[family]
     if valid_at(method, n):
         return None
-    return gapdyn.Estimate(float(estimate), float(estimate), float(estimate), n, 0.95,
-                           f"no data: {too_few_reason(method, n, what)}")
+    return gapdyn.stats.not_measured(float(estimate), float(estimate), too_few_reason(method, n, what), n=n)
 
 
 def _spec_fields(family: str) -> dict:
