@@ -74,6 +74,22 @@ realised Phi_hat change, a forward-difference estimate of dmu with O(||delta||^2
 ``gap/headroom`` from forward-difference x_n; ``entropy*``, ``taxonomy/*``, ``warn/cov_logp_adv`` at theta_k) and
 names the skipped metrics (gap norms, cosines, dmu, JVP checks: :data:`llm_probe.sharding.NEEDS_FULL_PARAMETERS`)
 once in a warning and in :attr:`GapProbeCallback.skipped`.
+
+Alarm (``alarm=``; none by default, and then nothing here changes): each alarm (name, statistic, detector with its
+cutoff; llm_probe.online_alarm) reads its statistic from every log row that carries it (TRL's ``reward``,
+``entropy``, ``frac_reward_zero_std``, or this callback's ``gap/*`` / ``warn/*`` keys on probed steps) and is fed
+online, so its score at step t uses only the values logged up to t. On those rows it logs ``alarm/<name>`` (1 when
+the score reaches the cutoff, else 0) and ``alarm/<name>_score`` (NaN while the score is not defined). At its first
+firing (step = ``state.global_step``): one log line, ``on_alarm(name, step, value)`` (value: the statistic's logged
+value) when given, and with ``stop_on_alarm`` ``control.should_training_stop = True`` (transformers ends training
+after that step). The cutoffs of :func:`llm_probe.online_alarm.load_alarm_specs` (an ``alarm_specs.json``) are
+calibrated on the testbed at a fixed false-alarm rate and not yet validated on a held-out block. Under DDP every rank
+sees the same logged values (TRL gathers its metrics; the probe's are the one-process numbers), so every rank fires
+and stops at the same step; the hook runs on every rank (``state.is_world_process_zero`` picks one).
+
+Suggested lr of :meth:`GapProbeCallback.summary`, ``lr_finder``: the rule of ``gapdyn lr-finder``
+(:func:`llm_probe.lr_finder.lr_suggestion`: the median of lr_k h_k over every probed step with a measured h, its
+order-statistic interval and the count of steps it rests on).
 """
 
 from __future__ import annotations
@@ -100,6 +116,7 @@ from .collectives import RankFailure, agree, all_gather_objects, owned_groups, s
 from .collectives import rank as _rank
 from .collectives import world_size as _world_size
 from .headroom import headroom_metrics, step_headroom
+from .online_alarm import as_alarms
 from .sharding import NEEDS_FULL_PARAMETERS, ForwardProbe, sharded_kind
 from .step_hook import Step
 from .suggest import SUGGEST_QUANTILE, SUGGEST_WINDOW, suggest_lr
@@ -117,14 +134,19 @@ class GapProbeCallback(TrainerCallback):
 
     def __init__(self, tokenizer, num_generations: int | None = None, *, probe_every: int = 10, params: str = "all",
                  alignment: str = "dot", headroom: bool = True, c: float = SAFE_STEP_C, delta: float = SAFE_STEP_DELTA,
-                 log_path: str | Path | None = None, rollout_path: str | Path | None = None):
+                 log_path: str | Path | None = None, rollout_path: str | Path | None = None, alarm=None,
+                 stop_on_alarm: bool = False, on_alarm=None):
         """``num_generations``: TRL's group size G (None: read from the trainer's args at ``on_train_begin``;
         given, it must equal them). ``probe_every``: probe the optimizer steps k with k % probe_every == 0
         (module docstring, "Cadence"). ``headroom``: log ``gap/headroom`` (one copy of the trainable parameters
         and one forward-mode pass over the batch per probed step), with the safe step rule's ``c`` and ``delta``.
         ``log_path``: one JSON row of metrics per probed step; ``rollout_path``: the probed step's gathered
         rollout, one line per completion {step, prompt, completion, completion_ids, reward} (the input of
-        ``llm_probe.offline``; ``reward`` > 0 is the probe's success, see :meth:`wrap_rewards`)."""
+        ``llm_probe.offline``; ``reward`` > 0 is the probe's success, see :meth:`wrap_rewards`). ``alarm``: None, or
+        alarms watched online (:func:`llm_probe.online_alarm.as_alarms`: an AlarmSpec, a (name, statistic, detector
+        [, cutoff]) tuple, a path to a calibrated ``alarm_specs.json`` (its primary alarms; cutoffs calibrated on the
+        testbed, not yet validated on a held-out block), or a list); ``stop_on_alarm``: stop training at an alarm's
+        first firing; ``on_alarm(name, step, value)``: called once per alarm at its first firing (module doc)."""
         if isinstance(tokenizer, tuple):
             raise ValueError("tokenizer is a tuple (e.g. the PolicyPair load_policy returns), not a tokenizer: "
                              "pass pair.tokenizer")
@@ -140,6 +162,14 @@ class GapProbeCallback(TrainerCallback):
         for name, v in (("c", c), ("delta", delta)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                 raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
+        self.alarms = as_alarms(alarm)
+        if not isinstance(stop_on_alarm, bool):
+            raise ValueError(f"stop_on_alarm must be a bool, got {stop_on_alarm!r}")
+        if on_alarm is not None and not callable(on_alarm):
+            raise ValueError(f"on_alarm must be None or a callable (name, step, value), got {on_alarm!r}")
+        if (stop_on_alarm or on_alarm is not None) and not self.alarms:
+            raise ValueError("stop_on_alarm / on_alarm need an alarm: pass alarm=...")
+        self.stop_on_alarm, self.on_alarm = stop_on_alarm, on_alarm
         self.tok = tokenizer
         self.probe_every = probe_every
         self.headroom = headroom
@@ -544,28 +574,68 @@ class GapProbeCallback(TrainerCallback):
         h), ``suggested_lr`` (the q quantile of lr_k h_k over them; = lr * headroom_q at a constant lr; NaN when the
         parameter groups' learning rates differ) and ``*_steps``: how many probed steps each figure rests on.
         Quantiles take the lower order statistic (numpy ``method="lower"``); NaN when no step has a measured h;
-        +inf when no cap bound."""
-        suggested = suggest_lr(self.history, q, window)  # the one rule (llm_probe.suggest)
+        +inf when no cap bound. ``lr_finder``: :func:`llm_probe.lr_finder.lr_suggestion` over every probed step
+        (``suggested_lr`` the median of lr_k h_k, ``lo`` / ``hi`` its order-statistic interval, unbounded below 6
+        steps, ``steps`` the count it rests on), the rule of ``gapdyn lr-finder``. ``alarms``: name -> its first
+        firing {step, value, score}, or None (with ``alarm=``)."""
+        from .lr_finder import lr_suggestion
+
+        suggested = suggest_lr(self.history, q, window)  # the running rule (llm_probe.suggest)
         scale = math.lcm(self.probe_every, self._mu) // self._mu
         reasons: dict[str, int] = {}
         for s in self.skipped_steps:
             reasons[s["reason"]] = reasons.get(s["reason"], 0) + 1
         return {"probed_steps": len(self.history), "skipped_steps": len(self.skipped_steps), "skip_reasons": reasons,
                 "M_batch": self.M_batch, "M_batch_scaled": scale * self.M_batch, "M_batch_steps": len(self.history),
-                **suggested}
+                **suggested, "lr_finder": lr_suggestion(self.history),
+                **({"alarms": {a.name: a.fired for a in self.alarms}} if self.alarms else {})}
 
     def on_log(self, args, state, control, logs=None, **kw):
-        if logs is None or not self._unlogged:
+        if logs is None:
             return
-        merged = _summarise(self._unlogged)
-        if any("gap/headroom" in r for r in self._unlogged):
-            merged["gap/suggested_lr"] = self.summary()["suggested_lr"]
-        self._unlogged = []
+        if self._unlogged:
+            merged = _summarise(self._unlogged)
+            if any("gap/headroom" in r for r in self._unlogged):
+                merged["gap/suggested_lr"] = suggest_lr(self.history)["suggested_lr"]
+            self._unlogged = []
+            self._add_logs(state, logs, merged)
+        if self.alarms:
+            self._watch(state, control, logs)
+
+    def _add_logs(self, state, logs: dict, merged: dict) -> None:
+        """Merge ``merged`` into TRL's ``logs`` and the last ``state.log_history`` row (keys TRL logs: TRL's)."""
         new = {k: v for k, v in merged.items() if k not in logs}
         logs.update(new)
         if state.log_history:
             for k, v in new.items():
                 state.log_history[-1].setdefault(k, v)
+
+    def _watch(self, state, control, logs: dict) -> None:
+        """Feed each alarm its statistic from this log row; ``alarm/<name>``, ``alarm/<name>_score``; a first
+        firing: log line, hook, stop (module doc, "Alarm")."""
+        step, out, fired = int(state.global_step), {}, []
+        for a in self.alarms:
+            v = logs.get(a.statistic)
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+                continue
+            res = a.update(step, float(v))
+            if res is None:
+                continue
+            score, fires = res
+            out[f"alarm/{a.name}"] = int(fires)
+            out[f"alarm/{a.name}_score"] = score if score > -math.inf else math.nan
+            if fires and a.fired is None:
+                a.fired = {"step": step, "value": float(v), "score": score}
+                fired.append(a)
+        self._add_logs(state, logs, out)
+        for a in fired:
+            logger.warning("GapProbeCallback: alarm %s fired at step %d (%s = %.4g, score %.4g >= cutoff %.4g)%s",
+                           a.name, step, a.statistic, a.fired["value"], a.fired["score"], a.detector.cutoff,
+                           "; stopping training" if self.stop_on_alarm else "")
+            if self.on_alarm is not None:
+                self.on_alarm(a.name, step, a.fired["value"])
+        if fired and self.stop_on_alarm:
+            control.should_training_stop = True
 
 
 class _RewardGroup:

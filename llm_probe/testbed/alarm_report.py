@@ -6,7 +6,8 @@ calibrated at, the lead its detection share is read at) has its cutoff fixed on 
 calibration seeds (of the RL groups: the random-advantage control is scored, never calibrated on), then is scored on
 the held-out seeds per group (gapdyn.alarm.evaluate_spec). Writes ``alarm_table.csv`` (every column),
 ``alarm_table.md`` (the main columns), ``alarm_roc.csv`` (the held-out ROC at leads 0, 5, 10 per alarm and group)
-and ``alarm_specs.json`` (the specs and their hash, gapdyn.alarm.specs_hash).
+and ``alarm_specs.json`` (the specs and their hash, gapdyn.alarm.specs_hash; ``"calibrated"``: each spec at its
+calibrated cutoff, read by llm_probe.online_alarm.load_alarm_specs for the TRL callback's alarm).
 Data: llm_probe.testbed.alarm_data (a study folder or its exported record; the clock is in updates).
 """
 
@@ -23,7 +24,7 @@ import tyro
 from gapdyn.alarm import AlarmSpec, evaluate_spec, specs_hash
 from gapdyn.detectors import Cusum, Level, MannKendall, Threshold, zero_std_share
 
-__all__ = ["ALARM_SPECS", "alarm_table", "roc_rows", "table_markdown", "AlarmReportArgs", "main"]
+__all__ = ["ALARM_SPECS", "alarm_table", "calibrated_specs", "roc_rows", "table_markdown", "AlarmReportArgs", "main"]
 
 ALARM_SPECS = (
     # the probe's statistics (gap/* every probed step, warn/cov_logp_adv every step)
@@ -81,6 +82,22 @@ def roc_rows(heldout, specs=ALARM_SPECS, *, leads=(0, 5, 10)) -> list[dict]:
                           "auc_hi": roc.auc.hi, "n_pos": roc.n_pos, "n_neg": roc.n_neg}
                          for c, f, t in zip(roc.cutoffs, roc.fpr, roc.tpr)]
     return rows
+
+
+def calibrated_specs(rows: list[dict], specs=ALARM_SPECS, *, length: str | None = None) -> list[dict]:
+    """Each spec of ``rows`` (:func:`alarm_table`) with its detector at the calibrated cutoff (one cutoff per
+    spec: every group's row carries the same), ``cutoff`` and ``cal_negatives`` added (``length`` when given); a
+    spec that could not be calibrated is left out. What llm_probe.online_alarm.load_alarm_specs reads."""
+    out = []
+    for s in specs:
+        cuts = {r["cutoff"] for r in rows if r["alarm"] == s.name and not math.isnan(r["cutoff"])}
+        if len(cuts) != 1:
+            continue
+        (c,) = cuts
+        n = next(r["cal_negatives"] for r in rows if r["alarm"] == s.name)
+        d = {**replace(s, detector=s.detector.at_cutoff(c)).to_dict(), "cutoff": c, "cal_negatives": n}
+        out.append({**d, "length": length} if length is not None else d)
+    return out
 
 
 def _f(v, fmt="{:.3g}") -> str:
@@ -169,11 +186,14 @@ def main(argv: list[str] | None = None) -> int:
         if not cal or not held:
             raise ValueError(f"{a.study}: {len(cal)} calibration and {len(held)} held-out runs (both are needed)")
         if a.by_length:  # each length calibrated on its own RL runs
-            rows = [row for length in sorted({r.meta.get("length") for r in held})
-                    for row in alarm_table([r for r in cal if r.meta.get("length") == length],
-                                           [r for r in held if r.meta.get("length") == length], specs)]
+            per = {length: alarm_table([r for r in cal if r.meta.get("length") == length],
+                                       [r for r in held if r.meta.get("length") == length], specs)
+                   for length in sorted({r.meta.get("length") for r in held})}
+            rows = [row for length_rows in per.values() for row in length_rows]
+            calibrated = [c for length, rs in per.items() for c in calibrated_specs(rs, specs, length=length)]
         else:
             rows = alarm_table(cal, held, specs)
+            calibrated = calibrated_specs(rows, specs)
         out = Path(a.out_dir)
         out.mkdir(parents=True, exist_ok=True)
         _write_csv(rows, out / "alarm_table.csv")
@@ -182,8 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         head = (f"Alarm table of {a.study}: calibration seeds {a.calibration_seeds} ({len(cal)} runs), held-out "
                 f"seeds {a.heldout_seeds} ({len(held)} runs); specs hash {h}.\n\n")
         (out / "alarm_table.md").write_text(head + table_markdown(rows) + "\n")
-        (out / "alarm_specs.json").write_text(json.dumps({"hash": h, "specs": [s.to_dict() for s in specs]},
-                                                         indent=1))
+        (out / "alarm_specs.json").write_text(json.dumps({"hash": h, "specs": [s.to_dict() for s in specs],
+                                                          "calibration_seeds": a.calibration_seeds,
+                                                          "calibrated": calibrated}, indent=1))
         print(head + table_markdown(rows))
         return 0
 
