@@ -94,7 +94,7 @@ def load_study_runs(root, *, statistics=None, include_failed: bool = False, by_l
 
 
 def load_export_runs(dest, *, include_failed: bool = False, by_length: bool = False) -> list[AlarmRun]:
-    """The runs of an exported record (runs.csv, steps.csv: reward, entropy, mean_length, lr per step)."""
+    """The runs of an exported record (runs.csv, steps.csv: every statistic column it holds, per step)."""
     dest = Path(dest)
     if not (dest / "runs.csv").is_file() or not (dest / "steps.csv").is_file():
         raise ValueError(f"{dest} holds no runs.csv and steps.csv (an exported study record)")
@@ -114,7 +114,7 @@ def load_export_runs(dest, *, include_failed: bool = False, by_length: bool = Fa
             setting["lr"] = float(setting["lr"])
             setting["control"] = r.get("control") == "True"
             rows = sorted(by_run.get(r["run"], []), key=lambda x: x["step"])
-            runs.append(AlarmRun(r["run"], _series(rows, ("reward", "entropy", "mean_length")),
+            runs.append(AlarmRun(r["run"], _series(rows, None),
                                  int(float(c)) if c not in ("", None) else None,
                                  run_group(setting, by_length=by_length), _meta(setting, r["seed"], r["outcome"])))
     return runs

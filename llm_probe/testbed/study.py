@@ -20,7 +20,7 @@ import tyro
 
 from gapdyn.experiment import STREAM_SEEDS, Experiment
 
-from .run import SUMMARY, TestbedSetting, run_testbed
+from .run import HEAD_LOG, SUMMARY, TestbedSetting, run_testbed
 
 __all__ = ["cell_name", "cell_folder_name", "run_cell", "cells", "analyse", "StudyConfig", "STUDIES",
            "study_cells", "EXPERIMENT", "grid", "run_study", "load_summaries", "dose_response", "PILOT_SEEDS", "ACCEPTANCE_SEEDS",
@@ -110,12 +110,18 @@ def dose_response(summaries: list[dict]):
     return pd.DataFrame(out)
 
 
+EXPORT_STATISTICS = ("frac_reward_zero_std", "grad_norm", "update_norm", "gap/headroom", "gap/headroom_lr",
+                     "gap/dmu_update_mean", "gap/cos_update_mean", "gap/M_batch", "warn/curv_gap", "warn/cov_logp_adv")
+"""The per-step statistics an exported record keeps besides reward, entropy, length and lr (the alarm's inputs;
+gap/* only on probed steps), with the LM head's gradient and update norms of lm_head.jsonl."""
+
+
 def export_study(root: str | Path, dest: str | Path, *, command: str = "") -> dict:
     """Write a study's committed record into ``dest``: runs.csv (one row per finished run: setting, seed, outcome,
     held-out accuracy before / after, greedy before / after, reward before, collapse step, median completion
     tokens, wall seconds, warm sha256), evaluations.csv (run, step, held-out accuracy), steps.csv (run, step,
-    reward, entropy, mean completion length, lr) and run.json (command, runs, wall seconds, load). Returns run.json's
-    dict."""
+    reward, entropy, mean completion length, lr and :data:`EXPORT_STATISTICS`) and run.json (command, runs, wall
+    seconds, load). Returns run.json's dict."""
     import os
 
     import pandas as pd
@@ -136,13 +142,18 @@ def export_study(root: str | Path, dest: str | Path, *, command: str = "") -> di
                      "warm_sha256": s["warm_sha256"]})
         evals.extend({"run": name, "step": e["step"], "acc": e["acc"], "tokens_median": e["tokens_median"]}
                      for e in s["evaluations"])
+        head = {}
+        if (p.parent / HEAD_LOG).is_file():
+            for h in map(json.loads, (p.parent / HEAD_LOG).read_text().splitlines()):
+                head[h["step"]] = {"lm_head/grad_norm": h["grad_norm"], "lm_head/update_norm": h["update_norm"]}
         for ln in (p.parent / "metrics.jsonl").read_text().splitlines():
             r = json.loads(ln)
             steps.append({"run": name, "step": r["step"], "reward": r.get("reward"), "entropy": r.get("entropy"),
-                          "mean_length": r.get("completions/mean_length"), "lr": r.get("lr_step", r.get("lr"))})
+                          "mean_length": r.get("completions/mean_length"), "lr": r.get("lr_step", r.get("lr")),
+                          **{k: r.get(k) for k in EXPORT_STATISTICS}, **head.get(r["step"], {})})
     pd.DataFrame(runs).to_csv(dest / "runs.csv", index=False)
     pd.DataFrame(evals).to_csv(dest / "evaluations.csv", index=False)
-    pd.DataFrame(steps).to_csv(dest / "steps.csv", index=False, float_format="%.6g")
+    pd.DataFrame(steps).to_csv(dest / "steps.csv", index=False, float_format="%.10g")
     info = {"command": command, "runs": len(runs), "wall_s_sum": round(sum(r["wall_s"] for r in runs), 1),
             "load_average_at_export": os.getloadavg()[0]}
     (dest / "run.json").write_text(json.dumps(info, indent=1))
