@@ -79,7 +79,8 @@ def test_an_alarm_without_stop_fires_once_and_training_goes_on():
                           on_alarm=lambda *a: calls.append(a))
     control, rows, _ = _feed(cb, REWARD + [float("nan")] + REWARD)
     assert not control.should_training_stop and len(rows) == 2 * len(REWARD) + 1
-    assert calls == [("low", 10, 0.20)]  # the first value <= 0.25 (cutoff -0.25 in score units): the 10th; later firings call nothing
+    # the first value <= 0.25 (cutoff -0.25 in score units): the 10th; later firings call nothing
+    assert calls == [("low", 10, 0.20)]
     assert "alarm/low" not in rows[len(REWARD)]  # NaN: not logged, not fed
 
 
