@@ -18,7 +18,7 @@ import importlib
 
 _MODULES: dict[str, tuple[str, ...]] = {
     "bandits.envs": ("ContextualBandit", "make_bandit", "place_theta", "KINDS"),
-    "bandits.engine": ("DIRECTIONS", "GRADIENTS", "MODES", "Dynamics", "Trajectory", "simulate", "run_grid"),
+    "bandits.engine": ("DIRECTIONS", "GRADIENTS", "Dynamics", "Trajectory", "simulate", "run_grid"),
     "bandits.reference": ("simulate_reference", "sample_arms"),
     "bandits.schedules": (
         "SCHEDULES", "Schedule", "AdamState", "adam_init", "adam_direction", "schedule_step", "decaying_step",

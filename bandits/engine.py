@@ -44,11 +44,9 @@ The first call after an install compiles the kernels (numba's on-disk cache keep
 
 from __future__ import annotations
 
-import functools
 import math
 import numbers
 import sys
-import warnings
 from dataclasses import dataclass, field
 
 import numba
@@ -64,12 +62,11 @@ from gapdyn.safe_step import NO_ASCENT_TOL
 from .envs import ContextualBandit
 from .schedules import SCHEDULES, Schedule
 
-__all__ = ["DIRECTIONS", "GRADIENTS", "MODES", "Dynamics", "Trajectory", "simulate", "run_grid", "advantages_nb", "exact_scalar_nb",
+__all__ = ["DIRECTIONS", "GRADIENTS", "Dynamics", "Trajectory", "simulate", "run_grid", "advantages_nb", "exact_scalar_nb",
            "draws_nb", "cdf_rows_nb", "ensure_compiled", "kernels_cached"]
 
 DIRECTIONS: tuple[str, ...] = tuple(gapdyn.METHOD_NAMES) + ("gap",)
 GRADIENTS = ("exact", "sampled")
-MODES = GRADIENTS  # the former name (bandits re-exports it)
 _CODE = {"reinforce": 0, "rloo": 1, "grpo": 2, "dr_grpo": 3, "wapo": 4, "psr": 5, "nsr": 6, "w_reinforce": 7, "gap": 8}
 _SCHED = {name: i for i, name in enumerate(SCHEDULES)}  # constant 0, decay 1, linesearch 2, adaptive 3
 # LLVM fast-math flags of the kernels: re-associated sums (reductions over arms vectorise), contractions
@@ -94,8 +91,7 @@ class Dynamics:
 
     Attributes:
         method: a gapdyn method name, or "gap" (w = g+ - g-, log-odds ascent; exact gradient only).
-        gradient: "exact" (expected update) or "sampled" (one group of G per context per step). The former
-            keyword ``mode`` still works for one release, with a DeprecationWarning.
+        gradient: "exact" (expected update) or "sampled" (one group of G per context per step).
         group_size: G >= 2 (also enters the exact scalars of dr_grpo, wapo, grpo).
         steps: number of updates.
         schedule: a Schedule or its kind ("constant", "decay", "linesearch", "adaptive").
@@ -158,29 +154,6 @@ class Dynamics:
     def method_opts(self) -> dict:
         """Options for gapdyn.group_advantages / expected_scalar."""
         return method_opts(self.method, std=self.std, adv_eps=self.adv_eps, lam=self.lam)
-
-    @property
-    def mode(self) -> str:
-        """Deprecated name of :attr:`gradient` (removed in the next release)."""
-        warnings.warn("Dynamics.mode is deprecated; use Dynamics.gradient", DeprecationWarning, stacklevel=2)
-        return self.gradient
-
-
-_dynamics_fields_init = Dynamics.__init__
-
-
-@functools.wraps(_dynamics_fields_init)
-def _dynamics_init(self, *args, mode: str | None = None, **kwargs):
-    """Dynamics' generated __init__, also taking the deprecated keyword ``mode`` (= ``gradient``)."""
-    if mode is not None:
-        warnings.warn("Dynamics(mode=...) is deprecated; use Dynamics(gradient=...)", DeprecationWarning, stacklevel=2)
-        if "gradient" in kwargs or len(args) >= 2:
-            raise ValueError("pass gradient or its deprecated name mode, not both")
-        kwargs["gradient"] = mode
-    _dynamics_fields_init(self, *args, **kwargs)
-
-
-Dynamics.__init__ = _dynamics_init
 
 
 @dataclass(frozen=True)

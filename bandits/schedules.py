@@ -52,7 +52,7 @@ from typing import Callable
 import numpy as np
 
 from gapdyn._validate import as_float_array, check_positive
-from gapdyn.safe_step import safe_step_estimates, safe_step_size
+from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA, safe_step_estimates, safe_step_size
 
 __all__ = [
     "SCHEDULES",
@@ -82,8 +82,8 @@ class Schedule:
     """
 
     kind: str = "constant"
-    c: float = 1.0
-    delta: float = 2.0
+    c: float = SAFE_STEP_C
+    delta: float = SAFE_STEP_DELTA
     max_halvings: int = 40
 
     def __post_init__(self):
@@ -165,7 +165,7 @@ def group_alignment_curvature(proj, rewards) -> tuple[float, float, float, bool]
 
 
 def adaptive_step(
-    dmu_hat: float, kappa_hat: float, spread: float, eta0: float, *, c: float = 1.0, delta: float = 2.0,
+    dmu_hat: float, kappa_hat: float, spread: float, eta0: float, *, c: float = SAFE_STEP_C, delta: float = SAFE_STEP_DELTA,
     mixed: bool = True,
 ) -> float:
     """eta = min(eta0, delta / spread, c dmu_hat / kappa_hat): gapdyn.safe_step_size (docs/theory.md, section 11).

@@ -1,15 +1,16 @@
 """gapdyn: the theory of RLVR optimisation dynamics (Gradient Gap, step-size thresholds, WAPO
 taxonomy) as pure numpy functions. Formulas and their status: docs/equations.md.
 
-Names are exported lazily (PEP 562): ``import gapdyn`` imports no submodule (no numpy, scipy or
-sibling package), and ``gapdyn.<name>`` imports the one module that defines it on first use. To export a
-name, add it to its module's tuple in ``_EXPORTS_BY_MODULE`` and to ``__all__`` (tests/test_imports_cli.py checks
-the two agree and that every name resolves). A submodule is an attribute too (``gapdyn.stats``).
+Names are exported lazily (PEP 562, :func:`gapdyn._lazy.export_lazily`): ``import gapdyn`` imports no
+submodule but that standard-library helper (no numpy, scipy or sibling package), and ``gapdyn.<name>`` imports
+the one module that defines it on first use. To export a name, add it to its module's tuple in
+``_EXPORTS_BY_MODULE`` and to ``__all__`` (tests/test_imports_cli.py checks the two agree and that every name
+resolves). A submodule is an attribute too (``gapdyn.stats``).
 """
 
 from __future__ import annotations
 
-import importlib
+from ._lazy import export_lazily as _export_lazily
 
 _EXPORTS_BY_MODULE: dict[str, tuple[str, ...]] = {
     "alignment": ("cumulative_alignment", "gap_alignment", "gap_cosine", "logodds_lower_bound"),
@@ -17,9 +18,9 @@ _EXPORTS_BY_MODULE: dict[str, tuple[str, ...]] = {
         "ClaimSpec", "Criterion", "claims_from_json", "claims_markdown", "claims_table", "claims_to_json",
         "count_verdicts", "criteria_hash", "decide_verdict", "holm_adjust_claims", "markdown_table",
         "replication_table"),
-    "collapse": ("COLLAPSE_J", "CONVERGED_J", "OUTCOMES", "SENSITIVITY_J", "EtaStar", "RunStats", "has_dipped",
-        "run_outcome", "tail_start", "RatioCheck", "check_eta_star_ratio", "eta_grid", "find_eta_star",
-        "is_collapsed", "collapsed_window_eta", "excursion_lengths"),
+    "collapse": ("BANDIT_OUTCOMES", "COLLAPSE_J", "COLLAPSE_KINDS", "CONVERGED_J", "SENSITIVITY_J", "EtaStar",
+        "RunStats", "has_dipped", "bandit_outcome", "tail_start", "RatioCheck", "check_eta_star_ratio", "eta_grid",
+        "find_eta_star", "is_collapsed", "collapsed_window_eta", "excursion_lengths"),
     "directions": ("expected_direction", "sample_group", "sampled_direction"),
     "experiment": ("Experiment",),
     "gap": ("conditional_scores", "failure_rate", "gradient_gap", "gradient_gap_from_logits", "log_odds",
@@ -42,9 +43,9 @@ _EXPORTS_BY_MODULE: dict[str, tuple[str, ...]] = {
         "stagnation_ceiling", "tabular_logodds_fn", "theorem1_step_bound"),
 }
 """Submodule -> the public names it defines (each name in exactly one module)."""
-_EXPORTS: dict[str, str] = {name: module for module, names in _EXPORTS_BY_MODULE.items() for name in names}
 _SUBMODULES = ("coverage", "planner")
 """Submodules exported as attributes of the package (any other submodule also resolves on access)."""
+_EXPORTS: dict[str, str] = _export_lazily(__name__, _EXPORTS_BY_MODULE, submodules=_SUBMODULES)
 
 __version__ = "0.1.0"
 
@@ -52,12 +53,13 @@ __all__ = [
     "BIN_NAMES",
     "BLOCKS",
     "COLLAPSE_J",
+    "COLLAPSE_KINDS",
     "CONVERGED_J",
-    "OUTCOMES",
+    "BANDIT_OUTCOMES",
     "RunStats",
     "has_dipped",
     "inverse_cdf_draw",
-    "run_outcome",
+    "bandit_outcome",
     "tail_start",
     "CONFIRMATION_SEEDS",
     "Claim",
@@ -162,24 +164,3 @@ __all__ = [
     "wilson_interval",
 ]
 
-
-def __getattr__(name: str):
-    """Import the module defining ``name`` on first access and cache the value in the package namespace."""
-    module = _EXPORTS.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    elif not name.startswith("__"):
-        try:
-            value = importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{name}":
-                raise
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__) | set(_SUBMODULES))

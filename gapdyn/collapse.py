@@ -3,7 +3,7 @@
 Collapse as Suk & Duan (arXiv 2510.08539), Thm 2 state it: above a threshold the success rate falls
 to J -> 0. A run of horizon K has states k = 0..K (J_k at theta_k; state K after the last update);
 its last quarter is the states k >= K - K // 4 (:func:`tail_start`). Its outcome, with precedence
-in this order (:func:`run_outcome`):
+in this order (:func:`bandit_outcome`):
 
 * ``collapsed``  J < COLLAPSE_J = 1e-3 at every state of the last quarter (J -> 0);
 * ``dipped``     not collapsed, but J < COLLAPSE_J at some state (a transient dip that recovered);
@@ -28,9 +28,10 @@ A point reported as the threshold is always an eta whose run collapsed (for eta_
 stated bounds). Islands narrower than the fine spacing can be missed; the spacing is the method's
 resolution.
 
-Under exact expected updates the step is proportional to J, so J -> 0 is an excursion that can
-end after the horizon (:func:`excursion_lengths` measures it); with sampled groups an all-incorrect
-group gives no update and J -> 0 is absorbing. docs/evidence.md says which one each experiment tests.
+The two kinds of bandit collapse have one name each (:data:`COLLAPSE_KINDS`): under exact expected updates
+the step is proportional to J, so J -> 0 is an *excursion* that can end after the horizon
+(:func:`excursion_lengths` measures it); with sampled groups an all-incorrect group gives no update and
+J -> 0 is *absorbing*. docs/evidence.md says which one each experiment tests.
 
 The simulator enters as ``run_stats(etas) -> RunStats``: for a 1-D array of step sizes it returns,
 for each, the three numbers that decide the outcome (min J over the run, min and max J over the
@@ -54,8 +55,12 @@ SENSITIVITY_J = 1e-2
 """Looser collapse level, reported beside eta* as a sensitivity check."""
 CONVERGED_J = 0.99
 """J above this at every state of the last quarter is convergence."""
-OUTCOMES = ("collapsed", "dipped", "converged", "undecided")
-"""Run outcomes, in order of precedence."""
+BANDIT_OUTCOMES = ("collapsed", "dipped", "converged", "undecided")
+"""Outcomes of a bandit run (:func:`bandit_outcome`), in order of precedence."""
+COLLAPSE_KINDS = {"exact": "excursion", "sampled": "absorbing"}
+"""Gradient (bandits.engine.GRADIENTS) -> the kind of collapse its runs show (docs/evidence.md section 6): exact
+expected updates move by a step proportional to J, so J -> 0 is an excursion that ends; sampled groups give no
+update when all G answers are wrong, so J -> 0 is absorbing up to an escape chance <= G J per step."""
 
 
 def tail_start(horizon: int) -> int:
@@ -124,8 +129,8 @@ class RunStats:
         return RunStats(self.J_min[idx], self.J_tail_min[idx], self.J_tail_max[idx])
 
 
-def run_outcome(stats: RunStats, *, threshold: float = COLLAPSE_J, converged: float = CONVERGED_J) -> np.ndarray:
-    """Outcome of each run (an array of strings from OUTCOMES; precedence collapsed > dipped > converged)."""
+def bandit_outcome(stats: RunStats, *, threshold: float = COLLAPSE_J, converged: float = CONVERGED_J) -> np.ndarray:
+    """Outcome of each run (an array of strings from BANDIT_OUTCOMES; precedence collapsed > dipped > converged)."""
     if not isinstance(stats, RunStats):
         raise ValueError(f"stats must be a RunStats, got {type(stats).__name__}")
     if not (0 < threshold < converged < 1):
@@ -561,7 +566,7 @@ def find_eta_star(
     dstatus, dip, bracket_d, calls_d = _first_crossing(run_stats, dipped, grid, dipped(stats), *opts)
     _, star_l, bracket_l, calls_l = _first_crossing(run_stats, loose, grid, loose(stats), *opts)
     col, dp = collapsed(stats), dipped(stats)
-    outcomes = run_outcome(stats, threshold=threshold)
+    outcomes = bandit_outcome(stats, threshold=threshold)
     bcol, bdp = col[base], dp[base]
     share = float(np.mean(~bcol[bdp])) if bdp.any() else math.nan
     if status == "found":

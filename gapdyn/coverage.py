@@ -55,7 +55,12 @@ from .stats import Estimate
 __all__ = ["KINDS", "DGPS", "NS", "CoverageMethod", "COVERAGE_METHODS", "draw_means", "draw_slopes",
            "draw_clustered_events", "draw_two_proportions", "draw_pairs", "NS_BY_KIND", "PAIRED_NS",
            "PAIRED_REPS_FACTOR", "base_reps",
-           "coverage_table", "valid_at", "min_valid_n", "too_few_reason", "frozen_table", "coverage_markdown", "main"]
+           "coverage_table", "valid_at", "min_valid_n", "too_few_reason", "frozen_table", "coverage_markdown", "main",
+           "MEAN_INTERVAL"]
+
+MEAN_INTERVAL = "studentized_cluster_mean"
+"""The interval method of every mean claim, bandit and LLM (gapdyn.stats.studentized_cluster_bootstrap_mean); its
+coverage is in docs/coverage.md, :func:`valid_at` says from which n it is valid."""
 
 KINDS = ("mean", "slope", "proportion", "clustered_proportion", "two_proportions", "paired_difference",
          "paired_ratio")

@@ -13,7 +13,7 @@ import numpy as np
 from . import (
     METHOD_NAMES,
     RunStats,
-    run_outcome,
+    bandit_outcome,
     expected_scalar,
     find_eta_star,
     gap_alignment,
@@ -130,8 +130,8 @@ def main(argv: list[str]) -> int:
             if np.isfinite(eta_c):
                 below, above = (ascent_run_stats(phi, r, f * eta_c) for f in (0.999, 1.001))
                 print(f"  measured critical eta (200 exact steps; the first eta whose run ends collapsed): {eta_c:.4g};"
-                      f" at 0.999 eta*: {run_outcome(below)[0]}, max J over the last quarter {below.J_tail_max[0]:.4f};"
-                      f" at 1.001 eta*: {run_outcome(above)[0]}, max J over the last quarter {above.J_tail_max[0]:.2e}")
+                      f" at 0.999 eta*: {bandit_outcome(below)[0]}, max J over the last quarter {below.J_tail_max[0]:.4f};"
+                      f" at 1.001 eta*: {bandit_outcome(above)[0]}, max J over the last quarter {above.J_tail_max[0]:.2e}")
             else:
                 print("  no finite critical eta up to 1e5: exact ascent converges for every step size tried")
         found += int(np.isfinite(eta_c))

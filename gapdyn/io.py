@@ -33,9 +33,9 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["WriteError", "OutputPathError", "TMP_RE", "HOST", "temp_path", "check_output_path", "write_with",
+__all__ = ["WriteError", "OutputPathError", "TMP_RE", "HOST", "temp_path", "check_output_path", "write_with", "commit_with",
            "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "write_parquet", "WRITE_FAILURE_ERRNOS",
-           "make_folder", "output_folder", "check_writable_folder"]
+           "make_folder", "output_folder", "check_writable_folder", "hold_lock"]
 
 HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
 """This host, as it appears in temporary names (a hash: no host name on disk)."""
@@ -126,6 +126,15 @@ def write_with(path: str | os.PathLike, write: Callable[[Path], Any], *, root: s
         if data is not None:
             return atomic_write_bytes(path, data, root=root, what=what)
     return _commit(path, write, label)
+
+
+def commit_with(path: str | os.PathLike, write: Callable[[Path], Any], *, root: str | os.PathLike | None = None,
+                what: str = "") -> Path:
+    """:func:`write_with` without the comparison with the file already there: ``write(tmp)``, fsync, ``os.replace``,
+    fsync of the folder, every time (for large files that are new by construction, such as a checkpoint; the
+    writer may do more before the rename, e.g. record a digest of ``tmp``). Errors as :func:`write_with`."""
+    path = check_output_path(path, root=root)
+    return _commit(path, write, f"{what} {path}" if what else str(path))
 
 
 def _commit(path: Path, write: Callable[[Path], Any], label: str) -> Path:
@@ -299,6 +308,28 @@ def check_writable_folder(path: str | os.PathLike, *, what: str = "output folder
     except OSError:
         pass
     return path
+
+
+@contextlib.contextmanager
+def hold_lock(path: str | os.PathLike, *, wait: bool = True):
+    """An exclusive advisory lock, ``flock``, on the file ``path`` (created if missing) for the block; yields True
+    while this process holds it. ``wait=False``: yields False at once when another process holds it. The OS releases
+    the lock however the process ends. Where ``fcntl`` is missing (not POSIX) it yields True without locking."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield True
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:  # another process holds it
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # releases the lock
 
 
 @contextlib.contextmanager

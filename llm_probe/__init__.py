@@ -2,13 +2,12 @@
 
 ``gapdyn`` and ``bandits`` never import this package. See docs/llm_probe.md. Names are exported lazily
 (PEP 562): ``import llm_probe`` imports neither torch nor any submodule, and ``llm_probe.<name>`` imports the
-module that defines it on first use (so ``gapdyn train --help`` reads TrainConfig without loading torch). To
-export a name, add it to its module's tuple in ``_EXPORTS_BY_MODULE`` and to ``__all__``.
+module that defines it on first use (so ``gapdyn train --help`` reads TrainConfig without loading torch), through
+gapdyn's one helper (:func:`gapdyn._lazy.export_lazily`). To export a name, add it to its module's tuple in
+``_EXPORTS_BY_MODULE`` and to ``__all__``.
 """
 
-import importlib
-import sys
-import types
+from gapdyn._lazy import export_lazily as _export_lazily
 
 from .threads import set_wait_policy as _set_wait_policy
 
@@ -16,8 +15,8 @@ _set_wait_policy()  # OMP_WAIT_POLICY=PASSIVE unless set: OpenMP reads it once, 
 
 _EXPORTS_BY_MODULE: dict[str, tuple[str, ...]] = {
     "checkpoint": ("CheckpointError", "RunFolderLockedError"),
-    "collapse": ("RULES", "RUN_OUTCOMES", "Alert", "CollapseConfig", "CollapseDetector", "RunOutcome",
-        "collapse_onset", "detection_stats", "outcome_counts", "run_outcome", "synthetic_stream"),
+    "collapse": ("RULES", "REWARD_OUTCOMES", "Alert", "CollapseConfig", "CollapseDetector", "RewardOutcome",
+        "collapse_onset", "detection_stats", "outcome_counts", "reward_outcome", "synthetic_stream"),
     "config": ("TrainConfig",),
     "losses": ("AGG_ALIASES", "AGG_MODES", "LOSS_NAMES", "LOSSES", "LossSpec", "aggregate", "compute_advantages",
         "policy_loss"),
@@ -40,43 +39,7 @@ _EXPORTS_BY_MODULE: dict[str, tuple[str, ...]] = {
     "safe_step_callback": ("SafeStepCallback",),
 }
 """Submodule -> the public names it defines (the TRL callbacks import transformers: loaded on first use too)."""
-_EXPORTS: dict[str, str] = {name: module for module, names in _EXPORTS_BY_MODULE.items() for name in names}
-
-
-def __getattr__(name: str):
-    """Import the module defining ``name`` (or the submodule ``name``) on first access; cache the value."""
-    module = _EXPORTS.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    elif not name.startswith("__"):
-        try:
-            value = importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{name}":
-                raise
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
-
-
-class _Package(types.ModuleType):
-    """The package's module type: a function named as its own module (``warmup``, ``measure``) stays the package
-    attribute when the import system binds that submodule to the package, as with eager imports."""
-
-    def __setattr__(self, name, value):
-        if (isinstance(value, types.ModuleType) and _EXPORTS.get(name) == name
-                and value.__name__ == f"{__name__}.{name}" and hasattr(value, name)):
-            value = getattr(value, name)
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
+_EXPORTS: dict[str, str] = _export_lazily(__name__, _EXPORTS_BY_MODULE)
 
 
 __all__ = [
@@ -90,6 +53,6 @@ __all__ = [
     "parameter_change", "policy_loss", "ProbeResult", "prompt_objectives", "sample_completions", "sampled_accuracy", "save_policy", "select_params",
     "sequence_logprob", "streamed_gap_stats", "synthetic_stream", "token_stats", "train", "warmup",
     "SafeStepCallback", "SafeStepController", "SafeStepResult", "completion_logprob_jvp",
-    "CheckpointError", "RunFolderLockedError", "RUN_OUTCOMES", "RunOutcome", "collapse_onset", "outcome_counts",
-    "run_outcome", "left_pad", "configure_threads", "use_threads",
+    "CheckpointError", "RunFolderLockedError", "REWARD_OUTCOMES", "RewardOutcome", "collapse_onset", "outcome_counts",
+    "reward_outcome", "left_pad", "configure_threads", "use_threads",
 ]

@@ -4,7 +4,8 @@ A checkpoint is one safetensors file: every tensor (weights, optimizer moments, 
 sums) as a tensor, everything else (step, numpy RNG state, detector state, configuration, committed log
 sizes) as JSON in the file's metadata. Nothing is unpickled, so a planted file cannot run code; a file
 that is not a whole checkpoint of this format is a ValueError naming the file and what is wrong.
-Writes are atomic: a temporary file in the same folder, fsync, rename, fsync of the folder.
+Writes are atomic, through the project's one writer (gapdyn.io): a temporary file in the same folder, fsync,
+rename, fsync of the folder.
 
 The JSONL logs are append-only between checkpoints (:class:`AppendLog`). Each checkpoint records the
 committed size (bytes and rows) of every log after an fsync; a resume first cuts each log back to that
@@ -39,11 +40,12 @@ from pathlib import Path
 
 import torch
 
+from gapdyn.io import atomic_write_bytes, commit_with
+
 __all__ = ["CHECKPOINT_NAME", "LEGACY_NAME", "LOCK_NAME", "FORMAT", "DIGEST_FORMAT", "RESUME_POLICY", "CheckpointError",
            "RunFolderLockedError", "config_differences", "write_checkpoint", "read_checkpoint", "verify_checkpoint",
            "digest_path", "state_sha256", "remove_checkpoint", "lock_run_folder", "first_nonfinite",
-           "first_nonfinite_tensor", "commit_file",
-           "split_optimizer_state", "join_optimizer_state", "AppendLog", "atomic_write_bytes", "atomic_write_text"]
+           "first_nonfinite_tensor", "split_optimizer_state", "join_optimizer_state", "AppendLog"]
 
 CHECKPOINT_NAME = "checkpoint.safetensors"
 LEGACY_NAME = "checkpoint.pt"
@@ -95,7 +97,7 @@ RESUME_POLICY: dict[str, str] = {
     "checkpoint_every": "control",
     "resume": "control",
     "resume_force": "control",
-    "stop_on_collapse": "control",
+    "stop_on_alert": "control",
     "max_faults": "control",
     "num_threads": "control",
     "device": "control",
@@ -145,16 +147,6 @@ def _fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-def commit_file(tmp: Path, path: Path) -> None:
-    """fsync ``tmp``, rename it to ``path``, fsync the folder (the rename itself survives a crash)."""
-    _fsync_path(tmp)
-    os.replace(tmp, path)
-    try:
-        _fsync_path(path.parent)
-    except OSError:  # folders cannot be opened for fsync on some platforms
-        pass
-
-
 def _write_failed(path: Path, exc: BaseException, what: str = ""):
     """A :class:`gapdyn.io.WriteError` naming ``path`` for the exception of a failed write."""
     from gapdyn.io import WriteError
@@ -162,28 +154,6 @@ def _write_failed(path: Path, exc: BaseException, what: str = ""):
     why = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
     return WriteError(exc.errno if isinstance(exc, OSError) else None,
                       " ".join(f"cannot write {what}{path}: {why}".split()), str(path))
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a reader sees the old file or the new one, never a part; never through
-    a symlink (:func:`gapdyn.io.check_output_path`); a failing write is a :class:`gapdyn.io.WriteError` naming
-    ``path``, the old file unchanged."""
-    from gapdyn.io import check_output_path
-
-    path = check_output_path(Path(path))
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.unlink(missing_ok=True)  # never write through a planted temporary
-        with open(tmp, "xb") as f:
-            f.write(data)
-        commit_file(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise _write_failed(path, exc) from exc
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode())
 
 
 # ---- the checkpoint file -----------------------------------------------------------------------------------
@@ -229,20 +199,16 @@ def write_checkpoint(path: Path, tensors: dict[str, torch.Tensor], state: dict) 
             t = t.clone()
         seen.add(t.untyped_storage().data_ptr())
         out[k] = t
-    from gapdyn.io import check_output_path
+    record = b""
 
-    check_output_path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:  # a failure (full disk: safetensors' SafetensorError, an OSError) leaves the committed checkpoint
-        tmp.unlink(missing_ok=True)
+    def write(tmp: Path) -> None:  # a failure (full disk: SafetensorError, an OSError) leaves the committed checkpoint
+        nonlocal record
         state_text = json.dumps(state)
         save_file(out, str(tmp), metadata={"format": FORMAT, "state": state_text})
         record = _digest_record(path.name, _sha256_file(tmp), state_sha256(json.loads(state_text)))
-        _write_synced(_pending_path(path), record)  # a kill between the two renames below: this vouches for the new file
-        commit_file(tmp, path)
-    except Exception as exc:
-        tmp.unlink(missing_ok=True)
-        raise _write_failed(path, exc, "checkpoint ") from exc
+        _write_synced(_pending_path(path), record)  # a kill between the two renames: this vouches for the new file
+
+    commit_with(path, write, what="checkpoint")
     atomic_write_bytes(digest_path(path), record)  # last: the checkpoint is committed
     _pending_path(path).unlink(missing_ok=True)
     return path

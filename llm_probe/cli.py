@@ -41,7 +41,7 @@ import tyro
 
 from gapdyn.cmdline import Mode, command, on_interrupt, optional, output_dir, parse, say
 
-from .config import check_settings
+from .config import WARMUP_BATCH, WARMUP_LR, WARMUP_STEPS, check_settings
 
 __all__ = ["main", "SUBCOMMANDS", "WarmupConfig", "AblationArgs", "StudyArgs", "OfflineArgs", "SafeStepArgs",
            "EntropyLemmaArgs"]
@@ -58,11 +58,11 @@ class WarmupConfig:
     """Architecture of the tiny model."""
     seed: int = 0
     """Init and data seed."""
-    steps: int = 400
+    steps: int = WARMUP_STEPS
     """Warm-up steps."""
-    batch: int = 128
+    batch: int = WARMUP_BATCH
     """Warm-up batch size."""
-    lr: float = 1e-3
+    lr: float = WARMUP_LR
     """Warm-up Adam learning rate."""
     num_threads: int | None = None
     """torch threads (None: 1, or GAPDYN_TORCH_THREADS; llm_probe.threads)."""
@@ -330,7 +330,7 @@ def _safe_step_main(argv: list[str]) -> int:
         raise ValueError(f"--analyse-only needs finished runs (runs/*/run.json) in --out, but {out} has none")
     from .experiments import safe_step_experiment as sse
 
-    exp = replace(sse.MODES[args.mode], init_from=init_from)
+    exp = replace(sse.PRESETS[args.mode], init_from=init_from)
     exp = exp if seeds is None else replace(exp, seeds=seeds)
     sse.run_and_report(exp, out, n_jobs=args.jobs, analyse_only=args.analyse_only, cost_steps=args.cost_steps,
                        progress=args.progress)
@@ -348,9 +348,9 @@ def _demo_main(argv: list[str]) -> int:
 
     with pd.option_context("display.width", 200, "display.max_columns", 12):
         print(runs[["method", "lr", "seed", "reward_first25", "reward_last25", "entropy_last25", "length_last25",
-                    "M_mean_final", "collapsed", "collapse_rule", "collapse_step"]].to_string(index=False))
+                    "M_mean_final", "alerted", "alert_rule", "alert_step"]].to_string(index=False))
     for (m, lr), g in runs.groupby(["method", "lr"], sort=False):
-        say("train", f"demo {m} lr={lr:g}: {int(g['collapsed'].sum())}/{len(g)} runs collapsed, "
+        say("train", f"demo {m} lr={lr:g}: {int(g['alerted'].sum())}/{len(g)} runs with an alert, "
                      f"final reward {g['reward_last25'].mean():.3f}")
     say("train", f"wrote {out}/ (runs.csv, runs.parquet, metrics_all.parquet, summary.json, one folder per run)")
     return 0
@@ -519,7 +519,7 @@ def _train_main(argv: list[str]) -> int:
                  + (f" (resumed at step {start}; run total {summary['steps']} of {cfg.steps})" if start else
                     f" (run total {summary['steps']} of {cfg.steps})")
                  + (f", stopped: {summary['stopped']}" if summary.get("stopped") else ""))
-    collapse = (f"collapse ({row['collapse_rule']}) at step {row['collapse_step']}" if row.get("collapsed")
+    collapse = (f"first alert ({row['alert_rule']}) at step {row['alert_step']}" if row.get("alerted")
                 else "no collapse alert")
     say("train", f"reward {_fmt(row.get('reward_first25'))} -> {_fmt(row.get('reward_last25'))} (first / last 25 "
                  f"steps), entropy {_fmt(row.get('entropy_last25'))}, M {_fmt(row.get('M_mean_final'))}; {collapse}")

@@ -17,7 +17,7 @@ H0, R0: baseline entropy and reward. reward_collapse is off when R0 < min_baseli
 ratio to a near-zero baseline is noise (R0 = 0.002 put the threshold at 5e-4, so three zero-reward steps, the
 common case for a weak policy, raised an alarm at step 2); such a run has no reward to lose. distinct_frac = mean over groups of (#distinct completions) / G.
 An alert records the step at which the rule fired (and a trainer can stop early); alerts are events, never
-withdrawn, and an alert is not a collapse: what a run ends as is :func:`run_outcome` (collapsed / recovered /
+withdrawn, and an alert is not a collapse: what a run ends as is :func:`reward_outcome` (collapsed / recovered /
 healthy / failed, decided on the run's last OUTCOME_WINDOW steps; docs/evidence.md, section 6). Defaults were
 set on synthetic streams and checked on healthy tiny-Qwen runs (docs/llm_probe.md reports delays and false alarms).
 """
@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 __all__ = ["CollapseConfig", "Alert", "CollapseDetector", "synthetic_stream", "detection_stats", "RULES",
-           "RunOutcome", "run_outcome", "collapse_onset", "outcome_counts", "RUN_OUTCOMES", "OUTCOME_WINDOW",
+           "RewardOutcome", "reward_outcome", "collapse_onset", "outcome_counts", "REWARD_OUTCOMES", "OUTCOME_WINDOW",
            "SENSITIVITY_WINDOW", "OUTCOME_FLOOR", "OUTCOME_BASELINE_STEPS", "OUTCOME_MIN_R0"]
 
 RULES = ("entropy_blowup", "entropy_collapse", "reward_collapse", "identical_rollouts")
@@ -82,7 +82,7 @@ class Alert:
 
 @dataclass
 class CollapseDetector:
-    """Feed one metrics dict per step with :meth:`update`; read :attr:`alerts` / :attr:`collapsed`."""
+    """Feed one metrics dict per step with :meth:`update`; read :attr:`alerts` / :attr:`alerted`."""
 
     config: CollapseConfig = field(default_factory=CollapseConfig)
     alerts: list = field(default_factory=list)
@@ -92,9 +92,9 @@ class CollapseDetector:
     _n: int = 0
 
     @property
-    def collapsed(self) -> bool:
-        """True once any alert fired (an online event, kept for stop_on_collapse); not the run's outcome: what a
-        run ends as is :func:`run_outcome`."""
+    def alerted(self) -> bool:
+        """True once any alert fired (an online event, for stop_on_alert); not the run's outcome: what a
+        run ends as is :func:`reward_outcome`."""
         return bool(self.alerts)
 
     def _roll(self, key, value):
@@ -237,15 +237,15 @@ OUTCOME_BASELINE_STEPS = 10
 """R0 = the mean reward over a run's first OUTCOME_BASELINE_STEPS steps."""
 OUTCOME_MIN_R0 = CollapseConfig().min_baseline_reward
 """Below this R0 a run has no reward to lose: it cannot end collapsed (the alert rule's min_baseline_reward)."""
-RUN_OUTCOMES = ("collapsed", "recovered", "healthy", "failed")
+REWARD_OUTCOMES = ("collapsed", "recovered", "healthy", "failed")
 """Run outcomes; ``failed`` runs are reported apart and never pooled with collapses."""
 
 
 @dataclass(frozen=True)
-class RunOutcome:
-    """What one run ends as (:func:`run_outcome`).
+class RewardOutcome:
+    """What one run ends as (:func:`reward_outcome`).
 
-    label: one of RUN_OUTCOMES; R0, R_end: mean reward over the first baseline steps and over the last
+    label: one of REWARD_OUTCOMES; R0, R_end: mean reward over the first baseline steps and over the last
     ``window`` steps (NaN steps, skipped on faults, left out); heldout_ratio: final / initial held-out
     accuracy (None without held-out evaluations or with initial accuracy 0); alerts: the alert rule's
     events as (step, rule), never withdrawn; onset: first step of the final collapse (:func:`collapse_onset`;
@@ -324,9 +324,9 @@ def collapse_onset(rewards, level: float) -> int | None:
     return int(steps[ok[0]]) if ok.size else None
 
 
-def run_outcome(rewards, *, alerts=(), heldout=None, fault=False, window: int = OUTCOME_WINDOW,
-                floor: float = OUTCOME_FLOOR, baseline_steps: int = OUTCOME_BASELINE_STEPS,
-                min_R0: float = OUTCOME_MIN_R0) -> RunOutcome:
+def reward_outcome(rewards, *, alerts=(), heldout=None, fault=False, window: int = OUTCOME_WINDOW,
+                   floor: float = OUTCOME_FLOOR, baseline_steps: int = OUTCOME_BASELINE_STEPS,
+                   min_R0: float = OUTCOME_MIN_R0) -> RewardOutcome:
     """The outcome of one run without an exact J, from its per-step mean rewards (docs/evidence.md, section 6).
 
     R0 = mean of rewards[:baseline_steps], R_end = mean of rewards[-window:] (the whole run when shorter;
@@ -339,8 +339,8 @@ def run_outcome(rewards, *, alerts=(), heldout=None, fault=False, window: int = 
     * ``recovered``  an alert fired (``alerts``: the alert rule's events), not collapsed;
     * ``healthy``    no alert, not collapsed.
 
-    Alerts stay events with their steps (:attr:`RunOutcome.alerts`); an alert is not a collapse. The
-    counterpart of gapdyn.run_outcome (collapse = J -> 0 at the end, Suk & Duan, arXiv 2510.08539, Thm 2)
+    Alerts stay events with their steps (:attr:`RewardOutcome.alerts`); an alert is not a collapse. The
+    counterpart of gapdyn.bandit_outcome (collapse = J -> 0 at the end, Suk & Duan, arXiv 2510.08539, Thm 2)
     for runs whose J is only sampled; the floor is the alert rule's reward_floor. The sensitivity variant is
     ``window=SENSITIVITY_WINDOW``.
     """
@@ -371,14 +371,14 @@ def run_outcome(rewards, *, alerts=(), heldout=None, fault=False, window: int = 
         onset = collapse_onset(r, floor * R0)
     else:
         label = "recovered" if events else "healthy"
-    return RunOutcome(label, R0, R_end, ratio, events, onset, window, float(floor))
+    return RewardOutcome(label, R0, R_end, ratio, events, onset, window, float(floor))
 
 
 def outcome_counts(outcomes) -> dict:
     """The survival row of a group of runs: runs, alerted, recovered, ends collapsed, healthy, failed."""
     outs = list(outcomes)
-    if not all(isinstance(o, RunOutcome) for o in outs):
-        raise ValueError("outcomes must be RunOutcome records (llm_probe.collapse.run_outcome)")
+    if not all(isinstance(o, RewardOutcome) for o in outs):
+        raise ValueError("outcomes must be RewardOutcome records (llm_probe.collapse.reward_outcome)")
     labels = [o.label for o in outs]
     return {"n": len(outs), "alerted": sum(o.alerted for o in outs), "recovered": labels.count("recovered"),
             "collapsed": labels.count("collapsed"), "healthy": labels.count("healthy"),

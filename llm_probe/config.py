@@ -16,12 +16,16 @@ from typing import Annotated, Literal
 import tyro
 
 from gapdyn._validate import check_seed
+from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
 
 from .collapse import CollapseConfig
 
-__all__ = ["TrainConfig", "DTYPES", "check_settings", "check_device"]
+__all__ = ["TrainConfig", "DTYPES", "check_settings", "check_device", "WARMUP_STEPS", "WARMUP_BATCH", "WARMUP_LR"]
 
 DTYPES = ("float32", "float64", "bfloat16", "float16")
+WARMUP_STEPS, WARMUP_BATCH, WARMUP_LR = 400, 128, 1e-3
+"""The supervised warm-up of the tiny Qwen (llm_probe.warmup): steps, batch size and Adam learning rate; the
+default of every warm-up and the recipe of the pinned checkpoints (llm_probe.experiments.pinned)."""
 
 _INF = math.inf
 # setting -> (kind, lowest, highest, lowest allowed?, None allowed?); kind "seed": gapdyn._validate.check_seed (an
@@ -148,11 +152,11 @@ class TrainConfig:
     """Local directory of a saved causal LM + tokenizer; None: build a tiny Qwen and warm it up."""
     arch: Literal["qwen2", "qwen3"] = "qwen2"
     """Architecture of the tiny model built when init_from is None."""
-    warmup_steps: int = 400
+    warmup_steps: int = WARMUP_STEPS
     """Supervised warm-up steps before RL (tiny model only)."""
-    warmup_batch: int = 128
+    warmup_batch: int = WARMUP_BATCH
     """Warm-up batch size."""
-    warmup_lr: float = 1e-3
+    warmup_lr: float = WARMUP_LR
     """Warm-up Adam learning rate."""
     probe_every: int = 10
     """Run the gradient-gap probes every n steps (0: never; 1: every step). A probe step costs ~2.8-3.6x a
@@ -174,8 +178,8 @@ class TrainConfig:
     resume: bool = False
     """Resume from <out>/checkpoint.safetensors if it exists (the settings that define the run must match it;
     see --resume-force)."""
-    stop_on_collapse: bool = False
-    """Stop the run at the first collapse alert."""
+    stop_on_alert: bool = False
+    """Stop the run at the first alert of the collapse rule (an event, not the run's outcome)."""
     collapse: CollapseConfig = field(default_factory=CollapseConfig)
     """Collapse-rule thresholds (llm_probe.collapse)."""
     max_faults: int = 3
@@ -198,9 +202,9 @@ class TrainConfig:
     """Scale every optimizer step by the safe step multiplier a in [0, 1]: theta = theta_k + a (theta' - theta_k),
     a = min(1, delta / sd_hat, c dmu_hat / kappa_hat) from one JVP over the step's completions
     (docs/theory.md section 11; llm_probe.safe_step). Costs one forward-mode pass per step."""
-    safe_step_c: float = 1.0
+    safe_step_c: float = SAFE_STEP_C
     """Safe step: fraction c of the model-optimal step dmu_hat / kappa_hat (> 0; 1 = the model's maximiser)."""
-    safe_step_delta: float = 2.0
+    safe_step_delta: float = SAFE_STEP_DELTA
     """Safe step: trust region delta on the spread of the change of log pi per step (> 0)."""
 
     def __post_init__(self):

@@ -8,7 +8,7 @@ Reads what a run has already written, without the model:
 - a ``gapdyn train`` folder: ``metrics.jsonl`` (or ``metrics.parquet``), ``alerts.json``, ``summary.json``
   (a testbed run's summary.json adds its held-out accuracies).
 
-The report: the run's outcome by :func:`llm_probe.collapse.run_outcome` on the per-step mean rewards r_k
+The report: the run's outcome by :func:`llm_probe.collapse.reward_outcome` on the per-step mean rewards r_k
 (docs/evidence.md, section 6: collapsed when R0 = mean(r_1..r_10) >= 0.05 and mean of the last 25 r_k < 0.25 R0),
 with the held-out accuracies when the run logged them and by the reward alone otherwise (said so); the alerts of the
 collapse rule (the run's own, or replayed here on the logged reward and entropy with the default thresholds);
@@ -33,7 +33,7 @@ import tyro
 from gapdyn.cmdline import command, optional, output_dir, parse
 
 from .collapse import (OUTCOME_BASELINE_STEPS, OUTCOME_FLOOR, OUTCOME_MIN_R0, OUTCOME_WINDOW, CollapseDetector,
-                       run_outcome)
+                       reward_outcome)
 from .suggest import SUGGEST_QUANTILE, SUGGEST_WINDOW, suggest_lr
 
 __all__ = ["RunLog", "read_run", "inspect_run", "CURVES", "main"]
@@ -243,7 +243,7 @@ def _outcome(log: RunLog) -> dict:
         out.update(label=None, text=[f"outcome: not decided: the rule reads a success rate in [0, 1], and this "
                                      f"run's logged reward spans [{fin.min():.4g}, {fin.max():.4g}]"])
         return out
-    o = run_outcome(rewards, alerts=[{"step": max(s, 0), "rule": r} for s, r in alerts], heldout=log.heldout,
+    o = reward_outcome(rewards, alerts=[{"step": max(s, 0), "rule": r} for s, r in alerts], heldout=log.heldout,
                     fault=log.fault or False)
     basis = ("reward and held-out accuracy" if log.heldout is not None else
              "reward only: the run logged no held-out accuracy, so a collapse is read off the training reward alone")

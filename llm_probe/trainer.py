@@ -33,7 +33,9 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .checkpoint import (CHECKPOINT_NAME, LEGACY_NAME, AppendLog, CheckpointError, atomic_write_text,
+from gapdyn.io import atomic_write_text
+
+from .checkpoint import (CHECKPOINT_NAME, LEGACY_NAME, AppendLog, CheckpointError,
                          config_differences, digest_path, first_nonfinite, join_optimizer_state, lock_run_folder,
                          read_checkpoint, remove_checkpoint, split_optimizer_state, write_checkpoint)
 from .collapse import CollapseDetector
@@ -642,7 +644,7 @@ class Trainer:
                 bar.set_postfix({n: f"{m[key]:.3f}" for n, key in (("reward", "reward"), ("H", "entropy")) if key in m})
             if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
                 self.save_checkpoint()
-            if cfg.stop_on_collapse and self.detector.collapsed:
+            if cfg.stop_on_alert and self.detector.alerted:
                 self.stopped_reason = str(self.detector.alerts[0])
                 break
         if bar is not None:
@@ -662,7 +664,7 @@ class Trainer:
         from gapdyn.io import write_parquet
 
         write_parquet(self.out / "metrics.parquet", df)  # atomic; a failing write names the file (gapdyn.io)
-        return {"steps": self.step, "collapsed": self.detector.collapsed,
+        return {"steps": self.step, "alerted": self.detector.alerted,
                 "alerts": [asdict(a) for a in self.detector.alerts], "stopped": self.stopped_reason,
                 "faults": self.faults}
 

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .config import WARMUP_BATCH, WARMUP_LR, WARMUP_STEPS
 from .threads import use_threads
 
 __all__ = ["supervised_batch", "warmup", "warmup_progress", "sampled_accuracy", "warm_model", "warm_settings",
@@ -68,7 +69,8 @@ def supervised_batch(tokenizer, problems, device=None):
     return ids, mask, labels
 
 
-def warmup(model, tokenizer, task, *, steps: int = 400, batch_size: int = 128, lr: float = 1e-3, seed: int = 0,
+def warmup(model, tokenizer, task, *, steps: int = WARMUP_STEPS, batch_size: int = WARMUP_BATCH, lr: float = WARMUP_LR,
+           seed: int = 0,
            progress: bool | None = None, callback=None) -> list[float]:
     """Train ``model`` in place on the task's reference answers; returns the loss per step.
 
@@ -133,7 +135,7 @@ def task_key(task) -> str:
                      f"{type(task).__name__}")
 
 
-def warm_settings(spec=None, task=None, *, steps: int = 400, batch_size: int = 128, lr: float = 1e-3,
+def warm_settings(spec=None, task=None, *, steps: int = WARMUP_STEPS, batch_size: int = WARMUP_BATCH, lr: float = WARMUP_LR,
                   seed: int = 0, alphabet: str | None = None, dtype: str = "float32", device="cpu",
                   num_threads: int | None = None) -> dict:
     """Everything the warmed bits depend on, as a JSON-able dict (spec: a TinyQwenSpec, default shape;
@@ -186,16 +188,12 @@ def warm_root(root=None) -> Path:
 
 @contextlib.contextmanager
 def _locked(path: Path):
-    """An exclusive advisory lock on ``path`` (fcntl.flock; created), held for the block."""
-    import fcntl
+    """An exclusive advisory lock on ``path`` (created with its folder), held for the block (gapdyn.io.hold_lock)."""
+    from gapdyn.io import hold_lock
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    with hold_lock(path, wait=True):
+        yield
 
 
 def _seconds_per_step(folder: Path, settings: dict) -> float | None:
@@ -217,7 +215,8 @@ def _complete(d: Path) -> bool:
     return (d / WARM_MARKER).is_file() and (d / "config.json").is_file()
 
 
-def warm_model(spec=None, task=None, *, steps: int = 400, batch_size: int = 128, lr: float = 1e-3, seed: int = 0,
+def warm_model(spec=None, task=None, *, steps: int = WARMUP_STEPS, batch_size: int = WARMUP_BATCH, lr: float = WARMUP_LR,
+               seed: int = 0,
                alphabet: str | None = None, dtype: str = "float32", device="cpu", num_threads: int | None = None,
                root=None, progress: bool | None = None, announce: bool = True) -> Path:
     """The folder of the warmed tiny Qwen of these settings (:func:`warm_settings`): ``<root>/warm/<key>/``

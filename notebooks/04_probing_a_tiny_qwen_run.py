@@ -47,7 +47,7 @@ set_style()
 
 # %%
 runs = run_demo(data.llm_demo_config(MODE, OUT))
-runs[["method", "lr", "seed", "reward_first25", "reward_last25", "entropy_last25", "collapsed", "collapse_rule"]]
+runs[["method", "lr", "seed", "reward_first25", "reward_last25", "entropy_last25", "alerted", "alert_rule"]]
 
 # %%
 res = data.read_llm_results(OUT)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from . import plots
 from .data import Sources
-from .llm import run_outcomes
+from .llm import reward_outcomes
 from .style import label, new_figure, panel_label, save_figure
 
 NAME = "fig7_llm_probe"
@@ -26,7 +26,7 @@ CAPTION = (
     "network, so the legend says the condition is unchecked and points below the line contradict nothing. "
     "(e) share of completion tokens in each WAPO bin. (f) each run's alerts of llm_probe's collapse rule: events, "
     "not collapses; the title counts the runs with an alert and the runs that end collapsed (run outcome: "
-    "llm_probe.collapse.run_outcome, mean reward of the last 25 steps below 0.25 of the first 10 steps'), and each "
+    "llm_probe.collapse.reward_outcome, mean reward of the last 25 steps below 0.25 of the first 10 steps'), and each "
     "row's label ends with its run's outcome. Reward, accuracy and shares are fractions, drawn on [0, 1]."
 )
 CONDITION = "unchecked here ($L_o$, $G_o$ unknown for a network)"
@@ -47,7 +47,7 @@ def draw(res):
     ax[0, 2].set_title(f"entropy by advantage sign, lr {lrs[-1]:g}")
     plots.plot_prompt_alignment(res.probes, ax[1, 0], condition=CONDITION)
     plots.plot_bin_shares(m, ax[1, 1])
-    plots.plot_alerts(res.runs.assign(outcome=run_outcomes(res)), res.alerts, ax[1, 2])
+    plots.plot_alerts(res.runs.assign(outcome=reward_outcomes(res)), res.alerts, ax[1, 2])
     for a, letter in zip(ax.ravel(), "abcdef"):
         panel_label(a, letter)
     fig.tight_layout()

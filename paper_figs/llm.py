@@ -22,7 +22,7 @@ from gapdyn.io import atomic_write_text
 
 from ._common import NotAvailable, _import
 
-__all__ = ["LLMResults", "llm_demo_config", "load_llm", "read_llm_results", "llm_headline", "llm_claims", "run_outcomes"]
+__all__ = ["LLMResults", "llm_demo_config", "load_llm", "read_llm_results", "llm_headline", "llm_claims", "reward_outcomes"]
 
 
 class LLMResults(NamedTuple):
@@ -119,11 +119,11 @@ def read_llm_results(out_dir) -> LLMResults:
     )
 
 
-def run_outcomes(res: LLMResults) -> pd.Series:
-    """Each run's outcome (llm_probe.collapse.run_outcome on its per-step mean rewards, with its alerts as
+def reward_outcomes(res: LLMResults) -> pd.Series:
+    """Each run's outcome (llm_probe.collapse.reward_outcome on its per-step mean rewards, with its alerts as
     events): collapsed / recovered / healthy / failed, indexed like ``res.runs``. The runs table's
-    ``collapsed`` column says whether an alert fired (an event), not this."""
-    from llm_probe.collapse import run_outcome
+    ``alerted`` column says whether an alert fired (an event), not this."""
+    from llm_probe.collapse import reward_outcome
 
     out = []
     for r in res.runs.itertuples(index=False):
@@ -132,35 +132,40 @@ def run_outcomes(res: LLMResults) -> pd.Series:
         a = res.alerts[(res.alerts["method"] == r.method) & np.isclose(res.alerts["lr"], r.lr)
                        & (res.alerts["seed"] == r.seed)]
         rewards = m["reward"].to_numpy(float)
-        out.append(run_outcome(rewards, alerts=[{"step": int(s), "rule": str(u)} for s, u in zip(a["step"], a["rule"])]
+        out.append(reward_outcome(rewards, alerts=[{"step": int(s), "rule": str(u)} for s, u in zip(a["step"], a["rule"])]
                                ).label if len(rewards) else "failed")
     return pd.Series(out, index=res.runs.index, name="outcome")
 
 
 def llm_headline(res: LLMResults) -> dict:
-    """Per (method, lr): runs, collapsed runs, mean reward over the first and last 25 steps."""
+    """Per (method, lr): runs, runs with an alert (events, not outcomes), mean reward over the first and last 25
+    steps."""
     out: dict[str, object] = {}
     for (m, lr), g in res.runs.groupby(["method", "lr"], sort=True):
         key = f"{m} lr={lr:g}"
         out[f"{key}: runs"] = int(len(g))
-        out[f"{key}: collapsed"] = int(g["collapsed"].sum())
+        out[f"{key}: alerted"] = int(g["alerted"].sum())
         out[f"{key}: reward first 25"] = float(g["reward_first25"].mean())
         out[f"{key}: reward last 25"] = float(g["reward_last25"].mean())
-    collapsed = res.runs[res.runs["collapsed"].astype(bool)]
-    out["collapsed runs"] = "; ".join(f"{r.method} lr={r.lr:g} seed={r.seed} ({r.collapse_rule}@{r.collapse_step})"
-                                      for r in collapsed.itertuples()) or "none"
+    alerted = res.runs[res.runs["alerted"].astype(bool)]
+    out["alerted runs"] = "; ".join(f"{r.method} lr={r.lr:g} seed={r.seed} ({r.alert_rule}@{r.alert_step})"
+                                    for r in alerted.itertuples()) or "none"
     return out
 
 
 def llm_claims(res: LLMResults, *, n_resamples: int = 2000) -> list:
     """WAPO's stability claims on the demo's tiny-Qwen runs (a smoke test at CPU scale): per lr, runs paired
     by seed, the claims of :func:`llm_probe.experiments.ablation.wapo_grpo_claims` (criteria and hash from
-    ``llm_probe.experiments.ablation.CRITERIA``), Holm over all of them; discovery block (seeds 0, 1, ...)."""
+    ``llm_probe.experiments.ablation.CRITERIA``), Holm over all of them; discovery block (seeds 0, 1, ...). A run
+    counts as collapsed when it ends collapsed (:func:`reward_outcomes`), failed runs apart; an alert is not a
+    collapse."""
     from llm_probe.experiments.ablation import CRITERIA_HASH, block_of, wapo_grpo_claims
 
     runs = res.runs
     if not {"grpo", "wapo"} <= set(runs["method"]):
         return []
+    outcome = reward_outcomes(res)
+    runs = runs.assign(collapsed=outcome == "collapsed", failed=outcome == "failed")
     rng = np.random.default_rng(0)
     claims = [c for lr in sorted(runs["lr"].unique()) for c in wapo_grpo_claims(runs, lr, rng=rng, n_boot=n_resamples)]
     block = block_of(runs["seed"])

@@ -139,7 +139,7 @@ def plot_alerts(runs: pd.DataFrame, alerts: pd.DataFrame, ax):
     """One row per run (method, lr, seed): its steps as a bar, every alert of the collapse rule as a marker.
 
     An alert is an event, not a collapse: the title counts the runs with an alert and, when ``runs`` has an
-    ``outcome`` column (paper_figs.llm.run_outcomes), the runs that end collapsed; each row's label then ends
+    ``outcome`` column (paper_figs.llm.reward_outcomes), the runs that end collapsed; each row's label then ends
     with its outcome."""
     _require(runs, ["method", "lr", "seed", "steps_run"], "plot_alerts")
     runs = runs.sort_values(["lr", "method", "seed"]).reset_index(drop=True)

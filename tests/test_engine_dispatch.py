@@ -240,22 +240,14 @@ def test_benchmark_comparison_covers_every_outcome_field():
         assert diff.get(name, 0.0) == pytest.approx(0.25), name
 
 
-# --- the exact/sampled switch is `gradient`; `mode` is its deprecated name for one release -----------------
+# --- the exact/sampled switch is `gradient`, its one name ("mode" means test/quick/full: gapdyn.cmdline.MODES) ----
 
 
-def test_deprecated_mode_keyword_is_gradient_with_a_warning():
-    b = _bandit()
-    with pytest.warns(DeprecationWarning, match="gradient"):
-        old = Dynamics(method="rloo", mode="sampled", group_size=4, steps=5)
+def test_gradient_is_the_one_name_of_the_exact_sampled_switch():
     new = Dynamics(method="rloo", gradient="sampled", group_size=4, steps=5)
-    assert old == new and dataclasses.replace(old, steps=5) == new
     assert Dynamics("rloo", "sampled", 4, 5) == new  # positional order unchanged
-    with pytest.warns(DeprecationWarning, match="gradient"):
-        assert new.mode == "sampled"
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="gradient"):
-        Dynamics(gradient="exact", mode="sampled")
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="gradient"):
-        Dynamics(mode="approx")
-    a, c = simulate(b, old, eta=[0.5, 3.0], seed=[1, 2]), simulate(b, new, eta=[0.5, 3.0], seed=[1, 2])
-    assert a.theta_final.tobytes() == c.theta_final.tobytes() and a.J.tobytes() == c.J.tobytes()
-    assert engine.MODES is engine.GRADIENTS == ("exact", "sampled")
+    assert engine.GRADIENTS == ("exact", "sampled") and not hasattr(engine, "MODES")
+    assert tuple(gapdyn.COLLAPSE_KINDS) == engine.GRADIENTS  # each gradient names its kind of collapse
+    with pytest.raises(TypeError, match="mode"):
+        Dynamics(method="rloo", mode="sampled", group_size=4, steps=5)
+    assert not hasattr(new, "mode")

@@ -154,7 +154,7 @@ def test_pairs_keep_collapsed_runs_and_the_final_state(test_run):
     assert (per_run["step"].max() == cfg.steps).all() and (per_run["step"].size() == cfg.n_records + 1).all()
     p = lg.bound_pairs(test_run.results)
     assert len(p) == len(fit[(fit["sampling"] == "sampled") & (fit["step"] >= 1)])  # no run dropped
-    assert set(fit["outcome"]) <= set(gapdyn.OUTCOMES)
+    assert set(fit["outcome"]) <= set(gapdyn.BANDIT_OUTCOMES)
     np.testing.assert_array_equal(fit["collapsed"], fit["outcome"] == "collapsed")
 
 

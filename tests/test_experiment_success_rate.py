@@ -69,7 +69,7 @@ def test_run_cell_is_deterministic():
 
 def test_bound_step_and_its_outcome_against_a_rerun(test_run):
     """eta_bound = C_FRAC eta*(theta0) (1 - J)/(1 - J(theta0)) at a checkpoint, and the restarted run at it has
-    the recorded outcome (replayed from theta0 through gapdyn.run_outcome)."""
+    the recorded outcome (replayed from theta0 through gapdyn.bandit_outcome)."""
     r = test_run.results
     row = r[(r["setting"] == "T=8") & (r["measure"] == sr.BOUND_MEASURE) & (r["block"] == "discovery")].iloc[-1]
     prob = sr._Problem("T=8", int(row["instance"]), {"group_size": 8, "J_start": CFG.J_start, "rho": CFG.rho})
@@ -77,7 +77,7 @@ def test_bound_step_and_its_outcome_against_a_rerun(test_run):
     assert row["eta_bound"] == pytest.approx(sr.C_FRAC * row["anchor"] * row["one_minus_J"] / Jb0, rel=1e-12)
     theta = [t for lv, _, t in sr.checkpoints(prob, float(row["eta_run"]), CFG.levels, CFG.max_steps)
              if lv == row["level"]][0]
-    out = gapdyn.run_outcome(prob.run_stats(theta, np.array([row["eta_bound"]]), CFG.horizon))[0]
+    out = gapdyn.bandit_outcome(prob.run_stats(theta, np.array([row["eta_bound"]]), CFG.horizon))[0]
     assert out == row["outcome"]
 
 

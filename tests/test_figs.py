@@ -179,21 +179,27 @@ def test_report_renders_claims_identity_apart_and_replication():
 
 def test_llm_claims_against_scipy():
     """Per lr, paired by seed: the collapse-rate difference and a one-sided Fisher test, the reward difference and
-    Wilcoxon, against scipy on the same table."""
+    Wilcoxon, against scipy on the same table. A run counts as collapsed when its reward trajectory ends collapsed
+    (constructed: 0.4 then 0 for the last 25 steps), never because an alert fired (some healthy runs alert)."""
     from scipy.stats import fisher_exact, wilcoxon
 
     from paper_figs.llm import LLMResults, llm_claims
 
     rng = np.random.default_rng(0)
-    rows = []
+    rows, steps, alerts = [], [], []
     for lr in (3e-4, 1e-3):
         for seed in range(6):
             for m in ("grpo", "wapo"):
-                rows.append({"method": m, "lr": lr, "seed": seed, "reward_first25": 0.3, "steps_run": 20,
-                             "collapsed": bool(rng.random() < (0.7 if m == "grpo" else 0.3)),
-                             "reward_last25": float(rng.random())})
+                ends = bool(rng.random() < (0.7 if m == "grpo" else 0.3))
+                alerted = ends or bool(rng.random() < 0.5)
+                rows.append({"method": m, "lr": lr, "seed": seed, "reward_first25": 0.3, "steps_run": 35,
+                             "alerted": alerted, "collapsed": ends, "reward_last25": float(rng.random())})
+                r = [0.4] * 10 + [0.0 if ends else 0.4] * 25
+                steps += [{"method": m, "lr": lr, "seed": seed, "step": k, "reward": v} for k, v in enumerate(r)]
+                alerts += [{"method": m, "lr": lr, "seed": seed, "step": 12, "rule": "reward_collapse"}] if alerted else []
     runs = pd.DataFrame(rows)
-    res = LLMResults(runs, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), {}, Path("."))
+    res = LLMResults(runs.drop(columns="collapsed"), pd.DataFrame(steps), pd.DataFrame(), pd.DataFrame(alerts), {},
+                     Path("."))
     got = {c.id: c for c in llm_claims(res, n_resamples=500)}
     assert set(got) == {f"llm.{k}@lr{lr:g}" for k in ("wapo_fewer_collapses", "wapo_higher_reward")
                         for lr in (3e-4, 1e-3)}
@@ -540,7 +546,7 @@ def _synthetic_llm_results(seed: int = 0, steps: int = 30):
                     if k % 5 == 0:
                         probes += [{"step": k, "J_hat": rng.integers(0, 9) / 8, "M": k * rng.uniform(0, 0.3),
                                     "method": method, "lr": lr, "seed": s} for _ in range(4)]
-                runs.append({"method": method, "lr": lr, "seed": s, "steps_run": steps, "collapsed": False})
+                runs.append({"method": method, "lr": lr, "seed": s, "steps_run": steps, "alerted": False})
     alerts = pd.DataFrame([{"method": "grpo", "lr": 1e-3, "seed": 0, "step": 7, "rule": "reward_collapse",
                             "value": 0.0, "threshold": 0.05}])
     return LLMResults(pd.DataFrame(runs), pd.DataFrame(rows), pd.DataFrame(probes), alerts, {}, Path("."))

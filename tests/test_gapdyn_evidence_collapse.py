@@ -200,7 +200,7 @@ def _traj(*segments):
     (_traj((0.5, 70), (0.0, 31)), "collapsed"),
 ])
 def test_outcome_of_constructed_trajectories(J, expected):
-    assert g.run_outcome(g.RunStats.from_trajectory(J))[()] == expected
+    assert g.bandit_outcome(g.RunStats.from_trajectory(J))[()] == expected
 
 
 def test_tail_is_the_last_quarter_of_the_states():
@@ -222,12 +222,12 @@ def test_outcome_agrees_with_a_plain_loop(values):
         want = "converged"
     else:
         want = "undecided"
-    assert g.run_outcome(g.RunStats.from_trajectory(J))[()] == want
+    assert g.bandit_outcome(g.RunStats.from_trajectory(J))[()] == want
 
 
 def test_from_trajectory_is_vectorised_over_runs():
     J = np.stack([_traj((0.5, 1), (1e-5, 100)), _traj((0.2, 20), (0.995, 81)), _traj((0.5, 2), (0.0, 9), (1.0, 90))])
-    out = g.run_outcome(g.RunStats.from_trajectory(J))
+    out = g.bandit_outcome(g.RunStats.from_trajectory(J))
     assert list(out) == ["collapsed", "converged", "dipped"]
     np.testing.assert_array_equal(g.RunStats.from_trajectory(J.T, axis=0).J_tail_max,
                                   g.RunStats.from_trajectory(J).J_tail_max)

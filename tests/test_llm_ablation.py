@@ -89,7 +89,7 @@ def test_study_resumes_and_claims_have_finite_intervals(tmp_path, monkeypatch):
     assert (tmp_path / "claims.json").exists() and (tmp_path / "survival.csv").exists()
     import pandas as pd
 
-    from llm_probe.collapse import run_outcome
+    from llm_probe.collapse import reward_outcome
 
     surv = pd.read_csv(tmp_path / "survival.csv")
     assert {"alerted", "recovered", "collapsed", "failed", "collapsed_w10"} <= set(surv.columns)
@@ -98,7 +98,7 @@ def test_study_resumes_and_claims_have_finite_intervals(tmp_path, monkeypatch):
         done = json.loads((d / "done.json").read_text())
         rewards = [json.loads(ln)["reward"] for ln in (d / "metrics.jsonl").read_text().splitlines()]
         acc = [json.loads(ln)["acc"] for ln in (d / "eval.jsonl").read_text().splitlines()]
-        expect = run_outcome(rewards, alerts=done["alerts"], heldout=acc, fault=bool(done["fault"]))
+        expect = reward_outcome(rewards, alerts=done["alerts"], heldout=acc, fault=bool(done["fault"]))
         assert done["outcome"] == expect.label == ablation.folder_outcome(d).label
         assert done["collapsed"] == (expect.label == "collapsed") and done["alerted"] == bool(done["alerts"])
     assert [c.primary for c in claims if c.id.startswith(("llm.wapo_fewer", "llm.wapo_higher"))] == [True] * 2

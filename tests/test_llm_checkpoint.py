@@ -220,7 +220,7 @@ def test_resume_accepts_other_run_control_settings(tmp_path, warm, done):
     d = tmp_path / "run"
     shutil.copytree(done, d)
     for kw in (dict(steps=5), dict(checkpoint_every=0), dict(num_threads=2), dict(max_faults=9),
-               dict(stop_on_collapse=True), dict(progress=True), dict(device="auto")):
+               dict(stop_on_alert=True), dict(progress=True), dict(device="auto")):
         tr = Trainer(_cfg(d, warm, resume=True, **kw))
         assert tr._resume_from is not None, kw
     assert Trainer(_cfg(str(d) + "/./", warm, resume=True))._resume_from is not None  # the folder spelled otherwise

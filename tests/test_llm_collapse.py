@@ -33,7 +33,7 @@ def test_thresholds_discriminate():
         for k in range(30):
             det.update(k, {"entropy": 0.4, "reward": 0.4 * (factor if k >= 10 else 1.0),
                            "completions/distinct_frac": 0.6})
-        assert det.collapsed is expect
+        assert det.alerted is expect
     det = CollapseDetector(CollapseConfig(baseline_entropy=0.4, baseline_reward=0.4))
     for k in range(10):
         det.update(k, {"entropy": 0.4, "reward": 0.4, "completions/distinct_frac": 0.1})
@@ -97,7 +97,7 @@ def test_recorded_healthy_run_replays_without_alarm():
     assert [r["step"] for r in rows] == list(range(60))
     assert all(0.0 <= r["reward"] <= 1.0 for r in rows)
     assert fired == [a["rule"] for a in head["alerts"]]
-    assert det.alerts == [] and not det.collapsed
+    assert det.alerts == [] and not det.alerted
 
 
 def test_weak_baseline_disables_the_ratio_rule():

@@ -40,4 +40,4 @@ def test_full_cpu_demo(tmp_path):
     """The documented demonstration (about 20-40 min on a shared 2-core CPU): 2 methods x 3 lrs x 5 seeds."""
     runs = run_demo(DemoConfig(out_dir=str(tmp_path), seeds=(0, 1, 2, 3, 4), lrs=(3e-4, 5e-4, 1e-3), steps=150))
     assert len(runs) == 30
-    assert not runs[runs.lr == 3e-4]["collapsed"].any()  # the healthy setting raised no alarm in our run
+    assert not runs[runs.lr == 3e-4]["alerted"].any()  # the healthy setting raised no alarm in our run

@@ -1,4 +1,4 @@
-"""Run outcomes of tiny-Qwen runs (llm_probe.collapse.run_outcome) and their use by the studies: labels on
+"""Run outcomes of tiny-Qwen runs (llm_probe.collapse.reward_outcome) and their use by the studies: labels on
 constructed reward trajectories and on the committed trainer runs (tests/data), the 10-step sensitivity variant,
 the onset of the final collapse against a plain loop, one-sided tests against enumeration.
 Machinery only: no scientific outcome is asserted."""
@@ -14,7 +14,7 @@ import pytest
 
 import gapdyn
 from llm_probe.collapse import (OUTCOME_FLOOR, OUTCOME_WINDOW, SENSITIVITY_WINDOW, CollapseConfig, CollapseDetector,
-                                collapse_onset, outcome_counts, run_outcome)
+                                collapse_onset, outcome_counts, reward_outcome)
 
 DATA = Path(__file__).parent / "data"
 R0 = 0.4
@@ -48,30 +48,30 @@ def test_alert_then_recovery_is_recovered_not_collapsed():
     r = [R0] * 20 + [0.0] * 20 + [R0] * 40
     alerts = _detect(r)
     assert [a.rule for a in alerts] == ["reward_collapse"] and 20 <= alerts[0].step < 30
-    out = run_outcome(r, alerts=alerts)
+    out = reward_outcome(r, alerts=alerts)
     assert out.label == "recovered" == _loop_label(r, True)
     assert out.alerted and out.alerts == ((alerts[0].step, "reward_collapse"),) and out.onset is None
-    ends = run_outcome(r[:40] + [0.0] * 40, alerts=_detect(r[:40] + [0.0] * 40))
+    ends = reward_outcome(r[:40] + [0.0] * 40, alerts=_detect(r[:40] + [0.0] * 40))
     assert ends.label == "collapsed" and ends.onset == 20
 
 
 def test_mid_run_dip_below_the_floor_that_ends_above_is_not_collapsed():
     """Below 0.25 R0 for 15 steps in the middle, ending at 0.5 R0: not collapsed; without alerts healthy."""
     r = [R0] * 30 + [0.05] * 15 + [0.5 * R0] * 30
-    assert run_outcome(r).label == "healthy" == _loop_label(r, False)
-    assert run_outcome(r, alerts=[{"step": 33, "rule": "reward_collapse"}]).label == "recovered"
+    assert reward_outcome(r).label == "healthy" == _loop_label(r, False)
+    assert reward_outcome(r, alerts=[{"step": 33, "rule": "reward_collapse"}]).label == "recovered"
     just_below = [R0] * 30 + [0.24 * R0] * OUTCOME_WINDOW
-    assert run_outcome(just_below).label == "collapsed"  # the floor is strict: 0.24 R0 < 0.25 R0
-    assert run_outcome([R0] * 30 + [0.26 * R0] * OUTCOME_WINDOW).label == "healthy"
+    assert reward_outcome(just_below).label == "collapsed"  # the floor is strict: 0.24 R0 < 0.25 R0
+    assert reward_outcome([R0] * 30 + [0.26 * R0] * OUTCOME_WINDOW).label == "healthy"
 
 
 def test_numerical_fault_is_failed_and_never_pooled():
     r = [R0] * 30 + [0.0] * 10 + [np.nan] * 3
-    assert run_outcome(r, fault="stopped at step 42: 3 consecutive steps with a non-finite loss").label == "failed"
-    assert run_outcome([R0] * 30 + [np.nan] * OUTCOME_WINDOW).label == "failed"  # no finite reward at the end
+    assert reward_outcome(r, fault="stopped at step 42: 3 consecutive steps with a non-finite loss").label == "failed"
+    assert reward_outcome([R0] * 30 + [np.nan] * OUTCOME_WINDOW).label == "failed"  # no finite reward at the end
     skipped = [R0] * 30 + [np.nan] + [R0] * 30  # one skipped step: left out of the means
-    assert run_outcome(skipped).label == "healthy" and run_outcome(skipped).R_end == pytest.approx(R0)
-    outs = [run_outcome(r, fault=True), run_outcome([R0] * 10 + [0.0] * 30), run_outcome([R0] * 40)]
+    assert reward_outcome(skipped).label == "healthy" and reward_outcome(skipped).R_end == pytest.approx(R0)
+    outs = [reward_outcome(r, fault=True), reward_outcome([R0] * 10 + [0.0] * 30), reward_outcome([R0] * 40)]
     assert outcome_counts(outs) == {"n": 3, "alerted": 0, "recovered": 0, "collapsed": 1, "healthy": 1, "failed": 1}
 
 
@@ -80,16 +80,16 @@ def test_heldout_accuracy_rule():
     initial one."""
     r = [R0] * 10 + [0.0] * 40
     for acc, expect in (([0.6, 0.3, 0.1], "collapsed"), ([0.6, 0.3, 0.2], "healthy"), ([0.0, 0.0], "healthy")):
-        out = run_outcome(r, heldout=acc)
+        out = reward_outcome(r, heldout=acc)
         assert out.label == expect == _loop_label(r, False, heldout=acc), acc
-    assert run_outcome(r, heldout=[0.6, 0.3]).heldout_ratio == pytest.approx(0.5)
+    assert reward_outcome(r, heldout=[0.6, 0.3]).heldout_ratio == pytest.approx(0.5)
 
 
 def test_ten_step_sensitivity_variant():
     """A fall in the last 12 steps: the 10-step window calls it collapsed, the 25-step window does not."""
     r = [R0] * 50 + [0.0] * 12
-    assert run_outcome(r).label == "healthy"
-    assert run_outcome(r, window=SENSITIVITY_WINDOW).label == "collapsed" == _loop_label(r, False, window=10)
+    assert reward_outcome(r).label == "healthy"
+    assert reward_outcome(r, window=SENSITIVITY_WINDOW).label == "collapsed" == _loop_label(r, False, window=10)
 
 
 def test_labels_agree_with_the_loop_on_random_trajectories():
@@ -100,7 +100,7 @@ def test_labels_agree_with_the_loop_on_random_trajectories():
         r[rng.random(n) < 0.05] = np.nan
         alerted, w = bool(rng.random() < 0.5), int(rng.choice([SENSITIVITY_WINDOW, OUTCOME_WINDOW]))
         fault = bool(rng.random() < 0.1)
-        out = run_outcome(r, alerts=[3] if alerted else [], window=w, fault=fault)
+        out = reward_outcome(r, alerts=[3] if alerted else [], window=w, fault=fault)
         assert out.label == _loop_label(list(r), alerted, window=w, fault=fault)
 
 
@@ -113,24 +113,24 @@ def test_recorded_trainer_runs():
         return json.loads(lines[0]), [json.loads(ln)["reward"] for ln in lines[1:]]
 
     head, r = load("healthy_lr3e-4_s0")
-    assert head["alerts"] == [] and run_outcome(r).label == "healthy"
+    assert head["alerts"] == [] and reward_outcome(r).label == "healthy"
     cut = r[:35] + [0.0] * 30
     det = CollapseDetector(CollapseConfig())
     det.set_baseline(head["baseline"]["entropy"], head["baseline"]["reward"])
     for k, x in enumerate(cut):
         det.update(k, {"entropy": head["baseline"]["entropy"], "reward": x, "completions/distinct_frac": 0.6})
     assert det.alerts and det.alerts[0].step > 35
-    out = run_outcome(cut, alerts=det.alerts)
+    out = reward_outcome(cut, alerts=det.alerts)
     assert out.label == "collapsed" and out.onset == 35 and out.alerts[0][0] > out.onset
     _, weak = load("weak_lr3e-4_s2")
-    assert run_outcome(weak).label == "healthy" and run_outcome(weak[:10] + [0.0] * 30).label == "healthy"
+    assert reward_outcome(weak).label == "healthy" and reward_outcome(weak[:10] + [0.0] * 30).label == "healthy"
 
 
 def test_onset_is_the_first_step_of_the_final_collapse():
     """Constructed: a dip at 20-29 that recovers, the final fall at 60 with one noisy step above the floor right
     after it (at 61): the onset is 62, not the dip and not the fall's first step."""
     r = [R0] * 20 + [0.0] * 10 + [R0] * 30 + [0.0, 0.9 * R0] + [0.01] * 30
-    out = run_outcome(r)
+    out = reward_outcome(r)
     assert out.label == "collapsed" and out.onset == 62
     assert collapse_onset(r, OUTCOME_FLOOR * out.R0) == 62
 
@@ -158,7 +158,7 @@ def test_onset_matches_a_loop_and_exists_for_every_collapsed_run():
 def test_bad_inputs_name_the_argument(kwargs, name):
     r = kwargs.pop("rewards")
     with pytest.raises(ValueError, match=name):
-        run_outcome(r, **kwargs)
+        reward_outcome(r, **kwargs)
 
 
 # ---- the studies' tests and tables -----------------------------------------------------------------------------
@@ -195,7 +195,7 @@ def test_survival_table_counts_outcomes_and_keeps_failed_apart():
 def test_wapo_grpo_claims_are_one_sided_primaries_on_terminal_outcomes():
     import pandas as pd
 
-    from llm_probe.experiments.ablation import CRITERIA, wapo_grpo_claims
+    from llm_probe.experiments.ablation import SPECS, wapo_grpo_claims
 
     seeds = range(8)
     g_col = [True, True, True, False, False, False, True, False]
@@ -212,8 +212,8 @@ def test_wapo_grpo_claims_are_one_sided_primaries_on_terminal_outcomes():
     fisher = gapdyn.fisher_exact_test([[4, 3], [1, 6]], alternative="greater")  # seeds 0-6
     assert col.p_value == pytest.approx(fisher.p_value) and col.estimate == pytest.approx(3 / 7)
     assert rew.p_value == pytest.approx(1 / 2**7)  # every pair favours WAPO: the smallest exact one-sided p
-    assert col.criterion_text.endswith(CRITERIA["llm.wapo_fewer_collapses"].criterion.describe())
-    assert not CRITERIA["llm.wapo_passk_not_lower"].primary and not CRITERIA["llm.nsr_passk_above_psr"].primary
+    assert col.criterion_text.endswith(SPECS["llm.wapo_fewer_collapses"].criterion.describe())
+    assert not SPECS["llm.wapo_passk_not_lower"].primary and not SPECS["llm.nsr_passk_above_psr"].primary
 
 
 def test_early_warning_labels_come_from_the_outcome(tmp_path):

@@ -238,10 +238,10 @@ def test_experiment_test_mode_runs_and_resumes(tmp_path, capsys, monkeypatch):
 
     from llm_probe.cli import main
     from llm_probe.experiments.pinned import PINNED_SHA256
-    from llm_probe.experiments.safe_step_experiment import MODES
+    from llm_probe.experiments.safe_step_experiment import PRESETS
 
     assert main(["safe-step", "--mode", "test", "--out", str(tmp_path), "--no-progress"]) == 0
-    exp, plan = MODES["test"], json.loads((tmp_path / "plan.json").read_text())
+    exp, plan = PRESETS["test"], json.loads((tmp_path / "plan.json").read_text())
     done = {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/done.json")}
     assert len(done) == 2 * (2 * len(exp.seeds) + sum(plan["used"].values()))
     for f in ("runs.csv", "survival.csv"):
@@ -265,7 +265,7 @@ def test_safe_step_cell_from_init_from_equals_the_front_end_run(tmp_path, monkey
     model, tok = warm_model()
     save_policy(model, tok, tmp_path / "mine")
     monkeypatch.setattr(pinned, "pinned_warm", lambda *a, **k: (_ for _ in ()).throw(AssertionError("pinned read")))
-    exp = dataclasses.replace(sse.MODES["test"], steps=2, tail=1, window=1, eval_every=1,
+    exp = dataclasses.replace(sse.PRESETS["test"], steps=2, tail=1, window=1, eval_every=1,
                               init_from=str(tmp_path / "mine"))
     cell = next(c for c in sse.cells(exp, (0,)) if c["arm"] == "safe")
     got = sse.run_cell(**cell).iloc[0].to_dict()
@@ -305,9 +305,9 @@ def _write_run(root, arm, lr, seed, rewards, *, alert=None, heldout=(0.5, 0.5), 
 
 
 def _exp():
-    from llm_probe.experiments.safe_step_experiment import MODES
+    from llm_probe.experiments.safe_step_experiment import PRESETS
 
-    return dataclasses_replace(MODES["test"], seeds=tuple(range(6)), steps=40, tail=10, window=3)
+    return dataclasses_replace(PRESETS["test"], seeds=tuple(range(6)), steps=40, tail=10, window=3)
 
 
 def dataclasses_replace(obj, **kw):
@@ -461,9 +461,9 @@ def test_planner_wiring_on_a_known_effect():
     from scipy.stats import t as student_t
 
     from gapdyn.planner import power_mean, power_two_proportions
-    from llm_probe.experiments.safe_step_experiment import MODES, allocate, make_plan
+    from llm_probe.experiments.safe_step_experiment import PRESETS, allocate, make_plan
 
-    exp = dataclasses_replace(MODES["full"], n_floor=30, budget_cpu_s=3000.0)
+    exp = dataclasses_replace(PRESETS["full"], n_floor=30, budget_cpu_s=3000.0)
     pilot = {"p_constant": 0.7, "p_safe": 0.25, "d_mean": -6.0, "d_sd": 15.0}
     cost = {exp.collapse_lr: 40.0, exp.safe_lr: 30.0}
     plan = make_plan(exp, pilot, cost, cpu_spent=600.0)
@@ -511,5 +511,5 @@ def test_criteria_are_frozen_at_import_and_written_before_any_run(tmp_path, monk
     monkeypatch.setattr(sse, "warm_folder", lambda exp: (tmp_path, "sha"))
     monkeypatch.setattr(sse, "run_one", first_run)
     with pytest.raises(RuntimeError, match="stop"):
-        sse.run_study(sse.MODES["test"], tmp_path, progress=False)
+        sse.run_study(sse.PRESETS["test"], tmp_path, progress=False)
     assert seen == [sse.CRITERIA_HASH]

@@ -179,15 +179,15 @@ def test_sgd_update_alignment_is_lr_times_gradient_alignment(tmp_path):
                                rtol=1e-4, atol=1e-7)
 
 
-def test_stop_on_collapse(tmp_path):
-    """A huge Adam step collapses the tiny model; with stop_on_collapse the run ends at the first alert."""
+def test_stop_on_alert(tmp_path):
+    """A huge Adam step collapses the tiny model; with stop_on_alert the run ends at the first alert."""
     from llm_probe.collapse import CollapseConfig
 
     model, tok = warm_model()
-    cfg = _cfg(tmp_path, lr=0.05, steps=40, probe_every=0, stop_on_collapse=True,
+    cfg = _cfg(tmp_path, lr=0.05, steps=40, probe_every=0, stop_on_alert=True,
                collapse=CollapseConfig(window=2, patience=2))
     s = Trainer(cfg, model=model, tokenizer=tok).run()
-    assert s["collapsed"] and s["stopped"] and s["steps"] < 40
+    assert s["alerted"] and s["stopped"] and s["steps"] < 40
     assert json.loads((tmp_path / "alerts.json").read_text())[0]["rule"] in (
         "entropy_blowup", "entropy_collapse", "reward_collapse", "identical_rollouts")
 

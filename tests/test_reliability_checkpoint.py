@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -208,17 +209,17 @@ def test_a_kill_at_any_point_of_the_digest_commit_leaves_a_checkpoint_that_reads
 
     old = ({"w": torch.zeros(4)}, {"step": 1})
     new = ({"w": torch.ones(4)}, {"step": 2})
-    orig_commit, orig_pending = ck.commit_file, ck._write_synced
+    orig_replace, orig_pending = os.replace, ck._write_synced
 
     def row(target, when, expect):
         d = tmp_path / f"{target}-{when}".replace(" ", "_")
         d.mkdir()
         path = write_checkpoint(d / CHECKPOINT_NAME, *old)
 
-        def commit(tmp, dest):
+        def commit(tmp, dest):  # the rename of gapdyn.io's one writer
             if Path(dest).name == target and when == "before":
                 raise _Killed()
-            orig_commit(tmp, dest)
+            orig_replace(tmp, dest)
             if Path(dest).name == target and when == "after":
                 raise _Killed()
 
@@ -229,7 +230,7 @@ def test_a_kill_at_any_point_of_the_digest_commit_leaves_a_checkpoint_that_reads
             orig_pending(p, data)
 
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(ck, "commit_file", commit)
+            mp.setattr(os, "replace", commit)
             mp.setattr(ck, "_write_synced", pending)
             with pytest.raises(_Killed):
                 write_checkpoint(path, *new)

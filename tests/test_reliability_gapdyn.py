@@ -98,7 +98,7 @@ ENTRY_POINTS = {
     "collapsed_window_eta": (g.collapsed_window_eta, (np.geomspace(1.0, 2.0, 30), np.arange(30) > 12), {}),
     "excursion_lengths": (g.excursion_lengths, (np.array([0.5, 0.0, 0.0, 1.0]),), {}),
     "has_dipped": (g.has_dipped, (g.RunStats.constant(np.array([0.0, 0.5])),), {}),
-    "run_outcome": (g.run_outcome, (g.RunStats.from_trajectory(np.array([0.5, 0.0, 1.0, 1.0])),), {}),
+    "bandit_outcome": (g.bandit_outcome, (g.RunStats.from_trajectory(np.array([0.5, 0.0, 1.0, 1.0])),), {}),
     "tail_start": (g.tail_start, (100,), {}),
     "inverse_cdf_draw": (g.inverse_cdf_draw, (P, np.array([0.1, 0.5, 0.99])), {}),
     "check_eta_star_ratio": (g.check_eta_star_ratio, (ETA_STAR, ETA_STAR, 1.0), {}),

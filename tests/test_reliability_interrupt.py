@@ -244,13 +244,13 @@ def ref_run(tmp_path_factory, warm_dir):
 
 
 def _dies_at(monkeypatch, target, when: str):
-    """Make the ``target``-th file commit (temp -> final name) of llm_probe.checkpoint die ``when`` = 'before'
-    or 'after' the rename; returns the call counter."""
-    import llm_probe.checkpoint as ck
-
-    orig, calls = ck.commit_file, []
+    """Make the ``target``-th file commit (temp -> final name, the rename of gapdyn.io's one writer) die ``when`` =
+    'before' or 'after' the rename; returns the call counter."""
+    orig, calls = os.replace, []
 
     def commit(tmp, path):
+        if ".tmp-" not in Path(tmp).name:  # not a commit of gapdyn.io's writer
+            return orig(tmp, path)
         calls.append(Path(path).name)
         if len(calls) == target and when == "before":
             raise _Killed()
@@ -258,7 +258,7 @@ def _dies_at(monkeypatch, target, when: str):
         if len(calls) == target and when == "after":
             raise _Killed()
 
-    monkeypatch.setattr(ck, "commit_file", commit)
+    monkeypatch.setattr(os, "replace", commit)
     return calls
 
 

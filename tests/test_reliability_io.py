@@ -514,3 +514,16 @@ def test_reports_figures_and_demo_refuse_a_planted_symlink(tmp_path, capsys):
     assert demo_main(argv) == 2
     _one_error_line(capsys.readouterr().err, "refusing to write", "demo.json", "symbolic link")
     assert victim.read_text() == "keep" and sorted(p.name for p in demo.iterdir()) == ["demo.json"]
+
+
+def test_hold_lock_excludes_a_second_holder_until_released(tmp_path):
+    """gapdyn.io.hold_lock, the project's one lock: a second open of the same file (its own open file description,
+    as another process would have) cannot take the lock while the first holds it, and can after release."""
+    from gapdyn.io import hold_lock
+
+    p = tmp_path / "cell.lock"
+    with hold_lock(p) as first:
+        with hold_lock(p, wait=False) as second:
+            assert first is True and second is False
+    with hold_lock(p, wait=False) as again:
+        assert again is True

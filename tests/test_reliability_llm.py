@@ -488,7 +488,7 @@ def test_nan_inf_and_missing_metrics_do_not_alarm_or_crash():
     for k in range(40):
         m = bad[k % 4] if k % 2 else {"entropy": 0.4, "reward": 0.4, "completions/distinct_frac": 0.6}
         assert det.update(k, m) == []
-    assert not det.collapsed
+    assert not det.alerted
     s2 = CollapseDetector(det.config)
     s2.load_state_dict(json.loads(json.dumps(det.state_dict())))  # the state survives a JSON round trip
     assert s2.baseline() == det.baseline()

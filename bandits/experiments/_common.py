@@ -2,7 +2,7 @@
 :func:`bandits.sweep.run_sweep`, claim builders with intervals
 (docs/evidence.md), and a few outcome helpers.
 
-A run's outcome is gapdyn's (``gapdyn.run_outcome``: collapsed when J < 1e-3 at every state of the last
+A run's outcome is gapdyn's (``gapdyn.bandit_outcome``: collapsed when J < 1e-3 at every state of the last
 quarter of the horizon, dipped, converged or undecided; docs/evidence.md); :func:`run_stats` reads what
 decides it from an engine trajectory.
 """
@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 import gapdyn
+from gapdyn.coverage import MEAN_INTERVAL
 from gapdyn.runner import (CONFIRMATION_MIN, BlockPlan, ExperimentResult, experiment_blocks,  # noqa: F401
                            plan_confirmation, stamp_claims)
 
@@ -60,9 +61,6 @@ def no_data(lo: float, hi: float, reason: str = "") -> gapdyn.Estimate:
     return not_measured(lo, hi, reason)
 
 
-MEAN_INTERVAL = "studentized_cluster_mean"
-"""The interval method of mean claims (gapdyn.stats.studentized_cluster_bootstrap_mean); docs/coverage.md
-has its coverage, ``gapdyn.coverage.valid_at`` the n from which it is valid."""
 PROPORTION_INTERVAL = "clopper_pearson"
 
 

@@ -8,7 +8,7 @@ Setting (docs/bandits_sequence.md): the token model with partial sharing of
 problem at 0, alpha placed so that J(theta0) = J0 (two placements, J0 = 0.1 and 0.5). Dynamics:
 sampled GRPO (G = 8) through :func:`bandits.sequence.simulate`; each (instance, seed) is one random
 stream shared by every eta (common random numbers), so the outcome of each eta is deterministic and
-eta* = gapdyn.find_eta_star (the smallest collapsing eta, terminal rule of gapdyn.run_outcome) is that
+eta* = gapdyn.find_eta_star (the smallest collapsing eta, terminal rule of gapdyn.bandit_outcome) is that
 stream's critical step.
 
 The law (form "law"): eta* ~ 1/T, tested as an equivalence: the slope b of log eta* on log T lies in

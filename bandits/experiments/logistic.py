@@ -6,7 +6,7 @@ J(K) >= sigmoid(logit J0 + M(K)/2), M(K) = sum_{k<K} eta_k [Delta mu_k]_+ (gapdy
 
 Cells (one per part and instance; instance i uses ``make_bandit(n_contexts=1, seed=500 + i)``):
 - ``fit``: every method of ``METHODS``, exact and sampled (G = 8), at fixed etas; one row per (run, recorded
-  state k, final state K included) with M_k, J_k, Phi_k = logit J_k and the run's outcome (gapdyn.run_outcome).
+  state k, final state K included) with M_k, J_k, Phi_k = logit J_k and the run's outcome (gapdyn.bandit_outcome).
 - ``identity``: exact updates at a small step ``identity_eta``. To first order in eta,
   Phi_{k+1} - Phi_k = eta <w_k, gap_k> = eta [Delta mu_k]_+ for any exact method (w = scalar x Gap, scalar > 0),
   so logit J_k - logit J_0 = M_k: the slope of logit J on M is 1 by construction (an identity row).
@@ -187,7 +187,7 @@ def _pairs(tr, J0: float, **cols) -> pd.DataFrame:
     M = np.concatenate([tr.M[:, :, 0], tr.M_final[:, :1]], axis=1)
     steps = np.append(tr.steps, tr.dynamics.steps)
     n = steps.size
-    outcome = gapdyn.run_outcome(run_stats(tr, context=0))
+    outcome = gapdyn.bandit_outcome(run_stats(tr, context=0))
     out = {"run": np.repeat(np.arange(R), n), "step": np.tile(steps, R), "M": M.ravel(), "J": J.ravel(),
            "Phi": Phi.ravel(), "J0": J0, "Phi0": float(logit(J0)), "outcome": np.repeat(outcome.astype(str), n),
            "collapsed": np.repeat(outcome == "collapsed", n)}

@@ -50,7 +50,7 @@ def search_eta_star(bandit: ContextualBandit, dyn: Dynamics, theta0, *, eta_lo: 
     """(EtaStar, etas, J_final) for exact or seeded dynamics from theta0 (context 0).
 
     eta* = the first eta whose run is collapsed (J < gapdyn.COLLAPSE_J over the last quarter of the horizon
-    dyn.steps; gapdyn.run_outcome), eta_dip beside it. Every eta the search simulates is returned with its
+    dyn.steps; gapdyn.bandit_outcome), eta_dip beside it. Every eta the search simulates is returned with its
     final J, sorted by eta.
     """
     from ._common import run_stats
@@ -81,7 +81,7 @@ def transition_width(res, etas, J_final, *, converged: float = 0.99) -> float:
 
 
 def reconverge_share(res) -> float:
-    """Share of base-grid etas above eta* whose run ends converged (gapdyn.run_outcome "converged").
+    """Share of base-grid etas above eta* whose run ends converged (gapdyn.bandit_outcome "converged").
 
     The base grid is gapdyn.eta_grid(eta_lo, eta_hi, max_ratio) of the search, not the merged scan: the
     island scan and eta_50's window add etas near eta*, which would weight its neighbourhood (= the

@@ -7,7 +7,7 @@ rescaled step sizes: exact RLOO, PSR, NSR = REINFORCE; exact Dr. GRPO at eta = R
 exact W-REINFORCE at eta = REINFORCE at (1 + lam) eta. PSR's advantage is r_i, REINFORCE's (no baseline), so
 for binary rewards PSR *is* REINFORCE, sampled runs included: it is run only for the identity row and left out
 of every ranking and comparison but one (``matched_wapo_vs_psr``, whose id is kept; the runs are REINFORCE's).
-These are identity rows (machinery). A run's outcome is gapdyn.run_outcome via
+These are identity rows (machinery). A run's outcome is gapdyn.bandit_outcome via
 bandits.experiments._common.run_stats (collapsed: J < 1e-3 at every state of the last quarter).
 
 Design.
@@ -287,9 +287,9 @@ def _entropy(z) -> float:
 
 
 def _frame(tr, etas, seeds) -> pd.DataFrame:
-    """One row per run: outcome (gapdyn.run_outcome via run_stats), steps to 0.9, entropies."""
+    """One row per run: outcome (gapdyn.bandit_outcome via run_stats), steps to 0.9, entropies."""
     st = run_stats(tr, 0)
-    outcome = gapdyn.run_outcome(st)
+    outcome = gapdyn.bandit_outcome(st)
     J, H = tr.J if tr.J.ndim == 2 else tr.J[:, :, 0], tr.entropy if tr.entropy.ndim == 2 else tr.entropy[:, :, 0]
     at = lambda k: H[:, min(k, H.shape[1] - 1)]  # noqa: E731
     return pd.DataFrame({

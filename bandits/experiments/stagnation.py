@@ -167,7 +167,7 @@ class Config:
     controller_steps: int = 100
     controller_etas: tuple[float, ...] = (10.0, 1000.0)
     n_seeds: int = 4
-    delta: float = 2.0
+    delta: float = gapdyn.SAFE_STEP_DELTA
     bootstrap: int = 2000
 
     @classmethod
@@ -388,7 +388,7 @@ def stall_outcome(J_star, J_pre_max, mean: gapdyn.RunStats,
 
     J is the mean over contexts; gap = J* - max J over the last quarter (gapdyn.tail_start), progress = max J
     over the last quarter - ``J_pre_max`` (max J before it). In order of precedence:
-    ``context_collapsed``: some context's gapdyn.run_outcome is collapsed (J < 1e-3 over the whole last quarter:
+    ``context_collapsed``: some context's gapdyn.bandit_outcome is collapsed (J < 1e-3 over the whole last quarter:
     per-context collapse, not stagnation); ``context_dipping``: some context's J < 1e-3 in the last quarter;
     ``at_optimum``: gap <= STALL_MARGIN; ``stalled``: progress <= STALL_PROGRESS x gap (J plateaus below J*);
     ``improving``: otherwise. ``mean`` and each of ``contexts`` are RunStats of the same runs.
@@ -404,7 +404,7 @@ def stall_outcome(J_star, J_pre_max, mean: gapdyn.RunStats,
             raise ValueError(f"{name} must hold success rates in [0, 1]")
     gap = J_star - mean.J_tail_max
     progress = mean.J_tail_max - pre
-    collapsed = np.any([gapdyn.run_outcome(c) == "collapsed" for c in contexts], axis=0)
+    collapsed = np.any([gapdyn.bandit_outcome(c) == "collapsed" for c in contexts], axis=0)
     dipping = np.any([c.J_tail_min < gapdyn.COLLAPSE_J for c in contexts], axis=0)
     out = np.where(progress <= STALL_PROGRESS * gap, "stalled", "improving").astype(object)
     out[gap <= STALL_MARGIN] = "at_optimum"
@@ -699,7 +699,7 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
     ct = results[results["part"] == "controllers"] if "part" in results else results.iloc[:0]
     where = (f"sampled GRPO (G=8), eta0 {list(config.controller_etas)}, {config.controller_steps} steps, "
              f"{config.n_seeds} seeds, delta = {config.delta:g}, common random numbers ({block}); collapse: J < 1e-3 "
-             f"over the last quarter (gapdyn.run_outcome)")
+             f"over the last quarter (gapdyn.bandit_outcome)")
     est, p = no_data(-1.0, 1.0), None
     if len(ct):
         piv = ct.pivot_table(index=["instance", "eta", "seed"], columns="schedule", values="collapsed",

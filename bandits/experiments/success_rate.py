@@ -11,7 +11,7 @@ the top of the scan, eta_hi, when nothing collapses there, eta_lo when eta_lo al
 For each instance a run of exact GRPO (expected update, G = 8) at a small fixed eta starts from theta0
 placed at J = J_start and is stopped at checkpoints: the first step at which J reaches each level of
 ``levels``. Levels crossed on one step are one state: the states are the distinct checkpoint steps. At
-every state theta_k: the bound step eta_k = c (1 - J_k)/T and the outcome (gapdyn.run_outcome, terminal
+every state theta_k: the bound step eta_k = c (1 - J_k)/T and the outcome (gapdyn.bandit_outcome, terminal
 rule) of exact GRPO restarted at theta_k at eta_k over ``horizon`` steps, and eta*(theta_k) of the
 restarted run (the smallest collapsing eta of the scan); the state violates the condition when some step
 <= eta_k collapses (:func:`is_violation`: the run at eta_k collapsed, or eta*(theta_k) <= eta_k).
@@ -57,7 +57,7 @@ SETTINGS = ("T=1", "T=8")
 MEASURES = ("sharp_grpo", "sharp_gap", "restart_grpo")
 """Local thresholds at a checkpoint theta_k: the sharp one-step threshold along E[w_GRPO] and along the Gap
 (gapdyn.sharp_step_threshold), and the critical step of exact GRPO restarted at theta_k over a short
-horizon (gapdyn.find_eta_star; collapse by the terminal rule of gapdyn.run_outcome)."""
+horizon (gapdyn.find_eta_star; collapse by the terminal rule of gapdyn.bandit_outcome)."""
 _SOURCE = "Suk & Duan (arXiv 2510.08539), Thm 3"
 
 
@@ -215,7 +215,7 @@ class _Problem:
         return np.append(tr.J[0], tr.J_final[0]), tr.theta_final[0]
 
     def run_stats(self, theta, etas, steps: int) -> gapdyn.RunStats:
-        """What decides the outcome (gapdyn.run_outcome) of ``steps`` exact GRPO steps from theta, per eta."""
+        """What decides the outcome (gapdyn.bandit_outcome) of ``steps`` exact GRPO steps from theta, per eta."""
         if self.setting == "T=1":
             tr = simulate_contextual(self.bandit, self._dyn(steps), eta=etas, theta0=theta[None])
             return run_stats(tr, 0)
@@ -294,7 +294,7 @@ def run_cell(*, setting: str, instance: int, levels, J_start: float, group_size:
             status = "ok" if np.isfinite(eta) and eta > 0 else ("no crossing in range" if eta > 0 else "not ascent")
             rows.append({**base, "status": status, "measure": measure, "eta_local": eta})
         eta_bound = C_FRAC * anchor * Jb / Jb0
-        outcome = str(gapdyn.run_outcome(prob.run_stats(theta, np.array([eta_bound]), horizon))[0])
+        outcome = str(gapdyn.bandit_outcome(prob.run_stats(theta, np.array([eta_bound]), horizon))[0])
         res = gapdyn.find_eta_star(lambda e, th=theta: prob.run_stats(th, e, horizon), eta_lo, eta_hi,
                                    max_ratio=max_ratio)
         rows.append({**base, "status": "ok" if res.status == "found" else res.status, "measure": BOUND_MEASURE,

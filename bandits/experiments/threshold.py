@@ -1,7 +1,7 @@
 """Experiment 1: the critical step size eta* per instance and the mechanisms of collapse.
 
 Setting: single-context log-linear bandits (K = 100 arms, d = 16 Gaussian features, 10 correct arms), one per
-instance seed, G = 8 (Suk & Duan, arXiv 2510.08539, §5). Each run's outcome is gapdyn.run_outcome over the
+instance seed, G = 8 (Suk & Duan, arXiv 2510.08539, §5). Each run's outcome is gapdyn.bandit_outcome over the
 horizon ``steps`` (collapsed: J < gapdyn.COLLAPSE_J at every state of the last quarter, Thm 2's J -> 0; dipped:
 below it at some state but not at the end; converged; undecided). eta* is the first collapsed eta (the smallest
 scanned eta whose run is collapsed, a run that did collapse); eta_dip, the first whose run dips, beside it; eta*
@@ -293,7 +293,7 @@ def _sampled_cell(*, instance, n_arms, dim, n_correct, group_size, n_seeds, samp
                        record_every=record_every)
         tr = simulate(bandit, dyn, eta=E.ravel(), seed=S.ravel())
         stats = run_stats(tr, 0)
-        outcome = gapdyn.run_outcome(stats)
+        outcome = gapdyn.bandit_outcome(stats)
         frames.append(pd.DataFrame({
             "phase": "sampled", "schedule": sched, "eta": E.ravel(), "seed": S.ravel(),
             "J_final": tr.J_final[:, 0], "J_min": tr.J_min[:, 0], "J_tail_max": stats.J_tail_max,

@@ -11,7 +11,7 @@ import numpy as np
 
 from gapdyn.claims import CONFIRMATION_SEEDS
 
-from ..collapse import OUTCOME_WINDOW, RunOutcome, run_outcome
+from ..collapse import OUTCOME_WINDOW, RewardOutcome, reward_outcome
 
 __all__ = ["CONFIRMATION_START", "SplitAddition", "outcome_from_rows", "folder_outcome", "read_evals", "block_of"]
 
@@ -64,23 +64,23 @@ class SplitAddition:
 
 
 # ---- run outcomes ------------------------------------------------------------------------------------------
-def outcome_from_rows(rows: list, done: dict, evals: list, *, window: int = OUTCOME_WINDOW) -> RunOutcome:
-    """The run outcome (llm_probe.collapse.run_outcome) of one run: rewards from its metrics rows (step order),
+def outcome_from_rows(rows: list, done: dict, evals: list, *, window: int = OUTCOME_WINDOW) -> RewardOutcome:
+    """The run outcome (llm_probe.collapse.reward_outcome) of one run: rewards from its metrics rows (step order),
     alerts from the rows' ``alerts`` (step, rule), held-out accuracies from ``evals`` (step 0 first), the fault
     from ``done`` (its ``fault`` message; older summaries mark it ``collapse_rule == "faults"``)."""
     if not isinstance(done, dict):
         raise ValueError(f"done must be a run summary dict, got {type(done).__name__}")
     if not rows:
-        return run_outcome([np.nan], fault=True, window=window)
+        return reward_outcome([np.nan], fault=True, window=window)
     rewards = [r.get("reward", np.nan) for r in sorted(rows, key=lambda r: r["step"])]
     alerts = [{"step": int(r["step"]), "rule": rule} for r in rows for rule in r.get("alerts", [])]
     acc = [e["acc"] for e in sorted(evals, key=lambda e: e["step"])]
     fault = done.get("fault") or done.get("collapse_rule") == "faults"
-    return run_outcome(rewards, alerts=alerts, heldout=acc if len(acc) >= 2 else None, fault=bool(fault),
+    return reward_outcome(rewards, alerts=alerts, heldout=acc if len(acc) >= 2 else None, fault=bool(fault),
                        window=window)
 
 
-def folder_outcome(d, *, window: int = OUTCOME_WINDOW) -> RunOutcome:
+def folder_outcome(d, *, window: int = OUTCOME_WINDOW) -> RewardOutcome:
     """:func:`outcome_from_rows` of a finished run folder (metrics.jsonl, done.json, eval.jsonl)."""
     d = Path(d)
     if not (d / "done.json").exists():

@@ -11,7 +11,7 @@ split addition task, whose held-out problems
 Per run: metrics.jsonl (trainer rows, with the ``warn/*`` statistics of llm_probe.warning), eval.jsonl (held-out
 sampled accuracy and token entropy every ``eval_every`` steps), passk.json (held-out pass@k, k <= n, the unbiased
 estimator of Chen et al. 2021, arXiv 2107.03374, Eq. 1, with n samples per prompt), done.json (the run's summary).
-Each run ends with an outcome (llm_probe.collapse.run_outcome, recomputed from the run's files by
+Each run ends with an outcome (llm_probe.collapse.reward_outcome, recomputed from the run's files by
 :func:`folder_outcome`): ``collapsed`` (the last-25-step reward below 0.25 R0 and the final held-out accuracy below
 0.25 of its initial value), ``recovered`` (the alert rule fired, not collapsed), ``healthy`` or ``failed`` (stopped
 on numerical faults: reported apart, never pooled with collapses). Alerts are events with their steps, not
@@ -36,6 +36,7 @@ import numpy as np
 from gapdyn.claims import (CONFIRMATION_SEEDS, Claim, ClaimSpec, Criterion, claims_markdown, claims_to_json,
                            criteria_hash, holm_adjust_claims, keyed_specs)
 from gapdyn.experiment import STREAM_SEEDS, Experiment
+from gapdyn.coverage import MEAN_INTERVAL
 from gapdyn.io import atomic_write_json, atomic_write_text, write_with
 from gapdyn.stats import (
     Estimate,
@@ -48,7 +49,8 @@ from gapdyn.stats import (
 
 from . import cell_folder as _cell_folder
 from ._study import CONFIRMATION_START, SplitAddition, block_of, folder_outcome, outcome_from_rows, read_evals
-from ..collapse import OUTCOME_WINDOW, SENSITIVITY_WINDOW, RunOutcome
+from ..collapse import OUTCOME_WINDOW, SENSITIVITY_WINDOW, RewardOutcome
+from ..config import WARMUP_BATCH, WARMUP_LR, WARMUP_STEPS
 from ..seeds import STUDY_SEED, derive_seed
 
 __all__ = ["StudyConfig", "CONFIGS", "SplitAddition", "pass_at_k", "run_study", "run_one", "summarize",
@@ -73,7 +75,7 @@ class StudyConfig:
     group_size: int = 8
     max_new_tokens: int = 6
     probe_every: int = 5  # gap probes and the after-step warn/* statistics
-    warmup_steps: int = 400
+    warmup_steps: int = WARMUP_STEPS
     eval_every: int = 10  # held-out accuracy / entropy cadence (steps)
     eval_prompts: int = 64
     eval_samples: int = 4
@@ -210,8 +212,8 @@ def prepare_warm(cfg: StudyConfig, root=None) -> Path:
         from .pinned import pinned_warm
 
         return pinned_warm(cfg.pinned)
-    return warm_model(warm_spec(cfg), SplitAddition(cfg.heldout_mod), steps=cfg.warmup_steps, batch_size=128,
-                      lr=1e-3, seed=0, root=root, progress=False)
+    return warm_model(warm_spec(cfg), SplitAddition(cfg.heldout_mod), steps=cfg.warmup_steps,
+                      batch_size=WARMUP_BATCH, lr=WARMUP_LR, seed=0, root=root, progress=False)
 
 
 def _heldout_eval(trainer, problems, samples: int, seed: int) -> tuple[float, float, np.ndarray]:
@@ -346,7 +348,7 @@ def relabel_under_other_bits(study, out, *, methods=PRIMARY_METHODS, lrs=(4e-4, 
 
 
 # ---- run outcomes ------------------------------------------------------------------------------------------
-def _outcome_columns(out: RunOutcome, sens: RunOutcome) -> dict:
+def _outcome_columns(out: RewardOutcome, sens: RewardOutcome) -> dict:
     """A run's outcome columns: outcome (and the 10-step sensitivity variant), alerted, collapsed = ends
     collapsed, failed, collapse_step = the onset of the final collapse (-1 if none), first alert step/rule."""
     return {"outcome": out.label, f"outcome_w{sens.window}": sens.label, "alerted": out.alerted,
@@ -416,10 +418,11 @@ SPECS = keyed_specs(SPECS, {
     "llm.nsr_passk_above_psr": (("Zhu et al.", "NSR vs PSR"), "exploratory"),
     "llm.entropy_follows_cov": (("Cui et al.", "Theorems 1-2"), "test")})
 # (statement key, role) per claim: the tests that are not primary (unadjusted) are exploratory
-CRITERIA = SPECS  # the older name (paper_figs, tests)
 """claim id -> ClaimSpec (source, statement, form, Criterion, primary), frozen at import, before any run. The
 primaries, WAPO vs GRPO collapse and final reward at every lr of the study, are Holm-adjusted among themselves;
 the other rows are exploratory (p unadjusted)."""
+CRITERIA = {cid: spec.criterion for cid, spec in SPECS.items()}
+"""claim id -> Criterion (the specs' criteria: what :data:`CRITERIA_HASH` hashes)."""
 TEST_TEXT = {
     "llm.wapo_fewer_collapses": "share of runs ending collapsed (llm_probe.collapse.run_outcome; failed runs apart), "
                                 "GRPO - WAPO, Newcombe hybrid score interval; p: one-sided Fisher exact (GRPO more)",
@@ -437,7 +440,7 @@ TEST_TEXT = {
                                "run-cluster bootstrap interval",
 }
 """What each claim measures and how it is tested; its criterion text is ``TEST_TEXT[id]: Criterion.describe()``."""
-CRITERIA_HASH = criteria_hash({cid: spec.criterion for cid, spec in SPECS.items()})
+CRITERIA_HASH = criteria_hash(CRITERIA)
 """Stamped on every claim of a study (gapdyn.criteria_hash), computed at import (= EXPERIMENT.criteria_hash)."""
 
 
@@ -527,7 +530,6 @@ def _claim(cid, setting, statistic, est: Estimate, p=None, n=None, lr=None) -> C
                  reason=est.reason if unmeasured else "")
 
 
-MEAN_INTERVAL = "studentized_cluster_mean"
 """The interval of every paired-mean row (gapdyn.stats.studentized_cluster_bootstrap_mean, one cluster per seed
 pair); used only at an n where docs/coverage.md measured it valid (gapdyn.coverage.valid_at: from n = 40)."""
 

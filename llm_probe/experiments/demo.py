@@ -7,7 +7,7 @@ Writes into out_dir (``--out``, default ``./gapdyn_out/train-demo``; documented 
 - ``<method>_lr<lr>_s<seed>/``: each run's metrics.jsonl / metrics.parquet / probe_prompts.jsonl / alerts.json;
 - ``runs.csv`` and ``runs.parquet``: one row per run (columns in RUN_COLUMNS);
 - ``metrics_all.parquet``: every run's per-step metrics stacked (method, lr, seed columns);
-- ``summary.json``: per (method, lr): runs, collapsed runs, mean final reward, and the warm model's baseline.
+- ``summary.json``: per (method, lr): runs, runs with an alert, mean final reward, and the warm model's baseline.
 """
 
 from __future__ import annotations
@@ -25,12 +25,14 @@ import numpy as np
 from gapdyn.cmdline import optional
 from gapdyn.io import atomic_write_json, write_parquet, write_with
 
+from ..config import WARMUP_BATCH, WARMUP_LR, WARMUP_STEPS
+
 __all__ = ["DemoConfig", "prepare_warm_model", "run_demo", "summarize_run", "RUN_COLUMNS"]
 
 RUN_COLUMNS = (
     "method", "lr", "seed", "steps_run", "reward_first25", "reward_last25", "reward_min_roll10", "entropy_first",
     "entropy_last25", "length_last25", "clipped_last25", "M_mean_final", "M_batch_final", "dmu_pos_frac_mean",
-    "cos_update_mean", "collapsed", "collapse_step", "collapse_rule", "alerts", "wall_s",
+    "cos_update_mean", "alerted", "alert_step", "alert_rule", "alerts", "wall_s",
 )
 
 
@@ -56,14 +58,14 @@ class DemoConfig:
     """Probe cadence (M accumulates on probe steps only)."""
     probe_prompts: int = 8
     """Fixed probe prompts."""
-    warmup_steps: int = 400
+    warmup_steps: int = WARMUP_STEPS
     """Warm-up steps of the shared tiny model."""
     warm_seed: int = 0
     """Seed of the shared warm model."""
     init_from: Annotated[str | None, optional("DIR")] = None
     """Start every run from this saved model instead of the cached warm one (its warm-up skipped); a saved model
     in ``<out>/warm`` is used the same way."""
-    stop_on_collapse: bool = False
+    stop_on_alert: bool = False
     """Stop each run at its first alert (faster; collapse is absorbing with binary rewards)."""
     num_threads: int = 1
     """torch threads per run."""
@@ -95,7 +97,8 @@ class DemoConfig:
                 raise ValueError(f"--seeds must be integers >= 0, got {s!r}")
 
 
-def prepare_warm_model(out_dir=None, *, arch="qwen2", seed=0, steps=400, batch=128, lr=1e-3, num_threads=None,
+def prepare_warm_model(out_dir=None, *, arch="qwen2", seed=0, steps=WARMUP_STEPS, batch=WARMUP_BATCH, lr=WARMUP_LR,
+                       num_threads=None,
                        progress=False, root=None):
     """The warm tiny Qwen of these settings from the one cache (llm_probe.warmup.warm_model, under ``root``:
     default ./gapdyn_out); returns (its folder, sampled accuracy on 512 problems, stored beside it once).
@@ -147,8 +150,8 @@ def summarize_run(df, alerts: list, wall_s: float) -> dict:
         "M_mean_final": col("gap/M_mean"), "M_batch_final": col("gap/M_batch"),
         "dmu_pos_frac_mean": col("gap/dmu_update_pos_frac", how="mean"),
         "cos_update_mean": col("gap/cos_update_mean", how="mean"),
-        "collapsed": bool(alerts), "collapse_step": int(alerts[0]["step"]) if alerts else -1,
-        "collapse_rule": alerts[0]["rule"] if alerts else "", "alerts": ";".join(f"{a['rule']}@{a['step']}" for a in alerts),
+        "alerted": bool(alerts), "alert_step": int(alerts[0]["step"]) if alerts else -1,
+        "alert_rule": alerts[0]["rule"] if alerts else "", "alerts": ";".join(f"{a['rule']}@{a['step']}" for a in alerts),
         "wall_s": float(wall_s),
     }
 
@@ -163,7 +166,7 @@ def _one_run(cfg: DemoConfig, warm_dir: str, method: str, lr: float, seed: int) 
     tc = TrainConfig(out_dir=str(run_dir), method=method, lr=lr, seed=seed, steps=cfg.steps,
                      prompts_per_step=cfg.prompts_per_step, group_size=cfg.group_size, init_from=warm_dir,
                      probe_every=cfg.probe_every, probe_prompts=cfg.probe_prompts, num_threads=cfg.num_threads,
-                     stop_on_collapse=cfg.stop_on_collapse, progress=False, device="cpu", **cfg.extra)
+                     stop_on_alert=cfg.stop_on_alert, progress=False, device="cpu", **cfg.extra)
     t0 = time.perf_counter()
     summary = Trainer(tc).run()
     wall = time.perf_counter() - t0
@@ -203,7 +206,7 @@ def run_demo(cfg: DemoConfig) -> "object":
     base = json.loads((Path(results[0][1]) / "baseline.json").read_text()) if results else {}
     groups = []
     for (m, lr), g in runs.groupby(["method", "lr"], sort=False):
-        groups.append({"method": m, "lr": lr, "runs": int(len(g)), "collapsed": int(g["collapsed"].sum()),
+        groups.append({"method": m, "lr": lr, "runs": int(len(g)), "alerted": int(g["alerted"].sum()),
                        "reward_last25_mean": float(g["reward_last25"].mean()),
                        "reward_first25_mean": float(g["reward_first25"].mean())})
     atomic_write_json(out / "summary.json", {"warm_sampled_accuracy": acc, "baseline": base, "steps": cfg.steps,

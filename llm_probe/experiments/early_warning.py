@@ -3,7 +3,7 @@
     gapdyn train early-warning --from DIR      # DIR: a finished study of gapdyn train ablation --study warning
     python -m llm_probe.experiments.early_warning --coverage   # the bootstrap's coverage on a synthetic DGP
 
-Labels come from the outcome (llm_probe.collapse.run_outcome, via llm_probe.experiments._study.outcome_from_rows):
+Labels come from the outcome (llm_probe.collapse.reward_outcome, via llm_probe.experiments._study.outcome_from_rows):
 a run that ends collapsed is a positive with onset c = the first step of its final collapse
 (llm_probe.collapse.collapse_onset), not its first alert, which lags it; runs that do not end collapsed, healthy
 and recovered (alerted, then recovered) alike, are the negatives; failed runs (stopped on numerical faults) are
@@ -52,7 +52,7 @@ from gapdyn.taxonomy import BIN_NAMES
 
 from ..warning import signed_cumulative_alignment
 
-__all__ = ["Statistic", "STATISTICS", "PRIMARY", "BASELINE", "LEADS", "PRIMARY_LEAD", "SPECS", "CRITERIA_HASH",
+__all__ = ["Statistic", "STATISTICS", "PRIMARY", "BASELINE", "LEADS", "PRIMARY_LEAD", "SPECS", "CRITERIA", "CRITERIA_HASH",
            "N_PERMUTATIONS", "N_BOOT", "SEED", "MatchedAUC", "load_study_steps", "statistic_series", "score_at",
            "matched_auc", "lead_auc", "label_permutations", "lead_times", "warning_table", "warning_claims",
            "simulate_steps", "true_matched_auc", "bootstrap_coverage", "study_runs", "report"]
@@ -114,11 +114,13 @@ SPECS = keyed_specs(SPECS, {k: (("beyond the papers", "early warning"), "explora
                                 else "test") for k in SPECS})  # (statement key, role) per claim
 """claim id -> ClaimSpec, frozen at import; auc_above_chance is instantiated per statistic, lead and lr
 (exploratory, unadjusted)."""
-CRITERIA_HASH = criteria_hash({cid: spec.criterion for cid, spec in SPECS.items()})
+CRITERIA = {cid: spec.criterion for cid, spec in SPECS.items()}
+"""claim id -> Criterion (the specs' criteria)."""
+CRITERIA_HASH = criteria_hash(CRITERIA)
 
 
 def load_study_steps(study) -> "object":
-    """All runs' step rows with run, method, lr, seed, outcome (llm_probe.collapse.RUN_OUTCOMES), collapsed (the run
+    """All runs' step rows with run, method, lr, seed, outcome (llm_probe.collapse.REWARD_OUTCOMES), collapsed (the run
     ends collapsed), collapse_step (the onset of its final collapse, -1 if none), M_pos, M_neg, neg_mass_share
     (negative-advantage cells' share of the step's gradient mass) columns. Failed runs are kept (outcome
     "failed", collapsed False); the warning tables leave them out. study: a study folder (its runs/*/), or the

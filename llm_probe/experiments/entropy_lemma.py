@@ -61,7 +61,7 @@ from gapdyn.claims import Claim, ClaimSpec, Criterion, claims_markdown, claims_t
 from gapdyn.stats import Estimate, t_interval_cluster_slope
 
 __all__ = ["entropy", "vocab_cov", "lemma_dH", "States", "visited_states", "pg_logit_change", "npg_logit_change",
-           "state_rows", "StudyConfig", "CONFIGS", "SPECS", "TEST_TEXT", "CRITERIA_HASH", "run_study",
+           "state_rows", "StudyConfig", "CONFIGS", "SPECS", "CRITERIA", "TEST_TEXT", "CRITERIA_HASH", "run_study",
            "claims_from_states", "write_results"]
 
 SRC = "Cui et al. 2025 (arXiv 2505.22617)"
@@ -111,8 +111,10 @@ TEST_TEXT = {
 TEST_TEXT.update({"llm.entropy_lemma_adam": TEST_TEXT["llm.entropy_lemma"],
                   "llm.entropy_pg_form_adam": TEST_TEXT["llm.entropy_pg_form_sgd"],
                   "llm.entropy_npg_form_adam": TEST_TEXT["llm.entropy_npg_form_sgd"]})
-CRITERIA_HASH = criteria_hash({cid: spec.criterion for cid, spec in SPECS.items()})
-"""Stamped on every claim of the study (gapdyn.criteria_hash of :data:`SPECS`), computed at import."""
+CRITERIA = {cid: spec.criterion for cid, spec in SPECS.items()}
+"""claim id -> Criterion (the specs' criteria)."""
+CRITERIA_HASH = criteria_hash(CRITERIA)
+"""Stamped on every claim of the study (gapdyn.criteria_hash of :data:`CRITERIA`), computed at import."""
 
 
 # ---- the formulas (float64 torch, last axis = vocabulary) ------------------------------------------------------

@@ -21,6 +21,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from ..config import WARMUP_BATCH, WARMUP_LR, WARMUP_STEPS
+
 __all__ = ["SHAPES", "PINNED_SHA256", "PINNED_ROOT", "pinned_warm", "pin", "file_sha256", "warm_spec_of", "checked_folder"]
 
 PINNED_ROOT = Path(__file__).resolve().parent / "warm"
@@ -40,7 +42,7 @@ PINNED_SHA256 = {
 }
 """Shape name -> sha256 of the committed ``model.safetensors`` (empty: not pinned yet)."""
 
-WARM_SETTINGS = dict(steps=400, batch_size=128, lr=1e-3, seed=0)
+WARM_SETTINGS = dict(steps=WARMUP_STEPS, batch_size=WARMUP_BATCH, lr=WARMUP_LR, seed=0)
 """The warm-up of every pinned checkpoint (llm_probe.warmup.warm_model's arguments)."""
 
 

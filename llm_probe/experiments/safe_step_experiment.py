@@ -39,7 +39,7 @@ ratio 2/9), Newcombe from 10 runs per arm, Clopper-Pearson from 4; the percentil
 interval there is valid at 16 either), so those rows, and the discovery block's ``fewer_collapses`` (8 runs per
 arm), are not measured.
 
-Outcome: llm_probe.collapse.run_outcome with the held-out accuracies (a run ends collapsed when its last-25-step
+Outcome: llm_probe.collapse.reward_outcome with the held-out accuracies (a run ends collapsed when its last-25-step
 reward is below 0.25 R0 and its final held-out accuracy below 0.25 of its initial one), recomputed from the
 run's files by llm_probe.experiments.ablation.folder_outcome; alerts are events, counted apart; failed runs
 (numerical faults) are reported apart and their pairs dropped. Steps to level: the first step whose rolling
@@ -60,17 +60,18 @@ from types import SimpleNamespace
 import numpy as np
 
 import gapdyn
-from gapdyn.claims import Claim, ClaimSpec, Criterion, claims_markdown, claims_to_json, holm_adjust_claims, keyed_specs
+from gapdyn.claims import CONFIRMATION_SEEDS, Claim, ClaimSpec, Criterion, claims_markdown, claims_to_json, holm_adjust_claims, keyed_specs
 from gapdyn.experiment import STREAM_SEEDS, Experiment
 from gapdyn.io import atomic_write_json, atomic_write_text, write_with
 from gapdyn.planner import plan_n, power_mean, power_two_proportions
+from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
 from gapdyn.stats import fieller_paired_ratio  # re-exported: the interval of ``not_slower``
 
 from . import cell_folder as _cell_folder
 from ..collapse import SENSITIVITY_WINDOW
 from ..seeds import STUDY_SEED, derive_seed
 
-__all__ = ["SafeStepExperiment", "MODES", "SPECS", "CRITERIA", "CRITERIA_HASH", "TEST_TEXT", "EXPERIMENT", "NAME",
+__all__ = ["SafeStepExperiment", "PRESETS", "SPECS", "CRITERIA", "CRITERIA_HASH", "TEST_TEXT", "EXPERIMENT", "NAME",
            "PRIMARIES", "run_study", "run_one", "load_runs", "summarize", "analyse", "analyse_rows", "cells",
            "run_cell", "steps_to_level", "fieller_paired_ratio", "one_sided_margin_t", "make_plan", "allocate",
            "survival", "run_and_report", "step_cost"]
@@ -97,8 +98,8 @@ SPECS = keyed_specs(SPECS, {k: (("beyond the papers", "safe step rule"), "premis
 """Claim family -> ClaimSpec, frozen at import (before any run); a claim's id is ``<family>@<method>_lr<lr>``. Each
 names its statement key and role: collapse_constant checks the premise of the comparisons (runs do collapse); the
 tests that are not primary (unadjusted) are exploratory."""
-CRITERIA = SPECS
-"""The same table under its older name."""
+CRITERIA = {k: spec.criterion for k, spec in SPECS.items()}
+"""Claim family -> Criterion (the specs' criteria: what :data:`CRITERIA_HASH` hashes)."""
 PRIMARIES = tuple(k for k, v in SPECS.items() if v.primary)
 """The pre-declared primaries; the planner works at alpha / len(PRIMARIES)."""
 TEST_TEXT = {
@@ -113,7 +114,7 @@ TEST_TEXT = {
                      "(safe higher), unadjusted",
 }
 """How each family is measured; its criterion text is ``TEST_TEXT[family]: Criterion.describe()``."""
-CRITERIA_HASH = gapdyn.criteria_hash({k: spec.criterion for k, spec in SPECS.items()})
+CRITERIA_HASH = gapdyn.criteria_hash(CRITERIA)
 """gapdyn.criteria_hash of :data:`SPECS`, computed at import and stamped on every claim (= EXPERIMENT.criteria_hash)."""
 
 
@@ -130,7 +131,7 @@ class SafeStepExperiment:
     """Adam lr where constant-step runs mostly survive (the ``not_slower`` claim)."""
     seeds: tuple[int, ...] = tuple(range(8))
     """The pilot (discovery) seeds."""
-    confirmation_start: int = 1000
+    confirmation_start: int = CONFIRMATION_SEEDS[0]
     """First confirmation seed (seeds confirmation_start, confirmation_start + 1, ...)."""
     n_floor: int = 30
     """Confirmation seeds per lr at least (before the budget cap)."""
@@ -150,9 +151,9 @@ class SafeStepExperiment:
     """Pinned warm checkpoint (llm_probe.experiments.pinned); warmed on SplitAddition(20)."""
     init_from: str | None = None
     """A saved model every run starts from instead of the pinned one (tests, front-end checks)."""
-    c: float = 1.0
+    c: float = SAFE_STEP_C
     """The controller's fraction of the model-optimal step (default of the rule)."""
-    delta: float = 2.0
+    delta: float = SAFE_STEP_DELTA
     """The controller's trust region (default of the rule)."""
     tail: int = 25
     window: int = 10
@@ -189,18 +190,18 @@ class SafeStepExperiment:
 
     @classmethod
     def test(cls) -> SafeStepExperiment:
-        return MODES["test"]
+        return PRESETS["test"]
 
     @classmethod
     def quick(cls) -> SafeStepExperiment:
-        return MODES["quick"]
+        return PRESETS["quick"]
 
     @classmethod
     def full(cls) -> SafeStepExperiment:
-        return MODES["full"]
+        return PRESETS["full"]
 
 
-MODES = {
+PRESETS = {
     "test": SafeStepExperiment(mode="test", seeds=(0, 1), n_floor=2, budget_cpu_s=30.0, steps=3, prompts_per_step=2,
                                group_size=4, eval_every=2, eval_prompts=4, eval_samples=2, tail=2, window=2,
                                n_resamples=200),
@@ -289,7 +290,7 @@ def load_runs(out):
     rows = [run_row(f.parent) for f in sorted(Path(out, "runs").glob("*/done.json"))]
     df = pd.DataFrame(rows)
     if len(df):
-        df["block"] = np.where(df.seed >= MODES["full"].confirmation_start, "confirmation", "discovery")
+        df["block"] = np.where(df.seed >= PRESETS["full"].confirmation_start, "confirmation", "discovery")
     return df
 
 
