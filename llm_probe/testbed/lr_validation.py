@@ -30,7 +30,7 @@ import numpy as np
 import tyro
 
 __all__ = ["TRL_DEFAULT_LR", "SETTING_KEYS", "CRITERIA", "criteria_hash", "ground_truth", "predictions",
-           "predictor_table", "length_scaling", "decide", "write_report", "main"]
+           "predictor_table", "length_scaling", "decide", "write_report", "main", "load_study"]
 
 TRL_DEFAULT_LR = 1e-6
 """TRL GRPOConfig's default learning_rate (TRL 0.14-1.x)."""
@@ -100,16 +100,40 @@ def _rows(run_dir: Path) -> list[dict]:
     return [json.loads(ln) for ln in p.read_text().splitlines() if ln.strip()] if p.is_file() else []
 
 
-def predictions(root: str | Path, *, K: int = 20) -> list[dict]:
-    """One row per finished run under ``root``: its setting key, lr, seed and the lr suggested from its probed
-    steps k < K (llm_probe.lr_finder.lr_suggestion)."""
-    from ..lr_finder import lr_suggestion
+def load_study(root: str | Path) -> list[tuple[dict, list[dict]]]:
+    """(summary, metrics rows) per finished run of a study folder, or of its exported record (runs.csv +
+    steps.csv, llm_probe.testbed.study.export_study: the summary's fields this module reads, the rows' logged
+    statistics)."""
+    import pandas as pd
+
     from .run import SUMMARY
 
+    root = Path(root)
+    if not (root / "runs.csv").is_file():
+        return [(json.loads(p.read_text()), _rows(p.parent)) for p in sorted(root.glob(f"*/{SUMMARY}"))]
+    runs, steps = pd.read_csv(root / "runs.csv"), pd.read_csv(root / "steps.csv")
+    by_run = {name: g.drop(columns="run") for name, g in steps.groupby("run")}
     out = []
-    for p in sorted(Path(root).glob(f"*/{SUMMARY}")):
-        s = json.loads(p.read_text())
-        rows = [r for r in _rows(p.parent) if int(r.get("step", K)) < K and not r.get("skipped")]
+    for r in runs.to_dict("records"):
+        s = {"setting": {k: r[k] for k in ("method", "lr", "length", "size", "control")}, "seed": int(r["seed"]),
+             "outcome": r["outcome"], "heldout_acc_before": r["acc_before"], "heldout_acc_after": r["acc_after"],
+             "completion_tokens_median_before": r["tokens_median_before"]}
+        s["setting"]["control"] = str(s["setting"]["control"]).lower() == "true"
+        g = by_run.get(r["run"])
+        rows = [] if g is None else [{k: v for k, v in row.items() if not (isinstance(v, float) and math.isnan(v))}
+                                     for row in g.to_dict("records")]
+        out.append((s, rows))
+    return out
+
+
+def predictions(root: str | Path, *, K: int = 20) -> list[dict]:
+    """One row per finished run under ``root`` (a study folder or its exported record): its setting key, lr, seed
+    and the lr suggested from its probed steps k < K (llm_probe.lr_finder.lr_suggestion)."""
+    from ..lr_finder import lr_suggestion
+
+    out = []
+    for s, all_rows in load_study(root):
+        rows = [r for r in all_rows if int(r.get("step", K)) < K and not r.get("skipped")]
         sug = lr_suggestion(rows)
         out.append({"key": _key(s), "lr": s["setting"]["lr"], "seed": s["seed"], "outcome": s["outcome"],
                     "suggested_lr": sug["suggested_lr"], "steps": sug["steps"]})
@@ -222,10 +246,8 @@ def write_report(study: str | Path, out: str | Path, *, K: int = 20, seeds=None)
     Returns {"runs": n, "hash": criteria hash}."""
     import pandas as pd
 
-    from .study import load_summaries
-
     study, out = Path(study), Path(out)
-    S = [s for s in load_summaries(study) if seeds is None or s["seed"] in seeds]
+    S = [s for s, _ in load_study(study) if seeds is None or s["seed"] in seeds]
     if not S:
         raise ValueError(f"{study}: no finished run" + (" with the given seeds" if seeds is not None else ""))
     gt = ground_truth(S)

@@ -138,7 +138,8 @@ def export_study(root: str | Path, dest: str | Path, *, command: str = "") -> di
                      "acc_after": s["heldout_acc_after"], "greedy_before": s["heldout_greedy_before"],
                      "greedy_after": s["heldout_greedy_after"], "reward_before": s["reward_before"],
                      "collapse_step": s["outcome_detail"]["collapse_step"],
-                     "tokens_median": s["completion_tokens_median"], "wall_s": round(s["wall_s"], 1),
+                     "tokens_median": s["completion_tokens_median"],
+                     "tokens_median_before": s["completion_tokens_median_before"], "wall_s": round(s["wall_s"], 1),
                      "warm_sha256": s["warm_sha256"]})
         evals.extend({"run": name, "step": e["step"], "acc": e["acc"], "tokens_median": e["tokens_median"]}
                      for e in s["evaluations"])
