@@ -141,7 +141,6 @@ def test_summary_reports_the_lr_finder_median_with_its_count():
     assert (s["lo"], s["hi"]) == (finite[0], finite[6])  # n = 7: l = 1 (P(B <= 0) = 1/128 <= 0.025 < P(B <= 1))
 
 
-@pytest.mark.slow  # a real GRPOTrainer run (about 1 min at load 13 on 2 cores); fast twins: the on_log tests above
 def test_an_alarm_stops_a_trl_run_at_the_step_computed_from_its_logged_series(tmp_path):
     """Rewards 0.5 x parity for two generation batches, then 1 for every completion: TRL's logged ``reward``
     first reaches 0.75 at step 3, so the alarm stops the run there (of 6) and the hook is called once."""
