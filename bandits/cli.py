@@ -85,7 +85,8 @@ def experiment_config(module, mode: str, seeds: tuple[int, ...] | None = None):
     if mode == "test" and not hasattr(cls, "test"):
         note = "has no test sizes; --mode test runs its smallest config, Config.quick()"
         mode = "quick"
-    return with_seeds(module.EXPERIMENT, getattr(cls, mode)(), seeds), note
+    config = getattr(cls, mode)()
+    return (config if seeds is None else with_seeds(module.EXPERIMENT, config, seeds)), note
 
 
 def _source_doc(module: str) -> str:

@@ -14,7 +14,6 @@ A command not measured yet is shown as such, never given a number.
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import json
 import os
@@ -24,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,12 +117,27 @@ def write_docs(records: dict) -> list[Path]:
     return written
 
 
+@dataclass
+class DocumentedTimesConfig:
+    """Time the documented commands (wall, CPU, load) into benchmarks/documented_times.json."""
+
+    only: tuple[str, ...] | None = None
+    """Time only these commands (in this order)."""
+    write: bool = False
+    """Rewrite the README and docs/quickstart.md tables."""
+    render_only: bool = False
+    """Time nothing; only --write from the record."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.documented_times", description=__doc__.splitlines()[0])
-    ap.add_argument("--only", nargs="+", choices=list(COMMANDS), help="time only these commands (in this order)")
-    ap.add_argument("--write", action="store_true", help="rewrite the README and docs/quickstart.md tables")
-    ap.add_argument("--render-only", action="store_true", help="time nothing; only --write from the record")
-    a = ap.parse_args(argv)
+    from gapdyn.cmdline import parse
+
+    a = parse(DocumentedTimesConfig, sys.argv[1:] if argv is None else argv,
+              prog="python -m benchmarks.documented_times")
+    unknown = [n for n in a.only or () if n not in COMMANDS]
+    if unknown:
+        raise SystemExit(f"python -m benchmarks.documented_times: --only: unknown command {unknown[0]!r} "
+                         f"(one of {', '.join(COMMANDS)})")
     records = json.loads(RECORD.read_text()) if RECORD.is_file() else {}
     if not a.render_only:
         with tempfile.TemporaryDirectory(prefix="documented_times_") as tmp:

@@ -578,7 +578,7 @@ class GapProbeCallback(TrainerCallback):
         (``suggested_lr`` the median of lr_k h_k, ``lo`` / ``hi`` its order-statistic interval, unbounded below 6
         steps, ``steps`` the count it rests on), the rule of ``gapdyn lr-finder``. ``alarms``: name -> its first
         firing {step, value, score}, or None (with ``alarm=``)."""
-        from .lr_finder import lr_suggestion
+        from .suggest import lr_suggestion
 
         suggested = suggest_lr(self.history, q, window)  # the running rule (llm_probe.suggest)
         scale = math.lcm(self.probe_every, self._mu) // self._mu

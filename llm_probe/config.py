@@ -25,7 +25,7 @@ __all__ = ["TrainConfig", "DTYPES", "check_settings", "check_device", "WARMUP_ST
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 WARMUP_STEPS, WARMUP_BATCH, WARMUP_LR = 400, 128, 1e-3
 """The supervised warm-up of the tiny Qwen (llm_probe.warmup): steps, batch size and Adam learning rate; the
-default of every warm-up and the recipe of the pinned checkpoints (llm_probe.experiments.pinned)."""
+default of every warm-up and the recipe of the pinned checkpoints."""
 
 _INF = math.inf
 # setting -> (kind, lowest, highest, lowest allowed?, None allowed?); kind "seed": gapdyn._validate.check_seed (an

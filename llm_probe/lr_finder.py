@@ -24,35 +24,13 @@ from typing import Annotated, Literal
 
 import tyro
 
+from .suggest import lr_suggestion
+
 __all__ = ["MAX_STEPS", "LrFinderArgs", "lr_suggestion", "find_lr", "main"]
 
 MAX_STEPS = 20
 """Most probed steps the finder runs (the suggestion is meant to cost a few steps of one run)."""
 TESTBED = "testbed"
-
-
-def lr_suggestion(rows, *, confidence: float = 0.95) -> dict:
-    """From metrics rows (dicts): ``suggested_lr`` = median of the finite ``gap/headroom_lr`` values (the lower
-    median for an even count), ``lo`` / ``hi`` its order-statistic interval (module doc), ``steps`` = how many
-    values it rests on, ``probed`` = rows that logged the key, ``headroom_median`` = the median of h."""
-    import numpy as np
-
-    from gapdyn.alarm import median_interval
-
-    def finite(key):
-        v = np.array([float(r[key]) for r in rows if isinstance(r.get(key), (int, float))
-                      and not isinstance(r.get(key), bool)], dtype=float)
-        return v[np.isfinite(v)]
-
-    lr_h, h = finite("gap/headroom_lr"), finite("gap/headroom")
-    probed = sum("gap/headroom_lr" in r for r in rows)
-    if not lr_h.size:
-        return {"suggested_lr": math.nan, "lo": math.nan, "hi": math.nan, "steps": 0, "probed": probed,
-                "headroom_median": math.nan, "confidence": confidence}
-    med, lo, hi = median_interval(lr_h, confidence=confidence)
-    return {"suggested_lr": med, "lo": lo, "hi": hi, "steps": int(lr_h.size), "probed": probed,
-            "headroom_median": median_interval(h, confidence=confidence)[0] if h.size else math.nan,
-            "confidence": confidence}
 
 
 @dataclass

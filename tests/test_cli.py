@@ -87,6 +87,7 @@ SHARED = {  # subcommand argv -> the shared flags it must offer
     ("train", "entropy-lemma"): ("--mode", "--out"),
     ("train", "offline"): ("--before", "--after", "--rollouts", "--out"),
     ("train", "testbed"): ("--out", "--progress", "--no-progress", "--seed"),
+    ("lr-finder",): ("--out", "--progress", "--no-progress", "--seed"),
 }
 RETIRED = ("--n-jobs", "--out-dir")
 

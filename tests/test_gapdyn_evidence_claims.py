@@ -229,6 +229,15 @@ def test_an_unmeasured_claim_is_inconclusive_whatever_its_criterion():
         assert c.verdict == "inconclusive" and c.why == "not measured: too few instances for a valid interval"
         row = g.claims_table([c]).iloc[0]
         assert np.isnan(row["estimate"]) and np.isnan(row["lo"]) and "not measured" in row["why"]
+        kw = {k: v for k, v in base.items() if k != "reason"}
+        nodata = Claim.from_estimate(not_measured(iv[0], iv[1], estimate=est), criterion=crit, form=form, **kw)
+        assert nodata.verdict == "inconclusive" and not nodata.measured
+        assert Claim.from_dict(nodata.to_dict()) == nodata
+        plain = Claim.from_estimate(Estimate(est, iv[0], iv[1], 1, 0.95, "no data"), criterion=crit, form=form, **kw)
+        assert plain.measured and plain.verdict == measured_verdict  # a method string decides nothing
+    why = Claim.from_estimate(not_measured(0.0, 1.0, "two instances"), criterion=Criterion.above(0.0), form="bound",
+                              **{k: v for k, v in base.items() if k != "reason"})
+    assert why.reason == "two instances" and why.why == "not measured: two instances"
 
 
 def test_equivalence_is_decided_on_a_90_percent_interval():
@@ -265,12 +274,3 @@ def test_claim_spec_freezes_form_and_criterion_text():
         g.ClaimSpec("s", "t", "theorem", C.below(0.05))
     with pytest.raises(ValueError, match="primary"):
         g.ClaimSpec("s", "t", "law", C.below(0.05), primary=True)
-        nodata = not_measured(iv[0], iv[1], estimate=est)
-        c = Claim.from_estimate(nodata, criterion=crit, **base)
-        assert c.verdict == "inconclusive" and not c.measured
-        assert Claim.from_dict(c.to_dict()) == c
-        plain = Claim.from_estimate(Estimate(est, iv[0], iv[1], 1, 0.95, "no data"), criterion=crit, **base)
-        assert plain.measured and plain.verdict == measured_verdict  # a method string decides nothing
-    why = Claim.from_estimate(not_measured(0.0, 1.0, "two instances"), criterion=Criterion.above(0.0),
-                              **{k: v for k, v in base.items() if k != "reason"})
-    assert why.reason == "two instances" and why.why == "not measured: two instances"

@@ -129,7 +129,7 @@ def load_study(root: str | Path) -> list[tuple[dict, list[dict]]]:
 def predictions(root: str | Path, *, K: int = 20) -> list[dict]:
     """One row per finished run under ``root`` (a study folder or its exported record): its setting key, lr, seed
     and the lr suggested from its probed steps k < K (llm_probe.lr_finder.lr_suggestion)."""
-    from ..lr_finder import lr_suggestion
+    from ..suggest import lr_suggestion
 
     out = []
     for s, all_rows in load_study(root):
