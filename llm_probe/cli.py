@@ -114,15 +114,11 @@ class AblationArgs:
 
 
 def _check_seeds(seeds) -> tuple[int, ...] | None:
-    """``--seeds``: None, or at least one seed, each an integer in [0, 2^64 - 1], none twice."""
-    if seeds is None:
-        return None
-    from gapdyn._validate import check_seed
+    """``--seeds``: None, or at least one seed, each an integer in [0, 2^64 - 1], none twice
+    (gapdyn.runner.resolve_seeds)."""
+    from gapdyn.runner import resolve_seeds
 
-    seeds = tuple(check_seed(s, "--seeds") for s in seeds)
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise ValueError(f"--seeds must name at least one seed, none twice, got {list(seeds)}")
-    return seeds
+    return resolve_seeds(seeds)
 
 
 def _ablation_main(argv: list[str]) -> int:
