@@ -25,8 +25,6 @@ numpy at import; scipy inside the functions.
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -304,8 +302,9 @@ def specs_hash(specs: Sequence[AlarmSpec]) -> str:
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise ValueError("spec names must be unique")
-    blob = json.dumps({s.name: s.to_dict() for s in specs}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    from .claims import canonical_hash
+
+    return canonical_hash({s.name: s.to_dict() for s in specs})
 
 
 def evaluate_spec(spec: AlarmSpec, calibration: Sequence[AlarmRun], heldout: Sequence[AlarmRun], *,

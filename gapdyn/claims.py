@@ -322,12 +322,17 @@ def decide_verdict(estimate: float, lo: float, hi: float, criterion: Criterion, 
     return verdict
 
 
+def canonical_hash(obj) -> str:
+    """SHA-256 (first 16 hex digits) of ``obj``'s canonical JSON (keys sorted): the hash recorded for anything fixed
+    before a block runs (criteria, alarm specs)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def criteria_hash(criteria: Mapping[str, Criterion]) -> str:
     """SHA-256 (first 16 hex digits) of the criteria by claim id, canonical JSON; order-independent."""
     if not isinstance(criteria, Mapping) or not all(isinstance(v, Criterion) for v in criteria.values()):
         raise ValueError("criteria must be a mapping claim id -> Criterion")
-    blob = json.dumps({str(k): v.to_dict() for k, v in criteria.items()}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return canonical_hash({str(k): v.to_dict() for k, v in criteria.items()})
 
 
 @dataclass(frozen=True)

@@ -73,23 +73,23 @@ def test_length_scaling_fixes_the_constant_on_the_reference(tmp_path):
 
 
 def test_decide_reads_the_criteria(tmp_path):
-    from llm_probe.testbed.lr_validation import CRITERIA, criteria_hash, decide
+    from llm_probe.testbed.lr_validation import CRITERIA, lr_criteria_hash, decide
 
     S = _study(tmp_path)
     gt = ground_truth(S)
     v = {d["criterion"]: d["verdict"] for d in decide(predictor_table(gt, predictions(tmp_path, K=20)))}
     assert v["safe"] == "undecided"  # 4/4 safe: Wilson lower end 0.51 < 0.8
     assert v["informative"] == "not measured"  # the suggestion 6e-5 lies below the tested grid
-    assert len(criteria_hash()) == 16 and criteria_hash() != criteria_hash({**CRITERIA, "K": 10})
+    assert len(lr_criteria_hash()) == 16 and lr_criteria_hash() != lr_criteria_hash({**CRITERIA, "K": 10})
 
 
 def test_report_command_writes_its_tables(tmp_path, capsys):
-    from llm_probe.testbed.lr_validation import criteria_hash, main
+    from llm_probe.testbed.lr_validation import lr_criteria_hash, main
 
     _study(tmp_path / "study" if (tmp_path / "study").mkdir() is None else None)
     assert main([str(tmp_path / "study"), "--out", str(tmp_path / "rep"), "--seeds", "0-2"]) == 0
     for name in ("dose_response.csv", "critical_lrs.csv", "predictor_table.csv", "length_scaling.csv",
                  "verdicts.csv", "lr_number.md", "criteria.json"):
         assert (tmp_path / "rep" / name).is_file()
-    assert f"12 runs, criteria hash {criteria_hash()}" in capsys.readouterr().out
+    assert f"12 runs, criteria hash {lr_criteria_hash()}" in capsys.readouterr().out
     assert main([str(tmp_path / "nothing"), "--out", str(tmp_path / "rep2")]) != 0

@@ -52,24 +52,14 @@ def _meta(setting: dict, seed, outcome: str) -> dict:
     return {**setting, "seed": int(seed), "outcome": outcome}
 
 
-HEAD_KEYS = {"grad_norm": "lm_head/grad_norm", "update_norm": "lm_head/update_norm"}
-"""The LM head's per-step statistics (llm_probe.testbed.run.HEAD_LOG) as they appear among a run's series."""
-
-
 def _merge_head_log(rows: list[dict], folder: Path) -> None:
-    """Add the run's lm_head.jsonl values (when the run logged them) to its metrics rows of the same step."""
-    p = folder / "lm_head.jsonl"
-    if not p.is_file():
-        return
-    head = {}
-    for ln in p.read_text().splitlines():
-        if ln.strip():
-            h = json.loads(ln)
-            head[int(h["step"])] = h
+    """Add the run's lm_head.jsonl values (llm_probe.testbed.run.read_head_log) to its metrics rows of the same
+    step."""
+    from .run import read_head_log
+
+    head = read_head_log(folder)
     for r in rows:
-        h = head.get(int(r["step"]))
-        if h is not None:
-            r.update({HEAD_KEYS[k]: h[k] for k in HEAD_KEYS if h.get(k) is not None})
+        r.update(head.get(int(r["step"]), {}))
 
 
 def load_study_runs(root, *, statistics=None, include_failed: bool = False, by_length: bool = False) -> list[AlarmRun]:

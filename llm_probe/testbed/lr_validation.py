@@ -29,7 +29,7 @@ from typing import Annotated
 import numpy as np
 import tyro
 
-__all__ = ["TRL_DEFAULT_LR", "SETTING_KEYS", "CRITERIA", "criteria_hash", "ground_truth", "predictions",
+__all__ = ["TRL_DEFAULT_LR", "SETTING_KEYS", "CRITERIA", "lr_criteria_hash", "ground_truth", "predictions",
            "predictor_table", "length_scaling", "decide", "write_report", "main", "load_study"]
 
 TRL_DEFAULT_LR = 1e-6
@@ -45,15 +45,15 @@ CRITERIA = {
     "length_scaling": {"rule": "Thm 3's (1-J)/T prediction of lr10 at the other length inside the measured lr10's "
                                "95 % profile interval: holds if inside, does not hold if outside"},
 }
-"""The lr number's pre-declared criteria (fixed before the held-out block; :func:`criteria_hash`): the primary
+"""The lr number's pre-declared criteria (fixed before the held-out block; :func:`lr_criteria_hash`): the primary
 predictor is the headroom suggestion from the first K = 20 steps at the documented learning lr 1e-4."""
 
 
-def criteria_hash(criteria: dict = CRITERIA) -> str:
-    """sha256 of the criteria's canonical JSON, first 16 hex digits."""
-    import hashlib
+def lr_criteria_hash(criteria: dict = CRITERIA) -> str:
+    """The criteria's hash (gapdyn.claims.canonical_hash: SHA-256 of the canonical JSON, first 16 hex digits)."""
+    from gapdyn.claims import canonical_hash
 
-    return hashlib.sha256(json.dumps(criteria, sort_keys=True).encode()).hexdigest()[:16]
+    return canonical_hash(criteria)
 
 
 def _key(summary: dict) -> tuple:
@@ -126,13 +126,13 @@ def load_study(root: str | Path) -> list[tuple[dict, list[dict]]]:
     return out
 
 
-def predictions(root: str | Path, *, K: int = 20) -> list[dict]:
-    """One row per finished run under ``root`` (a study folder or its exported record): its setting key, lr, seed
-    and the lr suggested from its probed steps k < K (llm_probe.lr_finder.lr_suggestion)."""
+def predictions(study, *, K: int = 20) -> list[dict]:
+    """One row per finished run of ``study`` (a study folder, its exported record, or :func:`load_study`'s list):
+    its setting key, lr, seed and the lr suggested from its probed steps k < K (llm_probe.suggest.lr_suggestion)."""
     from ..suggest import lr_suggestion
 
     out = []
-    for s, all_rows in load_study(root):
+    for s, all_rows in (load_study(study) if isinstance(study, (str, Path)) else study):
         rows = [r for r in all_rows if int(r.get("step", K)) < K and not r.get("skipped")]
         sug = lr_suggestion(rows)
         out.append({"key": _key(s), "lr": s["setting"]["lr"], "seed": s["seed"], "outcome": s["outcome"],
@@ -246,12 +246,15 @@ def write_report(study: str | Path, out: str | Path, *, K: int = 20, seeds=None)
     Returns {"runs": n, "hash": criteria hash}."""
     import pandas as pd
 
+    from gapdyn.claims import markdown_table
+
     study, out = Path(study), Path(out)
-    S = [s for s, _ in load_study(study) if seeds is None or s["seed"] in seeds]
-    if not S:
+    runs = [(s, rows) for s, rows in load_study(study) if seeds is None or s["seed"] in seeds]
+    if not runs:
         raise ValueError(f"{study}: no finished run" + (" with the given seeds" if seeds is not None else ""))
+    S = [s for s, _ in runs]
     gt = ground_truth(S)
-    preds = [p for p in predictions(study, K=K) if seeds is None or p["seed"] in seeds]
+    preds = predictions(runs, K=K)
     table, scaling = predictor_table(gt, preds), length_scaling(gt)
     verdicts = pd.DataFrame(decide(table, scaling))
     out.mkdir(parents=True, exist_ok=True)
@@ -265,24 +268,19 @@ def write_report(study: str | Path, out: str | Path, *, K: int = 20, seeds=None)
     table.to_csv(out / "predictor_table.csv", index=False, float_format="%.6g")
     scaling.to_csv(out / "length_scaling.csv", index=False, float_format="%.6g")
     verdicts.to_csv(out / "verdicts.csv", index=False)
-    h = criteria_hash()
+    h = lr_criteria_hash()
     (out / "criteria.json").write_text(json.dumps({"hash": h, "criteria": CRITERIA, "K": K}, indent=1))
 
-    def md(df, cols, fmt="{:.3g}"):
-        lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-        for _, r in df.iterrows():
-            lines.append("| " + " | ".join(fmt.format(r[c]) if isinstance(r[c], float) else str(r[c])
-                                           for c in cols) + " |")
-        return "\n".join(lines)
-
+    tables = [(crit, ["method", "length", "control", "runs", "lr10_lr", "lr10_lo", "lr10_hi", "lr50_lr", "lr50_lo",
+                      "lr50_hi", "best_lr"]),
+              (table, ["method", "length", "predictor", "runs", "lr", "ratio_median", "ratio_q25", "ratio_q75",
+                       "safe_share", "safe_lo", "P_learned_at", "P_learned_best"]),
+              (scaling, ["method", "length", "control", "T", "J", "lr10_predicted", "lr10_measured", "lr10_lo",
+                         "lr10_hi"])]
+    if len(verdicts):
+        tables.append((verdicts, ["method", "length", "criterion", "verdict", "value"]))
     text = (f"lr number of {study.name}: {len(S)} runs, criteria hash {h}, K = {K}.\n\n"
-            + md(crit, ["method", "length", "control", "runs", "lr10_lr", "lr10_lo", "lr10_hi", "lr50_lr", "lr50_lo",
-                        "lr50_hi", "best_lr"]) + "\n\n"
-            + md(table, ["method", "length", "predictor", "runs", "lr", "ratio_median", "ratio_q25", "ratio_q75",
-                         "safe_share", "safe_lo", "P_learned_at", "P_learned_best"]) + "\n\n"
-            + md(scaling, ["method", "length", "control", "T", "J", "lr10_predicted", "lr10_measured", "lr10_lo",
-                           "lr10_hi"]) + "\n\n"
-            + (md(verdicts, ["method", "length", "criterion", "verdict", "value"]) if len(verdicts) else "") + "\n")
+            + "\n\n".join(markdown_table(df, cols) for df, cols in tables) + "\n")
     (out / "lr_number.md").write_text(text)
     return {"runs": len(S), "hash": h, "text": text}
 

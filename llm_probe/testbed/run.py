@@ -20,7 +20,7 @@ from ..config import check_settings
 from .outcome import rl_outcome
 from .task import LENGTHS, ScratchpadAddition
 
-__all__ = ["TestbedSetting", "DEFAULT_LR", "run_testbed", "SUMMARY", "HEAD_LOG"]
+__all__ = ["TestbedSetting", "DEFAULT_LR", "run_testbed", "SUMMARY", "HEAD_LOG", "HEAD_KEYS", "read_head_log"]
 
 DEFAULT_LR = 1e-4
 """The documented learning lr of the default setting (Adam, GRPO, long scratchpad, small model)."""
@@ -29,11 +29,27 @@ HEAD_LOG = "lm_head.jsonl"
 """Per step: the LM head's gradient norm (before any clipping) and the norm of its weight change, the statistic of
 Dynamic Gradient Gating (arXiv 2605.19425) as a baseline detector; one row per step (a skipped step: no gradient,
 ``grad_norm`` null)."""
+HEAD_KEYS = {"grad_norm": "lm_head/grad_norm", "update_norm": "lm_head/update_norm"}
+"""The LM head's per-step statistics as they appear among a run's series and in an exported steps.csv."""
 _INF = float("inf")
 _RANGES = {"lr": ("float", 0, _INF, False, False), "steps": ("int", 1, _INF, True, False),
            "eval_every": ("int", 1, _INF, True, False), "n_heldout": ("int", 1, _INF, True, False),
            "prompts_per_step": ("int", 1, _INF, True, False)}
 """TestbedSetting's numeric settings (llm_probe.config.check_settings: kind, bounds)."""
+
+
+def read_head_log(folder: str | Path) -> dict[int, dict]:
+    """A run folder's :data:`HEAD_LOG` as step -> {HEAD_KEYS name: value} (null values left out); {} when the run
+    did not log it."""
+    p = Path(folder) / HEAD_LOG
+    if not p.is_file():
+        return {}
+    out = {}
+    for ln in p.read_text().splitlines():
+        if ln.strip():
+            h = json.loads(ln)
+            out[int(h["step"])] = {name: h[k] for k, name in HEAD_KEYS.items() if h.get(k) is not None}
+    return out
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import tyro
 
 from gapdyn.experiment import STREAM_SEEDS, Experiment
 
-from .run import HEAD_LOG, SUMMARY, TestbedSetting, run_testbed
+from .run import SUMMARY, TestbedSetting, read_head_log, run_testbed
 
 __all__ = ["cell_name", "cell_folder_name", "run_cell", "cells", "analyse", "StudyConfig", "STUDIES",
            "study_cells", "EXPERIMENT", "grid", "run_study", "load_summaries", "dose_response", "PILOT_SEEDS", "ACCEPTANCE_SEEDS",
@@ -143,10 +143,7 @@ def export_study(root: str | Path, dest: str | Path, *, command: str = "") -> di
                      "warm_sha256": s["warm_sha256"]})
         evals.extend({"run": name, "step": e["step"], "acc": e["acc"], "tokens_median": e["tokens_median"]}
                      for e in s["evaluations"])
-        head = {}
-        if (p.parent / HEAD_LOG).is_file():
-            for h in map(json.loads, (p.parent / HEAD_LOG).read_text().splitlines()):
-                head[h["step"]] = {"lm_head/grad_norm": h["grad_norm"], "lm_head/update_norm": h["update_norm"]}
+        head = read_head_log(p.parent)
         for ln in (p.parent / "metrics.jsonl").read_text().splitlines():
             r = json.loads(ln)
             steps.append({"run": name, "step": r["step"], "reward": r.get("reward"), "entropy": r.get("entropy"),
