@@ -263,3 +263,23 @@ def test_the_small_warm_start_rebuilds_to_its_pinned_bytes(tmp_path):
     info = warm.train_warm("small", tmp_path / "small", log=lambda *a: None)
     assert info["selected_step"] == 360
     assert warm.file_sha256(tmp_path / "small" / "model.safetensors") == warm.PINNED_SHA256["small"]
+
+
+def test_dose_blocks_share_no_seed_and_keep_the_design():
+    """The held-out block never shares a seed with the calibration block; it holds the predictor's probe lr (1e-4)
+    in both lengths, the long grid shifted by DOSE_HELDOUT_SHIFT above it, and every cell is a distinct run folder."""
+    from llm_probe.testbed.study import (DOSE_CALIBRATION_SEEDS, DOSE_HELDOUT_SEEDS, DOSE_HELDOUT_SHIFT, DOSE_LRS,
+                                         DOSE_SEEDS, cell_folder_name, dose_cells, dose_heldout_cells, study_cells)
+
+    cal, held = dose_cells(DOSE_CALIBRATION_SEEDS), dose_heldout_cells()
+    assert set(DOSE_CALIBRATION_SEEDS) <= set(DOSE_SEEDS)
+    assert not {c["seed"] for c in cal} & {c["seed"] for c in held}
+    assert {c["seed"] for c in held} <= set(DOSE_HELDOUT_SEEDS)
+    names = [cell_folder_name(c) for c in cal + held]
+    assert len(set(names)) == len(names)
+    rl = [c["setting"] for c in held if not c["setting"]["control"]]
+    long_lrs = sorted({s["lr"] for s in rl if s["length"] == "long"} - {1e-6})
+    assert long_lrs[0] == 1e-4 and {1e-4} <= {s["lr"] for s in rl if s["length"] == "short"}
+    for lr, base in zip(long_lrs[1:], DOSE_LRS["long"][1:]):
+        assert lr == pytest.approx(base * DOSE_HELDOUT_SHIFT, rel=1e-3)
+    assert study_cells("dose-heldout", seeds=[4000]) == dose_heldout_cells(seeds=(4000,))

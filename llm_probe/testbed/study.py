@@ -25,7 +25,8 @@ from .run import SUMMARY, TestbedSetting, read_head_log, run_testbed
 __all__ = ["cell_name", "cell_folder_name", "run_cell", "cells", "analyse", "StudyConfig", "STUDIES",
            "study_cells", "EXPERIMENT", "grid", "run_study", "load_summaries", "dose_response", "PILOT_SEEDS", "ACCEPTANCE_SEEDS",
            "pilot_cells", "pilot_extension_cells", "pilot_short_cells", "pilot_edge_cells",
-           "acceptance_cells", "export_study", "DOSE_SEEDS", "DOSE_HELDOUT_SEEDS", "DOSE_LRS", "dose_cells"]
+           "acceptance_cells", "export_study", "DOSE_SEEDS", "DOSE_HELDOUT_SEEDS", "DOSE_LRS", "dose_cells",
+           "DOSE_CALIBRATION_SEEDS", "dose_heldout_cells"]
 
 PILOT_SEEDS = tuple(range(900, 910))
 """Seeds of the pilot and of tuning: never in a confirmation block."""
@@ -233,7 +234,40 @@ def dose_cells(seeds=DOSE_SEEDS, *, methods=("grpo",), lengths=("long", "short")
     return cells
 
 
-STUDIES = ("pilot", "pilot-extension", "pilot-extension-2", "pilot-short", "pilot-edge", "acceptance", "dose")
+DOSE_CALIBRATION_SEEDS = (3000, 3001, 3002, 3003, 3036, 3037, 3038, 3039)
+"""The calibration block as run: the first four and last four seeds of :data:`DOSE_SEEDS` (two workers took the
+seed-major cells from both ends). Cut at 8 seeds (104 GRPO runs, 48-56 per setting) for cost, at the scale the
+design planned from (about 40 calibration runs per setting), before the held-out block ran; not chosen from the
+results."""
+DOSE_HELDOUT_SHIFT = 1.1
+"""The held-out block runs the long setting on the calibration grid times 1.1 (0.041 decade): lr10 is a property of
+the run, not of the grid, only if a shifted grid reproduces it."""
+DOSE_TRL_DEFAULT_LR = 1e-6
+"""TRL's default GRPOConfig learning rate: the held-out block measures learning there (a baseline of the lr number)."""
+
+
+def dose_heldout_cells(seeds=DOSE_HELDOUT_SEEDS[:8], *, control_seeds: int = 4, default_lr_seeds: int = 4) -> list[dict]:
+    """The dose-response study's held-out block (fixed with the alarm's cutoffs and the predictor's rule before it
+    ran): per seed, GRPO long on the calibration grid times :data:`DOSE_HELDOUT_SHIFT` (its lowest lr kept at
+    1e-4, the predictor's probe lr, inside the learning regime either way) and GRPO short on the calibration grid; on the first ``default_lr_seeds`` seeds both lengths at TRL's default lr
+    (:data:`DOSE_TRL_DEFAULT_LR`); on the first ``control_seeds`` the random-advantage control at 1e-4 and 3e-4.
+    Seed-major, as :func:`dose_cells`."""
+    cells = []
+    long_lrs = (DOSE_LRS["long"][0],) + tuple(float(f"{lr * DOSE_HELDOUT_SHIFT:.4g}") for lr in DOSE_LRS["long"][1:])
+    for i, seed in enumerate(seeds):
+        cells += grid((seed,), method=("grpo",), length=("long",), lr=long_lrs, probe_every=(DOSE_PROBE_EVERY,))
+        cells += grid((seed,), method=("grpo",), length=("short",), lr=DOSE_LRS["short"],
+                      probe_every=(DOSE_PROBE_EVERY,))
+        if i < default_lr_seeds:
+            cells += grid((seed,), method=("grpo",), length=("long", "short"), lr=(DOSE_TRL_DEFAULT_LR,),
+                          probe_every=(DOSE_PROBE_EVERY,))
+        if i < control_seeds:
+            cells += grid((seed,), lr=(1e-4, 3e-4), control=(True,), probe_every=(DOSE_PROBE_EVERY,))
+    return cells
+
+
+STUDIES = ("pilot", "pilot-extension", "pilot-extension-2", "pilot-short", "pilot-edge", "acceptance", "dose",
+           "dose-heldout")
 """The studies by name (:func:`study_cells`)."""
 
 
@@ -248,7 +282,7 @@ def study_cells(study: str, seeds=None, lrs=None) -> list[dict]:
     return {"pilot": lambda: pilot_cells(**kw), "pilot-extension": lambda: pilot_extension_cells(1, **kw),
             "pilot-extension-2": lambda: pilot_extension_cells(2, **kw), "pilot-short": lambda: pilot_short_cells(**kw),
             "pilot-edge": lambda: pilot_edge_cells(**kw), "acceptance": lambda: acceptance_cells(*lrs, **kw),
-            "dose": lambda: dose_cells(**kw)}[study]()
+            "dose": lambda: dose_cells(**kw), "dose-heldout": lambda: dose_heldout_cells(**kw)}[study]()
 
 
 @dataclass(frozen=True)
@@ -296,9 +330,10 @@ class StudyArgs:
     one --out (each cell is claimed by a lock)."""
 
     study: tyro.conf.Positional[Literal["pilot", "pilot-extension", "pilot-extension-2", "pilot-short", "pilot-edge",
-                                        "acceptance", "dose"]]
+                                        "acceptance", "dose", "dose-heldout"]]
     """Which cells: the pilot, its two extensions, the short-scratchpad pilot, the edge pilot, or the acceptance
-    measurement (needs --lrs), or the dose-response study's calibration block (GRPO, both lengths)."""
+    measurement (needs --lrs), or the dose-response study's calibration block (GRPO, both lengths) or its held-out
+    block."""
     out_dir: Annotated[str, tyro.conf.arg(name="out")]
     """The study folder (one sub-folder per run)."""
     lrs: tuple[float, float] | None = None
@@ -312,7 +347,7 @@ class StudyArgs:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m llm_probe.testbed.study pilot|pilot-extension|pilot-extension-2|acceptance|dose --out DIR
+    """``python -m llm_probe.testbed.study pilot|pilot-extension|pilot-extension-2|acceptance|dose|dose-heldout --out DIR
     [--lrs LEARN COLLAPSE] [--reverse] [--seeds S ... | --seed S]``."""
     import sys
 
