@@ -85,7 +85,7 @@ def test_report_numbers_by_hand(study, tmp_path, capsys):
     assert float(ctrl["median_lead"]) == 9 and float(ctrl["detected_10"]) == 0
     assert float(rl["cutoff"]) == -thr  # a "below" threshold's cutoff in score units
     md = (out / "alarm_table.md").read_text()
-    assert "| headroom_low | gap/headroom | primary | rl |" in md and specs_hash(ALARM_SPECS) in md
+    assert "| headroom_low | gap/headroom | exploratory | rl |" in md and specs_hash(ALARM_SPECS) in md
     spec = json.loads((out / "alarm_specs.json").read_text())
     assert spec["hash"] == specs_hash(ALARM_SPECS) and len(spec["specs"]) == len(ALARM_SPECS)
     # held-out ROC at lead 10: peaks (-h before c - 10) -0.1, -1.5, -10 against -0.5, -3, -4, -5: AUC 7/12
@@ -122,3 +122,40 @@ def test_the_pilot_record_loads():
     edge = by["method=grpo_lr=0.0003_seed=901"]
     assert edge.collapse_step == 80 and edge.series["reward"][0][0] == 1 and len(edge.series["reward"][0]) == 100
     assert math.isclose(edge.series["reward"][1][0], 0.398438)  # steps.csv's row of step 0
+
+
+def test_freeze_selects_by_the_rule_and_decides_by_hand(study, tmp_path, capsys):
+    """The frozen alarm: cutoffs from the calibration seeds alone; the primary probe alarm is the one detecting the
+    most calibration collapses at its lead (only headroom is logged among the probe statistics here, so it is
+    chosen; the constant scalar statistics detect nothing, so the baseline is the first baseline in spec order);
+    held-out decisions by hand: headroom detects 2 of 3 at lead 10 (Wilson [0.21, 0.94]: undecided), the baseline
+    0 of 3 (discordant 2, McNemar p 0.5: undecided), 1 of 4 false alarms (Wilson lower 0.05 <= 0.10: holds)."""
+    from llm_probe.testbed.alarm_report import ALARM_CRITERIA, alarm_criteria_hash
+
+    out = tmp_path / "out"
+    assert main([str(study), "--calibration-seeds", "100-109", "--freeze", "--out", str(out)]) == 0
+    frozen = json.loads((out / "alarm_frozen.json").read_text())
+    assert frozen["primary"] == "headroom_low" and frozen["baseline"] == "reward_cusum"
+    assert frozen["specs_hash"] == specs_hash(ALARM_SPECS) and frozen["criteria_hash"] == alarm_criteria_hash()
+    assert alarm_criteria_hash({**ALARM_CRITERIA, "warns": {}}) != frozen["criteria_hash"]
+    cut = {c["name"]: c["cutoff"] for c in frozen["calibrated"]}
+    assert -2.0 < cut["headroom_low"] < -2.0 + 1e-12
+    assert main([str(study), "--calibration-seeds", "100-109", "--heldout-seeds", "200-209", "--out", str(out),
+                 "--frozen", str(out / "alarm_frozen.json")]) == 0
+    d = {r["criterion"]: r for r in json.loads((out / "alarm_decisions.json").read_text())}
+    assert (d["warns"]["k"], d["warns"]["n"], d["warns"]["verdict"]) == (2, 3, "undecided")
+    assert d["beats_baseline"]["discordant"] == 2 and d["beats_baseline"]["p"] == pytest.approx(0.5)
+    assert d["beats_baseline"]["verdict"] == "undecided"
+    assert (d["false_alarms"]["k"], d["false_alarms"]["n"], d["false_alarms"]["verdict"]) == (1, 4, "holds")
+    assert "| warns | headroom_low | 2/3" in (out / "alarm_table.md").read_text()
+    # a frozen file that the calibration runs do not re-derive is refused in one line
+    bad = dict(frozen, primary="curvature_high")
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    capsys.readouterr()
+    rc = main([str(study), "--calibration-seeds", "100-109", "--heldout-seeds", "200-209", "--out", str(out),
+               "--frozen", str(tmp_path / "bad.json")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "primary differs" in err[0]
+    rc = main([str(study), "--calibration-seeds", "100-109", "--freeze", "--heldout-seeds", "200-209",
+               "--out", str(out)])
+    assert rc == 2
