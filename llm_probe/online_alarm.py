@@ -9,9 +9,10 @@ first t with s_t >= c, the step :func:`gapdyn.alarm.alarm_step` gives offline on
 
 Cutoffs: the alarms of ``llm_probe.testbed.alarm_report.ALARM_SPECS`` have placeholder thresholds; ``alarm_report``
 calibrates each at its false-alarm rate on the testbed's calibration block and writes the cutoffs into
-``alarm_specs.json`` (``"calibrated"``), which :func:`load_alarm_specs` reads. Those cutoffs are calibrated on the
-testbed (the RLVR testbed's tiny models and task, docs/testbed.md) and **not yet validated on a held-out block**;
-on another model or task their false-alarm rate is unknown.
+``alarm_specs.json`` (``"calibrated"``); ``--freeze`` writes ``alarm_frozen.json`` with the cutoffs and the primary
+alarm chosen on the calibration block; :func:`load_alarm_specs` reads either. Those cutoffs are calibrated on the
+testbed (the RLVR testbed's tiny models and task, docs/testbed.md); their held-out test is the alarm report's
+``--frozen`` decision; on another model or task their false-alarm rate is unknown.
 """
 
 from __future__ import annotations
@@ -25,10 +26,8 @@ import numpy as np
 
 from gapdyn.detectors import Detector
 
-__all__ = ["OnlineAlarm", "as_alarms", "load_alarm_specs", "DEFAULT_ROLES"]
+__all__ = ["OnlineAlarm", "as_alarms", "load_alarm_specs"]
 
-DEFAULT_ROLES = ("primary",)
-"""The roles :func:`load_alarm_specs` keeps by default: the pre-declared primary alarms."""
 
 
 @dataclass
@@ -105,12 +104,13 @@ def as_alarms(alarm) -> list[OnlineAlarm]:
     return out
 
 
-def load_alarm_specs(path, *, names=None, roles=DEFAULT_ROLES, length: str | None = None) -> list:
-    """The calibrated alarms in ``alarm_specs.json`` (written by ``python -m llm_probe.testbed.alarm_report``), as
-    gapdyn.alarm.AlarmSpec objects whose detectors carry the calibrated cutoffs: those named in ``names`` (None:
-    every one of ``roles``; roles None: all). ``length``: the scratchpad whose cutoffs to take when the report was
-    calibrated per length (``--by-length``). The cutoffs are calibrated on the testbed, not yet validated on a
-    held-out block (module doc)."""
+def load_alarm_specs(path, *, names=None, roles=None, length: str | None = None) -> list:
+    """The calibrated alarms in ``alarm_frozen.json`` or ``alarm_specs.json`` (written by ``python -m
+    llm_probe.testbed.alarm_report``, with ``--freeze`` for the first), as gapdyn.alarm.AlarmSpec objects whose
+    detectors carry the calibrated cutoffs: those named in ``names``, else those of ``roles``, else the frozen
+    primary probe alarm (an alarm_frozen.json's ``"primary"``). ``length``: the scratchpad whose cutoffs to take
+    when the report was calibrated per length (``--by-length``). The cutoffs are calibrated on the testbed (module
+    doc)."""
     from gapdyn.alarm import AlarmSpec
 
     p = Path(path)
@@ -135,7 +135,13 @@ def load_alarm_specs(path, *, names=None, roles=DEFAULT_ROLES, length: str | Non
         cal = [c for c in cal if c["name"] in names]
     elif roles is not None:
         cal = [c for c in cal if c.get("role") in roles]
-    if not cal:
-        raise ValueError(f"{p}: no calibrated alarm of roles {roles}; calibrated: {known}")
+        if not cal:
+            raise ValueError(f"{p}: no calibrated alarm of roles {roles}; calibrated: {known}")
+    else:
+        primary = blob.get("primary")
+        if primary not in known:
+            raise ValueError(f"{p}: no frozen primary alarm (an alarm_specs.json): pass names= or roles=, or an "
+                             "alarm_frozen.json")
+        cal = [c for c in cal if c["name"] == primary]
     return [AlarmSpec.from_dict({k: c[k] for k in ("name", "statistic", "detector", "far", "lead", "role")})
             for c in cal]

@@ -116,16 +116,21 @@ def test_a_bad_alarm_argument_is_a_one_line_error(kw, msg):
 def test_calibrated_specs_round_trip_through_alarm_specs_json(tmp_path):
     from llm_probe.testbed.alarm_report import ALARM_SPECS, calibrated_specs
 
-    rows = [{"alarm": s.name, "cutoff": -0.25 if s.role == "primary" else math.nan, "cal_negatives": 40}
+    rows = [{"alarm": s.name, "cutoff": -0.25 if s.name == "headroom_low" else math.nan, "cal_negatives": 40}
             for s in ALARM_SPECS]
-    p = tmp_path / "alarm_specs.json"
-    p.write_text(json.dumps({"specs": [s.to_dict() for s in ALARM_SPECS], "calibrated": calibrated_specs(rows)}))
+    p = tmp_path / "alarm_frozen.json"
+    p.write_text(json.dumps({"specs": [s.to_dict() for s in ALARM_SPECS], "calibrated": calibrated_specs(rows),
+                             "primary": "headroom_low"}))
     (spec,) = load_alarm_specs(p)
-    assert spec.role == "primary" and spec.detector.cutoff == -0.25 and spec.detector.threshold == 0.25
+    assert spec.name == "headroom_low" and spec.detector.cutoff == -0.25 and spec.detector.threshold == 0.25
+    assert [s.name for s in load_alarm_specs(p, roles=("exploratory",))] == ["headroom_low"]
     cb = GapProbeCallback(build_char_tokenizer(), 4, alarm=p)
     assert [(a.name, a.detector) for a in cb.alarms] == [(spec.name, spec.detector)]
     with pytest.raises(ValueError, match="no calibrated alarm"):
         load_alarm_specs(p, names=["reward_cusum"])
+    p.write_text(json.dumps({"specs": [], "calibrated": calibrated_specs(rows)}))  # no frozen primary
+    with pytest.raises(ValueError, match="no frozen primary"):
+        load_alarm_specs(p)
     p.write_text(json.dumps({"specs": []}))
     with pytest.raises(ValueError, match="no calibrated cutoffs"):
         load_alarm_specs(p)
