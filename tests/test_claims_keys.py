@@ -19,6 +19,7 @@ from gapdyn.claims import ROLES, STATEMENTS, keyed_specs, listing
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = {"length": "bandits.experiments.length", "logistic": "bandits.experiments.logistic",
            "methods": "bandits.experiments.methods", "stagnation": "bandits.experiments.stagnation",
+           "stagnation_noisy": "bandits.experiments.stagnation_noisy",
            "success_rate": "bandits.experiments.success_rate", "taxonomy": "bandits.experiments.taxonomy",
            "threshold": "bandits.experiments.threshold", "llm-ablation": "llm_probe.experiments.ablation",
            "llm-wide": "llm_probe.experiments.ablation", "llm-early-warning": "llm_probe.experiments.early_warning",
