@@ -93,3 +93,39 @@ def test_report_command_writes_its_tables(tmp_path, capsys):
         assert (tmp_path / "rep" / name).is_file()
     assert f"12 runs, criteria hash {lr_criteria_hash()}" in capsys.readouterr().out
     assert main([str(tmp_path / "nothing"), "--out", str(tmp_path / "rep2")]) != 0
+
+
+def test_reproduction_by_hand():
+    """The reproduction verdict from constructed fits: overlapping intervals and a ratio within the factor hold,
+    disjoint intervals do not, an overlap with a ratio outside the factor is undecided, a non-finite end is not
+    measured; settings absent from the reference are left out."""
+    from types import SimpleNamespace as N
+
+    from llm_probe.testbed.lr_validation import CRITERIA, reproduction
+
+    def gt(lr, lo, hi):
+        return {"lr10": N(lr=lr, lo=lo, hi=hi)}
+
+    f = CRITERIA["reproduces"]["factor"]
+
+    def k(m):
+        return (m, "long", "small", False)
+
+    ref = {k("a"): gt(3e-4, 2.8e-4, 3.2e-4), k("b"): gt(3e-4, 2.8e-4, 3.2e-4), k("c"): gt(3e-4, 2.0e-4, 4.0e-4),
+           k("d"): gt(3e-4, 2.8e-4, float("inf"))}
+    held = {k("a"): gt(3.1e-4, 2.9e-4, 3.3e-4), k("b"): gt(4e-4, 3.5e-4, 4.5e-4),
+            k("c"): gt(3e-4 * f * 1.05, 3.0e-4, 4.0e-4), k("d"): gt(3e-4, 2.8e-4, 3.2e-4), k("e"): gt(1, 1, 1)}
+    t = reproduction(held, ref).set_index("method")
+    assert list(t["verdict"]) == ["holds", "does not hold", "undecided", "not measured"]
+    assert t.loc["a", "ratio"] == pytest.approx(3.1 / 3)
+
+
+def test_report_compares_with_reference_seeds(tmp_path, capsys):
+    from llm_probe.testbed.lr_validation import main
+
+    _study(tmp_path / "study" if (tmp_path / "study").mkdir() is None else None)
+    assert main([str(tmp_path / "study"), "--out", str(tmp_path / "rep"), "--seeds", "0-1",
+                 "--reference-seeds", "2-3"]) == 0
+    assert (tmp_path / "rep" / "reproduction.csv").is_file() and "reproduces" in capsys.readouterr().out
+    assert main([str(tmp_path / "study"), "--out", str(tmp_path / "rep"), "--seeds", "0-2",
+                 "--reference-seeds", "2-3"]) == 2

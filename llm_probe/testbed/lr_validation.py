@@ -30,7 +30,7 @@ import numpy as np
 import tyro
 
 __all__ = ["TRL_DEFAULT_LR", "SETTING_KEYS", "CRITERIA", "lr_criteria_hash", "ground_truth", "predictions",
-           "predictor_table", "length_scaling", "decide", "write_report", "main", "load_study"]
+           "predictor_table", "length_scaling", "reproduction", "decide", "write_report", "main", "load_study"]
 
 TRL_DEFAULT_LR = 1e-6
 """TRL GRPOConfig's default learning_rate (TRL 0.14-1.x)."""
@@ -44,6 +44,10 @@ CRITERIA = {
                             "P(learned) at the best tested lr - learn_margin: holds if both, else does not hold"},
     "length_scaling": {"rule": "Thm 3's (1-J)/T prediction of lr10 at the other length inside the measured lr10's "
                                "95 % profile interval: holds if inside, does not hold if outside"},
+    "reproduces": {"factor": 1.1,
+                   "rule": "lr10 of a setting on the held-out block (new seeds, the long grid shifted) against the "
+                           "calibration block's: holds if the two 95 % profile intervals overlap and the ratio lies "
+                           "within [1/factor, factor], does not hold if the intervals are disjoint, else undecided"},
 }
 """The lr number's pre-declared criteria (fixed before the held-out block; :func:`lr_criteria_hash`): the primary
 predictor is the headroom suggestion from the first K = 20 steps at the documented learning lr 1e-4."""
@@ -207,6 +211,30 @@ def length_scaling(truth: dict, *, reference: str = "long"):
     return pd.DataFrame(rows)
 
 
+def reproduction(truth: dict, reference: dict, criteria: dict = CRITERIA):
+    """lr10 of each setting in ``truth`` (a :func:`ground_truth`, e.g. the held-out block's) against the same
+    setting's in ``reference`` (the calibration block's): both estimates and intervals, the ratio and the verdict of
+    ``criteria["reproduces"]``. A pandas DataFrame."""
+    import pandas as pd
+
+    f = criteria["reproduces"]["factor"]
+    rows = []
+    for key, gt in truth.items():
+        if key not in reference:
+            continue
+        a, b = gt["lr10"], reference[key]["lr10"]
+        if not all(map(math.isfinite, (a.lr, a.lo, a.hi, b.lr, b.lo, b.hi))):
+            v = "not measured"
+        else:
+            overlap = a.lo <= b.hi and b.lo <= a.hi
+            v = ("holds" if overlap and 1 / f <= a.lr / b.lr <= f else "does not hold" if not overlap
+                 else "undecided")
+        rows.append({**dict(zip(SETTING_KEYS, key)), "lr10": a.lr, "lr10_lo": a.lo, "lr10_hi": a.hi,
+                     "lr10_reference": b.lr, "reference_lo": b.lo, "reference_hi": b.hi,
+                     "ratio": a.lr / b.lr if b.lr else math.nan, "verdict": v})
+    return pd.DataFrame(rows)
+
+
 def decide(table, scaling=None, criteria: dict = CRITERIA) -> list[dict]:
     """The verdicts of :data:`CRITERIA` on a :func:`predictor_table` (rows of the primary probe lr) and a
     :func:`length_scaling` table: one dict per setting and criterion with ``verdict`` (holds / does not hold /
@@ -239,11 +267,12 @@ def decide(table, scaling=None, criteria: dict = CRITERIA) -> list[dict]:
     return out
 
 
-def write_report(study: str | Path, out: str | Path, *, K: int = 20, seeds=None) -> dict:
+def write_report(study: str | Path, out: str | Path, *, K: int = 20, seeds=None, reference_seeds=None) -> dict:
     """Write the lr number's tables for a study folder into ``out``: dose_response.csv (per setting and lr),
     critical_lrs.csv (lr10 / lr50 with intervals), predictor_table.csv, length_scaling.csv, verdicts.csv,
-    lr_number.md (the main columns) and criteria.json (with its hash). ``seeds``: only runs with these seeds.
-    Returns {"runs": n, "hash": criteria hash}."""
+    lr_number.md (the main columns) and criteria.json (with its hash). ``seeds``: only runs with these seeds;
+    ``reference_seeds``: also lr10 against the runs of these seeds (:func:`reproduction`, reproduction.csv; the
+    two seed sets must not overlap). Returns {"runs": n, "hash": criteria hash}."""
     import pandas as pd
 
     from gapdyn.claims import markdown_table
@@ -256,8 +285,23 @@ def write_report(study: str | Path, out: str | Path, *, K: int = 20, seeds=None)
     gt = ground_truth(S)
     preds = predictions(runs, K=K)
     table, scaling = predictor_table(gt, preds), length_scaling(gt)
-    verdicts = pd.DataFrame(decide(table, scaling))
+    decided = decide(table, scaling)
+    repro = None
+    if reference_seeds is not None:
+        if seeds is None or set(seeds) & set(reference_seeds):
+            raise ValueError("reference seeds need --seeds, and the two must not overlap")
+        ref = [s for s, _ in load_study(study) if s["seed"] in reference_seeds]
+        if not ref:
+            raise ValueError(f"{study}: no finished run with the reference seeds")
+        repro = reproduction(gt, ground_truth(ref))
+        decided += [{**{k: r[k] for k in SETTING_KEYS}, "criterion": "reproduces", "verdict": r["verdict"],
+                     "runs": math.nan, "value": f"lr10 {r['lr10']:.3g} [{r['lr10_lo']:.3g}, {r['lr10_hi']:.3g}] vs "
+                                                f"{r['lr10_reference']:.3g} [{r['reference_lo']:.3g}, "
+                                                f"{r['reference_hi']:.3g}]"} for _, r in repro.iterrows()]
+    verdicts = pd.DataFrame(decided)
     out.mkdir(parents=True, exist_ok=True)
+    if repro is not None:
+        repro.to_csv(out / "reproduction.csv", index=False, float_format="%.6g")
     per_lr = pd.concat([g["per_lr"].assign(**dict(zip(SETTING_KEYS, k))) for k, g in gt.items()])
     per_lr.to_csv(out / "dose_response.csv", index=False, float_format="%.6g")
     crit = pd.DataFrame([{**dict(zip(SETTING_KEYS, k)), "runs": g["n"], "T": g["T"], "J": g["J"],
@@ -297,10 +341,12 @@ class LrValidationArgs:
     """Steps of each run the suggestion may read (k < K)."""
     seeds: str | None = None
     """Only runs with these seeds, as A-B (inclusive) or A,B,C."""
+    reference_seeds: str | None = None
+    """Also compare each setting's lr10 with the one on these seeds (the calibration block; needs --seeds)."""
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m llm_probe.testbed.lr_validation STUDY --out DIR [--k 20] [--seeds A-B]``."""
+    """``python -m llm_probe.testbed.lr_validation STUDY --out DIR [--k 20] [--seeds A-B [--reference-seeds C-D]]``."""
     import sys
 
     from gapdyn.cmdline import command, parse
@@ -314,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
         a = parse(LrValidationArgs, argv, prog=prog)
         if not 1 <= a.k <= 100:
             raise ValueError(f"--k must lie in [1, 100], got {a.k}")
-        info = write_report(a.study, a.out_dir, K=a.k, seeds=set(parse_seeds(a.seeds)) if a.seeds else None)
+        info = write_report(a.study, a.out_dir, K=a.k, seeds=set(parse_seeds(a.seeds)) if a.seeds else None,
+                            reference_seeds=set(parse_seeds(a.reference_seeds)) if a.reference_seeds else None)
         print(info["text"])
         return 0
 
