@@ -5,7 +5,8 @@ another order), and a run's outcome can follow such bits. The confirmation studi
 committed checkpoint, not from the warm-up cache: ``llm_probe/experiments/warm/<name>/`` (a saved tiny Qwen and
 its char tokenizer, loaded with ``llm_probe.load_policy``), its ``model.safetensors`` checked against
 :data:`PINNED_SHA256` on every use. Each was made once by :func:`pin` (llm_probe.warmup.warm_model with the
-study's warm-up settings: split addition, 400 steps, batch 128, Adam 1e-3, seed 0, 1 torch thread)::
+study's warm-up settings: split addition, 400 steps, batch 128, Adam 1e-3, seed 0, 1 torch thread, ATen's AVX2
+kernels, :data:`PIN_CPU_CAPABILITY`)::
 
     python -c "from llm_probe.experiments.pinned import pin; pin('tiny')"   # prints the sha256 to commit
 
@@ -17,13 +18,17 @@ primaries.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 from ..config import WARMUP_BATCH, WARMUP_LR, WARMUP_STEPS
 
-__all__ = ["SHAPES", "PINNED_SHA256", "PINNED_ROOT", "pinned_warm", "pin", "file_sha256", "warm_spec_of", "checked_folder"]
+__all__ = ["SHAPES", "PINNED_SHA256", "PINNED_ROOT", "PIN_CPU_CAPABILITY", "pinned_warm", "pin", "file_sha256",
+           "warm_spec_of", "checked_folder"]
 
 PINNED_ROOT = Path(__file__).resolve().parent / "warm"
 """Where the pinned checkpoints live (one folder per shape name)."""
@@ -44,6 +49,12 @@ PINNED_SHA256 = {
 
 WARM_SETTINGS = dict(steps=WARMUP_STEPS, batch_size=WARMUP_BATCH, lr=WARMUP_LR, seed=0)
 """The warm-up of every pinned checkpoint (llm_probe.warmup.warm_model's arguments)."""
+
+PIN_CPU_CAPABILITY = "AVX2"
+"""ATen's CPU kernel set (``torch.backends.cpu.get_cpu_capability()``) the pinned checkpoints were warmed with. On
+an AVX-512 machine torch picks its AVX-512 kernels, which reduce in another order (the tiny warm-up then ends at
+another loss and other bytes), so :func:`pin` warms under ``ATEN_CPU_CAPABILITY`` set to this value (tiny rebuilt
+so bit for bit on an AVX-512 machine; wide, pinned on the same machine as tiny, not rebuilt)."""
 
 
 def file_sha256(path) -> str:
@@ -84,13 +95,24 @@ def checked_folder(d: Path, want: str, hint: str = "") -> Path:
 
 
 def pin(name: str = "tiny", *, root=None) -> str:
-    """Warm the shape ``name`` (:data:`WARM_SETTINGS`, 1 torch thread, the split addition task of the ablation)
-    and copy the saved model into ``PINNED_ROOT/name`` (or ``root/name``); returns (and prints) its sha256."""
+    """Warm the shape ``name`` (:data:`WARM_SETTINGS`, 1 torch thread, the split addition task of the ablation,
+    ATen kernels :data:`PIN_CPU_CAPABILITY`: in a child process with ``ATEN_CPU_CAPABILITY`` set when this one
+    runs another set) and copy the saved model into ``PINNED_ROOT/name`` (or ``root/name``); returns (and prints)
+    its sha256."""
+    import torch
+
+    spec = warm_spec_of(name)
+    root = PINNED_ROOT if root is None else Path(root)
+    dest = root / name
+    have = torch.backends.cpu.get_cpu_capability()
+    if have != PIN_CPU_CAPABILITY:
+        if os.environ.get("ATEN_CPU_CAPABILITY", "").upper() == PIN_CPU_CAPABILITY:
+            raise ValueError(f"this machine runs ATen's {have} kernels with ATEN_CPU_CAPABILITY="
+                             f"{os.environ['ATEN_CPU_CAPABILITY']}: the pinned checkpoints need {PIN_CPU_CAPABILITY}")
+        return _pin_in_child(name, root)
     from ..warmup import warm_model
     from ._study import SplitAddition
 
-    spec = warm_spec_of(name)
-    dest = (PINNED_ROOT if root is None else Path(root)) / name
     with tempfile.TemporaryDirectory() as tmp:
         src = warm_model(spec, SplitAddition(), num_threads=1, root=tmp, progress=False, **WARM_SETTINGS)
         if dest.exists():
@@ -99,3 +121,16 @@ def pin(name: str = "tiny", *, root=None) -> str:
     sha = file_sha256(dest / "model.safetensors")
     print(f"{name}: {dest / 'model.safetensors'} sha256 {sha}")
     return sha
+
+
+def _pin_in_child(name: str, root: Path) -> str:
+    """:func:`pin` in a fresh Python with ``ATEN_CPU_CAPABILITY`` = :data:`PIN_CPU_CAPABILITY` (torch reads it at
+    its first kernel call) and this package first on its path; the sha256 of what it wrote."""
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, ATEN_CPU_CAPABILITY=PIN_CPU_CAPABILITY.lower(),
+               PYTHONPATH=os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p))
+    code = f"from llm_probe.experiments.pinned import pin; pin({name!r}, root={str(root)!r})"
+    rc = subprocess.run([sys.executable, "-c", code], env=env).returncode
+    if rc != 0:
+        raise RuntimeError(f"pin({name!r}) under ATEN_CPU_CAPABILITY={env['ATEN_CPU_CAPABILITY']} exited {rc}")
+    return file_sha256(root / name / "model.safetensors")
