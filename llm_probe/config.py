@@ -165,10 +165,11 @@ class TrainConfig:
     probe_params: str = "all"
     """Parameters the probes differentiate: 'all' (= 'trainable': every parameter with requires_grad, the
     adapters under PEFT/LoRA), 'lm_head', or a regex on parameter names."""
-    probe_alignment: Literal["dot", "jvp", "both", "stream"] = "dot"
-    """Route for dmu: dot products with gap vectors, a forward-mode JVP, both (logs their max difference), or
+    probe_alignment: Literal["dot", "jvp", "both", "stream", "ghost"] = "dot"
+    """Route for dmu: dot products with gap vectors, a forward-mode JVP, both (logs their max difference),
     stream (one group at a time: memory does not grow with prompts x parameters; 'dot'/'both' switch to it
-    on their own above 1 GiB of gap vectors)."""
+    on their own above 1 GiB of gap vectors), or ghost (llm_probe.ghost: the dot route's numbers from one
+    forward + backward over the mixed groups without per-prompt gradient vectors; needs probe_prompts 0)."""
     probe_prompts: int = 8
     """Size of the fixed probe-prompt set whose cumulative M_q is tracked (0: none)."""
     probe_group_size: int = 8
@@ -216,6 +217,9 @@ class TrainConfig:
         if not str(self.method).strip():
             raise ValueError("--method must name a loss, got an empty string")
         check_device(self.device)
+        if self.probe_alignment == "ghost" and self.probe_prompts != 0:
+            raise ValueError(f"--probe-alignment ghost tracks no fixed probe prompts: it needs --probe-prompts "
+                             f"(probe_prompts) 0, got {self.probe_prompts}")
         if self.safe_step and self.num_iterations != 1:
             raise ValueError(f"--safe-step needs --num-iterations 1 (it scales one optimizer step), got "
                              f"{self.num_iterations}")
