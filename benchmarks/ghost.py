@@ -31,7 +31,7 @@ from .timing import load_average, ratio
 __all__ = ["attach_ghost", "ghost_step_times", "main"]
 
 
-def attach_ghost(trainer: Trainer, *, route: str = "auto", keep: str = "captures") -> list:
+def attach_ghost(trainer: Trainer, *, route: str = "auto", keep: str = "auto") -> list:
     """Wrap ``trainer``'s rollout and optimizer step so every step runs :class:`llm_probe.ghost.GhostProbe` around
     it (before at theta_k, after at theta_{k+1}: every ``gap/*`` metric of the dot route, the realised change of
     Phi_hat included); returns the list each probed step appends (n mixed groups, bytes held across the step) to."""
@@ -70,7 +70,7 @@ class GhostTimes:
 
 
 def ghost_step_times(model, tok, task, setup: LLMSetup, repeats: int = 5, route: str = "auto",
-                     keep: str = "captures", memory: bool = False) -> GhostTimes:
+                     keep: str = "auto", memory: bool = False) -> GhostTimes:
     tmp = tempfile.TemporaryDirectory(prefix="gapdyn_bench_ghost_")
     tr = {k: Trainer(_config(setup, "off", f"{tmp.name}/{k}"), model=copy.deepcopy(model), tokenizer=tok, task=task)
           for k in ("plain", "ghost")}
@@ -101,14 +101,16 @@ class GhostBenchConfig:
     """The warmed tiny Qwen of benchmarks.llm instead of the testbed's pinned small warm start."""
     route: str = "auto"
     """llm_probe.ghost route: auto, ghost or grad."""
-    keep: str = "captures"
-    """What the probe holds across the optimizer step for the update's dot: captures or blocks."""
+    keep: str = "auto"
+    """What the probe holds across the optimizer step for the update's dot: captures, blocks or auto (per
+    parameter the smaller; llm_probe.ghost)."""
     memory: bool = False
     """Also the peak live torch bytes of one step of each (torch.profiler; slow)."""
 
 
 def keep_what(keep: str) -> str:
-    return "layer inputs and output gradients" if keep == "captures" else "per-group gradients"
+    return {"captures": "layer inputs and output gradients", "blocks": "per-group gradients"}.get(
+        keep, "per parameter the smaller of the two")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -56,7 +56,8 @@ def _rel(x, ref):
     return float((x - ref).abs().max() / ref.abs().max())
 
 
-@pytest.mark.parametrize("route,keep", [("ghost", "captures"), ("grad", "captures"), ("auto", "blocks")])
+@pytest.mark.parametrize("route,keep", [("ghost", "captures"), ("grad", "captures"), ("auto", "blocks"),
+                                        ("auto", "auto")])
 def test_ghost_matches_per_sequence_reference(case, route, keep):
     """Gram matrix, norms, cosines, Phi_hat, <v, g_q> for a direction given up front and one dotted later from the
     kept captures or per-group blocks: all within 1e-6 of the reference (HF's eager attention softmax runs in float32, so the padded
