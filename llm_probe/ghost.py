@@ -117,8 +117,9 @@ def ghost_gaps(model, ro, params="all", directions: dict | None = None, *, keep:
                route: str = "auto", chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> GhostGaps:
     """Gram matrix <g_q, g_r>, norms, Phi_hat_q and <v, g_q> for each of ``directions`` (name -> {parameter
     name -> tensor}, e.g. {"grad": -grad L}) over ``params`` (a llm_probe.probes.select_params subset or a name
-    -> parameter dict), from one forward + backward over the mixed rows (module doc). ``keep``: None, "captures"
-    "blocks" or "auto", what to hold for :meth:`GhostGaps.dot` (e.g. the update, after ``optimizer.step()``; module doc).
+    -> parameter dict), from one forward + backward over the mixed rows (module doc). ``keep``: None, "captures",
+    "blocks" or "auto", what to hold for :meth:`GhostGaps.dot` (e.g. the update, after ``optimizer.step()``;
+    module doc).
     ``p.grad`` is left untouched; the forward runs in eval mode (no dropout)."""
     if keep not in KEEP:
         raise ValueError(f"keep must be one of {KEEP}, got {keep!r}")
