@@ -102,15 +102,15 @@ class GhostBenchConfig:
     route: str = "auto"
     """llm_probe.ghost route: auto, ghost or grad."""
     keep: str = "auto"
-    """What the probe holds across the optimizer step for the update's dot: captures, blocks or auto (per
-    parameter the smaller; llm_probe.ghost)."""
+    """What the probe holds across the optimizer step for the update's dot: captures, blocks, auto (per
+    parameter the smaller; llm_probe.ghost) or none (nothing: the update's dot by one forward-mode pass)."""
     memory: bool = False
     """Also the peak live torch bytes of one step of each (torch.profiler; slow)."""
 
 
 def keep_what(keep: str) -> str:
-    return {"captures": "layer inputs and output gradients", "blocks": "per-group gradients"}.get(
-        keep, "per parameter the smaller of the two")
+    return {"captures": "layer inputs and output gradients", "blocks": "per-group gradients",
+            "none": "nothing; the update's dot by a forward-mode pass"}.get(keep, "per parameter the smaller of the two")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         model, tok, task, _ = warm_policy(setup)
     else:
         setup, (model, tok, task, _) = testbed_setup()
-    res = ghost_step_times(model, tok, task, setup, repeats=a.repeats, route=a.route, keep=a.keep, memory=a.memory)
+    res = ghost_step_times(model, tok, task, setup, repeats=a.repeats, route=a.route,
+                           keep=None if a.keep == "none" else a.keep, memory=a.memory)
     load1 = load_average()
     mib = 2**20
     print(f"{'tiny' if a.tiny else 'testbed'} model, B = {setup.prompts_per_step} x G = {setup.group_size}, "

@@ -348,16 +348,19 @@ class GhostProbe:
     cosines, dphi, M_batch) by :func:`ghost_gaps`, behind the step hook of llm_probe.step_hook: ``before`` at
     theta_k (Gram matrix, <-grad L, g_q>, kept ``keep`` for the update), ``after`` at theta_{k+1}
     (<theta_{k+1} - theta_k, g_q> one parameter at a time, Phi_hat's realised change by a no-grad forward).
+    ``keep=None`` holds nothing across the optimizer step: <theta_{k+1} - theta_k, g_q> is then one forward-mode
+    pass at theta_k along the update (:func:`llm_probe.probes.jvp_alignment`; theta_k from the host's
+    ``Step.theta_k``, else copied), extra memory one parameter-sized copy (the update) and the pass's activations.
     Stage 1: no fixed probe prompts and no DDP shard (each refused in one line)."""
 
-    def __init__(self, model, params: str = "all", *, n_probe_prompts: int = 0, keep: str = "auto",
+    def __init__(self, model, params: str = "all", *, n_probe_prompts: int = 0, keep: str | None = "auto",
                  route: str = "auto"):
         import numpy as np
 
         if n_probe_prompts:
             raise ValueError("GhostProbe: fixed probe prompts are not supported yet (use n_probe_prompts=0)")
-        if keep not in KEEP[1:]:
-            raise ValueError(f"keep must be one of {KEEP[1:]}, got {keep!r}")
+        if keep not in KEEP:
+            raise ValueError(f"keep must be one of {KEEP}, got {keep!r}")
         if route not in ROUTES:
             raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
         self.model, self.keep, self.route = model, keep, route
@@ -378,10 +381,14 @@ class GhostProbe:
             raise ValueError("GhostProbe: DDP shards and probe prompts are not supported yet")
         grads = {n: p.grad.detach() if p.grad is not None else torch.zeros_like(p) for n, p in self.params.items()}
         gg = ghost_gaps(self.model, step.ro, self.params, {"grad": grads}, keep=self.keep, route=self.route)
-        theta_k = step.theta_k if step.theta_k is not None else {}
+        theta_k = step.theta_k
+        if theta_k is None and self.keep is None:  # the JVP runs at theta_k: every moving parameter copied
+            theta_k = {n: p.detach().clone() if p.requires_grad else p.detach()
+                       for n, p in self.model.named_parameters()}
+        theta_k = theta_k or {}
         old = {n: theta_k[n] if n in theta_k else p.detach().clone() for n, p in self.params.items()}
         grad_norm = sum(float(torch.linalg.vector_norm(g)) ** 2 for g in grads.values()) ** 0.5
-        self._pending = (step.ro, gg, old, grad_norm)
+        self._pending = (step.ro, gg, old, grad_norm, theta_k if self.keep is None else None)
         return {}
 
     def cancel(self) -> None:
@@ -389,14 +396,22 @@ class GhostProbe:
 
     def after(self):
         from .gap_probe import ProbeResult
-        from .probes import alignment_metrics, prompt_objectives
+        from .probes import alignment_metrics, jvp_alignment, prompt_objectives
 
         if self._pending is None:
             raise RuntimeError("GhostProbe.after() called without a matching before()")
-        (ro, gg, old, grad_norm), self._pending = self._pending, None
+        (ro, gg, old, grad_norm, theta_k), self._pending = self._pending, None
         upd = sum(float(torch.linalg.vector_norm(p.detach() - old[n])) ** 2 for n, p in self.params.items()) ** 0.5
         Q = len(gg.groups)
-        dmu_u = gg.dot(self.params, minus=old) if Q else torch.zeros(0, dtype=torch.float64)
+        if not Q:
+            dmu_u = torch.zeros(0, dtype=torch.float64)
+        elif theta_k is not None:  # keep=None: one forward-mode pass at theta_k along the update
+            delta = {n: p.detach() - old[n] for n, p in self.params.items()}
+            with eval_mode(self.model):
+                dmu_u = jvp_alignment(self.model, ro, gg.groups, old, delta, base=theta_k).to(torch.float64)
+            del delta
+        else:
+            dmu_u = gg.dot(self.params, minus=old)
         gg.release()
         dmu_g = -gg.dots["grad"]
         out = alignment_metrics("gap", dmu_u if Q else None, dmu_g, None, upd, grad_norm, norms=gg.norms)
