@@ -8,13 +8,17 @@ of Phi_hat (a no-grad forward of the mixed rows). Not in it: the trainer's headr
 probed steps) and the fixed probe prompts. The steps are timed alternately (process CPU
 time and wall), the trajectories checked equal (rewards and losses), and the peak live torch CPU bytes of one step
 of each (benchmarks.llm.peak_memory) compared with the bytes of one copy of the trainable parameters.
+``--trainer``: the probed trainer probes by itself instead (``probe_every=1, probe_alignment="ghost"``): the
+same GhostProbe plus what the trainer adds on a probed step (the headroom meter's forward-mode pass, the gradient
+mass of the token statistics), i.e. the every-step configuration a user would run.
 
-``python -m benchmarks.ghost [--repeats N] [--tiny]``
+``python -m benchmarks.ghost [--repeats N] [--tiny] [--trainer]``
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import tempfile
 from dataclasses import dataclass
 
@@ -69,12 +73,30 @@ class GhostTimes:
     held_bytes: int  # largest bytes the ghost probe held across an optimizer step (what ``keep`` holds)
 
 
+def watch_trainer_probe(trainer: Trainer) -> list:
+    """The list each of ``trainer``'s own probed steps appends (n mixed groups, bytes its GhostProbe holds across the
+    optimizer step) to."""
+    log, probe = [], trainer.probe
+    before = probe.before
+
+    def watched(step):
+        out = before(step)
+        gg = probe._pending[1]
+        log.append((len(gg.groups), gg.held_bytes()))
+        return out
+
+    probe.before = watched
+    return log
+
+
 def ghost_step_times(model, tok, task, setup: LLMSetup, repeats: int = 5, route: str = "auto",
-                     keep: str = "auto", memory: bool = False) -> GhostTimes:
+                     keep: str = "auto", memory: bool = False, trainer: bool = False) -> GhostTimes:
     tmp = tempfile.TemporaryDirectory(prefix="gapdyn_bench_ghost_")
-    tr = {k: Trainer(_config(setup, "off", f"{tmp.name}/{k}"), model=copy.deepcopy(model), tokenizer=tok, task=task)
-          for k in ("plain", "ghost")}
-    log = attach_ghost(tr["ghost"], route=route, keep=keep)
+    cfg = {k: _config(setup, "off", f"{tmp.name}/{k}") for k in ("plain", "ghost")}
+    if trainer:  # the trainer's own every-step ghost probe (its default keep and route)
+        cfg["ghost"] = dataclasses.replace(cfg["ghost"], probe_every=1, probe_alignment="ghost", probe_prompts=0)
+    tr = {k: Trainer(cfg[k], model=copy.deepcopy(model), tokenizer=tok, task=task) for k in ("plain", "ghost")}
+    log = watch_trainer_probe(tr["ghost"]) if trainer else attach_ghost(tr["ghost"], route=route, keep=keep)
     seen = {k: [] for k in tr}
 
     def stepper(k):
@@ -106,11 +128,14 @@ class GhostBenchConfig:
     parameter the smaller; llm_probe.ghost) or none (nothing: the update's dot by one forward-mode pass)."""
     memory: bool = False
     """Also the peak live torch bytes of one step of each (torch.profiler; slow)."""
+    trainer: bool = False
+    """The trainer's own every-step probe (probe_every=1, probe_alignment='ghost'; route and keep its defaults)."""
 
 
 def keep_what(keep: str) -> str:
     return {"captures": "layer inputs and output gradients", "blocks": "per-group gradients",
-            "none": "nothing; the update's dot by a forward-mode pass"}.get(keep, "per parameter the smaller of the two")
+            "none": "nothing; the update's dot by a forward-mode pass"}.get(
+        keep, "per parameter the smaller of the two")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,11 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         setup, (model, tok, task, _) = testbed_setup()
     res = ghost_step_times(model, tok, task, setup, repeats=a.repeats, route=a.route,
-                           keep=None if a.keep == "none" else a.keep, memory=a.memory)
+                           keep=None if a.keep == "none" else a.keep, memory=a.memory, trainer=a.trainer)
     load1 = load_average()
     mib = 2**20
+    how = "the trainer probing (probe_every=1, ghost)" if a.trainer else f"route {a.route}, keep {a.keep}"
     print(f"{'tiny' if a.tiny else 'testbed'} model, B = {setup.prompts_per_step} x G = {setup.group_size}, "
-          f"{res.mixed_per_step:.1f} mixed groups per step, route {a.route}, keep {a.keep}, CPU, 1 thread, {a.repeats} rounds; "
+          f"{res.mixed_per_step:.1f} mixed groups per step, {how}, CPU, 1 thread, {a.repeats} rounds; "
           f"same trajectory: {res.same_trajectory}")
     for k in ("plain", "ghost"):
         print(f"  {k:>5} step: CPU {1e3 * res.times[k].median:8.1f} ms {res.times[k].spread():>12} | wall "
@@ -138,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
           f"[{w.lo:.2f}, {w.hi:.2f}] (target <= 1.3x)")
     if res.peak:
         print(f"  peak extra memory: {(res.peak['ghost'] - res.peak['plain']) / mib:.1f} MiB")
-    print(f"  held across the optimizer step: {res.held_bytes / mib:.1f} MiB ({keep_what(a.keep)}) + the theta_k "
+    print(f"  held across the optimizer step: {res.held_bytes / mib:.1f} MiB "
+          f"({keep_what('auto' if a.trainer else a.keep)}) + the theta_k "
           f"snapshot; one copy of the trainable parameters: {res.param_bytes / mib:.1f} MiB")
     print(f"  load average before {load0[0]:.1f}, after {load1[0]:.1f}")
     return 0
