@@ -27,6 +27,7 @@ import torch
 from gapdyn.cmdline import parse
 from llm_probe import Trainer
 from llm_probe.ghost import GhostProbe
+from llm_probe.probes import mixed_groups
 from llm_probe.step_hook import Step
 
 from .llm import LLMSetup, _config, _interleaved_cpu, peak_memory, testbed_setup, warm_policy
@@ -74,15 +75,15 @@ class GhostTimes:
 
 
 def watch_trainer_probe(trainer: Trainer) -> list:
-    """The list each of ``trainer``'s own probed steps appends (n mixed groups, bytes its GhostProbe holds across the
-    optimizer step) to."""
+    """The list each of ``trainer``'s own probed steps appends (n mixed groups, bytes a GhostProbe holds across the
+    optimizer step; 0 for another probe) to."""
     log, probe = [], trainer.probe
     before = probe.before
 
     def watched(step):
         out = before(step)
-        gg = probe._pending[1]
-        log.append((len(gg.groups), gg.held_bytes()))
+        held = probe._pending[1].held_bytes() if isinstance(probe, GhostProbe) else 0
+        log.append((len(mixed_groups(step.ro.rewards)), held))
         return out
 
     probe.before = watched
@@ -90,11 +91,12 @@ def watch_trainer_probe(trainer: Trainer) -> list:
 
 
 def ghost_step_times(model, tok, task, setup: LLMSetup, repeats: int = 5, route: str = "auto",
-                     keep: str = "auto", memory: bool = False, trainer: bool = False) -> GhostTimes:
+                     keep: str = "auto", memory: bool = False, trainer: bool = False,
+                     alignment: str = "ghost") -> GhostTimes:
     tmp = tempfile.TemporaryDirectory(prefix="gapdyn_bench_ghost_")
     cfg = {k: _config(setup, "off", f"{tmp.name}/{k}") for k in ("plain", "ghost")}
     if trainer:  # the trainer's own every-step ghost probe (its default keep and route)
-        cfg["ghost"] = dataclasses.replace(cfg["ghost"], probe_every=1, probe_alignment="ghost", probe_prompts=0)
+        cfg["ghost"] = dataclasses.replace(cfg["ghost"], probe_every=1, probe_alignment=alignment, probe_prompts=0)
     tr = {k: Trainer(cfg[k], model=copy.deepcopy(model), tokenizer=tok, task=task) for k in ("plain", "ghost")}
     log = watch_trainer_probe(tr["ghost"]) if trainer else attach_ghost(tr["ghost"], route=route, keep=keep)
     seen = {k: [] for k in tr}
@@ -129,7 +131,9 @@ class GhostBenchConfig:
     memory: bool = False
     """Also the peak live torch bytes of one step of each (torch.profiler; slow)."""
     trainer: bool = False
-    """The trainer's own every-step probe (probe_every=1, probe_alignment='ghost'; route and keep its defaults)."""
+    """The trainer's own every-step probe (probe_every=1, probe_alignment=alignment; ghost: its default keep)."""
+    alignment: str = "ghost"
+    """With --trainer: the trainer's probe_alignment (ghost, or dot / jvp / both / stream to compare)."""
 
 
 def keep_what(keep: str) -> str:
@@ -149,10 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         setup, (model, tok, task, _) = testbed_setup()
     res = ghost_step_times(model, tok, task, setup, repeats=a.repeats, route=a.route,
-                           keep=None if a.keep == "none" else a.keep, memory=a.memory, trainer=a.trainer)
+                           keep=None if a.keep == "none" else a.keep, memory=a.memory, trainer=a.trainer,
+                           alignment=a.alignment)
     load1 = load_average()
     mib = 2**20
-    how = "the trainer probing (probe_every=1, ghost)" if a.trainer else f"route {a.route}, keep {a.keep}"
+    how = f"the trainer probing (probe_every=1, {a.alignment})" if a.trainer else f"route {a.route}, keep {a.keep}"
     print(f"{'tiny' if a.tiny else 'testbed'} model, B = {setup.prompts_per_step} x G = {setup.group_size}, "
           f"{res.mixed_per_step:.1f} mixed groups per step, {how}, CPU, 1 thread, {a.repeats} rounds; "
           f"same trajectory: {res.same_trajectory}")
@@ -164,9 +169,10 @@ def main(argv: list[str] | None = None) -> int:
           f"[{w.lo:.2f}, {w.hi:.2f}] (target <= 1.3x)")
     if res.peak:
         print(f"  peak extra memory: {(res.peak['ghost'] - res.peak['plain']) / mib:.1f} MiB")
-    print(f"  held across the optimizer step: {res.held_bytes / mib:.1f} MiB "
-          f"({keep_what('auto' if a.trainer else a.keep)}) + the theta_k "
-          f"snapshot; one copy of the trainable parameters: {res.param_bytes / mib:.1f} MiB")
+    if not a.trainer or a.alignment == "ghost":
+        print(f"  held across the optimizer step: {res.held_bytes / mib:.1f} MiB "
+              f"({keep_what('auto' if a.trainer else a.keep)}) + the theta_k snapshot")
+    print(f"  one copy of the trainable parameters: {res.param_bytes / mib:.1f} MiB")
     print(f"  load average before {load0[0]:.1f}, after {load1[0]:.1f}")
     return 0
 
