@@ -167,3 +167,23 @@ def test_callback_ghost_route_refuses_ddp(monkeypatch):
         cb.on_train_begin(SimpleNamespace(temperature=1.0, num_generations=4), None, None)
     with pytest.raises(ValueError, match="alignment must be one of"):
         cbm.GapProbeCallback(build_char_tokenizer(), 4, alignment="ghosts")
+
+
+def test_ghost_probe_is_a_step_hook_with_the_gap_probes_signature():
+    import inspect
+
+    from llm_probe.gap_probe import GapProbe
+    from llm_probe.step_hook import StepHook
+    from tests.llm_helpers import sampled_rollout, tiny
+
+    for name in ("before", "after", "cancel"):
+        sig = [[(p.name, p.kind) for p in inspect.signature(getattr(c, name)).parameters.values()]
+               for c in (GapProbe, GhostProbe)]
+        assert sig[0] == sig[1], name
+    model, tok = tiny(seed=0)
+    probe = GhostProbe(model)
+    assert isinstance(probe, StepHook)
+    with pytest.raises(ValueError, match="takes a llm_probe.step_hook.Step"):
+        probe.before(sampled_rollout(model, tok, B=2, G=4, T=4, seed=1))
+    with pytest.raises(ValueError, match="keep must be one of"):
+        GhostProbe(model, keep="all")
