@@ -187,3 +187,41 @@ def test_ghost_probe_is_a_step_hook_with_the_gap_probes_signature():
         probe.before(sampled_rollout(model, tok, B=2, G=4, T=4, seed=1))
     with pytest.raises(ValueError, match="keep must be one of"):
         GhostProbe(model, keep="all")
+
+
+@pytest.mark.parametrize("keep", ["auto", None])
+def test_ghost_probe_on_a_lora_model_equals_the_dot_probe(keep):
+    """PEFT LoRA (adapters on q_proj, v_proj; the base frozen): the adapters' gap norms, dmu_update and dmu_grad of
+    GhostProbe equal GapProbe's dot route on one step (float64; the JVP of keep=None passes through HF's float32
+    attention softmax, hence 1e-6)."""
+    pytest.importorskip("peft")
+    import torch
+
+    from llm_probe.gap_probe import GapProbe
+    from llm_probe.step_hook import Step
+    from tests.llm_helpers import sampled_rollout
+    from tests.test_llm_lora import lora_model
+
+    model, tok = lora_model()
+    model.double()
+    ro = sampled_rollout(model, tok, B=3, G=4, T=5)
+    g = torch.Generator().manual_seed(0)
+    tr = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    grad = {n: torch.randn(p.shape, generator=g, dtype=p.dtype) for n, p in tr.items()}
+    step = {n: torch.randn(p.shape, generator=g, dtype=p.dtype) * 1e-3 for n, p in tr.items()}
+    saved = {n: p.detach().clone() for n, p in tr.items()}
+    res = {}
+    for key, probe in (("ghost", GhostProbe(model, keep=keep)), ("dot", GapProbe(model))):
+        for n, p in tr.items():
+            p.grad = grad[n].clone()
+        probe.before(Step(ro))
+        with torch.no_grad():
+            for n, p in tr.items():
+                p.add_(step[n])
+        res[key] = probe.after()
+        with torch.no_grad():
+            for n, p in tr.items():
+                p.copy_(saved[n])
+    assert res["dot"].metrics["gap/n_prompts"] > 0
+    for k in ("gap_norms", "dmu_update", "dmu_grad"):
+        assert _close(getattr(res["ghost"], k), getattr(res["dot"], k)), k
