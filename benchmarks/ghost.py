@@ -8,13 +8,17 @@ of Phi_hat (a no-grad forward of the mixed rows). Not in it: the trainer's headr
 probed steps) and the fixed probe prompts. The steps are timed alternately (process CPU
 time and wall), the trajectories checked equal (rewards and losses), and the peak live torch CPU bytes of one step
 of each (benchmarks.llm.peak_memory) compared with the bytes of one copy of the trainable parameters.
+``--trainer``: the probed trainer probes by itself instead (``probe_every=1, probe_alignment="ghost"``): the
+same GhostProbe plus what the trainer adds on a probed step (the headroom meter's forward-mode pass, the gradient
+mass of the token statistics), i.e. the every-step configuration a user would run.
 
-``python -m benchmarks.ghost [--repeats N] [--tiny]``
+``python -m benchmarks.ghost [--repeats N] [--tiny] [--trainer]``
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import tempfile
 from dataclasses import dataclass
 
@@ -23,6 +27,7 @@ import torch
 from gapdyn.cmdline import parse
 from llm_probe import Trainer
 from llm_probe.ghost import GhostProbe
+from llm_probe.probes import mixed_groups
 from llm_probe.step_hook import Step
 
 from .llm import LLMSetup, _config, _interleaved_cpu, peak_memory, testbed_setup, warm_policy
@@ -31,7 +36,7 @@ from .timing import load_average, ratio
 __all__ = ["attach_ghost", "ghost_step_times", "main"]
 
 
-def attach_ghost(trainer: Trainer, *, route: str = "auto", keep: str = "captures") -> list:
+def attach_ghost(trainer: Trainer, *, route: str = "auto", keep: str = "auto") -> list:
     """Wrap ``trainer``'s rollout and optimizer step so every step runs :class:`llm_probe.ghost.GhostProbe` around
     it (before at theta_k, after at theta_{k+1}: every ``gap/*`` metric of the dot route, the realised change of
     Phi_hat included); returns the list each probed step appends (n mixed groups, bytes held across the step) to."""
@@ -69,12 +74,31 @@ class GhostTimes:
     held_bytes: int  # largest bytes the ghost probe held across an optimizer step (what ``keep`` holds)
 
 
+def watch_trainer_probe(trainer: Trainer) -> list:
+    """The list each of ``trainer``'s own probed steps appends (n mixed groups, bytes a GhostProbe holds across the
+    optimizer step; 0 for another probe) to."""
+    log, probe = [], trainer.probe
+    before = probe.before
+
+    def watched(step):
+        out = before(step)
+        held = probe._pending[1].held_bytes() if isinstance(probe, GhostProbe) else 0
+        log.append((len(mixed_groups(step.ro.rewards)), held))
+        return out
+
+    probe.before = watched
+    return log
+
+
 def ghost_step_times(model, tok, task, setup: LLMSetup, repeats: int = 5, route: str = "auto",
-                     keep: str = "captures", memory: bool = False) -> GhostTimes:
+                     keep: str = "auto", memory: bool = False, trainer: bool = False,
+                     alignment: str = "ghost") -> GhostTimes:
     tmp = tempfile.TemporaryDirectory(prefix="gapdyn_bench_ghost_")
-    tr = {k: Trainer(_config(setup, "off", f"{tmp.name}/{k}"), model=copy.deepcopy(model), tokenizer=tok, task=task)
-          for k in ("plain", "ghost")}
-    log = attach_ghost(tr["ghost"], route=route, keep=keep)
+    cfg = {k: _config(setup, "off", f"{tmp.name}/{k}") for k in ("plain", "ghost")}
+    if trainer:  # the trainer's own every-step ghost probe (its default keep and route)
+        cfg["ghost"] = dataclasses.replace(cfg["ghost"], probe_every=1, probe_alignment=alignment, probe_prompts=0)
+    tr = {k: Trainer(cfg[k], model=copy.deepcopy(model), tokenizer=tok, task=task) for k in ("plain", "ghost")}
+    log = watch_trainer_probe(tr["ghost"]) if trainer else attach_ghost(tr["ghost"], route=route, keep=keep)
     seen = {k: [] for k in tr}
 
     def stepper(k):
@@ -101,14 +125,21 @@ class GhostBenchConfig:
     """The warmed tiny Qwen of benchmarks.llm instead of the testbed's pinned small warm start."""
     route: str = "auto"
     """llm_probe.ghost route: auto, ghost or grad."""
-    keep: str = "captures"
-    """What the probe holds across the optimizer step for the update's dot: captures or blocks."""
+    keep: str = "auto"
+    """What the probe holds across the optimizer step for the update's dot: captures, blocks, auto (per
+    parameter the smaller; llm_probe.ghost) or none (nothing: the update's dot by one forward-mode pass)."""
     memory: bool = False
     """Also the peak live torch bytes of one step of each (torch.profiler; slow)."""
+    trainer: bool = False
+    """The trainer's own every-step probe (probe_every=1, probe_alignment=alignment; ghost: its default keep)."""
+    alignment: str = "ghost"
+    """With --trainer: the trainer's probe_alignment (ghost, or dot / jvp / both / stream to compare)."""
 
 
 def keep_what(keep: str) -> str:
-    return "layer inputs and output gradients" if keep == "captures" else "per-group gradients"
+    return {"captures": "layer inputs and output gradients", "blocks": "per-group gradients",
+            "none": "nothing; the update's dot by a forward-mode pass"}.get(
+        keep, "per parameter the smaller of the two")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,11 +152,14 @@ def main(argv: list[str] | None = None) -> int:
         model, tok, task, _ = warm_policy(setup)
     else:
         setup, (model, tok, task, _) = testbed_setup()
-    res = ghost_step_times(model, tok, task, setup, repeats=a.repeats, route=a.route, keep=a.keep, memory=a.memory)
+    res = ghost_step_times(model, tok, task, setup, repeats=a.repeats, route=a.route,
+                           keep=None if a.keep == "none" else a.keep, memory=a.memory, trainer=a.trainer,
+                           alignment=a.alignment)
     load1 = load_average()
     mib = 2**20
+    how = f"the trainer probing (probe_every=1, {a.alignment})" if a.trainer else f"route {a.route}, keep {a.keep}"
     print(f"{'tiny' if a.tiny else 'testbed'} model, B = {setup.prompts_per_step} x G = {setup.group_size}, "
-          f"{res.mixed_per_step:.1f} mixed groups per step, route {a.route}, keep {a.keep}, CPU, 1 thread, {a.repeats} rounds; "
+          f"{res.mixed_per_step:.1f} mixed groups per step, {how}, CPU, 1 thread, {a.repeats} rounds; "
           f"same trajectory: {res.same_trajectory}")
     for k in ("plain", "ghost"):
         print(f"  {k:>5} step: CPU {1e3 * res.times[k].median:8.1f} ms {res.times[k].spread():>12} | wall "
@@ -135,8 +169,10 @@ def main(argv: list[str] | None = None) -> int:
           f"[{w.lo:.2f}, {w.hi:.2f}] (target <= 1.3x)")
     if res.peak:
         print(f"  peak extra memory: {(res.peak['ghost'] - res.peak['plain']) / mib:.1f} MiB")
-    print(f"  held across the optimizer step: {res.held_bytes / mib:.1f} MiB ({keep_what(a.keep)}) + the theta_k "
-          f"snapshot; one copy of the trainable parameters: {res.param_bytes / mib:.1f} MiB")
+    if not a.trainer or a.alignment == "ghost":
+        print(f"  held across the optimizer step: {res.held_bytes / mib:.1f} MiB "
+              f"({keep_what('auto' if a.trainer else a.keep)}) + the theta_k snapshot")
+    print(f"  one copy of the trainable parameters: {res.param_bytes / mib:.1f} MiB")
     print(f"  load average before {load0[0]:.1f}, after {load1[0]:.1f}")
     return 0
 

@@ -109,6 +109,7 @@ from transformers import TrainerCallback
 from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
 
 from .gap_probe import ALIGNMENT_ROUTES, GapProbe
+from .ghost import GhostProbe
 from .model import check_model
 from .probe_forward import probe_forwards
 from .rollout import Rollout, encode_prompts, left_pad
@@ -125,6 +126,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["GapProbeCallback"]
 
+_ROUTES = ALIGNMENT_ROUTES + ("ghost",)  # "ghost": llm_probe.ghost.GhostProbe (gram matrix, no gap vectors)
 _RUNNING_SUMS = ("gap/M_batch", "gap/M_mean")  # logged as their last value, not a mean over steps
 
 
@@ -155,8 +157,8 @@ class GapProbeCallback(TrainerCallback):
             raise ValueError(f"num_generations must be an integer >= 2 or None, got {num_generations!r}")
         if isinstance(probe_every, bool) or not isinstance(probe_every, int) or probe_every < 1:
             raise ValueError(f"probe_every must be a positive integer, got {probe_every!r}")
-        if alignment not in ALIGNMENT_ROUTES:
-            raise ValueError(f"alignment must be one of {ALIGNMENT_ROUTES}, got {alignment!r}")
+        if alignment not in _ROUTES:
+            raise ValueError(f"alignment must be one of {_ROUTES}, got {alignment!r}")
         if not isinstance(headroom, bool):
             raise ValueError(f"headroom must be a bool, got {headroom!r}")
         for name, v in (("c", c), ("delta", delta)):
@@ -314,6 +316,9 @@ class GapProbeCallback(TrainerCallback):
         if kw.get("train_dataloader") is not None:
             self._note_sampling(args)
         self._set_sharded(sharded_kind(args, kw.get("model")))
+        if self.alignment == "ghost" and self._sharded is None and _world_size() > 1:
+            raise ValueError(f"alignment='ghost' probes one process only ({_world_size()} here): use alignment='dot' "
+                             "under DDP")
         G = getattr(args, "num_generations", None)
         if G is not None:
             if self.G is None:
@@ -467,6 +472,8 @@ class GapProbeCallback(TrainerCallback):
         self._set_sharded(sharded_kind(None, model))
         if self._sharded:
             return ForwardProbe(model, c=self.c, delta=self.delta, headroom=self.headroom)
+        if self.alignment == "ghost":
+            return GhostProbe(model, self.params_spec)
         return GapProbe(model, self.params_spec, alignment=self.alignment)
 
     def _before(self, state, model, opt) -> None:

@@ -159,16 +159,18 @@ class TrainConfig:
     warmup_lr: float = WARMUP_LR
     """Warm-up Adam learning rate."""
     probe_every: int = 10
-    """Run the gradient-gap probes every n steps (0: never; 1: every step). A probe step costs ~2.8-3.6x a
-    plain step of the tiny Qwen on CPU; the default cadence of 10 keeps the amortised cost near 1.2x
-    (docs/llm_probe.md, BENCHMARKS.md)."""
+    """Run the gradient-gap probes every n steps (0: never; 1: every step). A probed step costs 2.2-2.3x a plain
+    step on the testbed cell on CPU (dot or ghost route, with the headroom meter; 4.9x on the tiny Qwen with more
+    mixed groups), so the default cadence of 10 keeps the amortised cost near 1.1-1.5x (BENCHMARKS.md: "Every-step
+    ghost probe", "Targets")."""
     probe_params: str = "all"
     """Parameters the probes differentiate: 'all' (= 'trainable': every parameter with requires_grad, the
     adapters under PEFT/LoRA), 'lm_head', or a regex on parameter names."""
-    probe_alignment: Literal["dot", "jvp", "both", "stream"] = "dot"
-    """Route for dmu: dot products with gap vectors, a forward-mode JVP, both (logs their max difference), or
+    probe_alignment: Literal["dot", "jvp", "both", "stream", "ghost"] = "dot"
+    """Route for dmu: dot products with gap vectors, a forward-mode JVP, both (logs their max difference),
     stream (one group at a time: memory does not grow with prompts x parameters; 'dot'/'both' switch to it
-    on their own above 1 GiB of gap vectors)."""
+    on their own above 1 GiB of gap vectors), or ghost (llm_probe.ghost: the dot route's numbers from one
+    forward + backward over the mixed groups without per-prompt gradient vectors; needs probe_prompts 0)."""
     probe_prompts: int = 8
     """Size of the fixed probe-prompt set whose cumulative M_q is tracked (0: none)."""
     probe_group_size: int = 8
@@ -216,6 +218,9 @@ class TrainConfig:
         if not str(self.method).strip():
             raise ValueError("--method must name a loss, got an empty string")
         check_device(self.device)
+        if self.probe_alignment == "ghost" and self.probe_prompts != 0:
+            raise ValueError(f"--probe-alignment ghost tracks no fixed probe prompts: it needs --probe-prompts "
+                             f"(probe_prompts) 0, got {self.probe_prompts}")
         if self.safe_step and self.num_iterations != 1:
             raise ValueError(f"--safe-step needs --num-iterations 1 (it scales one optimizer step), got "
                              f"{self.num_iterations}")

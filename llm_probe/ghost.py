@@ -27,8 +27,10 @@ acts, and beta = 0: no KL term) and, where a group's rows share their prompt's f
 same ratio c_qn / (dL/dlog pi_n) on the group's rows; otherwise the probe needs a backward of its own (this
 module's). Directions known only later (the update theta_{k+1} - theta_k) are dotted by :meth:`GhostGaps.dot`
 from what ``keep`` holds: "captures" (the layer inputs and output gradients, N (d_in + d_out) numbers a layer:
-one matmul a layer per direction, no forward) or "blocks" (the per-group gradients of every parameter, Q copies of
-the parameters: a dot product per direction), whichever is smaller for the shape at hand.
+one matmul a layer per direction, no forward), "blocks" (the per-group gradients of every parameter, Q copies of
+the parameters: a dot product per direction) or "auto": per parameter the smaller of the two where the
+per-group-gradient route formed the block anyway, the captures where the ghost route ran. Captures a parameter
+does not hold are dropped as soon as its contribution is summed.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from .probes import _contrast_weights, mixed_groups, select_params
 __all__ = ["GhostGaps", "ghost_gaps", "GhostProbe", "ROUTES", "KEEP"]
 
 ROUTES = ("auto", "ghost", "grad")
-KEEP = (None, "captures", "blocks")
+KEEP = (None, "captures", "blocks", "auto")
 DEFAULT_CHUNK_BYTES = 2**26  # largest per-group block [Q, rows, ...] held at once (64 MiB)
 
 
@@ -70,8 +72,7 @@ class GhostGaps:
     gram: torch.Tensor  # [Q, Q] float64
     dots: dict  # direction name -> [Q] float64 <v, g_q>
     routes: dict  # parameter name -> "ghost" | "grad" | "module"
-    _uses: dict | None = field(default=None, repr=False)  # keep="captures": name -> [_Use]
-    _blocks: dict | None = field(default=None, repr=False)  # keep="blocks": name -> [Q, numel] per-group gradient
+    _held: dict | None = field(default=None, repr=False)  # with keep: name -> [_Use] or [Q, numel] per-group grad
 
     @property
     def norms(self) -> torch.Tensor:
@@ -88,15 +89,15 @@ class GhostGaps:
         """<v, g_q> [Q] float64 for a direction v (parameter name -> tensor) from what ``keep`` held;
         with ``minus``, v = direction - minus formed one parameter at a time (e.g. the update: the module's
         parameters after the step minus a snapshot of theta_k, without a copy of the whole update)."""
-        held = self._uses if self._uses is not None else self._blocks
-        if held is None:
-            raise RuntimeError("GhostGaps.dot needs ghost_gaps(..., keep='captures' or 'blocks') and no release()")
+        if self._held is None:
+            raise RuntimeError("GhostGaps.dot needs ghost_gaps(..., keep='captures', 'blocks' or 'auto') and no "
+                               "release()")
         out = torch.zeros(len(self.groups), dtype=torch.float64)
-        for n, kept in held.items():
+        for n, kept in self._held.items():
             if n not in direction or (minus is not None and n not in minus):
                 raise ValueError(f"direction lacks parameter {n!r}")
             v = direction[n].detach() if minus is None else direction[n].detach() - minus[n].detach()
-            if self._blocks is not None:
+            if torch.is_tensor(kept):
                 out += (kept @ v.reshape(-1).to(kept.device, kept.dtype)).to(torch.float64).cpu()
             else:
                 for u in kept:
@@ -105,27 +106,20 @@ class GhostGaps:
 
     def held_bytes(self) -> int:
         """Bytes of the distinct tensor storages ``keep`` holds (0 after :meth:`release`)."""
-        seen = {}
-        for kept in (self._uses or {}).values():
-            for u in kept:
-                for t in (u.a, u.d, u.per_group):
-                    if t is not None:
-                        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        for t in (self._blocks or {}).values():
-            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return sum(seen.values())
+        return _storage_bytes(t for kept in (self._held or {}).values() for t in _tensors(kept))
 
     def release(self) -> None:
         """Drop what ``keep`` held."""
-        self._uses = self._blocks = None
+        self._held = None
 
 
 def ghost_gaps(model, ro, params="all", directions: dict | None = None, *, keep: str | None = None,
                route: str = "auto", chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> GhostGaps:
     """Gram matrix <g_q, g_r>, norms, Phi_hat_q and <v, g_q> for each of ``directions`` (name -> {parameter
     name -> tensor}, e.g. {"grad": -grad L}) over ``params`` (a llm_probe.probes.select_params subset or a name
-    -> parameter dict), from one forward + backward over the mixed rows (module doc). ``keep``: None, "captures"
-    or "blocks", what to hold for :meth:`GhostGaps.dot` (e.g. the update, after ``optimizer.step()``; module doc).
+    -> parameter dict), from one forward + backward over the mixed rows (module doc). ``keep``: None, "captures",
+    "blocks" or "auto", what to hold for :meth:`GhostGaps.dot` (e.g. the update, after ``optimizer.step()``;
+    module doc).
     ``p.grad`` is left untouched; the forward runs in eval mode (no dropout)."""
     if keep not in KEEP:
         raise ValueError(f"keep must be one of {KEEP}, got {keep!r}")
@@ -146,19 +140,21 @@ def ghost_gaps(model, ro, params="all", directions: dict | None = None, *, keep:
     if Q == 0:
         z = torch.zeros(0, dtype=torch.float64)
         return GhostGaps(groups, z, n_pos, n_neg, torch.zeros(0, 0, dtype=torch.float64),
-                         {k: z for k in directions}, {}, {} if keep == "captures" else None,
-                         {} if keep == "blocks" else None)
+                         {k: z for k in directions}, {}, {} if keep else None)
     rows = torch.cat([torch.arange(b * G, (b + 1) * G) for b in groups.tolist()]).to(ro.completion_ids.device)
     c = _contrast_weights(ro.rewards, groups).to(ro.completion_ids.device)[:, rows].sum(0)  # [Q*G]: one group a row
     with eval_mode(model):
         phi, uses = _capture(model, ro, rows, c, params, Q)
     gram = torch.zeros(Q, Q, dtype=torch.float64)
     dots = {k: torch.zeros(Q, dtype=torch.float64) for k in directions}
-    routes = {}
-    blocks = {} if keep == "blocks" else None
-    for n, us in uses.items():
-        routes[n] = _accumulate(n, params[n], us, directions, gram, dots, route, chunk_bytes, blocks)
-    return GhostGaps(groups, phi, n_pos, n_neg, gram, dots, routes, uses if keep == "captures" else None, blocks)
+    routes, held = {}, {} if keep else None
+    for n in list(uses):
+        us = uses.pop(n)  # this parameter's captures: dropped after its sums unless held
+        routes[n], blk = _accumulate(n, params[n], us, directions, gram, dots, route, chunk_bytes, keep)
+        if held is not None:
+            held[n] = us if blk is None else blk
+        del us
+    return GhostGaps(groups, phi, n_pos, n_neg, gram, dots, routes, held)
 
 
 def _capture(model, ro, rows, c, params, Q):
@@ -265,10 +261,10 @@ def _use_dot(u: _Use, v: torch.Tensor) -> torch.Tensor:
     return (rows * u.d).sum((1, 2)).to(torch.float64).cpu()
 
 
-def _accumulate(name, p, uses, directions, gram, dots, route, chunk_bytes, blocks=None) -> str:
-    """Add one parameter's contribution to ``gram`` and ``dots`` (and its per-group gradient to ``blocks``, a
-    dict, when given); returns the route taken."""
-    if len(uses) == 1 and uses[0].kind == "weight" and route != "grad" and blocks is None:
+def _accumulate(name, p, uses, directions, gram, dots, route, chunk_bytes, keep=None):
+    """Add one parameter's contribution to ``gram`` and ``dots``; returns (the route taken, its per-group gradient
+    [Q, numel] when ``keep`` holds it: "blocks", or "auto" where it is no larger than the captures, else None)."""
+    if len(uses) == 1 and uses[0].kind == "weight" and route != "grad" and keep != "blocks":
         u = uses[0]
         live = u.d.abs().amax(-1) > 0  # [Q, M] tokens with a non-zero output gradient
         N = int(live.sum())
@@ -277,8 +273,10 @@ def _accumulate(name, p, uses, directions, gram, dots, route, chunk_bytes, block
             _ghost_gram(u, live, gram, chunk_bytes)
             for k, v in directions.items():
                 dots[k] += _use_dot(u, v[name].detach())
-            return "ghost"
+            return "ghost", None
     Q = gram.shape[0]
+    hold = keep == "blocks" or (keep == "auto" and Q * p.numel() * p.element_size()
+                                <= _storage_bytes(t for u in uses for t in _tensors([u])))
     per_row = max(1, p[0].numel()) * Q * p.element_size()
     step = max(1, chunk_bytes // per_row)
     vs = {k: v[name].detach().to(p.device, p.dtype) for k, v in directions.items()}
@@ -287,14 +285,26 @@ def _accumulate(name, p, uses, directions, gram, dots, route, chunk_bytes, block
         r1 = min(r0 + step, p.shape[0]) if p.dim() else 1
         blk = sum(_block(u, p, r0, r1) for u in uses).reshape(Q, -1)
         gram += (blk @ blk.T).to(torch.float64).cpu()
-        if blocks is not None:
+        if hold:
             parts.append(blk)
         for k, v in vs.items():
             vk = (v[r0:r1] if p.dim() else v).reshape(-1)
             dots[k] += (blk @ vk).to(torch.float64).cpu()
-    if blocks is not None:
-        blocks[name] = parts[0] if len(parts) == 1 else torch.cat(parts, 1)
-    return "module" if all(u.kind == "module" for u in uses) else "grad"
+    kept = (parts[0] if len(parts) == 1 else torch.cat(parts, 1)) if hold else None
+    return ("module" if all(u.kind == "module" for u in uses) else "grad"), kept
+
+
+def _tensors(kept):
+    """The tensors a held entry refers to: a per-group gradient, or the captures of a list of uses."""
+    if torch.is_tensor(kept):
+        return [kept]
+    return [t for u in kept for t in (u.a, u.d, u.per_group) if t is not None]
+
+
+def _storage_bytes(tensors) -> int:
+    """Bytes of the distinct storages under ``tensors``."""
+    seen = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+    return sum(seen.values())
 
 
 def _block(u: _Use, p, r0: int, r1: int) -> torch.Tensor:
@@ -338,16 +348,19 @@ class GhostProbe:
     cosines, dphi, M_batch) by :func:`ghost_gaps`, behind the step hook of llm_probe.step_hook: ``before`` at
     theta_k (Gram matrix, <-grad L, g_q>, kept ``keep`` for the update), ``after`` at theta_{k+1}
     (<theta_{k+1} - theta_k, g_q> one parameter at a time, Phi_hat's realised change by a no-grad forward).
+    ``keep=None`` holds nothing across the optimizer step: <theta_{k+1} - theta_k, g_q> is then one forward-mode
+    pass at theta_k along the update (:func:`llm_probe.probes.jvp_alignment`; theta_k from the host's
+    ``Step.theta_k``, else copied), extra memory one parameter-sized copy (the update) and the pass's activations.
     Stage 1: no fixed probe prompts and no DDP shard (each refused in one line)."""
 
-    def __init__(self, model, params: str = "all", *, n_probe_prompts: int = 0, keep: str = "captures",
+    def __init__(self, model, params: str = "all", *, n_probe_prompts: int = 0, keep: str | None = "auto",
                  route: str = "auto"):
         import numpy as np
 
         if n_probe_prompts:
             raise ValueError("GhostProbe: fixed probe prompts are not supported yet (use n_probe_prompts=0)")
-        if keep not in ("captures", "blocks"):
-            raise ValueError(f"keep must be 'captures' or 'blocks', got {keep!r}")
+        if keep not in KEEP:
+            raise ValueError(f"keep must be one of {KEEP}, got {keep!r}")
         if route not in ROUTES:
             raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
         self.model, self.keep, self.route = model, keep, route
@@ -368,10 +381,14 @@ class GhostProbe:
             raise ValueError("GhostProbe: DDP shards and probe prompts are not supported yet")
         grads = {n: p.grad.detach() if p.grad is not None else torch.zeros_like(p) for n, p in self.params.items()}
         gg = ghost_gaps(self.model, step.ro, self.params, {"grad": grads}, keep=self.keep, route=self.route)
-        theta_k = step.theta_k if step.theta_k is not None else {}
+        theta_k = step.theta_k
+        if theta_k is None and self.keep is None:  # the JVP runs at theta_k: every moving parameter copied
+            theta_k = {n: p.detach().clone() if p.requires_grad else p.detach()
+                       for n, p in self.model.named_parameters()}
+        theta_k = theta_k or {}
         old = {n: theta_k[n] if n in theta_k else p.detach().clone() for n, p in self.params.items()}
         grad_norm = sum(float(torch.linalg.vector_norm(g)) ** 2 for g in grads.values()) ** 0.5
-        self._pending = (step.ro, gg, old, grad_norm)
+        self._pending = (step.ro, gg, old, grad_norm, theta_k if self.keep is None else None)
         return {}
 
     def cancel(self) -> None:
@@ -379,14 +396,22 @@ class GhostProbe:
 
     def after(self):
         from .gap_probe import ProbeResult
-        from .probes import alignment_metrics, prompt_objectives
+        from .probes import alignment_metrics, jvp_alignment, prompt_objectives
 
         if self._pending is None:
             raise RuntimeError("GhostProbe.after() called without a matching before()")
-        (ro, gg, old, grad_norm), self._pending = self._pending, None
+        (ro, gg, old, grad_norm, theta_k), self._pending = self._pending, None
         upd = sum(float(torch.linalg.vector_norm(p.detach() - old[n])) ** 2 for n, p in self.params.items()) ** 0.5
         Q = len(gg.groups)
-        dmu_u = gg.dot(self.params, minus=old) if Q else torch.zeros(0, dtype=torch.float64)
+        if not Q:
+            dmu_u = torch.zeros(0, dtype=torch.float64)
+        elif theta_k is not None:  # keep=None: one forward-mode pass at theta_k along the update
+            delta = {n: p.detach() - old[n] for n, p in self.params.items()}
+            with eval_mode(self.model):
+                dmu_u = jvp_alignment(self.model, ro, gg.groups, old, delta, base=theta_k).to(torch.float64)
+            del delta
+        else:
+            dmu_u = gg.dot(self.params, minus=old)
         gg.release()
         dmu_g = -gg.dots["grad"]
         out = alignment_metrics("gap", dmu_u if Q else None, dmu_g, None, upd, grad_norm, norms=gg.norms)

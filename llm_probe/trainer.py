@@ -43,6 +43,7 @@ from .config import TrainConfig
 from .losses import LOSSES, policy_loss
 from .model import TinyQwenSpec, build_tiny_qwen, completion_logprobs, load_policy
 from .gap_probe import GapProbe
+from .ghost import GhostProbe
 from .headroom import headroom_metrics, step_headroom
 from .step_hook import Step
 from .probes import token_stats
@@ -233,8 +234,11 @@ class Trainer:
             self.task.sample(np.random.default_rng(seeds["probe_prompts"]), cfg.probe_prompts) if cfg.probe_prompts
             else []
         )
-        self.probe = GapProbe(self.model, cfg.probe_params, alignment=cfg.probe_alignment,
-                              n_probe_prompts=len(self.probe_problems))
+        if cfg.probe_alignment == "ghost":  # llm_probe.ghost: no fixed probe prompts (TrainConfig refuses them)
+            self.probe = GhostProbe(self.model, cfg.probe_params)
+        else:
+            self.probe = GapProbe(self.model, cfg.probe_params, alignment=cfg.probe_alignment,
+                                  n_probe_prompts=len(self.probe_problems))
         self.safe = (SafeStepController(self.model, c=cfg.safe_step_c, delta=cfg.safe_step_delta) if cfg.safe_step
                      else None)
 

@@ -56,7 +56,8 @@ def _rel(x, ref):
     return float((x - ref).abs().max() / ref.abs().max())
 
 
-@pytest.mark.parametrize("route,keep", [("ghost", "captures"), ("grad", "captures"), ("auto", "blocks")])
+@pytest.mark.parametrize("route,keep", [("ghost", "captures"), ("grad", "captures"), ("auto", "blocks"),
+                                        ("auto", "auto")])
 def test_ghost_matches_per_sequence_reference(case, route, keep):
     """Gram matrix, norms, cosines, Phi_hat, <v, g_q> for a direction given up front and one dotted later from the
     kept captures or per-group blocks: all within 1e-6 of the reference (HF's eager attention softmax runs in float32, so the padded
@@ -106,7 +107,8 @@ def test_ghost_subset_and_bad_input(case):
     assert empty.gram.shape == (0, 0) and len(empty.phi) == 0
 
 
-def test_ghost_probe_step_hook(case):
+@pytest.mark.parametrize("keep", ["auto", None])
+def test_ghost_probe_step_hook(case, keep):
     """GhostProbe through the step hook: dmu_update = <theta_{k+1} - theta_k, g_q>, dmu_grad = <-grad L, g_q> and
     the norms against the reference; the metric names are GapProbe's (dot route) on the same step."""
     from llm_probe.gap_probe import GapProbe
@@ -118,7 +120,7 @@ def test_ghost_probe_step_hook(case):
     saved = {n: p.detach().clone() for n, p in model.named_parameters()}
     metrics = {}
     try:
-        for key, probe in (("ghost", GhostProbe(model)), ("dot", GapProbe(model, alignment="dot"))):
+        for key, probe in (("ghost", GhostProbe(model, keep=keep)), ("dot", GapProbe(model, alignment="dot"))):
             for n, p in model.named_parameters():
                 p.grad = dirs[0][n].clone()
             probe.before(Step(ro))
