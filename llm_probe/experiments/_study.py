@@ -20,13 +20,34 @@ from gapdyn.claims import CONFIRMATION_SEEDS
 from ..collapse import OUTCOME_WINDOW, SENSITIVITY_WINDOW, RewardOutcome, reward_outcome
 from ..seeds import STUDY_SEED, derive_seed
 
-__all__ = ["CONFIRMATION_START", "RESULT", "SplitAddition", "outcome_from_rows", "folder_outcome", "read_evals",
+__all__ = ["CONFIRMATION_START", "RESULT", "ModePresets", "SplitAddition", "outcome_from_rows", "folder_outcome", "read_evals",
            "read_metrics", "block_of", "run_name", "heldout_problems", "heldout_eval", "train_with_heldout_eval",
            "start_run", "warm_sha256", "outcome_columns", "run_outcome_columns", "finished_runs", "load_runs", "survival_table",
            "one_sided_wilcoxon", "run_study", "plan_once"]
 
 CONFIRMATION_START = CONFIRMATION_SEEDS[0]
 """Seeds >= this are confirmation seeds (gapdyn.CONFIRMATION_SEEDS starts the range); smaller ones are discovery."""
+
+
+# ---- a study's sizes -------------------------------------------------------------------------------------------
+class ModePresets:
+    """The ``test`` / ``quick`` / ``full`` constructors a study config gives gapdyn.Experiment (``configure``): each
+    returns the config of that mode from the class's ``PRESETS`` (mode -> config, set on the class once the study's
+    table of sizes is built)."""
+
+    PRESETS: dict = {}
+
+    @classmethod
+    def test(cls):
+        return cls.PRESETS["test"]
+
+    @classmethod
+    def quick(cls):
+        return cls.PRESETS["quick"]
+
+    @classmethod
+    def full(cls):
+        return cls.PRESETS["full"]
 
 
 # ---- the split task ------------------------------------------------------------------------------------------

@@ -50,7 +50,7 @@ from gapdyn.stats import (
 )
 
 from . import _study
-from ._study import (CONFIRMATION_START, RESULT, SplitAddition, block_of, folder_outcome, heldout_eval,
+from ._study import (CONFIRMATION_START, RESULT, ModePresets, SplitAddition, block_of, folder_outcome, heldout_eval,
                      heldout_problems, one_sided_wilcoxon, outcome_columns, outcome_from_rows, plan_once, read_evals,
                      read_metrics, run_name, run_outcome_columns, start_run, survival_table, train_with_heldout_eval,
                      warm_sha256)
@@ -69,8 +69,9 @@ NAME = "llm_ablation"
 
 
 @dataclass(frozen=True)
-class StudyConfig:
-    """One ablation study: the grid (methods x lrs x seeds) and each run's settings."""
+class StudyConfig(ModePresets):
+    """One ablation study: the grid (methods x lrs x seeds) and each run's settings (test / quick / full:
+    :data:`CONFIGS`)."""
 
     methods: tuple = ("grpo", "dr_grpo", "wapo", "psr", "nsr", "dapo")
     num_iterations: tuple = (("dapo", 4),)  # (method, mu): optimizer steps per sampled batch; others take 1
@@ -124,18 +125,6 @@ class StudyConfig:
         """The seeds when they are confirmation seeds (full and warning), else none."""
         return tuple(self.seeds) if block_of(self.seeds) == "confirmation" else ()
 
-    @classmethod
-    def test(cls) -> StudyConfig:
-        return CONFIGS["test"]
-
-    @classmethod
-    def quick(cls) -> StudyConfig:
-        return CONFIGS["quick"]
-
-    @classmethod
-    def full(cls) -> StudyConfig:
-        return CONFIGS["full"]
-
 
 PRIMARY_METHODS = ("grpo", "wapo")
 """The arms of the pre-declared primaries (WAPO vs GRPO); the other methods feed exploratory rows only."""
@@ -178,6 +167,7 @@ confirmation seeds per arm: fewer, for time). warning / warning-quick: the older
 mu = 4 optimizer steps per sampled batch (its recipe reuses each rollout batch for several updates, Yu et al. 2025,
 arXiv 2503.14476), so its importance ratios leave 1 and clip-higher (0.2 / 0.28) binds; every other arm is on-policy
 (mu = 1, ratio 1, clips inactive)."""
+StudyConfig.PRESETS = CONFIGS
 
 
 # ---- pass@k --------------------------------------------------------------------------------------------------

@@ -69,7 +69,7 @@ from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
 from gapdyn.stats import fieller_paired_ratio  # re-exported: the interval of ``not_slower``
 
 from . import _study
-from ._study import (RESULT, SplitAddition, heldout_problems, one_sided_wilcoxon, plan_once, read_evals, read_metrics,
+from ._study import (RESULT, ModePresets, SplitAddition, heldout_problems, one_sided_wilcoxon, plan_once, read_evals, read_metrics,
                      run_name, run_outcome_columns, start_run, survival_table, train_with_heldout_eval)
 from ._study import run_study as run_folders
 from ..seeds import STUDY_SEED, derive_seed
@@ -122,8 +122,8 @@ CRITERIA_HASH = gapdyn.criteria_hash(CRITERIA)
 
 
 @dataclass(frozen=True)
-class SafeStepExperiment:
-    """Grid, run settings and the sizing rule of the study (module docstring)."""
+class SafeStepExperiment(ModePresets):
+    """Grid, run settings and the sizing rule of the study (module docstring; test / quick / full: :data:`PRESETS`)."""
 
     mode: str = "full"
     """The size's name (test, quick, full)."""
@@ -196,18 +196,6 @@ class SafeStepExperiment:
         """The pilot seeds (the protocol's discovery block)."""
         return tuple(self.seeds)
 
-    @classmethod
-    def test(cls) -> SafeStepExperiment:
-        return PRESETS["test"]
-
-    @classmethod
-    def quick(cls) -> SafeStepExperiment:
-        return PRESETS["quick"]
-
-    @classmethod
-    def full(cls) -> SafeStepExperiment:
-        return PRESETS["full"]
-
 
 PRESETS = {
     "test": SafeStepExperiment(mode="test", seeds=(0, 1), n_floor=2, budget_cpu_s=30.0, steps=3, prompts_per_step=2,
@@ -219,6 +207,7 @@ PRESETS = {
 }
 """test: machinery (seconds); quick: indicative; full: the claims' size (GRPO, collapse lr 5e-4, safe lr 3e-4,
 100 steps, 8 pilot seeds, confirmation sized by the planner within 20 CPU-minutes)."""
+SafeStepExperiment.PRESETS = PRESETS
 
 
 # ---- runs ----------------------------------------------------------------------------------------------------
