@@ -94,7 +94,7 @@ def test_study_resumes_and_claims_have_finite_intervals(tmp_path, monkeypatch):
     surv = pd.read_csv(tmp_path / "survival.csv")
     assert {"alerted", "recovered", "collapsed", "failed", "collapsed_w10"} <= set(surv.columns)
     assert int(surv["n"].sum()) == len(first)
-    for d in tmp_path.glob("runs/*"):  # the stored outcome is the rule's on the run's own files
+    for d in tmp_path.glob("runs/*/"):  # the stored outcome is the rule's on the run's own files (lock files aside)
         done = json.loads((d / "done.json").read_text())
         rewards = [json.loads(ln)["reward"] for ln in (d / "metrics.jsonl").read_text().splitlines()]
         acc = [json.loads(ln)["acc"] for ln in (d / "eval.jsonl").read_text().splitlines()]

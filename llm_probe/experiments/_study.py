@@ -11,6 +11,7 @@ studies read a finished study's run folders with :func:`read_metrics`, :func:`re
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ from gapdyn.claims import CONFIRMATION_SEEDS
 from ..collapse import OUTCOME_WINDOW, SENSITIVITY_WINDOW, RewardOutcome, reward_outcome
 from ..seeds import STUDY_SEED, derive_seed
 
-__all__ = ["CONFIRMATION_START", "RESULT", "ModePresets", "SplitAddition", "outcome_from_rows", "folder_outcome", "read_evals",
+__all__ = ["CONFIRMATION_START", "RESULT", "ModePresets", "AdditionBatch", "SplitAddition", "outcome_from_rows", "folder_outcome", "read_evals",
            "read_metrics", "block_of", "run_name", "heldout_problems", "heldout_eval", "train_with_heldout_eval",
            "start_run", "warm_sha256", "outcome_columns", "run_outcome_columns", "finished_runs", "load_runs", "survival_table",
            "one_sided_wilcoxon", "run_study", "plan_once"]
@@ -48,6 +49,16 @@ class ModePresets:
     @classmethod
     def full(cls):
         return cls.PRESETS["full"]
+
+
+@dataclass(frozen=True)
+class AdditionBatch:
+    """The RL batch every addition study uses (a base of the study configs): B prompts per step, G completions per
+    prompt, completions of at most ``max_new_tokens`` tokens (the answer and the end token)."""
+
+    prompts_per_step: int = 16
+    group_size: int = 8
+    max_new_tokens: int = 6
 
 
 # ---- the split task ------------------------------------------------------------------------------------------

@@ -50,7 +50,7 @@ from gapdyn.stats import (
 )
 
 from . import _study
-from ._study import (CONFIRMATION_START, RESULT, ModePresets, SplitAddition, block_of, folder_outcome, heldout_eval,
+from ._study import (CONFIRMATION_START, RESULT, AdditionBatch, ModePresets, SplitAddition, block_of, folder_outcome, heldout_eval,
                      heldout_problems, one_sided_wilcoxon, outcome_columns, outcome_from_rows, plan_once, read_evals,
                      read_metrics, run_name, run_outcome_columns, start_run, survival_table, train_with_heldout_eval,
                      warm_sha256)
@@ -69,7 +69,7 @@ NAME = "llm_ablation"
 
 
 @dataclass(frozen=True)
-class StudyConfig(ModePresets):
+class StudyConfig(AdditionBatch, ModePresets):
     """One ablation study: the grid (methods x lrs x seeds) and each run's settings (test / quick / full:
     :data:`CONFIGS`)."""
 
@@ -78,9 +78,6 @@ class StudyConfig(ModePresets):
     lrs: tuple = (3e-4, 4e-4, 5e-4)
     seeds: tuple = tuple(range(10))
     steps: int = 150
-    prompts_per_step: int = 16
-    group_size: int = 8
-    max_new_tokens: int = 6
     probe_every: int = 5  # gap probes and the after-step warn/* statistics
     warmup_steps: int = WARMUP_STEPS
     eval_every: int = 10  # held-out accuracy / entropy cadence (steps)

@@ -60,7 +60,7 @@ import torch
 from gapdyn.claims import Claim, ClaimSpec, Criterion, claims_markdown, claims_to_json, criteria_hash, keyed_specs
 from gapdyn.stats import Estimate, t_interval_cluster_slope
 
-from ._study import RESULT, SplitAddition, run_name
+from ._study import RESULT, AdditionBatch, SplitAddition, run_name
 from ._study import run_study as run_folders
 
 __all__ = ["entropy", "vocab_cov", "lemma_dH", "States", "visited_states", "pg_logit_change", "npg_logit_change",
@@ -237,7 +237,7 @@ def state_rows(before: torch.Tensor, after: torch.Tensor, st: States, g: torch.T
 
 # ---- the study -------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class StudyConfig:
+class StudyConfig(AdditionBatch):
     """The runs (optimizer, lr) from one pinned warm model, each ``steps`` GRPO steps, measured every ``every``."""
 
     runs: tuple = (("sgd", 1e-5), ("sgd", 1e-4), ("sgd", 1e-3), ("sgd", 3e-3), ("sgd", 1e-2), ("adam", 4e-4))
@@ -247,9 +247,6 @@ class StudyConfig:
     criteria did not change and the first three runs are kept as they were (docs/llm_probe.md)."""
     steps: int = 30
     every: int = 1
-    prompts_per_step: int = 16
-    group_size: int = 8
-    max_new_tokens: int = 6
     method: str = "grpo"
     seeds: tuple[int, ...] = (0,)
     """Stream seeds: every run of :attr:`runs` on each (``--seeds``; the study's own is seed 0, whose run folders

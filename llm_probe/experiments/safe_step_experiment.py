@@ -69,7 +69,7 @@ from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
 from gapdyn.stats import fieller_paired_ratio  # re-exported: the interval of ``not_slower``
 
 from . import _study
-from ._study import (RESULT, ModePresets, SplitAddition, heldout_problems, one_sided_wilcoxon, plan_once, read_evals, read_metrics,
+from ._study import (RESULT, AdditionBatch, ModePresets, SplitAddition, heldout_problems, one_sided_wilcoxon, plan_once, read_evals, read_metrics,
                      run_name, run_outcome_columns, start_run, survival_table, train_with_heldout_eval)
 from ._study import run_study as run_folders
 from ..seeds import STUDY_SEED, derive_seed
@@ -122,7 +122,7 @@ CRITERIA_HASH = gapdyn.criteria_hash(CRITERIA)
 
 
 @dataclass(frozen=True)
-class SafeStepExperiment(ModePresets):
+class SafeStepExperiment(AdditionBatch, ModePresets):
     """Grid, run settings and the sizing rule of the study (module docstring; test / quick / full: :data:`PRESETS`)."""
 
     mode: str = "full"
@@ -146,9 +146,6 @@ class SafeStepExperiment(ModePresets):
     power: float = 0.8
     alpha: float = 0.05
     steps: int = 100
-    prompts_per_step: int = 16
-    group_size: int = 8
-    max_new_tokens: int = 6
     eval_every: int = 25
     eval_prompts: int = 64
     eval_samples: int = 4
