@@ -10,6 +10,7 @@ studies read a finished study's run folders with :func:`read_metrics`, :func:`re
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from ..seeds import STUDY_SEED, derive_seed
 
 __all__ = ["CONFIRMATION_START", "RESULT", "ModePresets", "AdditionBatch", "SplitAddition", "outcome_from_rows", "folder_outcome", "read_evals",
            "read_metrics", "block_of", "run_name", "heldout_problems", "heldout_eval", "train_with_heldout_eval",
-           "start_run", "warm_sha256", "outcome_columns", "run_outcome_columns", "finished_runs", "load_runs", "survival_table",
+           "start_run", "file_sha256", "warm_sha256", "outcome_columns", "run_outcome_columns", "finished_runs", "load_runs", "survival_table",
            "one_sided_wilcoxon", "run_study", "plan_once"]
 
 CONFIRMATION_START = CONFIRMATION_SEEDS[0]
@@ -194,10 +195,17 @@ def train_with_heldout_eval(tr, log: Path, problems, samples: int, every: int) -
     return evals, fault
 
 
+def file_sha256(path) -> str:
+    """Hex sha256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def warm_sha256(warm_dir) -> str:
     """sha256 of the warm model's weights file (the bytes every run of a study starts from)."""
-    from .pinned import file_sha256
-
     f = Path(warm_dir) / "model.safetensors"
     return file_sha256(f) if f.is_file() else ""
 

@@ -16,12 +16,12 @@ primaries.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import tempfile
 from pathlib import Path
 
 from ..config import WARMUP_BATCH, WARMUP_LR, WARMUP_STEPS
+from ._study import SplitAddition, file_sha256
 
 __all__ = ["SHAPES", "PINNED_SHA256", "PINNED_ROOT", "pinned_warm", "pin", "file_sha256", "warm_spec_of", "checked_folder"]
 
@@ -44,15 +44,6 @@ PINNED_SHA256 = {
 
 WARM_SETTINGS = dict(steps=WARMUP_STEPS, batch_size=WARMUP_BATCH, lr=WARMUP_LR, seed=0)
 """The warm-up of every pinned checkpoint (llm_probe.warmup.warm_model's arguments)."""
-
-
-def file_sha256(path) -> str:
-    """Hex sha256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def warm_spec_of(name: str):
@@ -87,7 +78,6 @@ def pin(name: str = "tiny", *, root=None) -> str:
     """Warm the shape ``name`` (:data:`WARM_SETTINGS`, 1 torch thread, the split addition task of the ablation)
     and copy the saved model into ``PINNED_ROOT/name`` (or ``root/name``); returns (and prints) its sha256."""
     from ..warmup import warm_model
-    from ._study import SplitAddition
 
     spec = warm_spec_of(name)
     dest = (PINNED_ROOT if root is None else Path(root)) / name
