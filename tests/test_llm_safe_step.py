@@ -275,7 +275,8 @@ def test_safe_step_cell_from_init_from_equals_the_front_end_run(tmp_path, monkey
     run_cells([cell], tmp_path / "protocol", name=E.cell_name, result_file=E.result_file,
               run=lambda c, d: E.run_cell(**c, out=d), log=lambda *a, **k: None)
     got = sse.run_row(tmp_path / "protocol" / E.cell_name(cell))
-    sse._pairs(exp, tmp_path / "front", exp.init_from, {cell["lr"]: (0,)}, False)
+    sse.run_folders([cell], tmp_path / "front", name=sse.cell_name, describe=str, progress=False,
+                    run=lambda c, d: sse.run_cell(**c, out=d, warm_dir=exp.init_from))  # the front end's call
     want = sse.run_row(tmp_path / "front" / "runs" / sse.cell_name(cell))
     assert sse.cell_name(cell) == f"grpo_safe_lr{cell['lr']:g}_s0"
     drop = ("wall_s", "cpu_s", "dir")
