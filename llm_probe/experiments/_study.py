@@ -25,7 +25,7 @@ from ..seeds import STUDY_SEED, derive_seed
 __all__ = ["CONFIRMATION_START", "RESULT", "ModePresets", "AdditionBatch", "SplitAddition", "outcome_from_rows", "folder_outcome", "read_evals",
            "read_metrics", "block_of", "run_name", "heldout_problems", "heldout_eval", "train_with_heldout_eval",
            "start_run", "file_sha256", "warm_sha256", "outcome_columns", "run_outcome_columns", "finished_runs", "load_runs", "survival_table",
-           "one_sided_wilcoxon", "run_study", "plan_once"]
+           "one_sided_wilcoxon", "run_study", "write_table", "write_claims", "plan_once"]
 
 CONFIRMATION_START = CONFIRMATION_SEEDS[0]
 """Seeds >= this are confirmation seeds (gapdyn.CONFIRMATION_SEEDS starts the range); smaller ones are discovery."""
@@ -331,6 +331,23 @@ def run_study(cells: list, out, *, name, run, describe, n_jobs: int = 1, progres
     parts = Parallel(n_jobs=n_jobs, verbose=10 if progress else 0)(
         delayed(run_cells)([c], root, **kw) for c in cells)
     return [r for part in parts for r in part]
+
+
+def write_table(path, table) -> None:
+    """A study's table (runs.csv, survival.csv) as CSV without the index, atomically."""
+    from gapdyn.io import write_with
+
+    write_with(Path(path), lambda tmp: table.to_csv(tmp, index=False))
+
+
+def write_claims(out, claims, markdown: str) -> None:
+    """A study's claims into ``out``: claims.json (gapdyn.claims.claims_to_json) and claims.md (``markdown``, its
+    rendering), atomically."""
+    from gapdyn.claims import claims_to_json
+    from gapdyn.io import atomic_write_text
+
+    atomic_write_text(Path(out) / "claims.json", claims_to_json(claims))
+    atomic_write_text(Path(out) / "claims.md", markdown + "\n")
 
 
 def plan_once(path, make) -> dict:

@@ -35,16 +35,15 @@ from pathlib import Path
 
 import numpy as np
 
-from gapdyn.claims import (CONFIRMATION_SEEDS, Claim, ClaimSpec, Criterion, claims_markdown, claims_to_json,
+from gapdyn.claims import (CONFIRMATION_SEEDS, Claim, ClaimSpec, Criterion, claims_markdown,
                            criteria_hash, holm_adjust_claims, keyed_specs)
 from gapdyn.experiment import STREAM_SEEDS, Experiment
 from gapdyn.coverage import MEAN_INTERVAL
-from gapdyn.io import atomic_write_json, atomic_write_text, write_with
+from gapdyn.io import atomic_write_json
 from gapdyn.stats import (
     Estimate,
     NotMeasured,
     not_measured,
-    clopper_pearson_interval,
     fisher_exact_test,
     newcombe_difference,
 )
@@ -53,7 +52,7 @@ from . import _study
 from ._study import (CONFIRMATION_START, RESULT, AdditionBatch, ModePresets, SplitAddition, block_of, folder_outcome, heldout_eval,
                      heldout_problems, one_sided_wilcoxon, outcome_columns, outcome_from_rows, plan_once, read_evals,
                      read_metrics, run_name, run_outcome_columns, start_run, survival_table, train_with_heldout_eval,
-                     warm_sha256)
+                     warm_sha256, write_claims, write_table)
 from ._study import run_study as run_folders
 from ..collapse import OUTCOME_WINDOW, SENSITIVITY_WINDOW
 from ..config import WARMUP_BATCH, WARMUP_LR, WARMUP_STEPS
@@ -600,9 +599,9 @@ def summarize(out, *, model: str = "") -> list[Claim]:
     if not len(runs):
         raise ValueError(f"no finished run under {out}/runs")
     runs["block"] = [block_of([s]) for s in runs.seed]
-    write_with(out / "runs.csv", lambda tmp: runs.drop(columns=["dir"]).to_csv(tmp, index=False))
+    write_table(out / "runs.csv", runs.drop(columns=["dir"]))
     surv = pd.concat([survival_table(g).assign(block=b) for b, g in runs.groupby("block", sort=True)], ignore_index=True)
-    write_with(out / "survival.csv", lambda tmp: surv.to_csv(tmp, index=False))
+    write_table(out / "survival.csv", surv)
     plan = json.loads((out / "plan.json").read_text()) if (out / "plan.json").exists() else None
     planned = {r["id"]: r["n"] for r in plan["rows"] if r["decidable"]} if plan else {}  # else: plan.json says why
     claims = []
@@ -614,8 +613,7 @@ def summarize(out, *, model: str = "") -> list[Claim]:
             cl = [replace(c, id=c.id.replace("@lr", f"@{model}_lr") if "@lr" in c.id else f"{c.id}@{model}",
                           setting=f"{model} model, {c.setting}") for c in cl]
         claims += cl
-    atomic_write_text(out / "claims.json", claims_to_json(claims))
-    atomic_write_text(out / "claims.md", claims_markdown(claims, columns=CLAIM_COLUMNS) + "\n")
+    write_claims(out, claims, claims_markdown(claims, columns=CLAIM_COLUMNS))
     return claims
 
 

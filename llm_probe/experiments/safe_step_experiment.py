@@ -61,16 +61,17 @@ from types import SimpleNamespace
 import numpy as np
 
 import gapdyn
-from gapdyn.claims import CONFIRMATION_SEEDS, Claim, ClaimSpec, Criterion, claims_markdown, claims_to_json, holm_adjust_claims, keyed_specs
+from gapdyn.claims import CONFIRMATION_SEEDS, Claim, ClaimSpec, Criterion, claims_markdown, holm_adjust_claims, keyed_specs
 from gapdyn.experiment import STREAM_SEEDS, Experiment
-from gapdyn.io import atomic_write_json, atomic_write_text, write_with
+from gapdyn.io import atomic_write_json
 from gapdyn.planner import plan_n, power_mean, power_two_proportions
 from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
 from gapdyn.stats import fieller_paired_ratio  # re-exported: the interval of ``not_slower``
 
 from . import _study
 from ._study import (RESULT, AdditionBatch, ModePresets, SplitAddition, heldout_problems, one_sided_wilcoxon, plan_once, read_evals, read_metrics,
-                     run_name, run_outcome_columns, start_run, survival_table, train_with_heldout_eval)
+                     run_name, run_outcome_columns, start_run, survival_table, train_with_heldout_eval,
+                     write_claims, write_table)
 from ._study import run_study as run_folders
 from ..seeds import STUDY_SEED, derive_seed
 
@@ -538,10 +539,10 @@ def summarize(exp, out, *, plan: dict | None = None, warm_sha256: str = "") -> l
     if not len(runs):
         raise ValueError(f"no finished run under {out}/runs")
     runs["warm_sha256"] = warm_sha256
-    write_with(out / "runs.csv", lambda tmp: runs.drop(columns=["dir", "reward"]).to_csv(tmp, index=False))
+    write_table(out / "runs.csv", runs.drop(columns=["dir", "reward"]))
     surv = survival(runs)
     surv["warm_sha256"] = warm_sha256
-    write_with(out / "survival.csv", lambda tmp: surv.to_csv(tmp, index=False))
+    write_table(out / "survival.csv", surv)
     planned = {float(k): v for k, v in (plan or {}).get("planned", {}).items()}
     claims, summary = [], {}
     for block in ("discovery", "confirmation"):
@@ -550,8 +551,7 @@ def summarize(exp, out, *, plan: dict | None = None, warm_sha256: str = "") -> l
             cl, summary[block] = analyse_rows(exp, g, block=block,
                                               n_planned=planned if block == "confirmation" else None)
             claims += cl
-    atomic_write_text(out / "claims.json", claims_to_json(claims))
-    atomic_write_text(out / "claims.md", (claims_markdown(claims) if claims else "(no claims)") + "\n")
+    write_claims(out, claims, claims_markdown(claims) if claims else "(no claims)")
     atomic_write_json(out / "summary.json", summary, indent=1)
     return claims
 
