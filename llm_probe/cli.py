@@ -5,15 +5,20 @@
     gapdyn train demo [--out DIR --seeds 0 1 2 ...]          GRPO vs WAPO at a normal and a large lr (DemoConfig)
     gapdyn train ablation [--mode test|quick|full] [--study ablation|warning] [--seeds 0 1 ...] [--jobs N] [--out DIR]
                                                              the method ablation / early-warning study, with claims
-    gapdyn train early-warning --from DIR                    time-matched AUC of the warning statistics vs the reward
-    gapdyn train entropy --from DIR                          dH against -lr Cov(log pi, A) and the taxonomy cells
-    gapdyn train entropy-lemma [--mode test|full] [--out DIR]  Cui et al.'s entropy lemma per visited state, claims
+    gapdyn train early-warning --from DIR [--seeds ...]      time-matched AUC of the warning statistics vs the reward
+    gapdyn train entropy --from DIR [--seeds ...]            dH against -lr Cov(log pi, A) and the taxonomy cells
+    gapdyn train entropy-lemma [--mode test|full] [--seeds ...] [--out DIR]
+                                                             Cui et al.'s entropy lemma per visited state, claims
     gapdyn train offline --before DIR --after DIR --rollouts F --out DIR
                                                              gaps and alignment from two checkpoints + a rollout JSONL
     gapdyn train safe-step [--mode test|quick|full] [--seeds 0 1 ...] [--jobs N] [--out DIR]
                                                              the safe-step experiment (constant vs safe step)
 
-The studies live in llm_probe.experiments; this module is their only command line (tyro, gapdyn.cmdline).
+The studies live in llm_probe.experiments; this module is their only command line (tyro, gapdyn.cmdline). Every
+study takes ``--seeds S ...`` / ``--seed S`` (gapdyn.runner.resolve_seeds) in every mode, with one meaning: run
+seeds, each the stream seed of one run from the shared warm start; a study that trains runs its grid on exactly
+those seeds (in full mode without the pilot's planned confirmation block, into ``<mode>-seeds-<label>`` unless
+``--out``), an analysis of a finished study reads only the runs of those seeds.
 Inputs are checked before any output folder is created, and an error names the flag (``--from``, ``--init-from``).
 Outputs go to ``./gapdyn_out/train`` (``train-warmup``, ``train-demo``, ``train-ablation``, ``train-safe-step``)
 unless ``--out DIR``.
@@ -105,7 +110,10 @@ class AblationArgs:
     jobs: int = 1
     """Parallel runs (processes)."""
     seeds: tuple[int, ...] | None = None
-    """Run only these seeds (None: the mode's seeds)."""
+    """Run seeds (each the stream seed of one run; the warm start is shared): run the mode's grid on exactly these
+    seeds, in every mode (full: no pilot and no planned confirmation block; each run's block is its seed's)."""
+    seed: int | None = None
+    """One run seed (the same as --seeds S)."""
     init_from: Annotated[str | None, optional("DIR")] = None
     """Start every run from this saved model (skips the warm-up; default: the cached warm model,
     ./gapdyn_out/warm/<key>/)."""
@@ -113,12 +121,20 @@ class AblationArgs:
     """Show progress."""
 
 
-def _check_seeds(seeds) -> tuple[int, ...] | None:
-    """``--seeds``: None, or at least one seed, each an integer in [0, 2^64 - 1], none twice
-    (gapdyn.runner.resolve_seeds)."""
+def _check_seeds(args) -> tuple[int, ...] | None:
+    """``--seeds`` / ``--seed`` of ``args``: None, or at least one seed, each an integer in [0, 2^64 - 1], none
+    twice (gapdyn.runner.resolve_seeds)."""
     from gapdyn.runner import resolve_seeds
 
-    return resolve_seeds(seeds)
+    return resolve_seeds(args.seeds, args.seed)
+
+
+def _seeds_folder(name: str, seeds) -> str:
+    """The default folder name of a run on ``--seeds``: ``<name>-seeds-<label>`` (gapdyn.runner.seeds_label), apart
+    from the study's own folder."""
+    from gapdyn.runner import seeds_label
+
+    return name if seeds is None else f"{name}-seeds-{seeds_label(seeds)}"
 
 
 def _ablation_main(argv: list[str]) -> int:
@@ -130,24 +146,26 @@ def _ablation_main(argv: list[str]) -> int:
 
     args = parse(AblationArgs, argv, prog="gapdyn train ablation")
     check_jobs(args.jobs)
-    seeds = _check_seeds(args.seeds)
-    decided = args.mode == "full" and args.study in ("ablation", "wide")
+    seeds = _check_seeds(args)
+    decided = args.mode == "full" and args.study in ("ablation", "wide") and seeds is None
     if args.study == "wide" and args.mode != "full":
         raise ValueError("--study wide runs in --mode full only (the primaries on the 4x wider pinned model)")
     key = args.mode if args.study == "ablation" else ("warning" if args.mode == "full" else "warning-quick")
     if args.study == "warning" and args.mode == "test":
         key = "test"
+    if args.study == "wide":
+        key = "wide"
     pilot, cfg = ((ablation.CONFIGS["pilot"], ablation.CONFIGS["full"]) if args.study == "ablation" else
                   (ablation.CONFIGS["wide-pilot"], ablation.CONFIGS["wide"])) if decided else (None, ablation.CONFIGS[key])
-    if seeds is not None:
-        if decided:
-            raise ValueError("--seeds does not apply to --mode full (the pilot's plan sets the confirmation seeds)")
-        cfg = replace(cfg, seeds=seeds)
+    if seeds is not None:  # the grid of the mode on exactly these seeds (gapdyn.runner.with_seeds)
+        from gapdyn.runner import with_seeds
+
+        cfg = with_seeds(ablation.EXPERIMENT, cfg, seeds)
     if args.init_from:
         init = str(saved_model_folder(args.init_from, "--init-from").resolve())
         cfg = replace(cfg, init_from=init, pinned=None)
         pilot = pilot and replace(pilot, init_from=init, pinned=None)
-    default = Path.cwd() / "gapdyn_out" / "train-ablation" / f"{args.study}-{args.mode}"
+    default = Path.cwd() / "gapdyn_out" / "train-ablation" / _seeds_folder(f"{args.study}-{args.mode}", seeds)
     out = output_dir("train-ablation", args.out_dir or default)
     t0 = time.perf_counter()
     if decided:
@@ -194,6 +212,10 @@ class StudyArgs:
 
     from_dir: Annotated[str, tyro.conf.arg(name="from")]
     """Study folder written by `gapdyn train ablation --out DIR` (for early-warning: --study warning)."""
+    seeds: tuple[int, ...] | None = None
+    """Read only the runs of these run seeds (None: every run the analysis reads)."""
+    seed: int | None = None
+    """Read only the runs of this run seed (the same as --seeds S)."""
 
 
 def _early_warning_main(argv: list[str]) -> int:
@@ -203,7 +225,7 @@ def _early_warning_main(argv: list[str]) -> int:
     study = _study_folder(args.from_dir)
     from .experiments import early_warning
 
-    early_warning.report(study)
+    early_warning.report(study, seeds=_check_seeds(args))
     return 0
 
 
@@ -213,7 +235,7 @@ def _entropy_main(argv: list[str]) -> int:
     study = _study_folder(args.from_dir)
     from .experiments import entropy
 
-    entropy.report(study)
+    entropy.report(study, seeds=_check_seeds(args))
     return 0
 
 
@@ -227,15 +249,23 @@ class EntropyLemmaArgs:
     out_dir: Annotated[str | None, tyro.conf.arg(name="out")] = None
     """Folder for claims.json, claims.md and steps.csv (default ./gapdyn_out/train-entropy-lemma/<mode>); the
     trainer's run folders go to a temporary folder."""
+    seeds: tuple[int, ...] | None = None
+    """Run seeds (each the stream seed of one run; the pinned warm start is shared): every (optimizer, lr) of the
+    mode on each (None: the study's seed 0)."""
+    seed: int | None = None
+    """One run seed (the same as --seeds S)."""
 
 
 def _entropy_lemma_main(argv: list[str]) -> int:
     args = parse(EntropyLemmaArgs, argv, prog="gapdyn train entropy-lemma")
-    out = output_dir("train-entropy-lemma", args.out_dir or Path.cwd() / "gapdyn_out" / "train-entropy-lemma" / args.mode)
+    seeds = _check_seeds(args)
+    out = output_dir("train-entropy-lemma", args.out_dir or Path.cwd() / "gapdyn_out" / "train-entropy-lemma"
+                     / _seeds_folder(args.mode, seeds))
     from .experiments import entropy_lemma
 
-    command = shlex.join(["gapdyn", "train", "entropy-lemma", "--mode", args.mode, "--out", str(args.out_dir or out)])
-    claims = entropy_lemma.main_study(args.mode, out, command=command)
+    command = shlex.join(["gapdyn", "train", "entropy-lemma", "--mode", args.mode, "--out", str(args.out_dir or out),
+                          *(["--seeds", *map(str, seeds)] if seeds else [])])
+    claims = entropy_lemma.main_study(args.mode, out, command=command, seeds=seeds)
     import gapdyn
 
     print(gapdyn.claims_markdown(claims))
@@ -296,7 +326,10 @@ class SafeStepArgs:
     out_dir: Annotated[str | None, tyro.conf.arg(name="out")] = None
     """Experiment folder (default ./gapdyn_out/train-safe-step/<mode>)."""
     seeds: tuple[int, ...] | None = None
-    """Run only these seeds (None: the mode's seeds)."""
+    """Run seeds (each the stream seed of one run; the warm start is shared): both arms at both lrs of the mode on
+    exactly these seeds, in every mode (no pilot plan, no confirmation block; each run's block is its seed's)."""
+    seed: int | None = None
+    """One run seed (the same as --seeds S)."""
     jobs: int = 1
     """Parallel runs (joblib processes; -1: all cores)."""
     analyse_only: bool = False
@@ -317,17 +350,18 @@ def _safe_step_main(argv: list[str]) -> int:
 
     args = parse(SafeStepArgs, argv, prog="gapdyn train safe-step")
     check_jobs(args.jobs)
-    seeds = _check_seeds(args.seeds)
+    seeds = _check_seeds(args)
     if isinstance(args.cost_steps, bool) or args.cost_steps < 0:
         raise ValueError(f"--cost-steps must be an integer >= 0, got {args.cost_steps!r}")
     init_from = str(saved_model_folder(args.init_from, "--init-from").resolve()) if args.init_from else None
-    out = output_dir("train-safe-step", args.out_dir or Path.cwd() / "gapdyn_out" / "train-safe-step" / args.mode)
+    out = output_dir("train-safe-step", args.out_dir or Path.cwd() / "gapdyn_out" / "train-safe-step"
+                     / _seeds_folder(args.mode, seeds))
     if args.analyse_only and not any(out.glob("runs/*/run.json")):
         raise ValueError(f"--analyse-only needs finished runs (runs/*/run.json) in --out, but {out} has none")
     from .experiments import safe_step_experiment as sse
 
     exp = replace(sse.PRESETS[args.mode], init_from=init_from)
-    exp = exp if seeds is None else replace(exp, seeds=seeds)
+    exp = exp if seeds is None else replace(exp, seeds=seeds, replicate=True)
     sse.run_and_report(exp, out, n_jobs=args.jobs, analyse_only=args.analyse_only, cost_steps=args.cost_steps,
                        progress=args.progress)
     return 0

@@ -74,7 +74,7 @@ def test_study_resumes_and_claims_have_finite_intervals(tmp_path, monkeypatch):
     assert stamps == {p: p.stat().st_mtime_ns for p in tmp_path.glob("runs/*/metrics.jsonl")}
     monkeypatch.undo()
     # an unfinished run (no done.json) is trained again, from its first step
-    victim = tmp_path / "runs" / ablation.run_name(cfg.methods[0], cfg.lrs[0], cfg.seeds[0]) / "done.json"
+    victim = tmp_path / "runs" / f"{cfg.methods[0]}_lr{cfg.lrs[0]:g}_s{cfg.seeds[0]}" / "done.json"
     victim.unlink()
     run_study(replace(cfg), tmp_path, progress=False, root=tmp_path)
     assert victim.exists()
@@ -94,7 +94,7 @@ def test_study_resumes_and_claims_have_finite_intervals(tmp_path, monkeypatch):
     surv = pd.read_csv(tmp_path / "survival.csv")
     assert {"alerted", "recovered", "collapsed", "failed", "collapsed_w10"} <= set(surv.columns)
     assert int(surv["n"].sum()) == len(first)
-    for d in tmp_path.glob("runs/*"):  # the stored outcome is the rule's on the run's own files
+    for d in tmp_path.glob("runs/*/"):  # the stored outcome is the rule's on the run's own files (lock files aside)
         done = json.loads((d / "done.json").read_text())
         rewards = [json.loads(ln)["reward"] for ln in (d / "metrics.jsonl").read_text().splitlines()]
         acc = [json.loads(ln)["acc"] for ln in (d / "eval.jsonl").read_text().splitlines()]
@@ -107,14 +107,19 @@ def test_study_resumes_and_claims_have_finite_intervals(tmp_path, monkeypatch):
     assert set(passk["pass_at_k"]) == {str(k) for k in (1, 2, 4) if k <= cfg.passk_n}
 
     # the protocol (EXPERIMENT): its analyse of the folders' rows makes the front end's claims, and one cell run
-    # by run_cell (another folder, the same cached warm model) gives the front end's row for that run
+    # by its run_cell through the runner (another folder, the same cached warm model) gives the front end's row
     exp = ablation.EXPERIMENT
     rows = ablation.load_runs(tmp_path)
     again = exp.analyse(rows.sample(frac=1.0, random_state=1), cfg, block="discovery")
     assert [c.to_dict() for c in again] == [c.to_dict() for c in claims]
     assert all(c.criteria_hash == exp.criteria_hash for c in claims)
     cell = exp.cells(cfg, cfg.seeds[:1])[0]
-    got = exp.run_cell(**cell, root=tmp_path).iloc[0].to_dict()
+    from gapdyn.runner import run_cells
+
+    warm = ablation.prepare_warm(cfg, tmp_path)  # the study's cached warm model
+    run_cells([cell], tmp_path / "protocol", name=exp.cell_name, result_file=exp.result_file,
+              run=lambda c, d: exp.run_cell(**c, out=d, warm_dir=warm), log=lambda *a, **k: None)
+    got = ablation.run_row(tmp_path / "protocol" / exp.cell_name(cell))
     want = rows[(rows.method == cell["method"]) & (rows.lr == cell["lr"]) & (rows.seed == cell["seed"])].iloc[0]
     skip = {"dir", "wall_s"}
     assert {k: v for k, v in got.items() if k not in skip} == {k: v for k, v in want.to_dict().items() if k not in skip}
@@ -129,8 +134,8 @@ def test_block_of_seeds(seeds, block):
     assert ablation.block_of(CONFIGS["quick"].seeds) == "discovery"
 
 
-def test_run_one_equals_the_hand_written_loop_it_replaced(tmp_path):
-    """run_one (Trainer.run with the held-out evaluation as its on_step hook) against the loop it used to copy:
+def test_run_cell_equals_the_hand_written_loop_it_replaced(tmp_path):
+    """run_cell (Trainer.run with the held-out evaluation as its on_step hook) against the loop it used to copy:
     train_step, collapse rule, log, evaluate every eval_every steps; the same rows, evaluations and pass@k."""
     import llm_probe.experiments.ablation as ab
     from llm_probe.config import TrainConfig
@@ -139,8 +144,10 @@ def test_run_one_equals_the_hand_written_loop_it_replaced(tmp_path):
 
     cfg = replace(CONFIGS["test"], seeds=(0,), steps=4, eval_every=3)
     warm = ab.prepare_warm(cfg, tmp_path)
-    got = ab.run_one(cfg, warm, tmp_path, "grpo", 5e-4, 0)
-    d = tmp_path / "runs" / ab.run_name("grpo", 5e-4, 0)
+    cell = ab.cells(cfg)[0]
+    assert (cell["method"], cell["lr"], cell["seed"]) == ("grpo", 5e-4, 0)
+    d = tmp_path / "runs" / ab.cell_name(cell)
+    got = ab.run_cell(**cell, out=d, warm_dir=warm)
     read = lambda f: [json.loads(ln) for ln in f.read_text().splitlines() if ln.strip()]  # noqa: E731
 
     ref_dir = tmp_path / "reference"
@@ -153,7 +160,7 @@ def test_run_one_equals_the_hand_written_loop_it_replaced(tmp_path):
     eval_probs, passk_probs = task.heldout(rng, cfg.eval_prompts), task.heldout(rng, cfg.passk_prompts)
     H0, R0 = tr.measure_baseline()
     tr.detector.set_baseline(H0, R0)
-    evals = [ab._heldout_eval(tr, eval_probs, cfg.eval_samples, seed=derive_seed(STUDY_SEED, "heldout_eval"))[:2]]
+    evals = [ab.heldout_eval(tr, eval_probs, cfg.eval_samples, seed=derive_seed(STUDY_SEED, "heldout_eval"))[:2]]
     while tr.step < cfg.steps:
         k = tr.step
         m = tr.train_step()
@@ -161,9 +168,9 @@ def test_run_one_equals_the_hand_written_loop_it_replaced(tmp_path):
             m.setdefault("alerts", []).append(a.rule)
         tr.log_step(k, m)
         if tr.step % cfg.eval_every == 0 or tr.step == cfg.steps:
-            evals.append(ab._heldout_eval(tr, eval_probs, cfg.eval_samples,
+            evals.append(ab.heldout_eval(tr, eval_probs, cfg.eval_samples,
                                           seed=derive_seed(STUDY_SEED, "heldout_eval"))[:2])
-    correct = ab._heldout_eval(tr, passk_probs, cfg.passk_n, seed=derive_seed(STUDY_SEED, "heldout_passk"))[2]
+    correct = ab.heldout_eval(tr, passk_probs, cfg.passk_n, seed=derive_seed(STUDY_SEED, "heldout_passk"))[2]
 
     drop = lambda r: {k: v for k, v in r.items() if k != "step_time"}  # noqa: E731
     ours, ref = [drop(r) for r in read(d / "metrics.jsonl")], [drop(r) for r in read(ref_dir / "metrics.jsonl")]
@@ -186,7 +193,7 @@ _TIMES = ("step_time", "wall_s")
 def _run_records(out):
     """Every run's metrics rows and summary with the wall-clock fields removed (name -> (rows, done))."""
     recs = {}
-    for d in sorted((out / "runs").iterdir()):
+    for d in sorted(d for d in (out / "runs").iterdir() if d.is_dir()):  # the runner's .lock files aside
         rows = [{k: v for k, v in json.loads(x).items() if k not in _TIMES}
                 for x in (d / "metrics.jsonl").read_text().splitlines()]
         done = {k: v for k, v in json.loads((d / "done.json").read_text()).items() if k not in _TIMES}

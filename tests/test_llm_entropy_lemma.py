@@ -116,11 +116,11 @@ def test_study_test_mode_keeps_the_trainers_trajectory(tmp_path):
     assert len(steps) == 1 + cfg.steps * len(cfg.runs)
     # the recorder leaves the trajectory as the plain Trainer's (same rewards, losses and gradient norms)
     opt, lr = cfg.runs[0]
-    tc = TrainConfig(out_dir=str(tmp_path / "plain"), method=cfg.method, lr=lr, seed=cfg.seed, steps=cfg.steps,
+    tc = TrainConfig(out_dir=str(tmp_path / "plain"), method=cfg.method, lr=lr, seed=cfg.seeds[0], steps=cfg.steps,
                      prompts_per_step=cfg.prompts_per_step, group_size=cfg.group_size,
                      max_new_tokens=cfg.max_new_tokens, optimizer=opt, init_from=str(pinned_warm(cfg.shape)),
                      probe_every=0, probe_prompts=0, num_threads=1, progress=False, device="cpu")
     Trainer(tc, task=SplitAddition()).run(checkpoint=False)
     read = lambda d: [(r["reward"], r["loss"], r["grad_norm"])  # noqa: E731
                       for r in map(json.loads, (d / "metrics.jsonl").read_text().splitlines())]
-    assert read(tmp_path / "plain") == read(tmp_path / "runs" / el.run_name(opt, lr))
+    assert read(tmp_path / "plain") == read(tmp_path / "runs" / cfg.label(opt, lr, 0))

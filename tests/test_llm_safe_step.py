@@ -253,8 +253,9 @@ def test_experiment_test_mode_runs_and_resumes(tmp_path, capsys, monkeypatch):
 
 
 def test_safe_step_cell_from_init_from_equals_the_front_end_run(tmp_path, monkeypatch):
-    """The protocol's run_cell (its own folder) and the study's run_one of the same (arm, lr, seed) from the same
-    --init-from model give the same run row (times aside); the pinned checkpoint is not read."""
+    """The protocol's cell (EXPERIMENT's run_cell through gapdyn.runner.run_cells into its own folder, no warm
+    folder given) and the front end's run of the same (arm, lr, seed) from the same --init-from model give the same
+    run row (times aside); the pinned checkpoint is not read."""
     import dataclasses
 
     from llm_probe.experiments import pinned
@@ -268,14 +269,20 @@ def test_safe_step_cell_from_init_from_equals_the_front_end_run(tmp_path, monkey
     exp = dataclasses.replace(sse.PRESETS["test"], steps=2, tail=1, window=1, eval_every=1,
                               init_from=str(tmp_path / "mine"))
     cell = next(c for c in sse.cells(exp, (0,)) if c["arm"] == "safe")
-    got = sse.run_cell(**cell).iloc[0].to_dict()
-    sse.run_one(exp, exp.init_from, tmp_path / "front", "safe", cell["lr"], 0)
-    want = sse.run_row(tmp_path / "front" / "runs" / sse.run_name(exp.method, "safe", cell["lr"], 0))
-    drop = ("wall_s", "cpu_s", "dir", "reward")
+    from gapdyn.runner import run_cells
+
+    E = sse.EXPERIMENT
+    run_cells([cell], tmp_path / "protocol", name=E.cell_name, result_file=E.result_file,
+              run=lambda c, d: E.run_cell(**c, out=d), log=lambda *a, **k: None)
+    got = sse.run_row(tmp_path / "protocol" / E.cell_name(cell))
+    sse.run_folders([cell], tmp_path / "front", name=sse.cell_name, describe=str, progress=False,
+                    run=lambda c, d: sse.run_cell(**c, out=d, warm_dir=exp.init_from))  # the front end's call
+    want = sse.run_row(tmp_path / "front" / "runs" / sse.cell_name(cell))
+    assert sse.cell_name(cell) == f"grpo_safe_lr{cell['lr']:g}_s0"
+    drop = ("wall_s", "cpu_s", "dir")
     assert {k: v for k, v in got.items() if k not in drop} == {k: v for k, v in want.items() if k not in drop}
-    assert json.loads(got["reward"]) == want["reward"] and len(want["reward"]) == 2
+    assert len(want["reward"]) == 2 and got["dir"] != want["dir"]
     assert [e["step"] for e in read_evals_of(want["dir"])] == [0, 1, 2]
-    assert sse.cell_folder(cell["settings"]).is_relative_to(tmp_path)
 
 
 def read_evals_of(d):
@@ -494,7 +501,7 @@ def test_allocate_fits_the_budget():
 
 def test_criteria_are_frozen_at_import_and_written_before_any_run(tmp_path, monkeypatch):
     """SPECS and their hash exist at module level, before any run; run_study writes criteria.json (that hash) before
-    its first run_one."""
+    its first run."""
     import importlib
     import sys
 
@@ -509,7 +516,7 @@ def test_criteria_are_frozen_at_import_and_written_before_any_run(tmp_path, monk
         raise RuntimeError("stop")
 
     monkeypatch.setattr(sse, "warm_folder", lambda exp: (tmp_path, "sha"))
-    monkeypatch.setattr(sse, "run_one", first_run)
+    monkeypatch.setattr(sse, "run_cell", first_run)
     with pytest.raises(RuntimeError, match="stop"):
         sse.run_study(sse.PRESETS["test"], tmp_path, progress=False)
     assert seen == [sse.CRITERIA_HASH]

@@ -2,8 +2,10 @@
 
     gapdyn train ablation --mode quick --out runs/ablation     # or --mode test | full; --study warning
 
-One run folder per (method, lr, seed) under ``<out>/runs/``; a folder with ``done.json`` is skipped, so a killed
-study resumes where it stopped (an unfinished run restarts from its first step). Every run starts from one
+One run folder per (method, lr, seed) under ``<out>/runs/``, each a cell of the one runner
+(llm_probe.experiments._study.run_study over gapdyn.runner.run_cells): a folder with ``done.json`` is read back, so
+a killed study resumes where it stopped (an unfinished run restarts from its first step), and several processes
+may share one study folder (a lock per run). Every run starts from one
 shared warm model (llm_probe.warmup.warm_model: ``./gapdyn_out/warm/<key>/``, or ``init_from``) trained on the
 split addition task, whose held-out problems
 (:class:`SplitAddition`: one pair (a, b) in ``heldout_mod``) RL training never samples.
@@ -33,27 +35,30 @@ from pathlib import Path
 
 import numpy as np
 
-from gapdyn.claims import (CONFIRMATION_SEEDS, Claim, ClaimSpec, Criterion, claims_markdown, claims_to_json,
+from gapdyn.claims import (CONFIRMATION_SEEDS, Claim, ClaimSpec, Criterion, claims_markdown,
                            criteria_hash, holm_adjust_claims, keyed_specs)
 from gapdyn.experiment import STREAM_SEEDS, Experiment
 from gapdyn.coverage import MEAN_INTERVAL
-from gapdyn.io import atomic_write_json, atomic_write_text, write_with
+from gapdyn.io import atomic_write_json
 from gapdyn.stats import (
     Estimate,
     NotMeasured,
     not_measured,
-    clopper_pearson_interval,
     fisher_exact_test,
     newcombe_difference,
 )
 
-from . import cell_folder as _cell_folder
-from ._study import CONFIRMATION_START, SplitAddition, block_of, folder_outcome, outcome_from_rows, read_evals
-from ..collapse import OUTCOME_WINDOW, SENSITIVITY_WINDOW, RewardOutcome
+from . import _study
+from ._study import (CONFIRMATION_START, RESULT, AdditionBatch, ModePresets, SplitAddition, block_of, folder_outcome, heldout_eval,
+                     heldout_problems, one_sided_wilcoxon, outcome_columns, outcome_from_rows, plan_once, read_evals,
+                     read_metrics, run_name, run_outcome_columns, start_run, survival_table, train_with_heldout_eval,
+                     warm_sha256, write_claims, write_table)
+from ._study import run_study as run_folders
+from ..collapse import OUTCOME_WINDOW, SENSITIVITY_WINDOW
 from ..config import WARMUP_BATCH, WARMUP_LR, WARMUP_STEPS
 from ..seeds import STUDY_SEED, derive_seed
 
-__all__ = ["StudyConfig", "CONFIGS", "SplitAddition", "pass_at_k", "run_study", "run_one", "summarize",
+__all__ = ["StudyConfig", "CONFIGS", "SplitAddition", "pass_at_k", "run_study", "cell_name", "summarize",
            "SPECS", "CRITERIA", "CRITERIA_HASH", "EXPERIMENT", "NAME", "cells", "run_cell", "analyse", "run_row", "TEST_TEXT", "wapo_grpo_claims", "block_of", "folder_outcome",
            "outcome_from_rows", "read_evals", "survival_table", "one_sided_wilcoxon", "plan_seeds",
            "run_confirmation", "train_with_heldout_eval", "relabel_under_other_bits", "PRIMARY_METHODS", "CONFIRMATION_START", "N_MIN", "N_MAX", "WIDE_N"]
@@ -63,17 +68,15 @@ NAME = "llm_ablation"
 
 
 @dataclass(frozen=True)
-class StudyConfig:
-    """One ablation study: the grid (methods x lrs x seeds) and each run's settings."""
+class StudyConfig(AdditionBatch, ModePresets):
+    """One ablation study: the grid (methods x lrs x seeds) and each run's settings (test / quick / full:
+    :data:`CONFIGS`)."""
 
     methods: tuple = ("grpo", "dr_grpo", "wapo", "psr", "nsr", "dapo")
     num_iterations: tuple = (("dapo", 4),)  # (method, mu): optimizer steps per sampled batch; others take 1
     lrs: tuple = (3e-4, 4e-4, 5e-4)
     seeds: tuple = tuple(range(10))
     steps: int = 150
-    prompts_per_step: int = 16
-    group_size: int = 8
-    max_new_tokens: int = 6
     probe_every: int = 5  # gap probes and the after-step warn/* statistics
     warmup_steps: int = WARMUP_STEPS
     eval_every: int = 10  # held-out accuracy / entropy cadence (steps)
@@ -118,18 +121,6 @@ class StudyConfig:
         """The seeds when they are confirmation seeds (full and warning), else none."""
         return tuple(self.seeds) if block_of(self.seeds) == "confirmation" else ()
 
-    @classmethod
-    def test(cls) -> StudyConfig:
-        return CONFIGS["test"]
-
-    @classmethod
-    def quick(cls) -> StudyConfig:
-        return CONFIGS["quick"]
-
-    @classmethod
-    def full(cls) -> StudyConfig:
-        return CONFIGS["full"]
-
 
 PRIMARY_METHODS = ("grpo", "wapo")
 """The arms of the pre-declared primaries (WAPO vs GRPO); the other methods feed exploratory rows only."""
@@ -172,6 +163,7 @@ confirmation seeds per arm: fewer, for time). warning / warning-quick: the older
 mu = 4 optimizer steps per sampled batch (its recipe reuses each rollout batch for several updates, Yu et al. 2025,
 arXiv 2503.14476), so its importance ratios leave 1 and clip-higher (0.2 / 0.28) binds; every other arm is on-policy
 (mu = 1, ratio 1, clips inactive)."""
+StudyConfig.PRESETS = CONFIGS
 
 
 # ---- pass@k --------------------------------------------------------------------------------------------------
@@ -188,8 +180,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 # ---- one run -------------------------------------------------------------------------------------------------
-def run_name(method: str, lr: float, seed: int) -> str:
-    return f"{method}_lr{lr:g}_s{seed}"
+def cell_name(cell: dict) -> str:
+    """A cell's run folder (under ``<study>/runs``): ``<method>_lr<lr>_s<seed>`` (:func:`_study.run_name`)."""
+    return run_name(cell["method"], lr=cell["lr"], seed=cell["seed"])
 
 
 def warm_spec(cfg: StudyConfig):
@@ -216,63 +209,18 @@ def prepare_warm(cfg: StudyConfig, root=None) -> Path:
                       batch_size=WARMUP_BATCH, lr=WARMUP_LR, seed=0, root=root, progress=False)
 
 
-def _heldout_eval(trainer, problems, samples: int, seed: int) -> tuple[float, float, np.ndarray]:
-    """(sampled accuracy, mean token entropy, correct count per prompt) of ``samples`` completions per problem."""
-    import torch
-
-    from ..model import completion_logprobs, eval_mode
-
-    model = trainer.model
-    with eval_mode(model), torch.no_grad():
-        ro = trainer.rollout(problems, samples, torch.Generator().manual_seed(seed))
-        _, ent, _ = completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
-                                        ro.completion_mask, return_entropy=True)
-    mk = ro.completion_mask > 0
-    return float(ro.rewards.mean()), float(ent[mk].mean()), ro.rewards.sum(-1).numpy().astype(int)
-
-
-def train_with_heldout_eval(tr, log: Path, problems, samples: int, every: int) -> tuple[list, str | None]:
-    """Run the trainer ``tr`` to its last step (:meth:`Trainer.run`, no checkpoint; it measures H0, R0 for the
-    collapse rule before step 0) with the held-out accuracy and entropy of ``samples`` completions per problem
-    evaluated at step 0, every ``every`` steps and at the last (:func:`_heldout_eval`, own generators: the training
-    trajectory is the same with or without it), each appended to ``log``. Returns (the evaluations, the fault
-    message when it stopped on numerical faults, else None)."""
-    from ..trainer import FaultError
-
-    evals, fault = [], None
-
-    def evaluate(step):
-        acc, ent, _ = _heldout_eval(tr, problems, samples, seed=derive_seed(STUDY_SEED, "heldout_eval"))
-        evals.append({"step": step, "acc": acc, "entropy": ent})
-        with open(log, "a") as f:
-            f.write(json.dumps(evals[-1]) + "\n")
-
-    def after_step(trainer, k, m):
-        if trainer.step % every == 0 or trainer.step == tr.cfg.steps:
-            evaluate(trainer.step)
-
-    evaluate(0)
-    try:
-        tr.run(on_step=after_step, checkpoint=False)
-    except FaultError as exc:  # stopped on numerical faults: the run is "failed", reported apart
-        fault = str(exc)
-    return evals, fault
-
-
-def run_one(cfg: StudyConfig, warm_dir, out: Path, method: str, lr: float, seed: int) -> dict:
-    """Train one (method, lr, seed) run into ``out/runs/<name>`` (skipped when done.json exists); its summary.
+def run_cell(*, method: str, lr: float, seed: int, study: dict, out, warm_dir=None) -> dict:
+    """Train one (method, lr, seed) run with the run settings ``study`` (:func:`cells`) into the run folder ``out``
+    from ``warm_dir`` (default :func:`prepare_warm`); writes done.json last and returns it.
 
     The loop is :meth:`Trainer.run`'s, with the held-out evaluations as its ``on_step`` hook; no checkpoint."""
     from ..config import TrainConfig
     from ..trainer import Trainer
 
-    d = out / "runs" / run_name(method, lr, seed)
-    if (d / "done.json").exists():
-        return json.loads((d / "done.json").read_text())
+    cfg = _study_config(study, method, lr, seed)
+    warm_dir = prepare_warm(cfg) if warm_dir is None else warm_dir
+    d = start_run(out, ("metrics.jsonl", "eval.jsonl", "probe_prompts.jsonl"))
     mu = dict(cfg.num_iterations).get(method, 1)
-    d.mkdir(parents=True, exist_ok=True)
-    for f in ("metrics.jsonl", "eval.jsonl", "probe_prompts.jsonl"):
-        (d / f).unlink(missing_ok=True)
     task = SplitAddition(cfg.heldout_mod)
     tc = TrainConfig(out_dir=str(d), method=method, lr=lr, seed=seed, steps=cfg.steps,
                      prompts_per_step=cfg.prompts_per_step, group_size=cfg.group_size,
@@ -282,16 +230,14 @@ def run_one(cfg: StudyConfig, warm_dir, out: Path, method: str, lr: float, seed:
                      device="cpu")
     t0 = time.perf_counter()
     tr = Trainer(tc, task=task)
-    rng = np.random.default_rng(derive_seed(STUDY_SEED, "heldout_problems"))  # the same for every run
-    eval_probs = task.heldout(rng, cfg.eval_prompts)
-    passk_probs = task.heldout(rng, cfg.passk_prompts)
+    eval_probs, passk_probs = heldout_problems(task, cfg.eval_prompts, cfg.passk_prompts)  # the same for every run
     evals, fault = train_with_heldout_eval(tr, d / "eval.jsonl", eval_probs, cfg.eval_samples, cfg.eval_every)
     H0, R0 = tr.detector.baseline()
-    _, _, correct = _heldout_eval(tr, passk_probs, cfg.passk_n, seed=derive_seed(STUDY_SEED, "heldout_passk"))
+    _, _, correct = heldout_eval(tr, passk_probs, cfg.passk_n, seed=derive_seed(STUDY_SEED, "heldout_passk"))
     ks = [k for k in (1, 2, 4, 8, 16, 32, 64) if k <= cfg.passk_n]
     passk = {str(k): float(np.mean([pass_at_k(cfg.passk_n, int(c), k) for c in correct])) for k in ks}
     atomic_write_json(d / "passk.json", {"n": cfg.passk_n, "correct": correct.tolist(), "pass_at_k": passk})
-    rows = [json.loads(ln) for ln in (d / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+    rows = read_metrics(d)
     rewards = np.array([r.get("reward", np.nan) for r in rows], dtype=float)
     alerts = [asdict(a) for a in tr.detector.alerts]
     tail = rewards[-min(OUTCOME_WINDOW, len(rewards)):] if len(rewards) else np.array([np.nan])
@@ -302,19 +248,11 @@ def run_one(cfg: StudyConfig, warm_dir, out: Path, method: str, lr: float, seed:
                "reward_last25": float(np.nanmean(tail)) if np.isfinite(tail).any() else float("nan"),
                "heldout_acc_final": evals[-1]["acc"],
                "heldout_entropy_final": evals[-1]["entropy"], "passk": passk,
-               "warm_sha256": _warm_sha256(warm_dir), "wall_s": time.perf_counter() - t0}
-    summary.update(_outcome_columns(*(outcome_from_rows(rows, summary, evals, window=w)
+               "warm_sha256": warm_sha256(warm_dir), "wall_s": time.perf_counter() - t0}
+    summary.update(outcome_columns(*(outcome_from_rows(rows, summary, evals, window=w)
                                       for w in (OUTCOME_WINDOW, SENSITIVITY_WINDOW))))
     atomic_write_json(d / "done.json", summary, indent=1)
     return summary
-
-
-def _warm_sha256(warm_dir) -> str:
-    """sha256 of the warm model's weights file (the bytes every run of a study starts from)."""
-    from .pinned import file_sha256
-
-    f = Path(warm_dir) / "model.safetensors"
-    return file_sha256(f) if f.is_file() else ""
 
 
 def relabel_under_other_bits(study, out, *, methods=PRIMARY_METHODS, lrs=(4e-4, 5e-4), seeds=range(1000, 1006),
@@ -332,53 +270,36 @@ def relabel_under_other_bits(study, out, *, methods=PRIMARY_METHODS, lrs=(4e-4, 
     saved = json.loads(saved_at.read_text())
     tup = lambda v: tuple(tup(x) for x in v) if isinstance(v, list) else v  # noqa: E731  (JSON lists -> tuples)
     cfg = StudyConfig(**{**{k: tup(v) for k, v in saved.items()}, "torch_threads": int(torch_threads)})
+    cfg = replace(cfg, methods=tuple(methods), lrs=tuple(lrs), seeds=tuple(int(s) for s in seeds))
     warm = prepare_warm(cfg)
+    rerun = {cell_name(c): c for c in cells(cfg)}
+    run_folders(list(rerun.values()), out, name=cell_name, describe=_describe, progress=False,
+                run=lambda c, d: run_cell(**c, out=d, warm_dir=warm))
     rows = []
-    for lr in lrs:
-        for m in methods:
-            for s in seeds:
-                run_one(replace(cfg, methods=(m,), lrs=(lr,), seeds=(s,)), warm, out, m, lr, s)
-                a, b = study / "runs" / run_name(m, lr, s), out / "runs" / run_name(m, lr, s)
-                ra, rb = ([json.loads(x)["reward"] for x in (f / "metrics.jsonl").read_text().splitlines()] for f in (a, b))
-                first = next((i for i, (x, y) in enumerate(zip(ra, rb)) if x != y), None)
-                rows.append({"method": m, "lr": lr, "seed": int(s), "committed": folder_outcome(a).label,
-                             "rerun": folder_outcome(b).label, "first_reward_difference": first})
+    for c in rerun.values():
+        a, b = study / "runs" / cell_name(c), out / "runs" / cell_name(c)
+        ra, rb = ([x["reward"] for x in read_metrics(f)] for f in (a, b))
+        first = next((i for i, (x, y) in enumerate(zip(ra, rb)) if x != y), None)
+        rows.append({"method": c["method"], "lr": c["lr"], "seed": c["seed"], "committed": folder_outcome(a).label,
+                     "rerun": folder_outcome(b).label, "first_reward_difference": first})
     atomic_write_json(out / "relabel.json", {"torch_threads": int(torch_threads), "rows": rows}, indent=1)
     return rows
 
 
-# ---- run outcomes ------------------------------------------------------------------------------------------
-def _outcome_columns(out: RewardOutcome, sens: RewardOutcome) -> dict:
-    """A run's outcome columns: outcome (and the 10-step sensitivity variant), alerted, collapsed = ends
-    collapsed, failed, collapse_step = the onset of the final collapse (-1 if none), first alert step/rule."""
-    return {"outcome": out.label, f"outcome_w{sens.window}": sens.label, "alerted": out.alerted,
-            "collapsed": out.collapsed, "failed": out.label == "failed",
-            "collapse_step": -1 if out.onset is None else out.onset,
-            "first_alert_step": out.alerts[0][0] if out.alerts else -1,
-            "first_alert_rule": out.alerts[0][1] if out.alerts else ""}
-
-
 def run_study(cfg: StudyConfig, out, *, n_jobs: int = 1, progress: bool = True, root=None) -> list[dict]:
-    """Every (method, lr, seed) of ``cfg`` (finished runs skipped), ``n_jobs`` processes; the run summaries.
-    root: where the warm model is cached (:func:`prepare_warm`)."""
+    """Every cell of ``cfg`` (:func:`cells`) through the runner (:func:`_study.run_study`: finished runs read back,
+    a lock per run, ``n_jobs`` processes); the run summaries. root: where the warm model is cached
+    (:func:`prepare_warm`)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / f"study-{block_of(cfg.seeds)}.json", asdict(cfg), indent=1)
     warm = prepare_warm(cfg, root)
-    jobs = [(c["method"], c["lr"], c["seed"]) for c in cells(cfg)]
-    if n_jobs != 1:
-        from joblib import Parallel, delayed
+    return run_folders(cells(cfg), out, name=cell_name, describe=_describe, n_jobs=n_jobs, progress=progress,
+                       run=lambda c, d: run_cell(**c, out=d, warm_dir=warm))
 
-        return Parallel(n_jobs=n_jobs, verbose=10 if progress else 0)(
-            delayed(run_one)(cfg, warm, out, m, lr, s) for m, lr, s in jobs)
-    res = []
-    for i, (m, lr, s) in enumerate(jobs):
-        res.append(run_one(cfg, warm, out, m, lr, s))
-        if progress:
-            r = res[-1]
-            print(f"[{i + 1}/{len(jobs)}] {m} lr={lr:g} seed={s}: outcome={r['outcome']} "
-                  f"reward_last25={r['reward_last25']:.3f} wall={r['wall_s']:.0f}s", flush=True)
-    return res
+
+def _describe(r: dict) -> str:
+    return f"outcome={r['outcome']} reward_last25={r['reward_last25']:.3f} wall={r['wall_s']:.0f}s"
 
 
 # ---- claims --------------------------------------------------------------------------------------------------
@@ -445,11 +366,9 @@ CRITERIA_HASH = criteria_hash(CRITERIA)
 
 
 def load_runs(out) -> "object":
-    """One row per finished run (done.json), passk columns expanded; the outcome columns (:func:`_outcome_columns`)
+    """One row per finished run (done.json), passk columns expanded; the outcome columns (:func:`outcome_columns`)
     recomputed from the run's files by the current rule (:func:`folder_outcome`), whatever done.json stored."""
-    import pandas as pd
-
-    return pd.DataFrame([run_row(f.parent) for f in sorted(Path(out, "runs").glob("*/done.json"))])
+    return _study.load_runs(out, run_row)
 
 
 def run_row(d) -> dict:
@@ -460,7 +379,7 @@ def run_row(d) -> dict:
     for k, v in r.pop("passk").items():
         r[f"pass@{k}"] = v
     r.pop("alerts", None)
-    r.update(_outcome_columns(*(folder_outcome(d, window=w) for w in (OUTCOME_WINDOW, SENSITIVITY_WINDOW))))
+    r.update(run_outcome_columns(d))
     r["dir"] = str(d)
     return r
 
@@ -502,19 +421,6 @@ def _matched_entropies(runs, a: str, b: str, lr: float) -> tuple[np.ndarray, np.
                 ha.append(r[0])
                 hb.append(r[1])
     return np.array(ha), np.array(hb)
-
-
-def one_sided_wilcoxon(x, y) -> float:
-    """One-sided Wilcoxon signed-rank p of H1: x - y tends to be > 0 (paired; zero differences dropped; exact
-    null without ties for n <= 50, else the normal approximation; scipy.stats.wilcoxon). No nonzero pair: 1."""
-    from scipy.stats import wilcoxon
-
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if x.ndim != 1 or x.shape != y.shape or not np.all(np.isfinite(x) & np.isfinite(y)):
-        raise ValueError(f"x and y must be finite 1-D arrays of one length, got shapes {x.shape}, {y.shape}")
-    d = x - y
-    d = d[d != 0]
-    return 1.0 if d.size == 0 else float(wilcoxon(d, alternative="greater").pvalue)
 
 
 def _claim(cid, setting, statistic, est: Estimate, p=None, n=None, lr=None) -> Claim:
@@ -676,31 +582,6 @@ def study_claims(out=None, runs=None, *, n_boot: int = 2000, seed: int = 0, bloc
     return holm_adjust_claims([replace(c, block=block, criteria_hash=CRITERIA_HASH) for c in claims])
 
 
-def survival_table(runs):
-    """Per (method, lr): runs, alerted, recovered (alerted, not collapsed), ends collapsed, failed (apart), the
-    collapse rate among the runs that did not fail with its Clopper-Pearson 95 % interval, and the collapses of
-    the 10-step sensitivity variant (columns outcome, alerted, outcome_w10 of :func:`load_runs`)."""
-    import pandas as pd
-
-    rows = []
-    sens = f"outcome_w{SENSITIVITY_WINDOW}"
-    for (m, lr), g in runs.groupby(["method", "lr"], sort=True):
-        lab = g["outcome"]
-        k, failed = int((lab == "collapsed").sum()), int((lab == "failed").sum())
-        n = len(g) - failed
-        cp = clopper_pearson_interval(k, n) if n else None
-        rows.append({"method": m, "lr": lr, "n": len(g), "alerted": int(g["alerted"].sum()),
-                     "recovered": int((lab == "recovered").sum()), "collapsed": k, "failed": failed,
-                     "rate": k / n if n else float("nan"), "cp_lo": cp.lo if cp else float("nan"),
-                     "cp_hi": cp.hi if cp else float("nan"),
-                     f"collapsed_w{SENSITIVITY_WINDOW}": int((g[sens] == "collapsed").sum()),
-                     "reward_last25": float(g.reward_last25.mean()),
-                     "clip_region_mean": float(g.clip_region_mean.mean()) if "clip_region_mean" in g else float("nan"),
-                     "heldout_acc_final": float(g.heldout_acc_final.mean()),
-                     "warm_sha256": ",".join(sorted(set(g["warm_sha256"].fillna("")))) if "warm_sha256" in g else ""})
-    return pd.DataFrame(rows)
-
-
 CLAIM_COLUMNS = ("id", "source", "setting", "statistic", "estimate", "lo", "hi", "n", "p_adjusted", "criterion",
                  "verdict")
 
@@ -718,9 +599,9 @@ def summarize(out, *, model: str = "") -> list[Claim]:
     if not len(runs):
         raise ValueError(f"no finished run under {out}/runs")
     runs["block"] = [block_of([s]) for s in runs.seed]
-    write_with(out / "runs.csv", lambda tmp: runs.drop(columns=["dir"]).to_csv(tmp, index=False))
+    write_table(out / "runs.csv", runs.drop(columns=["dir"]))
     surv = pd.concat([survival_table(g).assign(block=b) for b, g in runs.groupby("block", sort=True)], ignore_index=True)
-    write_with(out / "survival.csv", lambda tmp: surv.to_csv(tmp, index=False))
+    write_table(out / "survival.csv", surv)
     plan = json.loads((out / "plan.json").read_text()) if (out / "plan.json").exists() else None
     planned = {r["id"]: r["n"] for r in plan["rows"] if r["decidable"]} if plan else {}  # else: plan.json says why
     claims = []
@@ -732,8 +613,7 @@ def summarize(out, *, model: str = "") -> list[Claim]:
             cl = [replace(c, id=c.id.replace("@lr", f"@{model}_lr") if "@lr" in c.id else f"{c.id}@{model}",
                           setting=f"{model} model, {c.setting}") for c in cl]
         claims += cl
-    atomic_write_text(out / "claims.json", claims_to_json(claims))
-    atomic_write_text(out / "claims.md", claims_markdown(claims, columns=CLAIM_COLUMNS) + "\n")
+    write_claims(out, claims, claims_markdown(claims, columns=CLAIM_COLUMNS))
     return claims
 
 
@@ -746,14 +626,13 @@ def run_confirmation(pilot: StudyConfig, full: StudyConfig, out, *, n_jobs: int 
     if block_of(pilot.seeds) != "discovery" or block_of(full.seeds) != "confirmation":
         raise ValueError("pilot must hold discovery seeds and full confirmation seeds")
     run_study(pilot, out, n_jobs=n_jobs, progress=progress, root=root)
-    f = out / "plan.json"
-    if f.exists():
-        plan = json.loads(f.read_text())
-    else:
+
+    def make() -> dict:
         runs = load_runs(out)
-        plan = plan_seeds(runs[runs.seed.isin(pilot.seeds)], n_min=n_min, n_max=n_max)
-        plan["pilot_seeds"] = list(pilot.seeds)
-        atomic_write_json(f, plan, indent=1)
+        return {**plan_seeds(runs[runs.seed.isin(pilot.seeds)], n_min=n_min, n_max=n_max),
+                "pilot_seeds": list(pilot.seeds)}
+
+    plan = plan_once(out / "plan.json", make)
     if progress:
         for r in plan["rows"]:
             print(f"[plan] {r['id']}: n = {r['n']} ({r['reason']})", flush=True)
@@ -786,24 +665,9 @@ def _study_config(study: dict, method: str, lr: float, seed: int) -> StudyConfig
                        methods=(method,), lrs=(lr,), seeds=(seed,))
 
 
-def cell_folder(study: dict, root=None) -> Path:
-    """This study's folder of one run's settings (:func:`llm_probe.experiments.cell_folder`)."""
-    return _cell_folder(NAME, study, root)
-
-
-def run_cell(*, method: str, lr: float, seed: int, study: dict, root=None):
-    """One run (:func:`run_one`, skipped when finished) from the shared warm model (:func:`prepare_warm`), in
-    ``cell_folder(study)/runs/<name>``; its :func:`run_row` as a one-row DataFrame."""
-    import pandas as pd
-
-    cfg = _study_config(study, method, lr, seed)
-    out = cell_folder(study, root)
-    run_one(cfg, prepare_warm(cfg, root), out, method, lr, seed)
-    return pd.DataFrame([run_row(out / "runs" / run_name(method, lr, seed))])
-
-
 def analyse(results, config: StudyConfig, *, block: str = "discovery") -> list[Claim]:
-    """The claims of a block from its rows (:func:`run_cell`; the entropy law reads the folders in ``dir``)."""
+    """The claims of a block from its runs' rows (:func:`run_row` of each run folder: the entropy law reads the
+    folders in ``dir``)."""
     if not len(results):
         return []
     runs = results.assign(_name=[Path(d).name for d in results["dir"]]).sort_values("_name")  # load_runs' order
@@ -812,6 +676,6 @@ def analyse(results, config: StudyConfig, *, block: str = "discovery") -> list[C
 
 
 EXPERIMENT = Experiment(name=NAME, claims=SPECS, config=StudyConfig, cells=cells, run_cell=run_cell, analyse=analyse,
-                        command="gapdyn train ablation --mode full",
-                        seed_field="seeds", seed_meaning=STREAM_SEEDS)
-"""This study in the one protocol (gapdyn.experiment.Experiment)."""
+                        command="gapdyn train ablation --mode full", seed_field="seeds", seed_meaning=STREAM_SEEDS,
+                        cell_name=cell_name, result_file=RESULT)
+"""This study in the one protocol (gapdyn.experiment.Experiment); its cells are run folders (:func:`run_study`)."""

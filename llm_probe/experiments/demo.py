@@ -48,6 +48,8 @@ class DemoConfig:
     """Adam learning rates (3e-4 is a normal, 5e-4..1e-3 a large step for the tiny model)."""
     seeds: tuple[int, ...] = (0, 1, 2)
     """RL seeds (prompt stream and sampler); the warm model is shared."""
+    seed: int | None = None
+    """One RL seed (the same as --seeds S; it replaces the default seeds)."""
     steps: int = 150
     """RL steps per run."""
     prompts_per_step: int = 16
@@ -87,6 +89,10 @@ class DemoConfig:
                               "probe_prompts": ("int", 0, inf, True, False), "warmup_steps": ("int", 0, inf, True, False),
                               "warm_seed": ("int", 0, inf, True, False), "num_threads": ("int", 1, inf, True, False)})
         check_jobs(self.n_jobs)
+        if self.seed is not None:
+            from gapdyn.runner import resolve_seeds
+
+            self.seeds = resolve_seeds(seed=self.seed)
         if not self.methods or not self.lrs or not self.seeds:
             raise ValueError("--methods, --lrs and --seeds must each name at least one value")
         for lr in self.lrs:

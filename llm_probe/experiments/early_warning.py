@@ -127,14 +127,13 @@ def load_study_steps(study) -> "object":
     run folders themselves."""
     import pandas as pd
 
-    from ._study import outcome_from_rows, read_evals
+    from ._study import RESULT, finished_runs, outcome_from_rows, read_evals, read_metrics
 
     frames = []
-    done_files = (sorted(Path(study, "runs").glob("*/done.json")) if isinstance(study, (str, Path)) else
-                  [Path(d) / "done.json" for d in study])
-    for i, f in enumerate(done_files):
+    folders = finished_runs(study) if isinstance(study, (str, Path)) else [Path(d) for d in study]
+    for i, f in enumerate(d / RESULT for d in folders):
         done = json.loads(f.read_text())
-        rows = [json.loads(ln) for ln in (f.parent / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+        rows = read_metrics(f.parent)
         df = pd.DataFrame([{k: v for k, v in r.items() if k != "alerts"} for r in rows])
         if df.empty:
             continue
@@ -543,28 +542,29 @@ def bootstrap_coverage(groups=((20, 80), (50, 50), (80, 20)), *, deltas=(1.0, 0.
             "se_diff": se(hit_diff)}
 
 
-def study_runs(study, methods=("grpo", "wapo")) -> tuple[list[Path], str]:
-    """The run folders the benchmark reads: the study's runs of ``methods`` (the pre-declared design: GRPO and WAPO),
-    and of those only the confirmation block's (seeds >= llm_probe.experiments._study.CONFIRMATION_START) when
-    the study has one; returns (folders, block)."""
-    from ._study import block_of
+def study_runs(study, methods=("grpo", "wapo"), seeds=None) -> tuple[list[Path], str]:
+    """The run folders the benchmark reads: the study's runs of ``methods`` (the pre-declared design: GRPO and WAPO;
+    with ``seeds``, of those seeds only), and of those only the confirmation block's (seeds >=
+    llm_probe.experiments._study.CONFIRMATION_START) when the study has one; returns (folders, block)."""
+    from ._study import RESULT, block_of, finished_runs
 
-    done = {f.parent: json.loads(f.read_text()) for f in sorted(Path(study, "runs").glob("*/done.json"))}
+    done = {d: json.loads((d / RESULT).read_text()) for d in finished_runs(study, seeds)}
     keep = [d for d, r in done.items() if r["method"] in methods]
     conf = [d for d in keep if block_of([done[d]["seed"]]) == "confirmation"]
     return (conf, "confirmation") if conf else (keep, "discovery")
 
 
-def report(study) -> None:
-    """``gapdyn train early-warning --from DIR``: write DIR/early_warning.csv (:func:`warning_table`) and
-    DIR/early_warning_claims.json / .md (:func:`warning_claims`) on the runs :func:`study_runs` selects, print both
-    (the command line is llm_probe.cli's)."""
+def report(study, seeds=None) -> None:
+    """``gapdyn train early-warning --from DIR [--seeds ...]``: write DIR/early_warning.csv (:func:`warning_table`)
+    and DIR/early_warning_claims.json / .md (:func:`warning_claims`) on the runs :func:`study_runs` selects (of
+    ``seeds`` only when given), print both (the command line is llm_probe.cli's)."""
     import pandas as pd
 
     study = Path(study)
-    runs, block = study_runs(study)
+    runs, block = study_runs(study, seeds=seeds)
     if not runs:
-        raise ValueError(f"no finished GRPO or WAPO run under {study}/runs")
+        raise ValueError(f"no finished GRPO or WAPO run under {study}/runs" + ("" if seeds is None else
+                                                                               f" of seeds {list(seeds)}"))
     steps = load_study_steps(runs)
     steps = _Runs(steps)
     tab = warning_table(steps)

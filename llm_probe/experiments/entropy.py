@@ -75,12 +75,16 @@ def cell_mass_table(steps, *, rng: np.random.Generator, n_resamples: int = 1000,
     return pd.DataFrame(rows)
 
 
-def report(study) -> None:
-    """``gapdyn train entropy --from DIR``: print the mechanism fits and the cell-mass table of a finished study
-    (the command line is llm_probe.cli's)."""
+def report(study, seeds=None) -> None:
+    """``gapdyn train entropy --from DIR [--seeds ...]``: print the mechanism fits and the cell-mass table of a
+    finished study (of its runs of ``seeds`` only when given; the command line is llm_probe.cli's)."""
+    from ._study import finished_runs
     from .early_warning import load_study_steps
 
-    steps = load_study_steps(study)
+    runs = finished_runs(study, seeds)
+    if not runs:
+        raise ValueError(f"no finished run of seeds {list(seeds)} under {study}/runs")
+    steps = load_study_steps(runs)
     rng = np.random.default_rng(0)
     for key, e in {**mechanism_fit(steps, rng=rng), **mechanism_fit(steps, rng=rng, by="method")}.items():
         print(f"dH on -lr*Cov [{key}]: slope {e.estimate:.4g} (95% {e.lo:.4g}, {e.hi:.4g}), runs {e.n}")

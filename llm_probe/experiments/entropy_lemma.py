@@ -60,8 +60,12 @@ import torch
 from gapdyn.claims import Claim, ClaimSpec, Criterion, claims_markdown, claims_to_json, criteria_hash, keyed_specs
 from gapdyn.stats import Estimate, t_interval_cluster_slope
 
+from ._study import RESULT, AdditionBatch, SplitAddition, run_name
+from ._study import run_study as run_folders
+
 __all__ = ["entropy", "vocab_cov", "lemma_dH", "States", "visited_states", "pg_logit_change", "npg_logit_change",
-           "state_rows", "StudyConfig", "CONFIGS", "SPECS", "CRITERIA", "TEST_TEXT", "CRITERIA_HASH", "run_study",
+           "state_rows", "StudyConfig", "CONFIGS", "SPECS", "CRITERIA", "TEST_TEXT", "CRITERIA_HASH", "cells", "cell_name",
+           "run_cell", "run_study",
            "claims_from_states", "write_results"]
 
 SRC = "Cui et al. 2025 (arXiv 2505.22617)"
@@ -233,7 +237,7 @@ def state_rows(before: torch.Tensor, after: torch.Tensor, st: States, g: torch.T
 
 # ---- the study -------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class StudyConfig:
+class StudyConfig(AdditionBatch):
     """The runs (optimizer, lr) from one pinned warm model, each ``steps`` GRPO steps, measured every ``every``."""
 
     runs: tuple = (("sgd", 1e-5), ("sgd", 1e-4), ("sgd", 1e-3), ("sgd", 3e-3), ("sgd", 1e-2), ("adam", 4e-4))
@@ -243,12 +247,20 @@ class StudyConfig:
     criteria did not change and the first three runs are kept as they were (docs/llm_probe.md)."""
     steps: int = 30
     every: int = 1
-    prompts_per_step: int = 16
-    group_size: int = 8
-    max_new_tokens: int = 6
     method: str = "grpo"
-    seed: int = 0
+    seeds: tuple[int, ...] = (0,)
+    """Stream seeds: every run of :attr:`runs` on each (``--seeds``; the study's own is seed 0, whose run folders
+    and claim ids carry no seed label)."""
     shape: str = "tiny"  # the pinned warm checkpoint (llm_probe.experiments.pinned)
+
+    def __post_init__(self):
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must name at least one seed, none twice, got {self.seeds!r}")
+
+    def label(self, optimizer: str, lr: float, seed: int) -> str:
+        """A run's name (its folder under ``runs`` and its claim ids' suffix): ``<optimizer>_lr<lr>``, and
+        ``_s<seed>`` unless the study runs its own seed only."""
+        return run_name(optimizer, lr=lr, seed=None if self.seeds == (0,) else seed)
 
 
 CONFIGS = {
@@ -257,10 +269,6 @@ CONFIGS = {
 }
 CONFIGS["quick"] = CONFIGS["full"]
 """Mode -> StudyConfig (test: seconds, the machinery; quick = full: the claims' size)."""
-
-
-def run_name(optimizer: str, lr: float) -> str:
-    return f"{optimizer}_lr{lr:g}"
 
 
 def _make_recorder():
@@ -299,14 +307,14 @@ def _make_recorder():
     return Recorder
 
 
-def _run_one(cfg: StudyConfig, warm_dir, folder: Path, optimizer: str, lr: float):
+def _run_one(cfg: StudyConfig, warm_dir, folder: Path, optimizer: str, lr: float, seed: int):
     """One run: (per-state rows, per-step rows) as pandas DataFrames."""
     import pandas as pd
 
     from ..config import TrainConfig
-    from .ablation import SplitAddition
 
-    tc = TrainConfig(out_dir=str(folder), method=cfg.method, lr=lr, seed=cfg.seed, steps=cfg.steps,
+    name = cfg.label(optimizer, lr, seed)
+    tc = TrainConfig(out_dir=str(folder), method=cfg.method, lr=lr, seed=seed, steps=cfg.steps,
                      prompts_per_step=cfg.prompts_per_step, group_size=cfg.group_size,
                      max_new_tokens=cfg.max_new_tokens, optimizer=optimizer, init_from=str(warm_dir),
                      probe_every=0, probe_prompts=0, num_threads=1, progress=False, device="cpu")
@@ -325,19 +333,56 @@ def _run_one(cfg: StudyConfig, warm_dir, folder: Path, optimizer: str, lr: float
         r = state_rows(before, trainer.score(ro), st, g, adv, lr)
         d = pd.DataFrame(r).assign(step=k, prompt=st.row // ro.G)
         states.append(d)
-        steps.append({"run": run_name(optimizer, lr), "optimizer": optimizer, "lr": lr, "step": k,
+        steps.append({"run": name, "optimizer": optimizer, "lr": lr, "step": k,
                       "reward": m["reward"], "n_states": len(d), "n_visits": int(d.n_visits.sum()),
                       "H_mean": d.H.mean(), **{f"sum_{c}": d[c].sum() for c in ("exact", "lemma", "pg", "npg")},
                       "dz_spread_median": d.dz_spread.median(), "dz_spread_max": d.dz_spread.max(),
                       "update_norm": m.get("update_norm", math.nan), "grad_norm": m.get("grad_norm", math.nan)})
 
     tr.run(on_step=after_step, checkpoint=False)
-    s = pd.concat(states, ignore_index=True).assign(run=run_name(optimizer, lr), optimizer=optimizer, lr=lr)
+    s = pd.concat(states, ignore_index=True).assign(run=name, optimizer=optimizer, lr=lr)
     return s, pd.DataFrame(steps)
 
 
+def cells(cfg: StudyConfig, instances=None) -> list[dict]:
+    """One cell per (seed, optimizer, lr) (instances: the seeds, default ``cfg.seeds``), each with the study's
+    settings (the StudyConfig fields but ``runs`` and ``seeds``)."""
+    seeds = cfg.seeds if instances is None else tuple(int(s) for s in instances)
+    settings = {k: v for k, v in asdict(cfg).items() if k not in ("runs", "seeds")}
+    return [{"optimizer": o, "lr": lr, "seed": int(s), "settings": settings, "seeds": list(seeds)}
+            for s in seeds for o, lr in cfg.runs]
+
+
+def cell_name(cell: dict) -> str:
+    """A cell's run folder under ``<out>/runs`` (:meth:`StudyConfig.label`)."""
+    return _cell_config(cell).label(cell["optimizer"], cell["lr"], cell["seed"])
+
+
+def _cell_config(cell: dict) -> StudyConfig:
+    return StudyConfig(**cell["settings"], runs=((cell["optimizer"], cell["lr"]),), seeds=tuple(cell["seeds"]))
+
+
+def run_cell(*, optimizer: str, lr: float, seed: int, settings: dict, seeds: list, out, warm_dir=None) -> dict:
+    """One run into the run folder ``out`` (the trainer's files, states.parquet and steps.parquet: the rows of
+    :func:`state_rows` and the per-step summaries), done.json last; returns done.json."""
+    from gapdyn.io import atomic_write_json, write_parquet
+
+    from .pinned import pinned_warm
+
+    cfg = _cell_config({"optimizer": optimizer, "lr": lr, "settings": settings, "seeds": seeds})
+    out = Path(out)
+    states, steps = _run_one(cfg, pinned_warm(cfg.shape) if warm_dir is None else warm_dir, out, optimizer, lr, seed)
+    write_parquet(out / "states.parquet", states)
+    write_parquet(out / "steps.parquet", steps)
+    done = {"run": cfg.label(optimizer, lr, seed), "optimizer": optimizer, "lr": lr, "seed": seed,
+            "states": len(states), "steps": len(steps)}
+    atomic_write_json(out / RESULT, done, indent=1)
+    return done
+
+
 def run_study(cfg: StudyConfig, out) -> tuple:
-    """Every run of ``cfg`` in this process (the trainer's run folders under ``out/runs``); (states, steps)."""
+    """Every cell of ``cfg`` through the runner (_study.run_study: run folders under ``out/runs``, finished ones
+    read back); (states, steps) of every run, in the cells' order."""
     import pandas as pd
 
     from ..threads import use_threads
@@ -345,9 +390,12 @@ def run_study(cfg: StudyConfig, out) -> tuple:
 
     use_threads(1)
     warm = pinned_warm(cfg.shape)
-    out = Path(out)
-    parts = [_run_one(cfg, warm, out / "runs" / run_name(o, lr), o, lr) for o, lr in cfg.runs]
-    return (pd.concat([p[0] for p in parts], ignore_index=True), pd.concat([p[1] for p in parts], ignore_index=True))
+    todo = cells(cfg)
+    run_folders(todo, out, name=cell_name, progress=False, describe=lambda r: f"{r['states']} states",
+                run=lambda c, d: run_cell(**c, out=d, warm_dir=warm))
+    folders = [Path(out) / "runs" / cell_name(c) for c in todo]
+    return tuple(pd.concat([pd.read_parquet(d / f) for d in folders], ignore_index=True)
+                 for f in ("states.parquet", "steps.parquet"))
 
 
 # ---- claims ----------------------------------------------------------------------------------------------------
@@ -437,15 +485,17 @@ def write_results(out, claims, fits, steps, *, command: str, wall_s: float) -> N
     steps.to_csv(out / "steps.csv", index=False, float_format="%.6g")
 
 
-def main_study(mode: str, out, *, command: str, runs_dir=None) -> list:
-    """Run the study of ``mode`` and write its results into ``out``; the trainer's run folders go to ``runs_dir``
-    (None: a temporary folder, removed after); returns the claims."""
+def main_study(mode: str, out, *, command: str, runs_dir=None, seeds=None) -> list:
+    """Run the study of ``mode`` (on ``seeds`` when given: :attr:`StudyConfig.seeds`) and write its results into
+    ``out``; the run folders go to ``runs_dir/runs`` (None: a temporary folder, removed after; a given one is
+    resumable); returns the claims."""
     import tempfile
+    from dataclasses import replace
 
     if mode not in CONFIGS:
         raise ValueError(f"mode must be one of {sorted(CONFIGS)}, got {mode!r}")
     t0 = time.perf_counter()
-    cfg = CONFIGS[mode]
+    cfg = CONFIGS[mode] if seeds is None else replace(CONFIGS[mode], seeds=tuple(int(s) for s in seeds))
     with tempfile.TemporaryDirectory() as tmp:
         states, steps = run_study(cfg, tmp if runs_dir is None else runs_dir)
     claims, fits = claims_from_states(states, cfg)

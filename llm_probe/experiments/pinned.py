@@ -17,7 +17,6 @@ primaries.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -26,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from ..config import WARMUP_BATCH, WARMUP_LR, WARMUP_STEPS
+from ._study import SplitAddition, file_sha256
 
 __all__ = ["SHAPES", "PINNED_SHA256", "PINNED_ROOT", "PIN_CPU_CAPABILITY", "pinned_warm", "pin", "file_sha256",
            "warm_spec_of", "checked_folder"]
@@ -55,15 +55,6 @@ PIN_CPU_CAPABILITY = "AVX2"
 an AVX-512 machine torch picks its AVX-512 kernels, which reduce in another order (the tiny warm-up then ends at
 another loss and other bytes), so :func:`pin` warms under ``ATEN_CPU_CAPABILITY`` set to this value (tiny rebuilt
 so bit for bit on an AVX-512 machine; wide, pinned on the same machine as tiny, not rebuilt)."""
-
-
-def file_sha256(path) -> str:
-    """Hex sha256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def warm_spec_of(name: str):
@@ -111,7 +102,6 @@ def pin(name: str = "tiny", *, root=None) -> str:
                              f"{os.environ['ATEN_CPU_CAPABILITY']}: the pinned checkpoints need {PIN_CPU_CAPABILITY}")
         return _pin_in_child(name, root)
     from ..warmup import warm_model
-    from ._study import SplitAddition
 
     with tempfile.TemporaryDirectory() as tmp:
         src = warm_model(spec, SplitAddition(), num_threads=1, root=tmp, progress=False, **WARM_SETTINGS)

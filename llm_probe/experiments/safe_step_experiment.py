@@ -7,8 +7,9 @@ multiplier a of gapdyn.safe_step_multiplier). Every run starts from the pinned w
 (llm_probe.experiments.pinned.pinned_warm, warmed on the split addition task, so the task is
 ``SplitAddition(20)`` of the ablation, whose held-out pairs RL never samples) and keeps, per run folder
 ``DIR/runs/<method>_<arm>_lr<lr>_s<seed>/``: metrics.jsonl, eval.jsonl (held-out sampled accuracy and token
-entropy every ``eval_every`` steps, the ablation's ``_heldout_eval``) and done.json; a folder with done.json is
-finished and skipped, an unfinished one restarts.
+entropy every ``eval_every`` steps, llm_probe.experiments._study.heldout_eval) and done.json. Each run is a cell of
+the one runner (_study.run_study over gapdyn.runner.run_cells): a folder with done.json is finished and read back,
+an unfinished one restarts, a run claimed by another process (its lock) is skipped.
 
 Two blocks. The pilot (discovery seeds) measures the effects; :func:`make_plan` turns them into the
 confirmation size with gapdyn.planner (power 0.8 at alpha / number of primaries) under a CPU budget, written
@@ -60,19 +61,22 @@ from types import SimpleNamespace
 import numpy as np
 
 import gapdyn
-from gapdyn.claims import CONFIRMATION_SEEDS, Claim, ClaimSpec, Criterion, claims_markdown, claims_to_json, holm_adjust_claims, keyed_specs
+from gapdyn.claims import CONFIRMATION_SEEDS, Claim, ClaimSpec, Criterion, claims_markdown, holm_adjust_claims, keyed_specs
 from gapdyn.experiment import STREAM_SEEDS, Experiment
-from gapdyn.io import atomic_write_json, atomic_write_text, write_with
+from gapdyn.io import atomic_write_json
 from gapdyn.planner import plan_n, power_mean, power_two_proportions
 from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
 from gapdyn.stats import fieller_paired_ratio  # re-exported: the interval of ``not_slower``
 
-from . import cell_folder as _cell_folder
-from ..collapse import SENSITIVITY_WINDOW
+from . import _study
+from ._study import (RESULT, AdditionBatch, ModePresets, SplitAddition, heldout_problems, one_sided_wilcoxon, plan_once, read_evals, read_metrics,
+                     run_name, run_outcome_columns, start_run, survival_table, train_with_heldout_eval,
+                     write_claims, write_table)
+from ._study import run_study as run_folders
 from ..seeds import STUDY_SEED, derive_seed
 
 __all__ = ["SafeStepExperiment", "PRESETS", "SPECS", "CRITERIA", "CRITERIA_HASH", "TEST_TEXT", "EXPERIMENT", "NAME",
-           "PRIMARIES", "run_study", "run_one", "load_runs", "summarize", "analyse", "analyse_rows", "cells",
+           "PRIMARIES", "run_study", "run_cell", "cell_name", "pair_cells", "load_runs", "summarize", "analyse", "analyse_rows", "cells",
            "run_cell", "steps_to_level", "fieller_paired_ratio", "one_sided_margin_t", "make_plan", "allocate",
            "survival", "run_and_report", "step_cost"]
 
@@ -119,8 +123,8 @@ CRITERIA_HASH = gapdyn.criteria_hash(CRITERIA)
 
 
 @dataclass(frozen=True)
-class SafeStepExperiment:
-    """Grid, run settings and the sizing rule of the study (module docstring)."""
+class SafeStepExperiment(AdditionBatch, ModePresets):
+    """Grid, run settings and the sizing rule of the study (module docstring; test / quick / full: :data:`PRESETS`)."""
 
     mode: str = "full"
     """The size's name (test, quick, full)."""
@@ -130,7 +134,10 @@ class SafeStepExperiment:
     safe_lr: float = 3e-4
     """Adam lr where constant-step runs mostly survive (the ``not_slower`` claim)."""
     seeds: tuple[int, ...] = tuple(range(8))
-    """The pilot (discovery) seeds."""
+    """The pilot (discovery) seeds; with ``replicate``, the seeds of a replication (any seeds)."""
+    replicate: bool = False
+    """Run both arms at both lrs on exactly ``seeds`` (``--seeds``, in every mode): no planned confirmation block;
+    each run's block is that of its seed (below confirmation_start: discovery, else confirmation)."""
     confirmation_start: int = CONFIRMATION_SEEDS[0]
     """First confirmation seed (seeds confirmation_start, confirmation_start + 1, ...)."""
     n_floor: int = 30
@@ -140,9 +147,6 @@ class SafeStepExperiment:
     power: float = 0.8
     alpha: float = 0.05
     steps: int = 100
-    prompts_per_step: int = 16
-    group_size: int = 8
-    max_new_tokens: int = 6
     eval_every: int = 25
     eval_prompts: int = 64
     eval_samples: int = 4
@@ -160,8 +164,10 @@ class SafeStepExperiment:
     n_resamples: int = 4000
 
     def __post_init__(self):
-        if len(self.seeds) < 2 or any(s >= self.confirmation_start for s in self.seeds):
+        if not self.replicate and (len(self.seeds) < 2 or any(s >= self.confirmation_start for s in self.seeds)):
             raise ValueError(f"seeds must hold >= 2 pilot seeds below confirmation_start, got {self.seeds}")
+        if not self.seeds:
+            raise ValueError("seeds must hold at least one seed")
         for name in ("steps", "prompts_per_step", "max_new_tokens", "eval_every", "eval_prompts", "eval_samples",
                      "tail", "window", "n_resamples", "n_floor"):
             v = getattr(self, name)
@@ -188,18 +194,6 @@ class SafeStepExperiment:
         """The pilot seeds (the protocol's discovery block)."""
         return tuple(self.seeds)
 
-    @classmethod
-    def test(cls) -> SafeStepExperiment:
-        return PRESETS["test"]
-
-    @classmethod
-    def quick(cls) -> SafeStepExperiment:
-        return PRESETS["quick"]
-
-    @classmethod
-    def full(cls) -> SafeStepExperiment:
-        return PRESETS["full"]
-
 
 PRESETS = {
     "test": SafeStepExperiment(mode="test", seeds=(0, 1), n_floor=2, budget_cpu_s=30.0, steps=3, prompts_per_step=2,
@@ -211,11 +205,13 @@ PRESETS = {
 }
 """test: machinery (seconds); quick: indicative; full: the claims' size (GRPO, collapse lr 5e-4, safe lr 3e-4,
 100 steps, 8 pilot seeds, confirmation sized by the planner within 20 CPU-minutes)."""
+SafeStepExperiment.PRESETS = PRESETS
 
 
 # ---- runs ----------------------------------------------------------------------------------------------------
-def run_name(method: str, arm: str, lr: float, seed: int) -> str:
-    return f"{method}_{arm}_lr{lr:g}_s{seed}"
+def cell_name(cell: dict) -> str:
+    """A cell's run folder (under ``<study>/runs``): ``<method>_<arm>_lr<lr>_s<seed>`` (:func:`_study.run_name`)."""
+    return run_name(cell["settings"]["method"], cell["arm"], lr=cell["lr"], seed=cell["seed"])
 
 
 def warm_folder(exp) -> tuple[Path, str]:
@@ -226,22 +222,21 @@ def warm_folder(exp) -> tuple[Path, str]:
     return d, file_sha256(d / "model.safetensors")
 
 
-def run_one(exp, warm_dir, out, arm: str, lr: float, seed: int) -> dict:
-    """Train one (arm, lr, seed) run of ``exp.method`` into ``out/runs/<name>`` (skipped when done.json exists);
-    its done.json. The held-out evaluations (ablation._heldout_eval on the same held-out problems for every run,
-    own generators) run as Trainer.run's ``on_step`` hook; no checkpoint (an unfinished run restarts)."""
+def run_cell(*, arm: str, lr: float, seed: int, settings: dict, out, warm_dir=None) -> dict:
+    """Train one (arm, lr, seed) run with the run settings ``settings`` (:data:`RUN_SETTINGS`) into the run folder
+    ``out`` from ``warm_dir`` (default :func:`warm_folder`); writes done.json last and returns it. The held-out
+    evaluations (_study.heldout_eval on the same held-out problems for every run, own generators) run as
+    Trainer.run's ``on_step`` hook; no checkpoint (an unfinished run restarts)."""
     import torch
 
     from ..config import TrainConfig
     from ..trainer import Trainer
-    from .ablation import SplitAddition, train_with_heldout_eval
 
-    d = Path(out) / "runs" / run_name(exp.method, arm, lr, seed)
-    if (d / "done.json").exists():
-        return json.loads((d / "done.json").read_text())
-    d.mkdir(parents=True, exist_ok=True)
-    for f in ("metrics.jsonl", "eval.jsonl"):
-        (d / f).unlink(missing_ok=True)
+    if set(settings) != set(RUN_SETTINGS):
+        raise ValueError(f"settings must hold exactly {RUN_SETTINGS}, got {sorted(settings)}")
+    exp = SimpleNamespace(**settings)
+    warm_dir = warm_folder(exp)[0] if warm_dir is None else warm_dir
+    d = start_run(out)
     torch.set_num_threads(1)
     task = SplitAddition(exp.heldout_mod)
     tc = TrainConfig(out_dir=str(d), method=exp.method, lr=lr, seed=seed, steps=exp.steps,
@@ -251,9 +246,9 @@ def run_one(exp, warm_dir, out, arm: str, lr: float, seed: int) -> dict:
                      safe_step_delta=exp.delta)
     t0, c0 = time.perf_counter(), time.process_time()
     tr = Trainer(tc, task=task)
-    eval_probs = task.heldout(np.random.default_rng(derive_seed(STUDY_SEED, "heldout_problems")), exp.eval_prompts)
+    eval_probs, = heldout_problems(task, exp.eval_prompts)
     evals, fault = train_with_heldout_eval(tr, d / "eval.jsonl", eval_probs, exp.eval_samples, exp.eval_every)
-    rows = [json.loads(ln) for ln in (d / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+    rows = read_metrics(d)
     a = [r["safe/a"] for r in rows if "safe/a" in r]
     done = {"method": exp.method, "arm": arm, "lr": lr, "seed": seed, "steps_run": len(rows), "fault": fault,
             "a_mean": float(np.mean(a)) if a else 1.0, "wall_s": time.perf_counter() - t0,
@@ -264,18 +259,17 @@ def run_one(exp, warm_dir, out, arm: str, lr: float, seed: int) -> dict:
 
 def run_row(d) -> dict:
     """One finished run folder as a row: done.json, the outcome columns recomputed from its files
-    (ablation.folder_outcome, ablation._outcome_columns), reward_last25, heldout_acc_first / _final, the per-step
-    rewards (``reward``, not written to runs.csv) and ``dir``."""
+    (_study.run_outcome_columns), reward_last25, heldout_acc_first / _final, the per-step rewards (``reward``, not
+    written to runs.csv) and ``dir``."""
     from ..collapse import OUTCOME_WINDOW
-    from .ablation import _outcome_columns, folder_outcome, read_evals
 
     d = Path(d)
     r = json.loads((d / "done.json").read_text())
-    rows = [json.loads(ln) for ln in (d / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+    rows = read_metrics(d)
     rew = [float(x.get("reward", np.nan)) for x in sorted(rows, key=lambda x: x["step"])]
     ev = sorted(read_evals(d), key=lambda e: e["step"])
     tail = np.array(rew[-OUTCOME_WINDOW:] or [np.nan])
-    r.update(_outcome_columns(*(folder_outcome(d, window=w) for w in (OUTCOME_WINDOW, SENSITIVITY_WINDOW))))
+    r.update(run_outcome_columns(d))
     r.update(reward_last25=float(np.nanmean(tail)) if np.isfinite(tail).any() else math.nan,
              heldout_acc_first=ev[0]["acc"] if ev else math.nan, heldout_acc_final=ev[-1]["acc"] if ev else math.nan,
              reward=rew, dir=str(d))
@@ -285,10 +279,7 @@ def run_row(d) -> dict:
 def load_runs(out):
     """One row per finished run under ``out/runs`` (:func:`run_row`), with its block ("discovery" below
     ``confirmation_start`` 1000, else "confirmation")."""
-    import pandas as pd
-
-    rows = [run_row(f.parent) for f in sorted(Path(out, "runs").glob("*/done.json"))]
-    df = pd.DataFrame(rows)
+    df = _study.load_runs(out, run_row)
     if len(df):
         df["block"] = np.where(df.seed >= PRESETS["full"].confirmation_start, "confirmation", "discovery")
     return df
@@ -460,7 +451,6 @@ def analyse_rows(exp, runs, *, block: str = "discovery", n_planned: dict | None 
     Holm over the primaries only (gapdyn.holm_adjust_claims), the other tests unadjusted. n_planned: lr ->
     the planner's n (stamped on the claims at that lr)."""
     from gapdyn.stats import clopper_pearson_interval, fisher_exact_test, newcombe_difference
-    from .ablation import one_sided_wilcoxon
 
     rng = np.random.default_rng(derive_seed(STUDY_SEED, "claims_bootstrap"))
     n_planned = n_planned or {}
@@ -529,10 +519,8 @@ def analyse_rows(exp, runs, *, block: str = "discovery", n_planned: dict | None 
 def survival(runs):
     """Per (block, arm, lr): runs, alerted, recovered, ends collapsed, failed, collapse rate of the runs that did not
     fail with its Clopper-Pearson interval, the 10-step sensitivity count, reward and held-out accuracy at the end
-    (llm_probe.experiments.ablation.survival_table, once per (block, arm))."""
+    (_study.survival_table, once per (block, arm))."""
     import pandas as pd
-
-    from .ablation import survival_table
 
     parts = []
     for (block, arm), g in runs.groupby(["block", "arm"], sort=True):
@@ -551,10 +539,10 @@ def summarize(exp, out, *, plan: dict | None = None, warm_sha256: str = "") -> l
     if not len(runs):
         raise ValueError(f"no finished run under {out}/runs")
     runs["warm_sha256"] = warm_sha256
-    write_with(out / "runs.csv", lambda tmp: runs.drop(columns=["dir", "reward"]).to_csv(tmp, index=False))
+    write_table(out / "runs.csv", runs.drop(columns=["dir", "reward"]))
     surv = survival(runs)
     surv["warm_sha256"] = warm_sha256
-    write_with(out / "survival.csv", lambda tmp: surv.to_csv(tmp, index=False))
+    write_table(out / "survival.csv", surv)
     planned = {float(k): v for k, v in (plan or {}).get("planned", {}).items()}
     claims, summary = [], {}
     for block in ("discovery", "confirmation"):
@@ -563,28 +551,32 @@ def summarize(exp, out, *, plan: dict | None = None, warm_sha256: str = "") -> l
             cl, summary[block] = analyse_rows(exp, g, block=block,
                                               n_planned=planned if block == "confirmation" else None)
             claims += cl
-    atomic_write_text(out / "claims.json", claims_to_json(claims))
-    atomic_write_text(out / "claims.md", (claims_markdown(claims) if claims else "(no claims)") + "\n")
+    write_claims(out, claims, claims_markdown(claims) if claims else "(no claims)")
     atomic_write_json(out / "summary.json", summary, indent=1)
     return claims
 
 
 # ---- the study -----------------------------------------------------------------------------------------------
-def _pairs(exp, out, warm_dir, seeds_by_lr: dict, progress: bool, tag: str) -> None:
-    """Both arms of every (lr, seed), seed by seed (a partial block leaves every lr with paired seeds)."""
-    jobs = [(lr, s) for s in sorted({s for v in seeds_by_lr.values() for s in v}) for lr in exp.lrs
-            if s in seeds_by_lr.get(lr, ())]
-    for i, (lr, s) in enumerate(jobs):
-        for arm in ARMS:
-            r = run_one(exp, warm_dir, out, arm, lr, s)
-            if progress:
-                print(f"[safe-step {tag} {i + 1}/{len(jobs)}] {exp.method} {arm} lr={lr:g} seed={s}: "
-                      f"cpu {r['cpu_s']:.0f} s, wall {r['wall_s']:.0f} s", flush=True)
+def pair_cells(exp, seeds_by_lr: dict) -> list[dict]:
+    """Both arms of every (lr, seed), seed by seed (a partial block leaves every lr with paired seeds), each cell
+    with the run settings of :data:`RUN_SETTINGS`."""
+    settings = {k: getattr(exp, k) for k in RUN_SETTINGS}
+    return [{"arm": arm, "lr": lr, "seed": int(s), "settings": settings}
+            for s in sorted({s for v in seeds_by_lr.values() for s in v}) for lr in exp.lrs
+            if s in seeds_by_lr.get(lr, ()) for arm in ARMS]
+
+
+def _pairs(exp, out, warm_dir, seeds_by_lr: dict, progress: bool) -> None:
+    """:func:`pair_cells` through the runner (_study.run_study: finished runs read back, a lock per run)."""
+    run_folders(pair_cells(exp, seeds_by_lr), out, name=cell_name, progress=progress,
+                describe=lambda r: f"cpu {r['cpu_s']:.0f} s, wall {r['wall_s']:.0f} s",
+                run=lambda c, d: run_cell(**c, out=d, warm_dir=warm_dir))
 
 
 def run_study(exp: SafeStepExperiment, out, *, progress: bool = True) -> dict:
     """Pilot, plan (``out/plan.json``, made once), confirmation; returns the plan. Resumable: finished runs are
-    read back, the plan is read back when it exists."""
+    read back, the plan is read back when it exists. ``exp.replicate``: only the pairs of ``exp.seeds`` (no plan,
+    no confirmation block; returns None)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "experiment.json", asdict(exp), indent=1)
@@ -592,22 +584,22 @@ def run_study(exp: SafeStepExperiment, out, *, progress: bool = True) -> dict:
                                               "criteria": {k: v.criterion.to_dict() for k, v in SPECS.items()}},
                       indent=1)  # the frozen criteria, before any run
     warm_dir, sha = warm_folder(exp)
-    _pairs(exp, out, warm_dir, {lr: exp.seeds for lr in exp.lrs}, progress, "pilot")
-    plan_file = out / "plan.json"
-    if plan_file.exists():
-        plan = json.loads(plan_file.read_text())
-    else:
+    _pairs(exp, out, warm_dir, {lr: exp.seeds for lr in exp.lrs}, progress)
+    if exp.replicate:
+        return None
+
+    def make() -> dict:
         runs = load_runs(out)
         pilot = runs[runs.block == "discovery"]
         cost = {lr: float(pilot[pilot.lr == lr].groupby("seed").cpu_s.sum().mean()) for lr in exp.lrs}
-        plan = make_plan(exp, pilot_effects(exp, pilot), cost, float(pilot.cpu_s.sum()))
-        plan["warm_sha256"] = sha
-        atomic_write_json(plan_file, plan, indent=1)
+        return {**make_plan(exp, pilot_effects(exp, pilot), cost, float(pilot.cpu_s.sum())), "warm_sha256": sha}
+
+    plan = plan_once(out / "plan.json", make)
     if progress:
         print(json.dumps({k: plan[k] for k in ("planned", "used", "cpu_per_seed", "cpu_spent_pilot")}), flush=True)
     seeds = {lr: tuple(range(exp.confirmation_start, exp.confirmation_start + plan["used"][f"{lr:g}"]))
              for lr in exp.lrs}
-    _pairs(exp, out, warm_dir, seeds, progress, "confirmation")
+    _pairs(exp, out, warm_dir, seeds, progress)
     return plan
 
 
@@ -642,7 +634,6 @@ def step_cost(exp: SafeStepExperiment, warm_dir, out, *, steps: int = 20, lr: fl
     (default: the safe lr). Returns per-arm median seconds and the median of the per-pair ratios."""
     from ..config import TrainConfig
     from ..trainer import Trainer
-    from .ablation import SplitAddition
 
     lr = exp.safe_lr if lr is None else lr
     trainers = {arm: Trainer(TrainConfig(
@@ -670,36 +661,14 @@ RUN_SETTINGS = ("method", "steps", "prompts_per_step", "group_size", "max_new_to
 
 
 def cells(config: SafeStepExperiment, instances=None) -> list[dict]:
-    """One cell per (arm, lr, seed) in :func:`run_study`'s order (instances: the seeds), each with the run
-    settings of :data:`RUN_SETTINGS`."""
+    """One cell per (arm, lr, seed) in :func:`run_study`'s order (instances: the seeds; :func:`pair_cells`)."""
     seeds = config.seeds if instances is None else tuple(instances)
-    settings = {k: getattr(config, k) for k in RUN_SETTINGS}
-    return [{"arm": arm, "lr": lr, "seed": int(s), "settings": settings} for s in seeds for lr in config.lrs
-            for arm in ARMS]
-
-
-def cell_folder(settings: dict, root=None) -> Path:
-    """This study's folder of one run's settings (:func:`llm_probe.experiments.cell_folder`)."""
-    return _cell_folder(NAME, settings, root)
-
-
-def run_cell(*, arm: str, lr: float, seed: int, settings: dict, root=None):
-    """One run (:func:`run_one`, skipped when finished) from the warm checkpoint, in
-    ``cell_folder(settings)/runs/<name>``; its :func:`run_row` (reward list as JSON) as a one-row DataFrame."""
-    import pandas as pd
-
-    if set(settings) != set(RUN_SETTINGS):
-        raise ValueError(f"settings must hold exactly {RUN_SETTINGS}, got {sorted(settings)}")
-    run = SimpleNamespace(**settings)
-    out = cell_folder(settings, root)
-    run_one(run, warm_folder(run)[0], out, arm, lr, seed)
-    row = run_row(out / "runs" / run_name(run.method, arm, lr, seed))
-    row["reward"] = json.dumps(row["reward"])
-    return pd.DataFrame([row])
+    return pair_cells(config, {lr: seeds for lr in config.lrs})
 
 
 def analyse(results, config: SafeStepExperiment, *, block: str = "discovery") -> list:
-    """The claims of a block from its rows (:func:`run_cell`), by :func:`analyse_rows`."""
+    """The claims of a block from its runs' rows (:func:`run_row` of each run folder; ``reward`` a list or its
+    JSON), by :func:`analyse_rows`."""
     if not len(results):
         return []
     runs = results.assign(reward=[json.loads(r) if isinstance(r, str) else r for r in results["reward"]])
@@ -708,5 +677,5 @@ def analyse(results, config: SafeStepExperiment, *, block: str = "discovery") ->
 
 EXPERIMENT = Experiment(name=NAME, claims=SPECS, config=SafeStepExperiment, cells=cells, run_cell=run_cell,
                         analyse=analyse, command="gapdyn train safe-step --mode full",
-                        seed_field="seeds", seed_meaning=STREAM_SEEDS)
-"""This experiment in the one protocol (gapdyn.experiment.Experiment)."""
+                        seed_field="seeds", seed_meaning=STREAM_SEEDS, cell_name=cell_name, result_file=RESULT)
+"""This experiment in the one protocol (gapdyn.experiment.Experiment); its cells are run folders (:func:`_pairs`)."""
