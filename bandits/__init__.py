@@ -30,8 +30,8 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "sequence_sampled_direction",
     ),
     "bandits.partial": ("PartialSharingBandit", "position_features"),
-    "bandits.sweep": ("run_sweep", "sweep_keys", "example_cell", "BACKENDS"),
-    "bandits.store": ("CellStore", "cell_key"),
+    "gapdyn.evidence.sweep": ("run_sweep", "sweep_keys", "example_cell", "BACKENDS"),
+    "gapdyn.evidence.store": ("CellStore", "cell_key"),
     "bandits.experiments": ("EXPERIMENTS",),
 }
 # exported name -> (module, attribute) where the two differ

@@ -115,8 +115,8 @@ class AblationArgs:
 
 def _check_seeds(seeds) -> tuple[int, ...] | None:
     """``--seeds``: None, or at least one seed, each an integer in [0, 2^64 - 1], none twice
-    (gapdyn.runner.resolve_seeds)."""
-    from gapdyn.runner import resolve_seeds
+    (gapdyn.evidence.runner.resolve_seeds)."""
+    from gapdyn.evidence.runner import resolve_seeds
 
     return resolve_seeds(seeds)
 

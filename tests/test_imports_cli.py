@@ -175,7 +175,7 @@ def test_every_gapdyn_name_is_its_modules_object():
 
     for name, module in gapdyn._EXPORTS.items():
         assert getattr(gapdyn, name) is getattr(importlib.import_module(f"gapdyn.{module}"), name), name
-    assert isinstance(gapdyn.stats, types.ModuleType) and gapdyn.coverage.__name__ == "gapdyn.coverage"
+    assert isinstance(gapdyn.evidence.stats, types.ModuleType) and gapdyn.evidence.coverage.__name__ == "gapdyn.evidence.coverage"
     # an exported name equal to a submodule's would be replaced by that module once it is imported
     assert not {p.stem for p in (ROOT / "gapdyn").glob("*.py")} & set(gapdyn._EXPORTS), "a name shadowing a module"
 

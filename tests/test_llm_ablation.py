@@ -11,7 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from gapdyn.claims import VERDICTS
+from gapdyn.evidence.claims import VERDICTS
 from llm_probe.experiments import ablation
 from llm_probe.experiments.ablation import CONFIGS, SplitAddition, entropy_at_matched_accuracy, pass_at_k, run_study, summarize
 
@@ -244,11 +244,11 @@ def test_study_is_bit_identical_across_jobs_and_thread_settings(grpo_study, tmp_
 
 def test_plan_seeds_on_a_known_effect():
     """plan_seeds on a constructed pilot: the collapse row's n is the smallest n whose one-sided Fisher power at
-    alpha / m reaches 0.8 (checked against gapdyn.planner directly), a zero effect is not decidable and sends the
+    alpha / m reaches 0.8 (checked against gapdyn.evidence.planner directly), a zero effect is not decidable and sends the
     confirmation block to the budget, and the clipping to [n_min, n_max] holds."""
     import pandas as pd
 
-    from gapdyn.planner import power_two_proportions
+    from gapdyn.evidence.planner import power_two_proportions
 
     rows = []
     for s in range(10):  # lr 4e-4: GRPO collapses on 6 of 10 seeds, WAPO on 1; rewards WAPO +0.1 +- noise
@@ -282,8 +282,8 @@ def test_relabel_under_other_bits_compares_labels_run_by_run(grpo_study, tmp_pat
 def test_paired_mean_is_measured_only_where_its_interval_is_valid():
     """paired_mean: below the n from which docs/coverage.md finds the studentized interval valid the row is not
     measured (its claim inconclusive with the reason), from that n on it is the studentized bootstrap itself."""
-    from gapdyn.coverage import min_valid_n, valid_at
-    from gapdyn.stats import studentized_cluster_bootstrap_mean
+    from gapdyn.evidence.coverage import min_valid_n, valid_at
+    from gapdyn.evidence.stats import studentized_cluster_bootstrap_mean
 
     need = min_valid_n(ablation.MEAN_INTERVAL)
     rng = np.random.default_rng(3)

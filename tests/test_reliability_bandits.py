@@ -27,8 +27,8 @@ from bandits import sequence as Q
 from bandits.engine import Dynamics, Trajectory, run_grid, simulate
 from bandits.envs import ContextualBandit, make_bandit, place_theta
 from bandits.reference import sample_arms, simulate_reference
-from bandits.store import CellStore, canonical_cell, cell_key
-from bandits.sweep import example_cell, run_sweep
+from gapdyn.evidence.store import CellStore, canonical_cell, cell_key
+from gapdyn.evidence.sweep import example_cell, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.timeout(120)

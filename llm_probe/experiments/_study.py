@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gapdyn.claims import CONFIRMATION_SEEDS
+from gapdyn.evidence.claims import CONFIRMATION_SEEDS
 
 from ..collapse import OUTCOME_WINDOW, RewardOutcome, reward_outcome
 
