@@ -1,5 +1,7 @@
 """gapdyn: the theory of RLVR optimisation dynamics (Gradient Gap, step-size thresholds, WAPO
-taxonomy) as pure numpy functions. Formulas and their status: docs/equations.md.
+taxonomy) as pure numpy functions (``gapdyn.theory``; formulas and their status: docs/equations.md), the
+evidence layer that decides a claim from runs (``gapdyn.evidence``; docs/evidence.md), and the command line
+and file output every package shares (``gapdyn.cli``, ``gapdyn.cmdline``, ``gapdyn.io``).
 
 Names are exported lazily (PEP 562, :func:`gapdyn._lazy.export_lazily`): ``import gapdyn`` imports no
 submodule but that standard-library helper (no numpy, scipy or sibling package), and ``gapdyn.<name>`` imports
