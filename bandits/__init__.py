@@ -4,8 +4,8 @@
   schedules (``schedules``);
 - token-level sequence bandits (``sequence``: shared log-linear token policy vs position-wise tabular;
   ``partial``: features partially shared across positions) and their simulator (``simulate_sequence``);
-- resumable parquet sweeps over local cores or Ray (``sweep``, ``store``), the experiment registry
-  (``experiments``) and the ``gapdyn bandit`` command (``cli``).
+- the experiment registry (``experiments``) and the ``gapdyn bandit`` command (``cli``); the experiments run
+  through the generic resumable sweep of :mod:`gapdyn.evidence.sweep`.
 
 Names are re-exported lazily (PEP 562): ``import bandits`` imports nothing heavy, and a submodule
 that fails to import only breaks the names that come from it. Name clashes are resolved by prefix:
@@ -30,8 +30,6 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "sequence_sampled_direction",
     ),
     "bandits.partial": ("PartialSharingBandit", "position_features"),
-    "bandits.sweep": ("run_sweep", "sweep_keys", "example_cell", "BACKENDS"),
-    "bandits.store": ("CellStore", "cell_key"),
     "bandits.experiments": ("EXPERIMENTS",),
 }
 # exported name -> (module, attribute) where the two differ

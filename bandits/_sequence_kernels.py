@@ -6,7 +6,7 @@ They compute exactly what the numpy methods of :class:`bandits.partial.PartialSh
 (log-softmax, log-space Poisson-binomial / state sums, inverse-CDF draws), as plain loops per run, so no
 [R, T, V] or [R, G, T, V] temporaries are built; sums are taken in another order, so results agree to
 round-off (tests/test_bandits_sequence.py compares every kernel with the numpy route on random
-configurations). Draws follow :func:`gapdyn.sampling.inverse_cdf_draw` bit for bit (same cumsum, the count
+configurations). Draws follow :func:`gapdyn.theory.sampling.inverse_cdf_draw` bit for bit (same cumsum, the count
 of F_k <= u F_K capped at the last positive-mass token): a zero-probability token is never drawn.
 
 Exact runs take J, Phi and the Gap of every step from :func:`partial_exact`, :func:`shared_exact` or
@@ -61,7 +61,7 @@ def _draw_group(cdf, last, us, correct, k, tok, rew):
 @njit(cache=True, inline="always")
 def _track(r, k, J, tail0, collapse_j, J_min, J_tmin, J_tmax, cstep):
     """State k of run r: min J over the run, min / max over the last quarter (k >= tail0; gapdyn.tail_start)
-    and the first k with J < collapse_j (gapdyn.collapse)."""
+    and the first k with J < collapse_j (gapdyn.evidence.collapse)."""
     if J < J_min[r]:
         J_min[r] = J
     if k >= tail0:
@@ -82,7 +82,7 @@ def _expit(x):
 
 @njit(cache=True, inline="always")
 def _draw(cdf, last, u):
-    """min(#{k : cdf_k <= u cdf_K}, last): gapdyn.sampling.inverse_cdf_draw for one uniform."""
+    """min(#{k : cdf_k <= u cdf_K}, last): gapdyn.theory.sampling.inverse_cdf_draw for one uniform."""
     target = u * cdf[cdf.shape[0] - 1]
     idx = 0
     while idx < last and cdf[idx] <= target:

@@ -5,7 +5,7 @@
                                    [--backend serial|joblib|ray] [--ray-address ADDR] [--no-progress] [--strict]
 
 ``run`` builds the experiment's config for the mode (``Config.test()`` when the module has one,
-else its smallest, ``Config.quick()``), runs its sweep through :func:`bandits.sweep.run_sweep`
+else its smallest, ``Config.quick()``), runs its sweep through :func:`gapdyn.evidence.sweep.run_sweep`
 (resumable: rerunning the same command after an interruption computes only the missing cells),
 prints its claims (estimate, 95 % interval, n, criterion, verdict; docs/evidence.md) and writes into
 ``<out>/<experiment>-<mode>/`` (default out: ``./gapdyn_out/bandit``): ``results.parquet`` (all rows),
@@ -14,8 +14,8 @@ Full mode adds the confirmation block and a replication table. Exit code 0; with
 does not hold; 2 for bad input, 1 for a failing write, 130 / 143 on SIGINT / SIGTERM (the sweep's workers
 stopped, one line saying where the completed cells are and the command that resumes; gapdyn.cmdline).
 ``--seeds`` / ``--seed`` replace the instance seeds of the discovery block (each draws one bandit; the runs on it
-keep their own stream seeds; gapdyn.experiment.INSTANCE_SEEDS) and the run writes into
-``<out>/<experiment>-<mode>-seeds-<label>/`` (gapdyn.runner.seeds_label) instead.
+keep their own stream seeds; gapdyn.evidence.experiment.INSTANCE_SEEDS) and the run writes into
+``<out>/<experiment>-<mode>-seeds-<label>/`` (gapdyn.evidence.runner.seeds_label) instead.
 Every output is written atomically and never through a symlink below ``<out>`` (gapdyn.io).
 The experiment may be given by an unambiguous prefix (``succ`` for ``success_rate``).
 """
@@ -76,9 +76,9 @@ class RunConfig:
 
 def experiment_config(module, mode: str, seeds: tuple[int, ...] | None = None):
     """The module's config for ``mode`` ("test" falls back to ``Config.quick()`` when there is no
-    ``Config.test()``), on ``seeds`` when given (:func:`gapdyn.runner.with_seeds`: the experiment's instance seeds).
+    ``Config.test()``), on ``seeds`` when given (:func:`gapdyn.evidence.runner.with_seeds`: the experiment's instance seeds).
     Returns (config, note) where note says when a fallback was used."""
-    from gapdyn.runner import with_seeds
+    from gapdyn.evidence.runner import with_seeds
 
     cls = module.Config
     note = ""
@@ -133,7 +133,7 @@ def _run(args: RunConfig, argv: list[str]) -> int:
     name = resolve_name(args.experiment, EXPERIMENTS, "experiment")
     check_jobs(args.jobs)
     mod = load(name)
-    from gapdyn.runner import resolve_seeds, seeds_label
+    from gapdyn.evidence.runner import resolve_seeds, seeds_label
 
     seeds = resolve_seeds(args.seeds, args.seed)
     config, note = experiment_config(mod, args.mode, seeds)

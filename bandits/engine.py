@@ -22,7 +22,7 @@ Delta mu = <u_k, g+ - g->, ||u_k||, M(k) = sum_{j<k} eta_j [Delta mu_j]_+ (befor
 M(k) pair as in Theorem 1), and the realised change Phi(theta_{k+1}) - Phi(theta_k); eta_k per block.
 Tracked at every state k = 0..T (final included, whatever record_every): J_min per context, and what decides a
 run's outcome (collapse is J -> 0 at the end, Suk & Duan (arXiv 2510.08539), Thm 2): min and max of J over the
-last quarter k >= T - T // 4 (gapdyn.collapse.tail_start) per context, and of Jbar = mean_x J(x) (contexts are
+last quarter k >= T - T // 4 (gapdyn.evidence.collapse.tail_start) per context, and of Jbar = mean_x J(x) (contexts are
 uniform) its min over all states and its min and max over the last quarter.
 Speed: arms are sorted correct-first per context and padded with zero arms to a multiple of 8, so every pass
 over arms is a branch-free loop that vectorises without a scalar tail (exp included: :func:`_exp_shifted`);
@@ -56,8 +56,8 @@ from numba.extending import intrinsic
 
 import gapdyn
 from gapdyn._validate import check_group_size, check_int, check_positive, check_seed
-from gapdyn.collapse import tail_start
-from gapdyn.safe_step import NO_ASCENT_TOL
+from gapdyn.evidence.collapse import tail_start
+from gapdyn.theory.safe_step import NO_ASCENT_TOL
 
 from .envs import ContextualBandit
 from .schedules import SCHEDULES, Schedule
@@ -173,7 +173,7 @@ class Trajectory:
     Phi_final: np.ndarray  # [R, C]
     M_final: np.ndarray  # [R, C]
     J_min: np.ndarray  # [R, C] min of J over all steps (incl. final)
-    J_tail_min: np.ndarray  # [R, C] min of J over the last quarter of the states (gapdyn.collapse.tail_start)
+    J_tail_min: np.ndarray  # [R, C] min of J over the last quarter of the states (gapdyn.evidence.collapse.tail_start)
     J_tail_max: np.ndarray  # [R, C] max of J over the last quarter of the states
     Jbar_min: np.ndarray  # [R] min over all states of Jbar = mean_x J(x) (contexts are uniform)
     Jbar_tail_min: np.ndarray  # [R] min of Jbar over the last quarter of the states
@@ -220,7 +220,7 @@ def _grpo_table(G, bessel, eps):
 
 @njit(cache=True, fastmath=_FASTMATH, _nrt=False)
 def _exact_scalar(method, J, Jb, G, tab, lam):
-    """E[w] / Gap for each method code (_CODE; gapdyn.methods table); J and Jb = 1 - J computed separately;
+    """E[w] / Gap for each method code (_CODE; gapdyn.theory.methods table); J and Jb = 1 - J computed separately;
     tab = _grpo_table(G, bessel, eps) (read by GRPO only). NaN for a code without a rule."""
     if method == 8:
         return 1.0
@@ -247,7 +247,7 @@ def _exact_scalar(method, J, Jb, G, tab, lam):
 
 @njit(cache=True, fastmath=_FASTMATH, _nrt=False)
 def _advantages(method, r, A, bessel, eps, lam):
-    """Group advantages A_i (gapdyn.methods rules, method code as in _CODE) for binary rewards r [G], written
+    """Group advantages A_i (gapdyn.theory.methods rules, method code as in _CODE) for binary rewards r [G], written
     into A; NaN for a code without a rule."""
     G = r.shape[0]
     s = 0.0
@@ -663,7 +663,7 @@ def _search_right(cdf_all, c, x):
 def _draw(cdf_all, c, K, u, p_all, rank):
     """The arm drawn by uniform u from the cdf of pi in the original arm order (cdf_all[c, :K], padded with
     +inf; arm a has mass p_all[c, rank[c, a]]): min(searchsorted(cdf, u * total, 'right'), the last arm with positive mass),
-    the numba twin of gapdyn.sampling.inverse_cdf_draw (tests/test_engine_fast.py checks them equal). The cap
+    the numba twin of gapdyn.theory.sampling.inverse_cdf_draw (tests/test_engine_fast.py checks them equal). The cap
     (u = 1, or u * total rounding up to the total) walks back over zero-mass arms only, so a zero-probability
     arm is never drawn."""
     a = _search_right(cdf_all, c, u * cdf_all[c, K - 1])
@@ -712,7 +712,7 @@ def _group_safe_moments(x, r, G):
 def _safe_step_size(e0, dsum, ksum, cnt, sdmax, ac, tr_delta):
     """eta = min(e0, tr_delta / sdmax, ac dmu_hat / kappa_hat) with dmu_hat = dsum / cnt, kappa_hat = ksum / cnt over
     the cnt mixed groups: the numba copy of gapdyn.safe_step_size (mixed iff cnt > 0; edge cases as there; no
-    ascent: dmu_hat <= NO_ASCENT_TOL sd_hat, gapdyn.safe_step's constant, which numba freezes at compile time)."""
+    ascent: dmu_hat <= NO_ASCENT_TOL sd_hat, gapdyn.theory.safe_step's constant, which numba freezes at compile time)."""
     e = e0
     if sdmax > 0.0:
         e = min(e, tr_delta / sdmax)

@@ -35,7 +35,7 @@ import numpy as np
 from scipy.special import log_softmax, logsumexp
 
 from gapdyn._validate import check_int, check_seed
-from gapdyn.sampling import inverse_cdf_draw
+from gapdyn.theory.sampling import inverse_cdf_draw
 
 from . import _sequence_kernels as _kern
 from .sequence import RULES, SequenceEnv, SequenceSample, _prob_from_log, rule_reward

@@ -3,7 +3,7 @@
 This is the independent route that :mod:`bandits.engine` is tested against (and benchmarked against):
 no numba, no fused kernels; each step calls gapdyn's public functions (log-odds, Gap, scores, Hessian,
 expected scalars, group advantages) and :mod:`bandits.schedules`' plain rules. The group draws are
-inverse-CDF draws from pre-drawn uniforms (:func:`gapdyn.sampling.inverse_cdf_draw`), because the
+inverse-CDF draws from pre-drawn uniforms (:func:`gapdyn.theory.sampling.inverse_cdf_draw`), because the
 engine must consume the same random stream: per step, ``rng.random((C, G))`` with
 ``rng = numpy.random.default_rng(seed)``.
 """
@@ -15,8 +15,8 @@ from scipy.special import expit
 
 import gapdyn
 from gapdyn._validate import as_float_array
-from gapdyn.collapse import tail_start
-from gapdyn.sampling import inverse_cdf_draw
+from gapdyn.evidence.collapse import tail_start
+from gapdyn.theory.sampling import inverse_cdf_draw
 
 from .engine import Dynamics, Trajectory, _runs
 from .envs import ContextualBandit
@@ -27,7 +27,7 @@ __all__ = ["simulate_reference", "sample_arms"]
 
 
 def sample_arms(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Inverse-CDF draws (:func:`gapdyn.sampling.inverse_cdf_draw`): for each context c, arms
+    """Inverse-CDF draws (:func:`gapdyn.theory.sampling.inverse_cdf_draw`): for each context c, arms
     min(searchsorted(cumsum(pi_c), u[c] * total, 'right'), last arm with positive probability).
 
     probs [C, K] finite and non-negative (rows need not be normalised); u [C, G] uniforms in [0, 1].

@@ -12,7 +12,7 @@ Schedules (``Schedule.kind``), for an update theta_{k+1} = theta_k + eta_k u_k:
   [derived]
 - ``adaptive``:   the curvature controller below; needs NO evaluation of Phi. [derived]
 
-The adaptive controller is the safe step rule of gapdyn.safe_step (derivation and status: docs/theory.md,
+The adaptive controller is the safe step rule of gapdyn.theory.safe_step (derivation and status: docs/theory.md,
 section 11); :func:`group_alignment_curvature` and :func:`adaptive_step` call gapdyn's functions, so the
 rule lives once. Summary (derived, docs/equations.md §1-3). Along u, the second-order model of the log-odds is
     Phi(theta + eta u) ~ Phi(theta) + eta dmu - (eta^2 / 2) kappa,   dmu = <u, g+ - g->,
@@ -52,7 +52,7 @@ from typing import Callable
 import numpy as np
 
 from gapdyn._validate import as_float_array, check_positive
-from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA, safe_step_estimates, safe_step_size
+from gapdyn.theory.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA, safe_step_estimates, safe_step_size
 
 __all__ = [
     "SCHEDULES",

@@ -50,8 +50,8 @@ from scipy.special import expit, gammaln, log_softmax, logsumexp
 
 from gapdyn import COLLAPSE_J, METHOD_NAMES, expected_scalar, group_advantages
 from gapdyn._validate import check_int, check_seed
-from gapdyn.collapse import tail_start
-from gapdyn.sampling import inverse_cdf_draw
+from gapdyn.evidence.collapse import tail_start
+from gapdyn.theory.sampling import inverse_cdf_draw
 
 from . import _sequence_kernels as _kern
 
@@ -147,7 +147,7 @@ class SequenceEnv(Protocol):
         ...
 
     def draw(self, params, u) -> SequenceSample:
-        """Responses from pre-drawn uniforms u [..., G, T] (inverse CDF, gapdyn.sampling.inverse_cdf_draw)."""
+        """Responses from pre-drawn uniforms u [..., G, T] (inverse CDF, gapdyn.theory.sampling.inverse_cdf_draw)."""
         ...
 
     def sample(self, params, group_size: int, rng: np.random.Generator) -> SequenceSample:
@@ -648,7 +648,7 @@ class SequenceTrajectory:
 
     steps [n_rec]; J, Phi [R, n_rec] at theta_k before update k; J_final, Phi_final [R] after the last
     step; J_min [R]: min of J over every state k = 0..K (K = steps, the final one included); J_tail_min,
-    J_tail_max [R]: min and max of J over the last quarter, k >= K - K // 4 (gapdyn.collapse.tail_start):
+    J_tail_max [R]: min and max of J over the last quarter, k >= K - K // 4 (gapdyn.evidence.collapse.tail_start):
     with J_min what decides the run's outcome (collapse is J -> 0 at the end, Suk & Duan (arXiv
     2510.08539), Thm 2); collapse_step [R]: first k with J_k < gapdyn.COLLAPSE_J (-1 if none; a trace
     statistic, the run goes on); theta_final [R, *P]; eta0 [R]; seed [R].

@@ -1,8 +1,8 @@
-"""Coverage of the mean claims' interval on DGPs harder than the validity rule's (gapdyn.coverage.HARDER_MEAN_DGPS).
+"""Coverage of the mean claims' interval on DGPs harder than the validity rule's (gapdyn.evidence.coverage.HARDER_MEAN_DGPS).
 
-The rule (docs/coverage.md, gapdyn.coverage.valid_at) calls a method valid at n when its worst coverage over
+The rule (docs/coverage.md, gapdyn.evidence.coverage.valid_at) calls a method valid at n when its worst coverage over
 DGPS[kind] is >= 0.93; the mean DGPs there are normal, lognormal (sigma 1) and correlated. This measures the
-same 95 % intervals, with the same simulation (gapdyn.coverage.coverage_table's per-rep loop, common random
+same 95 % intervals, with the same simulation (gapdyn.evidence.coverage.coverage_table's per-rep loop, common random
 numbers across methods), on a bounded skewed share, a bimodal mixture of shares and rare +-0.8 swings, at the n
 the claims use. Output: one row per (method, dgp, n) with coverage and its Monte Carlo SE.
 
@@ -20,7 +20,7 @@ from typing import Annotated
 import numpy as np
 import pandas as pd
 
-from gapdyn import coverage as cov
+from gapdyn.evidence import coverage as cov
 from gapdyn.cmdline import command, optional, parse
 
 
@@ -50,10 +50,10 @@ def harder_coverage(methods, ns, *, reps: int, n_resamples: int, seed: int, dgps
 
 @dataclass
 class HarderArgs:
-    """Coverage of mean intervals on harder DGPs (gapdyn.coverage.HARDER_MEAN_DGPS)."""
+    """Coverage of mean intervals on harder DGPs (gapdyn.evidence.coverage.HARDER_MEAN_DGPS)."""
 
     methods: tuple[str, ...] = ("studentized_cluster_mean", "t_cluster_means")
-    """Mean interval methods of gapdyn.coverage.COVERAGE_METHODS (the first: every mean claim's interval)."""
+    """Mean interval methods of gapdyn.evidence.coverage.COVERAGE_METHODS (the first: every mean claim's interval)."""
     ns: tuple[int, ...] = (40, 60)
     """Clusters (instances) per data set."""
     reps: int = 2000

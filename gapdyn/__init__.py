@@ -1,11 +1,13 @@
 """gapdyn: the theory of RLVR optimisation dynamics (Gradient Gap, step-size thresholds, WAPO
-taxonomy) as pure numpy functions. Formulas and their status: docs/equations.md.
+taxonomy) as pure numpy functions (``gapdyn.theory``; formulas and their status: docs/equations.md), the
+evidence layer that decides a claim from runs (``gapdyn.evidence``; docs/evidence.md), and the command line
+and file output every package shares (``gapdyn.cli``, ``gapdyn.cmdline``, ``gapdyn.io``).
 
 Names are exported lazily (PEP 562, :func:`gapdyn._lazy.export_lazily`): ``import gapdyn`` imports no
 submodule but that standard-library helper (no numpy, scipy or sibling package), and ``gapdyn.<name>`` imports
 the one module that defines it on first use. To export a name, add it to its module's tuple in
 ``_EXPORTS_BY_MODULE`` and to ``__all__`` (tests/test_imports_cli.py checks the two agree and that every name
-resolves). A submodule is an attribute too (``gapdyn.stats``).
+resolves). A submodule is an attribute too (``gapdyn.evidence.stats``).
 """
 
 from __future__ import annotations
@@ -13,37 +15,37 @@ from __future__ import annotations
 from ._lazy import export_lazily as _export_lazily
 
 _EXPORTS_BY_MODULE: dict[str, tuple[str, ...]] = {
-    "alignment": ("cumulative_alignment", "gap_alignment", "gap_cosine", "logodds_lower_bound"),
-    "claims": ("BLOCKS", "CONFIRMATION_SEEDS", "DISCOVERY_SEEDS", "VERDICTS", "COUNTED_FORMS", "FORMS", "Claim",
+    "theory.alignment": ("cumulative_alignment", "gap_alignment", "gap_cosine", "logodds_lower_bound"),
+    "evidence.claims": ("BLOCKS", "CONFIRMATION_SEEDS", "DISCOVERY_SEEDS", "VERDICTS", "COUNTED_FORMS", "FORMS", "Claim",
         "ClaimSpec", "Criterion", "claims_from_json", "claims_markdown", "claims_table", "claims_to_json",
         "count_verdicts", "criteria_hash", "decide_verdict", "holm_adjust_claims", "markdown_table",
         "replication_table"),
-    "collapse": ("BANDIT_OUTCOMES", "COLLAPSE_J", "COLLAPSE_KINDS", "CONVERGED_J", "SENSITIVITY_J", "EtaStar",
+    "evidence.collapse": ("BANDIT_OUTCOMES", "COLLAPSE_J", "COLLAPSE_KINDS", "CONVERGED_J", "SENSITIVITY_J", "EtaStar",
         "RunStats", "has_dipped", "bandit_outcome", "tail_start", "RatioCheck", "check_eta_star_ratio", "eta_grid",
         "find_eta_star", "is_collapsed", "collapsed_window_eta", "excursion_lengths"),
-    "directions": ("expected_direction", "sample_group", "sampled_direction"),
-    "experiment": ("Experiment",),
-    "gap": ("conditional_scores", "failure_rate", "gradient_gap", "gradient_gap_from_logits", "log_odds",
+    "theory.directions": ("expected_direction", "sample_group", "sampled_direction"),
+    "evidence.experiment": ("Experiment",),
+    "theory.gap": ("conditional_scores", "failure_rate", "gradient_gap", "gradient_gap_from_logits", "log_odds",
         "log_odds_from_logits", "logodds_gradient", "logodds_hessian", "logodds_hessian_from_logits",
         "success_gradient", "success_rate"),
-    "logistic": ("LogisticFit", "fit_logistic_accuracy"),
-    "methods": ("METHOD_NAMES", "METHODS", "c_G", "expected_scalar", "get_method", "group_advantages"),
-    "policy": ("log_softmax", "loglinear_logits", "loglinear_probs", "loglinear_scores", "softmax",
+    "theory.logistic": ("LogisticFit", "fit_logistic_accuracy"),
+    "theory.methods": ("METHOD_NAMES", "METHODS", "c_G", "expected_scalar", "get_method", "group_advantages"),
+    "theory.policy": ("log_softmax", "loglinear_logits", "loglinear_probs", "loglinear_scores", "softmax",
         "softmax_scores"),
-    "taxonomy": ("BIN_NAMES", "PROB_BIN_EDGES", "TokenStepEffects", "collision_probability", "exact_token_step",
+    "theory.taxonomy": ("BIN_NAMES", "PROB_BIN_EDGES", "TokenStepEffects", "collision_probability", "exact_token_step",
         "token_bin_index", "token_entropy", "token_step_effects"),
-    "sampling": ("inverse_cdf_draw",),
-    "safe_step": ("NO_ASCENT_TOL", "SAFE_STEP_C", "SAFE_STEP_DELTA", "SafeStep", "safe_step_estimates",
+    "theory.sampling": ("inverse_cdf_draw",),
+    "theory.safe_step": ("NO_ASCENT_TOL", "SAFE_STEP_C", "SAFE_STEP_DELTA", "SafeStep", "safe_step_estimates",
         "safe_step_headroom", "safe_step_multiplier", "safe_step_size"),
-    "stats": ("Estimate", "TestResult", "bootstrap_ratio", "bootstrap_slope", "clopper_pearson_interval",
+    "evidence.stats": ("Estimate", "TestResult", "bootstrap_ratio", "bootstrap_slope", "clopper_pearson_interval",
         "cluster_bootstrap", "fieller_paired_ratio", "fisher_exact_test", "holm_adjust", "mcnemar_exact",
         "newcombe_difference", "paired_bootstrap_difference", "roc_auc", "wilcoxon_signed_rank", "wilson_interval"),
-    "thresholds": ("BoundConstants", "LogLogFit", "local_step_threshold", "loglinear_bound_constants",
+    "theory.thresholds": ("BoundConstants", "LogLogFit", "local_step_threshold", "loglinear_bound_constants",
         "loglinear_logodds_fn", "loglog_slope", "predicted_critical_step", "sharp_step_threshold",
         "stagnation_ceiling", "tabular_logodds_fn", "theorem1_step_bound"),
 }
 """Submodule -> the public names it defines (each name in exactly one module)."""
-_SUBMODULES = ("coverage", "planner")
+_SUBMODULES = ("theory", "evidence")
 """Submodules exported as attributes of the package (any other submodule also resolves on access)."""
 _EXPORTS: dict[str, str] = _export_lazily(__name__, _EXPORTS_BY_MODULE, submodules=_SUBMODULES)
 

@@ -22,7 +22,7 @@ is a sampled estimate (one generation batch in s) of the every-step sum M of Suk
 probe_every = 1 gives M itself.
 
 Headroom (``gap/headroom``, probed steps): the safe step rule before its cap, h = min(delta / sd_hat,
-c dmu_hat / kappa_hat) of :func:`gapdyn.safe_step.safe_step_headroom` for the step actually taken
+c dmu_hat / kappa_hat) of :func:`gapdyn.theory.safe_step.safe_step_headroom` for the step actually taken
 d = theta_{k+1} - theta_k over every trainable parameter, by :func:`llm_probe.headroom.step_headroom` (the code the
 trainer runs) from :func:`llm_probe.safe_step.step_rule` (the function and defaults c = 1, delta = 2 of
 :class:`llm_probe.safe_step.SafeStepCallback`, whose multiplier is a = min(1, h); docs/theory.md, section 11).
@@ -106,7 +106,7 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
-from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
+from gapdyn.theory.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
 
 from .gap_probe import ALIGNMENT_ROUTES, GapProbe
 from .ghost import GhostProbe

@@ -15,7 +15,7 @@
                                                              the safe-step experiment (constant vs safe step)
 
 The studies live in llm_probe.experiments; this module is their only command line (tyro, gapdyn.cmdline). Every
-study takes ``--seeds S ...`` / ``--seed S`` (gapdyn.runner.resolve_seeds) in every mode, with one meaning: run
+study takes ``--seeds S ...`` / ``--seed S`` (gapdyn.evidence.runner.resolve_seeds) in every mode, with one meaning: run
 seeds, each the stream seed of one run from the shared warm start; a study that trains runs its grid on exactly
 those seeds (in full mode without the pilot's planned confirmation block, into ``<mode>-seeds-<label>`` unless
 ``--out``), an analysis of a finished study reads only the runs of those seeds.
@@ -123,16 +123,16 @@ class AblationArgs:
 
 def _check_seeds(args) -> tuple[int, ...] | None:
     """``--seeds`` / ``--seed`` of ``args``: None, or at least one seed, each an integer in [0, 2^64 - 1], none
-    twice (gapdyn.runner.resolve_seeds)."""
-    from gapdyn.runner import resolve_seeds
+    twice (gapdyn.evidence.runner.resolve_seeds)."""
+    from gapdyn.evidence.runner import resolve_seeds
 
     return resolve_seeds(args.seeds, args.seed)
 
 
 def _seeds_folder(name: str, seeds) -> str:
-    """The default folder name of a run on ``--seeds``: ``<name>-seeds-<label>`` (gapdyn.runner.seeds_label), apart
+    """The default folder name of a run on ``--seeds``: ``<name>-seeds-<label>`` (gapdyn.evidence.runner.seeds_label), apart
     from the study's own folder."""
-    from gapdyn.runner import seeds_label
+    from gapdyn.evidence.runner import seeds_label
 
     return name if seeds is None else f"{name}-seeds-{seeds_label(seeds)}"
 
@@ -157,8 +157,8 @@ def _ablation_main(argv: list[str]) -> int:
         key = "wide"
     pilot, cfg = ((ablation.CONFIGS["pilot"], ablation.CONFIGS["full"]) if args.study == "ablation" else
                   (ablation.CONFIGS["wide-pilot"], ablation.CONFIGS["wide"])) if decided else (None, ablation.CONFIGS[key])
-    if seeds is not None:  # the grid of the mode on exactly these seeds (gapdyn.runner.with_seeds)
-        from gapdyn.runner import with_seeds
+    if seeds is not None:  # the grid of the mode on exactly these seeds (gapdyn.evidence.runner.with_seeds)
+        from gapdyn.evidence.runner import with_seeds
 
         cfg = with_seeds(ablation.EXPERIMENT, cfg, seeds)
     if args.init_from:

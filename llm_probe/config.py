@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 import tyro
 
 from gapdyn._validate import check_seed
-from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
+from gapdyn.theory.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
 
 from .collapse import CollapseConfig
 

@@ -4,7 +4,7 @@ forward-only probe of a sharded run call it).
 
 docs/theory.md, section 11: for the step d = theta_{k+1} - theta_k and the change x_n of each completion's
 log-probability along it (llm_probe.logp_change), h = min(delta / sd_hat, c dmu_hat / kappa_hat)
-(:func:`gapdyn.safe_step.safe_step_headroom`, through :func:`llm_probe.safe_step_rule.rule_from_x`; defaults
+(:func:`gapdyn.theory.safe_step.safe_step_headroom`, through :func:`llm_probe.safe_step_rule.rule_from_x`; defaults
 c = ``SAFE_STEP_C``, delta = ``SAFE_STEP_DELTA``). h < 1: the safe step would shrink this step by h; h > 1: it
 could grow h-fold before a cap binds. ``gap/headroom_lr`` = lr h is the learning rate at which the cap would just
 bind (d scales with lr for SGD and Adam alike). A zero step has no direction: h is NaN (not measured).
@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
+from gapdyn.theory.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
 
 from .collectives import agree, gather_by_index, sub_rollout
 from .logp_change import completion_logprob_jvp

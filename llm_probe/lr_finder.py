@@ -7,7 +7,7 @@ Runs K RL steps (GRPO by default, constant lr, Adam as ``gapdyn train``) with th
 (probe_every = 1): each step k logs ``gap/headroom_lr`` = lr h_k, the learning rate at which the safe step rule's
 cap would just bind on that step (llm_probe.headroom; docs/theory.md, section 11). The suggested lr is the
 **median of lr h_k over the probed steps with a measured h** (a zero update measures none); its uncertainty is
-the distribution-free order-statistic interval of that median (gapdyn.alarm.median_interval, 95 %), which treats
+the distribution-free order-statistic interval of that median (gapdyn.evidence.alarm.median_interval, 95 %), which treats
 the K steps as exchangeable: they are serially dependent, so read it as the spread over steps of this run, not a
 sampling interval over runs; with fewer than 6 measured steps it is unbounded. The command prints the
 suggestion, the interval and the number of steps it rests on, and writes ``lr_finder.json`` beside the run's

@@ -1,11 +1,11 @@
 """Collapse alarms watched while a run trains: each alarm reads one logged statistic and feeds it, log row by log
-row, to a detector of gapdyn.detectors (CUSUM, Mann-Kendall, threshold, level).
+row, to a detector of gapdyn.evidence.detectors (CUSUM, Mann-Kendall, threshold, level).
 
 An alarm is (name, statistic, detector with its cutoff c). At each log row t that carries a number for the statistic
 (NaN: not logged, skipped; one value per step), the value joins the alarm's series and its score s_t is the
 detector's score on that series so far: causal, s_t uses only the values logged at steps <= t, so s_t equals the
-offline score of :meth:`gapdyn.detectors.Detector.scores` on the whole logged series at t. The alarm fires at the
-first t with s_t >= c, the step :func:`gapdyn.alarm.alarm_step` gives offline on the same series.
+offline score of :meth:`gapdyn.evidence.detectors.Detector.scores` on the whole logged series at t. The alarm fires at the
+first t with s_t >= c, the step :func:`gapdyn.evidence.alarm.alarm_step` gives offline on the same series.
 
 Cutoffs: the alarms of ``llm_probe.testbed.alarm_report.ALARM_SPECS`` have placeholder thresholds; ``alarm_report``
 calibrates each at its false-alarm rate on the testbed's calibration block and writes the cutoffs into
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gapdyn.detectors import Detector
+from gapdyn.evidence.detectors import Detector
 
 __all__ = ["OnlineAlarm", "as_alarms", "load_alarm_specs"]
 
@@ -59,17 +59,17 @@ def _one(a, i: int) -> OnlineAlarm:
     if isinstance(a, (tuple, list)) and len(a) in (3, 4):
         name, statistic, det = a[:3]
         if not isinstance(det, Detector):
-            raise ValueError(f"alarm[{i}]: the third entry must be a gapdyn.detectors.Detector, got "
+            raise ValueError(f"alarm[{i}]: the third entry must be a gapdyn.evidence.detectors.Detector, got "
                              f"{type(det).__name__}")
         if len(a) == 4:
             c = a[3]
             if isinstance(c, bool) or not isinstance(c, (int, float, np.integer, np.floating)) or math.isnan(c):
                 raise ValueError(f"alarm[{i}]: cutoff must be a number, got {c!r}")
             det = det.at_cutoff(float(c))
-    elif all(hasattr(a, k) for k in ("name", "statistic", "detector")):  # an AlarmSpec (gapdyn.alarm) or alike
+    elif all(hasattr(a, k) for k in ("name", "statistic", "detector")):  # an AlarmSpec (gapdyn.evidence.alarm) or alike
         name, statistic, det = a.name, a.statistic, a.detector
         if not isinstance(det, Detector):
-            raise ValueError(f"alarm[{i}]: detector must be a gapdyn.detectors.Detector, got {type(det).__name__}")
+            raise ValueError(f"alarm[{i}]: detector must be a gapdyn.evidence.detectors.Detector, got {type(det).__name__}")
     else:
         raise ValueError(f"alarm[{i}] must be an AlarmSpec, a (name, statistic, detector[, cutoff]) tuple or a "
                          f"path to alarm_specs.json, got {type(a).__name__}")
@@ -106,12 +106,12 @@ def as_alarms(alarm) -> list[OnlineAlarm]:
 
 def load_alarm_specs(path, *, names=None, roles=None, length: str | None = None) -> list:
     """The calibrated alarms in ``alarm_frozen.json`` or ``alarm_specs.json`` (written by ``python -m
-    llm_probe.testbed.alarm_report``, with ``--freeze`` for the first), as gapdyn.alarm.AlarmSpec objects whose
+    llm_probe.testbed.alarm_report``, with ``--freeze`` for the first), as gapdyn.evidence.alarm.AlarmSpec objects whose
     detectors carry the calibrated cutoffs: those named in ``names``, else those of ``roles``, else the frozen
     primary probe alarm (an alarm_frozen.json's ``"primary"``). ``length``: the scratchpad whose cutoffs to take
     when the report was calibrated per length (``--by-length``). The cutoffs are calibrated on the testbed (module
     doc)."""
-    from gapdyn.alarm import AlarmSpec
+    from gapdyn.evidence.alarm import AlarmSpec
 
     p = Path(path)
     try:

@@ -10,7 +10,7 @@ For one prompt q with sampled completions split by reward into O+ and O- (both n
   vectors, and a forward-mode JVP of the vector (Phi_hat_q)_q along v (all prompts in one pass);
 - cumulative  M_q = sum_k [dmu_q,k]_+ with dmu from the actual change (gapdyn.cumulative_alignment with eta = 1).
 Token statistics: entropy (TRL's mean over completion tokens; split by advantage sign), WAPO's peak/valley
-bins (gapdyn.taxonomy.token_bin_index) and gradient mass |dl/dz_s| = |dl/dlogp_s| (1 - p_s) per probability
+bins (gapdyn.theory.taxonomy.token_bin_index) and gradient mass |dl/dz_s| = |dl/dlogp_s| (1 - p_s) per probability
 bin (gapdyn PROB_BIN_EDGES); |dl/dlogp_s| is read off autograd, so it equals w r |A| (0 where clipped).
 """
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch.func import functional_call, jvp, vmap
 
-from gapdyn.taxonomy import BIN_NAMES, PROB_BIN_EDGES, collision_probability, token_bin_index
+from gapdyn.theory.taxonomy import BIN_NAMES, PROB_BIN_EDGES, collision_probability, token_bin_index
 
 from .model import check_model, completion_logprobs
 

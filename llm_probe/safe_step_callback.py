@@ -12,7 +12,7 @@ import math
 
 from transformers import TrainerCallback
 
-from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
+from gapdyn.theory.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
 
 from .callback import GapProbeCallback
 from .probe_forward import probe_forwards

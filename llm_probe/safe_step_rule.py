@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 import gapdyn
-from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
+from gapdyn.theory.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
 
 from .logp_change import completion_logprob_jvp
 from .model import check_model, eval_mode

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 import torch
 
-from gapdyn.methods import group_advantages
-from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
+from gapdyn.theory.methods import group_advantages
+from gapdyn.theory.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
 
 from .collectives import RankFailure, agree, gather_by_index, owned_groups, sub_rollout
 from .headroom import headroom_from_x, sharded_step_rule

@@ -9,7 +9,7 @@ cap would just bind (the update scales with lr for SGD and Adam alike). The sugg
 learning rate is the q quantile (lower order statistic) of lr_k h_k over the last ``window`` probed steps with a
 measured h: at it, the cap would have bound on about a fraction q of those steps. The lr finder's rule is the
 median of lr_k h_k over every probed step with a measured h, with the distribution-free order-statistic interval of
-the median (gapdyn.alarm.median_interval), which treats the steps as exchangeable (they are serially dependent: a
+the median (gapdyn.evidence.alarm.median_interval), which treats the steps as exchangeable (they are serially dependent: a
 spread over the run's steps, not an interval over runs).
 """
 
@@ -60,7 +60,7 @@ def lr_suggestion(rows, *, confidence: float = 0.95) -> dict:
     values it rests on, ``probed`` = rows that logged the key, ``headroom_median`` = the median of h."""
     import numpy as np
 
-    from gapdyn.alarm import median_interval
+    from gapdyn.evidence.alarm import median_interval
 
     def finite(key):
         v = np.array([float(r[key]) for r in rows if isinstance(r.get(key), (int, float))

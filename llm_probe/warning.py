@@ -5,7 +5,7 @@ Every step (from the training forward, no extra cost):
   covariance): the sampled form of the entropy-mechanism quantity of Cui et al. (arXiv 2505.22617), for which
   vanilla policy gradient on softmax logits gives dH ~ -eta Cov_{a~pi}(log pi(a), pi(a) A(a)) per state;
 - ``warn/mass_<cell>``: gradient mass sum_t |dL/dlogp_t| (1 - p_t) in each WAPO taxonomy cell
-  (gapdyn.taxonomy.token_bin_index: peak/valley x sign of A), on steps where dL/dlogp is kept.
+  (gapdyn.theory.taxonomy.token_bin_index: peak/valley x sign of A), on steps where dL/dlogp is kept.
 
 On probe steps, one extra no-grad forward at theta_{k+1} on the same completions gives
 - x_i = log pi_{k+1}(o_i) - log pi_k(o_i), the change of each completion's sequence log-prob along the
@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gapdyn.taxonomy import BIN_NAMES, collision_probability, token_bin_index
+from gapdyn.theory.taxonomy import BIN_NAMES, collision_probability, token_bin_index
 
 from .logp_change import logp_change
 from .model import completion_logprobs, eval_mode
@@ -54,7 +54,7 @@ def logp_adv_covariance(logp: torch.Tensor, advantages: torch.Tensor, mask: torc
 
 
 def cell_gradient_mass(logp_all, completion_ids, mask, advantages, dloss_dlogp) -> dict:
-    """sum_t |dL/dlogp_t| (1 - p_t) per WAPO taxonomy cell (``warn/mass_<cell>``); the cells of gapdyn.taxonomy."""
+    """sum_t |dL/dlogp_t| (1 - p_t) per WAPO taxonomy cell (``warn/mass_<cell>``); the cells of gapdyn.theory.taxonomy."""
     with torch.no_grad():
         p_all = logp_all.exp()
         p_s = p_all.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)

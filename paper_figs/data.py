@@ -155,7 +155,7 @@ class Sources:
     def claims(self, name: str) -> list:
         """The claims of one source: a bandit experiment's name, or "llm" for the tiny-Qwen runs. Claim ids
         are qualified by the source ("<name>.<id>", unless they already start so), so that ids stay unique
-        across experiments (each claim names its statement by its own key, gapdyn.claims.STATEMENTS)."""
+        across experiments (each claim names its statement by its own key, gapdyn.evidence.claims.STATEMENTS)."""
         if name == "llm":
             if "claims:llm" not in self._cache:
                 self._cache["claims:llm"] = llm_claims(self.llm())

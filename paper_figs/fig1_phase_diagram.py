@@ -26,7 +26,7 @@ CAPTION = (
     "without one in the scanned range). (a) exact GRPO: J after K steps over (eta, instance), black where it is "
     "below the collapse level 1e-3 (the colour bar's extension), with the measured critical eta* and the "
     "computable predictors at theta0 overlaid (one-step sharp line-search threshold, local curvature threshold, "
-    "Theorem 1's step condition, the Phi-monotone edge; gapdyn.thresholds). (b) sampled GRPO (G = 8): share of "
+    "Theorem 1's step condition, the Phi-monotone edge; gapdyn.theory.thresholds). (b) sampled GRPO (G = 8): share of "
     "runs ending collapsed (J < 1e-3 over the last quarter of the horizon) over (eta, instance). The x axes span "
     "the scanned etas: a predictor outside them is a triangle at the edge, its values in the legend; grid points "
     "not run for an instance (each instance refines its own scan) are hatched grey. The threshold against J "

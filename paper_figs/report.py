@@ -3,8 +3,8 @@
 Every verdict is a :class:`gapdyn.Claim` made by an experiment's ``analyse`` (or :func:`paper_figs.llm.llm_claims`)
 through :func:`gapdyn.decide_verdict`. This module only lays claims out: the decided block of each claim id
 (confirmation when it ran, else discovery), each row under the registered statement its own key names
-(:data:`gapdyn.claims.STATEMENTS`) and counted there only as a confirmation-block test
-(:func:`gapdyn.claims.listing`); premise checks, exploratory, discovery-only, identity and derived rows listed apart
+(:data:`gapdyn.evidence.claims.STATEMENTS`) and counted there only as a confirmation-block test
+(:func:`gapdyn.evidence.claims.listing`); premise checks, exploratory, discovery-only, identity and derived rows listed apart
 with their verdicts; the replication table with disagreement flags.
 ``results/claims.json`` (:func:`gapdyn.claims_to_json`) and ``results/claims.csv`` hold the same claims, so a
 test can check that the report quotes the run and nothing else.
@@ -25,7 +25,7 @@ import pandas as pd
 import tyro
 
 import gapdyn
-from gapdyn.claims import STATEMENTS, listing
+from gapdyn.evidence.claims import STATEMENTS, listing
 from gapdyn.cmdline import Mode, command, output_dir, parse, say
 from gapdyn.io import atomic_write_text, check_output_path, write_with
 
@@ -42,7 +42,7 @@ LISTED_APART = (("premise", "Premise checks", "checks that a test's premise hold
                 ("exploratory", "Exploratory rows", "beyond a statement's premise or form, or about no registered "
                  "statement (\"beyond the papers\")"),
                 ("discovery only", "Discovery-only rows", "no confirmation block ran for them: indicative"))
-"""The listings of :func:`gapdyn.claims.listing` shown apart from the counted rows (not counted), with a title and
+"""The listings of :func:`gapdyn.evidence.claims.listing` shown apart from the counted rows (not counted), with a title and
 what they hold; identity and derived rows have their own section."""
 
 
@@ -83,7 +83,7 @@ def _confirmation_only(claims) -> bool:
 
 def coverage_table(claims: Iterable[gapdyn.Claim]) -> list[list[str]]:
     """Rows (paper, statement, claim ids, verdict counts): per registered statement, the decided claims whose key
-    is that statement; those that count (:func:`gapdyn.claims.listing`) by verdict, the rest named apart."""
+    is that statement; those that count (:func:`gapdyn.evidence.claims.listing`) by verdict, the rest named apart."""
     claims = list(claims)
     shown = decided_claims(claims)
     conf = _confirmation_only(claims)
@@ -254,7 +254,7 @@ def claim_value(c: gapdyn.Claim) -> str:
 
 
 _REASON_N = re.compile(r"\(n = (\d+)[;)]|every one of the (\d+) ")
-"""The n a 'not measured' reason names: gapdyn.coverage.too_few_reason's "(n = 20; ...)" or "every one of the 40
+"""The n a 'not measured' reason names: gapdyn.evidence.coverage.too_few_reason's "(n = 20; ...)" or "every one of the 40
 instances has the same value"."""
 
 
@@ -280,7 +280,7 @@ def _statement_order(c: gapdyn.Claim) -> int:
 
 def readme_table(claims: Iterable[gapdyn.Claim]) -> str:
     """docs/claims.md: every decided row (the confirmation block's where it ran) in one of its listings
-    (:func:`gapdyn.claims.listing`): the counted tests of each registered statement, then the premise checks,
+    (:func:`gapdyn.evidence.claims.listing`): the counted tests of each registered statement, then the premise checks,
     exploratory and discovery-only rows, then the identity and derived rows with their verdicts (a broken identity
     reads "does not hold" and is named). When no confirmation block ran, a note says the verdicts are indicative
     (quick mode) and discovery rows count."""

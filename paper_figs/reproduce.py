@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from tqdm.auto import tqdm
 
 from . import report
-from gapdyn.claims import listing
+from gapdyn.evidence.claims import listing
 from gapdyn.cmdline import check_jobs, command, one_blas_thread, output_dir, parse, say
 from gapdyn.io import atomic_write_text
 
@@ -38,8 +38,8 @@ EXPERIMENT_ORDER = ("threshold", "length", "success_rate", "stagnation", "logist
 
 
 def _experiment_names() -> tuple[str, ...]:
-    """Every registered study (gapdyn.experiment.registry), EXPERIMENT_ORDER first."""
-    from gapdyn.experiment import registry
+    """Every registered study (gapdyn.evidence.experiment.registry), EXPERIMENT_ORDER first."""
+    from gapdyn.evidence.experiment import registry
 
     names = tuple(registry())
     return tuple(n for n in EXPERIMENT_ORDER if n in names) + tuple(n for n in names if n not in EXPERIMENT_ORDER)
@@ -95,7 +95,7 @@ def reproduce(*, mode: str = "quick", out_dir=None, store=None, seed=None, n_job
             prev = ((kind, name), now)
             bar.set_postfix_str(f"now {kind} {name}; {clock.text()}")
             if kind == "experiment" and not _runs_here(name):  # a study with its own command: not a failure
-                from gapdyn.experiment import registry
+                from gapdyn.evidence.experiment import registry
 
                 elsewhere[name] = registry()[name].load().command
             elif kind == "experiment":
@@ -127,7 +127,7 @@ def reproduce(*, mode: str = "quick", out_dir=None, store=None, seed=None, n_job
     )
     path = out / "REPORT.md"
     atomic_write_text(path, text)
-    conf = any(c.block == "confirmation" for c in claims)  # the counted rows of REPORT.md (gapdyn.claims.listing)
+    conf = any(c.block == "confirmation" for c in claims)  # the counted rows of REPORT.md (gapdyn.evidence.claims.listing)
     shown = [c for c in report.decided_claims(claims) if listing(c, confirmation_only=conf) == "counted"]
     held = sum(c.verdict == "holds" for c in shown)
     log(f"{len([f for f in figures.values() if not isinstance(f, str)])}/{len(FIGURES)} figures, "

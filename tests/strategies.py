@@ -40,7 +40,7 @@ method_names = st.sampled_from(
 small_logits = hnp.arrays(np.float64, st.integers(2, 30), elements=st.floats(-8, 8))
 
 
-# --- evidence layer (gapdyn.stats, gapdyn.collapse, gapdyn.claims) ---------------------------------
+# --- evidence layer (gapdyn.evidence.stats, gapdyn.evidence.collapse, gapdyn.evidence.claims) ---------------------------------
 
 
 @st.composite
@@ -91,7 +91,7 @@ def island_min_J(islands):
 finite_intervals = st.tuples(st.floats(-10, 10), st.floats(0, 5)).map(lambda t: (t[0], t[0] + t[1]))
 
 
-# --- the safe step rule (gapdyn.safe_step) -------------------------------------------------------
+# --- the safe step rule (gapdyn.theory.safe_step) -------------------------------------------------------
 
 
 @st.composite
@@ -113,7 +113,7 @@ def safe_step_batches(draw, max_groups: int = 6, max_group_size: int = 9):
     return x[perm], rewards[perm], groups[perm]
 
 
-# --- inverse-CDF draws (gapdyn.sampling) ---------------------------------------------------------
+# --- inverse-CDF draws (gapdyn.theory.sampling) ---------------------------------------------------------
 
 
 @st.composite

@@ -23,6 +23,22 @@ def test_gapdyn_imports_no_sibling_package():
     assert out.stdout.strip() == ""
 
 
+@pytest.mark.parametrize("package", ["gapdyn", "bandits"])
+def test_core_packages_have_no_import_cycle(package):
+    """The static import graph (every import, function-level ones included) of gapdyn and of bandits has no cycle;
+    read as in tests/test_llm_trl_import_cycles.py, whose own test shows the finder catches a lazy cycle."""
+    from pathlib import Path
+
+    from tests.test_llm_trl_import_cycles import cycles, import_graph
+
+    graph = import_graph(Path(__file__).resolve().parents[1] / package)
+    if package == "gapdyn":  # the subpackages are read, relative imports included
+        assert {"gapdyn.theory.directions", "gapdyn.evidence.coverage"} <= set(graph)
+        assert "gapdyn.theory.gap" in graph["gapdyn.theory.directions"]
+        assert "gapdyn.io" in graph["gapdyn.evidence.coverage"]
+    assert not cycles(graph)
+
+
 def test_public_api_names_exist():
     import gapdyn
 

@@ -534,11 +534,11 @@ def test_one_sampled_kernel_step_equals_numpy_at_large_steps():
 
 def test_zero_probability_tokens_are_never_drawn():
     """p = [0, 1] (token 0 underflows to p = 0) at u = 0.0 draws token 1 in every model and the kernel (the
-    former (u > cdf).sum() drew token 0 there), and draws equal gapdyn.sampling.inverse_cdf_draw."""
+    former (u > cdf).sum() drew token 0 there), and draws equal gapdyn.theory.sampling.inverse_cdf_draw."""
     from scipy.special import log_softmax
 
     from bandits import _sequence_kernels as K
-    from gapdyn.sampling import inverse_cdf_draw
+    from gapdyn.theory.sampling import inverse_cdf_draw
 
     u = np.array([[[0.0, 0.5, 1.0 - 2.0**-53]]])  # [1, G=1, T=3]
     tab = TabularSequenceBandit(V=2, T=3, rule="MAJ", correct=1)

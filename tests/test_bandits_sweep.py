@@ -1,4 +1,4 @@
-"""Tests of bandits.sweep / bandits.store: resumable, keyed, parallel sweeps."""
+"""Tests of gapdyn.evidence.sweep / gapdyn.evidence.store: resumable, keyed, parallel sweeps."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from bandits.store import CellStore, canonical_cell, cell_key
-from bandits.sweep import example_cell, run_sweep, sweep_keys
+from gapdyn.evidence.store import CellStore, canonical_cell, cell_key
+from gapdyn.evidence.sweep import example_cell, run_sweep, sweep_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,7 +86,7 @@ def test_corrupt_cell_file_is_recomputed(tmp_path):
 _KILL_SCRIPT = textwrap.dedent(
     """
     import sys
-    from bandits.sweep import run_sweep, example_cell
+    from gapdyn.evidence.sweep import run_sweep, example_cell
     cells = [{"seed": s, "n": 4, "sleep": 0.02} for s in range(60)]
     run_sweep(example_cell, cells, name="k", store=sys.argv[1], backend=sys.argv[2], n_jobs=2, progress=False)
     """
@@ -129,7 +129,7 @@ def test_keys_stable_across_processes():
     cells = [{"seed": 3, "eta": 0.1, "method": "grpo", "Ts": [1, 2, 4]}]
     here = sweep_keys(example_cell, cells, name="x")
     code = (
-        "from bandits.sweep import sweep_keys, example_cell;"
+        "from gapdyn.evidence.sweep import sweep_keys, example_cell;"
         "print(sweep_keys(example_cell, [{'Ts': [1, 2, 4], 'method': 'grpo', 'eta': 0.1, 'seed': 3}], name='x')[0])"
     )
     out = subprocess.run(
@@ -138,7 +138,7 @@ def test_keys_stable_across_processes():
     )
     assert out.stdout.strip() == here[0]
     # numpy scalars and tuples canonicalise to the same key; a different value, name or fn does not
-    assert cell_key("x", "bandits.sweep.example_cell", {"seed": np.int64(3), "eta": np.float64(0.1), "method": "grpo", "Ts": (1, 2, 4)}) == here[0]
+    assert cell_key("x", "gapdyn.evidence.sweep.example_cell", {"seed": np.int64(3), "eta": np.float64(0.1), "method": "grpo", "Ts": (1, 2, 4)}) == here[0]
     assert sweep_keys(example_cell, [{**cells[0], "eta": 0.2}], name="x") != here
     assert sweep_keys(example_cell, cells, name="y") != here
     assert sweep_keys(run_sweep, cells, name="x") != here
@@ -296,7 +296,7 @@ def test_every_single_bit_flip_is_detected_and_recomputed(tmp_path):
 
 
 def test_live_temporaries_survive_opening_the_store(tmp_path):
-    from bandits import store as st
+    from gapdyn.evidence import store as st
 
     cs = CellStore(tmp_path, "t")
     live = cs.cells_dir / f"a.parquet.tmp-{st._HOST}-{os.getpid()}-abc"  # this (live) writer's
@@ -314,7 +314,7 @@ def test_live_temporaries_survive_opening_the_store(tmp_path):
 _WRITER_SCRIPT = textwrap.dedent(
     """
     import sys
-    from bandits.sweep import run_sweep, example_cell
+    from gapdyn.evidence.sweep import run_sweep, example_cell
     cells = [{"seed": s, "n": 4, "sleep": float(sys.argv[3])} for s in range(40)]
     if sys.argv[2] == "reversed":
         cells = cells[::-1]

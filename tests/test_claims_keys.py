@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import gapdyn
-from gapdyn.claims import ROLES, STATEMENTS, keyed_specs, listing
+from gapdyn.evidence.claims import ROLES, STATEMENTS, keyed_specs, listing
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = {"length": "bandits.experiments.length", "logistic": "bandits.experiments.logistic",

@@ -62,7 +62,7 @@ def test_the_dispatcher_suggests_a_near_command_in_its_one_line(capsys):
 
 
 def test_claims_n_of_an_unmeasured_claim_is_the_sample_its_reason_names():
-    from gapdyn.coverage import too_few_reason
+    from gapdyn.evidence.coverage import too_few_reason
     from paper_figs.report import claim_n
 
     c = gapdyn.Claim(id="x.y", source="s", statement="s", setting="any", statistic="mean", estimate=0.1,

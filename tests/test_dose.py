@@ -1,4 +1,4 @@
-"""gapdyn.dose: the logistic dose-response fit and its profile-likelihood interval, against independent routes."""
+"""gapdyn.evidence.dose: the logistic dose-response fit and its profile-likelihood interval, against independent routes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from scipy.optimize import minimize, minimize_scalar
 from scipy.special import expit, logit
 from scipy.stats import chi2
 
-from gapdyn.dose import fit_dose_response
+from gapdyn.evidence.dose import fit_dose_response
 
 LRS = np.repeat([1e-4, 2e-4, 2.5e-4, 3e-4, 3.5e-4, 4e-4, 5e-4], 6)
 

@@ -12,7 +12,7 @@ import pytest
 from scipy.special import softmax
 
 import gapdyn
-import gapdyn.safe_step as gss
+import gapdyn.theory.safe_step as gss
 from bandits import engine
 from bandits.engine import DIRECTIONS, Dynamics, Trajectory, advantages_nb, exact_scalar_nb, run_grid, simulate
 from bandits.envs import make_bandit
@@ -158,7 +158,7 @@ def test_numba_safe_step_uses_gapdyns_no_ascent_tolerance():
 
 def test_engine_safe_step_constants_are_gapdyns():
     """The engine's adaptive step takes c and delta from its Schedule (the numba rule has no literals); their
-    defaults, and adaptive_step's, are gapdyn.safe_step's SAFE_STEP_C and SAFE_STEP_DELTA; a default adaptive run
+    defaults, and adaptive_step's, are gapdyn.theory.safe_step's SAFE_STEP_C and SAFE_STEP_DELTA; a default adaptive run
     equals one with those constants passed explicitly and differs from one with other constants (the kernel reads
     them)."""
     import inspect

@@ -101,7 +101,7 @@ def test_engine_draws_equal_searchsorted_on_adversarial_cdfs():
     """Every draw of the engine (a branch-free count of cdf entries <= u * total) equals searchsorted-right on
     the same cdf: ties from zero-probability arms (leading, inner, trailing), tiny masses, totals that round
     below 1, one arm, and uniforms at 0, 1, just below 1 and on (and one ulp around) every cdf boundary; and
-    equals gapdyn.sampling.inverse_cdf_draw (through bandits.reference.sample_arms) everywhere."""
+    equals gapdyn.theory.sampling.inverse_cdf_draw (through bandits.reference.sample_arms) everywhere."""
     from bandits.reference import sample_arms
     from tests.tables import check_table
 
@@ -137,13 +137,13 @@ def test_engine_draws_equal_searchsorted_on_adversarial_cdfs():
 
 
 def test_kernel_twins_equal_inverse_cdf_draw_on_its_edge_cases():
-    """The two numba twins of gapdyn.sampling.inverse_cdf_draw (the contextual engine's draws_nb, the sequence
+    """The two numba twins of gapdyn.theory.sampling.inverse_cdf_draw (the contextual engine's draws_nb, the sequence
     kernels' _draw on their _cdf_rows) give its indices on the same uniforms: u exactly on every cdf boundary
     (as u * total), u = 1 and one ulp below 1 on a cdf summing to 1 - 1e-16 (ten masses 0.1), a trailing positive
     mass too small to move the cdf (the cap must stop there, not at the last arm that moves it), and zero-mass
     arms, which neither ever draws."""
     from bandits import _sequence_kernels as sk
-    from gapdyn.sampling import inverse_cdf_draw
+    from gapdyn.theory.sampling import inverse_cdf_draw
 
     below_one = np.full(10, 0.1)
     assert np.cumsum(below_one)[-1] == 1.0 - 1.1102230246251565e-16  # the total rounds below 1
@@ -304,7 +304,7 @@ def test_one_and_two_threads_bitwise_identical():
 
 
 def test_sweep_workers_use_one_numba_thread():
-    from bandits.sweep import numba_threads_cell, run_sweep
+    from gapdyn.evidence.sweep import numba_threads_cell, run_sweep
 
     df = run_sweep(numba_threads_cell, [{"seed": 0}, {"seed": 1}], name="thr", backend="joblib", n_jobs=2,
                    progress=False)

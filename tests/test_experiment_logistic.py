@@ -117,7 +117,7 @@ def test_bound_value_and_ratio_against_a_hand_computation():
 
 
 def test_violation_estimate_is_the_studentized_bootstrap_where_it_is_valid():
-    from gapdyn.stats import studentized_cluster_bootstrap_mean
+    from gapdyn.evidence.stats import studentized_cluster_bootstrap_mean
 
     rng = np.random.default_rng(3)
     s = rng.beta(0.5, 5.0, size=40)

@@ -1,4 +1,4 @@
-"""The one experiment protocol (gapdyn.experiment): every registered study passes the same contract."""
+"""The one experiment protocol (gapdyn.evidence.experiment): every registered study passes the same contract."""
 
 import json
 
@@ -6,7 +6,7 @@ import pytest
 
 import gapdyn
 from gapdyn.cmdline import MODES
-from gapdyn.experiment import Experiment, claim_specs, registry
+from gapdyn.evidence.experiment import Experiment, claim_specs, registry
 
 REGISTERED = sorted(registry())
 CHEAP = {"taxonomy", "logistic", "methods"}  # test mode in seconds; the others run under `slow`

@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from gapdyn.alarm import (AlarmRun, AlarmSpec, alarm_step, calibrate, evaluate_spec, false_alarm_curve,
+from gapdyn.evidence.alarm import (AlarmRun, AlarmSpec, alarm_step, calibrate, evaluate_spec, false_alarm_curve,
                           false_alarms, lead_summary, lead_time, lead_times, median_interval, peak_score, roc_at_lead,
                           specs_hash)
-from gapdyn.detectors import Cusum, Threshold
+from gapdyn.evidence.detectors import Cusum, Threshold
 
 
 def _run(name, peak_at, peak, collapse=None, group="rl", steps=100, stat="x"):
@@ -36,7 +36,7 @@ DET = Threshold(sign=1, threshold=0.0, window=1)
 
 
 def _fires(run, det):
-    """The detector applied to the run's raw series (not through gapdyn.alarm's cached scores)."""
+    """The detector applied to the run's raw series (not through gapdyn.evidence.alarm's cached scores)."""
     t, x = run.series["x"]
     return det.first_firing(x, t)
 

@@ -16,7 +16,7 @@ import gapdyn as g
 from bandits.envs import make_bandit, place_theta
 from bandits.reference import sample_arms
 from gapdyn._validate import check_seed
-from gapdyn.sampling import inverse_cdf_draw
+from gapdyn.theory.sampling import inverse_cdf_draw
 from tests.strategies import categorical_draw_inputs, loglinear_policies
 from tests.tables import check_table, raises_value_error
 
@@ -287,7 +287,7 @@ def test_check_seed_accepts_unsigned_64_bit_integers_only():
 
 
 def test_seeds_at_2_63_and_above_stay_positive_in_bandits_and_the_demo():
-    from bandits.sweep import example_cell
+    from gapdyn.evidence.sweep import example_cell
     from gapdyn.demo import DemoConfig
 
     b = make_bandit(n_contexts=1, n_arms=3, dim=2, n_correct=1, seed=2**63)

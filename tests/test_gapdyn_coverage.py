@@ -1,4 +1,4 @@
-"""Intervals with measured coverage (gapdyn.stats, gapdyn.coverage) against independent routes:
+"""Intervals with measured coverage (gapdyn.evidence.stats, gapdyn.evidence.coverage) against independent routes:
 hand formulas, plain loops over the same draws, scipy's one-sided tests, exact binomial sums vs simulation."""
 
 import math
@@ -10,8 +10,8 @@ from scipy.stats import beta, binom, binomtest, norm, t
 
 from hypothesis import given
 
-from gapdyn import coverage as cov
-from gapdyn import stats as S
+from gapdyn.evidence import coverage as cov
+from gapdyn.evidence import stats as S
 from tests.strategies import two_arm_counts
 
 
@@ -266,7 +266,7 @@ def test_full_regeneration_reproduces_the_committed_table():
 
 def test_markdown_states_every_method_and_its_verdict():
     tab = cov.frozen_table()
-    md = cov.coverage_markdown(tab, command="python -m gapdyn.coverage --out docs/coverage.md")
+    md = cov.coverage_markdown(tab, command="python -m gapdyn.evidence.coverage --out docs/coverage.md")
     verdicts = {}
     for line in md.splitlines():  # | kind | `method` | bound | nominal | valid from n | per DGP |
         cells = [c.strip() for c in line.strip("|").split("|")]
@@ -412,7 +412,7 @@ def test_too_few_reason_names_the_valid_n_or_never():
     """The one wording of a claim not measured below its interval's valid n, from the coverage table."""
     import pandas as pd
 
-    from gapdyn.coverage import min_valid_n, too_few_reason
+    from gapdyn.evidence.coverage import min_valid_n, too_few_reason
 
     rows = [dict(method=m, kind="mean", dgp="normal", n=n, nominal=0.95, bound="two-sided", coverage=cov,
                  mc_se=0.005, mean_width=1.0, reps=2000, n_resamples=999, seed=0)

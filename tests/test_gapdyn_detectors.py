@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy.stats import kendalltau, norm
 
-from gapdyn.detectors import (Cusum, Level, MannKendall, Threshold, detector_from_dict, mann_kendall,
+from gapdyn.evidence.detectors import (Cusum, Level, MannKendall, Threshold, detector_from_dict, mann_kendall,
                               zero_std_share)
 
 

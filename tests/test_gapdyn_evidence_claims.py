@@ -1,4 +1,4 @@
-"""gapdyn.claims: verdicts by rule, JSON round trip, criteria hash, replication, Holm re-decision."""
+"""gapdyn.evidence.claims: verdicts by rule, JSON round trip, criteria hash, replication, Holm re-decision."""
 
 import dataclasses
 import json
@@ -211,10 +211,10 @@ def test_claim_from_an_estimate_takes_interval_and_n():
 
 
 def test_an_unmeasured_claim_is_inconclusive_whatever_its_criterion():
-    """measured=False (or a gapdyn.stats.NotMeasured) gives "inconclusive", identities included, with its reason;
+    """measured=False (or a gapdyn.evidence.stats.NotMeasured) gives "inconclusive", identities included, with its reason;
     the same numbers measured give the criterion's verdict."""
     from gapdyn import Claim, Criterion, Estimate
-    from gapdyn.stats import not_measured
+    from gapdyn.evidence.stats import not_measured
 
     base = dict(id="x", source="beyond the papers", statement="s", setting="t", statistic="u",
                 criterion_text="c", reason="too few instances for a valid interval")

@@ -1,4 +1,4 @@
-"""gapdyn.collapse: run outcomes on constructed trajectories; the eta* scan + bisection on synthetic run_stats
+"""gapdyn.evidence.collapse: run outcomes on constructed trajectories; the eta* scan + bisection on synthetic run_stats
 functions with known collapse and dip sets."""
 
 import math

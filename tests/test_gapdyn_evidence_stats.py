@@ -1,4 +1,4 @@
-"""gapdyn.stats against independent routes: exact coverage sums, enumeration, hand computations."""
+"""gapdyn.evidence.stats against independent routes: exact coverage sums, enumeration, hand computations."""
 
 import itertools
 import math

@@ -1,5 +1,5 @@
-"""gapdyn.stats.fieller_paired_ratio against a brute-force inversion of the paired t test, and its coverage kind
-(gapdyn.coverage, kind "paired_ratio") against a plain loop."""
+"""gapdyn.evidence.stats.fieller_paired_ratio against a brute-force inversion of the paired t test, and its coverage kind
+(gapdyn.evidence.coverage, kind "paired_ratio") against a plain loop."""
 
 import math
 
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from scipy.stats import t
 
-from gapdyn import coverage as cov
-from gapdyn.stats import fieller_paired_ratio
+from gapdyn.evidence import coverage as cov
+from gapdyn.evidence.stats import fieller_paired_ratio
 
 
 def not_rejected(num, den, rhos, confidence):

@@ -1,11 +1,11 @@
-"""gapdyn.planner: power formulas against Monte Carlo simulation of the same interval rule, and the planner on
+"""gapdyn.evidence.planner: power formulas against Monte Carlo simulation of the same interval rule, and the planner on
 known effects."""
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from gapdyn import planner as pl
+from gapdyn.evidence import planner as pl
 
 RNG = np.random.default_rng(20261201)
 
@@ -85,7 +85,7 @@ def test_power_mean_far_in_the_tail_is_a_probability():
     probability, near 1 where a Monte Carlo of the t interval decides every time."""
     import numpy as np
 
-    from gapdyn.planner import power_mean
+    from gapdyn.evidence.planner import power_mean
 
     for n in (2, 3, 5):
         p = power_mean(0.109, 0.006, n, confidence=0.95)

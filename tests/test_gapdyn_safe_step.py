@@ -1,4 +1,4 @@
-"""gapdyn.safe_step against a direct (loop) computation of the rule, its invariances, its input checks."""
+"""gapdyn.theory.safe_step against a direct (loop) computation of the rule, its invariances, its input checks."""
 
 import math
 

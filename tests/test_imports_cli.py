@@ -159,14 +159,14 @@ def test_the_export_table_is_all_and_each_name_is_defined_by_its_module(package)
     assert len(flat) == len(set(flat)), "a name exported from two modules"
     assert set(flat) == set(pkg.__all__) and len(pkg.__all__) == len(set(pkg.__all__))
     for module, names in table.items():
-        defined = _top_level_names(ROOT / package / f"{module}.py")
+        defined = _top_level_names(ROOT / package / (module.replace(".", "/") + ".py"))
         missing = sorted(set(names) - defined)
         assert not missing, (module, missing)
     assert set(pkg.__all__) <= set(dir(pkg))
     with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
         pkg.no_such_name
     # the check can fail: a table naming a function its module does not define is caught
-    assert "gradient_gap" not in _top_level_names(ROOT / "gapdyn" / "stats.py")
+    assert "gradient_gap" not in _top_level_names(ROOT / "gapdyn" / "evidence" / "stats.py")
 
 
 def test_every_gapdyn_name_is_its_modules_object():
@@ -175,9 +175,26 @@ def test_every_gapdyn_name_is_its_modules_object():
 
     for name, module in gapdyn._EXPORTS.items():
         assert getattr(gapdyn, name) is getattr(importlib.import_module(f"gapdyn.{module}"), name), name
-    assert isinstance(gapdyn.stats, types.ModuleType) and gapdyn.coverage.__name__ == "gapdyn.coverage"
+    assert isinstance(gapdyn.evidence.stats, types.ModuleType)
+    assert gapdyn.evidence.coverage.__name__ == "gapdyn.evidence.coverage"
     # an exported name equal to a submodule's would be replaced by that module once it is imported
-    assert not {p.stem for p in (ROOT / "gapdyn").glob("*.py")} & set(gapdyn._EXPORTS), "a name shadowing a module"
+    pkg = ROOT / "gapdyn"
+    children = {p.stem for p in pkg.glob("*.py")} | {p.parent.name for p in pkg.glob("*/__init__.py")}
+    assert {"theory", "evidence", "cli"} <= children
+    assert not children & set(gapdyn._EXPORTS), "a name shadowing a module"
+
+
+@pytest.mark.parametrize("sub", ["theory", "evidence"])
+def test_each_gapdyn_subpackage_lists_its_modules_and_loads_them_on_access(sub):
+    """``dir(gapdyn.<sub>)`` lists every module of the folder; ``gapdyn.<sub>.<module>`` imports it on access."""
+    code = (f"import sys, gapdyn; m = gapdyn.{sub}; print(sorted(k for k in sys.modules if k.startswith('gapdyn.'))); "
+            f"print(sorted(m._SUBMODULES)); print(m.{'gap' if sub == 'theory' else 'stats'}.__name__)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    loaded, listed, name = p.stdout.splitlines()
+    assert loaded == str(sorted(["gapdyn._lazy", f"gapdyn.{sub}"]))  # the subpackage alone loads no module
+    files = sorted(f.stem for f in (ROOT / "gapdyn" / sub).glob("*.py") if f.stem != "__init__")
+    assert listed == str(files)
+    assert name == f"gapdyn.{sub}.{'gap' if sub == 'theory' else 'stats'}"
 
 
 def test_gapdyn_names_load_no_torch_and_no_sibling():

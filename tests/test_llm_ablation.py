@@ -11,7 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from gapdyn.claims import VERDICTS
+from gapdyn.evidence.claims import VERDICTS
 from llm_probe.experiments import ablation
 from llm_probe.experiments.ablation import CONFIGS, SplitAddition, entropy_at_matched_accuracy, pass_at_k, run_study, summarize
 
@@ -114,7 +114,7 @@ def test_study_resumes_and_claims_have_finite_intervals(tmp_path, monkeypatch):
     assert [c.to_dict() for c in again] == [c.to_dict() for c in claims]
     assert all(c.criteria_hash == exp.criteria_hash for c in claims)
     cell = exp.cells(cfg, cfg.seeds[:1])[0]
-    from gapdyn.runner import run_cells
+    from gapdyn.evidence.runner import run_cells
 
     warm = ablation.prepare_warm(cfg, tmp_path)  # the study's cached warm model
     run_cells([cell], tmp_path / "protocol", name=exp.cell_name, result_file=exp.result_file,
@@ -251,11 +251,11 @@ def test_study_is_bit_identical_across_jobs_and_thread_settings(grpo_study, tmp_
 
 def test_plan_seeds_on_a_known_effect():
     """plan_seeds on a constructed pilot: the collapse row's n is the smallest n whose one-sided Fisher power at
-    alpha / m reaches 0.8 (checked against gapdyn.planner directly), a zero effect is not decidable and sends the
+    alpha / m reaches 0.8 (checked against gapdyn.evidence.planner directly), a zero effect is not decidable and sends the
     confirmation block to the budget, and the clipping to [n_min, n_max] holds."""
     import pandas as pd
 
-    from gapdyn.planner import power_two_proportions
+    from gapdyn.evidence.planner import power_two_proportions
 
     rows = []
     for s in range(10):  # lr 4e-4: GRPO collapses on 6 of 10 seeds, WAPO on 1; rewards WAPO +0.1 +- noise
@@ -289,8 +289,8 @@ def test_relabel_under_other_bits_compares_labels_run_by_run(grpo_study, tmp_pat
 def test_paired_mean_is_measured_only_where_its_interval_is_valid():
     """paired_mean: below the n from which docs/coverage.md finds the studentized interval valid the row is not
     measured (its claim inconclusive with the reason), from that n on it is the studentized bootstrap itself."""
-    from gapdyn.coverage import min_valid_n, valid_at
-    from gapdyn.stats import studentized_cluster_bootstrap_mean
+    from gapdyn.evidence.coverage import min_valid_n, valid_at
+    from gapdyn.evidence.stats import studentized_cluster_bootstrap_mean
 
     need = min_valid_n(ablation.MEAN_INTERVAL)
     rng = np.random.default_rng(3)

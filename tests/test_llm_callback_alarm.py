@@ -1,7 +1,7 @@
 """GapProbeCallback's online alarm and its lr-finder summary.
 
 The alarm's firing step is checked three ways on the same logged series: by hand (a loop over Page's CUSUM
-recursion, or the first value at or above a threshold), by gapdyn.alarm.alarm_step offline, and by the callback
+recursion, or the first value at or above a threshold), by gapdyn.evidence.alarm.alarm_step offline, and by the callback
 online (which also stops a real trl.GRPOTrainer run there through control.should_training_stop).
 """
 
@@ -18,8 +18,8 @@ pytest.importorskip("transformers")
 
 from transformers import TrainerControl  # noqa: E402
 
-from gapdyn.alarm import AlarmRun, AlarmSpec, alarm_step  # noqa: E402
-from gapdyn.detectors import Cusum, Threshold  # noqa: E402
+from gapdyn.evidence.alarm import AlarmRun, AlarmSpec, alarm_step  # noqa: E402
+from gapdyn.evidence.detectors import Cusum, Threshold  # noqa: E402
 from llm_probe.callback import GapProbeCallback  # noqa: E402
 from llm_probe.online_alarm import load_alarm_specs  # noqa: E402
 from llm_probe.tokenizer import build_char_tokenizer  # noqa: E402
@@ -100,7 +100,7 @@ def test_without_alarm_the_logged_keys_are_unchanged():
 @pytest.mark.parametrize("kw, msg", [
     ({"alarm": "reward"}, "not a readable alarm_specs.json"),
     ({"alarm": 3}, "must be an AlarmSpec"),
-    ({"alarm": ("a", "reward", "cusum")}, "must be a gapdyn.detectors.Detector"),
+    ({"alarm": ("a", "reward", "cusum")}, "must be a gapdyn.evidence.detectors.Detector"),
     ({"alarm": ("a", "reward", Threshold(), float("nan"))}, "cutoff must be a number"),
     ({"alarm": [("a", "reward", Threshold()), ("a", "entropy", Threshold())]}, "names must be unique"),
     ({"alarm": []}, "empty list"),

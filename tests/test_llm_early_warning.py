@@ -11,7 +11,7 @@ import pytest
 from scipy.stats import kstest
 
 import gapdyn
-from gapdyn.claims import criteria_hash
+from gapdyn.evidence.claims import criteria_hash
 from llm_probe.experiments import early_warning as ew
 
 FAST = dict(n_permutations=199, n_boot=199)

@@ -1,5 +1,5 @@
 """The probe where users train: GapProbeCallback's cadence (probe_every) and headroom meter (gap/headroom), the
-pure headroom rule of gapdyn.safe_step, and load_policy's named pair.
+pure headroom rule of gapdyn.theory.safe_step, and load_policy's named pair.
 
 Independent routes: the rule against a transcription of docs/theory.md section 11 in plain Python; the cadence
 against a second callback probing every step on the same trainer (probing never changes training); the meter
@@ -14,7 +14,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from gapdyn.safe_step import (SAFE_STEP_C, SAFE_STEP_DELTA, safe_step_estimates, safe_step_headroom,
+from gapdyn.theory.safe_step import (SAFE_STEP_C, SAFE_STEP_DELTA, safe_step_estimates, safe_step_headroom,
                               safe_step_multiplier, safe_step_size)
 from tests.strategies import safe_step_batches
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from gapdyn.taxonomy import token_step_effects
+from gapdyn.theory.taxonomy import token_step_effects
 from llm_probe.losses import policy_loss
 from llm_probe.model import completion_logprobs
 from llm_probe.step_hook import Step

@@ -253,7 +253,7 @@ def test_experiment_test_mode_runs_and_resumes(tmp_path, capsys, monkeypatch):
 
 
 def test_safe_step_cell_from_init_from_equals_the_front_end_run(tmp_path, monkeypatch):
-    """The protocol's cell (EXPERIMENT's run_cell through gapdyn.runner.run_cells into its own folder, no warm
+    """The protocol's cell (EXPERIMENT's run_cell through gapdyn.evidence.runner.run_cells into its own folder, no warm
     folder given) and the front end's run of the same (arm, lr, seed) from the same --init-from model give the same
     run row (times aside); the pinned checkpoint is not read."""
     import dataclasses
@@ -269,7 +269,7 @@ def test_safe_step_cell_from_init_from_equals_the_front_end_run(tmp_path, monkey
     exp = dataclasses.replace(sse.PRESETS["test"], steps=2, tail=1, window=1, eval_every=1,
                               init_from=str(tmp_path / "mine"))
     cell = next(c for c in sse.cells(exp, (0,)) if c["arm"] == "safe")
-    from gapdyn.runner import run_cells
+    from gapdyn.evidence.runner import run_cells
 
     E = sse.EXPERIMENT
     run_cells([cell], tmp_path / "protocol", name=E.cell_name, result_file=E.result_file,
@@ -367,7 +367,7 @@ def test_outcome_columns_and_survival_from_run_folders(tmp_path):
 
 
 def _coverage_table(valid_from: dict):
-    """A coverage table (the columns gapdyn.coverage.valid_at reads) in which each method covers 0.95 from its n."""
+    """A coverage table (the columns gapdyn.evidence.coverage.valid_at reads) in which each method covers 0.95 from its n."""
     import pandas as pd
 
     return pd.DataFrame([dict(method=m, n=n, dgp=d, coverage=0.95 if n >= v else 0.8, nominal=0.95)
@@ -378,7 +378,7 @@ def test_claims_holm_over_the_primaries_only(tmp_path, monkeypatch):
     """fewer_collapses: Newcombe interval and one-sided Fisher on the non-failed pairs; not_slower: Fieller and the
     margin t test; Holm over these two only, the exploratory rows unadjusted; ids stable, the frozen hash on each
     (every interval valid from n = 4 here)."""
-    from gapdyn import coverage
+    from gapdyn.evidence import coverage
     from llm_probe.experiments import safe_step_experiment as sse
 
     table = _coverage_table(dict.fromkeys(set(sse.INTERVALS.values()), 4))
@@ -389,7 +389,7 @@ def test_claims_holm_over_the_primaries_only(tmp_path, monkeypatch):
     assert set(by) == {f"{f}@grpo_lr{exp.collapse_lr if f != 'not_slower' else exp.safe_lr:g}" for f in sse.SPECS}
     n, kc, ks = 5, 4, 1  # seed 5 dropped (its safe run failed)
     fc = by[f"fewer_collapses@grpo_lr{exp.collapse_lr:g}"]
-    nw = gapdyn.stats.newcombe_difference(kc, n, ks, n)
+    nw = gapdyn.evidence.stats.newcombe_difference(kc, n, ks, n)
     assert (fc.estimate, fc.interval, fc.n, fc.n_planned) == (pytest.approx(3 / 5), (nw.lo, nw.hi), 5, 40)
     assert fc.p_value == pytest.approx(gapdyn.fisher_exact_test([[kc, n - kc], [ks, n - ks]],
                                                                 alternative="greater").p_value)
@@ -407,11 +407,11 @@ def test_claims_holm_over_the_primaries_only(tmp_path, monkeypatch):
 
 
 def test_a_claim_whose_interval_is_not_valid_at_its_n_is_not_measured(tmp_path, monkeypatch):
-    """Each interval is used only where the coverage table finds it valid at the row's n (gapdyn.coverage.valid_at):
+    """Each interval is used only where the coverage table finds it valid at the row's n (gapdyn.evidence.coverage.valid_at):
     with Newcombe valid from 10 and Fieller from 16, 5 collapse-lr pairs leave fewer_collapses not measured (its
     Fisher p still in Holm), 11 measure it; 12 safe-lr pairs leave not_slower not measured; the reason names the
     method, its valid n and docs/coverage.md; the interval of a measured row is the method's own."""
-    from gapdyn import coverage
+    from gapdyn.evidence import coverage
     from llm_probe.experiments import safe_step_experiment as sse
 
     table = _coverage_table({"newcombe_difference": 10, "fieller_paired_ratio": 16, "clopper_pearson": 4,
@@ -434,7 +434,7 @@ def test_a_claim_whose_interval_is_not_valid_at_its_n_is_not_measured(tmp_path, 
     assert by["fewer_collapses"].measured and by["fewer_collapses"].n == n
     lo, hi = by["final_reward"].interval
     assert by["final_reward"].measured and lo < by["final_reward"].estimate < hi
-    assert by["fewer_collapses"].interval == gapdyn.stats.newcombe_difference(kc, n, ks, n).interval
+    assert by["fewer_collapses"].interval == gapdyn.evidence.stats.newcombe_difference(kc, n, ks, n).interval
     ns = by["not_slower"]
     assert not ns.measured and ns.n == 12 and "(n = 12; fieller_paired_ratio valid from n = 16" in ns.why
 
@@ -467,7 +467,7 @@ def test_planner_wiring_on_a_known_effect():
     min(max(planned, floor), affordable); the planned t-test power agrees with a Monte Carlo of the margin test."""
     from scipy.stats import t as student_t
 
-    from gapdyn.planner import power_mean, power_two_proportions
+    from gapdyn.evidence.planner import power_mean, power_two_proportions
     from llm_probe.experiments.safe_step_experiment import PRESETS, allocate, make_plan
 
     exp = dataclasses_replace(PRESETS["full"], n_floor=30, budget_cpu_s=3000.0)

@@ -72,12 +72,12 @@ ENTRY_POINTS = {
     "collision_probability": (g.collision_probability, (P,), {}),
     "token_entropy": (g.token_entropy, (np.log(P),), {}),
     "token_bin_index": (g.token_bin_index, (P[:2], np.full(2, 0.3), np.array([1.0, -1.0])), {}),
-    # the safe step rule (gapdyn.safe_step)
+    # the safe step rule (gapdyn.theory.safe_step)
     "safe_step_estimates": (g.safe_step_estimates, (Z, R, np.array([0, 0, 0, 1, 1, 1])), {}),
     "safe_step_multiplier": (g.safe_step_multiplier, (Z, R, np.array([0, 0, 0, 1, 1, 1])), {"c": 1.0, "delta": 2.0}),
     "safe_step_size": (g.safe_step_size, (0.5, 1.0, 2.0, 1.0), {"c": 1.0, "delta": 2.0}),
     "safe_step_headroom": (g.safe_step_headroom, (0.5, 1.0, 2.0), {"c": 1.0, "delta": 2.0}),
-    # evidence layer (gapdyn.stats, gapdyn.collapse, gapdyn.claims)
+    # evidence layer (gapdyn.evidence.stats, gapdyn.evidence.collapse, gapdyn.evidence.claims)
     "wilson_interval": (g.wilson_interval, (3, 10), {}),
     "newcombe_difference": (g.newcombe_difference, (3, 10, 1, 12), {}),
     "fieller_paired_ratio": (g.fieller_paired_ratio, ([10.0, 12.0, 9.0, 14.0, 11.0], [40.0, 52.0, 47.0, 55.0, 43.0]),
@@ -115,7 +115,7 @@ ENTRY_POINTS = {
 }
 
 # array-API helpers that run inside training loops: they check types, not values (documented in
-# gapdyn/taxonomy.py), so NaN and inf propagate instead of raising.
+# gapdyn/theory/taxonomy.py), so NaN and inf propagate instead of raising.
 HOT_PATH = {"collision_probability", "token_entropy", "token_bin_index"}
 
 MALFORMED = {

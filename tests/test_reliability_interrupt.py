@@ -23,7 +23,7 @@ import pytest
 
 from bandits.engine import Dynamics, simulate
 from bandits.envs import make_bandit
-from bandits.sweep import run_sweep
+from gapdyn.evidence.sweep import run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -47,7 +47,7 @@ def _cells(n_seeds: int, sleep: float):
 _SWEEP_SCRIPT = """
 import sys, json
 from tests.test_reliability_interrupt import sweep_cell, _cells
-from bandits.sweep import run_sweep
+from gapdyn.evidence.sweep import run_sweep
 run_sweep(sweep_cell, _cells(int(sys.argv[2]), float(sys.argv[3])), name="kill", store=sys.argv[1],
           backend=sys.argv[4], n_jobs=2, progress=False)
 """

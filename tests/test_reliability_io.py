@@ -139,8 +139,8 @@ def test_writers_refuse_symlinks_they_did_not_create(tmp_path):
 
 
 def test_the_store_refuses_a_planted_cell_symlink(tmp_path):
-    from bandits.store import CellStore, tidy_rows
-    from bandits.sweep import example_cell
+    from gapdyn.evidence.store import CellStore, tidy_rows
+    from gapdyn.evidence.sweep import example_cell
 
     cs = CellStore(tmp_path, "s")
     victim = tmp_path / "victim"
@@ -297,7 +297,7 @@ def sleepy_cell(seed: int) -> pd.DataFrame:
 
 def run(config, *, store, backend, n_jobs, progress):
     from bandits.experiments._common import ExperimentResult
-    from bandits.sweep import run_sweep
+    from gapdyn.evidence.sweep import run_sweep
 
     df = run_sweep(sleepy_cell, [{"seed": s} for s in range(config.n)], name="sleepy-test-cells",
                    store=store, backend=backend, n_jobs=n_jobs, progress=progress)

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 import gapdyn.io as gio
-from bandits.sweep import example_cell, run_sweep
+from gapdyn.evidence.sweep import example_cell, run_sweep
 from llm_probe.checkpoint import LOCK_NAME, RunFolderLockedError, lock_run_folder
 
 ROOT = Path(__file__).resolve().parents[1]

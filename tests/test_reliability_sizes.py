@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import gapdyn
-from gapdyn import methods, planner, stats
+from gapdyn.evidence import planner, stats
+from gapdyn.theory import methods
 
 HUGE = 2**40
 

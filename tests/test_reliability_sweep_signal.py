@@ -1,4 +1,4 @@
-"""The library entry point ``bandits.sweep.run_sweep`` under SIGTERM (RELIABILITY.md, "Commands: exit codes,
+"""The library entry point ``gapdyn.evidence.sweep.run_sweep`` under SIGTERM (RELIABILITY.md, "Commands: exit codes,
 signals, outputs"): a plain script (no ``gapdyn.cmdline.command`` around it) that is sent SIGTERM while a
 joblib sweep runs dies of the signal, as with no handler, but only after the sweep's worker processes are
 stopped; the caller's SIGTERM handler is the same after the call."""
@@ -21,7 +21,7 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_T
 # cell 0 returns at once; the others hold their worker for 120 s, so a worker the sweep does not stop outlives it
 _SCRIPT = """
 import sys
-from bandits.sweep import example_cell, run_sweep
+from gapdyn.evidence.sweep import example_cell, run_sweep
 cells = [{"seed": 0, "n": 2}] + [{"seed": s, "n": 2, "sleep": 120.0} for s in range(1, 5)]
 run_sweep(example_cell, cells, name="sig", store=sys.argv[1], backend="joblib", n_jobs=2, progress=False)
 print("finished")
@@ -74,7 +74,7 @@ def _custom(signum, frame):  # pragma: no cover - never called
 
 
 def test_run_sweep_restores_the_callers_sigterm_handler(tmp_path):
-    from bandits.sweep import example_cell, run_sweep
+    from gapdyn.evidence.sweep import example_cell, run_sweep
 
     cells = [{"seed": 0, "n": 2}, {"seed": 1, "n": 2}]
     before = signal.getsignal(signal.SIGTERM)

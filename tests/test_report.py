@@ -2,7 +2,7 @@
 as inconclusive), an unmeasured claim prints "not measured: <reason>" and no interval, and a row counts under a
 statement only by its own key, role and block (premise, exploratory and discovery-only rows listed apart).
 Expected counts come from the claims' own fields (form, measured, verdict, key, role, block), tallied here by
-hand, not from gapdyn.count_verdicts or gapdyn.claims.listing."""
+hand, not from gapdyn.count_verdicts or gapdyn.evidence.claims.listing."""
 
 from __future__ import annotations
 

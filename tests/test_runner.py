@@ -1,4 +1,4 @@
-"""The one runner (gapdyn.runner): resumable folder cells shared through locks, adaptive cells, --seeds / --seed."""
+"""The one runner (gapdyn.evidence.runner): resumable folder cells shared through locks, adaptive cells, --seeds / --seed."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import pandas as pd
 import pytest
 
-from gapdyn.runner import claim, resolve_seeds, run_adaptive, run_cells, seeds_label, with_seeds
+from gapdyn.evidence.runner import claim, resolve_seeds, run_adaptive, run_cells, seeds_label, with_seeds
 
 
 def _name(cell):
@@ -161,7 +161,7 @@ def test_testbed_study_takes_seeds_through_the_runner(tmp_path, monkeypatch, cap
 def test_every_registered_study_takes_seeds_in_every_mode():
     """--seeds has one meaning per study: the config field it names (seed_field) holds exactly the seeds given,
     in every mode the study has, and the testbed study says its meaning too."""
-    from gapdyn.experiment import INSTANCE_SEEDS, STREAM_SEEDS, registry
+    from gapdyn.evidence.experiment import INSTANCE_SEEDS, STREAM_SEEDS, registry
 
     seeds = (11, 12)  # below every study's confirmation block
     for name, ep in registry().items():

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from gapdyn.alarm import specs_hash
+from gapdyn.evidence.alarm import specs_hash
 from llm_probe.testbed.alarm_data import ROW_TO_CLOCK, load_runs, parse_seeds, runs_with_seeds
 from llm_probe.testbed.alarm_report import ALARM_SPECS, main
 

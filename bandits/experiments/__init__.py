@@ -1,7 +1,7 @@
 """Bandit experiments: each = environment + sweep (plain data, explicit seeds) + analysis.
 
 Every experiment module ``bandits.experiments.<name>`` defines ``EXPERIMENT``, a
-:class:`gapdyn.experiment.Experiment` (the one protocol of the bandit experiments and the tiny-Qwen
+:class:`gapdyn.evidence.experiment.Experiment` (the one protocol of the bandit experiments and the tiny-Qwen
 studies; docs/evidence.md), frozen at import:
 
 - ``name``; ``claims``: the :class:`gapdyn.ClaimSpec` of every claim (source, statement, form, criterion),
@@ -18,7 +18,7 @@ passes ``EXPERIMENT`` to :func:`bandits.experiments._common.run_experiment` (dis
 block sized by the planner).
 
 Experiments are registered once, as entry points of the group ``gapdyn.experiments`` in pyproject.toml
-(:func:`gapdyn.experiment.registry`); :data:`EXPERIMENTS` is read from there. Modules are imported lazily by name
+(:func:`gapdyn.evidence.experiment.registry`); :data:`EXPERIMENTS` is read from there. Modules are imported lazily by name
 so that ``import bandits`` stays cheap.
 """
 
@@ -29,10 +29,10 @@ from types import ModuleType
 
 def _registered() -> dict[str, str]:
     """The bandit experiments of the one registry (the ``gapdyn.experiments`` entry points,
-    :func:`gapdyn.experiment.registry`), name -> module, in the order the source checkout declares them (else
+    :func:`gapdyn.evidence.experiment.registry`), name -> module, in the order the source checkout declares them (else
     the installed order)."""
     from gapdyn.cli import checkout_entry_points
-    from gapdyn.experiment import GROUP, registry
+    from gapdyn.evidence.experiment import GROUP, registry
 
     found = registry()
     declared = [n for n in checkout_entry_points(GROUP) if n in found]

@@ -1,5 +1,5 @@
-"""Helpers shared by the contextual-bandit experiments: the runner's blocks (:mod:`gapdyn.runner`) over
-:func:`bandits.sweep.run_sweep`, claim builders with intervals
+"""Helpers shared by the contextual-bandit experiments: the runner's blocks (:mod:`gapdyn.evidence.runner`) over
+:func:`gapdyn.evidence.sweep.run_sweep`, claim builders with intervals
 (docs/evidence.md), and a few outcome helpers.
 
 A run's outcome is gapdyn's (``gapdyn.bandit_outcome``: collapsed when J < 1e-3 at every state of the last
@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 import gapdyn
-from gapdyn.coverage import MEAN_INTERVAL
-from gapdyn.runner import (CONFIRMATION_MIN, BlockPlan, ExperimentResult, experiment_blocks,  # noqa: F401
+from gapdyn.evidence.coverage import MEAN_INTERVAL
+from gapdyn.evidence.runner import (CONFIRMATION_MIN, BlockPlan, ExperimentResult, experiment_blocks,  # noqa: F401
                            plan_confirmation, stamp_claims)
 
 CONVERGE_J = gapdyn.CONVERGED_J
@@ -54,9 +54,9 @@ def first_below(J: np.ndarray, steps: np.ndarray, level: float) -> np.ndarray:
 
 
 def no_data(lo: float, hi: float, reason: str = "") -> gapdyn.Estimate:
-    """The estimate of a statistic that could not be measured: :func:`gapdyn.stats.not_measured` on [lo, hi]
+    """The estimate of a statistic that could not be measured: :func:`gapdyn.evidence.stats.not_measured` on [lo, hi]
     (the claim is then "not measured", with ``reason``)."""
-    from gapdyn.stats import not_measured
+    from gapdyn.evidence.stats import not_measured
 
     return not_measured(lo, hi, reason)
 
@@ -66,7 +66,7 @@ PROPORTION_INTERVAL = "clopper_pearson"
 
 def too_few(method: str, n: int, lo: float, hi: float) -> gapdyn.Estimate:
     """The unmeasured estimate of a claim whose interval method is not valid at n (docs/evidence.md §9)."""
-    from gapdyn.coverage import too_few_reason
+    from gapdyn.evidence.coverage import too_few_reason
 
     return no_data(lo, hi, too_few_reason(method, n, "instances"))
 
@@ -75,7 +75,7 @@ def proportion(k, n, *, exact: bool = True) -> gapdyn.Estimate:
     """k/n with the Clopper-Pearson interval (valid from n = 4 in docs/coverage.md; ``exact`` is kept for
     the callers' signature: Wilson is not valid at the n the claims use, so it is never chosen);
     n = 0 gives :func:`no_data` on [0, 1]."""
-    from gapdyn.coverage import valid_at
+    from gapdyn.evidence.coverage import valid_at
 
     if int(n) == 0:
         return no_data(0.0, 1.0, "no qualifying trials")
@@ -89,9 +89,9 @@ CLUSTERED_PROPORTION_INTERVAL = "cluster_bounds_proportion"
 
 def clustered_proportion(events, clusters) -> gapdyn.Estimate:
     """P(event) of a run on a random instance, runs (seeds, etas) nested in instances: the cluster bounds
-    of gapdyn.stats.cluster_bounds_proportion (valid whatever the within-instance correlation; a pooled
+    of gapdyn.evidence.stats.cluster_bounds_proportion (valid whatever the within-instance correlation; a pooled
     Clopper-Pearson over runs covers 0.2-0.5 under such correlation, docs/coverage.md), gated by its coverage."""
-    from gapdyn.coverage import valid_at
+    from gapdyn.evidence.coverage import valid_at
 
     e = np.asarray(events, dtype=bool)
     labels = np.asarray(clusters)
@@ -100,14 +100,14 @@ def clustered_proportion(events, clusters) -> gapdyn.Estimate:
         return no_data(0.0, 1.0, f"fewer than 2 instances with runs ({G})")
     if not valid_at(CLUSTERED_PROPORTION_INTERVAL, G):
         return too_few(CLUSTERED_PROPORTION_INTERVAL, G, 0.0, 1.0)
-    return gapdyn.stats.cluster_bounds_proportion(e.astype(np.int8), labels)
+    return gapdyn.evidence.stats.cluster_bounds_proportion(e.astype(np.int8), labels)
 
 
 def exists_on_some_instance(events, clusters, *, confidence: float = 0.95) -> gapdyn.Estimate:
     """An existence claim "P(event) > 0 on a realisable setting": the event share on the instance with the
     most events, with its Clopper-Pearson interval at confidence 1 - (1 - confidence) / G (Bonferroni over the
     G instances searched), so the family of G per-instance intervals covers at ``confidence``."""
-    from gapdyn.coverage import valid_at
+    from gapdyn.evidence.coverage import valid_at
 
     e = np.asarray(events, dtype=bool)
     labels = np.asarray(clusters)
@@ -127,9 +127,9 @@ def exists_on_some_instance(events, clusters, *, confidence: float = 0.95) -> ga
 
 def mean_estimate(values, clusters=None, *, seed: int, natural: tuple[float, float]) -> gapdyn.Estimate:
     """Mean of per-cluster means with the studentized cluster bootstrap (default_rng(seed)), when that method
-    is valid at the number of clusters (gapdyn.coverage.valid_at); otherwise not measured, with the reason."""
-    from gapdyn.coverage import valid_at
-    from gapdyn.stats import studentized_cluster_bootstrap_mean
+    is valid at the number of clusters (gapdyn.evidence.coverage.valid_at); otherwise not measured, with the reason."""
+    from gapdyn.evidence.coverage import valid_at
+    from gapdyn.evidence.stats import studentized_cluster_bootstrap_mean
 
     v = np.asarray(values, dtype=float)
     labels = np.arange(v.size) if clusters is None else np.asarray(clusters)
@@ -142,7 +142,7 @@ def mean_estimate(values, clusters=None, *, seed: int, natural: tuple[float, flo
         return too_few(MEAN_INTERVAL, G, *natural)
     est = studentized_cluster_bootstrap_mean(v, labels, rng=np.random.default_rng(seed))
     if not all(math.isfinite(x) for x in (est.estimate, est.lo, est.hi)):
-        _, means = gapdyn.stats._values_and_clusters(v, labels)
+        _, means = gapdyn.evidence.stats._values_and_clusters(v, labels)
         if np.ptp(means) == 0:
             return no_data(*natural, f"no interval: every one of the {G} instances has the same value "
                                      f"({float(means[0]):.4g})")
@@ -182,14 +182,14 @@ def make_claim(specs, claim_id: str, est: gapdyn.Estimate, *, block: str, settin
     )
 
 
-# The blocks (discovery, the planned confirmation block, stamped claims) are the runner's (gapdyn.runner,
+# The blocks (discovery, the planned confirmation block, stamped claims) are the runner's (gapdyn.evidence.runner,
 # re-exported above); the bandit experiments run them through the resumable parquet sweep.
 def run_experiment(experiment, config, *, store=None, backend="joblib", n_jobs=-1,
                    progress=True) -> ExperimentResult:
-    """:func:`gapdyn.runner.run_experiment` with the sweep of :func:`bandits.sweep.run_sweep` (resumable)."""
-    from gapdyn.runner import run_experiment as run_blocks
+    """:func:`gapdyn.evidence.runner.run_experiment` with the sweep of :func:`gapdyn.evidence.sweep.run_sweep` (resumable)."""
+    from gapdyn.evidence.runner import run_experiment as run_blocks
 
-    from bandits.sweep import run_sweep
+    from gapdyn.evidence.sweep import run_sweep
 
     return run_blocks(experiment, config, sweep=run_sweep, store=store, backend=backend, n_jobs=n_jobs,
                       progress=progress)
@@ -197,7 +197,7 @@ def run_experiment(experiment, config, *, store=None, backend="joblib", n_jobs=-
 
 def run_cells_serial(experiment, config, instances=None) -> pd.DataFrame:
     """All cells of one block (default: discovery) in-process, without the sweep machinery (tests, debugging).
-    ``experiment``: a gapdyn.experiment.Experiment (or anything with its ``cells`` and ``run_cell``)."""
+    ``experiment``: a gapdyn.evidence.experiment.Experiment (or anything with its ``cells`` and ``run_cell``)."""
     frames = []
     cells = experiment.cells(config) if instances is None and not hasattr(config, "instances") else \
         experiment.cells(config, tuple(config.instances if instances is None else instances))

@@ -155,7 +155,7 @@ def censored_within_slope(x, y, series, censor, *, clusters=None) -> CensoredFit
 
 def censored_slope_estimate(x, y, *, censor, series, instance, confidence: float = 0.90) -> gapdyn.Estimate:
     """:func:`censored_within_slope` with the t interval b ± t_{G-1} se over G instances (clusters), the
-    censored counterpart of gapdyn.stats.t_interval_cluster_slope; n = instances with a kept series."""
+    censored counterpart of gapdyn.evidence.stats.t_interval_cluster_slope; n = instances with a kept series."""
     from scipy.stats import t
 
     if not 0 < confidence < 1:

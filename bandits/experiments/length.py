@@ -21,7 +21,7 @@ dominates the update and large steps drive J to 1) and a wider range would not m
 A (instance, T) whose placement cannot reach J0 has no run at all (missing, counted by reason). A series
 enters with a found eta* at one T at least and a start at >= 2 T. Interval: b +- t_{G-1} se, se the CR1
 cluster sandwich over instances; it is used only where the cluster-robust t interval is valid at the
-number of instances (gapdyn.coverage, method SLOPE_INTERVAL), else the claim is not measured.
+number of instances (gapdyn.evidence.coverage, method SLOPE_INTERVAL), else the claim is not measured.
 
 With fixed length, the 1/|o| update at eta is the raw update at eta/T (the same stream), so
 eta*_norm = T eta*_raw and the normalised slope is b + 1 by construction: an identity row (rho = 1),
@@ -37,9 +37,9 @@ import numpy as np
 import pandas as pd
 
 import gapdyn
-from gapdyn.claims import keyed_specs
-from gapdyn.experiment import Experiment, claim_specs
-from gapdyn.claims import EQUIVALENCE_CONFIDENCE
+from gapdyn.evidence.claims import keyed_specs
+from gapdyn.evidence.experiment import Experiment, claim_specs
+from gapdyn.evidence.claims import EQUIVALENCE_CONFIDENCE
 
 from ..partial import PartialSharingBandit
 from ..sequence import SequenceDynamics, place_for_success_rate, simulate
@@ -161,7 +161,7 @@ class Config:
 
 KEYS = {cid: (("Suk & Duan", "Theorem 3"), "exploratory" if cid.startswith("eta_star_vs_T/") else "test")
         for cid in STATEMENTS}
-"""Claim id -> (statement key, role) (gapdyn.claims.STATEMENTS, ROLES). The slope rows are exploratory: Thm 3's
+"""Claim id -> (statement key, role) (gapdyn.evidence.claims.STATEMENTS, ROLES). The slope rows are exploratory: Thm 3's
 step condition eta <= c (1 - J)/T is sufficient, a lower bound on eta*, not a law eta* ~ 1/T; the band
 [-1.25, -0.75] is the project's, not the paper's; streams that never collapse enter as right-censored normal
 values (a cure process, not censoring) and the censored fit's own coverage was never measured. Thm 3's bound is
@@ -269,13 +269,13 @@ def _counts(df: pd.DataFrame, used: pd.DataFrame) -> str:
 def _not_measured(n: int) -> gapdyn.Estimate:
     """A 90 % estimate that could not be made from n instances (the claim is not measured; no number is
     shown)."""
-    return gapdyn.stats.not_measured(-1.0, -1.0, n=max(int(n), 1), confidence=EQUIVALENCE_CONFIDENCE)
+    return gapdyn.evidence.stats.not_measured(-1.0, -1.0, n=max(int(n), 1), confidence=EQUIVALENCE_CONFIDENCE)
 
 
 def _slope_estimate(used: pd.DataFrame) -> tuple[gapdyn.Estimate, str]:
     """(censored within-series slope with its 90 % CR1 t interval, "") when the interval is valid at the
-    number of instances (gapdyn.coverage, the cluster-robust t interval's n), else (unmeasured, reason)."""
-    from gapdyn.coverage import min_valid_n, valid_at
+    number of instances (gapdyn.evidence.coverage, the cluster-robust t interval's n), else (unmeasured, reason)."""
+    from gapdyn.evidence.coverage import min_valid_n, valid_at
 
     n = int(used["instance"].nunique())
     if n < 2 or not valid_at(SLOPE_INTERVAL, n):
@@ -294,9 +294,9 @@ def _slope_estimate(used: pd.DataFrame) -> tuple[gapdyn.Estimate, str]:
 
 def _planned_n(est: gapdyn.Estimate, crit: gapdyn.Criterion) -> int | None:
     """The n at which the equivalence test decides with probability 0.8 if the block's slope and its
-    spread over instances (se sqrt(n)) were the truth (gapdyn.planner)."""
-    from gapdyn.coverage import min_valid_n
-    from gapdyn.planner import plan_n, power_equivalence
+    spread over instances (se sqrt(n)) were the truth (gapdyn.evidence.planner)."""
+    from gapdyn.evidence.coverage import min_valid_n
+    from gapdyn.evidence.planner import plan_n, power_equivalence
 
     from scipy.stats import t
 
@@ -353,7 +353,7 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn
             claims.append(make_claim(SPECS, _norm_id(J0), est, block=block, setting=setting,
                                      statistic=statistic))
         else:
-            est = gapdyn.stats.not_measured(1.0, 1.0)
+            est = gapdyn.evidence.stats.not_measured(1.0, 1.0)
             claims.append(replace(make_claim(SPECS, _norm_id(J0), est, block=block, setting=setting,
                                              statistic=statistic),
                                   measured=False, reason="fewer than 2 instances with both eta* at >= 2 T"))
@@ -367,4 +367,4 @@ def run(config: Config, *, store=None, backend: str = "joblib", n_jobs: int = -1
 
 
 EXPERIMENT = Experiment(name=NAME, claims=SPECS, config=Config, cells=cells, run_cell=run_cell, analyse=analyse)
-"""This experiment in the one protocol (gapdyn.experiment.Experiment)."""
+"""This experiment in the one protocol (gapdyn.evidence.experiment.Experiment)."""

@@ -48,14 +48,14 @@ import pandas as pd
 from scipy.special import logit
 
 import gapdyn
-from gapdyn.claims import keyed_specs
-from gapdyn.experiment import Experiment, claim_specs
-from gapdyn.planner import plan_n, power_mean
-from gapdyn.stats import Estimate, clopper_pearson_upper, ols_slope
+from gapdyn.evidence.claims import keyed_specs
+from gapdyn.evidence.experiment import Experiment, claim_specs
+from gapdyn.evidence.planner import plan_n, power_mean
+from gapdyn.evidence.stats import Estimate, clopper_pearson_upper, ols_slope
 from bandits.engine import Dynamics, simulate
 from bandits.envs import make_bandit
 
-from gapdyn.stats import NotMeasured
+from gapdyn.evidence.stats import NotMeasured
 
 from ._common import MEAN_INTERVAL, make_claim, mean_estimate, no_data, run_experiment, run_stats
 
@@ -140,7 +140,7 @@ class Config:
 KEYS = {cid: (("Suk & Duan", "Theorem 1"), "exploratory") for cid in STATEMENTS}
 KEYS.update({"logistic.thm1_bound_meeting": (("Suk & Duan", "Theorem 1"), "test"),
              "logistic.exact_slope_identity": (None, "test")})
-"""Claim id -> (statement key, role) (gapdyn.claims.STATEMENTS, ROLES): the rows over runs beyond Theorem 1's step
+"""Claim id -> (statement key, role) (gapdyn.evidence.claims.STATEMENTS, ROLES): the rows over runs beyond Theorem 1's step
 condition are exploratory (outside its premise); the rows that meet it are a derived check."""
 SPECS = keyed_specs(claim_specs(STATEMENTS, CRITERIA, FORMS, primary=()), KEYS)
 """Every claim's frozen gapdyn.ClaimSpec (the tables above, verbatim), by claim id."""
@@ -323,7 +323,7 @@ def violation_estimate(shares) -> tuple[Estimate, str]:
 
 
 def _planned(shares) -> tuple[int | None, str]:
-    """n_planned for a bound row (gapdyn.planner.power_mean at the 90 % rule), and a note when undecidable."""
+    """n_planned for a bound row (gapdyn.evidence.planner.power_mean at the 90 % rule), and a note when undecidable."""
     s = np.asarray(shares, float)
     if s.size >= 2 and np.all(s == 0):  # the Clopper-Pearson limit over instances
         n = next(n for n in range(2, 10_000) if clopper_pearson_upper(0, n).hi < VIOLATION_CAP)
@@ -331,7 +331,7 @@ def _planned(shares) -> tuple[int | None, str]:
     if s.size < 2 or np.ptp(s) == 0:  # all violate (decided) or not measured
         return None, ""
     mean, sd = float(s.mean()), float(s.std(ddof=1))
-    from gapdyn.coverage import min_valid_n
+    from gapdyn.evidence.coverage import min_valid_n
 
     floor = max(20, min_valid_n(MEAN_INTERVAL) or 20)
     plan = plan_n(lambda n: power_mean(mean, sd, n, value=VIOLATION_CAP, confidence=BOUND_CONFIDENCE), n_min=floor)
@@ -449,4 +449,4 @@ def run(config: Config, *, store=None, backend="joblib", n_jobs=-1, progress=Tru
 
 
 EXPERIMENT = Experiment(name=NAME, claims=SPECS, config=Config, cells=cells, run_cell=run_cell, analyse=analyse)
-"""This experiment in the one protocol (gapdyn.experiment.Experiment)."""
+"""This experiment in the one protocol (gapdyn.evidence.experiment.Experiment)."""

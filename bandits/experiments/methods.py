@@ -53,11 +53,11 @@ from scipy.special import log_softmax
 from scipy.stats import rankdata
 
 import gapdyn
-from gapdyn.claims import keyed_specs
-from gapdyn.experiment import Experiment, claim_specs
+from gapdyn.evidence.claims import keyed_specs
+from gapdyn.evidence.experiment import Experiment, claim_specs
 from gapdyn.cmdline import MODES
 from gapdyn import Criterion
-from gapdyn.planner import plan_n, power_mean
+from gapdyn.evidence.planner import plan_n, power_mean
 from bandits.engine import Dynamics, simulate
 
 from . import mechanisms as mech
@@ -187,7 +187,7 @@ KEYS = {
     **{k: (_WAPO_STABLE, "exploratory") for k in ("matched_wapo_vs_dr_grpo", "matched_wapo_vs_psr",
                                                   "matched_wapo_vs_grpo")},
 }
-"""Claim id -> (statement key, role) (gapdyn.claims.STATEMENTS, ROLES): the tests that are not primary (unadjusted,
+"""Claim id -> (statement key, role) (gapdyn.evidence.claims.STATEMENTS, ROLES): the tests that are not primary (unadjusted,
 docs/evidence.md section 5) are exploratory: the rank rows (Suk & Duan's theorems through E[w] = scalar x Gap) and
 wapo_vs_dr_grpo; the matched rows also go beyond WAPO (a matched step)."""
 SPECS = keyed_specs(claim_specs(STATEMENTS, CRITERIA, FORMS, primary=PRIMARY), KEYS)
@@ -445,17 +445,17 @@ def _paired_claim(R, a, b, key):
                 f"every instance gives the same difference ({v:g}; {a} and {b} collapse on the same runs when 0): "
                 "no spread over instances for an interval")
     est = mean_estimate(d.to_numpy(), seed=len(d), natural=(-1.0, 1.0))
-    reason = est.reason if isinstance(est, gapdyn.stats.NotMeasured) else ""
+    reason = est.reason if isinstance(est, gapdyn.evidence.stats.NotMeasured) else ""
     return est, sign_flip_p(d.to_numpy()), len(d), reason
 
 
 def _planned(d: pd.Series) -> int | None:
     """Instances at which the t interval of the per-instance differences decides with power 0.8, taking this
-    block's mean and sd as the truth (gapdyn.planner.power_mean against 0); None without spread."""
+    block's mean and sd as the truth (gapdyn.evidence.planner.power_mean against 0); None without spread."""
     x = d.to_numpy(float)
     if x.size < 2 or np.ptp(x) == 0:
         return None
-    from gapdyn.coverage import min_valid_n
+    from gapdyn.evidence.coverage import min_valid_n
 
     floor = max(20, min_valid_n(MEAN_INTERVAL) or 20)
     return plan_n(lambda n: power_mean(float(x.mean()), float(x.std(ddof=1)), n, value=0.0), n_min=floor).n
@@ -505,7 +505,7 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
     def max_dev(a, b, n):
         d = float(np.nanmax(np.abs(np.asarray(a, float) - np.asarray(b, float)))) if n else math.nan
         if not math.isfinite(d):
-            return gapdyn.stats.not_measured(0.0, 0.0), "no runs to compare"
+            return gapdyn.evidence.stats.not_measured(0.0, 0.0), "no runs to compare"
         return gapdyn.Estimate(d, 0.0, d, n, 0.95, "max over runs"), ""
 
     ex = results[results["kind"] == "exact"]
@@ -587,7 +587,7 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str = "discovery") 
 
 
 def run(config: Config, *, store=None, backend="joblib", n_jobs=-1, progress=True):
-    """ExperimentResult of both blocks through bandits.sweep.run_sweep (resumable with ``store``)."""
+    """ExperimentResult of both blocks through gapdyn.evidence.sweep.run_sweep (resumable with ``store``)."""
     from ._common import run_experiment
 
     return run_experiment(EXPERIMENT, config, store=store, backend=backend, n_jobs=n_jobs,
@@ -595,4 +595,4 @@ def run(config: Config, *, store=None, backend="joblib", n_jobs=-1, progress=Tru
 
 
 EXPERIMENT = Experiment(name=NAME, claims=SPECS, config=Config, cells=cells, run_cell=run_cell, analyse=analyse)
-"""This experiment in the one protocol (gapdyn.experiment.Experiment)."""
+"""This experiment in the one protocol (gapdyn.evidence.experiment.Experiment)."""

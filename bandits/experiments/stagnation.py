@@ -51,13 +51,13 @@ from scipy.spatial import ConvexHull
 from scipy.special import expit
 
 import gapdyn
-from gapdyn.claims import keyed_specs
-from gapdyn.experiment import Experiment, claim_specs
+from gapdyn.evidence.claims import keyed_specs
+from gapdyn.evidence.experiment import Experiment, claim_specs
 from bandits.engine import Dynamics, simulate
 from bandits.envs import ContextualBandit, make_bandit
 from bandits.schedules import Schedule
 
-from gapdyn.stats import NotMeasured
+from gapdyn.evidence.stats import NotMeasured
 
 from ._common import mean_estimate, no_data, run_experiment, run_stats, steps_to
 
@@ -194,7 +194,7 @@ KEYS = {cid: (None if cid.startswith(("stagnation.optimum_below_one.", "stagnati
                  else ("Suk & Duan", "stagnation"),
                  "exploratory" if cid.startswith(_OUTSIDE) else "test")
         for cid in STATEMENTS}
-"""Claim id -> (statement key, role) (gapdyn.claims.STATEMENTS, ROLES): the interior optimum and the step
+"""Claim id -> (statement key, role) (gapdyn.evidence.claims.STATEMENTS, ROLES): the interior optimum and the step
 controller are beyond the papers. The stall rows and the eta comparison are exploratory: the stall of the
 statement (J_max ~ 1 - c eta T) comes from noisy updates on responses of T > 1 tokens, and these settings run
 exact GRPO with T = 1; interference's premise J* < 1 is not met (BFGS J* = 1 on every confirmation instance);
@@ -725,4 +725,4 @@ def run(config: Config, *, store=None, backend="joblib", n_jobs=-1, progress=Tru
 
 
 EXPERIMENT = Experiment(name=NAME, claims=SPECS, config=Config, cells=cells, run_cell=run_cell, analyse=analyse)
-"""This experiment in the one protocol (gapdyn.experiment.Experiment)."""
+"""This experiment in the one protocol (gapdyn.evidence.experiment.Experiment)."""

@@ -39,9 +39,9 @@ import numpy as np
 import pandas as pd
 
 import gapdyn
-from gapdyn.claims import keyed_specs
-from gapdyn.experiment import Experiment, claim_specs
-from gapdyn.stats import NotMeasured
+from gapdyn.evidence.claims import keyed_specs
+from gapdyn.evidence.experiment import Experiment, claim_specs
+from gapdyn.evidence.stats import NotMeasured
 from bandits.sequence import SequenceDynamics, SharedSequenceBandit, place_for_success_rate, simulate
 
 from ._common import mean_estimate, no_data, run_experiment, run_stats
@@ -252,4 +252,4 @@ def run(config: Config, *, store=None, backend="joblib", n_jobs=-1, progress=Tru
 
 
 EXPERIMENT = Experiment(name=NAME, claims=SPECS, config=Config, cells=cells, run_cell=run_cell, analyse=analyse)
-"""This study in the one protocol (gapdyn.experiment.Experiment)."""
+"""This study in the one protocol (gapdyn.evidence.experiment.Experiment)."""

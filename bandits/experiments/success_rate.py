@@ -36,8 +36,8 @@ import numpy as np
 import pandas as pd
 
 import gapdyn
-from gapdyn.claims import keyed_specs
-from gapdyn.experiment import Experiment, claim_specs
+from gapdyn.evidence.claims import keyed_specs
+from gapdyn.evidence.experiment import Experiment, claim_specs
 
 from ..engine import Dynamics
 from ..engine import simulate as simulate_contextual
@@ -161,7 +161,7 @@ class Config:
 
 
 KEYS = {cid: (("Suk & Duan", "Theorem 3"), "test") for cid in STATEMENTS}
-"""Claim id -> (statement key, role) (gapdyn.claims.STATEMENTS, ROLES)."""
+"""Claim id -> (statement key, role) (gapdyn.evidence.claims.STATEMENTS, ROLES)."""
 SPECS = keyed_specs(claim_specs(STATEMENTS, CRITERIA, FORMS, primary=()), KEYS)
 """Every claim's frozen gapdyn.ClaimSpec (the tables above, verbatim), by claim id."""
 
@@ -344,8 +344,8 @@ def _conservativeness(states: pd.DataFrame) -> tuple[float | None, str]:
 
 def _planned_n(k: int, n: int) -> int | None:
     """The n of states at which the upper limit decides with probability 0.8 if k/n were the truth
-    (gapdyn.planner.power_proportion, one-sided)."""
-    from gapdyn.planner import plan_n, power_proportion
+    (gapdyn.evidence.planner.power_proportion, one-sided)."""
+    from gapdyn.evidence.planner import plan_n, power_proportion
 
     plan = plan_n(lambda m: power_proportion(k / n, m, value=MAX_VIOLATION_SHARE, one_sided=True), n_min=20,
                   n_max=2000)
@@ -354,8 +354,8 @@ def _planned_n(k: int, n: int) -> int | None:
 
 def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn.Claim]:
     """One bound claim per setting (violations of the step condition) and one identity row per setting."""
-    from gapdyn.coverage import min_valid_n, valid_at
-    from gapdyn.stats import clopper_pearson_upper
+    from gapdyn.evidence.coverage import min_valid_n, valid_at
+    from gapdyn.evidence.stats import clopper_pearson_upper
 
     rng = np.random.default_rng([29, 0 if block == "discovery" else 1])
     claims = []
@@ -387,7 +387,7 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn
             m = min_valid_n("clopper_pearson_upper")
             reason = ("no state reached" if n == 0 else
                       f"too few states for a valid interval (n = {n}; clopper_pearson_upper valid from n = {m})")
-            est = gapdyn.stats.not_measured(0.0, 1.0, estimate=0.0)
+            est = gapdyn.evidence.stats.not_measured(0.0, 1.0, estimate=0.0)
             claims.append(replace(make_claim(SPECS, cid, est, block=block, setting=setting_text, statistic=statistic),
                                   measured=False, reason=reason))
         else:
@@ -407,7 +407,7 @@ def analyse(results: pd.DataFrame, config: Config, *, block: str) -> list[gapdyn
             claims.append(make_claim(SPECS, _identity_id(setting), est, block=block, setting=id_setting,
                                      statistic=statistic))
         else:
-            est = gapdyn.stats.not_measured(0.0, 0.0)
+            est = gapdyn.evidence.stats.not_measured(0.0, 0.0)
             claims.append(replace(make_claim(SPECS, _identity_id(setting), est, block=block, setting=id_setting,
                                              statistic=statistic), measured=False,
                                   reason=f"fewer than 2 instances with both one-step thresholds finite "
@@ -422,4 +422,4 @@ def run(config: Config, *, store=None, backend: str = "joblib", n_jobs: int = -1
 
 
 EXPERIMENT = Experiment(name=NAME, claims=SPECS, config=Config, cells=cells, run_cell=run_cell, analyse=analyse)
-"""This experiment in the one protocol (gapdyn.experiment.Experiment)."""
+"""This experiment in the one protocol (gapdyn.evidence.experiment.Experiment)."""

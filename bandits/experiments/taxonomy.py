@@ -9,7 +9,7 @@ Claims:
 - ``taxonomy.bin_predicts_sign``: the share of sampled tokens whose bin predicts the exact sign of Delta H
   (Wilson interval over tokens; A = -1 flips every sign alike, so the A = +1 rows decide).
 - ``taxonomy.valley_never_disagrees``: identity. A valley token always has sign(Delta H) = sign(A) (derived;
-  proof in the ``gapdyn/taxonomy.py`` docstring, docs/theory.md §9.1): the count of disagreeing valley
+  proof in the ``gapdyn/theory/taxonomy.py`` docstring, docs/theory.md §9.1): the count of disagreeing valley
   tokens is 0 by construction; a nonzero count would reveal a defect.
 - ``taxonomy.misses_near_boundary``: the share of mispredicted tokens with 0 <= p_s - C < ``miss_margin``
   (Wilson interval over misses).
@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 import gapdyn
-from gapdyn.claims import keyed_specs
-from gapdyn.experiment import Experiment, claim_specs
+from gapdyn.evidence.claims import keyed_specs
+from gapdyn.evidence.experiment import Experiment, claim_specs
 
 from ._common import make_claim, run_experiment
 
@@ -54,7 +54,7 @@ STATEMENTS: dict[str, tuple[str, str]] = {
                                                "p_s = C"),
 }
 KEYS = {cid: (("WAPO", "token taxonomy"), "test") for cid in STATEMENTS}
-"""Claim id -> (statement key, role) (gapdyn.claims.STATEMENTS, ROLES)."""
+"""Claim id -> (statement key, role) (gapdyn.evidence.claims.STATEMENTS, ROLES)."""
 SPECS = keyed_specs(claim_specs(STATEMENTS, CRITERIA, FORMS), KEYS)
 """Every claim's frozen gapdyn.ClaimSpec, by claim id."""
 
@@ -179,4 +179,4 @@ def run(config: Config, *, store=None, backend="joblib", n_jobs=-1, progress=Tru
 
 
 EXPERIMENT = Experiment(name=NAME, claims=SPECS, config=Config, cells=cells, run_cell=run_cell, analyse=analyse)
-"""This experiment in the one protocol (gapdyn.experiment.Experiment)."""
+"""This experiment in the one protocol (gapdyn.evidence.experiment.Experiment)."""

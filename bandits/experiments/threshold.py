@@ -32,8 +32,8 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 import gapdyn
-from gapdyn.claims import keyed_specs
-from gapdyn.experiment import Experiment, claim_specs
+from gapdyn.evidence.claims import keyed_specs
+from gapdyn.evidence.experiment import Experiment, claim_specs
 from gapdyn.cmdline import MODES
 from gapdyn import COLLAPSE_J, Criterion
 from bandits.engine import Dynamics, simulate
@@ -208,7 +208,7 @@ KEYS = {
                                           "linesearch_speed", "trap_accuracy", "trap_auc", "predictor_lookahead",
                                           "predictor_sharp")},
 }
-"""Claim id -> (statement key, role) (gapdyn.claims.STATEMENTS, ROLES). finite_share tests Thm 2's existence
+"""Claim id -> (statement key, role) (gapdyn.evidence.claims.STATEMENTS, ROLES). finite_share tests Thm 2's existence
 statement since its re-freeze (REFROZEN); thm1_conservative takes Thm 1's step condition at theta0 only, while
 the theorem's premise is the condition at every step of the run: exploratory; the eta* ratio rests on a scalar
 that varies with J along a run, with the project's band: exploratory; the controllers go beyond the theorems
@@ -533,10 +533,10 @@ def restricted_speed(const: pd.DataFrame, ctl: pd.DataFrame, horizon: int, *,
 
 
 def run(config: Config, *, store=None, backend="joblib", n_jobs=-1, progress=True):
-    """ExperimentResult of both blocks through bandits.sweep.run_sweep (resumable with ``store``)."""
+    """ExperimentResult of both blocks through gapdyn.evidence.sweep.run_sweep (resumable with ``store``)."""
     return run_experiment(EXPERIMENT, config, store=store, backend=backend, n_jobs=n_jobs,
                           progress=progress)
 
 
 EXPERIMENT = Experiment(name=NAME, claims=SPECS, config=Config, cells=cells, run_cell=run_cell, analyse=analyse)
-"""This experiment in the one protocol (gapdyn.experiment.Experiment)."""
+"""This experiment in the one protocol (gapdyn.evidence.experiment.Experiment)."""

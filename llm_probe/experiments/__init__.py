@@ -11,7 +11,7 @@ subcommand (llm_probe.cli).
 These are the legacy addition studies: their committed records (docs/verdicts/llm-*, safe_step-full) stay as they
 are, and their test modes are kept as smoke tests of the machinery; the LLM evidence is rebuilt on the testbed
 (llm_probe.testbed). Every study that trains runs its cells through the one runner: a cell is one run folder
-``<study>/runs/<name>/`` done when its done.json exists (``_study.run_study`` over gapdyn.runner.run_cells); the
+``<study>/runs/<name>/`` done when its done.json exists (``_study.run_study`` over gapdyn.evidence.runner.run_cells); the
 run-folder I/O, outcomes, held-out evaluation and survival table are the one shared module ``_study``.
 ``ablation`` and ``safe_step_experiment`` are studies of the one experiment protocol (:class:`gapdyn.Experiment`,
 registered as ``llm_ablation`` and ``llm_safe_step`` in the ``gapdyn.experiments`` entry points).

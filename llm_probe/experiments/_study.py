@@ -1,7 +1,7 @@
 """What the LLM studies on the addition task share (one module): the split task, the held-out evaluation of a
 run, a run folder's files and outcome, the study folder's runs read back as rows, the survival table, the
 block (discovery or confirmation) of a set of seeds, and the run-folder cells run through the one runner
-(gapdyn.runner.run_cells: resumable, a lock per cell) with a pilot's plan written once.
+(gapdyn.evidence.runner.run_cells: resumable, a lock per cell) with a pilot's plan written once.
 
 A study module (ablation, safe_step_experiment, entropy_lemma) is then its config, its cells, one run (its
 ``run_cell`` writes ``<study>/runs/<run_name>/done.json`` last) and its analysis. The early-warning and entropy
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gapdyn.claims import CONFIRMATION_SEEDS
+from gapdyn.evidence.claims import CONFIRMATION_SEEDS
 
 from ..collapse import OUTCOME_WINDOW, SENSITIVITY_WINDOW, RewardOutcome, reward_outcome
 from ..seeds import STUDY_SEED, derive_seed
@@ -226,7 +226,7 @@ def survival_table(runs):
     the 10-step sensitivity variant (columns outcome, alerted, outcome_w10 of :func:`load_runs`)."""
     import pandas as pd
 
-    from gapdyn.stats import clopper_pearson_interval
+    from gapdyn.evidence.stats import clopper_pearson_interval
 
     rows = []
     sens = f"outcome_w{SENSITIVITY_WINDOW}"
@@ -270,7 +270,7 @@ def run_outcome_columns(d) -> dict:
 
 # ---- run folders: one per cell, through the one runner ---------------------------------------------------------
 RESULT = "done.json"
-"""The file a run writes last: a run folder holding it is finished (gapdyn.runner.run_cells' result file)."""
+"""The file a run writes last: a run folder holding it is finished (gapdyn.evidence.runner.run_cells' result file)."""
 
 
 def run_name(*labels, lr: float, seed: int | None = None) -> str:
@@ -315,11 +315,11 @@ def load_runs(out, row):
 
 
 def run_study(cells: list, out, *, name, run, describe, n_jobs: int = 1, progress: bool = True) -> list:
-    """Every cell of a study into ``out/runs/<name(cell)>`` (gapdyn.runner.run_cells: a finished folder is read
+    """Every cell of a study into ``out/runs/<name(cell)>`` (gapdyn.evidence.runner.run_cells: a finished folder is read
     back, an unfinished one rerun from its start, a cell claimed by another process skipped); ``run(cell, folder)``
     writes :data:`RESULT` last and returns it. ``n_jobs`` > 1: that many processes, each cell claimed by its lock.
     Returns the results of the cells finished or found finished."""
-    from gapdyn.runner import run_cells
+    from gapdyn.evidence.runner import run_cells
 
     log = print if progress else (lambda *a, **k: None)
     kw = dict(name=name, run=run, result_file=RESULT, describe=describe, log=log)
@@ -341,9 +341,9 @@ def write_table(path, table) -> None:
 
 
 def write_claims(out, claims, markdown: str) -> None:
-    """A study's claims into ``out``: claims.json (gapdyn.claims.claims_to_json) and claims.md (``markdown``, its
+    """A study's claims into ``out``: claims.json (gapdyn.evidence.claims.claims_to_json) and claims.md (``markdown``, its
     rendering), atomically."""
-    from gapdyn.claims import claims_to_json
+    from gapdyn.evidence.claims import claims_to_json
     from gapdyn.io import atomic_write_text
 
     atomic_write_text(Path(out) / "claims.json", claims_to_json(claims))

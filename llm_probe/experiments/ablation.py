@@ -3,7 +3,7 @@
     gapdyn train ablation --mode quick --out runs/ablation     # or --mode test | full; --study warning
 
 One run folder per (method, lr, seed) under ``<out>/runs/``, each a cell of the one runner
-(llm_probe.experiments._study.run_study over gapdyn.runner.run_cells): a folder with ``done.json`` is read back, so
+(llm_probe.experiments._study.run_study over gapdyn.evidence.runner.run_cells): a folder with ``done.json`` is read back, so
 a killed study resumes where it stopped (an unfinished run restarts from its first step), and several processes
 may share one study folder (a lock per run). Every run starts from one
 shared warm model (llm_probe.warmup.warm_model: ``./gapdyn_out/warm/<key>/``, or ``init_from``) trained on the
@@ -35,12 +35,12 @@ from pathlib import Path
 
 import numpy as np
 
-from gapdyn.claims import (CONFIRMATION_SEEDS, Claim, ClaimSpec, Criterion, claims_markdown,
+from gapdyn.evidence.claims import (CONFIRMATION_SEEDS, Claim, ClaimSpec, Criterion, claims_markdown,
                            criteria_hash, holm_adjust_claims, keyed_specs)
-from gapdyn.experiment import STREAM_SEEDS, Experiment
-from gapdyn.coverage import MEAN_INTERVAL
+from gapdyn.evidence.experiment import STREAM_SEEDS, Experiment
+from gapdyn.evidence.coverage import MEAN_INTERVAL
 from gapdyn.io import atomic_write_json
-from gapdyn.stats import (
+from gapdyn.evidence.stats import (
     Estimate,
     NotMeasured,
     not_measured,
@@ -424,7 +424,7 @@ def _matched_entropies(runs, a: str, b: str, lr: float) -> tuple[np.ndarray, np.
 
 
 def _claim(cid, setting, statistic, est: Estimate, p=None, n=None, lr=None) -> Claim:
-    """The Claim of SPECS[cid] from an Estimate; a :class:`gapdyn.stats.NotMeasured` (:func:`paired_mean`) gives
+    """The Claim of SPECS[cid] from an Estimate; a :class:`gapdyn.evidence.stats.NotMeasured` (:func:`paired_mean`) gives
     a claim that is not measured, with its reason."""
     spec = SPECS[cid]
     unmeasured = isinstance(est, NotMeasured)
@@ -436,16 +436,16 @@ def _claim(cid, setting, statistic, est: Estimate, p=None, n=None, lr=None) -> C
                  reason=est.reason if unmeasured else "")
 
 
-"""The interval of every paired-mean row (gapdyn.stats.studentized_cluster_bootstrap_mean, one cluster per seed
-pair); used only at an n where docs/coverage.md measured it valid (gapdyn.coverage.valid_at: from n = 40)."""
+"""The interval of every paired-mean row (gapdyn.evidence.stats.studentized_cluster_bootstrap_mean, one cluster per seed
+pair); used only at an n where docs/coverage.md measured it valid (gapdyn.evidence.coverage.valid_at: from n = 40)."""
 
 
 def paired_mean(d, *, rng, n_boot: int) -> Estimate:
     """Mean of the paired differences ``d`` with the studentized bootstrap interval where it is valid at n = len(d)
-    (:data:`MEAN_INTERVAL`), else :func:`gapdyn.stats.not_measured` with the reason (the claim is then not measured, as every
+    (:data:`MEAN_INTERVAL`), else :func:`gapdyn.evidence.stats.not_measured` with the reason (the claim is then not measured, as every
     row of the evidence machinery below its interval's valid n, docs/evidence.md); no spread: not measured either."""
-    from gapdyn.coverage import too_few_reason, valid_at
-    from gapdyn.stats import studentized_cluster_bootstrap_mean
+    from gapdyn.evidence.coverage import too_few_reason, valid_at
+    from gapdyn.evidence.stats import studentized_cluster_bootstrap_mean
 
     d = np.asarray(d, dtype=float)
     m, n = float(d.mean()), int(d.size)
@@ -469,7 +469,7 @@ def wapo_grpo_claims(runs, lr: float, *, rng, n_boot: int = 2000) -> list[Claim]
     """llm.wapo_fewer_collapses and llm.wapo_higher_reward at one lr, runs paired by seed (columns method, lr,
     seed, collapsed: the run ends collapsed, reward_last25; with a ``failed`` column, pairs with a failed run are
     left out): the difference GRPO - WAPO in the share ending collapsed (Newcombe's hybrid score interval,
-    gapdyn.stats.newcombe_difference, coverage in docs/coverage.md; one-sided Fisher exact test) and the mean paired last-25-step reward difference WAPO - GRPO (:func:`paired_mean`;
+    gapdyn.evidence.stats.newcombe_difference, coverage in docs/coverage.md; one-sided Fisher exact test) and the mean paired last-25-step reward difference WAPO - GRPO (:func:`paired_mean`;
     one-sided Wilcoxon). Both are primaries; Holm is left to the
     caller (:func:`holm_adjust_claims` over the primaries); fewer than 2 pairs: no claim."""
     tag = f"lr={lr:g}, seeds paired"
@@ -487,16 +487,16 @@ def wapo_grpo_claims(runs, lr: float, *, rng, n_boot: int = 2000) -> list[Claim]
 
 # ---- seeds sized by power ------------------------------------------------------------------------------------
 def plan_seeds(runs, *, n_min: int = N_MIN, n_max: int = N_MAX, alpha: float = 0.05, target: float = 0.8) -> dict:
-    """Confirmation seeds per primary arm from a pilot block's runs (gapdyn.planner), for 80 % power per primary.
+    """Confirmation seeds per primary arm from a pilot block's runs (gapdyn.evidence.planner), for 80 % power per primary.
 
     Each primary of :data:`SPECS` at each lr is planned at Bonferroni level alpha / m (m = the number of primaries:
     Holm's first step, so the plan holds under Holm): the collapse row with the one-sided Fisher test at the pilot's
-    two rates (gapdyn.planner.power_two_proportions), the reward row with the noncentral-t power of the paired mean
-    difference at the pilot's mean and sd (gapdyn.planner.power_mean, two-sided confidence 1 - 2 alpha / m).
+    two rates (gapdyn.evidence.planner.power_two_proportions), the reward row with the noncentral-t power of the paired mean
+    difference at the pilot's mean and sd (gapdyn.evidence.planner.power_mean, two-sided confidence 1 - 2 alpha / m).
     Returns {"n": the seeds per arm = min(max(largest planned n, n_min), n_max), "rows": one dict per primary
     (id, effect, planned n, power, decidable within n_max, reason)}. A primary whose pilot effect is 0 or of the
     wrong sign has no n that decides "holds": it is reported as not decidable."""
-    from gapdyn.planner import plan_n, power_mean, power_two_proportions
+    from gapdyn.evidence.planner import plan_n, power_mean, power_two_proportions
 
     if not (isinstance(n_min, int) and isinstance(n_max, int) and 2 <= n_min <= n_max):
         raise ValueError(f"need integers 2 <= n_min <= n_max, got {n_min!r}, {n_max!r}")
@@ -643,7 +643,7 @@ def run_confirmation(pilot: StudyConfig, full: StudyConfig, out, *, n_jobs: int 
     return plan
 
 
-# ---- the one experiment protocol (gapdyn.experiment) ---------------------------------------------------------
+# ---- the one experiment protocol (gapdyn.evidence.experiment) ---------------------------------------------------------
 GRID = ("methods", "lrs", "seeds", "mode")
 """The StudyConfig fields that are the grid (and its name); every other field is a run setting."""
 
@@ -678,4 +678,4 @@ def analyse(results, config: StudyConfig, *, block: str = "discovery") -> list[C
 EXPERIMENT = Experiment(name=NAME, claims=SPECS, config=StudyConfig, cells=cells, run_cell=run_cell, analyse=analyse,
                         command="gapdyn train ablation --mode full", seed_field="seeds", seed_meaning=STREAM_SEEDS,
                         cell_name=cell_name, result_file=RESULT)
-"""This study in the one protocol (gapdyn.experiment.Experiment); its cells are run folders (:func:`run_study`)."""
+"""This study in the one protocol (gapdyn.evidence.experiment.Experiment); its cells are run folders (:func:`run_study`)."""

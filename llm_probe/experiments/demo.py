@@ -90,7 +90,7 @@ class DemoConfig:
                               "warm_seed": ("int", 0, inf, True, False), "num_threads": ("int", 1, inf, True, False)})
         check_jobs(self.n_jobs)
         if self.seed is not None:
-            from gapdyn.runner import resolve_seeds
+            from gapdyn.evidence.runner import resolve_seeds
 
             self.seeds = resolve_seeds(seed=self.seed)
         if not self.methods or not self.lrs or not self.seeds:

@@ -45,10 +45,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from gapdyn.claims import (Claim, ClaimSpec, Criterion, claims_markdown, claims_to_json, criteria_hash,
+from gapdyn.evidence.claims import (Claim, ClaimSpec, Criterion, claims_markdown, claims_to_json, criteria_hash,
                            holm_adjust_claims, keyed_specs)
 from gapdyn.io import atomic_write_text, write_with
-from gapdyn.taxonomy import BIN_NAMES
+from gapdyn.theory.taxonomy import BIN_NAMES
 
 from ..warning import signed_cumulative_alignment
 

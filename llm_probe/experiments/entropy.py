@@ -17,8 +17,8 @@ import math
 
 import numpy as np
 
-from gapdyn.stats import bootstrap_slope
-from gapdyn.taxonomy import BIN_NAMES
+from gapdyn.evidence.stats import bootstrap_slope
+from gapdyn.theory.taxonomy import BIN_NAMES
 
 __all__ = ["mechanism_rows", "mechanism_fit", "cell_mass_table", "report"]
 

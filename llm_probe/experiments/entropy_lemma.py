@@ -37,7 +37,7 @@ neither plain nor natural PG; its first step is sign-like (every parameter moves
 
 Claims (:data:`SPECS`, frozen at import with :data:`CRITERIA_HASH`; no primaries, no Holm): per run, the OLS slope
 of ``exact`` on each prediction over the run's states, a CR1 cluster t interval with the step as cluster
-(gapdyn.stats.t_interval_cluster_slope; Adam's step 0: the prompt as cluster); Spearman's rho and the sign
+(gapdyn.evidence.stats.t_interval_cluster_slope; Adam's step 0: the prompt as cluster); Spearman's rho and the sign
 agreement are reported beside it. The lemma is a law with the band [0.8, 1.2] on its 90 % interval, written before
 any run: the remainder of the first-order term is second order in dz, O(max_a |dz(a) - E_pi dz|^2), so a slope
 within 20 % of 1 is what "the first-order term dominates" means at logit changes of a few hundredths; the band is
@@ -57,8 +57,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from gapdyn.claims import Claim, ClaimSpec, Criterion, claims_markdown, claims_to_json, criteria_hash, keyed_specs
-from gapdyn.stats import Estimate, t_interval_cluster_slope
+from gapdyn.evidence.claims import Claim, ClaimSpec, Criterion, claims_markdown, claims_to_json, criteria_hash, keyed_specs
+from gapdyn.evidence.stats import Estimate, t_interval_cluster_slope
 
 from ._study import RESULT, AdditionBatch, SplitAddition, run_name
 from ._study import run_study as run_folders
@@ -469,7 +469,7 @@ def write_results(out, claims, fits, steps, *, command: str, wall_s: float) -> N
     time) and steps.csv (per-step summaries) into ``out``."""
     import pandas as pd
 
-    from gapdyn.claims import markdown_table
+    from gapdyn.evidence.claims import markdown_table
     from gapdyn.io import atomic_write_text
 
     out = Path(out)

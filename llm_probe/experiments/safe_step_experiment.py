@@ -8,11 +8,11 @@ multiplier a of gapdyn.safe_step_multiplier). Every run starts from the pinned w
 ``SplitAddition(20)`` of the ablation, whose held-out pairs RL never samples) and keeps, per run folder
 ``DIR/runs/<method>_<arm>_lr<lr>_s<seed>/``: metrics.jsonl, eval.jsonl (held-out sampled accuracy and token
 entropy every ``eval_every`` steps, llm_probe.experiments._study.heldout_eval) and done.json. Each run is a cell of
-the one runner (_study.run_study over gapdyn.runner.run_cells): a folder with done.json is finished and read back,
+the one runner (_study.run_study over gapdyn.evidence.runner.run_cells): a folder with done.json is finished and read back,
 an unfinished one restarts, a run claimed by another process (its lock) is skipped.
 
 Two blocks. The pilot (discovery seeds) measures the effects; :func:`make_plan` turns them into the
-confirmation size with gapdyn.planner (power 0.8 at alpha / number of primaries) under a CPU budget, written
+confirmation size with gapdyn.evidence.planner (power 0.8 at alpha / number of primaries) under a CPU budget, written
 once to ``DIR/plan.json``; the confirmation block (seeds 1000, 1001, ...) runs ``n = min(max(planned, 30),
 affordable)`` seeds per lr. Outputs (:func:`summarize`): runs.csv, survival.csv (alerted / recovered / ends
 collapsed / failed per block, arm and lr), claims.json, claims.md; runs.csv and survival.csv carry the warm
@@ -23,7 +23,7 @@ before any run). Primaries (Holm over these two only, every test one-sided):
 
 - ``fewer_collapses@<method>_lr<collapse lr>``: fewer runs end collapsed with the safe step than with the
   constant step: P(collapsed | constant) - P(collapsed | safe), Newcombe hybrid score interval
-  (gapdyn.stats.newcombe_difference), p: one-sided Fisher exact.
+  (gapdyn.evidence.stats.newcombe_difference), p: one-sided Fisher exact.
 - ``not_slower@<method>_lr<safe lr>``: the safe step reaches the reward level no more than 10 % later: mean steps to
   level, safe / constant, paired by seed; Fieller interval (:func:`fieller_paired_ratio`), p: one-sided t test
   of safe - 1.1 constant < 0.
@@ -33,7 +33,7 @@ Clopper-Pearson), ``final_reward`` and ``final_heldout`` (safe - constant at the
 one-sided Wilcoxon).
 
 Intervals whose coverage was measured (:data:`INTERVALS`, docs/coverage.md): a claim is measured only at an n
-where gapdyn.coverage.valid_at finds its interval valid, else it is reported "not measured" with the reason (its
+where gapdyn.evidence.coverage.valid_at finds its interval valid, else it is reported "not measured" with the reason (its
 p, if any, stays in Holm). Measured: Fieller valid from 8 pairs (normal, lognormal and gamma-Poisson count pairs,
 ratio 2/9), Newcombe from 10 runs per arm, Clopper-Pearson from 4; the percentile paired bootstrap of
 ``final_reward`` / ``final_heldout`` is valid at no tabulated n <= 50 (skewed paired differences; no paired-mean
@@ -61,12 +61,12 @@ from types import SimpleNamespace
 import numpy as np
 
 import gapdyn
-from gapdyn.claims import CONFIRMATION_SEEDS, Claim, ClaimSpec, Criterion, claims_markdown, holm_adjust_claims, keyed_specs
-from gapdyn.experiment import STREAM_SEEDS, Experiment
+from gapdyn.evidence.claims import CONFIRMATION_SEEDS, Claim, ClaimSpec, Criterion, claims_markdown, holm_adjust_claims, keyed_specs
+from gapdyn.evidence.experiment import STREAM_SEEDS, Experiment
 from gapdyn.io import atomic_write_json
-from gapdyn.planner import plan_n, power_mean, power_two_proportions
-from gapdyn.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
-from gapdyn.stats import fieller_paired_ratio  # re-exported: the interval of ``not_slower``
+from gapdyn.evidence.planner import plan_n, power_mean, power_two_proportions
+from gapdyn.theory.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
+from gapdyn.evidence.stats import fieller_paired_ratio  # re-exported: the interval of ``not_slower``
 
 from . import _study
 from ._study import (RESULT, AdditionBatch, ModePresets, SplitAddition, heldout_problems, one_sided_wilcoxon, plan_once, read_evals, read_metrics,
@@ -319,20 +319,20 @@ def one_sided_margin_t(num, den, margin: float) -> float:
 INTERVALS = {"fewer_collapses": "newcombe_difference", "not_slower": "fieller_paired_ratio",
              "collapse_constant": "clopper_pearson", "final_reward": "percentile_paired_mean",
              "final_heldout": "percentile_paired_mean"}
-"""Each family's interval by its gapdyn.coverage method name: a claim is measured only at an n where
-docs/coverage.md finds that interval valid (gapdyn.coverage.valid_at), else it is reported not measured."""
+"""Each family's interval by its gapdyn.evidence.coverage method name: a claim is measured only at an n where
+docs/coverage.md finds that interval valid (gapdyn.evidence.coverage.valid_at), else it is reported not measured."""
 
 
 def _unmeasured_below_valid_n(family: str, n: int, what: str, estimate: float):
-    """None when the interval of ``family`` is valid at n (gapdyn.coverage.valid_at); else a
-    :func:`gapdyn.stats.not_measured` whose reason names docs/coverage.md (the claim is then not measured, as
+    """None when the interval of ``family`` is valid at n (gapdyn.evidence.coverage.valid_at); else a
+    :func:`gapdyn.evidence.stats.not_measured` whose reason names docs/coverage.md (the claim is then not measured, as
     ablation.paired_mean)."""
-    from gapdyn.coverage import too_few_reason, valid_at
+    from gapdyn.evidence.coverage import too_few_reason, valid_at
 
     method = INTERVALS[family]
     if valid_at(method, n):
         return None
-    return gapdyn.stats.not_measured(float(estimate), float(estimate), too_few_reason(method, n, what), n=n)
+    return gapdyn.evidence.stats.not_measured(float(estimate), float(estimate), too_few_reason(method, n, what), n=n)
 
 
 def _spec_fields(family: str) -> dict:
@@ -343,8 +343,8 @@ def _spec_fields(family: str) -> dict:
 
 
 def _paired_interval(method: str, xs, xc, *, rng, n_resamples: int) -> gapdyn.Estimate:
-    """The interval ``method`` (a gapdyn.coverage paired-difference method) for mean(xs - xc) over pairs."""
-    from gapdyn.stats import paired_bootstrap_difference, studentized_cluster_bootstrap_mean
+    """The interval ``method`` (a gapdyn.evidence.coverage paired-difference method) for mean(xs - xc) over pairs."""
+    from gapdyn.evidence.stats import paired_bootstrap_difference, studentized_cluster_bootstrap_mean
 
     if method == "percentile_paired_mean":
         return paired_bootstrap_difference(xs, xc, rng=rng, n_resamples=n_resamples)
@@ -396,7 +396,7 @@ def pilot_effects(exp, runs) -> dict:
 
 
 def make_plan(exp, pilot, cpu_per_seed: dict, cpu_spent: float) -> dict:
-    """Confirmation seeds per lr: planned n from the pilot (gapdyn.planner at alpha / len(PRIMARIES), power
+    """Confirmation seeds per lr: planned n from the pilot (gapdyn.evidence.planner at alpha / len(PRIMARIES), power
     ``exp.power``): one-sided Fisher of the collapse rates (power_two_proportions) and the t test of safe - 1.1
     constant (power_mean at confidence 1 - 2 alpha / len(PRIMARIES): its one-sided half); used n =
     min(max(planned, n_floor), affordable) by :func:`allocate` with the CPU left of ``exp.budget_cpu_s``."""
@@ -450,7 +450,7 @@ def analyse_rows(exp, runs, *, block: str = "discovery", n_planned: dict | None 
     """(claims, summary) of one block's rows (:func:`load_runs` columns) judged against the frozen :data:`SPECS`;
     Holm over the primaries only (gapdyn.holm_adjust_claims), the other tests unadjusted. n_planned: lr ->
     the planner's n (stamped on the claims at that lr)."""
-    from gapdyn.stats import clopper_pearson_interval, fisher_exact_test, newcombe_difference
+    from gapdyn.evidence.stats import clopper_pearson_interval, fisher_exact_test, newcombe_difference
 
     rng = np.random.default_rng(derive_seed(STUDY_SEED, "claims_bootstrap"))
     n_planned = n_planned or {}
@@ -654,7 +654,7 @@ def step_cost(exp: SafeStepExperiment, warm_dir, out, *, steps: int = 20, lr: fl
                                                                          float(np.quantile(ratio, 0.75))]}
 
 
-# ---- the one experiment protocol (gapdyn.experiment) ---------------------------------------------------------
+# ---- the one experiment protocol (gapdyn.evidence.experiment) ---------------------------------------------------------
 RUN_SETTINGS = ("method", "steps", "prompts_per_step", "group_size", "max_new_tokens", "eval_every", "eval_prompts",
                 "eval_samples", "heldout_mod", "warm", "init_from", "c", "delta")
 """The settings one run depends on (the rest of a SafeStepExperiment is the grid, the sizing and the analysis)."""
@@ -678,4 +678,4 @@ def analyse(results, config: SafeStepExperiment, *, block: str = "discovery") ->
 EXPERIMENT = Experiment(name=NAME, claims=SPECS, config=SafeStepExperiment, cells=cells, run_cell=run_cell,
                         analyse=analyse, command="gapdyn train safe-step --mode full",
                         seed_field="seeds", seed_meaning=STREAM_SEEDS, cell_name=cell_name, result_file=RESULT)
-"""This experiment in the one protocol (gapdyn.experiment.Experiment); its cells are run folders (:func:`_pairs`)."""
+"""This experiment in the one protocol (gapdyn.evidence.experiment.Experiment); its cells are run folders (:func:`_pairs`)."""

@@ -1,4 +1,4 @@
-"""Testbed runs as alarm data (gapdyn.alarm.AlarmRun): a study folder (one sub-folder per run with summary.json and
+"""Testbed runs as alarm data (gapdyn.evidence.alarm.AlarmRun): a study folder (one sub-folder per run with summary.json and
 metrics.jsonl) or its exported record (runs.csv + steps.csv, llm_probe.testbed.study.export_study).
 
 Clock: a metrics row with step k (0-based) is written after the (k+1)-th update, so its statistics are available at
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gapdyn.alarm import AlarmRun
+from gapdyn.evidence.alarm import AlarmRun
 
 __all__ = ["ROW_TO_CLOCK", "load_study_runs", "load_export_runs", "load_runs", "parse_seeds", "runs_with_seeds",
            "run_group"]

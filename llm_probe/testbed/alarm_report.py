@@ -1,12 +1,12 @@
 """``python -m llm_probe.testbed.alarm_report STUDY --calibration-seeds A-B --heldout-seeds C-D --out DIR``: the alarm
 table of a testbed study (lead time at a fixed false-alarm rate, per detector, RL runs and control runs apart).
 
-Each alarm of :data:`ALARM_SPECS` (a statistic, a detector of gapdyn.detectors, the false-alarm rate its cutoff is
+Each alarm of :data:`ALARM_SPECS` (a statistic, a detector of gapdyn.evidence.detectors, the false-alarm rate its cutoff is
 calibrated at, the lead its detection share is read at) has its cutoff fixed on the never-collapsing runs of the
 calibration seeds (of the RL groups: the random-advantage control is scored, never calibrated on), then is scored on
-the held-out seeds per group (gapdyn.alarm.evaluate_spec). Writes ``alarm_table.csv`` (every column),
+the held-out seeds per group (gapdyn.evidence.alarm.evaluate_spec). Writes ``alarm_table.csv`` (every column),
 ``alarm_table.md`` (the main columns), ``alarm_roc.csv`` (the held-out ROC at leads 0, 5, 10 per alarm and group)
-and ``alarm_specs.json`` (the specs and their hash, gapdyn.alarm.specs_hash; ``"calibrated"``: each spec at its
+and ``alarm_specs.json`` (the specs and their hash, gapdyn.evidence.alarm.specs_hash; ``"calibrated"``: each spec at its
 calibrated cutoff, read by llm_probe.online_alarm.load_alarm_specs for the TRL callback's alarm).
 Data: llm_probe.testbed.alarm_data (a study folder or its exported record; the clock is in updates).
 
@@ -29,8 +29,8 @@ import tyro
 
 import numpy as np
 
-from gapdyn.alarm import AlarmSpec, evaluate_spec, series_of, specs_hash
-from gapdyn.detectors import Cusum, Level, MannKendall, Threshold, zero_std_share
+from gapdyn.evidence.alarm import AlarmSpec, evaluate_spec, series_of, specs_hash
+from gapdyn.evidence.detectors import Cusum, Level, MannKendall, Threshold, zero_std_share
 
 __all__ = ["ALARM_SPECS", "ALARM_CRITERIA", "alarm_criteria_hash", "alarm_table", "calibrated_specs", "roc_rows",
            "table_markdown", "freeze", "check_frozen", "decide", "AlarmReportArgs", "main"]
@@ -88,7 +88,7 @@ _MD_COLUMNS = ("alarm", "statistic", "role", "group", "threshold", "false alarms
 
 
 def alarm_table(calibration, heldout, specs=ALARM_SPECS, *, calibrate_groups=None, leads=(0, 5, 10)) -> list[dict]:
-    """Rows of gapdyn.alarm.evaluate_spec for every spec, calibrated on ``calibrate_groups`` of ``calibration``
+    """Rows of gapdyn.evidence.alarm.evaluate_spec for every spec, calibrated on ``calibrate_groups`` of ``calibration``
     (default: every group not starting with "control")."""
     if calibrate_groups is None:
         calibrate_groups = sorted({r.group for r in calibration if not r.group.startswith("control")})
@@ -97,9 +97,9 @@ def alarm_table(calibration, heldout, specs=ALARM_SPECS, *, calibrate_groups=Non
 
 
 def roc_rows(heldout, specs=ALARM_SPECS, *, leads=(0, 5, 10)) -> list[dict]:
-    """The held-out ROC of every spec per group and lead (gapdyn.alarm.roc_at_lead: cutoffs in score units,
+    """The held-out ROC of every spec per group and lead (gapdyn.evidence.alarm.roc_at_lead: cutoffs in score units,
     a detection at lead L fires at least L steps before the collapse), one row per cutoff."""
-    from gapdyn.alarm import roc_at_lead
+    from gapdyn.evidence.alarm import roc_at_lead
 
     rows = []
     for s in specs:
@@ -133,8 +133,8 @@ def calibrated_specs(rows: list[dict], specs=ALARM_SPECS, *, length: str | None 
 
 
 def alarm_criteria_hash(criteria=None) -> str:
-    """The canonical hash (gapdyn.claims.canonical_hash) of :data:`ALARM_CRITERIA` (or ``criteria``)."""
-    from gapdyn.claims import canonical_hash
+    """The canonical hash (gapdyn.evidence.claims.canonical_hash) of :data:`ALARM_CRITERIA` (or ``criteria``)."""
+    from gapdyn.evidence.claims import canonical_hash
 
     return canonical_hash(ALARM_CRITERIA if criteria is None else criteria)
 
@@ -188,7 +188,7 @@ def check_frozen(frozen: dict, calibration, specs=ALARM_SPECS) -> None:
 
 
 def _detected(run, spec: dict) -> bool:
-    from gapdyn.alarm import lead_time
+    from gapdyn.evidence.alarm import lead_time
 
     s = AlarmSpec.from_dict({k: spec[k] for k in ("name", "statistic", "detector", "far", "lead", "role")})
     lt = lead_time(run, s.statistic, s.detector) if series_of(run, s.statistic) is not None else -math.inf
@@ -198,8 +198,8 @@ def _detected(run, spec: dict) -> bool:
 def decide(frozen: dict, heldout) -> list[dict]:
     """The rows of :data:`ALARM_CRITERIA` on the held-out RL runs at the frozen cutoffs: per criterion its
     numbers and its verdict ("holds", "does not hold", "undecided", or "not measured" with the reason)."""
-    from gapdyn.alarm import false_alarms
-    from gapdyn.stats import mcnemar_exact, wilson_interval
+    from gapdyn.evidence.alarm import false_alarms
+    from gapdyn.evidence.stats import mcnemar_exact, wilson_interval
 
     cal = {c["name"]: c for c in frozen["calibrated"]}
     prim, base = frozen.get("primary"), frozen.get("baseline")

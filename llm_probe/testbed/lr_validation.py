@@ -2,7 +2,7 @@
 study, the lr suggested from a run's first K steps, and the predictor table.
 
 Ground truth, per setting (method, length, size; the random-advantage control apart): the lr of 10 % and 50 %
-collapse (gapdyn.dose.fit_dose_response on the runs' ``collapsed`` labels, profile-likelihood 95 % intervals),
+collapse (gapdyn.evidence.dose.fit_dose_response on the runs' ``collapsed`` labels, profile-likelihood 95 % intervals),
 P(learned) per tested lr with Wilson intervals, and the best tested lr (highest P(learned), ties by mean final
 held-out accuracy) -- what a user tuning by hand would pick, with hindsight.
 
@@ -54,8 +54,8 @@ predictor is the headroom suggestion from the first K = 20 steps at the document
 
 
 def lr_criteria_hash(criteria: dict = CRITERIA) -> str:
-    """The criteria's hash (gapdyn.claims.canonical_hash: SHA-256 of the canonical JSON, first 16 hex digits)."""
-    from gapdyn.claims import canonical_hash
+    """The criteria's hash (gapdyn.evidence.claims.canonical_hash: SHA-256 of the canonical JSON, first 16 hex digits)."""
+    from gapdyn.evidence.claims import canonical_hash
 
     return canonical_hash(criteria)
 
@@ -69,8 +69,8 @@ def ground_truth(summaries: list[dict]) -> dict:
     "T": median completion tokens before RL, "J": mean pre-RL held-out accuracy}`` (failed runs left out)."""
     import pandas as pd
 
-    from gapdyn.dose import fit_dose_response
-    from gapdyn.stats import wilson_interval
+    from gapdyn.evidence.dose import fit_dose_response
+    from gapdyn.evidence.stats import wilson_interval
 
     groups: dict[tuple, list[dict]] = {}
     for s in summaries:
@@ -156,7 +156,7 @@ def predictor_table(truth: dict, preds: list[dict]):
     tested lr, TRL's default) as rows of the same table. A pandas DataFrame."""
     import pandas as pd
 
-    from gapdyn.stats import wilson_interval
+    from gapdyn.evidence.stats import wilson_interval
 
     rows = []
     for key, gt in truth.items():
@@ -275,7 +275,7 @@ def write_report(study: str | Path, out: str | Path, *, K: int = 20, seeds=None,
     two seed sets must not overlap). Returns {"runs": n, "hash": criteria hash}."""
     import pandas as pd
 
-    from gapdyn.claims import markdown_table
+    from gapdyn.evidence.claims import markdown_table
 
     study, out = Path(study), Path(out)
     runs = [(s, rows) for s, rows in load_study(study) if seeds is None or s["seed"] in seeds]

@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 
 import tyro
 
-from gapdyn.experiment import STREAM_SEEDS, Experiment
+from gapdyn.evidence.experiment import STREAM_SEEDS, Experiment
 
 from .run import SUMMARY, TestbedSetting, read_head_log, run_testbed
 
@@ -54,8 +54,8 @@ def run_study(cells: list[dict], root: str | Path, *, log=print, warm_dir=None) 
     """Run every cell not done yet under ``root`` (in the order given); returns the summaries of the cells this
     call finished or found finished. Several processes may work on one study: each cell is claimed by an
     advisory lock (``<cell>.lock``, released by the OS however the process ends), a claimed cell is skipped
-    (:func:`gapdyn.runner.run_cells`: a cell is done when its summary.json exists; a torn folder is rerun)."""
-    from gapdyn.runner import run_cells
+    (:func:`gapdyn.evidence.runner.run_cells`: a cell is done when its summary.json exists; a torn folder is rerun)."""
+    from gapdyn.evidence.runner import run_cells
 
     return run_cells(cells, root, name=cell_folder_name, result_file=SUMMARY, describe=_describe, log=log,
                      run=lambda cell, d: run_cell(**cell, out=d, warm_dir=warm_dir))
@@ -86,7 +86,7 @@ def dose_response(summaries: list[dict]):
     before and after, median completion tokens (a pandas DataFrame, sorted by setting and lr)."""
     import pandas as pd
 
-    from gapdyn.stats import wilson_interval
+    from gapdyn.evidence.stats import wilson_interval
 
     rows = []
     for s in summaries:
@@ -288,7 +288,7 @@ def study_cells(study: str, seeds=None, lrs=None) -> list[dict]:
 @dataclass(frozen=True)
 class StudyConfig:
     """A testbed study in the one protocol: which study, its seeds (empty: the study's own; the meaning is
-    :data:`gapdyn.experiment.STREAM_SEEDS`) and, for the acceptance measurement, its two lrs."""
+    :data:`gapdyn.evidence.experiment.STREAM_SEEDS`) and, for the acceptance measurement, its two lrs."""
 
     study: str = "dose"
     seeds: tuple[int, ...] = ()
@@ -321,7 +321,7 @@ def analyse(results, config: StudyConfig, *, block: str = "discovery") -> list:
 EXPERIMENT = Experiment(name="testbed", claims={}, config=StudyConfig, cells=cells, run_cell=run_cell,
                         analyse=analyse, modes=("full",), command="python -m llm_probe.testbed.study",
                         seed_field="seeds", seed_meaning=STREAM_SEEDS, cell_name=cell_folder_name, result_file=SUMMARY)
-"""The testbed studies in the one protocol (gapdyn.experiment.Experiment); its cells are run folders."""
+"""The testbed studies in the one protocol (gapdyn.evidence.experiment.Experiment); its cells are run folders."""
 
 
 @dataclass
@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     @command("python -m llm_probe.testbed.study")
     def run(argv: list[str]) -> int:
         a = parse(StudyArgs, argv, prog="python -m llm_probe.testbed.study")
-        from gapdyn.runner import resolve_seeds, with_seeds
+        from gapdyn.evidence.runner import resolve_seeds, with_seeds
 
         config = with_seeds(EXPERIMENT, StudyConfig(study=a.study, lrs=a.lrs), resolve_seeds(a.seeds, a.seed))
         cells = EXPERIMENT.cells(config)

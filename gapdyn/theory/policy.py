@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import log_softmax as _log_softmax
 
-from ._validate import as_float_array
+from .._validate import as_float_array
 
 __all__ = ["softmax", "log_softmax", "softmax_scores", "loglinear_logits", "loglinear_probs", "loglinear_scores"]
 

@@ -6,7 +6,7 @@ written here are only what it lacks: the Wilson closed form, the cluster (instan
 bootstrap, Holm's step-down adjustment and the Hanley-McNeil AUC variance. scipy.stats is
 imported inside the functions so ``import gapdyn`` stays light.
 
-The methods whose coverage is measured (gapdyn.coverage, docs/coverage.md) for a claim to choose
+The methods whose coverage is measured (gapdyn.evidence.coverage, docs/coverage.md) for a claim to choose
 from: ``t_interval_cluster_means``, ``studentized_cluster_bootstrap_mean``, ``bca_cluster_mean`` /
 ``bca_cluster_bootstrap`` (means and other statistics), ``t_interval_cluster_slope``,
 ``wild_cluster_bootstrap_slope``, ``bca_cluster_slope`` (OLS slopes), ``clopper_pearson_upper``
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validate import as_float_array
+from .._validate import as_float_array
 
 
 @dataclass(frozen=True)

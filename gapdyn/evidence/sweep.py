@@ -6,7 +6,7 @@ tidy DataFrame: the rows each call returned, plus the cell's parameters as colum
 explicit seeds + analysis).
 
 With ``store`` set, every completed cell is written at once (atomically) to
-``<store>/<name>/cells/<cell_key>.parquet`` (see :mod:`bandits.store`); a rerun after an
+``<store>/<name>/cells/<cell_key>.parquet`` (see :mod:`gapdyn.evidence.store`); a rerun after an
 interruption loads the completed cells and computes only the missing ones, so the final result
 is exactly the uninterrupted one: nothing lost, nothing duplicated. At the end the cells are
 consolidated, in the order of ``cells``, into ``<store>/<name>/results.parquet``.
@@ -26,7 +26,7 @@ sweep (exit status 143 in a shell); the previous handler is restored when the ca
 
 Example (doctest)::
 
-    >>> from bandits.sweep import run_sweep, example_cell
+    >>> from gapdyn.evidence.sweep import run_sweep, example_cell
     >>> df = run_sweep(example_cell, [{"seed": 0, "n": 2}, {"seed": 1, "n": 2}],
     ...                name="demo", backend="serial", progress=False)
     >>> list(df.columns), len(df)
@@ -86,7 +86,7 @@ def _worker_call(cell_fn: Callable, i: int, cell: dict):
 
 
 def sweep_keys(cell_fn: Callable, cells: list[dict], *, name: str) -> list[str]:
-    """The stable keys of ``cells`` (same in every process): see :func:`bandits.store.cell_key`."""
+    """The stable keys of ``cells`` (same in every process): see :func:`gapdyn.evidence.store.cell_key`."""
     fn_name = function_name(cell_fn)
     return [cell_key(name, fn_name, canonical_cell(c)) for c in cells]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit, logit
 
-from ._validate import as_float_array, check_open_unit
+from .._validate import as_float_array, check_open_unit
 
 __all__ = ["gap_alignment", "gap_cosine", "cumulative_alignment", "logodds_lower_bound"]
 

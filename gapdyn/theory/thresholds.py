@@ -19,7 +19,7 @@ import numpy as np
 from scipy import stats
 from scipy.special import logsumexp
 
-from ._validate import as_float_array, as_rewards, check_open_unit, check_positive
+from .._validate import as_float_array, as_rewards, check_open_unit, check_positive
 
 _MAX_SCAN_POINTS = 1_000_000
 _MAX_BISECTIONS = 2_000  # log2 of the float64 range: every bisection ends well before this

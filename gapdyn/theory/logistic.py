@@ -11,7 +11,7 @@ import numpy as np
 from scipy.optimize import curve_fit
 from scipy.special import expit, logit
 
-from ._validate import as_float_array
+from .._validate import as_float_array
 
 __all__ = ["LogisticFit", "fit_logistic_accuracy"]
 

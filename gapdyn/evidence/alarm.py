@@ -3,11 +3,11 @@ fixed false-alarm rate, ROC at fixed leads, and pre-declared primaries with a ha
 
 A run (:class:`AlarmRun`) carries its logged series (statistic -> (steps, values)), its collapse time c (None for
 a run that never collapses) and a group (e.g. ``"rl"`` or ``"control"``, the random-advantage control). On one
-statistic, a detector (gapdyn.detectors) with cutoff h:
+statistic, a detector (gapdyn.evidence.detectors) with cutoff h:
 
 * alarm time a = the first step whose score reaches h (None: never);
 * lead time = c - a for a collapsing run (-inf when it never fires: a miss, below every lead);
-* false-alarm rate = k / n, k of the n never-collapsing runs fire at all (Wilson interval, gapdyn.stats); per step:
+* false-alarm rate = k / n, k of the n never-collapsing runs fire at all (Wilson interval, gapdyn.evidence.stats); per step:
   k / (the steps those runs were watched, each up to its first firing or its last logged step);
 * calibration at a false-alarm rate f on a block of runs: with the n never-collapsing runs' peak scores
   p_(1) >= ... >= p_(n), the smallest cutoff at which at most floor(f n) of them fire (the next float above
@@ -15,7 +15,7 @@ statistic, a detector (gapdyn.detectors) with cutoff h:
 * ROC at lead L: a collapsing run is detected when it fires at a step <= c - L; the true-positive rate at cutoff h
   is the share of collapsing runs whose peak score over steps <= c - L reaches h, the false-positive rate the share
   of never-collapsing runs whose peak over the whole run does; AUC with the Hanley-McNeil interval
-  (gapdyn.stats.roc_auc);
+  (gapdyn.evidence.stats.roc_auc);
 * the median lead with a distribution-free order-statistic interval (:func:`median_interval`).
 
 A run without a finite value of the statistic is left out of that statistic's scores (counted as ``n_missing``).
@@ -123,7 +123,7 @@ def _watched_steps(run: AlarmRun, statistic: str, detector: Detector) -> int:
 
 
 def false_alarms(runs: Iterable[AlarmRun], statistic: str, detector: Detector) -> dict:
-    """On the never-collapsing runs: ``k`` that fire of ``n``, ``rate`` (a gapdyn.stats.Estimate, Wilson 95 %),
+    """On the never-collapsing runs: ``k`` that fire of ``n``, ``rate`` (a gapdyn.evidence.stats.Estimate, Wilson 95 %),
     ``per_step`` = k / watched steps (``watched``), ``n_missing`` (runs without the statistic)."""
     from .stats import wilson_interval
 
@@ -225,7 +225,7 @@ def lead_summary(leads, *, at=(0, 5, 10), confidence: float = 0.95) -> dict:
 @dataclass(frozen=True)
 class ROC:
     """ROC at one lead: ``cutoffs`` (descending), ``fpr``, ``tpr`` at each (fires: score >= cutoff), ``auc`` (a
-    gapdyn.stats.Estimate, Hanley-McNeil; None without both kinds of run), ``n_pos``, ``n_neg``, ``lead``."""
+    gapdyn.evidence.stats.Estimate, Hanley-McNeil; None without both kinds of run), ``n_pos``, ``n_neg``, ``lead``."""
 
     lead: int
     cutoffs: np.ndarray
@@ -277,7 +277,7 @@ class AlarmSpec:
 
     def __post_init__(self):
         if not isinstance(self.detector, Detector):
-            raise ValueError(f"detector must be a gapdyn.detectors.Detector, got {type(self.detector).__name__}")
+            raise ValueError(f"detector must be a gapdyn.evidence.detectors.Detector, got {type(self.detector).__name__}")
         _far(self.far)
         if isinstance(self.lead, bool) or not isinstance(self.lead, int) or self.lead < 0:
             raise ValueError(f"lead must be an integer >= 0, got {self.lead!r}")
@@ -296,7 +296,7 @@ class AlarmSpec:
 
 def specs_hash(specs: Sequence[AlarmSpec]) -> str:
     """SHA-256 (first 16 hex digits) of the specs' canonical JSON, by name; order-independent (as
-    gapdyn.claims.criteria_hash)."""
+    gapdyn.evidence.claims.criteria_hash)."""
     if not all(isinstance(s, AlarmSpec) for s in specs):
         raise ValueError("specs must be AlarmSpec objects")
     names = [s.name for s in specs]

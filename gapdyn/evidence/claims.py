@@ -350,7 +350,7 @@ class Claim:
     identities included; reason: why it is not measured (required then), e.g. "too few instances for a
     valid interval". form: one of FORMS (an identity criterion implies "identity"); primary: a
     pre-declared primary comparison (Holm runs over the primaries of a block only); n_planned: the n the
-    planner asked for (gapdyn.planner); conservativeness: measured / bound, for bounds; key: the
+    planner asked for (gapdyn.evidence.planner); conservativeness: measured / bound, for bounds; key: the
     registered statement the row is about (:data:`STATEMENTS`; None: none); role: test, premise or
     exploratory (ROLES). verdict: computed, not an argument; ``why`` says why a claim is inconclusive.
     """
@@ -434,7 +434,7 @@ class Claim:
     @classmethod
     def from_estimate(cls, estimate, **fields) -> Claim:
         """Build a claim from a :class:`gapdyn.Estimate` (estimate, interval, n, confidence taken from it); a
-        :class:`gapdyn.stats.NotMeasured` gives a claim that is not measured, with its reason."""
+        :class:`gapdyn.evidence.stats.NotMeasured` gives a claim that is not measured, with its reason."""
         from .stats import NotMeasured
 
         try:

@@ -1,17 +1,17 @@
 """One experiment protocol for the bandit experiments and the tiny-Qwen studies (docs/evidence.md).
 
 An :class:`Experiment` is what the claim machinery needs of a study, frozen at import: its name, the
-:class:`~gapdyn.claims.ClaimSpec` of every claim it can make (source, statement, form, criterion: written
+:class:`~gapdyn.evidence.claims.ClaimSpec` of every claim it can make (source, statement, form, criterion: written
 before any run, hashed at construction), its sizes (a config class with ``test`` / ``quick`` / ``full``
 constructors), and three functions: ``cells(config, instances) -> list[dict]`` (the sweep of one block as
 plain JSON-serialisable dicts), ``run_cell(**cell) -> DataFrame`` (one cell's rows, deterministic given the
 cell) and ``analyse(results, config, *, block) -> list[Claim]`` (a block's claims from its rows only).
 Running it (blocks, the planner's confirmation size, Holm, the hash stamp, resumable and adaptive cells, the
-seeds of ``--seeds`` / ``--seed``) is the runner's part (:mod:`gapdyn.runner`); the sweep backend is passed in
+seeds of ``--seeds`` / ``--seed``) is the runner's part (:mod:`gapdyn.evidence.runner`); the sweep backend is passed in
 (``bandits.experiments._common.run_experiment``). ``seed_field`` names the config field that ``--seeds`` replaces
 and ``seed_meaning`` states, once per study, what such a seed is (an instance seed that draws an environment, or the
 stream seed of one training run). A study whose cells are run folders names them by ``cell_name(cell)`` and marks
-one done by its ``result_file`` (:func:`gapdyn.runner.run_cells`); ``run_cell(**cell, out=folder)`` then writes it.
+one done by its ``result_file`` (:func:`gapdyn.evidence.runner.run_cells`); ``run_cell(**cell, out=folder)`` then writes it.
 
 Packages register experiments through the entry-point group ``gapdyn.experiments`` of their
 pyproject.toml (``name = "module:EXPERIMENT"``); :func:`registry` lists them for ``gapdyn claims`` and
@@ -26,7 +26,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .claims import ClaimSpec, Criterion, criteria_hash
-from .cmdline import MODES
+from ..cmdline import MODES
 
 __all__ = ["Experiment", "claim_specs", "registry", "GROUP", "INSTANCE_SEEDS", "STREAM_SEEDS"]
 
@@ -131,7 +131,7 @@ def registry() -> dict[str, Any]:
     declaration of the source checkout when there is one), as entry points: ``.load()`` imports one."""
     from importlib.metadata import entry_points
 
-    from .cli import checkout_entry_points
+    from ..cli import checkout_entry_points
 
     found = {ep.name: ep for ep in entry_points(group=GROUP)}
     found.update(checkout_entry_points(GROUP))

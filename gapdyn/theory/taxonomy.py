@@ -28,7 +28,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.special import log_softmax
 
-from ._validate import array_namespace_checked, as_float_array, check_positive
+from .._validate import array_namespace_checked, as_float_array, check_positive
 
 __all__ = [
     "BIN_NAMES",

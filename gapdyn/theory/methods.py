@@ -33,7 +33,7 @@ from typing import Callable, Mapping
 import numpy as np
 from scipy.stats import binom
 
-from ._validate import array_namespace_checked, check_group_size, check_open_unit, check_real_option
+from .._validate import array_namespace_checked, check_group_size, check_open_unit, check_real_option
 
 __all__ = ["Method", "METHODS", "METHOD_NAMES", "get_method", "group_advantages", "expected_scalar", "c_G"]
 

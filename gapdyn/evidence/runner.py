@@ -3,7 +3,7 @@ from earlier results, and the seeds of a study given on the command line.
 
 - Seeds: ``--seeds A B ...`` / ``--seed S`` (:func:`resolve_seeds`) replace the seeds of the block every mode runs;
   what a seed is (an instance seed that draws an environment, or the stream seed of one training run) is stated once
-  per study, by its :class:`~gapdyn.experiment.Experiment` (``seed_field``, ``seed_meaning``;
+  per study, by its :class:`~gapdyn.evidence.experiment.Experiment` (``seed_field``, ``seed_meaning``;
   :func:`with_seeds`).
 - Folder cells (:func:`run_cells`): each cell is one folder ``root / name(cell)``, done when its result file
   exists (an interrupted study continues where it stopped; a folder without its result file is torn and rerun from
@@ -14,7 +14,7 @@ from earlier results, and the seeds of a study given on the command line.
   (bisections, dose-response grids, island scans), iterated until it returns no new cell.
 - Blocks (:func:`run_experiment`): discovery, then a confirmation block sized by the planner from the discovery
   claims (:func:`plan_confirmation`), each block analysed on its own rows, Holm-adjusted and stamped with the
-  criteria hash (:func:`stamp_claims`); the sweep backend is passed in (``bandits.sweep.run_sweep``).
+  criteria hash (:func:`stamp_claims`); the sweep backend is passed in (``gapdyn.evidence.sweep.run_sweep``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # pandas is imported where a function needs it (``import gapdyn.runner`` stays light)
+if TYPE_CHECKING:  # pandas is imported where a function needs it (``import gapdyn.evidence.runner`` stays light)
     import pandas as pd
 
 __all__ = ["resolve_seeds", "with_seeds", "seeds_label", "claim", "run_cells", "run_adaptive", "read_json",
@@ -42,7 +42,7 @@ def resolve_seeds(seeds: Sequence[int] | None = None, seed: int | None = None) -
     """The seeds asked for on a command line: ``--seeds`` (several) or ``--seed`` (one: the same as ``--seeds S``);
     None when neither is given (the study's own seeds). Each an integer in [0, 2^64 - 1]; both flags at once, no
     seed or a seed twice: ValueError."""
-    from ._validate import check_seed
+    from .._validate import check_seed
 
     if seeds is not None and seed is not None:
         raise ValueError("give --seeds or --seed, not both (--seed S is --seeds S)")
@@ -236,7 +236,7 @@ is nominal (MEAN_INTERVAL, docs/coverage.md)."""
 
 @dataclass(frozen=True)
 class BlockPlan:
-    """The confirmation block's size, planned from the discovery block (gapdyn.planner via each claim's
+    """The confirmation block's size, planned from the discovery block (gapdyn.evidence.planner via each claim's
     n_planned): n = min(max(planned, n_min), n_max), where planned is the largest n_planned of the counted
     primary claims (of every counted claim when no primary has one) and n_max the instances the experiment's
     budget allows (its config's confirmation seeds). note: one line for reports."""
@@ -271,7 +271,7 @@ def plan_confirmation(claims, *, n_min: int = CONFIRMATION_MIN, n_max: int) -> B
 
 def run_experiment(experiment, config, *, sweep: Callable, store=None, backend="joblib", n_jobs=-1,
                    progress=True) -> ExperimentResult:
-    """Run every block of a :class:`gapdyn.experiment.Experiment` through ``sweep`` (``bandits.sweep.run_sweep``:
+    """Run every block of a :class:`gapdyn.evidence.experiment.Experiment` through ``sweep`` (``gapdyn.evidence.sweep.run_sweep``:
     resumable) and judge it.
 
     The criteria were frozen and hashed when the experiment was constructed (at import, before any block

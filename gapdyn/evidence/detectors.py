@@ -4,7 +4,7 @@ Every detector reads a series (values at increasing steps; NaN entries are steps
 logged and are skipped) and turns it into a causal **score** s_t (higher = more alarming; it uses only the values
 logged at steps <= t; -inf where it is not defined yet, e.g. inside a reference period). It **fires** at the first
 step t with s_t >= c, c its ``cutoff`` (the ``threshold`` in score units). So a detector is its score rule plus one
-number, and a threshold calibrated at a false-alarm rate is the choice of c (gapdyn.alarm).
+number, and a threshold calibrated at a false-alarm rate is the choice of c (gapdyn.evidence.alarm).
 
 * :class:`Cusum`        one-sided CUSUM (Page 1954, Biometrika 41:100) on the series standardised by its first
                         ``reference_steps`` values: z_t = direction (x_t - mu_ref) / sd_ref,

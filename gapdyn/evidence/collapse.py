@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validate import as_float_array
+from .._validate import as_float_array
 
 COLLAPSE_J = 1e-3
 """J below this at every state of the last quarter is collapse (Thm 2's J -> 0)."""

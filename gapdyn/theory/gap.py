@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import logsumexp
 
-from ._validate import as_float_array, as_probs, as_rewards, as_scores, check_success_defined
+from .._validate import as_float_array, as_probs, as_rewards, as_scores, check_success_defined
 
 __all__ = [
     "success_rate",

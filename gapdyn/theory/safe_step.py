@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validate import as_float_array, as_rewards, check_positive
+from .._validate import as_float_array, as_rewards, check_positive
 
 __all__ = ["SafeStep", "safe_step_multiplier", "safe_step_estimates", "safe_step_headroom", "safe_step_size",
            "NO_ASCENT_TOL", "SAFE_STEP_C", "SAFE_STEP_DELTA"]

@@ -1,6 +1,6 @@
 """Update directions: the exact expectation and one sampled group, for every registered method.
 
-w = (1/G) sum_{i=1}^G A_i s(o_i), o_i ~ pi i.i.d., A_i from :func:`gapdyn.methods.group_advantages`.
+w = (1/G) sum_{i=1}^G A_i s(o_i), o_i ~ pi i.i.d., A_i from :func:`gapdyn.theory.methods.group_advantages`.
 E[w] = scalar(J, G) * (g+ - g-)  (docs/equations.md §2, derived).
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validate import as_probs, as_rewards, as_scores, check_group_size
+from .._validate import as_probs, as_rewards, as_scores, check_group_size
 from .gap import gradient_gap
 from .methods import expected_scalar, get_method, group_advantages
 from .sampling import inverse_cdf_draw
@@ -39,7 +39,7 @@ def expected_direction(method: str, probs, rewards, scores, *, group_size: int, 
 def sample_group(probs, group_size: int, rng: np.random.Generator) -> np.ndarray:
     """Indices of G responses drawn i.i.d. from pi (one group per leading index): [..., G].
 
-    Inverse-CDF draws (:func:`gapdyn.sampling.inverse_cdf_draw`) from ``rng.random(probs.shape[:-1] + (G,))``;
+    Inverse-CDF draws (:func:`gapdyn.theory.sampling.inverse_cdf_draw`) from ``rng.random(probs.shape[:-1] + (G,))``;
     a response of probability 0 is never drawn.
     """
     if not isinstance(rng, np.random.Generator):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validate import as_float_array
+from .._validate import as_float_array
 
 __all__ = ["inverse_cdf_draw"]
 
