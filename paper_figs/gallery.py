@@ -31,11 +31,9 @@ gapdyn figs                 # only the figures (quick mode), into gapdyn_out/fig
 gapdyn figs --only fig5     # one figure (a name or an unambiguous prefix; also python -m paper_figs.fig5_taxonomy)
 ```
 
-`gapdyn reproduce` (quick) took 221 s wall-clock and 315 s of CPU on 2 cores from a fresh folder with numba's cache
-empty (load 0.8 before, 1.0-2.6 during; the tiny-Qwen demo runs in a second process beside the bandit experiments;
-BENCHMARKS.md, "The quick reproduction"); `gapdyn reproduce --mode test --no-progress` took 50 s wall-clock (68 s
-of CPU, kernels cached, load 0.6-1.1). A rerun reuses
-the stored results. It prints where it writes, a progress bar, then what it wrote. Outputs go under the working directory
+Their wall and CPU seconds, with the machine's load, are the README's measured table (Quick start; written by
+`python -m benchmarks.documented_times`, never typed; the tiny-Qwen demo runs in a second process beside the bandit
+experiments). A rerun reuses the stored results. It prints where it writes, a progress bar, then what it wrote. Outputs go under the working directory
 (`--out DIR` to choose the folder):
 
 | output | what |

@@ -291,7 +291,7 @@ def test_headroom_lr_reads_every_parameter_group(caplog):
         row = _drive(cb, build_tiny_qwen(tok, SPEC, seed=0), tok, (0.3, 0.1))
     assert row["gap/headroom"] > 0 and math.isnan(row["gap/headroom_lr"])
     s = cb.summary()
-    assert math.isnan(s["suggested_lr"]) and s["suggested_lr_steps"] == 0 and s["headroom_steps"] == 1
+    assert math.isnan(s["suggested_lr"]) and s["suggested_lr_steps"] == 0 and s["probed_steps"] == 1
     assert "learning rates [0.1, 0.3]" in caplog.text
 
 
