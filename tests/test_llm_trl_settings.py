@@ -222,7 +222,7 @@ def test_a_probe_that_fails_skips_its_step_and_training_goes_on(tmp_path, monkey
     s = cb.summary()
     assert s["skipped_steps"] == 1 and s["probed_steps"] == 2 and s["M_batch_steps"] == 2
     assert s["skip_reasons"] == {"RuntimeError: a kernel without a forward-mode rule": 1}
-    assert s["headroom_steps"] == sum(not math.isnan(r["gap/headroom"]) for r in cb.history)
+    assert s["suggested_lr_steps"] == sum(math.isfinite(r["gap/headroom_lr"]) for r in cb.history)
     assert "step 0 not probed" in caplog.text
 
 
