@@ -89,8 +89,8 @@ class DemoConfig:
     out: Annotated[str | None, optional("DIR", "./gapdyn_out/demo")] = None
     """Folder for demo.json."""
     islands: bool = False
-    """Also rescan below the first collapse at 0.1 % spacing for narrower islands of collapse (the full
-    estimator of gapdyn.find_eta_star; far slower: every step size below the collapse at 0.1 % spacing)."""
+    """Also rescan every step size below the first collapse at 0.1 % spacing for narrower islands of collapse
+    (gapdyn.find_eta_star's full estimator; far slower)."""
     progress: bool = True
     """Show a progress bar over the instances."""
 
