@@ -255,7 +255,8 @@ def _flag_of_field(msg: str, cls) -> str:
         return msg
     for f in dataclasses.fields(cls):
         sub = f.default_factory  # a nested setting's dataclass is its default factory (field(default_factory=C))
-        if isinstance(sub, type) and dataclasses.is_dataclass(sub) and m.group(1) in {g.name for g in dataclasses.fields(sub)}:
+        if (isinstance(sub, type) and dataclasses.is_dataclass(sub)
+                and m.group(1) in {g.name for g in dataclasses.fields(sub)}):
             flag = f"--{f.name.replace('_', '-')}.{m.group(1).replace('_', '-')}"
             return flag + msg[m.end(1):]
     return msg

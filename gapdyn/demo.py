@@ -140,7 +140,8 @@ def main(argv: list[str]) -> int:
                 below, above = (ascent_run_stats(phi, r, f * eta_c) for f in (0.999, 1.001))
                 grid = ("0.1 % grid with islands" if args.islands else
                         "5 % grid, first collapse refined to 0.1 %; narrower islands below not searched: --islands")
-                print(f"  measured critical eta (200 exact steps; the first eta whose run ends collapsed, {grid}): {eta_c:.4g};"
+                print(f"  measured critical eta (200 exact steps; the first eta whose run ends collapsed, {grid}): "
+                      f"{eta_c:.4g};"
                       f" at 0.999 eta*: {bandit_outcome(below)[0]}, max J over the last quarter {below.J_tail_max[0]:.4f};"
                       f" at 1.001 eta*: {bandit_outcome(above)[0]}, max J over the last quarter {above.J_tail_max[0]:.2e}")
             else:

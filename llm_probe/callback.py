@@ -30,7 +30,8 @@ The step is not changed. h < 1: the rule would shrink this step by h; h > 1: it 
 binds. ``gap/headroom_lr`` = lr_k h_k (the step's learning rate times h: the
 learning rate at which the cap would just bind, since d scales with lr for SGD and Adam alike), and
 :meth:`GapProbeCallback.summary` / the logged ``gap/suggested_lr`` = the lr finder's rule (llm_probe.suggest): the
-median of lr_k h_k over the run's first 20 probed steps. A zero update (e.g. lr 0 during warm-up) has no direction: h is NaN and left out.
+median of lr_k h_k over the run's first 20 probed steps with a value. A zero update (e.g. lr 0 during warm-up) has
+no direction: h is NaN and left out.
 lr_k is the learning rate shared by every optimizer parameter group holding a trainable parameter; groups with
 different ones leave ``gap/headroom_lr`` NaN (one log line). A group with an unscorable completion enters no term
 of h.
@@ -568,10 +569,10 @@ class GapProbeCallback(TrainerCallback):
         batches), ``M_batch_scaled`` = s M_batch with s = lcm(probe_every, mu) / mu, mu = num_iterations (one
         generation batch in s is probed, each row the net change over its mu steps: a sampled estimate of the sum
         over every batch), ``suggested_lr`` (the lr finder's rule, llm_probe.suggest: the median of lr_k h_k over
-        the first 20 probed steps with a finite value; NaN when none, e.g. the parameter groups' learning rates
-        differ), ``suggested_lr_interval`` (its order-statistic interval, unbounded below 6 steps) and
-        ``suggested_lr_steps`` (the count it rests on). ``alarms``: name -> its first firing {step, value,
-        score}, or None (with ``alarm=``)."""
+        the first 20 probed steps with a value, +inf left out of the median; NaN when none, e.g. the parameter
+        groups' learning rates differ), ``suggested_lr_interval`` (its order-statistic interval, unbounded below 6
+        steps) and ``suggested_lr_steps`` (the count it rests on). ``alarms``: name -> its first firing {step,
+        value, score}, or None (with ``alarm=``)."""
         sug = lr_suggestion(first_probed(self.history))
         scale = math.lcm(self.probe_every, self._mu) // self._mu
         reasons: dict[str, int] = {}

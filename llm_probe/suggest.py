@@ -1,6 +1,6 @@
 """The suggested learning rate of a probed run: one rule, the lr finder's (``gapdyn lr-finder``), the one scored
 against measured collapse lrs on the testbed (docs/testbed.md; README, "The suggested lr against the measured
-collapse lr"). numpy only.
+collapse lr"). numpy, and scipy inside gapdyn.alarm.median_interval.
 
 Each probed step k logs the headroom h_k of the safe step rule before its cap, h = min(delta / sd_hat,
 c dmu_hat / kappa_hat) for the step actually taken (gapdyn.safe_step_headroom; derived in docs/theory.md,
