@@ -15,6 +15,7 @@ commands it names, with their load). A command not measured yet is shown as such
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -27,6 +28,9 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
+
+from gapdyn.cmdline import optional
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "benchmarks" / "documented_times.json"
@@ -160,6 +164,9 @@ class DocumentedTimesConfig:
     """Rewrite the README and docs/quickstart.md tables."""
     render_only: bool = False
     """Time nothing; only --write from the record."""
+    folder: Annotated[str | None, optional("DIR", "a temporary folder, removed")] = None
+    """The shared folder the commands write into (kept: e.g. gapdyn_out, whose reproduce/ the gallery's --snapshot
+    reads)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
                          f"(one of {', '.join(COMMANDS)})")
     records = json.loads(RECORD.read_text()) if RECORD.is_file() else {}
     if not a.render_only:
-        with tempfile.TemporaryDirectory(prefix="documented_times_") as tmp:
+        with (contextlib.nullcontext(str(Path(a.folder).resolve())) if a.folder
+              else tempfile.TemporaryDirectory(prefix="documented_times_")) as tmp:
             for name in a.only or list(COMMANDS):
                 argv_ = [x.replace("{tmp}", tmp) for x in COMMANDS[name][1]]
                 env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),  # the checkout's code
