@@ -63,12 +63,8 @@ figures to `docs/notebooks/` by `python notebooks/render.py`; `tests/test_notebo
 `GAPDYN_NB_MODE=test`.
 The images below are snapshots of a quick run kept in `docs/img/` (`gapdyn_out/` is not committed);
 refresh them after `gapdyn reproduce` (run in the repository root) with `python -m paper_figs.gallery --write --snapshot`.
-Figure 5's snapshot was redrawn by today's code (`gapdyn figs --only fig5`, quick mode, 2026-12-02); the other six
-were drawn by an earlier version of the figure code and were not redrawn (on the shared machine their experiments
-needed more time than was available): what `gapdyn reproduce` draws today differs from them in figure 1 (collapse
-colour, hatched cells without a run, axes on the scanned etas, the rows without eta*), figure 2 (d) (no fitted
-line), figure 4's and figure 7's Theorem 1 legends and figure 7 (f) (alerts and outcomes counted apart); the
-captions below describe today's figures.
+All seven snapshots were redrawn by `gapdyn reproduce` (quick mode, run in the repository root on 2026-12-02)
+and copied by `python -m paper_figs.gallery --snapshot`; the captions below describe them.
 """
 
 
