@@ -8,15 +8,18 @@ before, its maximum sampled every 2 s during, the core count and the date. CPU s
 load; wall seconds do, which is why every row states its load.
 
 Records are merged into ``benchmarks/documented_times.json`` (a row is replaced only when its command ran again);
-``--write`` renders them into the README's and docs/quickstart.md's blocks between the ``measured-times`` markers.
-A command not measured yet is shown as such, never given a number.
+``--write`` renders them into the README's and docs/quickstart.md's blocks between the ``measured-times`` markers,
+and every inline ``measured-sum`` span there (a time said in a sentence: the summed CPU and wall seconds of the
+commands it names, with their load). A command not measured yet is shown as such, never given a number.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -25,27 +28,32 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
+
+from gapdyn.cmdline import optional
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "benchmarks" / "documented_times.json"
-BIN = Path(sys.executable).parent
+GAPDYN = [sys.executable, "-m", "gapdyn.cli"]
+"""The ``gapdyn`` command of this checkout (the console script's entry point, run from the repository root so the
+checkout's code is the one timed even where the installed script points at another copy)."""
 
 # name -> (command as documented, argv with {tmp} for the shared folder, where it is documented).
 COMMANDS: dict[str, tuple[str, list[str], str]] = {
-    "help": ("gapdyn --help", [str(BIN / "gapdyn"), "--help"], "README"),
-    "demo": ("gapdyn demo --seeds 1", [str(BIN / "gapdyn"), "demo", "--seeds", "1", "--no-progress",
-                                       "--out", "{tmp}/demo"], "quickstart"),
+    "help": ("gapdyn --help", [*GAPDYN, "--help"], "README"),
+    "demo": ("gapdyn demo --seeds 1", [*GAPDYN, "demo", "--seeds", "1", "--no-progress", "--out", "{tmp}/demo"],
+             "quickstart"),
     "trl_probe": ("python examples/trl_grpo_probe.py --steps 20 --out runs/probe",
                   [sys.executable, "examples/trl_grpo_probe.py", "--steps", "20", "--out", "{tmp}/probe"],
                   "quickstart"),
-    "inspect": ("gapdyn inspect runs/probe", [str(BIN / "gapdyn"), "inspect", "{tmp}/probe", "--out",
-                                              "{tmp}/inspect"], "quickstart"),
-    "reproduce_test": ("gapdyn reproduce --mode test", [str(BIN / "gapdyn"), "reproduce", "--mode", "test",
-                                                        "--no-progress", "--out", "{tmp}/reproduce-test"], "README"),
+    "inspect": ("gapdyn inspect runs/probe", [*GAPDYN, "inspect", "{tmp}/probe", "--out", "{tmp}/inspect"],
+                "quickstart"),
+    "reproduce_test": ("gapdyn reproduce --mode test", [*GAPDYN, "reproduce", "--mode", "test", "--no-progress",
+                                                        "--out", "{tmp}/reproduce-test"], "README"),
     "reproduce_quick": ("gapdyn reproduce (= make reproduce after set-up)",
-                        [str(BIN / "gapdyn"), "reproduce", "--no-progress", "--out", "{tmp}/reproduce"], "README"),
-    "testbed_run": ("gapdyn train testbed --seed 0", [str(BIN / "gapdyn"), "train", "testbed", "--seed", "0",
-                                                      "--out", "{tmp}/tb0"], "README"),
+                        [*GAPDYN, "reproduce", "--no-progress", "--out", "{tmp}/reproduce"], "README"),
+    "testbed_run": ("gapdyn train testbed --seed 0", [*GAPDYN, "train", "testbed", "--seed", "0", "--out", "{tmp}/tb0"],
+                    "README"),
     "test_suite": ("make test (python -m pytest -m \"not slow\", set-up done)",
                    [sys.executable, "-m", "pytest", "-m", "not slow", "-q", "-p", "no:cacheprovider"], "README"),
 }
@@ -98,6 +106,35 @@ def render(records: dict, names) -> str:
     return "\n".join(lines)
 
 
+SUM = re.compile(r"(<!-- measured-sum: ([\w ]+) -->).*?(<!-- /measured-sum -->)", re.S)
+"""An inline span whose text is the summed time of the named commands (``<!-- measured-sum: a b -->...<!--
+/measured-sum -->``): a time stated in prose comes from the record, never typed."""
+
+
+def render_sum(records: dict, names) -> str:
+    """The summed CPU and wall seconds of ``names`` with the load range and the machine, or 'not measured yet'."""
+    recs = [records.get(n) for n in names]
+    if not recs or any(r is None for r in recs):
+        return "not measured yet"
+    cpu, wall = sum(r["cpu_s"] for r in recs), sum(r["wall_s"] for r in recs)
+    lo, hi = min(r["load_before"] for r in recs), max(r["load_max"] for r in recs)
+    load = f"{lo:g}" if lo == hi else f"{lo:g}-{hi:g}"
+    return (f"{round(cpu, 1):g} s of CPU, {round(wall):g} s wall at load {load} ({recs[0]['cores']} cores, "
+            f"{min(r['date'] for r in recs)[:10]})")
+
+
+def fill_sums(text: str, records: dict) -> str:
+    """``text`` with every measured-sum span re-rendered from ``records`` (unknown names: a KeyError)."""
+    def one(m):
+        names = m.group(2).split()
+        unknown = [n for n in names if n not in COMMANDS]
+        if unknown:
+            raise KeyError(f"measured-sum names an unknown command {unknown[0]!r} (one of {', '.join(COMMANDS)})")
+        return m.group(1) + render_sum(records, names) + m.group(3)
+
+    return SUM.sub(one, text)
+
+
 def replace_block(text: str, body: str, marker: str = "measured-times") -> str:
     """``text`` with the lines between ``<!-- marker... -->`` and ``<!-- /marker -->`` replaced by ``body``."""
     start = text.index(f"<!-- {marker}")
@@ -112,7 +149,7 @@ def write_docs(records: dict) -> list[Path]:
     written = []
     for path, names in targets:
         if path.is_file():
-            path.write_text(replace_block(path.read_text(), render(records, names)))
+            path.write_text(fill_sums(replace_block(path.read_text(), render(records, names)), records))
             written.append(path)
     return written
 
@@ -127,6 +164,9 @@ class DocumentedTimesConfig:
     """Rewrite the README and docs/quickstart.md tables."""
     render_only: bool = False
     """Time nothing; only --write from the record."""
+    folder: Annotated[str | None, optional("DIR", "a temporary folder, removed")] = None
+    """The shared folder the commands write into (kept: e.g. gapdyn_out, whose reproduce/ the gallery's --snapshot
+    reads)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,10 +180,12 @@ def main(argv: list[str] | None = None) -> int:
                          f"(one of {', '.join(COMMANDS)})")
     records = json.loads(RECORD.read_text()) if RECORD.is_file() else {}
     if not a.render_only:
-        with tempfile.TemporaryDirectory(prefix="documented_times_") as tmp:
+        with (contextlib.nullcontext(str(Path(a.folder).resolve())) if a.folder
+              else tempfile.TemporaryDirectory(prefix="documented_times_")) as tmp:
             for name in a.only or list(COMMANDS):
                 argv_ = [x.replace("{tmp}", tmp) for x in COMMANDS[name][1]]
-                env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+                env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),  # the checkout's code
+                       "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
                 rec = measure(argv_, env=env)
                 rec.update(cores=os.cpu_count(), date=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
                 print(f"{name:16s} wall {rec['wall_s']:8.1f} s  cpu {rec['cpu_s']:8.1f} s  load "

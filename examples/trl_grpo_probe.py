@@ -66,9 +66,9 @@ def main(argv=None):
     for row in trainer.state.log_history:
         if "gap/M_batch" in row:
             print(f"step {row['step']:>3}  " + "  ".join(f"{k} {row[k]:.4g}" for k in SHOWN if k in row))
-    s = cb.summary()  # suggested_lr: lr x the 10 % quantile of the headroom over the last 50 probed steps
+    s = cb.summary()  # suggested_lr: the lr finder's median of lr x headroom over the first 20 probed steps
     print(f"probed {s['probed_steps']} steps, M_batch {s['M_batch']:.4g} (x probe_every: {s['M_batch_scaled']:.4g}), "
-          f"headroom q10 {s['headroom_q']:.3g}, suggested lr {s['suggested_lr']:.3g} (ran at {a.lr:g})")
+          f"suggested lr {s['suggested_lr']:.3g} from {s['suggested_lr_steps']} probed steps (ran at {a.lr:g})")
     return trainer, cb
 
 

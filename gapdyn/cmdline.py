@@ -3,7 +3,8 @@
 Conventions (docs in README.md, "Command line"):
 
 - options are parsed by tyro from a config dataclass with a docstring under each field; a setting whose
-  ``None`` means "not given" is marked with :func:`optional` (help ``--out FILE``, not ``{None}|STR``);
+  ``None`` means "not given" shows the other type's metavar in help (``--out STR``, not tyro's ``{None}|STR``; the
+  registry of :func:`parse`), and :func:`optional` names it (``--out DIR``) and drops ``(default: None)``;
 - the shared flags are ``--mode test|quick|full``, ``--jobs N``, ``--out DIR``, ``--progress/--no-progress``
   and ``--seed``, each where it applies;
 - a command writes under ``./gapdyn_out/<command>/`` of the working directory unless ``--out DIR`` is
@@ -175,6 +176,41 @@ def optional(metavar: str, default: str = ""):
     return tyro.conf.arg(metavar=metavar, help_behavior_hint=f"(default: {default})" if default else "")
 
 
+_REGISTRY = None
+
+
+def _registry():
+    """A tyro registry whose one rule shows an optional setting (``X | None``) with X's metavar alone: tyro's own
+    union rule builds the spec (parsing, ``None`` still accepted), only its ``{None}|`` prefix is dropped."""
+    global _REGISTRY
+    if _REGISTRY is not None:
+        return _REGISTRY
+    import dataclasses
+
+    from tyro.constructors import ConstructorRegistry, PrimitiveConstructorSpec
+
+    reg, inside = ConstructorRegistry(), [False]
+
+    @reg.primitive_rule
+    def optional_metavar(info):
+        if inside[0] or type(None) not in getattr(info.type, "__args__", ()):
+            return None
+        inside[0] = True
+        try:
+            spec = ConstructorRegistry.get_primitive_spec(info)
+        finally:
+            inside[0] = False
+        if not isinstance(spec, PrimitiveConstructorSpec) or not spec.metavar.startswith("{None}|"):
+            return spec
+        rest = spec.metavar[len("{None}|"):]
+        if rest.startswith("{") and rest.endswith("}") and " " in rest:  # {INT [INT ...]}: tyro's braces of a union
+            rest = rest[1:-1]
+        return dataclasses.replace(spec, metavar=rest)
+
+    _REGISTRY = reg
+    return reg
+
+
 def parse(cls, argv: Iterable[str], prog: str, description: str | None = None):
     """Parse ``argv`` into the dataclass ``cls`` with tyro; a parse error raises :class:`UsageError`."""
     import tyro
@@ -182,11 +218,48 @@ def parse(cls, argv: Iterable[str], prog: str, description: str | None = None):
     buf = io.StringIO()
     try:
         with contextlib.redirect_stderr(buf):
-            return tyro.cli(cls, args=list(argv), prog=prog, description=description)
+            return tyro.cli(cls, args=list(argv), prog=prog, description=description, registry=_registry())
     except SystemExit as exc:
         if exc.code in (0, None):  # --help
             raise
-        raise UsageError(_name_the_option(_one_line(buf.getvalue()), list(argv))) from None
+        msg = _flag_of_field(_name_the_option(_one_line(buf.getvalue()), list(argv)), cls)
+        near = _perhaps_meant(buf.getvalue())
+        if near and msg.startswith("Unrecognized option"):
+            msg += f"; did you mean {' or '.join(near)}?"
+        raise UsageError(msg) from None
+    except ValueError as exc:  # a range check of a nested setting's dataclass names its field, not its flag
+        raise ValueError(_flag_of_field(str(exc), cls)) from None
+
+
+def _perhaps_meant(text: str) -> list[str]:
+    """The flags of tyro's "Perhaps you meant:" section of an error box (``--seeds``, ``--progress``), in order."""
+    lines = [_BOX.sub(" ", raw).strip() for raw in text.splitlines()]
+    if "Perhaps you meant:" not in lines:
+        return []
+    flags = []
+    for line in lines[lines.index("Perhaps you meant:") + 1:]:
+        if not line or set(line) <= {"-"}:
+            break
+        if line.startswith("--"):
+            flags.append(re.match(r"--[\w.-]+", line).group(0))
+    return flags
+
+
+def _flag_of_field(msg: str, cls) -> str:
+    """``msg`` with a leading bare field name of a nested dataclass setting of ``cls`` said as its flag
+    (``window must be >= 1`` of ``collapse: CollapseConfig`` -> ``--collapse.window must be >= 1``)."""
+    import dataclasses
+
+    m = re.match(r"([a-z]\w*) ", msg)
+    if not m or not dataclasses.is_dataclass(cls):
+        return msg
+    for f in dataclasses.fields(cls):
+        sub = f.default_factory  # a nested setting's dataclass is its default factory (field(default_factory=C))
+        if (isinstance(sub, type) and dataclasses.is_dataclass(sub)
+                and m.group(1) in {g.name for g in dataclasses.fields(sub)}):
+            flag = f"--{f.name.replace('_', '-')}.{m.group(1).replace('_', '-')}"
+            return flag + msg[m.end(1):]
+    return msg
 
 
 def _name_the_option(msg: str, argv: list[str]) -> str:

@@ -29,8 +29,9 @@ trainer runs) from :func:`llm_probe.safe_step.step_rule` (the function and defau
 The step is not changed. h < 1: the rule would shrink this step by h; h > 1: it could grow h-fold before a cap
 binds. ``gap/headroom_lr`` = lr_k h_k (the step's learning rate times h: the
 learning rate at which the cap would just bind, since d scales with lr for SGD and Adam alike), and
-:meth:`GapProbeCallback.summary` / the logged ``gap/suggested_lr`` = the 10 % quantile (lower) of lr_k h_k over
-the last 50 probed steps. A zero update (e.g. lr 0 during warm-up) has no direction: h is NaN and left out.
+:meth:`GapProbeCallback.summary` / the logged ``gap/suggested_lr`` = the lr finder's rule (llm_probe.suggest): the
+median of lr_k h_k over the run's first 20 probed steps with a value. A zero update (e.g. lr 0 during warm-up) has
+no direction: h is NaN and left out.
 lr_k is the learning rate shared by every optimizer parameter group holding a trainable parameter; groups with
 different ones leave ``gap/headroom_lr`` NaN (one log line). A group with an unscorable completion enters no term
 of h.
@@ -87,9 +88,6 @@ calibrated on the testbed at a fixed false-alarm rate and not yet validated on a
 sees the same logged values (TRL gathers its metrics; the probe's are the one-process numbers), so every rank fires
 and stops at the same step; the hook runs on every rank (``state.is_world_process_zero`` picks one).
 
-Suggested lr of :meth:`GapProbeCallback.summary`, ``lr_finder``: the rule of ``gapdyn lr-finder``
-(:func:`llm_probe.lr_finder.lr_suggestion`: the median of lr_k h_k over every probed step with a measured h, its
-order-statistic interval and the count of steps it rests on).
 """
 
 from __future__ import annotations
@@ -120,7 +118,7 @@ from .headroom import headroom_metrics, step_headroom
 from .online_alarm import as_alarms
 from .sharding import NEEDS_FULL_PARAMETERS, ForwardProbe, sharded_kind
 from .step_hook import Step
-from .suggest import SUGGEST_QUANTILE, SUGGEST_WINDOW, suggest_lr
+from .suggest import first_probed, lr_suggestion
 
 logger = logging.getLogger(__name__)
 
@@ -572,29 +570,25 @@ class GapProbeCallback(TrainerCallback):
         h = step_headroom(model, ro, theta_k, c=self.c, delta=self.delta, owned=self._owned)
         return headroom_metrics(h, self._lr)
 
-    def summary(self, q: float = SUGGEST_QUANTILE, window: int = SUGGEST_WINDOW) -> dict:
+    def summary(self) -> dict:
         """Run-level summary of the probed steps so far: ``probed_steps`` (rows measured), ``skipped_steps`` (probed
         steps the probe could not measure; ``skip_reasons``: reason -> count), ``M_batch`` (sum over the probed
         batches), ``M_batch_scaled`` = s M_batch with s = lcm(probe_every, mu) / mu, mu = num_iterations (one
         generation batch in s is probed, each row the net change over its mu steps: a sampled estimate of the sum
-        over every batch), ``headroom_q`` (the q quantile of h over the last ``window`` probed steps with a measured
-        h), ``suggested_lr`` (the q quantile of lr_k h_k over them; = lr * headroom_q at a constant lr; NaN when the
-        parameter groups' learning rates differ) and ``*_steps``: how many probed steps each figure rests on.
-        Quantiles take the lower order statistic (numpy ``method="lower"``); NaN when no step has a measured h;
-        +inf when no cap bound. ``lr_finder``: :func:`llm_probe.lr_finder.lr_suggestion` over every probed step
-        (``suggested_lr`` the median of lr_k h_k, ``lo`` / ``hi`` its order-statistic interval, unbounded below 6
-        steps, ``steps`` the count it rests on), the rule of ``gapdyn lr-finder``. ``alarms``: name -> its first
-        firing {step, value, score}, or None (with ``alarm=``)."""
-        from .suggest import lr_suggestion
-
-        suggested = suggest_lr(self.history, q, window)  # the running rule (llm_probe.suggest)
+        over every batch), ``suggested_lr`` (the lr finder's rule, llm_probe.suggest: the median of lr_k h_k over
+        the first 20 probed steps with a value, +inf left out of the median; NaN when none, e.g. the parameter
+        groups' learning rates differ), ``suggested_lr_interval`` (its order-statistic interval, unbounded below 6
+        steps) and ``suggested_lr_steps`` (the count it rests on). ``alarms``: name -> its first firing {step,
+        value, score}, or None (with ``alarm=``)."""
+        sug = lr_suggestion(first_probed(self.history))
         scale = math.lcm(self.probe_every, self._mu) // self._mu
         reasons: dict[str, int] = {}
         for s in self.skipped_steps:
             reasons[s["reason"]] = reasons.get(s["reason"], 0) + 1
         return {"probed_steps": len(self.history), "skipped_steps": len(self.skipped_steps), "skip_reasons": reasons,
                 "M_batch": self.M_batch, "M_batch_scaled": scale * self.M_batch, "M_batch_steps": len(self.history),
-                **suggested, "lr_finder": lr_suggestion(self.history),
+                "suggested_lr": sug["suggested_lr"], "suggested_lr_interval": (sug["lo"], sug["hi"]),
+                "suggested_lr_steps": sug["steps"],
                 **({"alarms": {a.name: a.fired for a in self.alarms}} if self.alarms else {})}
 
     def on_log(self, args, state, control, logs=None, **kw):
@@ -603,7 +597,7 @@ class GapProbeCallback(TrainerCallback):
         if self._unlogged:
             merged = _summarise(self._unlogged)
             if any("gap/headroom" in r for r in self._unlogged):
-                merged["gap/suggested_lr"] = suggest_lr(self.history)["suggested_lr"]
+                merged["gap/suggested_lr"] = lr_suggestion(first_probed(self.history))["suggested_lr"]
             self._unlogged = []
             self._add_logs(state, logs, merged)
         if self.alarms:

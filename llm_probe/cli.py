@@ -570,6 +570,11 @@ def main(argv: list[str]) -> int:
     """Entry point; returns an exit code (1 when a run stops on repeated faults)."""
     if argv and argv[0] in SUBCOMMANDS:
         return SUBCOMMANDS[argv[0]][0](argv[1:])
+    if argv and not argv[0].startswith("-"):  # the plain run takes options only: a word first is a subcommand
+        from gapdyn.cmdline import did_you_mean
+
+        raise ValueError(f"unknown subcommand {argv[0]!r}; {did_you_mean(argv[0], SUBCOMMANDS)}"
+                         f"subcommands: {', '.join(SUBCOMMANDS)} (or options only, for one run)")
     return _train_main(argv)
 
 

@@ -12,7 +12,8 @@ The report: the run's outcome by :func:`llm_probe.collapse.reward_outcome` on th
 (docs/evidence.md, section 6: collapsed when R0 = mean(r_1..r_10) >= 0.05 and mean of the last 25 r_k < 0.25 R0),
 with the held-out accuracies when the run logged them and by the reward alone otherwise (said so); the alerts of the
 collapse rule (the run's own, or replayed here on the logged reward and entropy with the default thresholds);
-the suggested learning rate of :func:`llm_probe.suggest.suggest_lr` with the number of probed steps it rests on;
+the suggested learning rate by the lr finder's rule (:mod:`llm_probe.suggest`: the median of lr x headroom over the
+first 20 probed steps) with the number of probed steps it rests on;
 one PNG with the reward, entropy, alignment and headroom curves that the run logged. A TRL row logged every
 ``logging_steps`` > 1 steps holds the mean over its interval: each of its steps is given that mean.
 Numpy only (matplotlib for the figure); never imports torch.
@@ -34,7 +35,7 @@ from gapdyn.cmdline import command, optional, output_dir, parse
 
 from .collapse import (OUTCOME_BASELINE_STEPS, OUTCOME_FLOOR, OUTCOME_MIN_R0, OUTCOME_WINDOW, CollapseDetector,
                        reward_outcome)
-from .suggest import SUGGEST_QUANTILE, SUGGEST_WINDOW, suggest_lr
+from .suggest import SUGGEST_STEPS, first_probed, lr_suggestion
 
 __all__ = ["RunLog", "read_run", "inspect_run", "CURVES", "main"]
 
@@ -288,45 +289,50 @@ def _only(v: np.ndarray) -> str:
 
 
 def _suggestion(log: RunLog) -> dict:
-    """The suggested lr section: :func:`llm_probe.suggest.suggest_lr` on the logged rows."""
+    """The suggested lr section: the lr finder's rule (:func:`llm_probe.suggest.lr_suggestion` on the run's first
+    :data:`~llm_probe.suggest.SUGGEST_STEPS` probed rows), with the count it rests on."""
     probed = [r for r in log.rows if "gap/headroom" in r]
-    s = suggest_lr(probed)
-    out = dict(s)
+    first = first_probed(probed)  # the first 20 with a value of lr x h (NaN, e.g. a zero update: none)
+    s = lr_suggestion(first)
+    out = {k: v for k, v in s.items() if k != "confidence"}
     per_row = log.kind != "trl" or log.logging_steps == 1
     unit = "probed steps" if per_row else "logged rows"
+    out["unit"] = unit
     if not probed:
         out["text"] = ["suggested lr: not available: the run logged no gap/headroom (attach GapProbeCallback with "
                        "headroom=True, or gapdyn train with --probe-every N)"]
         return out
-    if s["suggested_lr_steps"] == 0:
-        out["text"] = [f"suggested lr: not available: none of the {len(probed)} {unit} with gap/headroom logged a "
-                       "finite gap/headroom_lr (a zero update has no direction; mixed learning rates name none)"]
-        return out
-    if s["suggested_lr"] == math.inf:
-        out["text"] = [f"suggested lr: no bound: the safe step rule's cap bound on none of the last "
-                       f"{s['suggested_lr_steps']} {unit} (h = +inf there: no prompt group with both a success and "
-                       "a failure, or no curvature term), so the headroom says nothing about the lr yet"]
+    lr_h = [_num(r.get("gap/headroom_lr")) for r in first]
+    if s["steps"] == 0:
+        if any(v == math.inf for v in lr_h):
+            out["text"] = [f"suggested lr: no bound: the safe step rule's cap bound on none of the first {len(first)} "
+                           f"{unit} with a value (h = +inf there: no prompt group with both a success and a failure, "
+                           "or no curvature term), so the headroom says nothing about the lr yet"]
+        else:
+            out["text"] = [f"suggested lr: not available: none of the {len(probed)} {unit} with gap/headroom "
+                           "logged a value of gap/headroom_lr (a zero update has no direction; mixed learning rates "
+                           "name none)"]
         return out
     lr_now = None
     for r in reversed(log.rows):
         lr_now = _num(r.get("learning_rate", r.get("lr")))
         if lr_now is not None:
             break
-    text = [f"suggested lr: {s['suggested_lr']:.3g}  (the {SUGGEST_QUANTILE:g} quantile of lr x headroom over the "
-            f"last {s['suggested_lr_steps']} {unit}, at most {SUGGEST_WINDOW}; the lr at which the safe step rule's "
-            "cap would just bind)",
-            f"  headroom h, {SUGGEST_QUANTILE:g} quantile: {s['headroom_q']:.3g} over {s['headroom_steps']} {unit}"
+    text = [f"suggested lr: {s['suggested_lr']:.3g}, interval [{s['lo']:.3g}, {s['hi']:.3g}]  (the lr finder's rule: "
+            f"the median of lr x headroom over the first {s['steps']} {unit} with a value, at most "
+            f"{SUGGEST_STEPS}; the lr at which the safe step rule's cap would just bind)",
+            f"  rests on {s['steps']} {unit}" + (f" ({s['probed'] - s['steps']} more with h = +inf, no cap bound, "
+                                                f"left out)" if s["probed"] > s["steps"] else "")
             + (f"; the run's last logged lr: {lr_now:.3g}" if lr_now is not None else "")]
-    if s["suggested_lr_steps"] < 10:
-        text.append(f"  rests on {s['suggested_lr_steps']} {unit} only: a rough figure")
+    if s["steps"] < 6:
+        text.append(f"  {s['steps']} values: the interval is unbounded, a rough figure")
     if not per_row:
         logged = [_num(r.get("gap/suggested_lr")) for r in log.rows]
-        logged = [v for v in logged if v is not None]
+        logged = [v for v in logged if v is not None and not math.isnan(v)]
         text.append(f"  logging_steps = {log.logging_steps}: a row holds the mean over the probed steps of its "
                     f"interval" + (f"; the callback's own value over its probed steps: {logged[-1]:.3g}"
                                    if logged else ""))
     out["text"] = text
-    out["unit"] = unit
     return out
 
 
@@ -394,8 +400,8 @@ def _figure(log: RunLog, curves, outcome: dict, suggested: dict, path: Path) -> 
         if name == "reward" and outcome.get("label") is not None:
             ax.set_title(f"outcome: {outcome['label']}" + (" (reward only)" if outcome.get("reward_only") else ""),
                          fontsize=10)
-        if name == "headroom" and suggested.get("suggested_lr_steps") and math.isfinite(suggested["suggested_lr"]):
-            ax.set_title(f"suggested lr {suggested['suggested_lr']:.2g} ({suggested['suggested_lr_steps']} "
+        if name == "headroom" and suggested.get("steps") and math.isfinite(suggested["suggested_lr"]):
+            ax.set_title(f"suggested lr {suggested['suggested_lr']:.2g} ({suggested['steps']} "
                          f"{suggested['unit']})", fontsize=10)
     fig.tight_layout()
     from gapdyn.io import write_with

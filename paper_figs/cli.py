@@ -108,8 +108,8 @@ class RunArgs:
 class FigsConfig(RunArgs):
     """Regenerate the paper figures (PNG + PDF)."""
 
-    only: tuple[str, ...] = ()
-    """Figures to make (default all); a name or an unambiguous prefix: fig1, fig5, fig7_llm."""
+    only: Annotated[tuple[str, ...] | None, optional("NAME [NAME ...]", "all")] = None
+    """Figures to make, one or more: a name or an unambiguous prefix (fig1, fig5, fig7_llm)."""
     llm_dir: Annotated[str | None, optional("DIR")] = None
     """Tiny-Qwen run outputs (default <store>/llm_probe/<mode>)."""
     list: bool = False
@@ -117,8 +117,13 @@ class FigsConfig(RunArgs):
 
 
 def figure_names(names) -> tuple[str, ...]:
-    """Full figure names of ``names`` (each a name or an unambiguous prefix); all figures when empty."""
-    return tuple(resolve_name(n, FIGURES, "figure (--only)") for n in names) if names else FIGURES
+    """Full figure names of ``names`` (each a name or an unambiguous prefix); all figures when None; an empty
+    ``--only`` is an error (it would otherwise make every figure)."""
+    if names is None:
+        return FIGURES
+    if not names:
+        raise ValueError(f"--only needs at least one figure name (one of {', '.join(FIGURES)})")
+    return tuple(resolve_name(n, FIGURES, "figure (--only)") for n in names)
 
 
 @command("gapdyn figs")

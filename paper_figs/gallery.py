@@ -31,11 +31,9 @@ gapdyn figs                 # only the figures (quick mode), into gapdyn_out/fig
 gapdyn figs --only fig5     # one figure (a name or an unambiguous prefix; also python -m paper_figs.fig5_taxonomy)
 ```
 
-`gapdyn reproduce` (quick) took 221 s wall-clock and 315 s of CPU on 2 cores from a fresh folder with numba's cache
-empty (load 0.8 before, 1.0-2.6 during; the tiny-Qwen demo runs in a second process beside the bandit experiments;
-BENCHMARKS.md, "The quick reproduction"); `gapdyn reproduce --mode test --no-progress` took 50 s wall-clock (68 s
-of CPU, kernels cached, load 0.6-1.1). A rerun reuses
-the stored results. It prints where it writes, a progress bar, then what it wrote. Outputs go under the working directory
+Their wall and CPU seconds, with the machine's load, are the README's measured table (Quick start; written by
+`python -m benchmarks.documented_times`, never typed; the tiny-Qwen demo runs in a second process beside the bandit
+experiments). A rerun reuses the stored results. It prints where it writes, a progress bar, then what it wrote. Outputs go under the working directory
 (`--out DIR` to choose the folder):
 
 | output | what |
@@ -65,12 +63,8 @@ figures to `docs/notebooks/` by `python notebooks/render.py`; `tests/test_notebo
 `GAPDYN_NB_MODE=test`.
 The images below are snapshots of a quick run kept in `docs/img/` (`gapdyn_out/` is not committed);
 refresh them after `gapdyn reproduce` (run in the repository root) with `python -m paper_figs.gallery --write --snapshot`.
-Figure 5's snapshot was redrawn by today's code (`gapdyn figs --only fig5`, quick mode, 2026-12-02); the other six
-were drawn by an earlier version of the figure code and were not redrawn (on the shared machine their experiments
-needed more time than was available): what `gapdyn reproduce` draws today differs from them in figure 1 (collapse
-colour, hatched cells without a run, axes on the scanned etas, the rows without eta*), figure 2 (d) (no fitted
-line), figure 4's and figure 7's Theorem 1 legends and figure 7 (f) (alerts and outcomes counted apart); the
-captions below describe today's figures.
+All seven snapshots were redrawn by `gapdyn reproduce` (quick mode, run in the repository root on 2026-12-02)
+and copied by `python -m paper_figs.gallery --snapshot`; the captions below describe them.
 """
 
 

@@ -86,3 +86,74 @@ def test_no_stale_section_name_in_help_or_docs():
     out = subprocess.run([sys.executable, "-m", "gapdyn.cli", "--help"], capture_output=True, text=True, cwd=ROOT,
                          check=True).stdout
     assert '"What it found"' in out and "What holds" not in out
+
+
+# ---- flags: near misses, optional settings' help, a nested setting's range error, an empty --only ----------------
+
+@dataclasses.dataclass
+class _Inner:
+    window: int = 5
+    """Rolling window."""
+
+    def __post_init__(self):
+        if self.window < 1:
+            raise ValueError(f"window must be >= 1, got {self.window}")
+
+
+@dataclasses.dataclass
+class _Cfg:
+    seeds: int = 2
+    """Instances."""
+    out: str | None = None
+    """A folder."""
+    lrs: tuple[float, ...] | None = None
+    """Learning rates."""
+    inner: _Inner = dataclasses.field(default_factory=_Inner)
+    """Nested settings."""
+
+
+def test_a_near_miss_flag_is_named_and_an_unknown_one_is_not():
+    from gapdyn.cmdline import UsageError, parse
+
+    with pytest.raises(UsageError, match=r"--sedes.*; did you mean --seeds\?$"):
+        parse(_Cfg, ["--sedes", "3"], prog="t")
+    with pytest.raises(UsageError) as err:
+        parse(_Cfg, ["--zzzzzz", "3"], prog="t")
+    assert "did you mean" not in str(err.value)
+
+
+def test_a_nested_settings_range_error_names_its_flag():
+    from gapdyn.cmdline import parse
+
+    with pytest.raises(ValueError, match=r"^--inner\.window must be >= 1, got 0$"):
+        parse(_Cfg, ["--inner.window", "0"], prog="t")
+
+
+def test_optional_settings_show_their_type_in_help_and_still_read_none(capsys):
+    from gapdyn.cmdline import parse
+
+    with pytest.raises(SystemExit):
+        parse(_Cfg, ["--help"], prog="t")
+    help_text = capsys.readouterr().out
+    assert "{None}" not in help_text
+    usage = help_text.splitlines()[0]
+    assert "[--out STR]" in usage and "[--lrs [FLOAT [FLOAT ...]]]" in usage, usage
+    assert parse(_Cfg, [], prog="t").out is None and parse(_Cfg, ["--out", "None"], prog="t").out is None
+    assert parse(_Cfg, ["--lrs", "1e-3", "2"], prog="t").lrs == (1e-3, 2.0)
+    assert parse(_Cfg, ["--out", "d"], prog="t").out == "d"
+
+
+def test_figs_only_without_a_name_is_an_error_not_every_figure():
+    from paper_figs.cli import FIGURES, figure_names
+
+    assert figure_names(None) == FIGURES
+    assert figure_names(("fig5",)) == ("fig5_taxonomy",)
+    with pytest.raises(ValueError, match="--only needs at least one figure name"):
+        figure_names(())
+
+
+def test_train_names_a_mistyped_subcommand(capsys):
+    from llm_probe.cli import main
+
+    assert main(["ablaton"]) == 2
+    assert "unknown subcommand 'ablaton'; did you mean 'ablation'? " in capsys.readouterr().err

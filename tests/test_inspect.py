@@ -1,8 +1,9 @@
 """``gapdyn inspect RUN`` (llm_probe.inspect_run) on a real trl.GRPOTrainer output folder, on gapdyn train folders
 and on constructed logs whose outcome and suggestion are known by construction:
 
-- the suggested lr read back from TRL's trainer_state.json equals what the callback computed while it ran (its
-  ``gap/suggested_lr`` log rows; ``GapProbeCallback.summary()`` on a fresh run), with the same step count;
+- the suggested lr (the lr finder's rule: the median over the first 20 probed steps) read back from TRL's
+  trainer_state.json equals what the callback computed while it ran (its ``gap/suggested_lr`` log rows;
+  ``GapProbeCallback.summary()`` on a fresh run) and a sorted list's median, with the same step count;
 - R0 / R_end equal plain means of the logged rewards; a TRL row logged every L > 1 steps covers L steps;
 - the reward-only variant is said so, and held-out accuracy (a testbed summary.json) changes the verdict;
 - a missing folder, a folder without logs, an empty log: one line, exit 2; the newest checkpoint-N is read;
@@ -26,10 +27,10 @@ TRL_STATE = DATA / "trl_grpo_probe_trainer_state.json"
 """trainer_state.json of ``python examples/trl_grpo_probe.py --steps 12 --probe-every 2`` (trl GRPOTrainer, CPU)."""
 
 
-def _lower_quantile(v, q):
-    """The lower order statistic at q (numpy's method='lower'), by sorting: an independent route."""
+def _lower_median(v):
+    """The lower median, by sorting: an independent route to the lr finder's rule (llm_probe.suggest)."""
     v = sorted(v)
-    return v[int(math.floor(q * (len(v) - 1) + 1e-12))]
+    return v[(len(v) - 1) // 2]
 
 
 def _trl_folder(tmp_path, rows, logging_steps=1, max_steps=None, name="run"):
@@ -52,9 +53,9 @@ def test_real_trl_run_report_matches_what_the_callback_logged(tmp_path):
     gap_rows = [r for r in hist if "gap/headroom" in r]
     # the callback's own suggestion, logged at train time from its in-memory history
     assert rep["suggested"]["suggested_lr"] == pytest.approx(gap_rows[-1]["gap/suggested_lr"], rel=1e-12)
-    lr_h = [r["gap/headroom_lr"] for r in gap_rows if np.isfinite(r["gap/headroom_lr"])]
-    assert rep["suggested"]["suggested_lr_steps"] == len(lr_h)
-    assert rep["suggested"]["suggested_lr"] == _lower_quantile(lr_h, 0.1)
+    lr_h = [r["gap/headroom_lr"] for r in gap_rows[:20] if np.isfinite(r["gap/headroom_lr"])]
+    assert rep["suggested"]["steps"] == len(lr_h) > 0
+    assert rep["suggested"]["suggested_lr"] == _lower_median(lr_h)
     # the outcome's R0 and R_end: plain means of TRL's logged rewards (logging_steps = 1)
     r = [row["reward"] for row in hist if "reward" in row]
     assert rep["outcome"]["R0"] == pytest.approx(np.mean(r[:10]))
@@ -87,8 +88,8 @@ def test_inspect_the_example_output_folder_as_written(tmp_path, capsys):
     rep = json.loads((tmp_path / "rep" / "report.json").read_text())
     s = cb.summary()
     assert rep["suggested"]["suggested_lr"] == pytest.approx(s["suggested_lr"], rel=1e-12)
-    assert rep["suggested"]["suggested_lr_steps"] == s["suggested_lr_steps"] == 4
-    assert f"over the last {s['suggested_lr_steps']} probed steps" in printed
+    assert rep["suggested"]["steps"] == s["suggested_lr_steps"] == 4
+    assert f"over the first {s['suggested_lr_steps']} probed steps" in printed
     assert (tmp_path / "rep" / "curves.png").is_file()
 
 
@@ -119,21 +120,21 @@ def test_gapdyn_train_folder_suggestion_and_outcome(tmp_path):
     rewards = [0.5] * 20 + [0.02] * 40
     d = _gapdyn_folder(tmp_path, rewards, headroom=h, alerts=[(24, "reward_collapse")])
     rep = inspect_run(d, tmp_path / "out")
-    kept = [x for x in h if not math.isnan(x)]
-    assert rep["suggested"]["suggested_lr_steps"] == len(kept) == 29
-    assert rep["suggested"]["suggested_lr"] == pytest.approx(_lower_quantile([3e-4 * x for x in kept], 0.1))
+    kept = [x for x in h if not math.isnan(x)][:20]  # the first 20 probed steps with a value (h[4] has none)
+    assert rep["suggested"]["steps"] == len(kept) == 20
+    assert rep["suggested"]["suggested_lr"] == pytest.approx(_lower_median([3e-4 * x for x in kept]), rel=1e-12)
     assert rep["outcome"]["label"] == "collapsed"
     assert rep["outcome"]["onset"] == 20  # the first step of the final collapse (steps k from 0)
     assert rep["outcome"]["alerts"] == [[24, "reward_collapse"]] and rep["outcome"]["alerts_source"] == "the run's own"
     assert "steps k = 0..59" in rep["text"][0]
 
 
-def test_window_of_fifty_probed_steps(tmp_path):
-    h = list(np.linspace(0.1, 8.0, 70))  # rising: the last 50 exclude the smallest 20
+def test_the_suggestion_rests_on_the_first_twenty_probed_steps(tmp_path):
+    h = list(np.linspace(0.1, 8.0, 70))  # rising: the first 20 hold the smallest values
     d = _gapdyn_folder(tmp_path, [0.4] * 140, headroom=h)
     s = inspect_run(d)["suggested"]
-    assert s["suggested_lr_steps"] == 50
-    assert s["suggested_lr"] == pytest.approx(_lower_quantile([3e-4 * x for x in h[-50:]], 0.1))
+    assert s["steps"] == 20
+    assert s["suggested_lr"] == pytest.approx(_lower_median([3e-4 * x for x in h[:20]]), rel=1e-12)
 
 
 def test_heldout_accuracy_replaces_the_reward_only_variant(tmp_path):

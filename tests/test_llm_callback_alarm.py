@@ -140,10 +140,13 @@ def test_summary_reports_the_lr_finder_median_with_its_count():
     cb = GapProbeCallback(build_char_tokenizer(), 4)
     lr_h = [5e-4, 1e-4, 3e-4, float("nan"), 2e-4, 4e-4, 6e-4, 7e-4]
     cb.history = [{"step": k, "gap/headroom": x / 1e-3, "gap/headroom_lr": x} for k, x in enumerate(lr_h)]
-    s = cb.summary()["lr_finder"]
+    s = cb.summary()
     finite = sorted(x for x in lr_h if not math.isnan(x))
-    assert s["steps"] == 7 and s["probed"] == 8 and s["suggested_lr"] == finite[3]
-    assert (s["lo"], s["hi"]) == (finite[0], finite[6])  # n = 7: l = 1 (P(B <= 0) = 1/128 <= 0.025 < P(B <= 1))
+    assert s["suggested_lr_steps"] == 7 and s["suggested_lr"] == finite[3]
+    assert s["suggested_lr_interval"] == (finite[0], finite[6])  # n = 7: l = 1 (P(B <= 0) = 1/128 <= 0.025 < P(B <= 1))
+    cb.history += [{"step": 8 + k, "gap/headroom": 1.0, "gap/headroom_lr": 1.0} for k in range(30)]
+    later = cb.summary()  # the first 20 probed steps with a value only: the 7 above, then 13 of the 1.0s
+    assert later["suggested_lr_steps"] == 20 and later["suggested_lr"] == sorted(finite + [1.0] * 13)[9]
 
 
 def test_an_alarm_stops_a_trl_run_at_the_step_computed_from_its_logged_series(tmp_path):

@@ -114,18 +114,15 @@ def test_cadence_probes_every_kth_step_and_sums_m_over_them(tmp_path):
     for row in every.history:  # SGD: no mixed group -> zero gradient -> no update, no direction: h is NaN
         assert math.isnan(row["gap/headroom"]) == (row["update_norm"] == 0.0)
         assert math.isnan(row["gap/headroom"]) or row["gap/headroom"] >= 0.0
-    h = [r["gap/headroom_lr"] for r in every.history if not math.isnan(r["gap/headroom"])]
+    h = [r["gap/headroom_lr"] for r in every.history if math.isfinite(r["gap/headroom_lr"])]
     assert h  # some step moved (m_plus > 0 above)
-    assert every.summary(q=0.5)["suggested_lr"] == float(np.quantile(h, 0.5, method="lower"))
-    for bad in (dict(q=0.0), dict(q=1.0), dict(window=0)):
-        with pytest.raises(ValueError, match=next(iter(bad))):
-            every.summary(**bad)
+    assert every.summary()["suggested_lr"] == sorted(h)[(len(h) - 1) // 2]  # the lower median (llm_probe.suggest)
 
 
 def test_headroom_equals_the_safe_step_controllers_pre_cap_quantity(tmp_path):
     """GapProbeCallback (first) and SafeStepCallback (after it) on one Adam run: on every step the meter's h equals
     min(delta / sd_hat, c dmu_hat / kappa_hat) formed by hand from the controller's logged estimates, and the
-    controller's multiplier is min(1, h). The suggested lr is lr times the 10 % quantile of h (constant lr)."""
+    controller's multiplier is min(1, h). The suggested lr is lr times the lower median of h (constant lr)."""
     pytest.importorskip("trl")
     from llm_probe.callback import GapProbeCallback
     from llm_probe.safe_step import SafeStepCallback
@@ -148,8 +145,8 @@ def test_headroom_equals_the_safe_step_controllers_pre_cap_quantity(tmp_path):
         assert ctl["safe/a"] == pytest.approx(min(1.0, h), rel=1e-4, abs=1e-9)
         assert row["gap/headroom_lr"] == pytest.approx(lr * row["gap/headroom"], rel=1e-12)
     assert any(c["safe/n_mixed"] > 0 for c in safe.history), "no mixed group: the check would be vacuous"
-    hs = np.array([r["gap/headroom"] for r in probe.history])
-    assert probe.summary()["suggested_lr"] == pytest.approx(lr * np.quantile(hs, 0.1, method="lower"), rel=1e-12)
+    hs = [r["gap/headroom"] for r in probe.history if math.isfinite(r["gap/headroom"])]
+    assert probe.summary()["suggested_lr"] == pytest.approx(lr * sorted(hs)[(len(hs) - 1) // 2], rel=1e-12)
     logged = [h for h in trainer.state.log_history if "gap/headroom" in h]
     assert len(logged) == 4 and all("gap/suggested_lr" in h for h in logged)
 

@@ -222,7 +222,7 @@ def test_a_probe_that_fails_skips_its_step_and_training_goes_on(tmp_path, monkey
     s = cb.summary()
     assert s["skipped_steps"] == 1 and s["probed_steps"] == 2 and s["M_batch_steps"] == 2
     assert s["skip_reasons"] == {"RuntimeError: a kernel without a forward-mode rule": 1}
-    assert s["headroom_steps"] == sum(not math.isnan(r["gap/headroom"]) for r in cb.history)
+    assert s["suggested_lr_steps"] == sum(math.isfinite(r["gap/headroom_lr"]) for r in cb.history)
     assert "step 0 not probed" in caplog.text
 
 
@@ -291,7 +291,7 @@ def test_headroom_lr_reads_every_parameter_group(caplog):
         row = _drive(cb, build_tiny_qwen(tok, SPEC, seed=0), tok, (0.3, 0.1))
     assert row["gap/headroom"] > 0 and math.isnan(row["gap/headroom_lr"])
     s = cb.summary()
-    assert math.isnan(s["suggested_lr"]) and s["suggested_lr_steps"] == 0 and s["headroom_steps"] == 1
+    assert math.isnan(s["suggested_lr"]) and s["suggested_lr_steps"] == 0 and s["probed_steps"] == 1
     assert "learning rates [0.1, 0.3]" in caplog.text
 
 
