@@ -169,7 +169,8 @@ def test_callback_under_deepspeed_zero3_equals_unsharded_forward_route(tmp_path,
 @pytest.mark.slow
 @pytest.mark.deepspeed
 @pytest.mark.llm
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="accelerate runs DeepSpeed's engine.step inside Trainer's backward, before "
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="accelerate runs DeepSpeed's engine.step inside Trainer's backward, before "
                    "on_pre_optimizer_step: the callback's hooks do not bracket the update (docs/llm_probe.md)")
 def test_trainer_hooks_bracket_the_deepspeed_step(tmp_path, request):
     """What the callback's forward-only route needs from the Trainer: theta_k still in place at
