@@ -513,8 +513,11 @@ class GapProbeCallback(TrainerCallback):
         if opt is None:
             return math.nan
         trainable = {id(p) for p in model.parameters() if p.requires_grad}
+        # DeepSpeed's groups are built from trainable parameters only, and ZeRO-3 empties their lists outside its
+        # step (in it they hold flat fp32 partitions): every group counts
+        zero = self._sharded == "DeepSpeed"
         lrs = sorted({float(g["lr"]) for g in opt.param_groups
-                      if "params" not in g or any(id(p) in trainable for p in g["params"])})
+                      if zero or "params" not in g or any(id(p) in trainable for p in g["params"])})
         if len(lrs) == 1:
             return lrs[0]
         if len(lrs) > 1:
