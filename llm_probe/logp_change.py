@@ -24,7 +24,7 @@ from torch.func import functional_call, jvp
 
 from .model import completion_logits, completion_logprobs, eval_mode, current_scoring_temperature
 
-__all__ = ["completion_logprob_jvp", "logp_change", "completion_forward", "forward_difference_logprobs"]
+__all__ = ["completion_logprob_jvp", "prompt_group", "logp_change", "completion_forward", "forward_difference_logprobs"]
 
 
 class _AtValues(torch.nn.Module):
@@ -59,7 +59,7 @@ class _SharedPromptForward(torch.nn.Module):
         return logp_all.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1) * completion_mask
 
 
-def _prompt_group(ro) -> int:
+def prompt_group(ro) -> int:
     """G when rows b*G .. b*G+G-1 of ``ro`` share their prompt (prompt-major rows), else 1."""
     G = int(getattr(ro, "G", 1) or 1)
     N = ro.prompt_ids.shape[0]
@@ -88,7 +88,7 @@ def completion_logprob_jvp(model, ro, theta: dict[str, torch.Tensor], direction:
     if supports_fast_path(model):
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        shared = _SharedPromptForward(model, _prompt_group(ro), current_scoring_temperature())
+        shared = _SharedPromptForward(model, prompt_group(ro), current_scoring_temperature())
 
         def f(*vals):
             return functional_call(shared, {"m." + k: v for k, v in zip(keys, vals)}, args, strict=False).sum(-1)

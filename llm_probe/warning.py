@@ -25,8 +25,9 @@ import torch
 
 from gapdyn.theory.taxonomy import BIN_NAMES, collision_probability, token_bin_index
 
-from .logp_change import logp_change
-from .model import completion_logprobs, eval_mode
+from .logp_change import logp_change, prompt_group
+from .model import completion_logprobs, current_scoring_temperature, eval_mode
+from .sampler import fast_completion_logprobs, supports_fast_path
 
 __all__ = ["logp_adv_covariance", "cell_gradient_mass", "group_curvature", "sequence_logp_change",
            "step_warning_metrics", "after_step_metrics", "forward_at_current", "signed_cumulative_alignment", "WARN_STATS"]
@@ -93,10 +94,15 @@ def group_curvature(x: torch.Tensor, rewards: torch.Tensor) -> dict:
 
 def forward_at_current(model, ro) -> tuple[torch.Tensor, torch.Tensor]:
     """(token log pi [N, T], token entropies [N, T]) of the batch's completions at the current parameters: the
-    no-grad forward of :func:`after_step_metrics` (a host that needs log pi_{k+1} too runs it once and passes it)."""
+    no-grad forward of :func:`after_step_metrics` (a host that needs log pi_{k+1} too runs it once and passes it):
+    llm_probe.sampler's shared-prompt forward where it supports the model and the scoring temperature is 1 (the
+    same function of the weights), else the model's own."""
+    args = (ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
     with eval_mode(model), torch.no_grad():
-        logp, ent, _ = completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
-                                           ro.completion_mask, return_entropy=True)
+        if supports_fast_path(model) and current_scoring_temperature() == 1.0:
+            logp, ent, _ = fast_completion_logprobs(model, *args, G=prompt_group(ro), return_entropy=True)
+        else:
+            logp, ent, _ = completion_logprobs(model, *args, return_entropy=True)
     return logp, ent
 
 
