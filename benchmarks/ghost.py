@@ -9,8 +9,11 @@ probed steps) and the fixed probe prompts. The steps are timed alternately (proc
 time and wall), the trajectories checked equal (rewards and losses), and the peak live torch CPU bytes of one step
 of each (benchmarks.llm.peak_memory) compared with the bytes of one copy of the trainable parameters.
 ``--trainer``: the probed trainer probes by itself instead (``probe_every=1, probe_alignment="ghost"``): the
-same GhostProbe plus what the trainer adds on a probed step (the headroom meter's forward-mode pass, the gradient
-mass of the token statistics), i.e. the every-step configuration a user would run.
+GhostProbe plus what the trainer adds on a probed step (the headroom meter's forward-mode pass, the ``warn/*``
+forward at theta_{k+1}, the gradient mass of the token statistics), i.e. the every-step configuration a user
+would run; there the probe reuses the meter's x_n for the update's dot and the warn/* forward for the change
+of Phi_hat (llm_probe.ghost.GhostProbe.reuse), so it holds nothing across the step (keep=None) and runs no
+pass after it.
 
 ``python -m benchmarks.ghost [--repeats N] [--tiny] [--trainer]``
 """
@@ -72,6 +75,7 @@ class GhostTimes:
     peak: dict  # "plain", "ghost" -> peak live torch bytes above the step's start (with ``memory``)
     param_bytes: int
     held_bytes: int  # largest bytes the ghost probe held across an optimizer step (what ``keep`` holds)
+    keep: str  # the probed trainer's GhostProbe keep ("none" for None)
 
 
 def watch_trainer_probe(trainer: Trainer) -> list:
@@ -112,9 +116,11 @@ def ghost_step_times(model, tok, task, setup: LLMSetup, repeats: int = 5, route:
     same = seen["plain"] == seen["ghost"]
     tmp.cleanup()
     params = [p for p in model.parameters() if p.requires_grad]
+    probe = tr["ghost"].probe
+    kept = (probe.keep or "none") if trainer and isinstance(probe, GhostProbe) else (keep or "none")
     return GhostTimes(cpu, wall, ratio(cpu["ghost"], cpu["plain"]), ratio(wall["ghost"], wall["plain"]), same,
                       sum(x[0] for x in log) / max(1, len(log)), peak,
-                      sum(p.numel() * p.element_size() for p in params), max(x[1] for x in log))
+                      sum(p.numel() * p.element_size() for p in params), max(x[1] for x in log), kept)
 
 
 @dataclass
@@ -138,7 +144,8 @@ class GhostBenchConfig:
 
 def keep_what(keep: str) -> str:
     return {"captures": "layer inputs and output gradients", "blocks": "per-group gradients",
-            "none": "nothing; the update's dot by a forward-mode pass"}.get(
+            "none": "nothing; the update's dot by a forward-mode pass, or in the trainer from the headroom "
+                    "meter's"}.get(
         keep, "per parameter the smaller of the two")
 
 
@@ -171,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  peak extra memory: {(res.peak['ghost'] - res.peak['plain']) / mib:.1f} MiB")
     if not a.trainer or a.alignment == "ghost":
         print(f"  held across the optimizer step: {res.held_bytes / mib:.1f} MiB "
-              f"({keep_what('auto' if a.trainer else a.keep)}) + the theta_k snapshot")
+              f"(keep {res.keep}: {keep_what(res.keep)}) + the theta_k snapshot")
     print(f"  one copy of the trainable parameters: {res.param_bytes / mib:.1f} MiB")
     print(f"  load average before {load0[0]:.1f}, after {load1[0]:.1f}")
     return 0

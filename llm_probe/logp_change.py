@@ -7,9 +7,9 @@ completion's token log-probs (llm_probe.model.completion_logprobs):
 
 - first order, exact (:func:`completion_logprob_jvp`): x_n = d/ds log pi_{theta_k + s d}(o_n) |_{s=0} = <d, s(o_n)>,
   s the sequence score; one forward-mode pass (torch.func.jvp) at theta_k, the rule of docs/theory.md section 11;
-  for a model llm_probe.sampler's forward supports, the pass runs that forward (each prompt's pass shared by its
-  group's rows, the same function of the weights: forward-mode tangents of a shared prompt are the prompt's own),
-  else the model's own forward;
+  on request (``shared_prompt``, for a model llm_probe.sampler's forward supports) through that forward: each
+  prompt's pass shared by its group's rows, the same function of the weights (forward-mode tangents of a shared
+  prompt are the prompt's own), else through the model's own forward;
 - realised (:func:`logp_change`): x_n = log pi_{theta_{k+1}}(o_n) - log pi_{theta_k}(o_n) from two forwards, equal to
   the first-order value up to (1/2) d^T H_n d + O(||d||^3); :func:`completion_forward` is the forward that works
   with parameters sharded by FSDP2 / ZeRO-3, :func:`forward_difference_logprobs` the two forwards at given states.
@@ -70,14 +70,17 @@ def prompt_group(ro) -> int:
     return G if same else 1
 
 
-def completion_logprob_jvp(model, ro, theta: dict[str, torch.Tensor], direction: dict[str, torch.Tensor]) -> torch.Tensor:
+def completion_logprob_jvp(model, ro, theta: dict[str, torch.Tensor], direction: dict[str, torch.Tensor], *,
+                           shared_prompt: bool = False) -> torch.Tensor:
     """x_n = d/ds log pi_{theta + s d}(o_n | q_n) at s = 0 for every completion of ``ro``, [N] (float64, CPU).
 
     ``theta`` and ``direction`` map parameter names (as ``model.named_parameters()`` gives them) to tensors;
     parameters not named keep the module's values. log pi(o | q) = sum of the completion's token log-probs
-    (llm_probe.model.completion_logprobs). One forward-mode pass (torch.func.jvp): by llm_probe.sampler's
-    shared-prompt forward where :func:`llm_probe.sampler.supports_fast_path` (attention by the math kernel,
-    which forward mode differentiates), else by the model's own forward (module docstring).
+    (llm_probe.model.completion_logprobs). One forward-mode pass (torch.func.jvp) through the model's own
+    forward; with ``shared_prompt`` (a host that scores with llm_probe.sampler's forward, as
+    :class:`llm_probe.Trainer`), through that shared-prompt forward where
+    :func:`llm_probe.sampler.supports_fast_path` (attention by the math kernel, which forward mode
+    differentiates; module docstring).
     """
     from .sampler import supports_fast_path
 
@@ -85,7 +88,7 @@ def completion_logprob_jvp(model, ro, theta: dict[str, torch.Tensor], direction:
     if set(direction) != set(keys):
         raise ValueError("direction must have the keys of theta")
     args = (ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
-    if supports_fast_path(model):
+    if shared_prompt and supports_fast_path(model):
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         shared = _SharedPromptForward(model, prompt_group(ro), current_scoring_temperature())

@@ -495,7 +495,8 @@ class Trainer:
         the x_n [B*G] it rests on) (llm_probe.headroom, the rule llm_probe.GapProbeCallback runs: NaN for a zero
         update)."""
         th = {n: theta_k[n] for n, p in self.model.named_parameters() if p.requires_grad}
-        h, x = step_headroom_x(self.model, ro, th, c=self.cfg.safe_step_c, delta=self.cfg.safe_step_delta)
+        h, x = step_headroom_x(self.model, ro, th, c=self.cfg.safe_step_c, delta=self.cfg.safe_step_delta,
+                               shared_prompt=True)  # the forward the loss is scored with (compute_loss)
         return headroom_metrics(h, float(self.opt.param_groups[0]["lr"])), x
 
     def _backward(self, loss) -> str | None:

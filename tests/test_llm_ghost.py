@@ -170,7 +170,7 @@ def test_ghost_probe_reuses_the_hosts_x_and_next_forward(case):
         with torch.no_grad():
             for n, p in model.named_parameters():
                 p.add_(1e-3 * dirs[1][n])
-        _, x = step_headroom_x(model, ro, saved)
+        _, x = step_headroom_x(model, ro, saved, shared_prompt=True)
         shared.reuse(x=x, seq_logp_next=forward_at_current(model, ro)[0].sum(-1))
         a, b = own.after(), shared.after()
         delta = torch.cat([(p.detach() - saved[n]).reshape(-1) for n, p in model.named_parameters()])

@@ -134,7 +134,8 @@ def test_jvp_shared_prompt_route_matches_the_model_forward(tied):
     for T in (1.0, 0.7):
         with scoring_temperature(T):
             for r in (ro, shuffled):
-                x, ref = completion_logprob_jvp(model, r, theta, d), _model_forward_jvp(model, r, theta, d)
+                x = completion_logprob_jvp(model, r, theta, d, shared_prompt=True)
+                ref = _model_forward_jvp(model, r, theta, d)
                 assert float((x - ref).abs().max()) <= 1e-6 * float(ref.abs().max()), (T, r is ro)
 
 
