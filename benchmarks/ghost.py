@@ -15,7 +15,9 @@ would run; there the probe reuses the meter's x_n for the update's dot and the w
 of Phi_hat (llm_probe.ghost.GhostProbe.reuse), so it holds nothing across the step (keep=None) and runs no
 pass after it.
 
-``python -m benchmarks.ghost [--repeats N] [--tiny] [--trainer]``
+``--parts``: CPU time of each part of the trainer's every-step probed step (:func:`probed_step_parts`).
+
+``python -m benchmarks.ghost [--repeats N] [--tiny] [--trainer] [--parts]``
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from llm_probe.step_hook import Step
 from .llm import LLMSetup, _config, _interleaved_cpu, peak_memory, testbed_setup, warm_policy
 from .timing import load_average, ratio
 
-__all__ = ["attach_ghost", "ghost_step_times", "main"]
+__all__ = ["attach_ghost", "ghost_step_times", "probed_step_parts", "main"]
 
 
 def attach_ghost(trainer: Trainer, *, route: str = "auto", keep: str = "auto") -> list:
@@ -123,6 +125,52 @@ def ghost_step_times(model, tok, task, setup: LLMSetup, repeats: int = 5, route:
                       sum(p.numel() * p.element_size() for p in params), max(x[1] for x in log), kept)
 
 
+def probed_step_parts(model, tok, task, setup: LLMSetup, steps: int = 4, alignment: str = "ghost") -> dict:
+    """CPU seconds per step of each part of the trainer's every-step probed step (``probe_every=1``), over ``steps``
+    steps after one warm-up step: each part's function wrapped with a process-time timer; "total" the whole
+    step. The parts: rollout, loss forward, backward, probe at theta_k, optimizer step, headroom meter (its
+    forward-mode pass), the forward at theta_{k+1} (warn/* and the probe), probe after the step, warn/* rest."""
+    import time
+
+    import llm_probe.trainer as trainer_module
+
+    tmp = tempfile.TemporaryDirectory(prefix="gapdyn_bench_ghost_parts_")
+    cfg = dataclasses.replace(_config(setup, "off", tmp.name), probe_every=1, probe_alignment=alignment,
+                              probe_prompts=0)
+    tr = Trainer(cfg, model=copy.deepcopy(model), tokenizer=tok, task=task)
+    acc: dict = {}
+
+    def timed(f, key):
+        def g(*a, **k):
+            t = time.process_time()
+            try:
+                return f(*a, **k)
+            finally:
+                acc[key] = acc.get(key, 0.0) + time.process_time() - t
+        return g
+
+    for obj, name, key in ((tr, "rollout", "rollout"), (tr, "compute_loss", "loss forward"),
+                           (tr, "_backward", "backward"), (tr.probe, "before", "probe at theta_k"),
+                           (tr.opt, "step", "optimizer step"), (tr, "_headroom", "headroom meter"),
+                           (tr.probe, "after", "probe after the step")):
+        setattr(obj, name, timed(getattr(obj, name), key))
+    saved = {n: getattr(trainer_module, n) for n in ("forward_at_current", "step_warning_metrics")}
+    try:
+        trainer_module.forward_at_current = timed(saved["forward_at_current"], "forward at theta_k+1")
+        trainer_module.step_warning_metrics = timed(saved["step_warning_metrics"], "warn/* rest")
+        tr.train_step()
+        acc.clear()
+        t0 = time.process_time()
+        for _ in range(steps):
+            tr.train_step()
+        acc["total"] = time.process_time() - t0
+    finally:
+        for n, f in saved.items():
+            setattr(trainer_module, n, f)
+        tmp.cleanup()
+    return {k: v / steps for k, v in acc.items()}
+
+
 @dataclass
 class GhostBenchConfig:
     repeats: int = 5
@@ -140,6 +188,9 @@ class GhostBenchConfig:
     """The trainer's own every-step probe (probe_every=1, probe_alignment=alignment; ghost: its default keep)."""
     alignment: str = "ghost"
     """With --trainer: the trainer's probe_alignment (ghost, or dot / jvp / both / stream to compare)."""
+    parts: bool = False
+    """Instead: CPU time per part of the trainer's every-step probed step (probe_every=1, alignment), over
+    ``repeats`` steps (probed_step_parts)."""
 
 
 def keep_what(keep: str) -> str:
@@ -159,6 +210,15 @@ def main(argv: list[str] | None = None) -> int:
         model, tok, task, _ = warm_policy(setup)
     else:
         setup, (model, tok, task, _) = testbed_setup()
+    if a.parts:
+        parts = probed_step_parts(model, tok, task, setup, steps=a.repeats, alignment=a.alignment)
+        load1 = load_average()
+        print(f"{'tiny' if a.tiny else 'testbed'} model, B = {setup.prompts_per_step} x G = {setup.group_size}, "
+              f"the trainer probing every step ({a.alignment}), CPU ms per step over {a.repeats} steps:")
+        for k, v in parts.items():
+            print(f"  {k:>22}: {1e3 * v:8.1f}")
+        print(f"  load average before {load0[0]:.1f}, after {load1[0]:.1f}")
+        return 0
     res = ghost_step_times(model, tok, task, setup, repeats=a.repeats, route=a.route,
                            keep=None if a.keep == "none" else a.keep, memory=a.memory, trainer=a.trainer,
                            alignment=a.alignment)
