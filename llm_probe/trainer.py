@@ -12,7 +12,9 @@ One step k (theta_k the parameters before it), as :meth:`Trainer.train_step` rea
 5. optimizer step, mu = ``num_iterations`` of them on the same batch (importance ratio and clips act from the
    second on; with ``safe_step``: theta_{k+1} = theta_k + a (theta' - theta_k), llm_probe.safe_step);
 6. probe.after: dmu_q = <theta_{k+1} - theta_k, g_q> (eta = 1, valid for Adam), M, realised dPhi_hat; on probe
-   steps without the safe step, the headroom of the step taken (llm_probe.headroom).
+   steps without the safe step, the headroom of the step taken (llm_probe.headroom). One no-grad forward at
+   theta_{k+1} serves the warn/* metrics and the ghost probe's dPhi_hat; the ghost probe's dmu_q is
+   sum_n c_qn x_n of the headroom meter's x_n (llm_probe.ghost.GhostProbe.reuse).
 A non-finite policy, loss, gradient or update skips the step with the weights of theta_k (logged);
 ``max_faults`` in a row stop the run. Files in out_dir: metrics.jsonl (one row per step), metrics.parquet
 (at the end), probe_prompts.jsonl (one row per probe prompt and probe step), alerts.json, checkpoint.safetensors

@@ -30,7 +30,8 @@ from .model import completion_logprobs, current_scoring_temperature, eval_mode
 from .sampler import fast_completion_logprobs, supports_fast_path
 
 __all__ = ["logp_adv_covariance", "cell_gradient_mass", "group_curvature", "sequence_logp_change",
-           "step_warning_metrics", "after_step_metrics", "forward_at_current", "signed_cumulative_alignment", "WARN_STATS"]
+           "step_warning_metrics", "after_step_metrics", "forward_at_current", "signed_cumulative_alignment",
+           "WARN_STATS"]
 
 WARN_STATS = ("warn/cov_logp_adv", "warn/dH_same", "warn/curv_gap", "warn/wrong_max_frac",
               "warn/M_pos", "warn/M_neg")
