@@ -9,10 +9,15 @@ probed steps) and the fixed probe prompts. The steps are timed alternately (proc
 time and wall), the trajectories checked equal (rewards and losses), and the peak live torch CPU bytes of one step
 of each (benchmarks.llm.peak_memory) compared with the bytes of one copy of the trainable parameters.
 ``--trainer``: the probed trainer probes by itself instead (``probe_every=1, probe_alignment="ghost"``): the
-same GhostProbe plus what the trainer adds on a probed step (the headroom meter's forward-mode pass, the gradient
-mass of the token statistics), i.e. the every-step configuration a user would run.
+GhostProbe plus what the trainer adds on a probed step (the headroom meter's forward-mode pass, the ``warn/*``
+forward at theta_{k+1}, the gradient mass of the token statistics), i.e. the every-step configuration a user
+would run; there the probe reuses the meter's x_n for the update's dot and the warn/* forward for the change
+of Phi_hat (llm_probe.ghost.GhostProbe.reuse), so it holds nothing across the step (keep=None) and runs no
+pass after it.
 
-``python -m benchmarks.ghost [--repeats N] [--tiny] [--trainer]``
+``--parts``: CPU time of each part of the trainer's every-step probed step (:func:`probed_step_parts`).
+
+``python -m benchmarks.ghost [--repeats N] [--tiny] [--trainer] [--parts]``
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from llm_probe.step_hook import Step
 from .llm import LLMSetup, _config, _interleaved_cpu, peak_memory, testbed_setup, warm_policy
 from .timing import load_average, ratio
 
-__all__ = ["attach_ghost", "ghost_step_times", "main"]
+__all__ = ["attach_ghost", "ghost_step_times", "probed_step_parts", "main"]
 
 
 def attach_ghost(trainer: Trainer, *, route: str = "auto", keep: str = "auto") -> list:
@@ -72,6 +77,7 @@ class GhostTimes:
     peak: dict  # "plain", "ghost" -> peak live torch bytes above the step's start (with ``memory``)
     param_bytes: int
     held_bytes: int  # largest bytes the ghost probe held across an optimizer step (what ``keep`` holds)
+    keep: str  # the probed trainer's GhostProbe keep ("none" for None)
 
 
 def watch_trainer_probe(trainer: Trainer) -> list:
@@ -112,9 +118,57 @@ def ghost_step_times(model, tok, task, setup: LLMSetup, repeats: int = 5, route:
     same = seen["plain"] == seen["ghost"]
     tmp.cleanup()
     params = [p for p in model.parameters() if p.requires_grad]
+    probe = tr["ghost"].probe
+    kept = (probe.keep or "none") if trainer and isinstance(probe, GhostProbe) else (keep or "none")
     return GhostTimes(cpu, wall, ratio(cpu["ghost"], cpu["plain"]), ratio(wall["ghost"], wall["plain"]), same,
                       sum(x[0] for x in log) / max(1, len(log)), peak,
-                      sum(p.numel() * p.element_size() for p in params), max(x[1] for x in log))
+                      sum(p.numel() * p.element_size() for p in params), max(x[1] for x in log), kept)
+
+
+def probed_step_parts(model, tok, task, setup: LLMSetup, steps: int = 4, alignment: str = "ghost") -> dict:
+    """CPU seconds per step of each part of the trainer's every-step probed step (``probe_every=1``), over ``steps``
+    steps after one warm-up step: each part's function wrapped with a process-time timer; "total" the whole
+    step. The parts: rollout, loss forward, backward, probe at theta_k, optimizer step, headroom meter (its
+    forward-mode pass), the forward at theta_{k+1} (warn/* and the probe), probe after the step, warn/* rest."""
+    import time
+
+    import llm_probe.trainer as trainer_module
+
+    tmp = tempfile.TemporaryDirectory(prefix="gapdyn_bench_ghost_parts_")
+    cfg = dataclasses.replace(_config(setup, "off", tmp.name), probe_every=1, probe_alignment=alignment,
+                              probe_prompts=0)
+    tr = Trainer(cfg, model=copy.deepcopy(model), tokenizer=tok, task=task)
+    acc: dict = {}
+
+    def timed(f, key):
+        def g(*a, **k):
+            t = time.process_time()
+            try:
+                return f(*a, **k)
+            finally:
+                acc[key] = acc.get(key, 0.0) + time.process_time() - t
+        return g
+
+    for obj, name, key in ((tr, "rollout", "rollout"), (tr, "compute_loss", "loss forward"),
+                           (tr, "_backward", "backward"), (tr.probe, "before", "probe at theta_k"),
+                           (tr.opt, "step", "optimizer step"), (tr, "_headroom", "headroom meter"),
+                           (tr.probe, "after", "probe after the step")):
+        setattr(obj, name, timed(getattr(obj, name), key))
+    saved = {n: getattr(trainer_module, n) for n in ("forward_at_current", "step_warning_metrics")}
+    try:
+        trainer_module.forward_at_current = timed(saved["forward_at_current"], "forward at theta_k+1")
+        trainer_module.step_warning_metrics = timed(saved["step_warning_metrics"], "warn/* rest")
+        tr.train_step()
+        acc.clear()
+        t0 = time.process_time()
+        for _ in range(steps):
+            tr.train_step()
+        acc["total"] = time.process_time() - t0
+    finally:
+        for n, f in saved.items():
+            setattr(trainer_module, n, f)
+        tmp.cleanup()
+    return {k: v / steps for k, v in acc.items()}
 
 
 @dataclass
@@ -134,11 +188,15 @@ class GhostBenchConfig:
     """The trainer's own every-step probe (probe_every=1, probe_alignment=alignment; ghost: its default keep)."""
     alignment: str = "ghost"
     """With --trainer: the trainer's probe_alignment (ghost, or dot / jvp / both / stream to compare)."""
+    parts: bool = False
+    """Instead: CPU time per part of the trainer's every-step probed step (probe_every=1, alignment), over
+    ``repeats`` steps (probed_step_parts)."""
 
 
 def keep_what(keep: str) -> str:
     return {"captures": "layer inputs and output gradients", "blocks": "per-group gradients",
-            "none": "nothing; the update's dot by a forward-mode pass"}.get(
+            "none": "nothing; the update's dot by a forward-mode pass, or in the trainer from the headroom "
+                    "meter's"}.get(
         keep, "per parameter the smaller of the two")
 
 
@@ -152,6 +210,15 @@ def main(argv: list[str] | None = None) -> int:
         model, tok, task, _ = warm_policy(setup)
     else:
         setup, (model, tok, task, _) = testbed_setup()
+    if a.parts:
+        parts = probed_step_parts(model, tok, task, setup, steps=a.repeats, alignment=a.alignment)
+        load1 = load_average()
+        print(f"{'tiny' if a.tiny else 'testbed'} model, B = {setup.prompts_per_step} x G = {setup.group_size}, "
+              f"the trainer probing every step ({a.alignment}), CPU ms per step over {a.repeats} steps:")
+        for k, v in parts.items():
+            print(f"  {k:>22}: {1e3 * v:8.1f}")
+        print(f"  load average before {load0[0]:.1f}, after {load1[0]:.1f}")
+        return 0
     res = ghost_step_times(model, tok, task, setup, repeats=a.repeats, route=a.route,
                            keep=None if a.keep == "none" else a.keep, memory=a.memory, trainer=a.trainer,
                            alignment=a.alignment)
@@ -171,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  peak extra memory: {(res.peak['ghost'] - res.peak['plain']) / mib:.1f} MiB")
     if not a.trainer or a.alignment == "ghost":
         print(f"  held across the optimizer step: {res.held_bytes / mib:.1f} MiB "
-              f"({keep_what('auto' if a.trainer else a.keep)}) + the theta_k snapshot")
+              f"(keep {res.keep}: {keep_what(res.keep)}) + the theta_k snapshot")
     print(f"  one copy of the trainable parameters: {res.param_bytes / mib:.1f} MiB")
     print(f"  load average before {load0[0]:.1f}, after {load1[0]:.1f}")
     return 0

@@ -368,6 +368,7 @@ class GhostProbe:
         self.M_batch = 0.0
         self.M_probe = np.zeros(0)
         self._pending = None
+        self._reused = (None, None)  # what the host handed over for the pending step (reuse)
 
     @property
     def pending(self) -> bool:
@@ -389,22 +390,43 @@ class GhostProbe:
         old = {n: theta_k[n] if n in theta_k else p.detach().clone() for n, p in self.params.items()}
         grad_norm = sum(float(torch.linalg.vector_norm(g)) ** 2 for g in grads.values()) ** 0.5
         self._pending = (step.ro, gg, old, grad_norm, theta_k if self.keep is None else None)
+        self._reused = (None, None)
         return {}
 
     def cancel(self) -> None:
-        self._pending = None
+        self._pending, self._reused = None, (None, None)
+
+    def reuse(self, x: torch.Tensor | None = None, seq_logp_next: torch.Tensor | None = None) -> None:
+        """Hand the pending step what the host already computed, for the next :meth:`after` (between the optimizer
+        step and ``after``), for the rows of the ``before`` batch (prompt-major, [B*G]): ``x``, the first-order
+        change of each completion's log-prob along the update theta_{k+1} - theta_k over exactly this probe's
+        parameters (the headroom meter's forward-mode pass, llm_probe.headroom.step_headroom_x), so
+        <theta_{k+1} - theta_k, g_q> = sum_n c_qn x_n needs neither what ``keep`` holds nor a pass of its own;
+        ``seq_logp_next``, log pi_{k+1}(o_n) from a no-grad forward at theta_{k+1} (the ``warn/*`` forward,
+        llm_probe.warning.forward_at_current), so Phi_hat_q(theta_{k+1}) = sum_n c_qn log pi_{k+1}(o_n) needs no
+        forward of its own."""
+        if self._pending is None:
+            raise RuntimeError("GhostProbe.reuse() called without a matching before()")
+        N = self._pending[0].rewards.numel()
+        for name, v in (("x", x), ("seq_logp_next", seq_logp_next)):
+            if v is not None and tuple(v.shape) != (N,):
+                raise ValueError(f"GhostProbe.reuse: {name} must be [B*G] = [{N}], got {tuple(v.shape)}")
+        self._reused = (x, seq_logp_next)
 
     def after(self):
         from .gap_probe import ProbeResult
-        from .probes import alignment_metrics, jvp_alignment, prompt_objectives
+        from .probes import alignment_metrics, jvp_alignment, objectives_from_logprobs, prompt_objectives
 
         if self._pending is None:
             raise RuntimeError("GhostProbe.after() called without a matching before()")
         (ro, gg, old, grad_norm, theta_k), self._pending = self._pending, None
+        (x, seq_logp_next), self._reused = self._reused, (None, None)
         upd = sum(float(torch.linalg.vector_norm(p.detach() - old[n])) ** 2 for n, p in self.params.items()) ** 0.5
         Q = len(gg.groups)
         if not Q:
             dmu_u = torch.zeros(0, dtype=torch.float64)
+        elif x is not None:  # the host's x_n along the update: sum_n c_qn x_n
+            dmu_u = objectives_from_logprobs(ro.rewards, gg.groups, x.detach().cpu().to(torch.float64))
         elif theta_k is not None:  # keep=None: one forward-mode pass at theta_k along the update
             delta = {n: p.detach() - old[n] for n, p in self.params.items()}
             with eval_mode(self.model):
@@ -416,8 +438,13 @@ class GhostProbe:
         dmu_g = -gg.dots["grad"]
         out = alignment_metrics("gap", dmu_u if Q else None, dmu_g, None, upd, grad_norm, norms=gg.norms)
         if Q:
-            with torch.no_grad(), eval_mode(self.model):
-                dphi = prompt_objectives(self.model, ro, gg.groups).cpu().to(torch.float64) - gg.phi.to(torch.float64)
+            if seq_logp_next is not None:
+                phi_next = objectives_from_logprobs(ro.rewards, gg.groups,
+                                                    seq_logp_next.detach().cpu().to(torch.float64))
+            else:
+                with torch.no_grad(), eval_mode(self.model):
+                    phi_next = prompt_objectives(self.model, ro, gg.groups).cpu().to(torch.float64)
+            dphi = phi_next - gg.phi.to(torch.float64)
             self.M_batch += float(dmu_u.clamp(min=0).mean())
             out["gap/dphi_mean"] = float(dphi.mean())
         out["gap/M_batch"] = self.M_batch

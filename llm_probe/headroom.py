@@ -27,7 +27,7 @@ from .logp_change import completion_logprob_jvp
 from .model import eval_mode
 from .safe_step_rule import rule_from_x, step_rule
 
-__all__ = ["step_headroom", "headroom_from_x", "headroom_metrics", "sharded_step_rule"]
+__all__ = ["step_headroom", "step_headroom_x", "headroom_from_x", "headroom_metrics", "sharded_step_rule"]
 
 
 def headroom_metrics(h: float, lr: float) -> dict:
@@ -46,6 +46,20 @@ def step_headroom(model, ro, theta_k: dict, *, c: float = SAFE_STEP_C, delta: fl
     if owned is not None:  # DDP: x_n of this rank's groups, gathered
         return float(sharded_step_rule(model, ro, owned, theta_k, d, c=c, delta=delta).headroom)
     return float(step_rule(model, ro, theta_k, d, c=c, delta=delta).headroom)
+
+
+def step_headroom_x(model, ro, theta_k: dict, *, c: float = SAFE_STEP_C, delta: float = SAFE_STEP_DELTA,
+                    shared_prompt: bool = False) -> tuple[float, torch.Tensor]:
+    """(h, x): :func:`step_headroom` (one process) and the x_n [B*G] (float64) it rests on, the first-order change
+    of each completion's log-probability along the step (llm_probe.logp_change; 0 for a zero step, where h is
+    NaN; ``shared_prompt``: llm_probe.logp_change.completion_logprob_jvp's). A host reuses x:
+    sum_n c_qn x_n = <theta_{k+1} - theta_k, g_q> (llm_probe.ghost.GhostProbe.reuse)."""
+    d = {n: p.detach() - theta_k[n] for n, p in model.named_parameters() if n in theta_k}
+    if all(not bool(v.any()) for v in d.values()):
+        return math.nan, torch.zeros(ro.completion_ids.shape[0], dtype=torch.float64)
+    with eval_mode(model):
+        x = completion_logprob_jvp(model, ro, theta_k, d, shared_prompt=shared_prompt)
+    return float(rule_from_x(x.numpy(), ro.rewards, c=c, delta=delta).headroom), x
 
 
 def headroom_from_x(x: torch.Tensor, rewards: torch.Tensor, *, c: float = SAFE_STEP_C,

@@ -7,6 +7,9 @@ completion's token log-probs (llm_probe.model.completion_logprobs):
 
 - first order, exact (:func:`completion_logprob_jvp`): x_n = d/ds log pi_{theta_k + s d}(o_n) |_{s=0} = <d, s(o_n)>,
   s the sequence score; one forward-mode pass (torch.func.jvp) at theta_k, the rule of docs/theory.md section 11;
+  on request (``shared_prompt``, for a model llm_probe.sampler's forward supports) through that forward: each
+  prompt's pass shared by its group's rows, the same function of the weights (forward-mode tangents of a shared
+  prompt are the prompt's own), else through the model's own forward;
 - realised (:func:`logp_change`): x_n = log pi_{theta_{k+1}}(o_n) - log pi_{theta_k}(o_n) from two forwards, equal to
   the first-order value up to (1/2) d^T H_n d + O(||d||^3); :func:`completion_forward` is the forward that works
   with parameters sharded by FSDP2 / ZeRO-3, :func:`forward_difference_logprobs` the two forwards at given states.
@@ -14,12 +17,14 @@ completion's token log-probs (llm_probe.model.completion_logprobs):
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch.func import functional_call, jvp
 
-from .model import completion_logits, completion_logprobs, eval_mode
+from .model import completion_logits, completion_logprobs, eval_mode, current_scoring_temperature
 
-__all__ = ["completion_logprob_jvp", "logp_change", "completion_forward", "forward_difference_logprobs"]
+__all__ = ["completion_logprob_jvp", "prompt_group", "logp_change", "completion_forward", "forward_difference_logprobs"]
 
 
 class _AtValues(torch.nn.Module):
@@ -35,24 +40,71 @@ class _AtValues(torch.nn.Module):
         return functional_call(self._model[0], self.values, args=(), kwargs=kw, strict=False)
 
 
-def completion_logprob_jvp(model, ro, theta: dict[str, torch.Tensor], direction: dict[str, torch.Tensor]) -> torch.Tensor:
+class _SharedPromptForward(torch.nn.Module):
+    """log pi_T(o_t | q, o_<t) [N, T] by llm_probe.sampler's forward (each prompt's pass shared by its ``G`` rows),
+    scored at temperature ``T`` as llm_probe.model.completion_logprobs; ``model`` a submodule, so
+    torch.func.functional_call can put other parameter values ("m." + name) into it."""
+
+    def __init__(self, model, G: int, T: float):
+        super().__init__()
+        self.m, self.G, self.T = model, G, T
+
+    def forward(self, prompt_ids, prompt_mask, completion_ids, completion_mask):
+        from .sampler import fast_completion_logits
+
+        logits = fast_completion_logits(self.m, prompt_ids, prompt_mask, completion_ids, completion_mask, G=self.G)
+        if self.T != 1.0:
+            logits = logits / self.T
+        logp_all = torch.log_softmax(logits, dim=-1)
+        return logp_all.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1) * completion_mask
+
+
+def prompt_group(ro) -> int:
+    """G when rows b*G .. b*G+G-1 of ``ro`` share their prompt (prompt-major rows), else 1."""
+    G = int(getattr(ro, "G", 1) or 1)
+    N = ro.prompt_ids.shape[0]
+    if G < 2 or N % G:
+        return 1
+    same = (torch.equal(ro.prompt_ids[::G].repeat_interleave(G, 0), ro.prompt_ids)
+            and torch.equal(ro.prompt_mask[::G].repeat_interleave(G, 0), ro.prompt_mask))
+    return G if same else 1
+
+
+def completion_logprob_jvp(model, ro, theta: dict[str, torch.Tensor], direction: dict[str, torch.Tensor], *,
+                           shared_prompt: bool = False) -> torch.Tensor:
     """x_n = d/ds log pi_{theta + s d}(o_n | q_n) at s = 0 for every completion of ``ro``, [N] (float64, CPU).
 
     ``theta`` and ``direction`` map parameter names (as ``model.named_parameters()`` gives them) to tensors;
     parameters not named keep the module's values. log pi(o | q) = sum of the completion's token log-probs
-    (llm_probe.model.completion_logprobs). One forward-mode pass (torch.func.jvp).
+    (llm_probe.model.completion_logprobs). One forward-mode pass (torch.func.jvp) through the model's own
+    forward; with ``shared_prompt`` (a host that scores with llm_probe.sampler's forward, as
+    :class:`llm_probe.Trainer`), through that shared-prompt forward where
+    :func:`llm_probe.sampler.supports_fast_path` (attention by the math kernel, which forward mode
+    differentiates; module docstring).
     """
+    from .sampler import supports_fast_path
+
     keys = [k for k in theta]
     if set(direction) != set(keys):
         raise ValueError("direction must have the keys of theta")
     args = (ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
+    if shared_prompt and supports_fast_path(model):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    def f(*vals):
-        return completion_logprobs(_AtValues(model, dict(zip(keys, vals))), *args).sum(-1)
+        shared = _SharedPromptForward(model, prompt_group(ro), current_scoring_temperature())
 
+        def f(*vals):
+            return functional_call(shared, {"m." + k: v for k, v in zip(keys, vals)}, args, strict=False).sum(-1)
+
+        attention = sdpa_kernel(SDPBackend.MATH)
+    else:
+        def f(*vals):
+            return completion_logprobs(_AtValues(model, dict(zip(keys, vals))), *args).sum(-1)
+
+        attention = contextlib.nullcontext()
     primals = tuple(theta[k].detach() for k in keys)
     tangents = tuple(direction[k].detach().to(theta[k].dtype) for k in keys)
-    with torch.no_grad():
+    with torch.no_grad(), attention:
         _, x = jvp(f, primals, tangents)
     return x.detach().to(torch.float64).cpu()
 

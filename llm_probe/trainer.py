@@ -12,7 +12,9 @@ One step k (theta_k the parameters before it), as :meth:`Trainer.train_step` rea
 5. optimizer step, mu = ``num_iterations`` of them on the same batch (importance ratio and clips act from the
    second on; with ``safe_step``: theta_{k+1} = theta_k + a (theta' - theta_k), llm_probe.safe_step);
 6. probe.after: dmu_q = <theta_{k+1} - theta_k, g_q> (eta = 1, valid for Adam), M, realised dPhi_hat; on probe
-   steps without the safe step, the headroom of the step taken (llm_probe.headroom).
+   steps without the safe step, the headroom of the step taken (llm_probe.headroom). One no-grad forward at
+   theta_{k+1} serves the warn/* metrics and the ghost probe's dPhi_hat; the ghost probe's dmu_q is
+   sum_n c_qn x_n of the headroom meter's x_n (llm_probe.ghost.GhostProbe.reuse).
 A non-finite policy, loss, gradient or update skips the step with the weights of theta_k (logged);
 ``max_faults`` in a row stop the run. Files in out_dir: metrics.jsonl (one row per step), metrics.parquet
 (at the end), probe_prompts.jsonl (one row per probe prompt and probe step), alerts.json, checkpoint.safetensors
@@ -44,9 +46,9 @@ from .losses import LOSSES, policy_loss
 from .model import TinyQwenSpec, build_tiny_qwen, completion_logprobs, load_policy
 from .gap_probe import GapProbe
 from .ghost import GhostProbe
-from .headroom import headroom_metrics, step_headroom
+from .headroom import headroom_metrics, step_headroom_x
 from .step_hook import Step
-from .probes import token_stats
+from .probes import select_params, token_stats
 from .rollout import NonFinitePolicyError, check_prompts_fit, context_size, make_rollout
 from .sampler import fast_completion_logprobs
 from .seeds import derive_seed
@@ -54,7 +56,7 @@ from .safe_step import SafeStepController
 from .tasks import AdditionTask, JsonlTask
 from .tokenizer import build_char_tokenizer
 from .warmup import task_key, warm_model, warmup
-from .warning import step_warning_metrics
+from .warning import forward_at_current, step_warning_metrics
 
 __all__ = ["Trainer", "FaultError", "build_policy", "make_task", "train", "shuffled_within_groups"]
 
@@ -230,12 +232,17 @@ class Trainer:
         """The step hooks (llm_probe.step_hook): the gap probe over its fixed probe prompts and, with
         cfg.safe_step, the safe step controller. The one place the trainer's probe route is chosen."""
         cfg = self.cfg
+        self._share_x = False  # the ghost probe takes the headroom meter's x_n (below)
         self.probe_problems = (
             self.task.sample(np.random.default_rng(seeds["probe_prompts"]), cfg.probe_prompts) if cfg.probe_prompts
             else []
         )
         if cfg.probe_alignment == "ghost":  # llm_probe.ghost: no fixed probe prompts (TrainConfig refuses them)
-            self.probe = GhostProbe(self.model, cfg.probe_params)
+            # with the headroom meter on the probe's parameters, the update's dot is sum_n c_qn x_n of the meter's
+            # x_n (train_step): nothing held across the optimizer step
+            trainable = {n for n, p in self.model.named_parameters() if p.requires_grad}
+            self._share_x = not cfg.safe_step and set(select_params(self.model, cfg.probe_params)) == trainable
+            self.probe = GhostProbe(self.model, cfg.probe_params, keep=None if self._share_x else "auto")
         else:
             self.probe = GapProbe(self.model, cfg.probe_params, alignment=cfg.probe_alignment,
                                   n_probe_prompts=len(self.probe_problems))
@@ -459,18 +466,23 @@ class Trainer:
             for h in hooks:
                 h.cancel()
             return self._fault(k, m, "non-finite weights after the update")
+        x = None  # the headroom meter's x_n, reused by the ghost probe
         if self.safe is not None:  # theta_{k+1} = theta_k + a (theta' - theta_k), llm_probe.safe_step
             m.update(self.safe.after().metrics)
         elif probing:  # the headroom meter: the same rule, measured on the step taken, nothing rescaled
-            m.update(self._headroom(ro, theta_k))
+            hm, x = self._headroom(ro, theta_k)
+            m.update(hm)
         with torch.no_grad():
             m["update_norm"] = float(torch.sqrt(sum(((p - theta_k[n]) ** 2).sum() for n, p in self.model.named_parameters())))
+        at_next = forward_at_current(self.model, ro) if probing else None  # the one forward at theta_{k+1}
         if probing:  # 6. alignment of the real change with the gaps at theta_k
+            if isinstance(self.probe, GhostProbe):  # no passes of its own (GhostProbe.reuse)
+                self.probe.reuse(x=x if self._share_x else None, seq_logp_next=at_next[0].sum(-1))
             result = self.probe.after()
             m.update(result.metrics)
             self._log_probe_prompts(k, result.prompts)
         m.update(step_warning_metrics(self.model, ro, logp.detach(), logp_all, res.advantages,  # warn/* (llm_probe.warning)
-                                      logp.grad if probing else None, after=probing))
+                                      logp.grad if probing else None, after=probing, at_next=at_next))
         m["step_time"] = time.perf_counter() - t0
         self.step += 1
         return m
@@ -480,12 +492,14 @@ class Trainer:
         """The step hooks (llm_probe.step_hook) this step runs: the gap probe on probe steps, the safe step."""
         return ([self.probe] if probing else []) + ([self.safe] if self.safe is not None else [])
 
-    def _headroom(self, ro, theta_k: dict) -> dict:
-        """``gap/headroom`` h of the step just taken over the trainable parameters and ``gap/headroom_lr`` = lr h
-        (llm_probe.headroom, the code llm_probe.GapProbeCallback runs: NaN for a zero update)."""
+    def _headroom(self, ro, theta_k: dict) -> tuple[dict, torch.Tensor]:
+        """(``gap/headroom`` h of the step just taken over the trainable parameters and ``gap/headroom_lr`` = lr h,
+        the x_n [B*G] it rests on) (llm_probe.headroom, the rule llm_probe.GapProbeCallback runs: NaN for a zero
+        update)."""
         th = {n: theta_k[n] for n, p in self.model.named_parameters() if p.requires_grad}
-        h = step_headroom(self.model, ro, th, c=self.cfg.safe_step_c, delta=self.cfg.safe_step_delta)
-        return headroom_metrics(h, float(self.opt.param_groups[0]["lr"]))
+        h, x = step_headroom_x(self.model, ro, th, c=self.cfg.safe_step_c, delta=self.cfg.safe_step_delta,
+                               shared_prompt=True)  # the forward the loss is scored with (compute_loss)
+        return headroom_metrics(h, float(self.opt.param_groups[0]["lr"])), x
 
     def _backward(self, loss) -> str | None:
         """loss.backward() into cleared gradients; the fault's reason when the loss or a gradient is not finite."""

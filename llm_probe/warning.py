@@ -25,11 +25,13 @@ import torch
 
 from gapdyn.theory.taxonomy import BIN_NAMES, collision_probability, token_bin_index
 
-from .logp_change import logp_change
-from .model import completion_logprobs, eval_mode
+from .logp_change import logp_change, prompt_group
+from .model import completion_logprobs, current_scoring_temperature, eval_mode
+from .sampler import fast_completion_logprobs, supports_fast_path
 
 __all__ = ["logp_adv_covariance", "cell_gradient_mass", "group_curvature", "sequence_logp_change",
-           "step_warning_metrics", "after_step_metrics", "signed_cumulative_alignment", "WARN_STATS"]
+           "step_warning_metrics", "after_step_metrics", "forward_at_current", "signed_cumulative_alignment",
+           "WARN_STATS"]
 
 WARN_STATS = ("warn/cov_logp_adv", "warn/dH_same", "warn/curv_gap", "warn/wrong_max_frac",
               "warn/M_pos", "warn/M_neg")
@@ -91,22 +93,30 @@ def group_curvature(x: torch.Tensor, rewards: torch.Tensor) -> dict:
             "warn/x_wrong_mean": float(np.concatenate(xw).mean()), "warn/x_right_mean": float(np.concatenate(xr).mean())}
 
 
-def _forward_at_current(model, ro):
+def forward_at_current(model, ro) -> tuple[torch.Tensor, torch.Tensor]:
+    """(token log pi [N, T], token entropies [N, T]) of the batch's completions at the current parameters: the
+    no-grad forward of :func:`after_step_metrics` (a host that needs log pi_{k+1} too runs it once and passes it):
+    llm_probe.sampler's shared-prompt forward where it supports the model and the scoring temperature is 1 (the
+    same function of the weights), else the model's own."""
+    args = (ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
     with eval_mode(model), torch.no_grad():
-        logp, ent, _ = completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
-                                           ro.completion_mask, return_entropy=True)
+        if supports_fast_path(model) and current_scoring_temperature() == 1.0:
+            logp, ent, _ = fast_completion_logprobs(model, *args, G=prompt_group(ro), return_entropy=True)
+        else:
+            logp, ent, _ = completion_logprobs(model, *args, return_entropy=True)
     return logp, ent
 
 
 def sequence_logp_change(model, ro, logp_before: torch.Tensor) -> torch.Tensor:
     """x_i = log pi(o_i) at the current parameters minus the summed ``logp_before`` [N, T]: [N] (no grad)."""
-    logp_after, _ = _forward_at_current(model, ro)
+    logp_after, _ = forward_at_current(model, ro)
     return logp_change(logp_after, logp_before.detach())
 
 
-def after_step_metrics(model, ro, logp_before: torch.Tensor, ent_before: torch.Tensor) -> dict:
-    """One no-grad forward at theta_{k+1} on the batch's completions: x_i, dH on the same tokens, curvature."""
-    logp_after, ent_after = _forward_at_current(model, ro)
+def after_step_metrics(model, ro, logp_before: torch.Tensor, ent_before: torch.Tensor, at_next=None) -> dict:
+    """One no-grad forward at theta_{k+1} on the batch's completions: x_i, dH on the same tokens, curvature.
+    ``at_next``: that forward's :func:`forward_at_current` output when the host already ran it (not run again)."""
+    logp_after, ent_after = forward_at_current(model, ro) if at_next is None else at_next
     m = ro.completion_mask > 0
     x = logp_change(logp_after, logp_before.detach())
     out = group_curvature(x, ro.rewards)
@@ -114,16 +124,18 @@ def after_step_metrics(model, ro, logp_before: torch.Tensor, ent_before: torch.T
     return out
 
 
-def step_warning_metrics(model, ro, logp, logp_all, advantages, dloss_dlogp=None, *, after: bool = False) -> dict:
+def step_warning_metrics(model, ro, logp, logp_all, advantages, dloss_dlogp=None, *, after: bool = False,
+                         at_next=None) -> dict:
     """The ``warn/*`` metrics of one step (module doc). Call after ``optimizer.step()``; ``after=True`` (probe
-    steps) adds the forward at theta_{k+1}. logp, logp_all: the training forward's [N, T] / [N, T, V] at theta_k."""
+    steps) adds the forward at theta_{k+1} (``at_next``: its :func:`forward_at_current` output, if already run).
+    logp, logp_all: the training forward's [N, T] / [N, T, V] at theta_k."""
     out = {"warn/cov_logp_adv": logp_adv_covariance(logp, advantages, ro.completion_mask)}
     if dloss_dlogp is not None:
         out.update(cell_gradient_mass(logp_all.detach(), ro.completion_ids, ro.completion_mask, advantages,
                                       dloss_dlogp))
     if after:
         ent_before = -(logp_all.detach().exp() * logp_all.detach()).sum(-1)
-        out.update(after_step_metrics(model, ro, logp, ent_before))
+        out.update(after_step_metrics(model, ro, logp, ent_before, at_next))
     return out
 
 

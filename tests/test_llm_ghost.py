@@ -148,3 +148,44 @@ def test_ghost_probe_step_hook(case, keep):
                 p.copy_(saved[n])
                 p.grad = None
     assert names
+
+
+def test_ghost_probe_reuses_the_hosts_x_and_next_forward(case):
+    """GhostProbe.reuse: dmu_update from the headroom meter's x_n (sum_n c_qn x_n) and dphi from the warn/* forward
+    at theta_{k+1} equal the probe's own routes on the same step (keep="auto": the held per-group gradients dotted
+    with the update, and a forward of its own), and the per-sequence reference's <theta_{k+1} - theta_k, g_q>."""
+    from llm_probe.ghost import GhostProbe
+    from llm_probe.headroom import step_headroom_x
+    from llm_probe.step_hook import Step
+    from llm_probe.warning import forward_at_current
+
+    model, ro, dirs, gaps, _, _ = case
+    saved = {n: p.detach().clone() for n, p in model.named_parameters()}
+    own, shared = GhostProbe(model, keep="auto"), GhostProbe(model, keep=None)
+    try:
+        for n, p in model.named_parameters():
+            p.grad = dirs[0][n].clone()
+        for probe in (own, shared):
+            probe.before(Step(ro, theta_k=saved))
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                p.add_(1e-3 * dirs[1][n])
+        _, x = step_headroom_x(model, ro, saved, shared_prompt=True)
+        shared.reuse(x=x, seq_logp_next=forward_at_current(model, ro)[0].sum(-1))
+        a, b = own.after(), shared.after()
+        delta = torch.cat([(p.detach() - saved[n]).reshape(-1) for n, p in model.named_parameters()])
+        assert _rel(b.dmu_update, gaps @ delta) < 1e-6 and _rel(b.dmu_update, a.dmu_update) < 1e-6
+        assert a.metrics.keys() == b.metrics.keys()
+        for k, v in a.metrics.items():
+            assert b.metrics[k] == pytest.approx(v, rel=1e-6, abs=1e-12), k
+        with pytest.raises(ValueError, match=r"x must be \[B\*G\]"):
+            shared.before(Step(ro, theta_k=saved))
+            shared.reuse(x=x[:-1])
+        shared.cancel()
+        with pytest.raises(RuntimeError, match="without a matching before"):
+            shared.reuse(x=x)
+    finally:
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                p.copy_(saved[n])
+                p.grad = None

@@ -63,16 +63,20 @@ def _moved(model, scale):
 @pytest.mark.parametrize("scale", [0.0, 1e-3])
 def test_the_trainer_and_the_callback_compute_the_same_headroom(scale):
     """Trainer._headroom and GapProbeCallback._headroom on one step equal step_rule's h on the step (a zero step:
-    NaN in both hosts, where the trainer used to log the rule's value on x = 0)."""
+    NaN in both hosts, where the trainer used to log the rule's value on x = 0): the callback exactly, the trainer,
+    whose forward-mode pass runs the shared-prompt forward its loss is scored with, to 1e-6 (float64); the x_n the
+    trainer returns with h are the callback's route's."""
     pytest.importorskip("trl")
     from llm_probe.callback import GapProbeCallback
+    from llm_probe.model import eval_mode
+    from llm_probe.safe_step import completion_logprob_jvp
 
-    model, tok = tiny(seed=0)
+    model, tok = tiny(seed=0, dtype="float64")
     ro = sampled_rollout(model, tok, B=3, G=4, T=4, seed=2)
     theta_k = _moved(model, scale)
     host = SimpleNamespace(model=model, cfg=SimpleNamespace(safe_step_c=1.0, safe_step_delta=2.0),
                            opt=SimpleNamespace(param_groups=[{"lr": 0.1}]))
-    mine = Trainer._headroom(host, ro, theta_k)
+    mine, x = Trainer._headroom(host, ro, theta_k)
     cb = GapProbeCallback(tok, 4)
     cb._theta_k, cb._ro, cb._lr = dict(theta_k), ro, 0.1
     theirs = cb._headroom(model)
@@ -82,7 +86,11 @@ def test_the_trainer_and_the_callback_compute_the_same_headroom(scale):
         assert math.isnan(step_headroom(model, ro, theta_k)) and math.isnan(headroom_from_x(torch.zeros(12), ro.rewards))
         return
     ref = step_rule(model, ro, theta_k, d).headroom
-    assert math.isfinite(ref) and mine == theirs == {"gap/headroom": ref, "gap/headroom_lr": 0.1 * ref}
+    assert math.isfinite(ref) and theirs == {"gap/headroom": ref, "gap/headroom_lr": 0.1 * ref}
+    assert mine.keys() == theirs.keys() and all(mine[k] == pytest.approx(theirs[k], rel=1e-6) for k in mine)
+    with eval_mode(model):
+        x_ref = completion_logprob_jvp(model, ro, theta_k, d)
+    assert float((x - x_ref).abs().max()) <= 1e-6 * float(x_ref.abs().max())
 
 
 class _Recording:

@@ -133,3 +133,29 @@ def test_mechanism_fit_recovers_a_constructed_slope():
     assert e.lo < 2.0 < e.hi and e.hi - e.lo < 0.1 and e.n == 8
     assert set(mechanism_fit(pd.DataFrame(rows), rng=np.random.default_rng(0), n_resamples=300, by="method")) == {
         "grpo", "wapo"}
+
+
+def test_forward_at_current_shared_prompt_route_matches_the_model_forward():
+    """forward_at_current through llm_probe.sampler's shared-prompt forward equals the model's own forward over full
+    rows (float64, 1e-6): token log-probs and entropies, with prompt-major rows and with rows shuffled (no sharing),
+    and at a scoring temperature != 1 (the model's own forward, which applies it)."""
+    from llm_probe.model import scoring_temperature
+    from llm_probe.sampler import supports_fast_path
+    from llm_probe.warning import forward_at_current
+
+    model, tok = tiny(dtype="float64")
+    assert supports_fast_path(model)
+    ro = sampled_rollout(model, tok, B=3, G=4, T=5)
+    perm = torch.randperm(12, generator=torch.Generator().manual_seed(0))
+    shuffled = type(ro)(**{**ro.__dict__, **{k: getattr(ro, k)[perm] for k in
+                                             ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")}})
+    for T in (1.0, 0.7):
+        with scoring_temperature(T):
+            for r in (ro, shuffled):
+                logp, ent = forward_at_current(model, r)
+                with torch.no_grad():
+                    ref_logp, ref_ent, _ = completion_logprobs(model, r.prompt_ids, r.prompt_mask, r.completion_ids,
+                                                               r.completion_mask, return_entropy=True)
+                m = r.completion_mask > 0
+                torch.testing.assert_close(logp, ref_logp, rtol=1e-6, atol=1e-9)
+                torch.testing.assert_close(ent[m], ref_ent[m], rtol=1e-6, atol=1e-9)
