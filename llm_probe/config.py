@@ -159,9 +159,10 @@ class TrainConfig:
     warmup_lr: float = WARMUP_LR
     """Warm-up Adam learning rate."""
     probe_every: int = 10
-    """Run the gradient-gap probes every n steps (0: never; 1: every step). A probed step costs 2.2-2.3x a plain
-    step on the testbed cell on CPU (dot or ghost route, with the headroom meter; 4.9x on the tiny Qwen with more
-    mixed groups), so the default cadence of 10 keeps the amortised cost near 1.1-1.5x (BENCHMARKS.md: "Every-step
+    """Run the gradient-gap probes every n steps (0: never; 1: every step). A probed step costs about 2.1x a plain
+    step on the testbed cell on CPU (dot or ghost route, with the headroom meter, whose forward-mode pass is about
+    0.75x of it; 4.9x on the tiny Qwen with more mixed groups, measured before the shared passes), so the default
+    cadence of 10 keeps the amortised cost near 1.1-1.5x (BENCHMARKS.md: "Every-step
     ghost probe", "Targets")."""
     probe_params: str = "all"
     """Parameters the probes differentiate: 'all' (= 'trainable': every parameter with requires_grad, the
