@@ -13,7 +13,8 @@ The report: the run's outcome by :func:`llm_probe.collapse.reward_outcome` on th
 with the held-out accuracies when the run logged them and by the reward alone otherwise (said so); the alerts of the
 collapse rule (the run's own, or replayed here on the logged reward and entropy with the default thresholds);
 the suggested learning rate by the lr finder's rule (:mod:`llm_probe.suggest`: the median of lr x headroom over the
-first 20 probed steps) with the number of probed steps it rests on;
+first 20 probed steps) with the number of probed steps it rests on; what the alarm frozen on the RLVR testbed
+(docs/testbed.md; ``--alarm FILE`` for another) would have said on the statistic it reads, where the run logged it;
 one PNG with the reward, entropy, alignment and headroom curves that the run logged. A TRL row logged every
 ``logging_steps`` > 1 steps holds the mean over its interval: each of its steps is given that mean.
 Numpy only (matplotlib for the figure); never imports torch.
@@ -336,30 +337,70 @@ def _suggestion(log: RunLog) -> dict:
     return out
 
 
-def inspect_run(path, out=None, *, figure: bool = True) -> dict:
+FROZEN_ALARM = Path(__file__).resolve().parents[1] / "docs" / "verdicts" / "testbed-dose" / "alarm" / "alarm_frozen.json"
+"""The alarm frozen on the RLVR testbed's calibration block (``python -m llm_probe.testbed.alarm_report --freeze``,
+docs/testbed.md): the report's default alarm."""
+
+
+def _alarm(log: RunLog, path=None) -> dict:
+    """What the frozen alarm (``path``, default :data:`FROZEN_ALARM`; its primary probe alarm, or every alarm of an
+    alarm_specs.json named by it) would have said on this run: its statistic fed in logged order, the first row whose
+    detector score reaches the cutoff (gapdyn.evidence.alarm.alarm_step, which the online alarm equals). Calibrated
+    on the testbed only; the report says so."""
+    from gapdyn.evidence.alarm import AlarmRun, alarm_step
+
+    from .online_alarm import load_alarm_specs
+
+    p = Path(path) if path is not None else FROZEN_ALARM
+    if not p.is_file():
+        return {"alarms": [], "text": [f"alarm: not available: no frozen alarm file {p} (pass --alarm FILE)"]}
+    specs = load_alarm_specs(p)
+    out, text = [], []
+    for spec in specs:
+        steps, values = log.series(spec.statistic)
+        ok = np.isfinite(values)
+        row = {"name": spec.name, "statistic": spec.statistic, "cutoff": float(spec.detector.cutoff),
+               "logged": int(ok.sum()), "fired_step": None}
+        what = f"alarm {spec.name} ({spec.statistic}, frozen on the RLVR testbed, {p.name})"
+        if not ok.any():
+            text.append(f"{what}: not available: the run logged no {spec.statistic}")
+        else:
+            a = alarm_step(AlarmRun(str(log.source), {spec.statistic: (steps[ok].astype(np.int64), values[ok])}, None),
+                           spec.statistic, spec.detector)
+            row["fired_step"] = a
+            when = (None if a is None else f"after {a} optimizer steps" if log.kind == "trl" else f"at step k = {a - 1}")
+            text.append(f"{what}: " + (f"did not fire over {int(ok.sum())} logged values" if a is None else
+                                      f"fired {when} ({spec.statistic} = {values[steps == a][0]:.4g})")
+                        + " -- calibrated on the testbed's tiny models, not validated on your setting")
+        out.append(row)
+    return {"alarms": out, "text": text}
+
+
+def inspect_run(path, out=None, *, figure: bool = True, alarm=None) -> dict:
     """The report of the run in ``path`` (a folder or file as :func:`read_run` takes, or its :class:`RunLog`;
     module doc): a dict with ``text`` (the lines printed), ``outcome``,
-    ``suggested``, ``curves`` (the panels drawn) and, with ``out``, ``files`` (report.txt, report.json, and
-    curves.png when ``figure``)."""
+    ``suggested``, ``alarm`` (:func:`_alarm` with the file ``alarm``), ``curves`` (the panels drawn) and, with
+    ``out``, ``files`` (report.txt, report.json, and curves.png when ``figure``)."""
     log = path if isinstance(path, RunLog) else read_run(path)
     first, last = (int(log.steps[0]), int(log.steps[-1])) if log.kind == "trl" else (int(log.steps[0]) - 1,
                                                                                      int(log.steps[-1]) - 1)
     head = [f"run: {log.source} ({log.kind}; {len(log.rows)} logged rows, "
             + (f"optimizer steps done {first}..{last}, logging_steps {log.logging_steps})" if log.kind == "trl"
                else f"steps k = {first}..{last})")]
-    outcome, suggested = _outcome(log), _suggestion(log)
+    outcome, suggested, alarmed = _outcome(log), _suggestion(log), _alarm(log, alarm)
     curves = [(name, key, ylab) for name, key, ylab in CURVES if np.isfinite(log.series(key)[1]).any()]
     drawn = {c[0] for c in curves}
     absent = [name for name, key, _ in CURVES if name not in drawn and not len(log.series(key)[1])]
     empty = [f"{name} (every value {_only(log.series(key)[1])})" for name, key, _ in CURVES
              if name not in drawn and len(log.series(key)[1])]
-    text = head + log.notes + outcome["text"] + suggested["text"]
+    text = head + log.notes + outcome["text"] + suggested["text"] + alarmed["text"]
     text.append("curves: " + (", ".join(c[0] for c in curves) or "none")
                 + (f"; not logged: {', '.join(absent)}" if absent else "")
                 + (f"; not drawn: {', '.join(empty)}" if empty else ""))
     report = {"run": str(log.source), "kind": log.kind, "rows": len(log.rows), "last_step": int(log.steps[-1]),
               "logging_steps": log.logging_steps, "outcome": {k: v for k, v in outcome.items() if k != "text"},
-              "suggested": {k: v for k, v in suggested.items() if k != "text"}, "curves": [c[0] for c in curves],
+              "suggested": {k: v for k, v in suggested.items() if k != "text"}, "alarm": alarmed["alarms"],
+              "curves": [c[0] for c in curves],
               "text": text}
     if out is not None:
         out = Path(out)
@@ -424,6 +465,8 @@ class InspectArgs:
     """Folder for report.txt, report.json and curves.png."""
     figure: bool = True
     """Draw curves.png."""
+    alarm: Annotated[str | None, optional("FILE", "the testbed's frozen alarm")] = None
+    """An alarm_frozen.json (python -m llm_probe.testbed.alarm_report --freeze): the alarm the report replays."""
 
 
 @command("gapdyn inspect")
@@ -432,6 +475,6 @@ def main(argv: list[str]) -> int:
     folder or one without run logs: one line, exit 2."""
     args = parse(InspectArgs, argv, prog="gapdyn inspect")
     log = read_run(args.run)  # a one-line error before any folder is made
-    report = inspect_run(log, output_dir("inspect", args.out, announce=False), figure=args.figure)
+    report = inspect_run(log, output_dir("inspect", args.out, announce=False), figure=args.figure, alarm=args.alarm)
     print("\n".join(report["text"]))
     return 0

@@ -248,3 +248,34 @@ def test_help_and_errors_import_nothing_heavy(tmp_path):
         assert heavy(r["modules"]) == [] and "torch" not in r["modules"], (r["argv"], heavy(r["modules"]))
     assert [r["rc"] for r in results] == [0, 2, 2]
     assert all(len(r["stderr"].strip().splitlines()) == 1 for r in results[1:])
+
+
+def test_the_frozen_alarm_is_replayed_on_the_logged_statistic(tmp_path, capsys):
+    """A frozen alarm (curvature_high: the mean of the last two logged warn/curv_gap values at or above 2.5) fires
+    at the first row where that mean reaches it, by hand: (3.0 + 5.0) / 2 at row k = 8 (clock k + 1 = 9; the NaN row
+    is not logged, every earlier pair's mean is below 2.5); a run that never reaches it does not fire; a run without
+    the statistic says so; the committed testbed file is the default; --alarm reads another file."""
+    from gapdyn.evidence.detectors import Threshold
+    from llm_probe.inspect_run import FROZEN_ALARM, main
+    from llm_probe.testbed.alarm_report import ALARM_SPECS
+
+    spec = next(s for s in ALARM_SPECS if s.name == "curvature_high")
+    det = spec.detector.at_cutoff(2.5)
+    assert isinstance(det, Threshold)
+    frozen = {"calibrated": [{**spec.to_dict(), "detector": det.to_dict(), "cutoff": 2.5}], "primary": spec.name}
+    f = tmp_path / "alarm_frozen.json"
+    f.write_text(json.dumps(frozen))
+    curv = [0.5, 1.0, 2.0, float("nan"), 1.5, 2.4, 0.1, 3.0, 5.0, 0.2]
+    d = _gapdyn_folder(tmp_path, [0.5] * 10)
+    rows = [json.loads(ln) for ln in (d / "metrics.jsonl").read_text().splitlines()]
+    (d / "metrics.jsonl").write_text("".join(json.dumps({**r, "warn/curv_gap": c}) + "\n" for r, c in zip(rows, curv)))
+    rep = inspect_run(d, alarm=f, figure=False)
+    (a,) = rep["alarm"]
+    assert a["fired_step"] == 9 and a["logged"] == 9 and "fired at step k = 8 (warn/curv_gap = 5)" in rep["text"][-2]
+    quiet = _gapdyn_folder(tmp_path, [0.5] * 10, name="quiet")
+    assert inspect_run(quiet, alarm=f, figure=False)["alarm"][0]["fired_step"] is None
+    assert "the run logged no warn/curv_gap" in "\n".join(inspect_run(quiet, figure=False)["text"])
+    assert FROZEN_ALARM.is_file() and json.loads(FROZEN_ALARM.read_text())["primary"]
+    capsys.readouterr()
+    assert main([str(d), "--out", str(tmp_path / "o"), "--no-figure", "--alarm", str(f)]) == 0
+    assert "fired at step k = 8" in capsys.readouterr().out
