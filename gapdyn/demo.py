@@ -12,25 +12,6 @@ from typing import Annotated
 
 import numpy as np
 
-from . import (
-    METHOD_NAMES,
-    RunStats,
-    bandit_outcome,
-    expected_scalar,
-    find_eta_star,
-    gap_alignment,
-    gradient_gap_from_logits,
-    local_step_threshold,
-    log_odds_from_logits,
-    loglinear_bound_constants,
-    loglinear_logodds_fn,
-    loglinear_probs,
-    loglinear_scores,
-    logodds_hessian,
-    sharp_step_threshold,
-    success_rate,
-    theorem1_step_bound,
-)
 from ._validate import check_seed
 from .cmdline import command, optional, output_dir, parse, say
 from .io import output_folder
@@ -42,6 +23,8 @@ def ascent_run_stats(phi, r, etas, steps=200) -> RunStats:
     returns the run statistics that decide each run's outcome over the horizon (gapdyn.RunStats). A run
     stops once its correct arms dominate by e^40, or its best wrong arm by e^700, as J no longer moves in
     float64; its later states repeat its last J."""
+    from . import RunStats, gradient_gap_from_logits, loglinear_probs, success_rate
+
     etas = np.asarray(etas, dtype=float).reshape(-1)
     th = np.zeros((etas.size, phi.shape[1]))
     live = np.ones(etas.size, dtype=bool)
@@ -67,6 +50,8 @@ def critical_eta(phi, r, lo=1e-2, hi=1e5, steps=200, islands=False) -> float:
     first collapse rescanned at 0.1 % for narrower islands of collapse): every eta below eta* at 0.1 % spacing
     instead of 5 % (97 % of the demo's time when it was the default); without it an island narrower than 5 % below
     eta* can be missed."""
+    from . import find_eta_star
+
     res = find_eta_star(lambda etas: ascent_run_stats(phi, r, etas, steps), lo, hi, max_ratio=1.05,
                         island_scan=bool(islands))
     return float(res.eta_star) if res.status == "found" else float("inf")
@@ -106,7 +91,12 @@ class DemoConfig:
 
 @command("gapdyn demo")
 def main(argv: list[str]) -> int:
-    args = parse(DemoConfig, argv, prog="gapdyn demo")
+    args = parse(DemoConfig, argv, prog="gapdyn demo")  # help and bad arguments before the theory's imports
+    from . import (METHOD_NAMES, bandit_outcome, expected_scalar, gap_alignment, gradient_gap_from_logits,
+                   local_step_threshold, log_odds_from_logits, loglinear_bound_constants, loglinear_logodds_fn,
+                   loglinear_probs, loglinear_scores, logodds_hessian, sharp_step_threshold, success_rate,
+                   theorem1_step_bound)
+
     out = output_dir("demo", args.out)
     check_output_path(out / "demo.json")  # refused before the work, not after
     with output_folder(out):  # a folder it cannot write is one line before the work (exit 1), none left behind

@@ -230,7 +230,6 @@ ERROR_CASES = [["no-such-command"], ["bandit"], ["bandit", "frobnicate"], ["band
                ["figs", "--only", "fig99"], ["figs", "--jobs", "0"], ["train", "--lr", "-1"],
                ["train", "--steps", "many"], ["train", "--method", "gpro"]]
 NOT_YET = {  # modules outside the lazy-import change that still load a heavy package at their top
-    ("demo", "--help"): "gapdyn.demo imports the theory modules (scipy) at its top",
     ("reproduce", "--help"): "paper_figs.reproduce imports paper_figs.data / report (pandas) at its top",
     ("claims", "--help"): "paper_figs.report imports pandas at its top",
     ("train", "--method", "gpro"): "TrainConfig's method check loads the losses module (torch)",
