@@ -150,8 +150,14 @@ def _iter_serial(cell_fn, todo) -> Iterator[tuple[int, object]]:
 
 
 def _iter_joblib(cell_fn, todo, n_jobs) -> Iterator[tuple[int, object]]:
+    import warnings
+
     from joblib import Parallel, delayed
 
+    # an interrupted sweep ends with its own one-line message (how to resume); joblib's note that the tasks in flight
+    # were cancelled is noise there (it appears or not depending on timing)
+    warnings.filterwarnings("ignore", message=r"\d+ tasks which were still being processed by the workers have "
+                            r"been cancelled", category=UserWarning)
     par = Parallel(n_jobs=n_jobs, backend="loky", return_as="generator_unordered")
     finished = False
     try:
