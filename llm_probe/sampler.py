@@ -237,14 +237,15 @@ def fast_completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, com
 
 @torch.no_grad()
 def decode(model, prompt_ids, prompt_mask, *, group_size: int, max_new_tokens: int, eos_id: int, pad_id,
-           generator: torch.Generator, temperature: float, check_finite):
+           generator: torch.Generator | None, temperature: float, check_finite, greedy: bool = False):
     """Sample up to ``max_new_tokens`` after the left-padded prompts [B, P] (each sampled ``group_size`` times,
     rows prompt-major); returns (completion_ids [N, T], completion_mask [N, T], terminated [N], logp [N, T]).
 
     Draws: ``torch.multinomial(probs, 1, generator)`` per position on the CPU, exactly as the plain route
     (same calls, same random stream); probs = softmax(logits / temperature) with <pad> masked (unless it is
     <eos>). ``check_finite(probs, t)`` raises for non-finite probabilities. logp is log softmax(logits) of
-    the sampled token (temperature 1), 0 where masked."""
+    the sampled token (temperature 1), 0 where masked. ``greedy``: the argmax of the raw logits at every position
+    instead of a draw (no <pad> mask, no generator, temperature unused), as a loop of full forwards would pick."""
     B, P = prompt_ids.shape
     G, T = group_size, max_new_tokens
     N, dev, dt = B * G, prompt_ids.device, model.dtype
@@ -273,12 +274,15 @@ def decode(model, prompt_ids, prompt_mask, *, group_size: int, max_new_tokens: i
     logp = torch.zeros((N, T), dtype=torch.float32, device=dev)
     mask_pad = pad_id is not None and pad_id != eos_id
     for t in range(T):
-        scores = logits.clone() if mask_pad else logits
-        if mask_pad:  # <pad> is never sampled: it only fills the rows after <eos>
-            scores[:, pad_id] = -float("inf")
-        probs = torch.softmax(scores if temperature == 1 else scores / temperature, dim=-1)  # x / 1 is x
-        check_finite(probs, t)
-        nxt = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(dev)
+        if greedy:
+            nxt = logits.argmax(-1)
+        else:
+            scores = logits.clone() if mask_pad else logits
+            if mask_pad:  # <pad> is never sampled: it only fills the rows after <eos>
+                scores[:, pad_id] = -float("inf")
+            probs = torch.softmax(scores if temperature == 1 else scores / temperature, dim=-1)  # x / 1 is x
+            check_finite(probs, t)
+            nxt = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(dev)
         live = ~done
         logp[:, t] = torch.log_softmax(logits, dim=-1).gather(-1, nxt[:, None]).squeeze(-1) * live
         nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)

@@ -283,3 +283,27 @@ def test_dose_blocks_share_no_seed_and_keep_the_design():
     for lr, base in zip(long_lrs[1:], DOSE_LRS["long"][1:]):
         assert lr == pytest.approx(base * DOSE_HELDOUT_SHIFT, rel=1e-3)
     assert study_cells("dose-heldout", seeds=[4000]) == dose_heldout_cells(seeds=(4000,))
+
+
+def test_greedy_kv_cache_route_picks_the_tokens_of_full_forwards():
+    """Greedy held-out decoding through the KV-cache decoder gives the same tokens, masks and ends as the loop of
+    full forwards (the independent route) on the pinned warm start, short and long."""
+    from llm_probe.rollout import encode_prompts
+    from llm_probe.sampler import supports_fast_path
+    from llm_probe.testbed import warm
+    from llm_probe.testbed.evaluate import _greedy, _sample
+
+    model, tok = warm.load_testbed("small")
+    assert supports_fast_path(model)
+    for length in LENGTHS:
+        task = ScratchpadAddition(length=length)
+        probs = task.heldout()[:12]
+        ids, mask = encode_prompts(tok, [p.prompt for p in probs])
+        T = task.max_completion_tokens()
+        with torch.no_grad():
+            ref = _greedy(model, ids, mask, max_new_tokens=T, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id)
+            got = _sample(model, ids, mask, max_new_tokens=T, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
+                          generator=None, temperature=1.0, greedy=True)
+        assert torch.equal(got[0], ref[0]) and torch.equal(got[1].long(), ref[1].long())
+        assert torch.equal(got[2], ref[2])
+        assert ref[1].sum(1).float().median() >= 10  # long enough that the cache route carries many positions

@@ -41,8 +41,16 @@ def _complete(model, tok, problems, *, max_new_tokens: int, temperature: float, 
 
 
 def _sample(model, ids, mask, *, max_new_tokens, eos_id, pad_id, generator, temperature, greedy):
-    """(completion ids, mask, terminated) of one completion per row: the KV-cache sampler, or a greedy loop."""
-    if not greedy:
+    """(completion ids, mask, terminated) of one completion per row: the KV-cache sampler, drawing or greedy
+    (:func:`llm_probe.sampler.decode`), or, for a model it does not support, a greedy loop of full forwards."""
+    if greedy:
+        from ..sampler import decode, supports_fast_path
+
+        if supports_fast_path(model):
+            out = decode(model, ids, mask, group_size=1, max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id,
+                         generator=None, temperature=1.0, check_finite=None, greedy=True)
+            return out[0], out[1], out[2]
+    else:
         from ..rollout import sample_groups
 
         out = sample_groups(model, ids, mask, G=1, max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id,
@@ -52,7 +60,7 @@ def _sample(model, ids, mask, *, max_new_tokens, eos_id, pad_id, generator, temp
 
 
 def _greedy(model, ids, mask, *, max_new_tokens, eos_id, pad_id):
-    """Greedy decoding by full forwards (no cache: simple and exact; used once per evaluation)."""
+    """Greedy decoding by full forwards (no cache: the reference for the KV-cache route, and any model)."""
     from ..model import forward_inputs
 
     B = ids.shape[0]
