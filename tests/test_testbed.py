@@ -307,3 +307,37 @@ def test_greedy_kv_cache_route_picks_the_tokens_of_full_forwards():
         assert torch.equal(got[0], ref[0]) and torch.equal(got[1].long(), ref[1].long())
         assert torch.equal(got[2], ref[2])
         assert ref[1].sum(1).float().median() >= 10  # long enough that the cache route carries many positions
+
+
+def test_settings_study_places_its_grid_from_the_pilot_and_runs_the_block(tmp_path, monkeypatch):
+    """The held-out settings: the pilot runs first, the grid follows the rule written before it ran (the smallest
+    pilot lr at which every pilot run collapsed, then / 1.25^k, plus 1e-4; none collapsing: the top lr x 1.5), an
+    incomplete pilot places no grid, and the block's seeds are new."""
+    from llm_probe.testbed import study
+
+    edge = {"wapo": 5e-4, "dr_grpo": 1.0}  # dr_grpo never collapses in this fake
+
+    def fake_run(setting, seed, out, warm_dir=None):
+        out.mkdir(parents=True)
+        s = {"setting": study.asdict(setting), "seed": seed, "heldout_acc_before": 0.3, "heldout_acc_after": 0.5,
+             "outcome": "collapsed" if setting.lr >= edge[setting.method] or (seed == 901 and setting.lr >= 3e-4)
+             else "learned", "wall_s": 1.0, "completion_tokens_median": 40}
+        (out / "summary.json").write_text(json.dumps(s))
+        return s
+
+    monkeypatch.setattr(study, "run_testbed", fake_run)
+    ran = study.run_settings_study(tmp_path, seeds=(5000,), log=lambda *a, **k: None)
+    pilot = [s for s in study.load_summaries(tmp_path) if s["seed"] in study.SETTINGS_PILOT_SEEDS]
+    assert len(pilot) == 2 * 7 * 2 and study.SETTINGS_PILOT_LRS == (1e-4, 1.5e-4, 2.25e-4, 3.38e-4, 5.06e-4,
+                                                                     7.59e-4, 1.14e-3)
+    top = {"wapo": 5.06e-4, "dr_grpo": 1.14e-3 * 1.5}  # by hand: both seeds collapsed from 5.06e-4; dr_grpo never
+    grids = json.loads((tmp_path / "grids.json").read_text())
+    for m in study.SETTINGS_METHODS:
+        want = sorted({float(f"{top[m] / 1.25 ** k:.3g}") for k in range(6)} | {1e-4})
+        assert grids[m] == pytest.approx(want)
+        assert sorted(s["setting"]["lr"] for s in ran if s["setting"]["method"] == m) == pytest.approx(want)
+    assert {s["seed"] for s in ran} == {5000}
+    assert not set(study.SETTINGS_SEEDS) & (set(study.DOSE_SEEDS) | set(study.DOSE_HELDOUT_SEEDS)
+                                            | set(study.PILOT_SEEDS))
+    with pytest.raises(ValueError, match="not complete"):
+        study.settings_grid(pilot[1:], "wapo" if pilot[0]["setting"]["method"] == "wapo" else "dr_grpo")

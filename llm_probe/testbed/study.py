@@ -10,6 +10,7 @@ held-out accuracy before -> after.
 from __future__ import annotations
 
 import itertools
+import math
 import json
 import shutil
 from dataclasses import asdict, dataclass, fields
@@ -26,7 +27,8 @@ __all__ = ["cell_name", "cell_folder_name", "run_cell", "cells", "analyse", "Stu
            "study_cells", "EXPERIMENT", "grid", "run_study", "load_summaries", "dose_response", "PILOT_SEEDS", "ACCEPTANCE_SEEDS",
            "pilot_cells", "pilot_extension_cells", "pilot_short_cells", "pilot_edge_cells",
            "acceptance_cells", "export_study", "DOSE_SEEDS", "DOSE_HELDOUT_SEEDS", "DOSE_LRS", "dose_cells",
-           "DOSE_CALIBRATION_SEEDS", "dose_heldout_cells"]
+           "DOSE_CALIBRATION_SEEDS", "dose_heldout_cells", "SETTINGS_METHODS", "SETTINGS_SEEDS", "settings_grid",
+           "settings_pilot_cells", "dose_settings_cells", "run_settings_study"]
 
 PILOT_SEEDS = tuple(range(900, 910))
 """Seeds of the pilot and of tuning: never in a confirmation block."""
@@ -266,8 +268,82 @@ def dose_heldout_cells(seeds=DOSE_HELDOUT_SEEDS[:8], *, control_seeds: int = 4, 
     return cells
 
 
+SETTINGS_METHODS = ("wapo", "dr_grpo")
+"""The held-out settings of the lr number and the alarm: losses the calibration block never ran (WAPO's winners-only
+loss, arXiv 2606.16154; Dr. GRPO's unnormalised advantages and sum / (G L) aggregation), long scratchpad, small
+model."""
+SETTINGS_PILOT_SEEDS = PILOT_SEEDS[:2]
+"""The held-out settings' pilot (it places the grid): tuning seeds, never in a confirmation block."""
+SETTINGS_PILOT_LRS = tuple(float(f"{1e-4 * 1.5 ** k:.3g}") for k in range(7))
+"""The pilot's lr ladder: 1e-4 (the predictor's probe lr) to 1.14e-3 by factors of 1.5."""
+SETTINGS_SEEDS = tuple(range(5000, 5006))
+"""The held-out settings' runs: seeds no other block uses."""
+SETTINGS_GRID_STEPS = 6
+"""The grid below the pilot's top lr: lr_top / 1.25^k, k = 0..5 (a factor 3.05), plus the probe lr 1e-4."""
+
+
+def settings_grid(pilot: list[dict], method: str) -> tuple[float, ...]:
+    """The held-out grid of ``method`` from its pilot summaries, by a rule fixed before any pilot ran: lr_top = the
+    smallest pilot lr at which every pilot seed's run ended collapsed (none: the pilot's largest lr x 1.5); the
+    grid is lr_top / 1.25^k for k = 0..SETTINGS_GRID_STEPS - 1 (3 significant digits) and 1e-4, sorted."""
+    runs = [s for s in pilot if s["setting"]["method"] == method and s["seed"] in SETTINGS_PILOT_SEEDS]
+    top = None
+    for lr in SETTINGS_PILOT_LRS:
+        at = [s for s in runs if math.isclose(s["setting"]["lr"], lr, rel_tol=1e-9)]
+        if len(at) < len(SETTINGS_PILOT_SEEDS):
+            raise ValueError(f"the {method} pilot is not complete at lr {lr:g} ({len(at)} of "
+                             f"{len(SETTINGS_PILOT_SEEDS)} runs): finish it before placing the grid")
+        if top is None and all(s["outcome"] == "collapsed" for s in at):
+            top = lr
+    top = SETTINGS_PILOT_LRS[-1] * 1.5 if top is None else top
+    lrs = {float(f"{top / 1.25 ** k:.3g}") for k in range(SETTINGS_GRID_STEPS)} | {DOSE_LRS["long"][0]}
+    return tuple(sorted(lrs))
+
+
+def settings_pilot_cells(seeds=SETTINGS_PILOT_SEEDS) -> list[dict]:
+    """The held-out settings' pilot: every method of :data:`SETTINGS_METHODS` on :data:`SETTINGS_PILOT_LRS`."""
+    return grid(tuple(seeds), method=SETTINGS_METHODS, length=("long",), lr=SETTINGS_PILOT_LRS,
+                probe_every=(DOSE_PROBE_EVERY,))
+
+
+def dose_settings_cells(grids: dict[str, tuple[float, ...]], seeds=SETTINGS_SEEDS) -> list[dict]:
+    """The held-out settings' block: per seed (seed-major, as :func:`dose_cells`), each method on its grid
+    (:func:`settings_grid`)."""
+    cells = []
+    for seed in seeds:
+        for method in SETTINGS_METHODS:
+            cells += grid((seed,), method=(method,), length=("long",), lr=grids[method],
+                          probe_every=(DOSE_PROBE_EVERY,))
+    return cells
+
+
+def run_settings_study(root: str | Path, *, reverse: bool = False, seeds=SETTINGS_SEEDS, poll_s: float = 30.0,
+                       log=print) -> list[dict]:
+    """The held-out settings study in one resumable command: the pilot (:func:`settings_pilot_cells`), a wait
+    until every pilot run is finished (another worker may hold some), the grids (:func:`settings_grid`, written to
+    ``grids.json``), then :func:`dose_settings_cells`."""
+    import time
+
+    pilot = settings_pilot_cells()
+    names = {cell_folder_name(c) for c in pilot}
+    while True:
+        run_study(pilot[::-1] if reverse else pilot, root, log=log)
+        done = [s for s in load_summaries(root) if cell_name(TestbedSetting(**s["setting"]), s["seed"]) in names]
+        if len(done) == len(pilot):
+            break
+        log(f"waiting for {len(pilot) - len(done)} pilot run(s) held by another worker")
+        time.sleep(poll_s)
+    grids = {m: settings_grid(done, m) for m in SETTINGS_METHODS}
+    from gapdyn.io import atomic_write_text
+
+    atomic_write_text(Path(root) / "grids.json", json.dumps(grids, indent=1))
+    log("grids: " + "; ".join(f"{m} {', '.join(f'{x:g}' for x in g)}" for m, g in grids.items()))
+    cells = dose_settings_cells(grids, seeds)
+    return run_study(cells[::-1] if reverse else cells, root, log=log)
+
+
 STUDIES = ("pilot", "pilot-extension", "pilot-extension-2", "pilot-short", "pilot-edge", "acceptance", "dose",
-           "dose-heldout")
+           "dose-heldout", "dose-settings-pilot")
 """The studies by name (:func:`study_cells`)."""
 
 
@@ -282,7 +358,8 @@ def study_cells(study: str, seeds=None, lrs=None) -> list[dict]:
     return {"pilot": lambda: pilot_cells(**kw), "pilot-extension": lambda: pilot_extension_cells(1, **kw),
             "pilot-extension-2": lambda: pilot_extension_cells(2, **kw), "pilot-short": lambda: pilot_short_cells(**kw),
             "pilot-edge": lambda: pilot_edge_cells(**kw), "acceptance": lambda: acceptance_cells(*lrs, **kw),
-            "dose": lambda: dose_cells(**kw), "dose-heldout": lambda: dose_heldout_cells(**kw)}[study]()
+            "dose": lambda: dose_cells(**kw), "dose-heldout": lambda: dose_heldout_cells(**kw),
+            "dose-settings-pilot": lambda: settings_pilot_cells(**kw)}[study]()
 
 
 @dataclass(frozen=True)
@@ -330,10 +407,11 @@ class StudyArgs:
     one --out (each cell is claimed by a lock)."""
 
     study: tyro.conf.Positional[Literal["pilot", "pilot-extension", "pilot-extension-2", "pilot-short", "pilot-edge",
-                                        "acceptance", "dose", "dose-heldout"]]
+                                        "acceptance", "dose", "dose-heldout", "dose-settings-pilot",
+                                        "dose-settings"]]
     """Which cells: the pilot, its two extensions, the short-scratchpad pilot, the edge pilot, or the acceptance
-    measurement (needs --lrs), or the dose-response study's calibration block (GRPO, both lengths) or its held-out
-    block."""
+    measurement (needs --lrs), or the dose-response study's calibration block (GRPO, both lengths), its held-out
+    block, or its held-out settings (WAPO and Dr. GRPO: the pilot alone, or pilot, grid and block in one go)."""
     out_dir: Annotated[str, tyro.conf.arg(name="out")]
     """The study folder (one sub-folder per run)."""
     lrs: tuple[float, float] | None = None
@@ -347,7 +425,7 @@ class StudyArgs:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m llm_probe.testbed.study pilot|pilot-extension|pilot-extension-2|acceptance|dose|dose-heldout --out DIR
+    """``python -m llm_probe.testbed.study pilot|...|dose|dose-heldout|dose-settings-pilot|dose-settings --out DIR
     [--lrs LEARN COLLAPSE] [--reverse] [--seeds S ... | --seed S]``."""
     import sys
 
@@ -358,13 +436,20 @@ def main(argv: list[str] | None = None) -> int:
         a = parse(StudyArgs, argv, prog="python -m llm_probe.testbed.study")
         from gapdyn.evidence.runner import resolve_seeds, with_seeds
 
-        config = with_seeds(EXPERIMENT, StudyConfig(study=a.study, lrs=a.lrs), resolve_seeds(a.seeds, a.seed))
-        cells = EXPERIMENT.cells(config)
         import pandas as pd
         import torch
 
-        torch.set_num_threads(1)
-        run_study(cells[::-1] if a.reverse else cells, a.out_dir)
+        if a.study == "dose-settings":
+            if a.seeds is not None or a.seed is not None:
+                raise ValueError("dose-settings runs its own seeds (the pilot's and SETTINGS_SEEDS): --seeds does "
+                                 "not apply")
+            torch.set_num_threads(1)
+            run_settings_study(a.out_dir, reverse=a.reverse)
+        else:
+            config = with_seeds(EXPERIMENT, StudyConfig(study=a.study, lrs=a.lrs), resolve_seeds(a.seeds, a.seed))
+            cells = EXPERIMENT.cells(config)
+            torch.set_num_threads(1)
+            run_study(cells[::-1] if a.reverse else cells, a.out_dir)
         with pd.option_context("display.width", 200, "display.max_columns", 30):
             print(dose_response(load_summaries(a.out_dir)).to_string(index=False))
         return 0
