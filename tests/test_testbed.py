@@ -341,3 +341,46 @@ def test_settings_study_places_its_grid_from_the_pilot_and_runs_the_block(tmp_pa
                                             | set(study.PILOT_SEEDS))
     with pytest.raises(ValueError, match="not complete"):
         study.settings_grid(pilot[1:], "wapo" if pilot[0]["setting"]["method"] == "wapo" else "dr_grpo")
+
+
+def _fake_run_folder(root, setting, seed, *, collapse_step=None, steps=3):
+    from llm_probe.testbed import study
+
+    d = root / study.cell_name(setting, seed)
+    d.mkdir(parents=True)
+    s = {"setting": study.asdict(setting), "seed": seed, "outcome": "learned" if collapse_step is None else "collapsed",
+         "heldout_acc_before": 0.25, "heldout_acc_after": 0.5 + seed * 1e-3, "heldout_greedy_before": 0.3,
+         "heldout_greedy_after": 0.4, "reward_before": 0.2, "outcome_detail": {"collapse_step": collapse_step},
+         "completion_tokens_median": 41.0, "completion_tokens_median_before": 40.0, "wall_s": 12.345,
+         "warm_sha256": "ab", "evaluations": [{"step": 10, "acc": 0.5, "tokens_median": 41.0}]}
+    (d / "summary.json").write_text(json.dumps(s))
+    (d / "metrics.jsonl").write_text("".join(json.dumps({"step": k, "reward": 0.1 * k + seed * 1e-7, "entropy": 1 / 3})
+                                             + "\n" for k in range(steps)))
+    return d
+
+
+def test_export_merge_keeps_the_first_block_byte_for_byte(tmp_path):
+    """A second block exported with merge=True adds its lines after the first block's, unchanged byte for byte; a
+    run exported again replaces its own lines only; a record with other columns is refused in one line."""
+    from llm_probe.testbed.study import TestbedSetting, export_study
+
+    a, b, dest = tmp_path / "a", tmp_path / "b", tmp_path / "record"
+    _fake_run_folder(a, TestbedSetting(lr=1e-4), 3000)
+    _fake_run_folder(a, TestbedSetting(lr=3e-4), 3001, collapse_step=20)
+    export_study(a, dest, command="block a")
+    first = {f: (dest / f).read_text() for f in ("runs.csv", "evaluations.csv", "steps.csv")}
+    _fake_run_folder(b, TestbedSetting(lr=2.2e-4), 4000)
+    info = export_study(b, dest, command="block b", merge=True)
+    assert info["runs"] == 3 and [x["command"] for x in info["blocks"]] == ["block a", "block b"]
+    for f, text in first.items():
+        merged = (dest / f).read_text()
+        assert merged.startswith(text) and "seed=4000" in merged[len(text):]
+    _fake_run_folder(b, TestbedSetting(lr=5e-4), 4001, collapse_step=30)  # block b grows; exported again
+    info = export_study(b, dest, command="block b", merge=True)
+    runs = (dest / "runs.csv").read_text()
+    assert info["runs"] == 4 and runs.count("seed=4000,") == 1 and runs.startswith(first["runs.csv"])
+    assert [x["command"] for x in info["blocks"]] == ["block a", "block b"]
+    c = tmp_path / "c"
+    _fake_run_folder(c, TestbedSetting(lr=1e-4), 4002, steps=0)  # no steps: other columns in steps.csv
+    with pytest.raises(ValueError, match="columns differ"):
+        export_study(c, dest, command="block c", merge=True)

@@ -119,12 +119,16 @@ EXPORT_STATISTICS = ("frac_reward_zero_std", "grad_norm", "update_norm", "gap/he
 gap/* only on probed steps), with the LM head's gradient and update norms of lm_head.jsonl."""
 
 
-def export_study(root: str | Path, dest: str | Path, *, command: str = "") -> dict:
+def export_study(root: str | Path, dest: str | Path, *, command: str = "", merge: bool = False) -> dict:
     """Write a study's committed record into ``dest``: runs.csv (one row per finished run: setting, seed, outcome,
     held-out accuracy before / after, greedy before / after, reward before, collapse step, median completion
     tokens, wall seconds, warm sha256), evaluations.csv (run, step, held-out accuracy), steps.csv (run, step,
     reward, entropy, mean completion length, lr and :data:`EXPORT_STATISTICS`) and run.json (command, runs, wall
-    seconds, load). Returns run.json's dict."""
+    seconds, load). Returns run.json's dict.
+
+    ``merge``: add this study's runs to the record already in ``dest`` (another block of the same study run on
+    another machine): the existing lines are kept byte for byte except those of a run exported again, which are
+    replaced; the three files' columns must agree; run.json lists each block."""
     import os
 
     import pandas as pd
@@ -152,13 +156,31 @@ def export_study(root: str | Path, dest: str | Path, *, command: str = "") -> di
             steps.append({"run": name, "step": r["step"], "reward": r.get("reward"), "entropy": r.get("entropy"),
                           "mean_length": r.get("completions/mean_length"), "lr": r.get("lr_step", r.get("lr")),
                           **{k: r.get(k) for k in EXPORT_STATISTICS}, **head.get(r["step"], {})})
-    pd.DataFrame(runs).to_csv(dest / "runs.csv", index=False)
-    pd.DataFrame(evals).to_csv(dest / "evaluations.csv", index=False)
-    pd.DataFrame(steps).to_csv(dest / "steps.csv", index=False, float_format="%.10g")
+    texts = {"runs.csv": pd.DataFrame(runs).to_csv(index=False),
+             "evaluations.csv": pd.DataFrame(evals).to_csv(index=False),
+             "steps.csv": pd.DataFrame(steps).to_csv(index=False, float_format="%.10g")}
     info = {"command": command, "runs": len(runs), "wall_s_sum": round(sum(r["wall_s"] for r in runs), 1),
             "load_average_at_export": os.getloadavg()[0]}
+    if merge and (dest / "runs.csv").is_file():
+        names = {r["run"] for r in runs}
+        texts = {f: _merge_csv((dest / f).read_text(), t, names, dest / f) for f, t in texts.items()}
+        old = json.loads((dest / "run.json").read_text())
+        blocks = [b for b in old.get("blocks", [old]) if b.get("command") != command] + [info]
+        info = {"blocks": blocks, "runs": texts["runs.csv"].count("\n") - 1}
+    for f, t in texts.items():
+        (dest / f).write_text(t)
     (dest / "run.json").write_text(json.dumps(info, indent=1))
     return info
+
+
+def _merge_csv(old: str, new: str, replaced: set[str], path: Path) -> str:
+    """``old``'s lines (header first) without the runs in ``replaced``, then ``new``'s data lines; the headers must
+    agree. Each line starts with its run's folder name (no comma in it)."""
+    (h_old, *rows_old), (h_new, *rows_new) = old.splitlines(), new.splitlines()
+    if h_old != h_new:
+        raise ValueError(f"{path}: its columns differ from this study's export; merge refused")
+    kept = [r for r in rows_old if r.split(",", 1)[0] not in replaced]
+    return "\n".join([h_old, *kept, *rows_new]) + "\n"
 
 
 PILOT_LRS = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3)
