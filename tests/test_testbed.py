@@ -384,3 +384,26 @@ def test_export_merge_keeps_the_first_block_byte_for_byte(tmp_path):
     _fake_run_folder(c, TestbedSetting(lr=1e-4), 4002, steps=0)  # no steps: other columns in steps.csv
     with pytest.raises(ValueError, match="columns differ"):
         export_study(c, dest, command="block c", merge=True)
+
+
+def test_committed_dose_runs_keep_their_cell_names():
+    """Every run of the committed calibration record is a cell of dose_cells on DOSE_CALIBRATION_SEEDS under the
+    same folder name (settings added later keep their defaults out of the names), and the safe step study's cells
+    pair the two arms on each seed under new seeds."""
+    import csv
+    from pathlib import Path
+
+    from llm_probe.testbed.study import (DOSE_CALIBRATION_SEEDS, DOSE_HELDOUT_SEEDS, DOSE_SEEDS, SAFE_STEP_SEEDS,
+                                         cell_folder_name, dose_cells, safe_step_cells)
+
+    record = Path(__file__).resolve().parents[1] / "docs" / "verdicts" / "testbed-dose" / "runs.csv"
+    names = {r["run"] for r in csv.DictReader(record.open()) if int(r["seed"]) in DOSE_CALIBRATION_SEEDS}
+    assert names == {cell_folder_name(c) for c in dose_cells(DOSE_CALIBRATION_SEEDS)}
+    cells = safe_step_cells()
+    assert len(cells) == 2 * 2 * len(SAFE_STEP_SEEDS)
+    pairs = {}
+    for c in cells:
+        pairs.setdefault((c["seed"], c["setting"]["lr"]), []).append(c["setting"]["safe_step"])
+    assert all(sorted(v) == [False, True] for v in pairs.values())
+    assert not set(SAFE_STEP_SEEDS) & (set(DOSE_SEEDS) | set(DOSE_HELDOUT_SEEDS))
+    assert "safe_step=True" in cell_folder_name(cells[1]) and "safe_step" not in cell_folder_name(cells[0])

@@ -70,6 +70,8 @@ class TestbedSetting:
     eval_every: int = 10
     n_heldout: int = 256
     probe_every: int = 0
+    safe_step: bool = False
+    """Scale each step by the safe step rule (TrainConfig.safe_step; its c and delta at their defaults)."""
 
     def __post_init__(self):
         if self.length not in LENGTHS:
@@ -108,7 +110,7 @@ def run_testbed(setting: TestbedSetting, seed: int, out: str | Path, *, warm_dir
                       prompts_per_step=setting.prompts_per_step, group_size=setting.group_size,
                       max_new_tokens=max_new, lr=setting.lr, lr_warmup_steps=setting.lr_warmup_steps,
                       shuffle_rewards=setting.control, probe_every=setting.probe_every, probe_prompts=0,
-                      warmup_steps=0, progress=progress, device="cpu")
+                      warmup_steps=0, progress=progress, device="cpu", safe_step=setting.safe_step)
     t0 = time.perf_counter()
     before = _evaluate(model, tok, task, held, max_new, seed, 0)
     before_greedy = _evaluate(model, tok, task, held, max_new, seed, 0, greedy=True)

@@ -28,7 +28,8 @@ __all__ = ["cell_name", "cell_folder_name", "run_cell", "cells", "analyse", "Stu
            "pilot_cells", "pilot_extension_cells", "pilot_short_cells", "pilot_edge_cells",
            "acceptance_cells", "export_study", "DOSE_SEEDS", "DOSE_HELDOUT_SEEDS", "DOSE_LRS", "dose_cells",
            "DOSE_CALIBRATION_SEEDS", "dose_heldout_cells", "SETTINGS_METHODS", "SETTINGS_SEEDS", "settings_grid",
-           "settings_pilot_cells", "dose_settings_cells", "run_settings_study"]
+           "settings_pilot_cells", "dose_settings_cells", "run_settings_study", "SAFE_STEP_SEEDS",
+           "SAFE_STEP_LRS", "safe_step_cells"]
 
 PILOT_SEEDS = tuple(range(900, 910))
 """Seeds of the pilot and of tuning: never in a confirmation block."""
@@ -364,8 +365,26 @@ def run_settings_study(root: str | Path, *, reverse: bool = False, seeds=SETTING
     return run_study(cells[::-1] if reverse else cells, root, log=log)
 
 
+SAFE_STEP_SEEDS = tuple(range(6000, 6008))
+"""The testbed safe step study's seeds: no other block uses them."""
+SAFE_STEP_LRS = (1e-4, 4e-4)
+"""The safe step study's lrs (long scratchpad): the documented learning lr, and the lowest calibration lr at which
+every constant-step run collapsed (8 of 8)."""
+
+
+def safe_step_cells(seeds=SAFE_STEP_SEEDS) -> list[dict]:
+    """The safe step rule against the constant step on the testbed, fixed before it ran: per seed (seed-major),
+    GRPO long at each lr of :data:`SAFE_STEP_LRS`, the constant step and the safe step (paired on the seed's
+    stream). Primaries (docs/testbed.md, "Safe step on the testbed"): at 4e-4 fewer runs end collapsed with the
+    safe step (paired exact McNemar, one-sided 0.05); at 1e-4 the held-out accuracy after RL is not lower by more
+    than 0.05 (paired mean difference, its 95 % lower end above -0.05)."""
+    return [c for seed in seeds for lr in SAFE_STEP_LRS
+            for c in grid((seed,), method=("grpo",), length=("long",), lr=(lr,), safe_step=(False, True),
+                          probe_every=(DOSE_PROBE_EVERY,))]
+
+
 STUDIES = ("pilot", "pilot-extension", "pilot-extension-2", "pilot-short", "pilot-edge", "acceptance", "dose",
-           "dose-heldout", "dose-settings-pilot")
+           "dose-heldout", "dose-settings-pilot", "safe-step")
 """The studies by name (:func:`study_cells`)."""
 
 
@@ -381,7 +400,7 @@ def study_cells(study: str, seeds=None, lrs=None) -> list[dict]:
             "pilot-extension-2": lambda: pilot_extension_cells(2, **kw), "pilot-short": lambda: pilot_short_cells(**kw),
             "pilot-edge": lambda: pilot_edge_cells(**kw), "acceptance": lambda: acceptance_cells(*lrs, **kw),
             "dose": lambda: dose_cells(**kw), "dose-heldout": lambda: dose_heldout_cells(**kw),
-            "dose-settings-pilot": lambda: settings_pilot_cells(**kw)}[study]()
+            "dose-settings-pilot": lambda: settings_pilot_cells(**kw), "safe-step": lambda: safe_step_cells(**kw)}[study]()
 
 
 @dataclass(frozen=True)
@@ -430,10 +449,11 @@ class StudyArgs:
 
     study: tyro.conf.Positional[Literal["pilot", "pilot-extension", "pilot-extension-2", "pilot-short", "pilot-edge",
                                         "acceptance", "dose", "dose-heldout", "dose-settings-pilot",
-                                        "dose-settings"]]
+                                        "dose-settings", "safe-step"]]
     """Which cells: the pilot, its two extensions, the short-scratchpad pilot, the edge pilot, or the acceptance
     measurement (needs --lrs), or the dose-response study's calibration block (GRPO, both lengths), its held-out
-    block, or its held-out settings (WAPO and Dr. GRPO: the pilot alone, or pilot, grid and block in one go)."""
+    block, or its held-out settings (WAPO and Dr. GRPO: the pilot alone, or pilot, grid and block in one go), or the
+    safe step rule against the constant step."""
     out_dir: Annotated[str, tyro.conf.arg(name="out")]
     """The study folder (one sub-folder per run)."""
     lrs: tuple[float, float] | None = None
