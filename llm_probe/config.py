@@ -50,6 +50,8 @@ _RANGES: dict[str, tuple[str, float, float, bool, bool]] = {
     "probe_every": ("int", 0, _INF, True, False),
     "probe_prompts": ("int", 0, _INF, True, False),
     "probe_group_size": ("int", 2, _INF, True, False),
+    "headroom_every": ("int", 1, _INF, True, False),
+    "warn_forward_every": ("int", 1, _INF, True, False),
     "checkpoint_every": ("int", 0, _INF, True, False),
     "max_faults": ("int", 1, _INF, True, False),
     "num_threads": ("int", 1, _INF, True, True),
@@ -176,6 +178,14 @@ class TrainConfig:
     """Size of the fixed probe-prompt set whose cumulative M_q is tracked (0: none)."""
     probe_group_size: int = 8
     """Completions sampled per probe prompt at each probe step (own generator: training is unaffected)."""
+    headroom_every: int = 1
+    """The headroom meter (gap/headroom, gap/headroom_lr: one forward-mode pass over the whole batch, about 0.7x
+    a plain step) on every n-th probe step only: steps k with k % (probe_every * n) == 0 (1: every probe step).
+    The gap/* metrics stay on every probe step (BENCHMARKS.md, "Every-step ghost probe")."""
+    warn_forward_every: int = 1
+    """The warn/* statistics at theta_{k+1} (warn/dH_same, warn/curv_gap, warn/wrong_max_frac, warn/x_*_mean: one
+    no-grad forward over the whole batch, about 0.2x a plain step) on every n-th probe step only: steps k with
+    k % (probe_every * n) == 0 (1: every probe step)."""
     checkpoint_every: int = 0
     """Write checkpoint.safetensors every n steps (0: only at the end)."""
     resume: bool = False
