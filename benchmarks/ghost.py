@@ -80,7 +80,8 @@ class GhostTimes:
     ratio: object  # Stat: ghost / plain per round (CPU)
     ratio_wall: object
     same_trajectory: bool
-    mixed_per_step: float
+    mixed_per_step: float  # mean mixed groups over every probed step (warm-up and memory steps included)
+    mixed_timed: float  # the same over the timed rounds only (the same batches in every configuration)
     peak: dict  # "plain", "ghost" -> peak live torch bytes above the step's start (with ``memory``)
     param_bytes: int
     held_bytes: int  # largest bytes the ghost probe held across an optimizer step (what ``keep`` holds)
@@ -139,7 +140,8 @@ def ghost_step_times(model, tok, task, setup: LLMSetup, repeats: int = 5, route:
     probe = tr["ghost"].probe
     kept = (probe.keep or "none") if trainer and isinstance(probe, GhostProbe) else (keep or "none")
     return GhostTimes(cpu, wall, ratio(cpu["ghost"], cpu["plain"]), ratio(wall["ghost"], wall["plain"]), same,
-                      sum(x[0] for x in log) / max(1, len(log)), peak,
+                      sum(x[0] for x in log) / max(1, len(log)),
+                      sum(x[0] for x in log[1:1 + repeats]) / max(1, len(log[1:1 + repeats])), peak,
                       sum(p.numel() * p.element_size() for p in params), max(x[1] for x in log), kept,
                       sum(cpu["ghost"].values) / sum(cpu["plain"].values), cycle)
 
@@ -257,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     how = (f"the trainer probing (probe_every=1, {a.alignment}, headroom_every={a.headroom_every}, "
            f"warn_forward_every={a.warn_forward_every})" if a.trainer else f"route {a.route}, keep {a.keep}")
     print(f"{'tiny' if a.tiny else 'testbed'} model, B = {setup.prompts_per_step} x G = {setup.group_size}, "
-          f"{res.mixed_per_step:.1f} mixed groups per step, {how}, CPU, 1 thread, {a.repeats} rounds; "
+          f"{res.mixed_per_step:.1f} mixed groups per step ({res.mixed_timed:.1f} in the timed rounds), {how}, CPU, "
+          f"1 thread, {a.repeats} rounds; "
           f"same trajectory: {res.same_trajectory}")
     for k in ("plain", "ghost"):
         print(f"  {k:>5} step: CPU {1e3 * res.times[k].median:8.1f} ms {res.times[k].spread():>12} | wall "

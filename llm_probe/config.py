@@ -163,9 +163,9 @@ class TrainConfig:
     probe_every: int = 10
     """Run the gradient-gap probes every n steps (0: never; 1: every step). A probed step costs about 2.1x a plain
     step on the testbed cell on CPU (dot or ghost route, with the headroom meter, whose forward-mode pass is about
-    0.75x of it; 4.9x on the tiny Qwen with more mixed groups, measured before the shared passes), so the default
-    cadence of 10 keeps the amortised cost near 1.1-1.5x (BENCHMARKS.md: "Every-step
-    ghost probe", "Targets")."""
+    0.7x of it; 4.9x on the tiny Qwen with more mixed groups, measured before the shared passes), so the default
+    cadence of 10 keeps the amortised cost near 1.1-1.5x; every step with the ghost route and headroom_every =
+    warn_forward_every = 10 about 1.2x amortised (BENCHMARKS.md: "Every-step ghost probe", "Targets")."""
     probe_params: str = "all"
     """Parameters the probes differentiate: 'all' (= 'trainable': every parameter with requires_grad, the
     adapters under PEFT/LoRA), 'lm_head', or a regex on parameter names."""
