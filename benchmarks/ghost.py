@@ -15,9 +15,16 @@ would run; there the probe reuses the meter's x_n for the update's dot and the w
 of Phi_hat (llm_probe.ghost.GhostProbe.reuse), so it holds nothing across the step (keep=None) and runs no
 pass after it.
 
+``--headroom-every n`` / ``--warn-forward-every m`` (with ``--trainer`` or ``--parts``): the trainer's
+``headroom_every`` / ``warn_forward_every`` (the meter's forward-mode pass, the warn/* forward at theta_{k+1} on
+every n-th / m-th step only; the gap/* metrics every step). Then the ratio is also given amortised (sum of the
+probed steps' CPU time over the plain steps', over rounds that cover whole cycles of lcm(n, m) steps) and the peak
+is the larger of a step without either pass and a step with both.
+
 ``--parts``: CPU time of each part of the trainer's every-step probed step (:func:`probed_step_parts`).
 
-``python -m benchmarks.ghost [--repeats N] [--tiny] [--trainer] [--parts]``
+``python -m benchmarks.ghost [--repeats N] [--tiny] [--trainer] [--parts] [--headroom-every n]
+[--warn-forward-every m]``
 """
 
 from __future__ import annotations
@@ -73,11 +80,14 @@ class GhostTimes:
     ratio: object  # Stat: ghost / plain per round (CPU)
     ratio_wall: object
     same_trajectory: bool
-    mixed_per_step: float
+    mixed_per_step: float  # mean mixed groups over every probed step (warm-up and memory steps included)
+    mixed_timed: float  # the same over the timed rounds only (the same batches in every configuration)
     peak: dict  # "plain", "ghost" -> peak live torch bytes above the step's start (with ``memory``)
     param_bytes: int
     held_bytes: int  # largest bytes the ghost probe held across an optimizer step (what ``keep`` holds)
     keep: str  # the probed trainer's GhostProbe keep ("none" for None)
+    amortised: float  # sum of the probed steps' CPU time / the plain steps' over the timed rounds
+    cycle: int  # lcm(headroom_every, warn_forward_every): the steps between two steps with both passes
 
 
 def watch_trainer_probe(trainer: Trainer) -> list:
@@ -98,11 +108,15 @@ def watch_trainer_probe(trainer: Trainer) -> list:
 
 def ghost_step_times(model, tok, task, setup: LLMSetup, repeats: int = 5, route: str = "auto",
                      keep: str = "auto", memory: bool = False, trainer: bool = False,
-                     alignment: str = "ghost") -> GhostTimes:
+                     alignment: str = "ghost", headroom_every: int = 1, warn_forward_every: int = 1) -> GhostTimes:
+    import math
+
     tmp = tempfile.TemporaryDirectory(prefix="gapdyn_bench_ghost_")
     cfg = {k: _config(setup, "off", f"{tmp.name}/{k}") for k in ("plain", "ghost")}
+    cycle = math.lcm(headroom_every, warn_forward_every) if trainer else 1
     if trainer:  # the trainer's own every-step ghost probe (its default keep and route)
-        cfg["ghost"] = dataclasses.replace(cfg["ghost"], probe_every=1, probe_alignment=alignment, probe_prompts=0)
+        cfg["ghost"] = dataclasses.replace(cfg["ghost"], probe_every=1, probe_alignment=alignment, probe_prompts=0,
+                                           headroom_every=headroom_every, warn_forward_every=warn_forward_every)
     tr = {k: Trainer(cfg[k], model=copy.deepcopy(model), tokenizer=tok, task=task) for k in ("plain", "ghost")}
     log = watch_trainer_probe(tr["ghost"]) if trainer else attach_ghost(tr["ghost"], route=route, keep=keep)
     seen = {k: [] for k in tr}
@@ -115,28 +129,38 @@ def ghost_step_times(model, tok, task, setup: LLMSetup, repeats: int = 5, route:
 
     wall, cpu = _interleaved_cpu({k: stepper(k) for k in tr}, repeats=repeats, warmup=1)
     peak = {k: peak_memory(stepper(k))[0] for k in tr} if memory else {}
+    if memory and cycle > 1:  # that step had neither pass or not both: also the next step with both
+        while tr["ghost"].step % cycle:
+            for k in tr:
+                stepper(k)()
+        peak = {k: max(peak[k], peak_memory(stepper(k))[0]) for k in tr}
     same = seen["plain"] == seen["ghost"]
     tmp.cleanup()
     params = [p for p in model.parameters() if p.requires_grad]
     probe = tr["ghost"].probe
     kept = (probe.keep or "none") if trainer and isinstance(probe, GhostProbe) else (keep or "none")
     return GhostTimes(cpu, wall, ratio(cpu["ghost"], cpu["plain"]), ratio(wall["ghost"], wall["plain"]), same,
-                      sum(x[0] for x in log) / max(1, len(log)), peak,
-                      sum(p.numel() * p.element_size() for p in params), max(x[1] for x in log), kept)
+                      sum(x[0] for x in log) / max(1, len(log)),
+                      sum(x[0] for x in log[1:1 + repeats]) / max(1, len(log[1:1 + repeats])), peak,
+                      sum(p.numel() * p.element_size() for p in params), max(x[1] for x in log), kept,
+                      sum(cpu["ghost"].values) / sum(cpu["plain"].values), cycle)
 
 
-def probed_step_parts(model, tok, task, setup: LLMSetup, steps: int = 4, alignment: str = "ghost") -> dict:
+def probed_step_parts(model, tok, task, setup: LLMSetup, steps: int = 4, alignment: str = "ghost",
+                      headroom_every: int = 1, warn_forward_every: int = 1) -> dict:
     """CPU seconds per step of each part of the trainer's every-step probed step (``probe_every=1``), over ``steps``
     steps after one warm-up step: each part's function wrapped with a process-time timer; "total" the whole
     step. The parts: rollout, loss forward, backward, probe at theta_k, optimizer step, headroom meter (its
-    forward-mode pass), the forward at theta_{k+1} (warn/* and the probe), probe after the step, warn/* rest."""
+    forward-mode pass), the forward at theta_{k+1} (warn/* and the probe; with ``warn_forward_every`` > 1 also the
+    ghost probe's forward over the mixed rows on the other steps), probe after the step, warn/* rest; with
+    ``headroom_every`` / ``warn_forward_every`` > 1 the means cover whichever steps ran the passes."""
     import time
 
     import llm_probe.trainer as trainer_module
 
     tmp = tempfile.TemporaryDirectory(prefix="gapdyn_bench_ghost_parts_")
     cfg = dataclasses.replace(_config(setup, "off", tmp.name), probe_every=1, probe_alignment=alignment,
-                              probe_prompts=0)
+                              probe_prompts=0, headroom_every=headroom_every, warn_forward_every=warn_forward_every)
     tr = Trainer(cfg, model=copy.deepcopy(model), tokenizer=tok, task=task)
     acc: dict = {}
 
@@ -191,6 +215,11 @@ class GhostBenchConfig:
     parts: bool = False
     """Instead: CPU time per part of the trainer's every-step probed step (probe_every=1, alignment), over
     ``repeats`` steps (probed_step_parts)."""
+    headroom_every: int = 1
+    """With --trainer or --parts: the trainer's headroom_every (the headroom meter on every n-th step only)."""
+    warn_forward_every: int = 1
+    """With --trainer or --parts: the trainer's warn_forward_every (the warn/* forward at theta_{k+1} on every
+    n-th step only)."""
 
 
 def keep_what(keep: str) -> str:
@@ -211,22 +240,27 @@ def main(argv: list[str] | None = None) -> int:
     else:
         setup, (model, tok, task, _) = testbed_setup()
     if a.parts:
-        parts = probed_step_parts(model, tok, task, setup, steps=a.repeats, alignment=a.alignment)
+        parts = probed_step_parts(model, tok, task, setup, steps=a.repeats, alignment=a.alignment,
+                                  headroom_every=a.headroom_every, warn_forward_every=a.warn_forward_every)
         load1 = load_average()
         print(f"{'tiny' if a.tiny else 'testbed'} model, B = {setup.prompts_per_step} x G = {setup.group_size}, "
-              f"the trainer probing every step ({a.alignment}), CPU ms per step over {a.repeats} steps:")
+              f"the trainer probing every step ({a.alignment}; headroom_every {a.headroom_every}, "
+              f"warn_forward_every {a.warn_forward_every}), CPU ms per step over {a.repeats} steps:")
         for k, v in parts.items():
             print(f"  {k:>22}: {1e3 * v:8.1f}")
         print(f"  load average before {load0[0]:.1f}, after {load1[0]:.1f}")
         return 0
     res = ghost_step_times(model, tok, task, setup, repeats=a.repeats, route=a.route,
                            keep=None if a.keep == "none" else a.keep, memory=a.memory, trainer=a.trainer,
-                           alignment=a.alignment)
+                           alignment=a.alignment, headroom_every=a.headroom_every,
+                           warn_forward_every=a.warn_forward_every)
     load1 = load_average()
     mib = 2**20
-    how = f"the trainer probing (probe_every=1, {a.alignment})" if a.trainer else f"route {a.route}, keep {a.keep}"
+    how = (f"the trainer probing (probe_every=1, {a.alignment}, headroom_every={a.headroom_every}, "
+           f"warn_forward_every={a.warn_forward_every})" if a.trainer else f"route {a.route}, keep {a.keep}")
     print(f"{'tiny' if a.tiny else 'testbed'} model, B = {setup.prompts_per_step} x G = {setup.group_size}, "
-          f"{res.mixed_per_step:.1f} mixed groups per step, {how}, CPU, 1 thread, {a.repeats} rounds; "
+          f"{res.mixed_per_step:.1f} mixed groups per step ({res.mixed_timed:.1f} in the timed rounds), {how}, CPU, "
+          f"1 thread, {a.repeats} rounds; "
           f"same trajectory: {res.same_trajectory}")
     for k in ("plain", "ghost"):
         print(f"  {k:>5} step: CPU {1e3 * res.times[k].median:8.1f} ms {res.times[k].spread():>12} | wall "
@@ -234,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     r, w = res.ratio, res.ratio_wall
     print(f"  probed / plain step: CPU x{r.median:.2f} [{r.lo:.2f}, {r.hi:.2f}], wall x{w.median:.2f} "
           f"[{w.lo:.2f}, {w.hi:.2f}] (target <= 1.3x)")
+    if res.cycle > 1:
+        whole = "" if a.repeats % res.cycle == 0 else f"; {a.repeats} rounds are not whole cycles of {res.cycle}"
+        print(f"  amortised (sum probed / sum plain CPU over the rounds): x{res.amortised:.2f}{whole}")
     if res.peak:
         print(f"  peak extra memory: {(res.peak['ghost'] - res.peak['plain']) / mib:.1f} MiB")
     if not a.trainer or a.alignment == "ghost":

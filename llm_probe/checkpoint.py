@@ -91,6 +91,8 @@ RESUME_POLICY: dict[str, str] = {
     "probe_alignment": "trajectory",
     "probe_prompts": "trajectory",
     "probe_group_size": "trajectory",
+    "headroom_every": "control",  # which probe steps log gap/headroom: no sum or training state depends on it
+    "warn_forward_every": "control",  # which probe steps log the warn/* statistics at theta_{k+1}: likewise
     "collapse": "trajectory",  # the alert rule whose state the checkpoint carries
     "out_dir": "control",  # the same folder, however it is spelled
     "steps": "control",  # extend or shorten a run

@@ -50,6 +50,8 @@ _RANGES: dict[str, tuple[str, float, float, bool, bool]] = {
     "probe_every": ("int", 0, _INF, True, False),
     "probe_prompts": ("int", 0, _INF, True, False),
     "probe_group_size": ("int", 2, _INF, True, False),
+    "headroom_every": ("int", 1, _INF, True, False),
+    "warn_forward_every": ("int", 1, _INF, True, False),
     "checkpoint_every": ("int", 0, _INF, True, False),
     "max_faults": ("int", 1, _INF, True, False),
     "num_threads": ("int", 1, _INF, True, True),
@@ -161,9 +163,9 @@ class TrainConfig:
     probe_every: int = 10
     """Run the gradient-gap probes every n steps (0: never; 1: every step). A probed step costs about 2.1x a plain
     step on the testbed cell on CPU (dot or ghost route, with the headroom meter, whose forward-mode pass is about
-    0.75x of it; 4.9x on the tiny Qwen with more mixed groups, measured before the shared passes), so the default
-    cadence of 10 keeps the amortised cost near 1.1-1.5x (BENCHMARKS.md: "Every-step
-    ghost probe", "Targets")."""
+    0.7x of it; 4.9x on the tiny Qwen with more mixed groups, measured before the shared passes), so the default
+    cadence of 10 keeps the amortised cost near 1.1-1.5x; every step with the ghost route and headroom_every =
+    warn_forward_every = 10 about 1.2x amortised (BENCHMARKS.md: "Every-step ghost probe", "Targets")."""
     probe_params: str = "all"
     """Parameters the probes differentiate: 'all' (= 'trainable': every parameter with requires_grad, the
     adapters under PEFT/LoRA), 'lm_head', or a regex on parameter names."""
@@ -176,6 +178,14 @@ class TrainConfig:
     """Size of the fixed probe-prompt set whose cumulative M_q is tracked (0: none)."""
     probe_group_size: int = 8
     """Completions sampled per probe prompt at each probe step (own generator: training is unaffected)."""
+    headroom_every: int = 1
+    """The headroom meter (gap/headroom, gap/headroom_lr: one forward-mode pass over the whole batch, about 0.7x
+    a plain step) on every n-th probe step only: steps k with k % (probe_every * n) == 0 (1: every probe step).
+    The gap/* metrics stay on every probe step (BENCHMARKS.md, "Every-step ghost probe")."""
+    warn_forward_every: int = 1
+    """The warn/* statistics at theta_{k+1} (warn/dH_same, warn/curv_gap, warn/wrong_max_frac, warn/x_*_mean: one
+    no-grad forward over the whole batch, about 0.2x a plain step) on every n-th probe step only: steps k with
+    k % (probe_every * n) == 0 (1: every probe step)."""
     checkpoint_every: int = 0
     """Write checkpoint.safetensors every n steps (0: only at the end)."""
     resume: bool = False

@@ -12,9 +12,11 @@ One step k (theta_k the parameters before it), as :meth:`Trainer.train_step` rea
 5. optimizer step, mu = ``num_iterations`` of them on the same batch (importance ratio and clips act from the
    second on; with ``safe_step``: theta_{k+1} = theta_k + a (theta' - theta_k), llm_probe.safe_step);
 6. probe.after: dmu_q = <theta_{k+1} - theta_k, g_q> (eta = 1, valid for Adam), M, realised dPhi_hat; on probe
-   steps without the safe step, the headroom of the step taken (llm_probe.headroom). One no-grad forward at
-   theta_{k+1} serves the warn/* metrics and the ghost probe's dPhi_hat; the ghost probe's dmu_q is
-   sum_n c_qn x_n of the headroom meter's x_n (llm_probe.ghost.GhostProbe.reuse).
+   steps without the safe step, the headroom of the step taken (llm_probe.headroom; every ``headroom_every``-th
+   probe step). One no-grad forward at theta_{k+1} over the batch serves the warn/* metrics and the ghost
+   probe's dPhi_hat (every ``warn_forward_every``-th probe step; on the others the ghost probe's forward covers
+   the mixed groups' rows only); the ghost probe's dmu_q is sum_n c_qn x_n of the headroom meter's x_n where the
+   meter ran (llm_probe.ghost.GhostProbe.reuse), else the dot with what it held across the step.
 A non-finite policy, loss, gradient or update skips the step with the weights of theta_k (logged);
 ``max_faults`` in a row stop the run. Files in out_dir: metrics.jsonl (one row per step), metrics.parquet
 (at the end), probe_prompts.jsonl (one row per probe prompt and probe step), alerts.json, checkpoint.safetensors
@@ -48,7 +50,8 @@ from .gap_probe import GapProbe
 from .ghost import GhostProbe
 from .headroom import headroom_metrics, step_headroom_x
 from .step_hook import Step
-from .probes import select_params, token_stats
+from .collectives import sub_rollout
+from .probes import mixed_groups, select_params, token_stats
 from .rollout import NonFinitePolicyError, check_prompts_fit, context_size, make_rollout
 from .sampler import fast_completion_logprobs
 from .seeds import derive_seed
@@ -242,7 +245,10 @@ class Trainer:
             # x_n (train_step): nothing held across the optimizer step
             trainable = {n for n, p in self.model.named_parameters() if p.requires_grad}
             self._share_x = not cfg.safe_step and set(select_params(self.model, cfg.probe_params)) == trainable
-            self.probe = GhostProbe(self.model, cfg.probe_params, keep=None if self._share_x else "auto")
+            # keep=None only where the meter's x_n comes on every probe step; else the per-group gradients are
+            # held across the step for the dot on the steps without the meter (keep="auto"; llm_probe.ghost)
+            every = self._share_x and cfg.headroom_every == 1
+            self.probe = GhostProbe(self.model, cfg.probe_params, keep=None if every else "auto")
         else:
             self.probe = GapProbe(self.model, cfg.probe_params, alignment=cfg.probe_alignment,
                                   n_probe_prompts=len(self.probe_problems))
@@ -408,8 +414,10 @@ class Trainer:
         mk = ro.completion_mask > 0
         return float(ent[mk].mean()), float(ro.rewards.mean())
 
-    def _probe_step(self, k: int) -> bool:
-        return self.cfg.probe_every > 0 and k % self.cfg.probe_every == 0
+    def _probe_step(self, k: int, every: int = 1) -> bool:
+        """Whether step k probes; with ``every`` = n, whether it is an n-th probe step (k % (probe_every n) == 0:
+        the cadence of ``headroom_every`` and ``warn_forward_every``)."""
+        return self.cfg.probe_every > 0 and k % (self.cfg.probe_every * every) == 0
 
     def rollout(self, problems, G: int, generator: torch.Generator):
         """G completions per problem at the current parameters (training settings), sampled with ``generator``."""
@@ -423,6 +431,8 @@ class Trainer:
         cfg, k = self.cfg, self.step
         t0 = time.perf_counter()
         probing = self._probe_step(k)
+        metering = probing and self._probe_step(k, cfg.headroom_every)  # the headroom meter's pass
+        warn_next = probing and self._probe_step(k, cfg.warn_forward_every)  # warn/* at theta_{k+1}
         self.model.train()
         if cfg.lr_warmup_steps:  # a function of k alone: a resumed run takes the same lr at the same step
             for group in self.opt.param_groups:
@@ -469,20 +479,21 @@ class Trainer:
         x = None  # the headroom meter's x_n, reused by the ghost probe
         if self.safe is not None:  # theta_{k+1} = theta_k + a (theta' - theta_k), llm_probe.safe_step
             m.update(self.safe.after().metrics)
-        elif probing:  # the headroom meter: the same rule, measured on the step taken, nothing rescaled
+        elif metering:  # the headroom meter: the same rule, measured on the step taken, nothing rescaled
             hm, x = self._headroom(ro, theta_k)
             m.update(hm)
         with torch.no_grad():
             m["update_norm"] = float(torch.sqrt(sum(((p - theta_k[n]) ** 2).sum() for n, p in self.model.named_parameters())))
-        at_next = forward_at_current(self.model, ro) if probing else None  # the one forward at theta_{k+1}
+        at_next = forward_at_current(self.model, ro) if warn_next else None  # the one forward at theta_{k+1}
         if probing:  # 6. alignment of the real change with the gaps at theta_k
-            if isinstance(self.probe, GhostProbe):  # no passes of its own (GhostProbe.reuse)
-                self.probe.reuse(x=x if self._share_x else None, seq_logp_next=at_next[0].sum(-1))
+            if isinstance(self.probe, GhostProbe):  # no passes of its own after the step (GhostProbe.reuse)
+                seq_next = at_next[0].sum(-1) if at_next is not None else self._mixed_logp_next(ro)
+                self.probe.reuse(x=x if self._share_x else None, seq_logp_next=seq_next)
             result = self.probe.after()
             m.update(result.metrics)
             self._log_probe_prompts(k, result.prompts)
         m.update(step_warning_metrics(self.model, ro, logp.detach(), logp_all, res.advantages,  # warn/* (llm_probe.warning)
-                                      logp.grad if probing else None, after=probing, at_next=at_next))
+                                      logp.grad if probing else None, after=warn_next, at_next=at_next))
         m["step_time"] = time.perf_counter() - t0
         self.step += 1
         return m
@@ -491,6 +502,21 @@ class Trainer:
     def _step_hooks(self, probing: bool) -> list:
         """The step hooks (llm_probe.step_hook) this step runs: the gap probe on probe steps, the safe step."""
         return ([self.probe] if probing else []) + ([self.safe] if self.safe is not None else [])
+
+    def _mixed_logp_next(self, ro) -> torch.Tensor | None:
+        """log pi_{k+1}(o_n) [B*G] on the rows of the batch's mixed groups (0 on the others, which Phi_hat does not
+        read; None without a mixed group): :func:`llm_probe.warning.forward_at_current` (the shared-prompt forward
+        the loss is scored with) on those groups alone, for the ghost probe's dPhi_hat on a step without the
+        warn/* forward over the whole batch."""
+        groups = mixed_groups(ro.rewards)
+        if not len(groups):
+            return None
+        G = ro.G
+        rows = (groups.view(-1, 1) * G + torch.arange(G)).reshape(-1)
+        lp = forward_at_current(self.model, sub_rollout(ro, groups))[0].sum(-1)
+        out = torch.zeros(ro.rewards.numel(), dtype=lp.dtype, device=lp.device)
+        out[rows.to(lp.device)] = lp
+        return out
 
     def _headroom(self, ro, theta_k: dict) -> tuple[dict, torch.Tensor]:
         """(``gap/headroom`` h of the step just taken over the trainable parameters and ``gap/headroom_lr`` = lr h,

@@ -184,9 +184,10 @@ def _configs() -> dict:
            "benchmarks.probe_memory": probe_memory.ProbeMemoryConfig,
            "benchmarks.real_size": real_size.RealSizeConfig}
     if importlib.util.find_spec("torch") and importlib.util.find_spec("transformers"):
-        from benchmarks import llm
+        from benchmarks import ghost, llm
 
-        out |= {"benchmarks.llm": llm.GRPOCallbackConfig, "rl_step_main": llm.RLStepConfig}
+        out |= {"benchmarks.llm": llm.GRPOCallbackConfig, "rl_step_main": llm.RLStepConfig,
+                "benchmarks.ghost": ghost.GhostBenchConfig}
     return out
 
 

@@ -166,6 +166,8 @@ TRAIN_BAD = [
     (["--max-new-tokens", "0"], "--max-new-tokens"),
     (["--probe-every", "-1"], "--probe-every"),
     (["--probe-group-size", "1"], "--probe-group-size"),
+    (["--headroom-every", "0"], "--headroom-every"),
+    (["--warn-forward-every", "1.5"], "--warn-forward-every"),
     (["--max-faults", "0"], "--max-faults"),
     (["--seed", "-1"], "--seed"),
     (["--device", "cuda:abc"], "--device"),

@@ -52,6 +52,35 @@ def test_trainer_ghost_route_logs_the_dot_route_numbers(tmp_path, steps, B):
     assert mixed > 0, "no mixed group: the comparison would be vacuous"
 
 
+def test_trainer_ghost_route_with_the_meter_and_warn_forward_thinned(tmp_path):
+    """headroom_every = 2, warn_forward_every = 3 at probe_every = 1 (float64): every step logs the dot route's gap
+    numbers (a step without the meter takes dmu_update from the per-group gradients held across the step, a step
+    without the warn/* forward Phi_hat(theta_{k+1}) from a forward over the mixed rows), the meter's gap/headroom
+    only on steps 0, 2 and the warn/* statistics at theta_{k+1} only on step 0, there equal to the dot run's that
+    measures both on every step."""
+    rows, probes = {}, {}
+    for route, every in (("dot", (1, 1)), ("ghost", (2, 3))):
+        model, tok = warm_model()
+        model.double()
+        cfg = TrainConfig(out_dir=str(tmp_path / route), steps=3, prompts_per_step=6, group_size=4, probe_prompts=0,
+                          progress=False, num_threads=1, device="cpu", lr=1e-3, probe_every=1, probe_alignment=route,
+                          dtype="float64", headroom_every=every[0], warn_forward_every=every[1])
+        tr = Trainer(cfg, model=model, tokenizer=tok)
+        probes[route] = tr.probe
+        rows[route] = [tr.train_step() for _ in range(3)]
+    assert probes["ghost"].keep == "auto"  # the meter does not run on every probe step: the blocks are held
+    assert [("gap/headroom" in r) for r in rows["ghost"]] == [True, False, True]
+    assert [("warn/dH_same" in r) for r in rows["ghost"]] == [True, False, False]
+    mixed = []
+    for a, b in zip(rows["dot"], rows["ghost"]):
+        assert (a["reward"], a["loss"], a["update_norm"]) == (b["reward"], b["loss"], b["update_norm"])
+        mixed.append(a["gap/n_prompts"])
+        for k in (*GAP_KEYS, "gap/headroom", "gap/headroom_lr", "warn/dH_same", "warn/curv_gap"):
+            if k in b and not (isinstance(a[k], float) and math.isnan(a[k])):
+                assert _close(b[k], a[k]), (k, a[k], b[k])
+    assert all(mixed), f"a step without a mixed group ({mixed}): its comparison would be vacuous"
+
+
 def test_ghost_route_refuses_probe_prompts():
     with pytest.raises(ValueError, match=r"--probe-prompts \(probe_prompts\) 0, got 8"):
         TrainConfig(probe_alignment="ghost")
