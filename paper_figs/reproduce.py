@@ -29,7 +29,6 @@ from gapdyn.cmdline import check_jobs, command, one_blas_thread, output_dir, par
 from gapdyn.io import atomic_write_text
 
 from .cli import FIGURES, RunArgs, figure_module, make_figures, resolve_store
-from .data import NotAvailable, SourceFailed, Sources
 from .stage_eta import QUICK_STAGE_S, SERIAL_LLM_S, StageETA
 
 __all__ = ["EXPERIMENT_ORDER", "reproduce", "main"]
@@ -64,6 +63,8 @@ def reproduce(*, mode: str = "quick", out_dir=None, store=None, seed=None, n_job
     Returns a dict with keys report (path), figures (name -> paths or reason), claims (every gapdyn.Claim
     of the run), unavailable (name -> reason), seconds.
     """
+    from .data import NotAvailable, SourceFailed, Sources  # pandas: here, so --help and bad arguments load none
+
     t0 = time.perf_counter()
     out = output_dir("reproduce", out_dir, announce=False)
     out.mkdir(parents=True, exist_ok=True)
