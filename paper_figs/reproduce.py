@@ -165,7 +165,8 @@ def main(argv: list[str]) -> int:
     mode = "test" if args.tiny else args.mode
     if mode == "quick":  # said up front: how long, and what it decides
         say("reproduce", f"quick mode: about {sum(QUICK_STAGE_S.values()) / 60:.0f} min of stages on a quiet 2-core "
-                         "machine (measured per stage, paper_figs/stage_eta.py; longer under load, the bar shows the "
+                         "machine with numba's first compile (measured per stage, paper_figs/stage_eta.py; less with "
+                         "the kernels cached, longer under load, the bar shows the "
                          "time left at this run's pace); it redraws the 7 figures and re-decides every claim at quick "
                          "sizes, where most rows end 'not measured' (too few instances): the verdicts of record are "
                          "the full runs under docs/verdicts")
