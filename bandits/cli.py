@@ -36,11 +36,14 @@ import tyro
 
 import gapdyn
 
-from gapdyn.cmdline import (Mode, UsageError, check_jobs, command, on_interrupt, optional, output_dir, parse,
-                            one_blas_thread, resolve_name, say)
+from gapdyn.cmdline import (Mode, UsageError, check_jobs, command, did_you_mean, on_interrupt, optional, output_dir,
+                            parse, one_blas_thread, resolve_name, say)
 from gapdyn.io import atomic_write_text, check_output_path, make_folder, write_parquet, write_with
 
-__all__ = ["main", "claims_report", "RunConfig", "experiment_config"]
+__all__ = ["main", "claims_report", "RunConfig", "experiment_config", "SUBCOMMANDS"]
+
+SUBCOMMANDS = ("list", "run")
+"""The subcommands of ``gapdyn bandit``."""
 
 _USAGE = """usage: gapdyn bandit {list,run} ...
 
@@ -209,7 +212,9 @@ def main(argv: list[str]) -> int:
         return _list()
     if sub == "run":
         return _run(parse(RunConfig, rest, prog="gapdyn bandit run"), rest)
-    raise UsageError(f"invalid choice {sub!r}: the subcommands are list, run")
+    near = did_you_mean(sub, SUBCOMMANDS).strip()
+    raise UsageError(f"invalid choice {sub!r}: the subcommands are {', '.join(SUBCOMMANDS)}"
+                     + (f"; {near}" if near else ""))
 
 
 if __name__ == "__main__":

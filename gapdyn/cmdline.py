@@ -376,15 +376,20 @@ def resolve_name(name: str, choices: Iterable[str], what: str) -> str:
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:
     """"did you mean 'x'? " for the one choice closest to a mistyped ``name`` (difflib's similarity ratio >= 0.6,
-    against the choice and against its part before the first '_': fig1 of fig1_phase_diagram), else "" (also when
-    two choices are equally close: fig9 names none of fig1..fig7)."""
+    against the choice and against its part before the first '_': fig1 of fig1_phase_diagram), else "". Of choices
+    equally close, one matched by its whole name wins over those matched by their part only (stagntion: stagnation,
+    not stagnation_noisy); two still tied name none (fig9 names none of fig1..fig7)."""
     from difflib import SequenceMatcher
 
-    score = {c: max(SequenceMatcher(None, name, v).ratio() for v in (c, c.split("_")[0])) for c in choices}
-    ranked = sorted(score.values(), reverse=True)
-    if not ranked or ranked[0] < 0.6 or (len(ranked) > 1 and ranked[1] == ranked[0]):
+    whole = {c: SequenceMatcher(None, name, c).ratio() for c in choices}
+    score = {c: max(whole[c], SequenceMatcher(None, name, c.split("_")[0]).ratio()) for c in whole}
+    best = max(score.values(), default=0.0)
+    if best < 0.6:
         return ""
-    return f"did you mean {max(score, key=score.get)!r}? "
+    top = [c for c in score if score[c] == best]
+    if len(top) > 1:
+        top = [c for c in top if whole[c] == best]
+    return f"did you mean {top[0]!r}? " if len(top) == 1 else ""
 
 
 def check_jobs(jobs: int) -> int:

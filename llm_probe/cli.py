@@ -476,10 +476,9 @@ def _train_main(argv: list[str]) -> int:
                                                    for name, (_, what) in SUBCOMMANDS.items()) + ".")
     if cfg.init_from:
         saved_model_folder(cfg.init_from, "--init-from")
-    from .losses import LOSSES
+    from .config import check_method
 
-    if cfg.method not in LOSSES:  # before any output: one line
-        raise ValueError(f"--method must be one of {', '.join(LOSSES)}, got {cfg.method!r}")
+    check_method(cfg.method)  # before any output and before torch loads: one line
     task = _train_task(cfg.task)
     if not cfg.init_from:
         from .warmup import warm_root

@@ -20,9 +20,13 @@ from gapdyn.theory.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
 
 from .collapse import CollapseConfig
 
-__all__ = ["TrainConfig", "DTYPES", "check_settings", "check_device", "WARMUP_STEPS", "WARMUP_BATCH", "WARMUP_LR"]
+__all__ = ["TrainConfig", "DTYPES", "LOSS_NAMES", "check_settings", "check_device", "check_method", "WARMUP_STEPS",
+           "WARMUP_BATCH", "WARMUP_LR"]
 
 DTYPES = ("float32", "float64", "bfloat16", "float16")
+LOSS_NAMES = ("grpo", "bnpo", "dr_grpo", "dapo", "gspo", "wapo", "psr", "nsr", "w_reinforce")
+"""The names of the registered losses, in their order (llm_probe.losses.LOSSES, whose module imports torch): what
+``--method`` is checked against before torch loads."""
 WARMUP_STEPS, WARMUP_BATCH, WARMUP_LR = 400, 128, 1e-3
 """The supervised warm-up of the tiny Qwen (llm_probe.warmup): steps, batch size and Adam learning rate; the
 default of every warm-up and the recipe of the pinned checkpoints."""
@@ -84,6 +88,16 @@ def check_settings(obj, ranges: dict[str, tuple[str, float, float, bool, bool]])
         if not (above and v < hi if hi == 1 else above):
             bound = (f">= {lo}" if lo_ok else f"> {lo}") + (f" and < {hi}" if hi == 1 else "")
             raise ValueError(f"{_flag(name)} must be {bound}{' (or None)' if none_ok else ''}, got {v}")
+
+
+def check_method(method: str) -> str:
+    """``--method``: one of :data:`LOSS_NAMES`; a ValueError listing them (with the nearest name) otherwise."""
+    if method in LOSS_NAMES:
+        return method
+    from gapdyn.cmdline import did_you_mean
+
+    near = did_you_mean(str(method), LOSS_NAMES).strip()
+    raise ValueError(f"--method must be one of {', '.join(LOSS_NAMES)}, got {method!r}" + (f"; {near}" if near else ""))
 
 
 def check_device(device: str) -> str:

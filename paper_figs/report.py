@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Annotated
 
 import numpy as np
-import pandas as pd
 import tyro
 
 import gapdyn
@@ -169,6 +168,8 @@ def read_runs(paths: Iterable[str | Path]) -> list[gapdyn.Claim]:
 
 
 def _md(rows: list[list[str]], header: list[str]) -> str:
+    import pandas as pd  # here, not at the top: `gapdyn claims --help` and its argument errors load no pandas
+
     return gapdyn.markdown_table(pd.DataFrame(rows, columns=header))
 
 

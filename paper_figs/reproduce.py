@@ -29,7 +29,6 @@ from gapdyn.cmdline import check_jobs, command, one_blas_thread, output_dir, par
 from gapdyn.io import atomic_write_text
 
 from .cli import FIGURES, RunArgs, figure_module, make_figures, resolve_store
-from .data import NotAvailable, SourceFailed, Sources
 from .stage_eta import QUICK_STAGE_S, SERIAL_LLM_S, StageETA
 
 __all__ = ["EXPERIMENT_ORDER", "reproduce", "main"]
@@ -64,6 +63,8 @@ def reproduce(*, mode: str = "quick", out_dir=None, store=None, seed=None, n_job
     Returns a dict with keys report (path), figures (name -> paths or reason), claims (every gapdyn.Claim
     of the run), unavailable (name -> reason), seconds.
     """
+    from .data import NotAvailable, SourceFailed, Sources  # pandas: here, so --help and bad arguments load none
+
     t0 = time.perf_counter()
     out = output_dir("reproduce", out_dir, announce=False)
     out.mkdir(parents=True, exist_ok=True)
@@ -164,7 +165,8 @@ def main(argv: list[str]) -> int:
     mode = "test" if args.tiny else args.mode
     if mode == "quick":  # said up front: how long, and what it decides
         say("reproduce", f"quick mode: about {sum(QUICK_STAGE_S.values()) / 60:.0f} min of stages on a quiet 2-core "
-                         "machine (measured per stage, paper_figs/stage_eta.py; longer under load, the bar shows the "
+                         "machine with numba's first compile (measured per stage, paper_figs/stage_eta.py; less with "
+                         "the kernels cached, longer under load, the bar shows the "
                          "time left at this run's pace); it redraws the 7 figures and re-decides every claim at quick "
                          "sizes, where most rows end 'not measured' (too few instances): the verdicts of record are "
                          "the full runs under docs/verdicts")

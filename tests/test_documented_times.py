@@ -4,6 +4,7 @@ table replaces only the marked block, rows never measured shown as such."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -55,3 +56,32 @@ def test_every_measured_sum_in_the_docs_names_known_commands():
     spans = [m.group(2).split() for p in (ROOT / "README.md", ROOT / "docs" / "quickstart.md")
              for m in SUM.finditer(p.read_text())]
     assert spans and all(n in COMMANDS for names in spans for n in names)
+
+
+def test_a_commands_preparation_is_untimed_and_its_setting_applied(tmp_path, monkeypatch):
+    """run_command: the empty folders are made (emptied when there), the untimed commands run before the clock
+    (their CPU seconds are not the row's), the environment changes apply ({tmp} filled, None removes), the working
+    directory is the command's, and the checkout is put on PYTHONPATH only when asked."""
+    import os
+
+    from benchmarks.documented_times import ROOT, Command, run_command
+
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "stale").write_text("x")
+    monkeypatch.setenv("DT_REMOVED", "1")
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass"
+    show = ("import os, json; print(json.dumps([os.getcwd(), sorted(os.listdir('.')), os.environ.get('DT_REMOVED'), "
+            "os.environ.get('DT_SET'), os.environ.get('PYTHONPATH')]))")
+    cmd = Command("x", [sys.executable, "-c", show], "README", empty=("{tmp}/work",),
+                  before=((sys.executable, "-c", burn), (sys.executable, "-c", "open('{tmp}/work/made', 'w')")),
+                  cwd="{tmp}/work", env=(("DT_REMOVED", None), ("DT_SET", "{tmp}/s")), checkout_on_path=False)
+    rec = run_command(cmd, str(tmp_path))
+    import json
+
+    cwd, listed, removed, set_, path = json.loads(rec["tail"].strip().splitlines()[-1])
+    assert rec["exit"] == 0 and rec["cpu_s"] < 0.4  # the 0.5 s burn before the clock is not counted
+    assert Path(cwd) == tmp_path / "work" and listed == ["made"]  # emptied, then prepared
+    assert removed is None and set_ == f"{tmp_path}/s" and path is None
+    rec = run_command(cmd._replace(checkout_on_path=True, before=()), str(tmp_path))
+    assert json.loads(rec["tail"].strip().splitlines()[-1])[-1].split(os.pathsep)[0] == str(ROOT)

@@ -221,19 +221,58 @@ def test_llm_probe_function_named_as_its_module_stays_the_function():
 
 # --- the command line: import sets ----------------------------------------------------------------------------
 
+def _subcommands() -> dict[str, tuple[str, ...]]:
+    """The second-level subcommands of the commands that have them, from their own tables."""
+    from bandits.cli import SUBCOMMANDS as BANDIT
+    from llm_probe.cli import SUBCOMMANDS as TRAIN
+
+    return {"bandit": tuple(BANDIT), "train": tuple(TRAIN)}
+
+
+def _near_miss(names, choices=None) -> tuple[str, str]:
+    """(a name, a one-letter transposition of it that is no prefix of any choice and that did_you_mean answers
+    with that name): a typo the command line must answer with "did you mean"."""
+    from gapdyn.cmdline import did_you_mean
+
+    choices = tuple(names if choices is None else choices)
+    for word in names:
+        for i in range(len(word) - 2, 0, -1):
+            typo = word[:i] + word[i + 1] + word[i] + word[i + 2:]
+            if (typo != word and not any(c.startswith(typo) for c in choices)
+                    and did_you_mean(typo, choices) == f"did you mean {word!r}? "):
+                return word, typo
+    raise AssertionError(f"no near miss of {choices}")
+
+
+def _near_miss_cases() -> list[tuple[list[str], str]]:
+    """One near-miss name per group the command line resolves (argv, the name it must suggest)."""
+    from bandits.experiments import EXPERIMENTS
+    from llm_probe.config import LOSS_NAMES
+    from paper_figs.cli import FIGURES
+
+    subs = _subcommands()
+    cases = []
+    for prefix, names in ((), tuple(registered())), (["bandit"], subs["bandit"]), (["train"], subs["train"]), \
+            (["bandit", "run"], tuple(EXPERIMENTS)), (["figs", "--only"], FIGURES), \
+            (["train", "--method"], LOSS_NAMES), (["train", "testbed", "--method"], LOSS_NAMES):
+        word, typo = _near_miss(names)
+        cases.append(([*prefix, typo], word))
+    return cases
+
+
 HELP_CASES = [["--help"], *[[name, "--help"] for name in sorted(registered())],
-              ["bandit", "run", "--help"], ["bandit", "list", "--help"],
-              *[["train", sub, "--help"] for sub in ("warmup", "demo", "ablation", "early-warning", "entropy",
-                                                     "entropy-lemma", "offline", "safe-step")]]
+              *[[cmd, sub, "--help"] for cmd, subs in _subcommands().items() for sub in subs]]
+"""Every command's and every subcommand's --help (walked from the registries)."""
+NEAR_MISS = _near_miss_cases()
 ERROR_CASES = [["no-such-command"], ["bandit"], ["bandit", "frobnicate"], ["bandit", "run", "no_such_experiment"],
                ["bandit", "run", "threshold", "--jobs", "0"], ["bandit", "run", "threshold", "--mode", "huge"],
                ["figs", "--only", "fig99"], ["figs", "--jobs", "0"], ["train", "--lr", "-1"],
-               ["train", "--steps", "many"], ["train", "--method", "gpro"]]
-NOT_YET = {  # modules outside the lazy-import change that still load a heavy package at their top
-    ("reproduce", "--help"): "paper_figs.reproduce imports paper_figs.data / report (pandas) at its top",
-    ("claims", "--help"): "paper_figs.report imports pandas at its top",
-    ("train", "--method", "gpro"): "TrainConfig's method check loads the losses module (torch)",
-}
+               ["train", "--steps", "many"], ["train", "--method", "gpro"], ["reproduce", "--mode", "huge"],
+               ["claims", "--mode", "huge"], ["demo", "--arms", "1"],
+               *[[name, "--no-such-option"] for name in sorted(registered())],
+               *[[cmd, sub, "--no-such-option"] for cmd, subs in _subcommands().items() for sub in subs],
+               *[argv for argv, _ in NEAR_MISS]]
+"""Argument errors: a bad value, an unknown option of every command and subcommand, a near-miss name per group."""
 
 
 LIGHT_CASES = [["bandit", "list"]]
@@ -248,18 +287,12 @@ def cli_runs(tmp_path_factory):
     return parent, {tuple(r["argv"]): r for r in results}
 
 
-def _mark(argv):
-    reason = NOT_YET.get(tuple(argv))
-    return pytest.param(argv, marks=pytest.mark.xfail(strict=True, reason=reason) if reason else (),
-                        id=" ".join(argv))
-
-
 def test_the_console_script_imports_nothing_heavy(cli_runs):
     parent, _ = cli_runs
     assert heavy(parent) == [] and "numpy" not in parent and "tyro" not in parent
 
 
-@pytest.mark.parametrize("argv", [_mark(a) for a in HELP_CASES])
+@pytest.mark.parametrize("argv", HELP_CASES, ids=" ".join)
 def test_help_imports_nothing_heavy(cli_runs, argv):
     r = cli_runs[1][tuple(argv)]
     assert r["rc"] == 0, r["stderr"][-2000:]
@@ -290,12 +323,35 @@ def test_top_level_help_imports_no_subcommand_package(cli_runs):
     assert all(name in r["stdout"] for name in registered())  # the summaries were read without importing
 
 
-@pytest.mark.parametrize("argv", [_mark(a) for a in ERROR_CASES])
+@pytest.mark.parametrize("argv", ERROR_CASES, ids=" ".join)
 def test_argument_errors_are_one_line_and_import_nothing_heavy(cli_runs, argv):
     r = cli_runs[1][tuple(argv)]
     assert r["rc"] == 2, (r["rc"], r["stderr"][-2000:])
     assert len(r["stderr"].strip().splitlines()) == 1, r["stderr"]
     assert heavy(r["modules"]) == [], heavy(r["modules"])
+
+
+@pytest.mark.parametrize("i", range(len(NEAR_MISS)), ids=[" ".join(a) for a, _ in NEAR_MISS])
+def test_a_near_miss_name_is_answered_with_did_you_mean(cli_runs, i):
+    argv, word = NEAR_MISS[i]
+    r = cli_runs[1][tuple(argv)]
+    assert r["rc"] == 2 and f"did you mean {word!r}" in r["stderr"], (r["rc"], r["stderr"][-2000:])
+
+
+def test_the_torch_free_loss_names_are_the_registered_losses():
+    """--method is checked against llm_probe.config.LOSS_NAMES before torch loads: the losses' own table, in order."""
+    pytest.importorskip("torch")
+    from llm_probe.config import LOSS_NAMES
+    from llm_probe.losses import LOSSES
+
+    assert LOSS_NAMES == tuple(LOSSES)
+
+
+def test_the_walk_covers_every_command_and_subcommand():
+    helped = {tuple(a[:-1]) for a in HELP_CASES if a[-1] == "--help"}
+    assert {(name,) for name in registered()} <= helped
+    assert {(cmd, sub) for cmd, subs in _subcommands().items() for sub in subs} <= helped
+    assert {"bandit", "train"} <= set(_subcommands()) and "testbed" in _subcommands()["train"]
 
 
 # --- the command line: signals while importing ----------------------------------------------------------------

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_info, threadpool_limits
 
+import paper_figs.data
 import paper_figs.reproduce as reproduce_mod
 from bandits.experiments import stagnation
 from paper_figs.data import NotAvailable
@@ -30,7 +31,7 @@ def test_stages_run_with_one_blas_thread(monkeypatch, tmp_path):
         seen.append(_blas_threads())
         return {n: "not available yet: recorded only" for n in names}
 
-    monkeypatch.setattr(reproduce_mod, "Sources", FakeSources)
+    monkeypatch.setattr(paper_figs.data, "Sources", FakeSources)  # reproduce() imports it when it runs
     monkeypatch.setattr(reproduce_mod, "make_figures", fake_figures)
     with threadpool_limits(limits=2, user_api="blas"):  # the caller's setting: 2 threads
         reproduce_mod.reproduce(out_dir=tmp_path / "out", store=tmp_path / "store", progress=False, log=lambda s: None,

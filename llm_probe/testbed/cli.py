@@ -43,10 +43,9 @@ def testbed_main(argv: list[str]) -> int:
     args = parse(TestbedArgs, argv, prog="gapdyn train testbed")
     setting = TestbedSetting(method=args.method, lr=DEFAULT_LR if args.lr is None else args.lr, steps=args.steps,
                              size=args.size, length=args.length, control=args.control)
-    from ..losses import LOSSES
+    from ..config import check_method
 
-    if setting.method not in LOSSES:
-        raise ValueError(f"--method must be one of {sorted(LOSSES)}, got {setting.method!r}")
+    check_method(setting.method)  # before torch loads
     out = output_dir("train-testbed", args.out_dir)
     s = run_testbed(setting, args.seed, out, progress=args.progress)
     say("train", f"testbed {setting.method} lr={setting.lr:g} seed={args.seed}: held-out accuracy "
