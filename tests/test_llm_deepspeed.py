@@ -286,7 +286,7 @@ def test_trainer_with_accelerate_cpu_mode_drops_deepspeed(tmp_path, request):
         assert got["sharded"] is None and not got["skipped"]
         assert not got["skipped_steps"] and len(got["history"]) == 2
         for row, ref in zip(got["history"], refs):
-            assert max(abs(v) for v in ref["gap/dphi"]) > 1e-3
+            assert abs(ref["gap/dphi_mean"]) > 1e-3
             assert_rows_close(row, ref, rtol=TRAINER_RTOL)
 
 
