@@ -74,7 +74,11 @@ measures only what forward passes give (:class:`llm_probe.sharding.ForwardProbe`
 realised Phi_hat change, a forward-difference estimate of dmu with O(||delta||^2) error; ``gap/M_dphi``;
 ``gap/headroom`` from forward-difference x_n; ``entropy*``, ``taxonomy/*``, ``warn/cov_logp_adv`` at theta_k) and
 names the skipped metrics (gap norms, cosines, dmu, JVP checks: :data:`llm_probe.sharding.NEEDS_FULL_PARAMETERS`)
-once in a warning and in :attr:`GapProbeCallback.skipped`.
+once in a warning and in :attr:`GapProbeCallback.skipped`. Under DeepSpeed accelerate steps the engine inside
+``accelerator.backward``, before ``on_pre_optimizer_step``; read from the attached trainer's accelerator at
+``on_train_begin``, the theta_k part of the probe then runs at the start of the engine's ``step``
+(:func:`llm_probe.sharding.deepspeed_engine_stepped_in_backward`; ``ACCELERATE_USE_CPU=true`` makes accelerate drop
+DeepSpeed and run DDP: one log line, the DDP route).
 
 Alarm (``alarm=``; none by default, and then nothing here changes): each alarm (name, statistic, detector with its
 cutoff; llm_probe.online_alarm) reads its statistic from every log row that carries it (TRL's ``reward``,
@@ -98,6 +102,7 @@ import json
 import logging
 import math
 import threading
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -116,7 +121,7 @@ from .collectives import rank as _rank
 from .collectives import world_size as _world_size
 from .headroom import headroom_metrics, step_headroom
 from .online_alarm import as_alarms
-from .sharding import NEEDS_FULL_PARAMETERS, ForwardProbe, sharded_kind
+from .sharding import NEEDS_FULL_PARAMETERS, ForwardProbe, deepspeed_engine_stepped_in_backward, sharded_kind
 from .step_hook import Step
 from .suggest import first_probed, lr_suggestion
 
@@ -200,6 +205,9 @@ class GapProbeCallback(TrainerCallback):
         self.skipped_steps: list[dict] = []  # probed steps the probe could not measure: {"step", "reason"}
         self.temperature = 1.0  # TRL's args.temperature (on_train_begin): the scored policy is softmax(z / T)
         self._attached = False  # attach() installed the batch capture
+        self._trainer = None  # weakref to the attached trainer (on_train_begin reads its accelerator)
+        self._kind_known = False  # on_train_begin settled the route from the trainer's accelerator
+        self._step_in_backward = False  # DeepSpeed under accelerate: the pre-step part runs in engine.step
         self._captured: list[tuple] = []  # per recorded batch: the ids TRL trains on (attach)
         self._notes: set[str] = set()  # one-line warnings already logged
 
@@ -222,6 +230,7 @@ class GapProbeCallback(TrainerCallback):
                                  "wrapped: pass reward_funcs=cb.wrap_rewards([f1, f2, ...]) with all of them (one "
                                  "call), so each generation batch is recorded once with TRL's aggregate reward")
         self.capture_batches(trainer)
+        self._trainer = weakref.ref(trainer)
         cbs = trainer.callback_handler.callbacks
         if self in cbs:
             cbs.remove(self)
@@ -313,7 +322,7 @@ class GapProbeCallback(TrainerCallback):
         self.temperature = float(T)
         if kw.get("train_dataloader") is not None:
             self._note_sampling(args)
-        self._set_sharded(sharded_kind(args, kw.get("model")))
+        self._set_sharded(self._accelerated_kind(args, kw.get("model")))
         if self.alignment == "ghost" and self._sharded is None and _world_size() > 1:
             raise ValueError(f"alignment='ghost' probes one process only ({_world_size()} here): use alignment='dot' "
                              "under DDP")
@@ -336,6 +345,48 @@ class GapProbeCallback(TrainerCallback):
         spg = getattr(args, "steps_per_generation", None)
         if spg is not None and spg != args.gradient_accumulation_steps:
             raise ValueError("GapProbeCallback needs steps_per_generation == gradient_accumulation_steps")
+
+    def _accelerated_kind(self, args, model) -> str | None:
+        """The probe route's sharding (:func:`llm_probe.sharding.sharded_kind`) as the attached trainer's accelerator
+        runs it. Under DeepSpeed accelerate steps the engine inside ``accelerator.backward``, before
+        ``on_pre_optimizer_step`` (:func:`llm_probe.sharding.deepspeed_engine_stepped_in_backward`): the pre-step
+        part of the probe (the theta_k forward) then runs at the start of the engine's ``step``, after the backward
+        and before the update, and ``on_pre_optimizer_step`` does nothing. ``args.deepspeed`` set while accelerate
+        runs without DeepSpeed (``ACCELERATE_USE_CPU=true`` drops the plugin): one log line, the DDP route."""
+        kind = sharded_kind(args, model)
+        trainer = self._trainer() if self._trainer is not None else None
+        acc = getattr(trainer, "accelerator", None)
+        self._step_in_backward = False
+        if acc is None:
+            return kind
+        self._kind_known = True
+        engine = deepspeed_engine_stepped_in_backward(acc)
+        if engine is not None:
+            self._before_engine_step(engine)
+            return "DeepSpeed"
+        if kind == "DeepSpeed" and sharded_kind(model=model, env=False) is None:
+            self._note(f"args.deepspeed is set but accelerate runs without DeepSpeed (distributed_type "
+                       f"{acc.distributed_type}; ACCELERATE_USE_CPU=true drops accelerate's DeepSpeed plugin): the "
+                       "parameters are not sharded and the probe takes the DDP / one-process route")
+            return None
+        return kind
+
+    def _before_engine_step(self, engine) -> None:
+        """Run the pre-step part of the probe at the start of DeepSpeed's ``engine.step`` (once per engine)."""
+        step = engine.step
+        if getattr(step, "_gapdyn_probe", None) is self:
+            self._step_in_backward = True
+            return
+
+        @functools.wraps(step)
+        def probed_step(*a, **kw):
+            trainer = self._trainer()
+            self._pre_step(trainer.state, trainer.model, trainer.optimizer)
+            return step(*a, **kw)
+
+        probed_step._gapdyn_probe = self
+        engine.step = probed_step
+        self._step_in_backward = True
 
     def _note_sampling(self, args) -> None:
         """One log line when TRL samples from another policy than the one it trains (docs/llm_probe.md)."""
@@ -443,6 +494,11 @@ class GapProbeCallback(TrainerCallback):
                        ", ".join(self.skipped))
 
     def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
+        if not self._step_in_backward:  # else it ran at the start of DeepSpeed's step (_accelerated_kind)
+            self._pre_step(state, model, kw.get("optimizer"))
+
+    def _pre_step(self, state, model, opt) -> None:
+        """At theta_k with the step's gradient in place: the rollout gathered and the probe's before-part run."""
         if self.probe is None:
             self.probe = self._make_probe(model)
         if int(state.global_step) % self.probe_every:  # not probed (same decision on every rank): drop the records
@@ -452,7 +508,7 @@ class GapProbeCallback(TrainerCallback):
             return
         failure = None
         try:
-            self._before(state, model, kw.get("optimizer"))
+            self._before(state, model, opt)
         except Exception as exc:  # noqa: BLE001 - a probe that cannot run never stops the training
             failure = exc
         if _world_size() > 1 and self._sharded is None:  # DDP: every rank skips when any rank's part failed
@@ -467,7 +523,8 @@ class GapProbeCallback(TrainerCallback):
         """The step hook (llm_probe.step_hook) this callback probes with: the forward-only probe when the parameters
         are sharded (FSDP / DeepSpeed), else the gap probe; the one place a probe route is chosen."""
         check_model(model)
-        self._set_sharded(sharded_kind(None, model))
+        if not self._kind_known:  # no trainer's accelerator said how the run is sharded
+            self._set_sharded(sharded_kind(None, model))
         if self._sharded:
             return ForwardProbe(model, c=self.c, delta=self.delta, headroom=self.headroom)
         if self.alignment == "ghost":

@@ -43,6 +43,7 @@ from .step_hook import HookResult, Step, check_step
 from .warning import logp_adv_covariance
 
 __all__ = ["owned_groups", "sub_rollout", "gather_by_index", "sharded_step_rule", "sharded_kind", "ForwardProbe",
+           "deepspeed_engine_stepped_in_backward",
            "NEEDS_FULL_PARAMETERS", "forward_difference_logprobs", "agree", "RankFailure"]
 
 NEEDS_FULL_PARAMETERS = ("gap/dmu_update", "gap/dmu_grad", "gap/norm", "gap/norm_mean", "gap/cos_update_mean",
@@ -50,12 +51,16 @@ NEEDS_FULL_PARAMETERS = ("gap/dmu_update", "gap/dmu_grad", "gap/norm", "gap/norm
                          "update_norm")  # gap vectors, gradients, JVPs and norms of the sharded step
 
 
-def sharded_kind(args=None, model=None) -> str | None:
-    """"FSDP" or "DeepSpeed" when the run shards its parameters (TrainingArguments, accelerate's environment,
-    an FSDP2 ``fully_shard`` module or a ZeRO-3 parameter), else None (one process or DDP)."""
-    if getattr(args, "deepspeed", None) or os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() in ("1", "true"):
+def sharded_kind(args=None, model=None, *, env: bool = True) -> str | None:
+    """"FSDP" or "DeepSpeed" when the run shards its parameters (TrainingArguments, accelerate's environment
+    unless ``env`` is False, an FSDP2 ``fully_shard`` module or a ZeRO-3 parameter), else None (one process or
+    DDP)."""
+    def flag(name):
+        return env and os.environ.get(name, "").lower() in ("1", "true")
+
+    if getattr(args, "deepspeed", None) or flag("ACCELERATE_USE_DEEPSPEED"):
         return "DeepSpeed"
-    if getattr(args, "fsdp", None) or os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true"):
+    if getattr(args, "fsdp", None) or flag("ACCELERATE_USE_FSDP"):
         return "FSDP"
     dist_type = str(getattr(getattr(args, "distributed_state", None), "distributed_type", ""))
     if "FSDP" in dist_type:
@@ -70,6 +75,27 @@ def sharded_kind(args=None, model=None) -> str | None:
         if any(hasattr(p, "ds_id") for p in model.parameters()):
             return "DeepSpeed"
     return None
+
+
+def deepspeed_engine_stepped_in_backward(accelerator):
+    """The DeepSpeed engine that ``accelerator.backward`` steps, or None when accelerate runs without DeepSpeed.
+
+    Under DeepSpeed accelerate's ``DeepSpeedEngineWrapper.backward`` runs ``engine.backward(loss)`` and, at a
+    gradient-accumulation boundary, ``engine.step()`` (the update; accelerate's optimizer ``step`` is a no-op), so
+    under transformers' Trainer theta_{k+1} is in place before ``on_pre_optimizer_step``. accelerate runs DeepSpeed
+    only when its state's ``distributed_type`` is DEEPSPEED, which ``ACCELERATE_USE_CPU=true`` (``accelerate launch
+    --cpu``, ``use_cpu: true`` in an accelerate config) prevents: ``AcceleratorState`` then keeps the CPU type and
+    drops the DeepSpeed plugin, and the Trainer runs DDP (docs/llm_probe.md, "Distributed"). A ValueError (one line)
+    when the type is DEEPSPEED but accelerate holds no engine wrapper: where the update happens is then unknown."""
+    if not str(getattr(accelerator, "distributed_type", "")).endswith("DEEPSPEED"):
+        return None
+    wrapped = getattr(accelerator, "deepspeed_engine_wrapped", None)
+    engine = getattr(wrapped, "engine", None)
+    if engine is None or not callable(getattr(engine, "step", None)):
+        raise ValueError("accelerate runs DeepSpeed but holds no DeepSpeed engine wrapper (accelerator."
+                         "deepspeed_engine_wrapped): the probe cannot place its theta_k forward before DeepSpeed's "
+                         "step; refused")
+    return engine
 
 
 @dataclass

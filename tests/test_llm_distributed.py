@@ -218,12 +218,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(script: Path, out: Path, *extra: str, nproc: int = 2, timeout: float = 300) -> tuple[int, str]:
-    """``torchrun --nproc_per_node nproc script out *extra`` in its own session (one thread per process); on
-    timeout the whole process group is killed. (returncode, the tail of its output)."""
+# the environment of the CPU launches of the DDP / FSDP2 tests: accelerate in CPU mode (``accelerate launch --cpu``,
+# ``use_cpu: true`` in an accelerate config); under it accelerate ignores a DeepSpeed plugin (tests/test_llm_deepspeed.py)
+ACCELERATE_CPU_ENV = {"MASTER_ADDR": "127.0.0.1", "ACCELERATE_USE_CPU": "true"}
+
+
+def launch(script: Path, out: Path, *extra: str, nproc: int = 2, timeout: float = 300,
+           env: dict[str, str | None] | None = None) -> tuple[int, str]:
+    """``torchrun --nproc_per_node nproc script out *extra`` in its own session (one thread per process, the
+    repository first on PYTHONPATH, this process's PYTHONPATH kept after it), with this process's environment
+    updated by ``env`` (None: :data:`ACCELERATE_CPU_ENV`; a None value unsets the variable); on timeout the whole process group is killed.
+    (returncode, the tail of its output)."""
     root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1",
-           "ACCELERATE_USE_CPU": "true", "TOKENIZERS_PARALLELISM": "false"}
+    path = os.pathsep.join([str(root), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = {**os.environ, **(ACCELERATE_CPU_ENV if env is None else env), "PYTHONPATH": path, "OMP_NUM_THREADS": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
+    env = {k: v for k, v in env.items() if v is not None}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_addr",
            "127.0.0.1", "--master_port", str(_free_port()), str(script), str(out), *extra]
     with open(out / "launch.log", "w") as log:

@@ -231,31 +231,15 @@ def test_callback_under_fsdp2_on_cuda(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.llm
 def test_callback_under_deepspeed_zero3(tmp_path):
-    """ZeRO-3 in one process (a ZeRO-3 module is detected by its parameters' ``ds_id``)."""
+    """transformers' Trainer under ZeRO-3 on CUDA, one process per device (at most 2): two SGD steps with the
+    callback attached (tests/test_llm_deepspeed.py's trainer worker). DeepSpeed steps inside backward, before
+    on_pre_optimizer_step (checked), and every row equals the unsharded forward-only route's on the device (1e-4)."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
-    deepspeed = pytest.importorskip("deepspeed")
-    from llm_probe.callback import GapProbeCallback
-    from tests.llm_helpers import tiny
+    pytest.importorskip("deepspeed")
+    from tests.test_llm_deepspeed import assert_zero3_trainer_rows
 
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29533")
-    os.environ.setdefault("RANK", "0")
-    os.environ.setdefault("LOCAL_RANK", "0")
-    os.environ.setdefault("WORLD_SIZE", "1")
-    model, tok = tiny("qwen2", seed=0)
-    cfg = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}, "bf16": {"enabled": False}}
-    engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
-    cb = GapProbeCallback(tok, num_generations=G, probe_every=1)
-    prompts, cids, rewards = batch(tok)
-    cb.wrap_reward(_replay_reward)(prompts=prompts, completions=[""] * len(cids), completion_ids=cids,
-                                   rewards=rewards)
-    state = SimpleNamespace(global_step=0, log_history=[])
-    cb.on_pre_optimizer_step(None, state, None, model=engine.module, optimizer=None)
-    cb.on_optimizer_step(None, state, None, model=engine.module, optimizer=None)  # no step: dphi = 0
-    row = cb.history[-1]
-    assert cb._sharded == "DeepSpeed"
-    assert row["gap/n_prompts"] == B and max(abs(v) for v in row["gap/dphi"]) < 1e-5
+    assert_zero3_trainer_rows(tmp_path, nproc=min(2, torch.cuda.device_count()), device="cuda", rtol=1e-4)
 
 
 if __name__ == "__main__":
