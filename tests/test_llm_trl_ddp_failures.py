@@ -23,7 +23,7 @@ def worker(out: Path) -> None:
     import torch.distributed as dist
 
     import llm_probe.gap_probe as gap_probe
-    import llm_probe.sharding as sharding
+    import llm_probe.headroom as headroom
     from llm_probe.callback import GapProbeCallback
     from tests.llm_helpers import tiny
 
@@ -51,7 +51,7 @@ def worker(out: Path) -> None:
         return f
 
     plan = {0: (gap_probe, "per_prompt_gaps", 1), 1: (gap_probe, "dot_alignment", 0),
-            2: (sharding, "completion_logprob_jvp", 1)}
+            2: (headroom, "completion_logprob_jvp", 1)}
     for k in range(4):
         if k in plan:
             module, name, on_rank = plan[k]
