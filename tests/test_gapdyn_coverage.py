@@ -320,8 +320,14 @@ def test_clustered_proportion_is_gated_by_its_coverage_and_existence_is_bonferro
     assert (ex.estimate, ex.lo, ex.hi, ex.n, ex.confidence) == pytest.approx((0.4, ref.lo, ref.hi, 10, 0.95))
 
 
-def test_studentized_bootstrap_without_spread_has_no_interval_and_the_claim_says_so():
+def test_studentized_bootstrap_without_spread_has_no_interval_and_the_claim_says_so(monkeypatch):
+    """At an n where the interval is valid (a constructed table: valid from 40) a data set without spread still has
+    no interval, and the claim says why."""
     from bandits.experiments._common import mean_estimate
+
+    table = pd.DataFrame([dict(method=cov.MEAN_INTERVAL, kind="mean", dgp="d", n=n, nominal=0.95, coverage=c)
+                          for n, c in ((20, 0.9), (40, 0.95))])
+    monkeypatch.setattr(cov, "frozen_table", lambda: table)
 
     e = S.studentized_cluster_bootstrap_mean(np.zeros(45), np.arange(45), rng=np.random.default_rng(0))
     assert e.estimate == 0 and math.isnan(e.lo) and math.isnan(e.hi)
