@@ -58,10 +58,10 @@ def test_paired_ratio_coverage_equals_a_plain_loop_over_the_same_draws():
                              dgps=("normal rho=0.5", "gamma-Poisson counts"))
     stream = np.random.default_rng(5).spawn(4)[3]
     for r in tab.itertuples():
-        x, y, truth = cov.draw_pairs("paired_ratio", r.dgp, n, reps * cov.PAIRED_REPS_FACTOR, stream)
+        x, y, truth = cov.draw_pairs("paired_ratio", r.dgp, n, reps * cov.VECTORISED_REPS_FACTOR, stream)
         ests = [fieller_paired_ratio(x[i], y[i]) for i in range(x.shape[0])]
         hits = [e.lo <= truth <= e.hi for e in ests]
-        assert r.reps == reps * cov.PAIRED_REPS_FACTOR and r.coverage == pytest.approx(np.mean(hits), abs=1e-12)
+        assert r.reps == reps * cov.VECTORISED_REPS_FACTOR and r.coverage == pytest.approx(np.mean(hits), abs=1e-12)
         assert truth == pytest.approx(x.mean() / y.mean(), rel=0.02)  # the stated truth is the DGP's
     normal = tab[tab["dgp"] == "normal rho=0.5"].iloc[0]
     assert abs(normal.coverage - 0.95) <= 4 * math.sqrt(0.95 * 0.05 / normal.reps)

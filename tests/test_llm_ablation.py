@@ -286,13 +286,21 @@ def test_relabel_under_other_bits_compares_labels_run_by_run(grpo_study, tmp_pat
     assert json.loads((tmp_path / "r" / "relabel.json").read_text())["rows"] == rows
 
 
-def test_paired_mean_is_measured_only_where_its_interval_is_valid():
-    """paired_mean: below the n from which docs/coverage.md finds the studentized interval valid the row is not
-    measured (its claim inconclusive with the reason), from that n on it is the studentized bootstrap itself."""
+def test_paired_mean_is_measured_only_where_its_interval_is_valid(monkeypatch):
+    """paired_mean: below the n from which the coverage table finds the studentized interval valid the row is not
+    measured (its claim inconclusive with the reason), from that n on it is the studentized bootstrap itself. On a
+    constructed table (valid from 40): the committed one finds it valid at no tabulated n (docs/coverage.md)."""
+    import pandas as pd
+
+    from gapdyn.evidence import coverage
     from gapdyn.evidence.coverage import min_valid_n, valid_at
     from gapdyn.evidence.stats import studentized_cluster_bootstrap_mean
 
+    table = pd.DataFrame([dict(method=ablation.MEAN_INTERVAL, kind="mean", dgp="d", n=n, nominal=0.95,
+                               coverage=0.95 if n >= 40 else 0.90) for n in (10, 20, 40, 60)])
+    monkeypatch.setattr(coverage, "frozen_table", lambda: table)
     need = min_valid_n(ablation.MEAN_INTERVAL)
+    assert need == 40
     rng = np.random.default_rng(3)
     d = rng.normal(0.1, 0.2, need)
     short = ablation.paired_mean(d[:need - 1], rng=np.random.default_rng(0), n_boot=500)
