@@ -337,6 +337,11 @@ def _suggestion(log: RunLog) -> dict:
     return out
 
 
+CALLBACK_WARN_STATS = ("warn/cov_logp_adv",)
+"""The only ``warn/*`` statistic :class:`llm_probe.callback.GapProbeCallback` logs, and only on its forward-only
+route under sharded parameters (:class:`llm_probe.sharding.ForwardProbe`); the others (``warn/curv_gap`` among them,
+llm_probe.warning) are logged by ``gapdyn train`` runs alone, so an alarm on one cannot be replayed on a TRL run."""
+
 FROZEN_ALARM = Path(__file__).resolve().parents[1] / "docs" / "verdicts" / "testbed-dose" / "alarm" / "alarm_frozen.json"
 """The alarm frozen on the RLVR testbed's calibration block (``python -m llm_probe.testbed.alarm_report --freeze``,
 docs/testbed.md): the report's default alarm."""
@@ -362,7 +367,11 @@ def _alarm(log: RunLog, path=None) -> dict:
         row = {"name": spec.name, "statistic": spec.statistic, "cutoff": float(spec.detector.cutoff),
                "logged": int(ok.sum()), "fired_step": None}
         what = f"alarm {spec.name} ({spec.statistic}, frozen on the RLVR testbed, {p.name})"
-        if not ok.any():
+        if not ok.any() and log.kind == "trl" and spec.statistic.startswith("warn/") \
+                and spec.statistic not in CALLBACK_WARN_STATS:
+            text.append(f"{what}: not available on a TRL run: GapProbeCallback does not log {spec.statistic} (only "
+                        "`gapdyn train` runs do), so this report cannot say whether the alarm would have fired")
+        elif not ok.any():
             text.append(f"{what}: not available: the run logged no {spec.statistic}")
         else:
             a = alarm_step(AlarmRun(str(log.source), {spec.statistic: (steps[ok].astype(np.int64), values[ok])}, None),

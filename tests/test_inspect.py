@@ -93,6 +93,27 @@ def test_inspect_the_example_output_folder_as_written(tmp_path, capsys):
     assert (tmp_path / "rep" / "curves.png").is_file()
 
 
+def test_a_trl_run_says_the_callback_cannot_log_the_alarms_statistic(tmp_path):
+    """The frozen alarm reads warn/curv_gap, which a real GapProbeCallback run never logs (the committed state: the
+    callback's keys, read back): on a TRL folder the report says the callback does not log it, not that this run
+    happened to miss it; a gapdyn train folder without it still reads "the run logged no"."""
+    from llm_probe.inspect_run import CALLBACK_WARN_STATS, FROZEN_ALARM
+
+    frozen = json.loads(FROZEN_ALARM.read_text())
+    stat = next(c["statistic"] for c in frozen["calibrated"] if c["name"] == frozen["primary"])
+    hist = json.loads(TRL_STATE.read_text())["log_history"]
+    logged = {k for r in hist for k in r}
+    assert "gap/headroom" in logged and stat not in logged and stat not in CALLBACK_WARN_STATS
+    run = tmp_path / "trl"
+    run.mkdir()
+    shutil.copy(TRL_STATE, run / "trainer_state.json")
+    (line,) = [t for t in inspect_run(run, figure=False)["text"] if t.startswith("alarm ")]
+    assert f"not available on a TRL run: GapProbeCallback does not log {stat}" in line
+    (line,) = [t for t in inspect_run(_gapdyn_folder(tmp_path, [0.5] * 10), figure=False)["text"]
+               if t.startswith("alarm ")]
+    assert f"the run logged no {stat}" in line
+
+
 # ---- gapdyn train folders -------------------------------------------------------------------------------------
 
 def _gapdyn_folder(tmp_path, rewards, *, headroom=None, alerts=(), summary=None, name="gt"):

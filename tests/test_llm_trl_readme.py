@@ -53,3 +53,22 @@ def test_readme_trl_snippet_runs_unchanged_on_the_default_grpo_config(tmp_path, 
     printed = capsys.readouterr().out.strip().splitlines()[-1]
     s = cb.summary()
     assert (printed == "nan" and math.isnan(s["suggested_lr"])) or float(printed) == s["suggested_lr"]
+
+
+def test_the_readme_cpu_note_makes_its_grpo_config_construct_without_a_gpu():
+    """The snippet's GRPOConfig(...) as printed, and with the addition the README's CPU note names: on a machine
+    without a GPU transformers' own validation refuses the first (TRL's default bf16) and accepts the second."""
+    import torch
+    from trl import GRPOConfig
+
+    section = README.split("## Probe your own TRL run", 1)[1].split("\n## ", 1)[0]
+    (code,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    (call,) = re.findall(r"^args = (GRPOConfig\(.*\))", code, flags=re.M)
+    (extra,) = re.findall(r"without a GPU, add `([a-z0-9_]+=[A-Za-z0-9_]+)` to `GRPOConfig\(\.\.\.\)`", section)
+    scope = {"GRPOConfig": GRPOConfig}
+    with_note = call[:-1] + ", " + extra + ")"
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="bf16"):
+            eval(call, scope)
+    args = eval(with_note, scope)
+    assert args.bf16 is False and args.gradient_checkpointing  # the rest stays TRL's default
