@@ -1,6 +1,6 @@
 """``gapdyn lr-finder``: a suggested learning rate from K <= 20 probed RL steps at a stated probe lr.
 
-    gapdyn lr-finder [--lr 1e-4 --steps 10]                              the testbed's pinned warm start and task
+    gapdyn lr-finder [--lr 1e-4 --steps 20]                              the testbed's pinned warm start and task
     gapdyn lr-finder --model DIR --task FILE.jsonl --lr 1e-6 [--steps K]   a local from_pretrained folder + JSONL task
 
 Runs K RL steps (GRPO by default, constant lr, Adam as ``gapdyn train``) with the headroom meter on every step
@@ -44,8 +44,8 @@ class LrFinderArgs:
     """A JSONL task ({"question": ..., "answer": ...} per line; llm_probe.tasks) for a --model folder."""
     lr: float | None = None
     """The probe lr (constant; the testbed: its documented learning lr 1e-4 when not given; a folder: needed)."""
-    steps: int = 10
-    """K, the probed RL steps (1 to 20)."""
+    steps: int = 20
+    """K, the probed RL steps (1 to 20; 20 is the K of docs/testbed.md's lr table)."""
     method: str = "grpo"
     """Loss (llm_probe.losses.LOSSES)."""
     size: Literal["small", "large"] = "small"
