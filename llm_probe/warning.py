@@ -11,7 +11,8 @@ On probe steps, one extra no-grad forward at theta_{k+1} on the same completions
 - x_i = log pi_{k+1}(o_i) - log pi_k(o_i), the change of each completion's sequence log-prob along the
   update (first order: x_i = <delta, s(o_i)>, s the sequence score);
 - ``warn/dH_same`` = H_{k+1} - H_k, the token entropy change on the same completions (no sampling noise);
-- ``warn/curv_gap`` = mean over mixed groups of Var(x_i | wrong) - Var(x_i | correct) (population variances);
+- ``warn/curv_gap`` = mean over mixed groups of Var(x_i | wrong) - Var(x_i | correct) (population variances:
+  gapdyn.theory.curvature.curvature_gap with ``ddof`` = :data:`CURV_GAP_DDOF`);
 - ``warn/wrong_max_frac`` = fraction of mixed groups whose largest x_i belongs to a wrong completion;
 - ``warn/x_wrong_mean``, ``warn/x_right_mean``: mean x_i over wrong / correct completions of mixed groups.
 The signed cumulative alignment (sum of eta [dmu]_+ and of eta [dmu]_-) is read from the logged
@@ -23,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from gapdyn.theory.curvature import curvature_gap
 from gapdyn.theory.taxonomy import BIN_NAMES, collision_probability, token_bin_index
 
 from .logp_change import logp_change, prompt_group
@@ -31,10 +33,14 @@ from .sampler import fast_completion_logprobs, supports_fast_path
 
 __all__ = ["logp_adv_covariance", "cell_gradient_mass", "group_curvature", "sequence_logp_change",
            "step_warning_metrics", "after_step_metrics", "forward_at_current", "signed_cumulative_alignment",
-           "WARN_STATS"]
+           "WARN_STATS", "CURV_GAP_DDOF"]
 
 WARN_STATS = ("warn/cov_logp_adv", "warn/dH_same", "warn/curv_gap", "warn/wrong_max_frac",
               "warn/M_pos", "warn/M_neg")
+CURV_GAP_DDOF = 0
+"""``warn/curv_gap`` uses population variances (ddof = 0): the statistic as the early-warning study logged it and
+the testbed's collapse alarm froze it (docs/testbed.md); the safe step's kappa_hat, the same estimator, takes
+ddof = 1 (gapdyn.theory.safe_step.KAPPA_DDOF)."""
 
 
 def logp_adv_covariance(logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> float:
@@ -69,27 +75,29 @@ def cell_gradient_mass(logp_all, completion_ids, mask, advantages, dloss_dlogp) 
 def group_curvature(x: torch.Tensor, rewards: torch.Tensor) -> dict:
     """Statistics of x [B*G] (per-completion log-prob change) over the mixed groups of rewards [B, G].
 
-    curv_gap = mean_q [Var(x | wrong, q) - Var(x | correct, q)]; wrong_max_frac = share of mixed groups whose
-    argmax x is wrong; x_wrong_mean / x_right_mean over the mixed groups' completions. NaN without a mixed group.
+    curv_gap = mean_q [Var(x | wrong, q) - Var(x | correct, q)] (gapdyn.theory.curvature.curvature_gap, population
+    variances: :data:`CURV_GAP_DDOF`); wrong_max_frac = share of mixed groups whose argmax x is wrong;
+    x_wrong_mean / x_right_mean over the mixed groups' completions. NaN without a mixed group.
     """
     B, G = rewards.shape
     if x.shape != (B * G,):
         raise ValueError(f"x must be [B*G] = [{B * G}], got {tuple(x.shape)}")
     xs = x.detach().double().cpu().view(B, G)
     ok = (rewards > 0).cpu()
-    gaps, wmax, xw, xr = [], [], [], []
+    wmax, xw, xr = [], [], []
     for b in range(B):
         win, lose = xs[b][ok[b]], xs[b][~ok[b]]
         if len(win) == 0 or len(lose) == 0:
             continue
-        gaps.append(float(lose.var(unbiased=False) - win.var(unbiased=False)))
         wmax.append(float(not bool(ok[b][int(torch.argmax(xs[b]))])))
         xw.append(lose.numpy())
         xr.append(win.numpy())
-    if not gaps:
+    if not wmax:
         nan = float("nan")
         return {"warn/curv_gap": nan, "warn/wrong_max_frac": nan, "warn/x_wrong_mean": nan, "warn/x_right_mean": nan}
-    return {"warn/curv_gap": float(np.mean(gaps)), "warn/wrong_max_frac": float(np.mean(wmax)),
+    gap, _ = curvature_gap(xs.reshape(-1).numpy(), ok.reshape(-1).numpy(), np.repeat(np.arange(B), G),
+                           ddof=CURV_GAP_DDOF)
+    return {"warn/curv_gap": gap, "warn/wrong_max_frac": float(np.mean(wmax)),
             "warn/x_wrong_mean": float(np.concatenate(xw).mean()), "warn/x_right_mean": float(np.concatenate(xr).mean())}
 
 

@@ -18,16 +18,22 @@ finds the smallest n at which the confirmation block decides with probability >=
 
 A claim whose planned n exceeds ``n_max`` (the budget) is reported as not decidable at the budget, with
 its planned n. scipy.stats supplies the distributions (imported inside the functions).
+
+:func:`confirmation_size` is the one rule that turns the claims' planned n into the confirmation block's size
+(every study's: gapdyn.evidence.runner.plan_confirmation for the bandit experiments, the tiny-Qwen ablation's
+plan_seeds and the safe step study's make_plan call it).
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Plan", "power_mean", "power_equivalence", "power_proportion", "power_two_proportions", "plan_n"]
+__all__ = ["Plan", "power_mean", "power_equivalence", "power_proportion", "power_two_proportions", "plan_n",
+           "confirmation_size", "allocate"]
 
 
 @dataclass(frozen=True)
@@ -179,3 +185,55 @@ def plan_n(power_at, *, target: float = 0.8, n_min: int = 20, n_max: int = 200) 
     pw = float(power_at(hi))
     return Plan(hi, pw, tgt, False, f"not decidable within the budget: power {pw:.2f} at n = {hi} "
                                     f"(target {tgt:.2f}; best {best:.2f})")
+
+
+def confirmation_size(planned, *, n_min: int, n_max: int | None = None, cost=None, budget: float | None = None):
+    """The confirmation block's size from the planned n of its claims: the one sizing rule (docs/evidence.md, §8).
+
+    Each claim k asks want_k = max(planned_k, floor), floor = min(n_min, n_max) (n_min without n_max);
+    planned_k None (no plan: the claim asks only the floor) or ``math.inf`` (no n decides it: it asks the budget).
+    The budget then caps the wants, in one of two forms, the studies' genuine difference:
+
+    - a seed budget ``n_max`` (one block serves every claim: the bandit experiments, whose budget is the config's
+      confirmation seeds, and the tiny-Qwen ablation, N_MAX seeds per arm): returns the int
+      n = min(max_k want_k, n_max) (the floor when ``planned`` is empty);
+    - a cost budget (each claim has its own seeds: the safe step study's lrs): ``cost`` {k: cost of one seed}
+      and ``budget`` (what is left to spend) return {k: n_k} = :func:`allocate` (want, cost, budget).
+
+    >>> confirmation_size({"a": 12, "b": None}, n_min=40, n_max=100)  # the floor
+    40
+    >>> confirmation_size({"a": 60, "b": math.inf}, n_min=40, n_max=100)  # b is not decidable: the budget
+    100
+    """
+    if (n_max is None) == (cost is None and budget is None) or (cost is None) != (budget is None):
+        raise ValueError("give either a seed budget n_max or a cost budget (cost and budget), not both")
+    lo = _check_n(n_min, "n_min", low=1)
+    if n_max is not None:
+        hi = _check_n(n_max, "n_max", low=1)
+        lo = min(lo, hi)
+    want = {}
+    for k, p in dict(planned).items():
+        if p is not None and not (isinstance(p, numbers.Real) and not isinstance(p, bool) and p >= 0
+                                  and (p == math.inf or int(p) == p)):
+            raise ValueError(f"planned n of {k!r} must be a whole number >= 0, math.inf or None, got {p!r}")
+        want[k] = lo if p is None else max(p if p == math.inf else int(p), lo)
+    if n_max is not None:
+        return int(min(max(want.values(), default=lo), hi))
+    return allocate(want, cost, budget)
+
+
+def allocate(want: dict, cost: dict, budget: float) -> dict:
+    """Seeds per key within ``budget``: all of ``want`` when it fits; otherwise, cheapest total want first, each key
+    gets at most an equal share of what is left, n_k = min(want_k, share // cost_k) (at least 0)."""
+    if set(want) != set(cost) or any(cost[k] <= 0 for k in cost):
+        raise ValueError("want and cost must have the same keys and cost must be > 0")
+    budget = max(float(budget), 0.0)
+    if sum(want[k] * cost[k] for k in want) <= budget:
+        return {k: int(v) for k, v in want.items()}
+    out, left = {}, budget
+    keys = sorted(want, key=lambda k: want[k] * cost[k])
+    for i, k in enumerate(keys):
+        share = left / (len(keys) - i)
+        out[k] = int(min(want[k], share // cost[k]))
+        left -= out[k] * cost[k]
+    return out

@@ -249,7 +249,11 @@ class BlockPlan:
 
 
 def plan_confirmation(claims, *, n_min: int = CONFIRMATION_MIN, n_max: int) -> BlockPlan:
-    """:class:`BlockPlan` from the discovery block's claims."""
+    """:class:`BlockPlan` from the discovery block's claims: gapdyn.evidence.planner.confirmation_size over the
+    counted primary claims' n_planned (every counted claim's when no primary has one), floor ``n_min``, seed
+    budget ``n_max``."""
+    from .planner import confirmation_size
+
     if not (isinstance(n_max, int) and n_max >= 1):
         raise ValueError(f"n_max must be a positive integer, got {n_max!r}")
     counted = [c for c in claims if c.counts_as_evidence and c.n_planned is not None]
@@ -257,7 +261,7 @@ def plan_confirmation(claims, *, n_min: int = CONFIRMATION_MIN, n_max: int) -> B
     pool = primaries or counted
     planned = max((int(c.n_planned) for c in pool), default=None)
     lo = min(n_min, n_max)
-    n = lo if planned is None else min(max(planned, lo), n_max)
+    n = confirmation_size({i: int(c.n_planned) for i, c in enumerate(pool)}, n_min=n_min, n_max=n_max)
     who = "primary claims" if primaries else "counted claims"
     if planned is None:
         note = f"confirmation block: {n} instances (no {who[:-1]} has a planned n; the floor is {lo})"

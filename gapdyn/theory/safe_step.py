@@ -11,7 +11,8 @@ is estimated per group of one prompt (x over its G completions, r their binary r
 
     dmu_hat   = mean_{r_i = 1} x_i - mean_{r_i = 0} x_i      (estimates <d, g+ - g->)
     kappa_hat = var_{r_i = 0}(x) - var_{r_i = 1}(x)         (estimates d^T (-Hess Phi) d; ddof = 1,
-                                                             a side with < 2 samples contributes 0)
+                                                             a side with < 2 samples contributes 0:
+                                                             gapdyn.theory.curvature.curvature_gap)
     sd_hat    = std(x over the group)                       (ddof = 1; the spread of the change of log pi).
 
 Several groups sharing the parameters average dmu_hat and kappa_hat over the mixed groups (both rewards
@@ -42,9 +43,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validate import as_float_array, as_rewards, check_positive
+from .curvature import curvature_gap
 
 __all__ = ["SafeStep", "safe_step_multiplier", "safe_step_estimates", "safe_step_headroom", "safe_step_size",
-           "NO_ASCENT_TOL", "SAFE_STEP_C", "SAFE_STEP_DELTA"]
+           "KAPPA_DDOF", "NO_ASCENT_TOL", "SAFE_STEP_C", "SAFE_STEP_DELTA"]
+
+KAPPA_DDOF = 1
+"""kappa_hat's variances are unbiased (ddof = 1): kappa_hat is then unbiased for kappa given the group's split
+(docs/theory.md, section 11); :func:`gapdyn.theory.curvature.curvature_gap` with this ddof."""
 
 NO_ASCENT_TOL = 1e-12
 """dmu_hat <= NO_ASCENT_TOL * sd_hat counts as no ascent (a = 0)."""
@@ -83,10 +89,6 @@ def _check_real(value, name: str) -> float:
     return float(value)
 
 
-def _var(v: np.ndarray) -> float:
-    return float(np.var(v, ddof=1)) if v.size >= 2 else 0.0
-
-
 def safe_step_estimates(x, rewards, groups=None) -> tuple[float, float, float, int]:
     """(dmu_hat, kappa_hat, sd_hat, n_mixed) from directional derivatives x_i, rewards r_i, group ids.
 
@@ -114,7 +116,7 @@ def safe_step_estimates(x, rewards, groups=None) -> tuple[float, float, float, i
                                                         and np.all(np.isfinite(g)) and np.all(g == np.round(g)))):
             raise ValueError("groups must hold integer group ids")
         ids = g.astype(np.int64)
-    dsum = ksum = sd = 0.0
+    dsum = sd = 0.0
     n_mixed = 0
     for gid in np.unique(ids):
         xg, rg = xv[ids == gid], r[ids == gid]
@@ -123,11 +125,11 @@ def safe_step_estimates(x, rewards, groups=None) -> tuple[float, float, float, i
         pos, neg = xg[rg == 1.0], xg[rg == 0.0]
         if pos.size and neg.size:
             dsum += float(pos.mean() - neg.mean())
-            ksum += _var(neg) - _var(pos)
             n_mixed += 1
     if n_mixed == 0:
         return 0.0, 0.0, sd, 0
-    return dsum / n_mixed, ksum / n_mixed, sd, n_mixed
+    kappa, _ = curvature_gap(xv, r == 1.0, ids, ddof=KAPPA_DDOF)
+    return dsum / n_mixed, kappa, sd, n_mixed
 
 
 def safe_step_headroom(

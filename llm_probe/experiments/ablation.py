@@ -493,10 +493,11 @@ def plan_seeds(runs, *, n_min: int = N_MIN, n_max: int = N_MAX, alpha: float = 0
     Holm's first step, so the plan holds under Holm): the collapse row with the one-sided Fisher test at the pilot's
     two rates (gapdyn.evidence.planner.power_two_proportions), the reward row with the noncentral-t power of the paired mean
     difference at the pilot's mean and sd (gapdyn.evidence.planner.power_mean, two-sided confidence 1 - 2 alpha / m).
-    Returns {"n": the seeds per arm = min(max(largest planned n, n_min), n_max), "rows": one dict per primary
+    Returns {"n": the seeds per arm = min(max(largest planned n, n_min), n_max) (gapdyn.evidence.planner.
+    confirmation_size; a primary not decidable within n_max asks n_max), "rows": one dict per primary
     (id, effect, planned n, power, decidable within n_max, reason)}. A primary whose pilot effect is 0 or of the
     wrong sign has no n that decides "holds": it is reported as not decidable."""
-    from gapdyn.evidence.planner import plan_n, power_mean, power_two_proportions
+    from gapdyn.evidence.planner import confirmation_size, plan_n, power_mean, power_two_proportions
 
     if not (isinstance(n_min, int) and isinstance(n_max, int) and 2 <= n_min <= n_max):
         raise ValueError(f"need integers 2 <= n_min <= n_max, got {n_min!r}, {n_max!r}")
@@ -526,11 +527,8 @@ def plan_seeds(runs, *, n_min: int = N_MIN, n_max: int = N_MAX, alpha: float = 0
         else:
             rows.append(dict(id=rid, effect=mu, n=None, power=math.nan, decidable=False,
                              reason=f"pilot mean {mu}, sd {sd}: no n decides it"))
-    planned = [r["n"] for r in rows if r["decidable"]]
-    undecidable = any(not r["decidable"] for r in rows)
-    n = min(max(max(planned, default=n_min), n_min), n_max)
-    if undecidable:
-        n = n_max  # a primary the budget does not decide: run the budget, report its planned n
+    # a primary the budget does not decide asks the budget (its planned n is reported in its row)
+    n = confirmation_size({r["id"]: r["n"] if r["decidable"] else math.inf for r in rows}, n_min=n_min, n_max=n_max)
     return {"n": int(n), "n_min": n_min, "n_max": n_max, "alpha_per_primary": a, "target_power": target,
             "rows": rows}
 

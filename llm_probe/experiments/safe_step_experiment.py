@@ -14,7 +14,9 @@ an unfinished one restarts, a run claimed by another process (its lock) is skipp
 Two blocks. The pilot (discovery seeds) measures the effects; :func:`make_plan` turns them into the
 confirmation size with gapdyn.evidence.planner (power 0.8 at alpha / number of primaries) under a CPU budget, written
 once to ``DIR/plan.json``; the confirmation block (seeds 1000, 1001, ...) runs ``n = min(max(planned, 30),
-affordable)`` seeds per lr. Outputs (:func:`summarize`): runs.csv, survival.csv (alerted / recovered / ends
+affordable)`` seeds per lr (gapdyn.evidence.planner.confirmation_size). "Affordable" follows from the pilot's
+measured CPU seconds, so a fresh study need not reproduce n; plan.json records them and n is re-derived from
+it (:func:`plan_used`). Outputs (:func:`summarize`): runs.csv, survival.csv (alerted / recovered / ends
 collapsed / failed per block, arm and lr), claims.json, claims.md; runs.csv and survival.csv carry the warm
 checkpoint's sha256 (``warm_sha256``).
 
@@ -64,7 +66,7 @@ import gapdyn
 from gapdyn.evidence.claims import CONFIRMATION_SEEDS, Claim, ClaimSpec, Criterion, claims_markdown, holm_adjust_claims, keyed_specs
 from gapdyn.evidence.experiment import STREAM_SEEDS, Experiment
 from gapdyn.io import atomic_write_json
-from gapdyn.evidence.planner import plan_n, power_mean, power_two_proportions
+from gapdyn.evidence.planner import allocate, confirmation_size, plan_n, power_mean, power_two_proportions
 from gapdyn.theory.safe_step import SAFE_STEP_C, SAFE_STEP_DELTA
 from gapdyn.evidence.stats import fieller_paired_ratio  # re-exported: the interval of ``not_slower``
 
@@ -399,7 +401,8 @@ def make_plan(exp, pilot, cpu_per_seed: dict, cpu_spent: float) -> dict:
     """Confirmation seeds per lr: planned n from the pilot (gapdyn.evidence.planner at alpha / len(PRIMARIES), power
     ``exp.power``): one-sided Fisher of the collapse rates (power_two_proportions) and the t test of safe - 1.1
     constant (power_mean at confidence 1 - 2 alpha / len(PRIMARIES): its one-sided half); used n =
-    min(max(planned, n_floor), affordable) by :func:`allocate` with the CPU left of ``exp.budget_cpu_s``."""
+    min(max(planned, n_floor), affordable), :func:`plan_used` of the returned plan (the CPU left of
+    ``exp.budget_cpu_s`` at the measured ``cpu_per_seed``)."""
     a = exp.alpha / len(PRIMARIES)
     n_max = 500
     pc, ps = pilot.get("p_constant", math.nan), pilot.get("p_safe", math.nan)
@@ -416,33 +419,26 @@ def make_plan(exp, pilot, cpu_per_seed: dict, cpu_spent: float) -> dict:
     else:
         pb = None
     planned = {exp.collapse_lr: pa.n if pa else n_max, exp.safe_lr: pb.n if pb else n_max}
-    want = {lr: max(planned[lr], exp.n_floor) for lr in exp.lrs}
-    left = exp.budget_cpu_s - cpu_spent
-    used = allocate(want, cpu_per_seed, left)
-    return {"alpha_per_primary": a, "power_target": exp.power, "pilot": pilot,
+    plan = {"alpha_per_primary": a, "power_target": exp.power, "pilot": pilot,
             "planned": {f"{lr:g}": planned[lr] for lr in exp.lrs},
             "planned_reason": {f"{exp.collapse_lr:g}": pa.reason if pa else "pilot shows no effect: not decidable",
                                f"{exp.safe_lr:g}": pb.reason if pb else "pilot shows no effect: not decidable"},
-            "n_floor": exp.n_floor, "used": {f"{lr:g}": used[lr] for lr in exp.lrs},
+            "n_floor": exp.n_floor, "used": None,
             "cpu_per_seed": {f"{lr:g}": cpu_per_seed[lr] for lr in exp.lrs}, "cpu_spent_pilot": cpu_spent,
             "budget_cpu_s": exp.budget_cpu_s}
+    plan["used"] = plan_used(plan)
+    return plan
 
 
-def allocate(want: dict, cost: dict, budget: float) -> dict:
-    """Seeds per key within ``budget``: all of ``want`` when it fits; otherwise the cheaper want gets at most half
-    the budget and the other what is left (each capped at its want, at least 0)."""
-    if set(want) != set(cost) or any(cost[k] <= 0 for k in cost):
-        raise ValueError("want and cost must have the same keys and cost must be > 0")
-    budget = max(float(budget), 0.0)
-    if sum(want[k] * cost[k] for k in want) <= budget:
-        return dict(want)
-    out, left = {}, budget
-    keys = sorted(want, key=lambda k: want[k] * cost[k])
-    for i, k in enumerate(keys):
-        share = left / (len(keys) - i)
-        out[k] = int(min(want[k], share // cost[k]))
-        left -= out[k] * cost[k]
-    return out
+def plan_used(plan: dict) -> dict:
+    """Confirmation seeds per lr ({"<lr>": n}) as a function of what ``plan`` (plan.json) records: the planned n,
+    the floor ``n_floor`` and the CPU budget left after the pilot (``budget_cpu_s`` - ``cpu_spent_pilot``) split
+    over the lrs at the pilot's measured ``cpu_per_seed`` (gapdyn.evidence.planner.confirmation_size with a cost
+    budget). The CPU seconds are measured, so a fresh study need not reproduce them; a recorded plan fixes the
+    size."""
+    used = confirmation_size(plan["planned"], n_min=plan["n_floor"], cost=plan["cpu_per_seed"],
+                             budget=plan["budget_cpu_s"] - plan["cpu_spent_pilot"])
+    return {lr: used[lr] for lr in plan["planned"]}
 
 
 # ---- claims --------------------------------------------------------------------------------------------------
@@ -597,8 +593,8 @@ def run_study(exp: SafeStepExperiment, out, *, progress: bool = True) -> dict:
     plan = plan_once(out / "plan.json", make)
     if progress:
         print(json.dumps({k: plan[k] for k in ("planned", "used", "cpu_per_seed", "cpu_spent_pilot")}), flush=True)
-    seeds = {lr: tuple(range(exp.confirmation_start, exp.confirmation_start + plan["used"][f"{lr:g}"]))
-             for lr in exp.lrs}
+    used = plan_used(plan)  # the recorded inputs' size (equal to plan["used"], which make_plan wrote with it)
+    seeds = {lr: tuple(range(exp.confirmation_start, exp.confirmation_start + used[f"{lr:g}"])) for lr in exp.lrs}
     _pairs(exp, out, warm_dir, seeds, progress)
     return plan
 
