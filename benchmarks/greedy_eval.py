@@ -5,16 +5,28 @@ Prints both times, their ratio, the load, and whether the tokens agree."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass
+class GreedyEvalConfig:
+    """Time greedy held-out decoding: the KV-cache decoder against the loop of full forwards."""
+
+    n: int = 512
+    """Held-out problems decoded (default: all 512)."""
+    length: Literal["long", "short"] = "long"
+    """The scratchpad length."""
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.greedy_eval", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--n", type=int, default=512, help="held-out problems decoded (default: all 512)")
-    ap.add_argument("--length", default="long", choices=["long", "short"])
-    a = ap.parse_args(argv)
+    from gapdyn.cmdline import parse
+
+    import sys
+
+    a = parse(GreedyEvalConfig, sys.argv[1:] if argv is None else argv, prog="python -m benchmarks.greedy_eval")
     import torch
 
     from llm_probe.rollout import encode_prompts
