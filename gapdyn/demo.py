@@ -3,6 +3,10 @@
 Prints J, Phi, the Gap, each method's expected scalar, the step-size thresholds at the start and
 what exact log-odds ascent does just below and just above the measured critical step. Its time per instance is
 measured, not stated here: docs/quickstart.md ("Measured", by ``python -m benchmarks.documented_times``).
+
+The instances run in a plain loop, not as folder cells of gapdyn.evidence.runner.run_cells: the demo's one
+output is demo.json (a folder, a lock and a result file per instance would add to it), and an instance takes
+seconds, so resuming one buys nothing.
 """
 
 from __future__ import annotations
