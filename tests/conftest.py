@@ -48,9 +48,21 @@ PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else
 settings.load_profile(PROFILE)
 
 
+def thorough_settings(own, default, examples: int = THOROUGH_EXAMPLES):
+    """The settings a property runs under ``thorough``: its own ``@settings(max_examples=n)`` budget scaled to
+    max(n, n * examples / 60), not derandomized; None where it has no own budget (``own is default``: hypothesis
+    gives such a test the loaded profile itself, whose budget is already ``examples``; scaling it again ran
+    examples^2 / 60 examples, 66 667 at 2000)."""
+    if own is None or own is default:
+        return None
+    n = max(own.max_examples, round(own.max_examples * examples / BASE_EXAMPLES))
+    return settings(own, max_examples=n, derandomize=False)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Under ``thorough``, a property's own ``@settings(max_examples=n)`` grows by THOROUGH_EXAMPLES / 60 too;
-    with GAPDYN_PROPERTY_TESTS_ONLY=1 only the hypothesis tests run (the others deselected)."""
+    """Under ``thorough``, a property's own ``@settings(max_examples=n)`` grows by THOROUGH_EXAMPLES / 60 too
+    (:func:`thorough_settings`); with GAPDYN_PROPERTY_TESTS_ONLY=1 only the hypothesis tests run (the others
+    deselected)."""
     if PROFILE != "thorough":
         return
     if os.environ.get("GAPDYN_PROPERTY_TESTS_ONLY") == "1":
@@ -59,12 +71,12 @@ def pytest_collection_modifyitems(config, items):
         items[:] = keep
     for item in items:
         fn = getattr(item, "obj", None)
-        own = getattr(fn, "_hypothesis_internal_use_settings", None)
-        if own is None or getattr(fn, "_gapdyn_thorough", False):
+        if getattr(fn, "_gapdyn_thorough", False):
             continue
-        n = max(own.max_examples, round(own.max_examples * THOROUGH_EXAMPLES / BASE_EXAMPLES))
-        fn._hypothesis_internal_use_settings = settings(own, max_examples=n, derandomize=False)
-        fn._gapdyn_thorough = True
+        scaled = thorough_settings(getattr(fn, "_hypothesis_internal_use_settings", None), settings.default)
+        if scaled is not None:
+            fn._hypothesis_internal_use_settings = scaled
+            fn._gapdyn_thorough = True
 
 
 @pytest.fixture(scope="session", autouse=True)
