@@ -117,3 +117,18 @@ def experiment_runs():
         mod = load(name)
         out[name] = (mod, mod.run(experiment_test_config(mod), backend="serial", progress=False))
     return out
+
+
+@pytest.fixture
+def mean_interval_valid_from_40(monkeypatch):
+    """A constructed coverage table in which the studentized cluster-mean interval is valid from n = 40 (the
+    committed table, with the harder DGPs, finds it valid at no tabulated n): for tests of the machinery that
+    computes a mean claim where its interval is valid."""
+    import pandas as pd
+
+    from gapdyn.evidence import coverage
+
+    table = pd.DataFrame([dict(method="studentized_cluster_mean", kind="mean", dgp="d", n=n, nominal=0.95,
+                               coverage=0.95 if n >= 40 else 0.90) for n in (10, 20, 40, 60, 100, 200)])
+    monkeypatch.setattr(coverage, "frozen_table", lambda: table)
+    return table

@@ -116,7 +116,7 @@ def test_bound_value_and_ratio_against_a_hand_computation():
         lg.violates_bound(0.0, 0.0, -1.0)
 
 
-def test_violation_estimate_is_the_studentized_bootstrap_where_it_is_valid():
+def test_violation_estimate_is_the_studentized_bootstrap_where_it_is_valid(mean_interval_valid_from_40):
     from gapdyn.evidence.stats import studentized_cluster_bootstrap_mean
 
     rng = np.random.default_rng(3)

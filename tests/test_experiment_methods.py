@@ -158,7 +158,7 @@ def test_matched_runs_share_uniforms_across_methods_and_validate():
         meth.matched_runs(b, "wapo", gradient="tabular", **kw)
 
 
-def test_paired_claim_clusters_by_instance():
+def test_paired_claim_clusters_by_instance(mean_interval_valid_from_40):
     """d_i = mean over (eta, seed) of collapsed(wapo) - collapsed(other) within instance i; n = instances."""
     key = ["instance", "eta", "seed"]
     rng = np.random.default_rng(3)

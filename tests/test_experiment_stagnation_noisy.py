@@ -84,7 +84,7 @@ def _rows(n=40, seed=0, *, collapse_one=False):
     return d
 
 
-def test_analysis_reads_the_stall_gap_and_the_paired_difference():
+def test_analysis_reads_the_stall_gap_and_the_paired_difference(mean_interval_valid_from_40):
     d = _rows()
     claims = {c.id: c for c in sn.analyse(d, sn.Config(), block="confirmation")}
     m, T, eta = sn.CHOSEN
