@@ -28,6 +28,20 @@ import numpy as np
 __all__ = ["curvature_gap"]
 
 
+def group_ids(groups, shape: tuple) -> np.ndarray:
+    """[N] int64 group ids of ``groups`` (one group per prompt; None: one group), checked to have ``shape`` and
+    to hold integers (integral floats accepted)."""
+    if groups is None:
+        return np.zeros(shape, dtype=np.int64)
+    g = np.asarray(groups)
+    if g.shape != shape:
+        raise ValueError(f"groups must have the shape of x {shape}, got {g.shape}")
+    if not (np.issubdtype(g.dtype, np.integer) or (np.issubdtype(g.dtype, np.floating)
+                                                    and np.all(np.isfinite(g)) and np.all(g == np.round(g)))):
+        raise ValueError("groups must hold integer group ids")
+    return g.astype(np.int64)
+
+
 def _side_var(v: np.ndarray, ddof: int) -> float:
     return float(np.var(v, ddof=ddof)) if v.size > ddof else 0.0
 
@@ -57,12 +71,7 @@ def curvature_gap(x, success, groups=None, *, ddof: int) -> tuple[float, int]:
         if not np.all((ok == 0) | (ok == 1)):
             raise ValueError("success must be bool or 0/1")
         ok = ok == 1
-    if groups is None:
-        ids = np.zeros(xv.shape, dtype=np.int64)
-    else:
-        ids = np.asarray(groups)
-        if ids.shape != xv.shape:
-            raise ValueError(f"groups must have the shape of x {xv.shape}, got {ids.shape}")
+    ids = group_ids(groups, xv.shape)
     if isinstance(ddof, bool) or not isinstance(ddof, (int, np.integer)) or ddof < 0:
         raise ValueError(f"ddof must be an integer >= 0, got {ddof!r}")
     total, q = 0.0, 0

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validate import as_float_array, as_rewards, check_positive
-from .curvature import curvature_gap
+from .curvature import curvature_gap, group_ids
 
 __all__ = ["SafeStep", "safe_step_multiplier", "safe_step_estimates", "safe_step_headroom", "safe_step_size",
            "KAPPA_DDOF", "NO_ASCENT_TOL", "SAFE_STEP_C", "SAFE_STEP_DELTA"]
@@ -106,16 +106,7 @@ def safe_step_estimates(x, rewards, groups=None) -> tuple[float, float, float, i
     r = np.asarray(as_rewards(rewards, xv.shape, "rewards"))
     if np.shape(rewards) != xv.shape:
         raise ValueError(f"rewards must have the shape of x {xv.shape}, got {np.shape(rewards)}")
-    if groups is None:
-        ids = np.zeros(xv.shape, dtype=np.int64)
-    else:
-        g = np.asarray(groups)
-        if g.shape != xv.shape:
-            raise ValueError(f"groups must have the shape of x {xv.shape}, got {g.shape}")
-        if not (np.issubdtype(g.dtype, np.integer) or (np.issubdtype(g.dtype, np.floating)
-                                                        and np.all(np.isfinite(g)) and np.all(g == np.round(g)))):
-            raise ValueError("groups must hold integer group ids")
-        ids = g.astype(np.int64)
+    ids = group_ids(groups, xv.shape)
     dsum = sd = 0.0
     n_mixed = 0
     for gid in np.unique(ids):
